@@ -1,0 +1,8 @@
+#include "ir/op_def.h"
+#include "ir/ops/families.h"
+
+namespace mn {
+
+void register_shape_ops(OpRegistry& r) {}
+
+}  // namespace mn

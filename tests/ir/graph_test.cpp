@@ -1,0 +1,70 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <meganeura/graph.h>
+
+#include "ir/op_def.h"
+
+namespace mn {
+namespace {
+
+TEST(Graph, SourcesAndOutputs) {
+  Graph g;
+  auto x = g.input("x", {2, 3});
+  auto w = g.parameter("w", {3, 4}, Init::normal(0, 1, 7));
+  g.output("x", x);
+  EXPECT_EQ(x.shape(), (Shape{2, 3}));
+  EXPECT_EQ(w.dtype(), DType::f32);
+  EXPECT_EQ(g.inputs().size(), 1u);
+  EXPECT_EQ(g.parameters().size(), 1u);
+  EXPECT_TRUE(g.find_output("x").has_value());
+  EXPECT_THROW(g.input("x", {1}), Error);
+  EXPECT_THROW(g.output("x", x), Error);
+  EXPECT_THROW(g.input("bad", {2, 0}), ShapeError);
+}
+
+TEST(Graph, HashIsStableAndStructural) {
+  auto build = [](double v) {
+    Graph g;
+    auto x = g.input("x", {2});
+    g.output("y", g.scalar(v));
+    (void)x;
+    return g.hash();
+  };
+  EXPECT_EQ(build(1.0), build(1.0));
+  EXPECT_NE(build(1.0), build(2.0));
+}
+
+TEST(Graph, InitializersAreSeededAndScaled) {
+  auto a = initialize(Init::kaiming_uniform(3), {256, 64});
+  auto b = initialize(Init::kaiming_uniform(3), {256, 64});
+  auto c = initialize(Init::kaiming_uniform(4), {256, 64});
+  EXPECT_EQ(a.data, b.data);
+  EXPECT_NE(a.data, c.data);
+  double bound = std::sqrt(6.0 / 256.0);
+  double sumsq = 0;
+  for (double v : a.data) {
+    EXPECT_LE(std::abs(v), bound + 1e-6);
+    sumsq += v * v;
+  }
+  // Var of U(-b, b) is b²/3 = 2/fan_in.
+  EXPECT_NEAR(sumsq / double(a.numel()), 2.0 / 256.0, 0.2 * 2.0 / 256.0);
+  auto n = initialize(Init::normal(1.0, 2.0, 9), {4096});
+  double mean = 0;
+  for (double v : n.data) mean += v;
+  EXPECT_NEAR(mean / 4096.0, 1.0, 0.1);
+}
+
+TEST(Graph, UnknownOpIsAnError) { EXPECT_THROW(op_def("no_such_op"), Error); }
+
+TEST(Dtype, HalfRounding) {
+  EXPECT_EQ(round_to_dtype(1.0 + 1.0 / 4096, DType::f16), 1.0);
+  EXPECT_EQ(round_to_dtype(65504.0, DType::f16), 65504.0);
+  EXPECT_TRUE(std::isinf(round_to_dtype(70000.0, DType::f16)));
+  EXPECT_EQ(round_to_dtype(1.0 + 1.0 / 256, DType::bf16), 1.0);
+  EXPECT_EQ(round_to_dtype(3.7, DType::i32), 3.0);
+}
+
+}  // namespace
+}  // namespace mn

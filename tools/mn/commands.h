@@ -1,0 +1,8 @@
+#pragma once
+// Each subcommand of `mn` lives in its own file and registers itself on the app.
+#include <CLI/CLI.hpp>
+
+namespace mn::cli {
+void add_devices_command(CLI::App& app);  // devices.cpp
+void add_ops_command(CLI::App& app);      // ops.cpp
+}  // namespace mn::cli
