@@ -1,0 +1,46 @@
+#include "support/random_fill.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace mn::testing {
+
+std::mt19937_64 rng_for(std::string_view name) {
+  uint64_t h = 1469598103934665603ULL;
+  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  return std::mt19937_64(h);
+}
+
+Array random_array(std::mt19937_64& rng, const TensorType& type, double lo, double hi) {
+  Array a(type.shape, type.dtype);
+  if (is_float(type.dtype)) {
+    std::uniform_real_distribution<double> d(lo, hi);
+    for (double& v : a.data) v = round_to_dtype(d(rng), type.dtype);
+  } else {
+    std::uniform_int_distribution<int64_t> d(static_cast<int64_t>(lo),
+                                             std::max<int64_t>(static_cast<int64_t>(lo),
+                                                               static_cast<int64_t>(hi) - 1));
+    for (double& v : a.data) v = static_cast<double>(d(rng));
+  }
+  return a;
+}
+
+double relative_error(const Array& a, const Array& b) {
+  if (a.data.size() != b.data.size()) throw std::runtime_error("relative_error: size mismatch");
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.data.size(); ++i) {
+    double x = a.data[i], y = b.data[i];
+    if (std::isnan(x) != std::isnan(y)) return INFINITY;
+    if (std::isnan(x)) continue;
+    if (std::isinf(x) || std::isinf(y)) {
+      if (x != y) return INFINITY;
+      continue;
+    }
+    num = std::max(num, std::abs(x - y));
+    den = std::max(den, std::abs(y));
+  }
+  return num / (1.0 + den);
+}
+
+}  // namespace mn::testing

@@ -1,0 +1,20 @@
+#pragma once
+// Random test data with a fixed seed per test case.
+#include <cstdint>
+#include <random>
+#include <string_view>
+
+#include <meganeura/array.h>
+
+namespace mn::testing {
+
+// A generator seeded from a name, so each test case has its own reproducible stream.
+std::mt19937_64 rng_for(std::string_view name);
+
+// Uniform values in [lo, hi); integer dtypes draw integers in [lo, hi).
+Array random_array(std::mt19937_64& rng, const TensorType& type, double lo = -1.0, double hi = 1.0);
+
+// max |a - b| / (1 + max |b|): the error measure used against the reference.
+double relative_error(const Array& a, const Array& b);
+
+}  // namespace mn::testing
