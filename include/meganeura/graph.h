@@ -82,7 +82,7 @@ struct Node {
   Attrs attrs;
   std::vector<NodeId> inputs;
   TensorType type;
-  std::string name;  // inputs and parameters: their name
+  std::string name;  // inputs, parameters and states: their name
 
   std::string_view op_name() const;
 };
@@ -107,6 +107,12 @@ struct ConstantValue {
 uint64_t hash_value(const ConstantValue& v, uint64_t h);
 void print_value(std::ostream& os, const ConstantValue& v);
 
+struct StateAttrs {
+  std::string name;
+  Init init;
+  auto fields() const { return std::tie(name, init); }
+  static constexpr std::array<const char*, 2> names{"name", "init"};
+};
 struct ConstantAttrs {
   ConstantValue value;
   auto fields() const { return std::tie(value); }
@@ -124,8 +130,15 @@ class Graph {
   Tensor input(const std::string& name, Shape shape, DType dtype = DType::f32);
   Tensor parameter(const std::string& name, Shape shape, Init init = Init::zeros(),
                    DType dtype = DType::f32);
+  // A persistent non-trainable tensor (optimizer moments, running statistics): it keeps its
+  // value across steps and changes only through assign().
+  Tensor state(const std::string& name, Shape shape, Init init = Init::zeros(),
+               DType dtype = DType::f32);
   Tensor constant(Array value);
   Tensor scalar(double value, DType dtype = DType::f32);
+  // After each step, `target` (a parameter or state) takes `value`'s value. All reads of the
+  // target within the step see the old value.
+  void assign(Tensor target, Tensor value);
   // Marks `t` as a named output; names are unique.
   void output(const std::string& name, Tensor t);
 
@@ -140,9 +153,15 @@ class Graph {
 
   const std::vector<NodeId>& inputs() const { return inputs_; }
   const std::vector<NodeId>& parameters() const { return parameters_; }
+  const std::vector<NodeId>& states() const { return states_; }
+  // (target, value) pairs in the order they were made.
+  const std::vector<std::pair<NodeId, NodeId>>& assignments() const { return assignments_; }
   const std::vector<std::pair<std::string, NodeId>>& outputs() const { return outputs_; }
   std::optional<NodeId> find_input(std::string_view name) const;
   std::optional<NodeId> find_parameter(std::string_view name) const;
+  std::optional<NodeId> find_state(std::string_view name) const;
+  // A parameter or state by name.
+  std::optional<NodeId> find_persistent(std::string_view name) const;
   std::optional<NodeId> find_output(std::string_view name) const;
 
   // One line per node: "%3 = add(%1, %2) : f32[16, 10]".
@@ -152,9 +171,12 @@ class Graph {
 
  private:
   NodeId push(Node n);
+  void check_new_name(const char* where, const std::string& name) const;
   std::vector<Node> nodes_;
   std::vector<NodeId> inputs_;
   std::vector<NodeId> parameters_;
+  std::vector<NodeId> states_;
+  std::vector<std::pair<NodeId, NodeId>> assignments_;
   std::vector<std::pair<std::string, NodeId>> outputs_;
 };
 

@@ -51,11 +51,16 @@ NodeId Graph::push(Node n) {
   return static_cast<NodeId>(nodes_.size() - 1);
 }
 
-Tensor Graph::input(const std::string& name, Shape shape, DType dtype) {
-  if (name.empty()) throw Error("Graph::input: empty name");
-  if (find_input(name) || find_parameter(name)) {
-    throw Error("Graph::input: name '" + name + "' is already used by an input or parameter");
+void Graph::check_new_name(const char* where, const std::string& name) const {
+  if (name.empty()) throw Error(std::string(where) + ": empty name");
+  if (find_input(name) || find_persistent(name)) {
+    throw Error(std::string(where) + ": name '" + name +
+                "' is already used by an input, parameter or state");
   }
+}
+
+Tensor Graph::input(const std::string& name, Shape shape, DType dtype) {
+  check_new_name("Graph::input", name);
   for (int64_t d : shape) {
     if (d <= 0) throw ShapeError("Graph::input '" + name + "': bad shape " + shape_str(shape));
   }
@@ -66,10 +71,7 @@ Tensor Graph::input(const std::string& name, Shape shape, DType dtype) {
 }
 
 Tensor Graph::parameter(const std::string& name, Shape shape, Init init, DType dtype) {
-  if (name.empty()) throw Error("Graph::parameter: empty name");
-  if (find_input(name) || find_parameter(name)) {
-    throw Error("Graph::parameter: name '" + name + "' is already used by an input or parameter");
-  }
+  check_new_name("Graph::parameter", name);
   if (!is_float(dtype)) throw Error("Graph::parameter '" + name + "': parameters are float");
   for (int64_t d : shape) {
     if (d <= 0) throw ShapeError("Graph::parameter '" + name + "': bad shape " + shape_str(shape));
@@ -78,6 +80,36 @@ Tensor Graph::parameter(const std::string& name, Shape shape, Init init, DType d
   NodeId id = push(std::move(n));
   parameters_.push_back(id);
   return {this, id};
+}
+
+Tensor Graph::state(const std::string& name, Shape shape, Init init, DType dtype) {
+  check_new_name("Graph::state", name);
+  for (int64_t d : shape) {
+    if (d <= 0) throw ShapeError("Graph::state '" + name + "': bad shape " + shape_str(shape));
+  }
+  Node n{&op_def("state"), StateAttrs{name, init}, {}, {std::move(shape), dtype}, name};
+  NodeId id = push(std::move(n));
+  states_.push_back(id);
+  return {this, id};
+}
+
+void Graph::assign(Tensor target, Tensor value) {
+  if (&target.graph() != this || &value.graph() != this) {
+    throw Error("Graph::assign: tensors of another graph");
+  }
+  const Node& t = node(target.id());
+  if (t.op_name() != "parameter" && t.op_name() != "state") {
+    throw Error("Graph::assign: target %" + std::to_string(target.id()) + " is a " +
+                std::string(t.op_name()) + ", not a parameter or state");
+  }
+  if (value.type() != t.type) {
+    throw ShapeError("Graph::assign '" + t.name + "': value " + value.type().str() +
+                     " does not match " + t.type.str());
+  }
+  for (const auto& [tid, vid] : assignments_) {
+    if (tid == target.id()) throw Error("Graph::assign: '" + t.name + "' is assigned twice");
+  }
+  assignments_.emplace_back(target.id(), value.id());
 }
 
 Tensor Graph::constant(Array value) {
@@ -150,6 +182,13 @@ std::optional<NodeId> Graph::find_input(std::string_view name) const {
 std::optional<NodeId> Graph::find_parameter(std::string_view name) const {
   return find_named(nodes_, parameters_, name);
 }
+std::optional<NodeId> Graph::find_state(std::string_view name) const {
+  return find_named(nodes_, states_, name);
+}
+std::optional<NodeId> Graph::find_persistent(std::string_view name) const {
+  if (auto p = find_parameter(name)) return p;
+  return find_state(name);
+}
 std::optional<NodeId> Graph::find_output(std::string_view name) const {
   for (const auto& [n, id] : outputs_) {
     if (n == name) return id;
@@ -168,6 +207,7 @@ std::string Graph::str() const {
     os << ") : " << n.type.str() << '\n';
   }
   for (const auto& [name, id] : outputs_) os << "output " << name << " = %" << id << '\n';
+  for (const auto& [t, v] : assignments_) os << "assign %" << t << " <- %" << v << '\n';
   return os.str();
 }
 
@@ -185,6 +225,10 @@ uint64_t Graph::hash() const {
   for (const auto& [name, id] : outputs_) {
     h = attr_detail::hash_value(name, h);
     h = hash_mix(h, static_cast<uint64_t>(id));
+  }
+  for (const auto& [t, v] : assignments_) {
+    h = hash_mix(h, static_cast<uint64_t>(t));
+    h = hash_mix(h, static_cast<uint64_t>(v) + 0x5bd1e995ULL);
   }
   return h;
 }

@@ -8,12 +8,17 @@ namespace mn::reference {
 
 namespace {
 
+const Init& init_of(const Node& n) {
+  return n.attrs.is<ParameterAttrs>() ? n.attrs.as<ParameterAttrs>().init
+                                      : n.attrs.as<StateAttrs>().init;
+}
+
 const Array& checked_feed(const Node& n, const Feeds& feeds, std::optional<Array>& init_slot,
-                          bool is_parameter) {
+                          bool persistent) {
   auto it = feeds.find(n.name);
   if (it == feeds.end()) {
-    if (!is_parameter) throw Error("evaluate: input '" + n.name + "' was not fed");
-    init_slot = initialize(n.attrs.as<ParameterAttrs>().init, n.type.shape, n.type.dtype);
+    if (!persistent) throw Error("evaluate: input '" + n.name + "' was not fed");
+    init_slot = initialize(init_of(n), n.type.shape, n.type.dtype);
     return *init_slot;
   }
   const Array& a = it->second;
@@ -34,8 +39,8 @@ std::vector<Array> evaluate_nodes(const Graph& g, const Feeds& feeds,
                                   std::span<const NodeId> targets) {
   const size_t n = g.size();
   for (const auto& [name, value] : feeds) {
-    if (!g.find_input(name) && !g.find_parameter(name)) {
-      throw Error("evaluate: '" + name + "' is neither an input nor a parameter of the graph");
+    if (!g.find_input(name) && !g.find_persistent(name)) {
+      throw Error("evaluate: '" + name + "' is not an input, parameter or state of the graph");
     }
   }
   // Which nodes are needed, and how many needed consumers each has (to free values early).
@@ -60,9 +65,9 @@ std::vector<Array> evaluate_nodes(const Graph& g, const Feeds& feeds,
     if (!needed[i]) continue;
     const Node& node = g.node(static_cast<NodeId>(i));
     const std::string_view op = node.op_name();
-    if (op == "input" || op == "parameter") {
+    if (op == "input" || op == "parameter" || op == "state") {
       std::optional<Array> init;
-      values[i] = checked_feed(node, feeds, init, op == "parameter");
+      values[i] = checked_feed(node, feeds, init, op != "input");
       continue;
     }
     if (!node.op->eval) throw Error("evaluate: op '" + node.op->name + "' has no reference");
@@ -96,9 +101,31 @@ std::map<std::string, Array> evaluate(const Graph& g, const Feeds& feeds) {
 
 Feeds initial_parameters(const Graph& g) {
   Feeds out;
-  for (NodeId id : g.parameters()) {
-    const Node& n = g.node(id);
-    out.emplace(n.name, initialize(n.attrs.as<ParameterAttrs>().init, n.type.shape, n.type.dtype));
+  for (const auto* ids : {&g.parameters(), &g.states()}) {
+    for (NodeId id : *ids) {
+      const Node& n = g.node(id);
+      out.emplace(n.name, initialize(init_of(n), n.type.shape, n.type.dtype));
+    }
+  }
+  return out;
+}
+
+std::map<std::string, Array> run_step(const Graph& g, const Feeds& inputs, Feeds& persistent) {
+  Feeds feeds = inputs;
+  for (const auto& [name, value] : persistent) feeds.insert_or_assign(name, value);
+  std::vector<NodeId> ids;
+  for (const auto& [name, id] : g.outputs()) ids.push_back(id);
+  for (const auto& [target, value] : g.assignments()) ids.push_back(value);
+  auto values = evaluate_nodes(g, feeds, ids);
+  std::map<std::string, Array> out;
+  size_t k = 0;
+  for (const auto& [name, id] : g.outputs()) out.emplace(name, std::move(values[k++]));
+  // Persistent values not yet held (never fed) start from their initializers.
+  for (const auto& [name, value] : initial_parameters(g)) persistent.try_emplace(name, value);
+  for (const auto& [target, value] : g.assignments()) {
+    Array v = std::move(values[k++]);
+    for (double& x : v.data) x = round_to_dtype(x, v.dtype);  // stored at the target's precision
+    persistent.insert_or_assign(g.node(target).name, std::move(v));
   }
   return out;
 }

@@ -27,6 +27,12 @@ void register_source_ops(OpRegistry& r) {
          .infer = no_infer("parameter"),
          .vjp = zero_vjp,
          .summary = "a named trainable tensor with an initializer"});
+  r.add({.name = "state",
+         .arity = 0,
+         .archetype = Archetype::source,
+         .differentiable = false,
+         .infer = no_infer("state"),
+         .summary = "a named persistent non-trainable tensor (optimizer state, running statistics)"});
   r.add({.name = "constant",
          .arity = 0,
          .archetype = Archetype::source,
