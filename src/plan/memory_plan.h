@@ -1,0 +1,32 @@
+#pragma once
+// Liveness-based placement of tensors in one arena: tensors whose lifetimes (in dispatch order)
+// do not overlap may share bytes; persistent tensors (parameters, optimizer state, inputs,
+// requested outputs) live for the whole step and never share.
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace mn::plan {
+
+struct BufferRequest {
+  size_t bytes = 0;
+  int first_use = 0;  // index of the dispatch that writes it (or -1 before the first)
+  int last_use = 0;   // index of the last dispatch that reads it
+  bool persistent = false;
+};
+
+struct MemoryPlan {
+  std::vector<size_t> offsets;  // one per request, aligned
+  size_t arena_bytes = 0;       // total arena size
+  size_t persistent_bytes = 0;  // of which persistent
+  size_t naive_bytes = 0;       // what one buffer per tensor would take
+};
+
+// Greedy best-fit by decreasing size among lifetime-conflicting placements.
+MemoryPlan plan_memory(std::span<const BufferRequest> requests, size_t alignment);
+
+// True when two requests are alive at the same dispatch.
+bool lifetimes_overlap(const BufferRequest& a, const BufferRequest& b);
+
+}  // namespace mn::plan

@@ -1,0 +1,64 @@
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include <meganeura/error.h>
+
+#include "plan/memory_plan.h"
+
+namespace mn::plan {
+namespace {
+
+void expect_valid(std::span<const BufferRequest> reqs, const MemoryPlan& plan, size_t align) {
+  ASSERT_EQ(plan.offsets.size(), reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(plan.offsets[i] % align, 0u);
+    EXPECT_LE(plan.offsets[i] + reqs[i].bytes, plan.arena_bytes);
+    for (size_t j = i + 1; j < reqs.size(); ++j) {
+      if (!lifetimes_overlap(reqs[i], reqs[j])) continue;
+      bool disjoint = plan.offsets[i] + reqs[i].bytes <= plan.offsets[j] ||
+                      plan.offsets[j] + reqs[j].bytes <= plan.offsets[i];
+      EXPECT_TRUE(disjoint) << "live buffers " << i << " and " << j << " overlap";
+    }
+  }
+}
+
+TEST(MemoryPlan, ChainReusesMemory) {
+  // a -> b -> c -> d: each lives for two dispatches, so two slots suffice.
+  std::vector<BufferRequest> reqs = {{1000, 0, 1}, {1000, 1, 2}, {1000, 2, 3}, {1000, 3, 4}};
+  auto plan = plan_memory(reqs, 256);
+  expect_valid(reqs, plan, 256);
+  EXPECT_EQ(plan.arena_bytes, 2048u);
+  EXPECT_EQ(plan.naive_bytes, 4096u);
+}
+
+TEST(MemoryPlan, PersistentNeverShares) {
+  std::vector<BufferRequest> reqs = {{64, 0, 0, true}, {64, 1, 1}, {64, 2, 2, true}, {64, 3, 3}};
+  auto plan = plan_memory(reqs, 64);
+  expect_valid(reqs, plan, 64);
+  EXPECT_EQ(plan.persistent_bytes, 128u);
+  EXPECT_EQ(plan.arena_bytes, 192u);
+}
+
+TEST(MemoryPlan, RandomIntervalsNeverOverlapWhileLive) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<BufferRequest> reqs;
+    int n = 1 + rng() % 60;
+    for (int i = 0; i < n; ++i) {
+      int a = rng() % 40, len = rng() % 10;
+      reqs.push_back({size_t(1 + rng() % 5000), a, a + len, rng() % 7 == 0});
+    }
+    auto plan = plan_memory(reqs, 16);
+    expect_valid(reqs, plan, 16);
+    EXPECT_LE(plan.arena_bytes, std::max<size_t>(plan.naive_bytes, 16));
+  }
+}
+
+TEST(MemoryPlan, RejectsBadAlignment) {
+  std::vector<BufferRequest> reqs = {{8, 0, 0}};
+  EXPECT_THROW(plan_memory(reqs, 24), Error);
+}
+
+}  // namespace
+}  // namespace mn::plan
