@@ -396,6 +396,10 @@ Tensor unsqueeze(Tensor x, int64_t axis) {
                          {x});
 }
 
-void register_shape_ops(OpRegistry& r) { register_shape_view_ops(r); }
+void register_shape_ops(OpRegistry& r) {
+  register_shape_view_ops(r);
+  register_shape_slice_ops(r);
+  register_shape_index_ops(r);
+}
 
 }  // namespace mn
