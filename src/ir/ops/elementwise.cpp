@@ -22,8 +22,10 @@ using Range = std::pair<double, double>;
 constexpr double kSqrt2 = std::numbers::sqrt2;
 constexpr double kInvSqrt2Pi = std::numbers::inv_sqrtpi / kSqrt2;  // 1/sqrt(2 pi)
 constexpr double kTwoOverSqrtPi = 2.0 * std::numbers::inv_sqrtpi;
-constexpr double kGeluTanhScale = kSqrt2 * std::numbers::inv_sqrtpi;  // sqrt(2/pi)
-constexpr double kGeluTanhCubic = 0.044715;
+// The tanh GELU's constants as f32 holds them (as PyTorch's f32 kernels do), so a decomposition
+// built from f32 graph scalars evaluates bit for bit like the direct reference.
+constexpr double kGeluTanhScale = static_cast<float>(kSqrt2 * std::numbers::inv_sqrtpi);
+constexpr double kGeluTanhCubic = static_cast<float>(0.044715);
 
 Tensor apply1(const char* op, Tensor x, Attrs attrs = {}) {
   return x.graph().apply(op, std::move(attrs), {x});
@@ -168,7 +170,7 @@ double sigmoid_of(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 // d/dx of 0.5 x (1 + erf(x/sqrt2)) = Phi(x) + x phi(x).
 Tensor gelu_exact_derivative(Tensor x) {
-  Tensor cdf = 0.5 * (1.0 + erf(x * (1.0 / kSqrt2)));
+  Tensor cdf = 0.5 * (1.0 + erf(x / sqrt(scalar_like(x, 2.0))));
   Tensor pdf = exp(-0.5 * (x * x)) * kInvSqrt2Pi;
   return cdf + x * pdf;
 }
@@ -277,7 +279,8 @@ void register_unary(OpRegistry& r) {
       if (n.attrs.as<GeluAttrs>().approximate == GeluApprox::tanh) {
         return (0.5 * x) * (1.0 + tanh(kGeluTanhScale * (x + kGeluTanhCubic * (x * x * x))));
       }
-      return (0.5 * x) * (1.0 + erf(x * (1.0 / kSqrt2)));
+      // x / sqrt(2) rather than x * f32(1/sqrt(2)): exact in the double reference.
+      return (0.5 * x) * (1.0 + erf(x / sqrt(scalar_like(x, 2.0))));
     };
     d.samples = [] {
       auto s = unary_samples({-3, 3}, GeluAttrs{GeluApprox::none});
@@ -380,13 +383,18 @@ void register_cast(OpRegistry& r) {
          .samples =
              [] {
                std::vector<OpSample> s;
-               for (auto [label, from] :
-                    {std::pair{"f32_to_f32", DType::f32}, std::pair{"f16_to_f32", DType::f16},
-                     std::pair{"bf16_to_f32", DType::bf16}}) {
+               // The cotangent is cast back to the input type, so the gradient of an f16/bf16
+               // input is exact only to that type's precision (2^-11, 2^-8).
+               const std::vector<std::tuple<const char*, DType, double>> cases{
+                   {"f32_to_f32", DType::f32, 1e-6},
+                   {"f16_to_f32", DType::f16, 1e-3},
+                   {"bf16_to_f32", DType::bf16, 8e-3}};
+               for (auto [label, from, tol] : cases) {
                  s.push_back({.label = label,
                               .inputs = {typed({3, 4}, from)},
                               .attrs = CastAttrs{DType::f32},
-                              .ranges = {{-2, 2}}});
+                              .ranges = {{-2, 2}},
+                              .grad_tolerance = tol});
                }
                return s;
              },
