@@ -1,8 +1,411 @@
+// scaled_dot_product_attention and rotary embeddings (rope).
+//
+// The graph-op forms (decomposition and vjp) view grouped-query heads as two axes: q becomes
+// [..., Hkv, G, Lq, D] and k, v become [..., Hkv, 1, Lk, *], so one broadcasting matmul serves
+// every group, and summing the gradients of k and v back over G is sum_to.
+#include "ir/ops/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
 #include "ir/op_def.h"
+#include "ir/ops/common.h"
 #include "ir/ops/families.h"
+#include "ir/ops/nn_util.h"
 
 namespace mn {
 
-void register_attention_ops(OpRegistry& r) {}
+namespace ops {
+namespace {
+
+constexpr std::string_view kSdpa = "scaled_dot_product_attention";
+
+Shape pad_to(const Shape& s, int rank) {
+  Shape p(static_cast<size_t>(rank) - s.size(), 1);
+  p.insert(p.end(), s.begin(), s.end());
+  return p;
+}
+Shape concat_shape(Shape a, std::initializer_list<int64_t> b) {
+  a.insert(a.end(), b);
+  return a;
+}
+Shape leading(const Shape& s, size_t drop) { return Shape(s.begin(), s.end() - drop); }
+
+double effective_scale(double scale, int64_t d) {
+  return scale > 0.0 ? scale : 1.0 / std::sqrt(static_cast<double>(d));
+}
+
+// Operand shapes padded to a common rank R >= 3 (a head axis of 1 for rank-2 operands), and the
+// sizes every form of the op needs.
+struct Geometry {
+  int rank = 3;
+  bool heads = true;  // false: q, k, v were all [L, D]; the output is [Lq, Dv]
+  Shape q, k, v, mask;
+  Shape batch;  // broadcast leading axes, R - 3 of them
+  int64_t hq = 1, hkv = 1, lq = 1, lk = 1, d = 1, dv = 1;
+  Shape out;
+  Shape scores;  // batch + [Hq, Lq, Lk], rank R
+  int64_t group() const { return hq / hkv; }
+};
+
+Geometry geometry(std::span<const TensorType> in, const AttentionAttrs& a) {
+  const size_t expected = a.has_mask ? 4 : 3;
+  if (in.size() != expected) {
+    shape_fail(kSdpa, in, a.has_mask ? "operands q, k, v, mask" : "operands q, k, v");
+  }
+  require_same_float(kSdpa, in);
+  if (!std::isfinite(a.scale)) shape_fail(kSdpa, in, "a finite scale");
+  int r = 0;
+  for (int i = 0; i < 3; ++i) {
+    if (in[i].rank() < 2) shape_fail(kSdpa, in, "q, k, v of shape [..., H, L, D] or [L, D]");
+    r = std::max(r, in[i].rank());
+  }
+  Geometry g;
+  g.heads = r >= 3;
+  g.rank = std::max(r, 3);
+  const int R = g.rank;
+  g.q = pad_to(in[0].shape, R);
+  g.k = pad_to(in[1].shape, R);
+  g.v = pad_to(in[2].shape, R);
+  g.hq = g.q[R - 3], g.lq = g.q[R - 2], g.d = g.q[R - 1];
+  g.hkv = g.k[R - 3], g.lk = g.k[R - 2], g.dv = g.v[R - 1];
+  if (g.k[R - 1] != g.d) shape_fail(kSdpa, in, "q and k with the same last dimension D");
+  if (g.v[R - 3] != g.hkv || g.v[R - 2] != g.lk) {
+    shape_fail(kSdpa, in, "k and v with the same heads and length ([..., Hkv, Lk, *])");
+  }
+  if (g.hq % g.hkv != 0) {
+    shape_fail(kSdpa, in,
+               "query heads (" + std::to_string(g.hq) + ") a multiple of key/value heads (" +
+                   std::to_string(g.hkv) + ")");
+  }
+  try {
+    g.batch = broadcast_shapes(leading(g.q, 3), leading(g.k, 3));
+    g.batch = broadcast_shapes(g.batch, leading(g.v, 3));
+  } catch (const ShapeError&) {
+    shape_fail(kSdpa, in, "leading (batch) axes of q, k, v that broadcast");
+  }
+  g.out = g.heads ? concat_shape(g.batch, {g.hq, g.lq, g.dv}) : Shape{g.lq, g.dv};
+  g.scores = concat_shape(g.batch, {g.hq, g.lq, g.lk});
+  if (a.has_mask) {
+    const Shape user_scores = g.heads ? g.scores : Shape{g.lq, g.lk};
+    bool ok = in[3].rank() <= static_cast<int>(user_scores.size());
+    if (ok) {
+      try {
+        ok = broadcast_shapes(in[3].shape, user_scores) == user_scores;
+      } catch (const ShapeError&) {
+        ok = false;
+      }
+    }
+    if (!ok) shape_fail(kSdpa, in, "a mask broadcastable to the scores " + shape_str(user_scores));
+    g.mask = pad_to(in[3].shape, R);
+  }
+  return g;
+}
+
+Geometry geometry_of(std::span<const Tensor> in, const AttentionAttrs& a) {
+  std::vector<TensorType> types;
+  for (const Tensor& t : in) types.push_back(t.type());
+  return geometry(types, a);
+}
+
+// Strides of a padded operand over the batch axes only (0 where it broadcasts).
+std::vector<int64_t> batch_strides(const Shape& padded, const Shape& full) {
+  std::vector<int64_t> s = broadcast_strides(padded, full);
+  s.resize(s.size() - 3);
+  return s;
+}
+
+Array eval_sdpa(const Node& n, std::span<const Array* const> in) {
+  const auto& a = n.attrs.as<AttentionAttrs>();
+  std::vector<TensorType> types;
+  for (const Array* x : in) types.push_back(x->type());
+  const Geometry g = geometry(types, a);
+  const int R = g.rank;
+  const double scale = effective_scale(a.scale, g.d);
+  const int64_t group = g.group();
+  const double* q = in[0]->data.data();
+  const double* k = in[1]->data.data();
+  const double* v = in[2]->data.data();
+  const double* mask = a.has_mask ? in[3]->data.data() : nullptr;
+  const std::vector<int64_t> ms = a.has_mask ? broadcast_strides(g.mask, g.scores)
+                                             : std::vector<int64_t>(static_cast<size_t>(R), 0);
+  const std::array<std::vector<int64_t>, 4> strides{
+      batch_strides(g.q, concat_shape(g.batch, {g.hq, g.lq, g.d})),
+      batch_strides(g.k, concat_shape(g.batch, {g.hkv, g.lk, g.d})),
+      batch_strides(g.v, concat_shape(g.batch, {g.hkv, g.lk, g.dv})),
+      std::vector<int64_t>(ms.begin(), ms.end() - 3)};
+
+  Array out(n.type.shape, n.type.dtype);
+  std::vector<double> p(static_cast<size_t>(g.lk));
+  for_each_broadcast<4>(g.batch, strides, [&](int64_t b, const std::array<int64_t, 4>& off) {
+    for (int64_t h = 0; h < g.hq; ++h) {
+      const int64_t hk = h / group;
+      for (int64_t i = 0; i < g.lq; ++i) {
+        const double* qi = q + off[0] + (h * g.lq + i) * g.d;
+        const int64_t visible = a.causal ? std::min(g.lk, i + 1) : g.lk;
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < visible; ++j) {
+          const double* kj = k + off[1] + (hk * g.lk + j) * g.d;
+          double s = 0.0;
+          for (int64_t e = 0; e < g.d; ++e) s += qi[e] * kj[e];
+          s *= scale;
+          if (mask) s += mask[off[3] + h * ms[R - 3] + i * ms[R - 2] + j * ms[R - 1]];
+          p[j] = s;
+          m = std::max(m, s);
+        }
+        double total = 0.0;
+        for (int64_t j = 0; j < visible; ++j) total += (p[j] = std::exp(p[j] - m));
+        double* oi = out.data.data() + ((b * g.hq + h) * g.lq + i) * g.dv;
+        for (int64_t j = 0; j < visible; ++j) {
+          const double w = p[j] / total;
+          const double* vj = v + off[2] + (hk * g.lk + j) * g.dv;
+          for (int64_t e = 0; e < g.dv; ++e) oi[e] += w * vj[e];
+        }
+      }
+    }
+  });
+  return out;
+}
+
+// The operands in the grouped layout, and the attention scores built from them.
+struct Grouped {
+  Tensor q, k, v, mask;
+  Shape out;  // batch + [Hkv, G, Lq, Dv]
+};
+Grouped grouped(const Geometry& g, std::span<const Tensor> in, bool has_mask) {
+  const int64_t G = g.group();
+  Grouped r;
+  r.q = reshape(in[0], concat_shape(leading(g.q, 3), {g.hkv, G, g.lq, g.d}));
+  r.k = reshape(in[1], concat_shape(leading(g.k, 3), {g.hkv, 1, g.lk, g.d}));
+  r.v = reshape(in[2], concat_shape(leading(g.v, 3), {g.hkv, 1, g.lk, g.dv}));
+  if (has_mask) {
+    const int R = g.rank;
+    const bool per_head = g.mask[R - 3] != 1;
+    Shape s = leading(g.mask, 3);
+    s.insert(s.end(), {per_head ? g.hkv : 1, per_head ? G : 1, g.mask[R - 2], g.mask[R - 1]});
+    r.mask = reshape(in[3], s);
+  }
+  r.out = concat_shape(g.batch, {g.hkv, G, g.lq, g.dv});
+  return r;
+}
+
+Tensor scores(const Geometry& g, const Grouped& t, const AttentionAttrs& a) {
+  Tensor s = matmul(t.q, t.k, false, true) * effective_scale(a.scale, g.d);
+  if (a.has_mask) s = s + t.mask;
+  if (a.causal) {
+    Array keep({g.lq, g.lk}, t.q.dtype());
+    for (int64_t i = 0; i < g.lq; ++i) {
+      for (int64_t j = 0; j <= std::min(i, g.lk - 1); ++j) keep.data[i * g.lk + j] = 1.0;
+    }
+    Graph& graph = t.q.graph();
+    s = where(graph.constant(std::move(keep)), s,
+              graph.scalar(-std::numeric_limits<double>::infinity(), s.dtype()));
+  }
+  return s;
+}
+
+Tensor sdpa_decompose(const Node& n, std::span<const Tensor> in) {
+  const auto& a = n.attrs.as<AttentionAttrs>();
+  const Geometry g = geometry_of(in, a);
+  const Grouped t = grouped(g, in, a.has_mask);
+  Tensor p = softmax_primitive(scores(g, t, a), -1);
+  return reshape(matmul(p, t.v), g.out);
+}
+
+// Flash-attention's backward in graph ops: P is recomputed from q and k, and the softmax term
+// rowsum(dP * P) equals rowsum(dO * O), which is cheaper (Lq x Dv instead of Lq x Lk).
+std::vector<Tensor> sdpa_vjp(const Node& n, std::span<const Tensor> in, Tensor out, Tensor dout) {
+  const auto& a = n.attrs.as<AttentionAttrs>();
+  const Geometry g = geometry_of(in, a);
+  const Grouped t = grouped(g, in, a.has_mask);
+  Tensor p = softmax(scores(g, t, a), -1);
+  Tensor o = reshape(out, t.out);
+  Tensor d_o = reshape(dout, t.out);
+  Tensor dp = matmul(d_o, t.v, false, true);
+  Tensor ds = p * (dp - sum(d_o * o, {-1}, true));  // d(scores), masked positions have p = 0
+  Tensor dss = ds * effective_scale(a.scale, g.d);
+  std::vector<Tensor> grads(in.size());
+  grads[0] = reshape(sum_to(matmul(dss, t.k), t.q.shape()), in[0].shape());
+  grads[1] = reshape(sum_to(matmul(dss, t.q, true, false), t.k.shape()), in[1].shape());
+  grads[2] = reshape(sum_to(matmul(p, d_o, true, false), t.v.shape()), in[2].shape());
+  if (a.has_mask) grads[3] = reshape(sum_to(ds, t.mask.shape()), in[3].shape());
+  return grads;
+}
+
+std::vector<OpSample> sdpa_samples() {
+  auto s = [](std::string label, std::vector<Shape> shapes, bool causal, double scale) {
+    OpSample o{.label = std::move(label),
+               .attrs = AttentionAttrs{causal, scale, shapes.size() == 4}};
+    for (auto& shape : shapes) {
+      o.inputs.push_back({std::move(shape), DType::f32});
+      o.ranges.push_back({-1.0, 1.0});
+      o.no_grad.push_back(false);
+    }
+    return o;
+  };
+  return {
+      s("heads", {{2, 3, 4}, {2, 5, 4}, {2, 5, 4}}, false, 0.0),
+      s("causal_square", {{1, 2, 4, 3}, {1, 2, 4, 3}, {1, 2, 4, 3}}, true, 0.0),
+      s("causal_long_query", {{2, 5, 3}, {2, 3, 3}, {2, 3, 2}}, true, 0.0),
+      s("causal_long_key", {{1, 3, 4}, {1, 5, 4}, {1, 5, 4}}, true, 0.7),
+      s("mask_over_heads", {{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 4}, {2, 1, 3, 5}}, false, 0.0),
+      s("mask_per_head", {{2, 2, 3, 4}, {2, 2, 5, 4}, {2, 2, 5, 4}, {2, 3, 5}}, false, 0.0),
+      s("gqa_mask_causal", {{1, 4, 3, 2}, {1, 2, 3, 2}, {1, 2, 3, 2}, {3, 3}}, true, 0.5),
+      s("gqa_one_kv_head", {{2, 3, 2, 4}, {2, 1, 4, 4}, {2, 1, 4, 3}}, false, 0.0),
+      s("batch_broadcast", {{2, 1, 2, 3, 4}, {1, 3, 1, 4, 4}, {1, 3, 1, 4, 4}}, false, 0.0),
+      s("single_head_2d", {{3, 4}, {5, 4}, {5, 2}}, false, 0.0),
+  };
+}
+
+// ---- rope ----
+
+TensorType infer_rope(std::string_view op, const Attrs& attrs, std::span<const TensorType> in) {
+  const auto& a = attrs.as<RopeAttrs>();
+  if (!is_float(in[0].dtype)) shape_fail(op, in, "a float operand");
+  if (in[0].rank() < 2 || in[0].shape.back() % 2 != 0) {
+    shape_fail(op, in, "x of shape [..., L, D] with D even");
+  }
+  if (!(a.theta > 0.0) || !std::isfinite(a.theta)) {
+    shape_fail(op, in, "theta > 0 (got " + std::to_string(a.theta) + ")");
+  }
+  return in[0];
+}
+
+// cos and sin of the angle of (row l, pair i), [L, D/2].
+struct RopeTable {
+  int64_t length = 0, half = 0;
+  std::vector<double> cos, sin;
+};
+RopeTable rope_table(const RopeAttrs& a, int64_t length, int64_t dim) {
+  RopeTable t{length, dim / 2, {}, {}};
+  std::vector<double> inv_freq(static_cast<size_t>(t.half));
+  for (int64_t i = 0; i < t.half; ++i) {
+    inv_freq[i] = 1.0 / std::pow(a.theta, static_cast<double>(2 * i) / static_cast<double>(dim));
+  }
+  for (int64_t l = 0; l < length; ++l) {
+    const double position = static_cast<double>(a.position_offset + l);
+    for (int64_t i = 0; i < t.half; ++i) {
+      t.cos.push_back(std::cos(position * inv_freq[i]));
+      t.sin.push_back(std::sin(position * inv_freq[i]));
+    }
+  }
+  return t;
+}
+
+// direction +1: rope; -1: its transpose (turn back by the same angle).
+Array eval_rope(const Node& n, const Array& x, double direction) {
+  const int64_t length = x.shape[x.shape.size() - 2], dim = x.shape.back();
+  const RopeTable t = rope_table(n.attrs.as<RopeAttrs>(), length, dim);
+  Array out(n.type.shape, n.type.dtype);
+  for (int64_t row = 0; row * dim < x.numel(); ++row) {
+    const int64_t l = row % length;
+    const double* px = x.data.data() + row * dim;
+    double* py = out.data.data() + row * dim;
+    for (int64_t i = 0; i < t.half; ++i) {
+      const double c = t.cos[l * t.half + i], s = direction * t.sin[l * t.half + i];
+      const double x1 = px[i], x2 = px[i + t.half];
+      py[i] = x1 * c - x2 * s;
+      py[i + t.half] = x2 * c + x1 * s;
+    }
+  }
+  return out;
+}
+
+// rotate_half form: x * [cos, cos] + concat(-x2, x1) * [sin, sin], the tables as constants.
+Tensor rope_decompose(const Node& n, std::span<const Tensor> in) {
+  Tensor x = in[0];
+  const int64_t length = x.dim(-2), dim = x.dim(-1);
+  const RopeTable t = rope_table(n.attrs.as<RopeAttrs>(), length, dim);
+  Array c({length, dim}, x.dtype()), s({length, dim}, x.dtype());
+  for (int64_t l = 0; l < length; ++l) {
+    for (int64_t i = 0; i < dim; ++i) {
+      c.data[l * dim + i] = t.cos[l * t.half + i % t.half];
+      s.data[l * dim + i] = t.sin[l * t.half + i % t.half];
+    }
+  }
+  Tensor rotated = concat({-slice(x, -1, t.half, dim), slice(x, -1, 0, t.half)}, -1);
+  Graph& g = x.graph();
+  return x * g.constant(std::move(c)) + rotated * g.constant(std::move(s));
+}
+
+std::vector<OpSample> rope_samples() {
+  auto s = [](std::string label, Shape shape, double theta, int64_t offset) {
+    return OpSample{.label = std::move(label),
+                    .inputs = {{std::move(shape), DType::f32}},
+                    .attrs = RopeAttrs{theta, offset},
+                    .ranges = {{-2.0, 2.0}},
+                    .no_grad = {false}};
+  };
+  return {s("plain", {3, 4}, 10000.0, 0), s("heads_offset", {2, 2, 3, 6}, 100.0, 5),
+          s("pair", {1, 5, 2}, 10000.0, 3), s("single_row", {2, 1, 8}, 500000.0, 17)};
+}
+
+}  // namespace
+}  // namespace ops
+
+void register_attention_ops(OpRegistry& r) {
+  using namespace ops;
+  r.add(OpDef{
+      .name = std::string(kSdpa),
+      .arity = -1,
+      .archetype = Archetype::attention,
+      .infer =
+          [](const Attrs& attrs, std::span<const TensorType> in) {
+            return TensorType{geometry(in, attrs.as<AttentionAttrs>()).out, in[0].dtype};
+          },
+      .eval = eval_sdpa,
+      .vjp = sdpa_vjp,
+      .decompose = sdpa_decompose,
+      .samples = sdpa_samples,
+      .summary = "softmax(q k^T * scale + mask, causal) v with grouped-query heads",
+  });
+  r.add(OpDef{
+      .name = "rope",
+      .arity = 1,
+      .archetype = Archetype::pointwise,
+      .infer = [](const Attrs& a,
+                  std::span<const TensorType> in) { return infer_rope("rope", a, in); },
+      .eval = [](const Node& n,
+                 std::span<const Array* const> in) { return eval_rope(n, *in[0], 1.0); },
+      .vjp =
+          [](const Node& n, std::span<const Tensor>, Tensor, Tensor g) {
+            return std::vector<Tensor>{g.graph().apply("rope_backward", n.attrs, {g})};
+          },
+      .decompose = rope_decompose,
+      .samples = rope_samples,
+      .summary = "rotary position embedding, half-split pairs (i, i + D/2)",
+  });
+  r.add(OpDef{
+      .name = "rope_backward",
+      .arity = 1,
+      .archetype = Archetype::pointwise,
+      .infer = [](const Attrs& a,
+                  std::span<const TensorType> in) { return infer_rope("rope_backward", a, in); },
+      .eval = [](const Node& n,
+                 std::span<const Array* const> in) { return eval_rope(n, *in[0], -1.0); },
+      .vjp = [](const Node& n, std::span<const Tensor>, Tensor,
+                Tensor g) { return std::vector<Tensor>{g.graph().apply("rope", n.attrs, {g})}; },
+      .samples = rope_samples,
+      .summary = "transpose of rope: rotation by the negated angles",
+      .internal = true,
+  });
+}
+
+Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, Tensor mask, bool causal,
+                                    double scale) {
+  ops::require_tensor(q, ops::kSdpa, "q");
+  ops::require_tensor(k, ops::kSdpa, "k");
+  ops::require_tensor(v, ops::kSdpa, "v");
+  std::vector<Tensor> operands{q, k, v};
+  if (mask.valid()) operands.push_back(mask);
+  if (scale <= 0.0 && q.rank() > 0) scale = ops::effective_scale(scale, q.dim(-1));
+  return q.graph().apply(ops::kSdpa, AttentionAttrs{causal, scale, mask.valid()}, operands);
+}
+
+Tensor rope(Tensor x, double theta, int64_t position_offset) {
+  ops::require_tensor(x, "rope", "x");
+  return x.graph().apply("rope", RopeAttrs{theta, position_offset}, {x});
+}
 
 }  // namespace mn
