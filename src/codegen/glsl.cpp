@@ -1,0 +1,132 @@
+#include "codegen/glsl.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include <meganeura/error.h>
+
+namespace mn::codegen::glsl {
+
+std::string header() {
+  return "#version 450\n"
+         "#extension GL_EXT_shader_16bit_storage : require\n"
+         "#extension GL_EXT_shader_explicit_arithmetic_types_int16 : enable\n"
+         "layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;\n";
+}
+
+std::string buffer(uint32_t binding, DType dtype, const std::string& name, bool readonly) {
+  const std::string b = std::to_string(binding);
+  const std::string data = name + "_data";
+  std::string elem;
+  std::string ld, st, ldi, sti;
+  switch (dtype) {
+    case DType::f32:
+      elem = "float";
+      ld = "return " + data + "[i];";
+      st = data + "[i] = v;";
+      break;
+    case DType::f16:
+      elem = "float16_t";
+      ld = "return float(" + data + "[i]);";
+      st = data + "[i] = float16_t(v);";
+      break;
+    case DType::bf16:
+      elem = "uint16_t";
+      ld = "return uintBitsToFloat(uint(" + data + "[i]) << 16);";
+      // Round to nearest even on the 16 dropped bits, as the CPU reference does.
+      st = "uint u = floatBitsToUint(v); u += 0x7fffu + ((u >> 16) & 1u); " + data +
+           "[i] = uint16_t(u >> 16);";
+      break;
+    case DType::i32:
+      elem = "int";
+      ld = "return float(" + data + "[i]);";
+      st = data + "[i] = int(v);";
+      ldi = "return " + data + "[i];";
+      sti = data + "[i] = v;";
+      break;
+    case DType::u32:
+      elem = "uint";
+      ld = "return float(" + data + "[i]);";
+      st = data + "[i] = uint(max(v, 0.0));";
+      ldi = "return int(" + data + "[i]);";
+      sti = data + "[i] = uint(v);";
+      break;
+  }
+  std::string s = "layout(std430, set = 0, binding = " + b + ") " + (readonly ? "readonly " : "") +
+                  "buffer Buffer" + b + " { " + elem + " " + data + "[]; };\n";
+  s += "float " + name + "_ld(uint i) { " + ld + " }\n";
+  if (!ldi.empty()) s += "int " + name + "_ldi(uint i) { " + ldi + " }\n";
+  if (!readonly) {
+    s += "void " + name + "_st(uint i, float v) { " + st + " }\n";
+    if (!sti.empty()) s += "void " + name + "_sti(uint i, int v) { " + sti + " }\n";
+  }
+  return s;
+}
+
+Linear linear_grid(uint64_t n, const DeviceTraits& d, uint32_t local) {
+  Linear l;
+  l.local = local;
+  uint64_t groups = std::max<uint64_t>(1, (n + local - 1) / local);
+  uint64_t x = std::min<uint64_t>(groups, d.max_group_count);
+  uint64_t y = (groups + x - 1) / x;
+  if (y > d.max_group_count) {
+    throw Error("kernel grid of " + std::to_string(n) + " elements exceeds the device's limits");
+  }
+  l.groups = {static_cast<uint32_t>(x), static_cast<uint32_t>(y), 1};
+  return l;
+}
+
+std::string gid_function() {
+  return "uint gid() { return (gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * "
+         "gl_WorkGroupSize.x + gl_LocalInvocationID.x; }\n";
+}
+
+std::string unravel(std::span<const int64_t> shape, const std::string& linear,
+                    const std::string& prefix) {
+  if (shape.empty()) return "";
+  std::string s = "uint " + prefix + "t = " + linear + ";\n";
+  for (size_t k = shape.size(); k-- > 0;) {
+    const std::string d = std::to_string(shape[k]) + "u";
+    if (k == 0) {
+      s += "uint " + prefix + std::to_string(k) + " = " + prefix + "t;\n";
+    } else {
+      s += "uint " + prefix + std::to_string(k) + " = " + prefix + "t % " + d + "; " + prefix +
+           "t /= " + d + ";\n";
+    }
+  }
+  return s;
+}
+
+std::string broadcast_offset(std::span<const int64_t> in, std::span<const int64_t> out,
+                             const std::string& prefix) {
+  if (in.size() > out.size()) throw Error("broadcast_offset: input rank exceeds output rank");
+  const size_t lead = out.size() - in.size();
+  auto strides = contiguous_strides(in);
+  std::string s;
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] == 1) continue;
+    if (!s.empty()) s += " + ";
+    s += prefix + std::to_string(lead + i);
+    if (strides[i] != 1) s += " * " + std::to_string(strides[i]) + "u";
+  }
+  return s.empty() ? "0u" : "(" + s + ")";
+}
+
+std::string float_literal(double v) {
+  float f = static_cast<float>(v);
+  if (std::isnan(f)) return "uintBitsToFloat(0x7fc00000u)";
+  if (std::isinf(f)) return f > 0 ? "uintBitsToFloat(0x7f800000u)" : "uintBitsToFloat(0xff800000u)";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", static_cast<double>(f));
+  std::string s = buf;
+  if (s.find_first_of(".e") == std::string::npos) s += ".0";
+  return "float(" + s + ")";
+}
+
+std::string elementwise_kernel(const std::string& declarations, const std::string& body,
+                               uint64_t n) {
+  return header() + declarations + gid_function() + "void main() {\n  uint i = gid();\n  if (i >= " +
+         std::to_string(n) + "u) return;\n" + body + "}\n";
+}
+
+}  // namespace mn::codegen::glsl

@@ -1,0 +1,46 @@
+#pragma once
+// Building blocks of generated GLSL: headers, typed buffers with float load/store helpers,
+// index arithmetic with constant shapes, and a 1-D grid that covers any element count.
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include <meganeura/dtype.h>
+
+#include "codegen/kernel.h"
+
+namespace mn::codegen::glsl {
+
+// "#version 450" plus the extensions every kernel may use.
+std::string header();
+
+// A storage buffer `name` at `binding` holding `dtype`, plus helpers
+//   float <name>_ld(uint i); void <name>_st(uint i, float v)   (any dtype; ints convert)
+//   int <name>_ldi(uint i); void <name>_sti(uint i, int v)      (i32/u32 buffers)
+std::string buffer(uint32_t binding, DType dtype, const std::string& name, bool readonly);
+
+// A 1-D launch over n elements with `local` threads per group: the grid folds into two
+// dimensions past the device's group-count limit. The shader reads the index as `gid()`.
+struct Linear {
+  std::array<uint32_t, 3> groups{1, 1, 1};
+  uint32_t local = 256;
+};
+Linear linear_grid(uint64_t n, const DeviceTraits& d, uint32_t local = 256);
+// Defines `uint gid()` for a Linear grid.
+std::string gid_function();
+
+// Statements declaring `uint <prefix><d>` for every axis d of `shape`, from the linear index
+// expression `linear` (row-major).
+std::string unravel(std::span<const int64_t> shape, const std::string& linear,
+                    const std::string& prefix);
+// The element offset in a tensor of shape `in` broadcast to `out`, from coordinates
+// <prefix><d> of `out` (an expression; "0u" for a scalar).
+std::string broadcast_offset(std::span<const int64_t> in, std::span<const int64_t> out,
+                             const std::string& prefix);
+// A GLSL float literal that round-trips the double's f32 value ("1.0", "-3.5e-08", "(1.0/0.0)").
+std::string float_literal(double v);
+
+// The complete source of a 1-D elementwise kernel: `body` runs for index `i` < n.
+std::string elementwise_kernel(const std::string& declarations, const std::string& body, uint64_t n);
+
+}  // namespace mn::codegen::glsl

@@ -1,0 +1,76 @@
+#pragma once
+// What a node lowers to: GLSL compute kernels with their bindings and grid, independent of
+// Vulkan objects (the runtime turns them into pipelines and dispatches).
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <meganeura/graph.h>
+
+namespace mn::codegen {
+
+// Device facts the emitters choose tile sizes and features by.
+struct DeviceTraits {
+  uint32_t subgroup_size = 32;
+  uint32_t max_workgroup_invocations = 256;
+  uint32_t max_shared_bytes = 16384;
+  uint32_t max_group_count = 65535;  // per grid dimension
+  bool storage_16bit = false;        // f16/bf16 tensors need 16-bit storage access
+  bool float_atomics = false;        // atomicAdd on float in storage buffers
+};
+
+// A kernel operand: input i of the node, its output, or scratch buffer i of the lowering.
+struct ArgRef {
+  enum class Kind : uint8_t { input, output, scratch };
+  Kind kind = Kind::input;
+  int index = 0;
+  static ArgRef input(int i) { return {Kind::input, i}; }
+  static ArgRef output() { return {Kind::output, 0}; }
+  static ArgRef scratch(int i) { return {Kind::scratch, i}; }
+  bool operator==(const ArgRef&) const = default;
+};
+
+struct KernelBinding {
+  ArgRef arg;
+  bool written = false;
+};
+
+struct KernelLaunch {
+  std::string name;  // for profiles and errors, e.g. "add" or "matmul_64x64"
+  std::string glsl;  // complete shader; workgroup size through local_size_{x,y,z}_id 0..2
+  std::array<uint32_t, 3> workgroup{64, 1, 1};
+  std::array<uint32_t, 3> groups{1, 1, 1};
+  std::vector<KernelBinding> bindings;  // descriptor binding i = bindings[i]
+};
+
+struct Lowering {
+  std::vector<KernelLaunch> launches;  // run in order
+  std::vector<uint64_t> scratch_bytes;
+  // The output is input 0's memory reinterpreted (reshape of contiguous data): no launch.
+  bool alias_input0 = false;
+};
+
+struct LowerContext {
+  const Node& node;
+  std::span<const TensorType> inputs;
+  const DeviceTraits& device;
+};
+
+using LowerFn = std::function<Lowering(const LowerContext&)>;
+
+// The lowering of an op by name, or nullptr when the GPU cannot run it directly (composites
+// are then decomposed into ops it can run).
+const LowerFn* find_lowering(std::string_view op);
+
+// Registration, one function per family file (lower_<family>.cpp).
+class LoweringRegistry {
+ public:
+  void add(std::string op, LowerFn fn);
+  std::vector<std::pair<std::string, LowerFn>> entries;
+};
+
+}  // namespace mn::codegen
