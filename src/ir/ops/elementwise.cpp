@@ -27,6 +27,15 @@ constexpr double kTwoOverSqrtPi = 2.0 * std::numbers::inv_sqrtpi;
 constexpr double kGeluTanhScale = static_cast<float>(kSqrt2 * std::numbers::inv_sqrtpi);
 constexpr double kGeluTanhCubic = static_cast<float>(0.044715);
 
+// A constant the tensor's dtype cannot hold exactly, as the sum of two scalars of that dtype
+// (head + rounding remainder): the double reference then sees it to ~1e-15, so gradients built
+// from it stay exact, while a narrow-precision kernel simply gets the rounded head.
+Tensor precise_scalar(Tensor like, double v) {
+  const double head = round_to_dtype(v, like.dtype());
+  if (head == v || !std::isfinite(head)) return scalar_like(like, v);
+  return scalar_like(like, head) + scalar_like(like, v - head);
+}
+
 Tensor apply1(const char* op, Tensor x, Attrs attrs = {}) {
   return x.graph().apply(op, std::move(attrs), {x});
 }
@@ -171,7 +180,7 @@ double sigmoid_of(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 // d/dx of 0.5 x (1 + erf(x/sqrt2)) = Phi(x) + x phi(x).
 Tensor gelu_exact_derivative(Tensor x) {
   Tensor cdf = 0.5 * (1.0 + erf(x / sqrt(scalar_like(x, 2.0))));
-  Tensor pdf = exp(-0.5 * (x * x)) * kInvSqrt2Pi;
+  Tensor pdf = exp(-0.5 * (x * x)) * precise_scalar(x, kInvSqrt2Pi);
   return cdf + x * pdf;
 }
 
@@ -216,7 +225,7 @@ void register_unary(OpRegistry& r) {
   {
     OpDef d = unary_op("erf", "Gauss error function", fn([](double x) { return std::erf(x); }),
                        [](const Node&, Tensor x, Tensor, Tensor g) {
-                         return (kTwoOverSqrtPi * g) * exp(neg(x * x));
+                         return (precise_scalar(x, kTwoOverSqrtPi) * g) * exp(neg(x * x));
                        },
                        {-2, 2});
     d.internal = true;
@@ -250,7 +259,7 @@ void register_unary(OpRegistry& r) {
         [](const Node& n, Tensor x, Tensor, Tensor g) {
           double slope = n.attrs.as<LeakyReluAttrs>().negative_slope;
           Tensor pos = gt(x, scalar_like(x, 0));
-          return g * (pos + slope * (1.0 - pos));
+          return g * (pos + precise_scalar(x, slope) * (1.0 - pos));
         },
         {-2, 2});
     d.samples = [] {
