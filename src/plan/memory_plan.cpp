@@ -16,9 +16,25 @@ bool lifetimes_overlap(const BufferRequest& a, const BufferRequest& b) {
   return a.first_use <= b.last_use && b.first_use <= a.last_use;
 }
 
-MemoryPlan plan_memory(std::span<const BufferRequest> requests, size_t alignment) {
+MemoryPlan plan_memory(std::span<const BufferRequest> requests, size_t alignment,
+                       size_t chunk_bytes) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0) {
     throw Error("plan_memory: alignment must be a power of two");
+  }
+  if (chunk_bytes != 0 && ((chunk_bytes & (chunk_bytes - 1)) != 0 || chunk_bytes < alignment)) {
+    throw Error("plan_memory: chunk size must be a power of two no smaller than the alignment");
+  }
+  // The first offset >= pos where `size` bytes fit without crossing a chunk boundary.
+  auto fit = [&](size_t pos, size_t size) {
+    if (chunk_bytes == 0 || pos / chunk_bytes == (pos + size - 1) / chunk_bytes) return pos;
+    return align_up(pos, chunk_bytes);
+  };
+  for (const BufferRequest& r : requests) {
+    if (chunk_bytes != 0 && r.bytes > chunk_bytes) {
+      throw Error("a tensor of " + std::to_string(r.bytes) +
+                  " bytes exceeds the device's largest storage-buffer binding (" +
+                  std::to_string(chunk_bytes) + " bytes)");
+    }
   }
   MemoryPlan plan;
   plan.offsets.assign(requests.size(), 0);
@@ -27,8 +43,10 @@ MemoryPlan plan_memory(std::span<const BufferRequest> requests, size_t alignment
   for (size_t i = 0; i < requests.size(); ++i) {
     plan.naive_bytes += align_up(requests[i].bytes, alignment);
     if (!requests[i].persistent) continue;
+    const size_t size = align_up(std::max<size_t>(requests[i].bytes, 1), alignment);
+    cursor = fit(cursor, size);
     plan.offsets[i] = cursor;
-    cursor += align_up(std::max<size_t>(requests[i].bytes, 1), alignment);
+    cursor += size;
   }
   plan.persistent_bytes = cursor;
 
@@ -55,13 +73,14 @@ MemoryPlan plan_memory(std::span<const BufferRequest> requests, size_t alignment
     // Best fit: the smallest gap between conflicting placements that holds `size`.
     size_t best = SIZE_MAX, best_gap = SIZE_MAX, pos = cursor;
     for (const auto& [begin, end] : busy) {  // busy is sorted by offset (placed is)
-      if (begin > pos && begin - pos >= size && begin - pos < best_gap) {
-        best = pos;
+      const size_t start = fit(pos, size);
+      if (begin > start && begin - start >= size && begin - pos < best_gap) {
+        best = start;
         best_gap = begin - pos;
       }
       pos = std::max(pos, end);
     }
-    if (best == SIZE_MAX) best = pos;
+    if (best == SIZE_MAX) best = fit(pos, size);
     plan.offsets[i] = best;
     Placed p{best, best + size, i};
     placed.insert(std::upper_bound(placed.begin(), placed.end(), p,

@@ -23,8 +23,12 @@ struct MemoryPlan {
   size_t naive_bytes = 0;       // what one buffer per tensor would take
 };
 
-// Greedy best-fit by decreasing size among lifetime-conflicting placements.
-MemoryPlan plan_memory(std::span<const BufferRequest> requests, size_t alignment);
+// Greedy best-fit by decreasing size among lifetime-conflicting placements. With chunk_bytes
+// (a power of two, 0: none), no buffer straddles a multiple of chunk_bytes, so each one can be
+// bound with one descriptor of an arena made of chunk_bytes-sized buffers; a buffer larger than
+// a chunk is an error.
+MemoryPlan plan_memory(std::span<const BufferRequest> requests, size_t alignment,
+                       size_t chunk_bytes = 0);
 
 // True when two requests are alive at the same dispatch.
 bool lifetimes_overlap(const BufferRequest& a, const BufferRequest& b);

@@ -1,5 +1,6 @@
 #pragma once
-// Which ops the GPU backend can lower to a kernel archetype.
+// Which ops the GPU backend can run: directly through a kernel lowering, or as the
+// decomposition of a composite.
 #include <string_view>
 
 namespace mn::schedule {

@@ -55,6 +55,22 @@ TEST(MemoryPlan, RandomIntervalsNeverOverlapWhileLive) {
   }
 }
 
+TEST(MemoryPlan, NoBufferStraddlesAChunk) {
+  std::mt19937 rng(5);
+  std::vector<BufferRequest> reqs;
+  for (int i = 0; i < 80; ++i) {
+    int a = rng() % 30;
+    reqs.push_back({size_t(1 + rng() % 1000), a, a + int(rng() % 6), rng() % 5 == 0});
+  }
+  auto plan = plan_memory(reqs, 16, 1024);
+  expect_valid(reqs, plan, 16);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    EXPECT_EQ(plan.offsets[i] / 1024, (plan.offsets[i] + reqs[i].bytes - 1) / 1024) << i;
+  }
+  std::vector<BufferRequest> too_big = {{2048, 0, 0}};
+  EXPECT_THROW(plan_memory(too_big, 16, 1024), Error);
+}
+
 TEST(MemoryPlan, RejectsBadAlignment) {
   std::vector<BufferRequest> reqs = {{8, 0, 0}};
   EXPECT_THROW(plan_memory(reqs, 24), Error);

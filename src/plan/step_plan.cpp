@@ -1,0 +1,111 @@
+#include "plan/step_plan.h"
+
+#include <algorithm>
+
+#include "ir/op_def.h"
+#include "schedule/gpu_lowering.h"
+
+namespace mn::plan {
+
+uint64_t device_bytes(const TensorType& t) {
+  return std::max<uint64_t>(1, static_cast<uint64_t>(t.numel())) * dtype_size(t.dtype);
+}
+
+StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
+  StepPlan p;
+  p.graph = schedule::lower_for_gpu(original);
+  const Graph& g = p.graph;
+  const size_t n = g.size();
+
+  // Nodes whose values the step needs: outputs, assigned values, and what they read.
+  std::vector<char> needed(n, 0);
+  for (const auto& [name, id] : g.outputs()) needed[id] = 1;
+  for (const auto& [target, value] : g.assignments()) needed[value] = needed[target] = 1;
+  for (NodeId id : g.inputs()) needed[id] = 1;
+  for (NodeId id : g.parameters()) needed[id] = 1;
+  for (NodeId id : g.states()) needed[id] = 1;
+  for (size_t i = n; i-- > 0;) {
+    if (!needed[i]) continue;
+    for (NodeId in : g.node(static_cast<NodeId>(i)).inputs) needed[in] = 1;
+  }
+
+  p.node_buffer.assign(n, -1);
+  auto new_buffer = [&](uint64_t bytes, bool persistent, NodeId node) {
+    p.buffers.push_back({bytes, 0, persistent, node});
+    return static_cast<int>(p.buffers.size() - 1);
+  };
+  std::vector<int> first_use, last_use;  // per buffer, in launch indices
+  auto touch = [&](int b, int launch) {
+    if (static_cast<size_t>(b) >= first_use.size()) {
+      first_use.resize(b + 1, -1);
+      last_use.resize(b + 1, -1);
+    }
+    if (first_use[b] < 0) first_use[b] = launch;
+    last_use[b] = std::max(last_use[b], launch);
+  };
+
+  for (size_t i = 0; i < n; ++i) {
+    if (!needed[i]) continue;
+    const Node& node = g.node(static_cast<NodeId>(i));
+    const std::string_view op = node.op_name();
+    if (op == "input" || op == "parameter" || op == "state" || op == "constant") {
+      p.node_buffer[i] = new_buffer(device_bytes(node.type), true, static_cast<NodeId>(i));
+      touch(p.node_buffer[i], 0);
+      if (op == "input") p.inputs.emplace(node.name, static_cast<NodeId>(i));
+      if (op == "parameter" || op == "state") p.persistents.emplace(node.name, static_cast<NodeId>(i));
+      continue;
+    }
+    const codegen::LowerFn* lower = codegen::find_lowering(op);
+    if (!lower) throw Error("plan: op '" + std::string(op) + "' has no GPU lowering");
+    std::vector<TensorType> in_types;
+    for (NodeId in : node.inputs) in_types.push_back(g.node(in).type);
+    codegen::Lowering l = (*lower)(codegen::LowerContext{node, in_types, options.device});
+    if (l.alias_input0) {
+      p.node_buffer[i] = p.node_buffer[node.inputs.at(0)];
+      continue;
+    }
+    const int out = new_buffer(device_bytes(node.type), false, static_cast<NodeId>(i));
+    p.node_buffer[i] = out;
+    std::vector<int> scratch;
+    for (uint64_t bytes : l.scratch_bytes) scratch.push_back(new_buffer(bytes, false, -1));
+    for (codegen::KernelLaunch& k : l.launches) {
+      const int index = static_cast<int>(p.launches.size());
+      PlannedLaunch launch{std::move(k), {}, static_cast<NodeId>(i)};
+      for (const codegen::KernelBinding& b : launch.kernel.bindings) {
+        int buf = -1;
+        switch (b.arg.kind) {
+          case codegen::ArgRef::Kind::input: buf = p.node_buffer[node.inputs.at(b.arg.index)]; break;
+          case codegen::ArgRef::Kind::output: buf = out; break;
+          case codegen::ArgRef::Kind::scratch: buf = scratch.at(b.arg.index); break;
+        }
+        launch.buffers.push_back(buf);
+        touch(buf, index);
+      }
+      p.launches.push_back(std::move(launch));
+    }
+  }
+
+  const int end = static_cast<int>(p.launches.size());
+  for (const auto& [name, id] : g.outputs()) {
+    p.outputs.emplace(name, id);
+    p.buffers[p.node_buffer[id]].persistent = true;  // read by the host after the step
+  }
+  for (const auto& [target, value] : g.assignments()) {
+    int from = p.node_buffer[value], to = p.node_buffer[target];
+    touch(from, end);  // the copies run after every launch
+    if (from != to) p.assignment_copies.emplace_back(from, to);
+  }
+
+  std::vector<BufferRequest> requests;
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    int f = b < first_use.size() ? first_use[b] : 0;
+    int l = b < last_use.size() ? last_use[b] : 0;
+    requests.push_back({p.buffers[b].bytes, std::max(f, 0), std::max(l, 0), p.buffers[b].persistent});
+  }
+  p.memory = plan_memory(requests, options.alignment, options.chunk_bytes);
+  for (size_t b = 0; b < p.buffers.size(); ++b) p.buffers[b].offset = p.memory.offsets[b];
+  p.arena_bytes = p.memory.arena_bytes;
+  return p;
+}
+
+}  // namespace mn::plan

@@ -1,0 +1,51 @@
+#pragma once
+// The plan of one step: the GPU-lowered graph, its kernels in dispatch order with the buffer of
+// every binding, the buffers' placement in one arena, and the copies that apply assignments.
+// Pure data, no Vulkan: the runtime turns it into pipelines and one recorded command buffer.
+#include <map>
+#include <string>
+#include <vector>
+
+#include <meganeura/graph.h>
+
+#include "codegen/kernel.h"
+#include "plan/memory_plan.h"
+
+namespace mn::plan {
+
+struct PlannedBuffer {
+  uint64_t bytes = 0;
+  uint64_t offset = 0;  // in the arena
+  bool persistent = false;
+  NodeId node = -1;  // the node whose value it holds; -1 for scratch
+};
+
+struct PlannedLaunch {
+  codegen::KernelLaunch kernel;
+  std::vector<int> buffers;  // per binding: index into StepPlan::buffers
+  NodeId node = -1;
+};
+
+struct StepPlan {
+  Graph graph;  // lowered for the GPU; node ids below refer to it
+  std::vector<PlannedBuffer> buffers;
+  std::vector<int> node_buffer;  // per node of `graph`: its buffer, or -1 when not computed
+  std::vector<PlannedLaunch> launches;
+  std::vector<std::pair<int, int>> assignment_copies;  // (from value buffer, to target buffer)
+  std::map<std::string, NodeId, std::less<>> inputs, persistents, outputs;
+  MemoryPlan memory;
+  uint64_t arena_bytes = 0;
+};
+
+struct PlanOptions {
+  codegen::DeviceTraits device;
+  uint64_t alignment = 256;  // binding offset alignment
+  uint64_t chunk_bytes = 0;  // largest binding (arena chunk); 0: unlimited
+};
+
+StepPlan make_step_plan(const Graph& g, const PlanOptions& options);
+
+// Bytes a tensor of this type occupies in device memory.
+uint64_t device_bytes(const TensorType& t);
+
+}  // namespace mn::plan

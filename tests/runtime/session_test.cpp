@@ -1,0 +1,43 @@
+#include <gtest/gtest.h>
+
+#include <meganeura/reference.h>
+#include <meganeura/session.h>
+
+#include "support/random_fill.h"
+
+namespace mn {
+namespace {
+
+TEST(Session, ElementwiseMatmulReduction) {
+  Graph g;
+  auto x = g.input("x", {5, 7});
+  auto w = g.parameter("w", {7, 3}, Init::normal(0, 1, 3));
+  auto b = g.parameter("b", {3}, Init::uniform(-1, 1, 4));
+  auto h = relu(matmul(x, w) + b);
+  g.output("h", h);
+  g.output("s", sum(h * h, {1}));
+  auto session = build_session(g);
+  auto rng = testing::rng_for("session");
+  Array xv = testing::random_array(rng, {{5, 7}, DType::f32});
+  session->set("x", xv);
+  session->step();
+  auto want = reference::evaluate(g, {{"x", xv}});
+  EXPECT_LE(testing::relative_error(session->get("h"), want["h"]), 1e-5);
+  EXPECT_LE(testing::relative_error(session->get("s"), want["s"]), 1e-5);
+}
+
+TEST(Session, UnknownNamesAndSizesAreErrors) {
+  Graph g;
+  auto x = g.input("x", {4});
+  g.output("y", x * 2.0);
+  auto session = build_session(g);
+  EXPECT_THROW(session->set("nope", std::vector<float>{1, 2, 3, 4}), Error);
+  EXPECT_THROW(session->set("x", std::vector<float>{1, 2, 3}), ShapeError);
+  EXPECT_THROW(session->step(), Error);  // x never set
+  session->set("x", std::vector<float>{1, 2, 3, 4});
+  session->step();
+  EXPECT_EQ(session->get_f32("y"), (std::vector<float>{2, 4, 6, 8}));
+}
+
+}  // namespace
+}  // namespace mn
