@@ -121,6 +121,7 @@ TEST(BroadcastTo, RejectsIncompatibleShapes) {
   Tensor x = g.input("x", {2, 3});
   expect_error([&] { broadcast_to(x, {2, 4}); }, {"broadcast_to", "f32[2, 3]", "[2, 4]"});
   expect_error([&] { broadcast_to(x, {3}); }, {"broadcast_to", "rank"});
+  EXPECT_EQ(broadcast_to(x, {2, 3}), x);
 }
 
 TEST(Squeeze, RemovesSizeOneAxes) {
@@ -226,6 +227,10 @@ TEST(Pad, SurroundsWithAConstant) {
   Graph g;
   Tensor x = g.input("x", {2, 2});
   EXPECT_EQ(pad(x, {{0, 0}}), x);
+  // The fill value is what the dtype can hold (i32 truncates).
+  Tensor ix = g.input("ix", {1}, DType::i32);
+  Array iv = eval(g, pad(ix, {{1, 1}}, 2.7), {{"ix", Array({1}, DType::i32, {5})}});
+  EXPECT_EQ(iv.data, (std::vector<double>{2, 5, 2}));
   expect_error([&] { pad(x, {{0, -1}}); }, {"pad", "f32[2, 2]", "non-negative"});
   expect_error([&] { pad(x, {{0, 1}, {0, 1}, {1, 1}}); }, {"pad", "at most 2"});
 }

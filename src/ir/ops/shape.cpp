@@ -379,6 +379,7 @@ Tensor transpose(Tensor x, int64_t axis0, int64_t axis1) {
 }
 
 Tensor broadcast_to(Tensor x, Shape shape) {
+  if (x.shape() == shape) return x;
   return x.graph().apply("broadcast_to", BroadcastToAttrs{std::move(shape)}, {x});
 }
 
