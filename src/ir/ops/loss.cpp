@@ -314,8 +314,9 @@ const ElementwiseLoss<SmoothL1Attrs> kSmoothL1{
 };
 
 // PyTorch clamps both logs at -100 and computes log(1 - p) as log1p(-p); its gradient divides
-// by max(p (1 - p), 1e-12), and the target's gradient is -logit(p).
-constexpr double kBceEps = 1e-12;
+// by max(p (1 - p), EPSILON), and the target's gradient is -logit(p). EPSILON is a float 1e-12
+// in ATen's Loss.cpp, which matters where p is 0 or 1.
+constexpr double kBceEps = static_cast<double>(1e-12F);
 const ElementwiseLoss<LossAttrs> kBce{
     .name = "binary_cross_entropy",
     .summary = "binary cross-entropy of probabilities p in [0, 1] (logs clamped at -100)",
