@@ -285,6 +285,8 @@ TEST(Elementwise, BadInputIsAShapeErrorNamingTheOp) {
   EXPECT_NE(shape_error([&] { where(a, a, h); }).find("where"), std::string::npos);
   EXPECT_NE(shape_error([&] { where(b, a, a); }).find("where"), std::string::npos);
   EXPECT_NE(shape_error([&] { clamp(a, 1, 0); }).find("clamp"), std::string::npos);
+  EXPECT_NE(shape_error([&] { clamp(i, 0.5, 2); }).find("clamp"), std::string::npos);
+  EXPECT_EQ(clamp(i, 0, 2).dtype(), DType::i32);
   EXPECT_NE(shape_error([&] { eq(a, b); }).find("eq"), std::string::npos);
   EXPECT_THROW(add(a, Tensor{}), Error);
   Graph other;

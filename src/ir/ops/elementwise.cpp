@@ -347,6 +347,10 @@ void register_unary(OpRegistry& r) {
     d.infer = [](const Attrs& attrs, std::span<const TensorType> in) {
       const auto& a = attrs.as<ClampAttrs>();
       if (!(a.lo <= a.hi)) shape_fail("clamp", in, "lo <= hi");
+      // An integer tensor stays integer only between integral bounds.
+      if (!is_float(in[0].dtype) && (std::trunc(a.lo) != a.lo || std::trunc(a.hi) != a.hi)) {
+        shape_fail("clamp", in, "integral lo and hi for an integer operand");
+      }
       return in[0];
     };
     d.samples = [] { return unary_samples({-2, 2}, ClampAttrs{-0.5, 0.7}); };

@@ -1,7 +1,7 @@
 // matmul with numpy semantics: batch dims broadcast, a 1-D left operand is a row vector whose axis
 // is dropped from the result, a 1-D right operand a column vector likewise. transpose_a/b swap
 // the last two axes of an operand first. The reference packs each operand matrix once and runs
-// blocked i-k-j loops accumulating in double.
+// blocked, register-tiled loops accumulating in double.
 #include "ir/ops/matmul.h"
 
 #include <algorithm>
@@ -83,22 +83,39 @@ void pack(const double* src, int64_t rows, int64_t cols, bool transposed,
   }
 }
 
-// c[m, n] = a[m, k] · b[k, n], all row-major, accumulated in double. Blocking over k and n keeps
-// the panel of b being streamed and the row of c in cache.
+// c[m, n] = a[m, k] · b[k, n], all row-major, accumulated in double in order of k. A tile of up to
+// 4 rows × kBlockN columns of c is accumulated in a local buffer (it cannot alias a or b, so the
+// column loop vectorizes) while one k-panel of b is streamed once per 4 rows of a.
 void gemm(const double* a, const double* b, double* c, int64_t m, int64_t k, int64_t n) {
-  constexpr int64_t kBlockK = 128;
-  constexpr int64_t kBlockN = 512;
-  std::fill(c, c + m * n, 0.0);
+  constexpr int64_t kRows = 4, kBlockN = 256, kBlockK = 256;
+  double acc[kRows][kBlockN];
   for (int64_t j0 = 0; j0 < n; j0 += kBlockN) {
-    const int64_t j1 = std::min(n, j0 + kBlockN);
+    const int64_t w = std::min(n - j0, kBlockN);
     for (int64_t p0 = 0; p0 < k; p0 += kBlockK) {
       const int64_t p1 = std::min(k, p0 + kBlockK);
-      for (int64_t i = 0; i < m; ++i) {
-        double* crow = c + i * n;
+      for (int64_t i0 = 0; i0 < m; i0 += kRows) {
+        const int64_t rows = std::min(m - i0, kRows);
+        for (int64_t r = 0; r < kRows; ++r) {
+          for (int64_t j = 0; j < w; ++j) {
+            acc[r][j] = (p0 == 0 || r >= rows) ? 0.0 : c[(i0 + r) * n + j0 + j];
+          }
+        }
         for (int64_t p = p0; p < p1; ++p) {
-          const double av = a[i * k + p];
-          const double* brow = b + p * n;
-          for (int64_t j = j0; j < j1; ++j) crow[j] += av * brow[j];
+          const double* brow = b + p * n + j0;
+          const double a0 = a[i0 * k + p];
+          const double a1 = rows > 1 ? a[(i0 + 1) * k + p] : 0.0;
+          const double a2 = rows > 2 ? a[(i0 + 2) * k + p] : 0.0;
+          const double a3 = rows > 3 ? a[(i0 + 3) * k + p] : 0.0;
+          for (int64_t j = 0; j < w; ++j) {
+            const double bv = brow[j];
+            acc[0][j] += a0 * bv;
+            acc[1][j] += a1 * bv;
+            acc[2][j] += a2 * bv;
+            acc[3][j] += a3 * bv;
+          }
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          std::copy(acc[r], acc[r] + w, c + (i0 + r) * n + j0);
         }
       }
     }
