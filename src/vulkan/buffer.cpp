@@ -1,0 +1,147 @@
+#include "vulkan/buffer.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <string>
+
+#include <meganeura/error.h>
+
+#include "vulkan/check.h"
+#include "vulkan/device.h"
+
+namespace mn::vk {
+namespace {
+
+const char* kind_name(MemoryKind kind) {
+  switch (kind) {
+    case MemoryKind::device_local:
+      return "device-local";
+    case MemoryKind::device_local_mappable:
+      return "host-visible device-local";
+    case MemoryKind::upload:
+      return "upload staging";
+    case MemoryKind::readback:
+      return "readback staging";
+  }
+  return "?";
+}
+
+}  // namespace
+
+uint64_t next_resource_id() {
+  static std::atomic<uint64_t> counter{1};
+  return counter.fetch_add(1);
+}
+
+Buffer::Buffer(Device& device, uint64_t bytes, VkBufferUsageFlags usage, MemoryKind kind)
+    : device_(device), size_(bytes), kind_(kind), id_(next_resource_id()) {
+  if (bytes == 0) throw Error("cannot create an empty Vulkan buffer");
+  VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  info.size = bytes;
+  info.usage = usage;
+  info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
+  check(vkCreateBuffer(device.handle(), &info, nullptr, &buffer_), "vkCreateBuffer");
+
+  VkMemoryRequirements req{};
+  vkGetBufferMemoryRequirements(device.handle(), buffer_, &req);
+  constexpr VkMemoryPropertyFlags kLocal = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+  constexpr VkMemoryPropertyFlags kHost = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT;
+  uint32_t type = UINT32_MAX;
+  switch (kind) {
+    case MemoryKind::device_local:
+      type = device.find_memory_type(req.memoryTypeBits, kLocal);
+      break;
+    case MemoryKind::device_local_mappable:
+      type = device.find_memory_type(req.memoryTypeBits, kLocal | kHost,
+                                     VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+      break;
+    case MemoryKind::upload:
+      type =
+          device.find_memory_type(req.memoryTypeBits, kHost, VK_MEMORY_PROPERTY_HOST_COHERENT_BIT);
+      break;
+    case MemoryKind::readback:
+      type = device.find_memory_type(req.memoryTypeBits, kHost, VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+      break;
+  }
+  if (type == UINT32_MAX) {
+    vkDestroyBuffer(device.handle(), buffer_, nullptr);
+    throw DeviceError(std::string("the device has no ") + kind_name(kind) + " memory type");
+  }
+  VkMemoryAllocateInfo alloc{VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO};
+  allocation_size_ = req.size;
+  alloc.allocationSize = req.size;
+  alloc.memoryTypeIndex = type;
+  VkResult result = vkAllocateMemory(device.handle(), &alloc, nullptr, &memory_);
+  if (result != VK_SUCCESS) {
+    vkDestroyBuffer(device.handle(), buffer_, nullptr);
+    throw_vk_error(result, "vkAllocateMemory (" + std::to_string(bytes) + " bytes of " +
+                               kind_name(kind) + " memory)");
+  }
+  result = vkBindBufferMemory(device.handle(), buffer_, memory_, 0);
+  if (result == VK_SUCCESS && kind != MemoryKind::device_local) {
+    void* pointer = nullptr;
+    result = vkMapMemory(device.handle(), memory_, 0, VK_WHOLE_SIZE, 0, &pointer);
+    mapped_ = static_cast<std::byte*>(pointer);
+    coherent_ = device.memory_type_flags(type) & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+  }
+  if (result != VK_SUCCESS) {
+    vkFreeMemory(device.handle(), memory_, nullptr);
+    vkDestroyBuffer(device.handle(), buffer_, nullptr);
+    throw_vk_error(result, "vkBindBufferMemory/vkMapMemory");
+  }
+}
+
+Buffer::~Buffer() {
+  if (mapped_) vkUnmapMemory(device_.handle(), memory_);
+  vkDestroyBuffer(device_.handle(), buffer_, nullptr);
+  vkFreeMemory(device_.handle(), memory_, nullptr);
+}
+
+void Buffer::sync(uint64_t offset, uint64_t bytes, bool flush) const {
+  if (coherent_ || bytes == 0) return;
+  // Non-coherent ranges must be aligned to nonCoherentAtomSize.
+  const uint64_t atom =
+      std::max<uint64_t>(1, device_.capabilities().buffers.non_coherent_atom_size);
+  const uint64_t begin = offset / atom * atom;
+  const uint64_t end = (offset + bytes + atom - 1) / atom * atom;
+  VkMappedMemoryRange range{VK_STRUCTURE_TYPE_MAPPED_MEMORY_RANGE};
+  range.memory = memory_;
+  range.offset = begin;
+  range.size = end - begin;
+  if (end >= allocation_size_) range.size = VK_WHOLE_SIZE;
+  if (flush) {
+    check(vkFlushMappedMemoryRanges(device_.handle(), 1, &range), "vkFlushMappedMemoryRanges");
+  } else {
+    check(vkInvalidateMappedMemoryRanges(device_.handle(), 1, &range),
+          "vkInvalidateMappedMemoryRanges");
+  }
+}
+
+void Buffer::write(uint64_t offset, std::span<const std::byte> bytes) {
+  if (!mapped_) throw Error("Buffer::write: the buffer is not host-visible");
+  if (offset > size_ || bytes.size() > size_ - offset) {
+    throw Error("Buffer::write: bytes [" + std::to_string(offset) + ", " +
+                std::to_string(offset + bytes.size()) + ") exceed the buffer's " +
+                std::to_string(size_) + " bytes");
+  }
+  if (!bytes.empty()) std::memcpy(mapped_ + offset, bytes.data(), bytes.size());
+  sync(offset, bytes.size(), true);
+}
+
+void Buffer::read(uint64_t offset, std::span<std::byte> bytes) const {
+  if (!mapped_) throw Error("Buffer::read: the buffer is not host-visible");
+  if (offset > size_ || bytes.size() > size_ - offset) {
+    throw Error("Buffer::read: bytes [" + std::to_string(offset) + ", " +
+                std::to_string(offset + bytes.size()) + ") exceed the buffer's " +
+                std::to_string(size_) + " bytes");
+  }
+  sync(offset, bytes.size(), false);
+  if (!bytes.empty()) std::memcpy(bytes.data(), mapped_ + offset, bytes.size());
+}
+
+StagingBuffer::StagingBuffer(Device& device, uint64_t bytes, bool readback)
+    : Buffer(device, bytes, VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+             readback ? MemoryKind::readback : MemoryKind::upload) {}
+
+}  // namespace mn::vk

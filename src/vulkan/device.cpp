@@ -1,0 +1,231 @@
+#include "vulkan/device.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+
+#include <meganeura/error.h>
+
+#include "vulkan/cache_dir.h"
+#include "vulkan/check.h"
+#include "vulkan/features.h"
+#include "vulkan/pipeline_cache.h"
+
+namespace mn::vk {
+namespace {
+
+int type_rank(VkPhysicalDeviceType type) {
+  switch (type) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return 0;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return 1;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return 3;
+    default:
+      return 4;
+  }
+}
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return out;
+}
+
+bool all_digits(std::string_view s) {
+  return !s.empty() &&
+         std::all_of(s.begin(), s.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+}
+
+[[noreturn]] void no_match(const std::vector<DeviceCapabilities>& devices, std::string_view what) {
+  std::string message = std::string(what);
+  message += devices.empty() ? "; no Vulkan device was found (is a Vulkan driver installed?)"
+                             : "; Vulkan devices:\n" + describe_devices(devices);
+  throw DeviceError(message);
+}
+
+}  // namespace
+
+std::string describe_devices(const std::vector<DeviceCapabilities>& devices) {
+  std::string text;
+  for (const auto& d : devices) {
+    text += "  " + std::to_string(d.index) + ": " + d.name + " (" + d.type + ", " + d.vendor +
+            ", Vulkan " + d.api_version_text;
+    if (!d.usable) text += ", unusable: " + d.unusable_reason;
+    text += ")\n";
+  }
+  if (!text.empty()) text.pop_back();
+  return text;
+}
+
+uint32_t select_device(const std::vector<DeviceCapabilities>& devices, std::string_view selector) {
+  if (!selector.empty()) {
+    if (all_digits(selector)) {
+      const unsigned long index = std::strtoul(std::string(selector).c_str(), nullptr, 10);
+      for (const auto& d : devices) {
+        if (d.index != index) continue;
+        if (!d.usable) {
+          no_match(devices, "Vulkan device " + std::string(selector) + " (" + d.name +
+                                ") cannot be used: " + d.unusable_reason);
+        }
+        return d.index;
+      }
+      no_match(devices, "no Vulkan device has index " + std::string(selector));
+    }
+    const std::string needle = lower(selector);
+    for (const auto& d : devices) {
+      if (d.usable && lower(d.name).find(needle) != std::string::npos) return d.index;
+    }
+    no_match(devices, "no usable Vulkan device name contains \"" + std::string(selector) + "\"");
+  }
+  const DeviceCapabilities* best = nullptr;
+  for (const auto& d : devices) {
+    if (!d.usable) continue;
+    if (!best || type_rank(d.device_type) < type_rank(best->device_type)) best = &d;
+  }
+  if (!best) no_match(devices, "no usable Vulkan device (meganeura needs Vulkan 1.2 and compute)");
+  return best->index;
+}
+
+Device::Device(const DeviceOptions& options) {
+  instance_ =
+      std::make_shared<Instance>(options.validation.value_or(validation_requested_by_env()));
+  const std::vector<VkPhysicalDevice> physical = instance_->physical_devices();
+  std::vector<DeviceCapabilities> all;
+  for (uint32_t i = 0; i < physical.size(); ++i) {
+    all.push_back(query_capabilities(instance_->handle(), physical[i], i));
+  }
+  std::string selector;
+  if (options.selector) {
+    selector = *options.selector;
+  } else if (const char* env = std::getenv("MN_DEVICE")) {
+    selector = env;
+  }
+  const uint32_t chosen = select_device(all, selector);
+  physical_ = physical[chosen];
+  caps_ = std::move(all[chosen]);
+  vkGetPhysicalDeviceMemoryProperties(physical_, &memory_);
+
+  const ExtensionList extensions(physical_);
+  const std::vector<const char*> enabled = wanted_device_extensions(caps_.api_version, extensions);
+  FeatureChain features(caps_.api_version, extensions);
+  features.query(physical_);
+  features.drop_costly_features();
+
+  const float priority = 1.0f;
+  VkDeviceQueueCreateInfo queue_info{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
+  queue_info.queueFamilyIndex = caps_.compute.queue_family;
+  queue_info.queueCount = 1;
+  queue_info.pQueuePriorities = &priority;
+
+  VkDeviceCreateInfo info{VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO};
+  info.pNext = &features.core;
+  info.queueCreateInfoCount = 1;
+  info.pQueueCreateInfos = &queue_info;
+  info.enabledExtensionCount = static_cast<uint32_t>(enabled.size());
+  info.ppEnabledExtensionNames = enabled.data();
+  check(vkCreateDevice(physical_, &info, nullptr, &device_), "vkCreateDevice");
+  vkGetDeviceQueue(device_, caps_.compute.queue_family, 0, &queue_);
+
+  VkCommandPoolCreateInfo pool_info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+  pool_info.queueFamilyIndex = caps_.compute.queue_family;
+  const VkResult pool_result = vkCreateCommandPool(device_, &pool_info, nullptr, &command_pool_);
+  if (pool_result != VK_SUCCESS) {
+    vkDestroyDevice(device_, nullptr);
+    check(pool_result, "vkCreateCommandPool");
+  }
+
+  cache_dir_ = options.cache_dir.value_or(default_cache_dir());
+  if (options.persistent_pipeline_cache) {
+    try {
+      pipeline_cache_ = std::make_unique<PipelineCache>(*this, PipelineCache::default_path(*this));
+    } catch (...) {
+      vkDestroyCommandPool(device_, command_pool_, nullptr);
+      vkDestroyDevice(device_, nullptr);
+      throw;
+    }
+  }
+  check_validation("device creation");
+}
+
+Device::~Device() {
+  if (device_ == VK_NULL_HANDLE) return;
+  vkDeviceWaitIdle(device_);
+  pipeline_cache_.reset();  // saves to disk
+  vkDestroyCommandPool(device_, command_pool_, nullptr);
+  vkDestroyDevice(device_, nullptr);
+}
+
+uint32_t Device::find_memory_type(uint32_t type_bits, VkMemoryPropertyFlags required,
+                                  VkMemoryPropertyFlags preferred) const {
+  uint32_t fallback = UINT32_MAX;
+  for (uint32_t i = 0; i < memory_.memoryTypeCount; ++i) {
+    if (!(type_bits & (1u << i))) continue;
+    const VkMemoryPropertyFlags flags = memory_.memoryTypes[i].propertyFlags;
+    if ((flags & required) != required) continue;
+    if ((flags & preferred) == preferred) return i;
+    if (fallback == UINT32_MAX) fallback = i;
+  }
+  return fallback;
+}
+
+VkMemoryPropertyFlags Device::memory_type_flags(uint32_t type) const {
+  return type < memory_.memoryTypeCount ? memory_.memoryTypes[type].propertyFlags : 0;
+}
+
+void Device::check_validation(std::string_view where) {
+  if (instance_->validation_enabled()) instance_->validation_log().check(where);
+}
+
+void Device::submit(const VkSubmitInfo& info, VkFence fence, std::string_view what) {
+  std::lock_guard lock(submit_mutex_);
+  const VkResult result = vkQueueSubmit(queue_, 1, &info, fence);
+  if (result != VK_SUCCESS) throw_vk_error(result, "vkQueueSubmit (" + std::string(what) + ")");
+}
+
+void Device::run_commands(const std::function<void(VkCommandBuffer)>& record,
+                          std::string_view what) {
+  // The pool, and every command buffer from it while recording, is used by one thread at a time.
+  std::lock_guard lock(pool_mutex_);
+  VkCommandBuffer cmd = VK_NULL_HANDLE;
+  VkCommandBufferAllocateInfo alloc{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  alloc.commandPool = command_pool_;
+  alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  alloc.commandBufferCount = 1;
+  check(vkAllocateCommandBuffers(device_, &alloc, &cmd), "vkAllocateCommandBuffers");
+  VkFence fence = VK_NULL_HANDLE;
+  auto cleanup = [&] {
+    if (fence != VK_NULL_HANDLE) vkDestroyFence(device_, fence, nullptr);
+    vkFreeCommandBuffers(device_, command_pool_, 1, &cmd);
+  };
+  try {
+    VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
+    check(vkBeginCommandBuffer(cmd, &begin), "vkBeginCommandBuffer");
+    record(cmd);
+    check(vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
+    VkFenceCreateInfo fence_info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    check(vkCreateFence(device_, &fence_info, nullptr, &fence), "vkCreateFence");
+    VkSubmitInfo submit_info{VK_STRUCTURE_TYPE_SUBMIT_INFO};
+    submit_info.commandBufferCount = 1;
+    submit_info.pCommandBuffers = &cmd;
+    submit(submit_info, fence, what);
+    check(vkWaitForFences(device_, 1, &fence, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  } catch (...) {
+    vkQueueWaitIdle(queue_);
+    cleanup();
+    throw;
+  }
+  cleanup();
+  check_validation(what);
+}
+
+PFN_vkVoidFunction Device::proc(const char* name) const {
+  return vkGetDeviceProcAddr(device_, name);
+}
+
+}  // namespace mn::vk

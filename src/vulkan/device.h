@@ -1,0 +1,93 @@
+#pragma once
+// The logical device: chosen physical device, one compute queue, a command pool, the
+// persistent pipeline cache and the validation log.
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <vulkan/vulkan.h>
+
+#include "vulkan/capabilities.h"
+#include "vulkan/instance.h"
+
+namespace mn::vk {
+
+class PipelineCache;
+
+struct DeviceOptions {
+  // A device index or a case-insensitive substring of its name; unset: $MN_DEVICE, and if that
+  // is unset too, the first discrete GPU, else integrated, else virtual, else CPU (lavapipe).
+  std::optional<std::string> selector;
+  std::optional<bool> validation;                  // unset: $MN_VALIDATION
+  std::optional<std::filesystem::path> cache_dir;  // unset: default_cache_dir()
+  bool persistent_pipeline_cache = true;
+};
+
+// Picks from `devices` as DeviceOptions::selector describes (empty: by type preference).
+// No usable match: mn::DeviceError listing every device.
+uint32_t select_device(const std::vector<DeviceCapabilities>& devices, std::string_view selector);
+
+// One line per device: "0: NVIDIA H200 (discrete, NVIDIA, Vulkan 1.4.312)".
+std::string describe_devices(const std::vector<DeviceCapabilities>& devices);
+
+class Device {
+ public:
+  explicit Device(const DeviceOptions& options = {});
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  const DeviceCapabilities& capabilities() const { return caps_; }
+  VkDevice handle() const { return device_; }
+  VkPhysicalDevice physical_device() const { return physical_; }
+  VkQueue queue() const { return queue_; }
+  uint32_t queue_family() const { return caps_.compute.queue_family; }
+  VkCommandPool command_pool() const { return command_pool_; }
+  Instance& instance() { return *instance_; }
+  const std::filesystem::path& cache_dir() const { return cache_dir_; }
+  // Null when DeviceOptions::persistent_pipeline_cache is false.
+  PipelineCache* pipeline_cache() { return pipeline_cache_.get(); }
+
+  // A memory type allowed by `type_bits` with all `required` flags, preferring one that also
+  // has the `preferred` flags; UINT32_MAX if none.
+  uint32_t find_memory_type(uint32_t type_bits, VkMemoryPropertyFlags required,
+                            VkMemoryPropertyFlags preferred = 0) const;
+  VkMemoryPropertyFlags memory_type_flags(uint32_t type) const;
+
+  bool validation_enabled() const { return instance_->validation_enabled(); }
+  size_t validation_message_count() const { return instance_->validation_log().count(); }
+  std::vector<std::string> validation_messages() const {
+    return instance_->validation_log().messages();
+  }
+  // With validation on, throws mn::DeviceError if the layer reported anything since the last
+  // check; `where` names the operation in the message.
+  void check_validation(std::string_view where);
+
+  // vkQueueSubmit, serialized: a VkQueue must not be used from two threads at once.
+  void submit(const VkSubmitInfo& info, VkFence fence, std::string_view what);
+  // Records commands into a fresh command buffer, submits it and waits (uploads, tests).
+  void run_commands(const std::function<void(VkCommandBuffer)>& record, std::string_view what);
+
+  // Entry point of a device-level extension function (nullptr if absent).
+  PFN_vkVoidFunction proc(const char* name) const;
+
+ private:
+  std::shared_ptr<Instance> instance_;
+  VkPhysicalDevice physical_ = VK_NULL_HANDLE;
+  DeviceCapabilities caps_;
+  VkPhysicalDeviceMemoryProperties memory_{};
+  VkDevice device_ = VK_NULL_HANDLE;
+  VkQueue queue_ = VK_NULL_HANDLE;
+  VkCommandPool command_pool_ = VK_NULL_HANDLE;
+  std::mutex submit_mutex_;
+  std::mutex pool_mutex_;
+  std::filesystem::path cache_dir_;
+  std::unique_ptr<PipelineCache> pipeline_cache_;
+};
+
+}  // namespace mn::vk

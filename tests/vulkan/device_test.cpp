@@ -1,0 +1,192 @@
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include <meganeura/error.h>
+
+#include "vulkan/arena.h"
+#include "vulkan/buffer.h"
+#include "vulkan/check.h"
+#include "vulkan_test.h"
+
+namespace mn::vk {
+namespace {
+
+using testing::joined;
+using testing::temp_cache_dir;
+using testing::validated_options;
+
+DeviceCapabilities fake(uint32_t index, std::string name, VkPhysicalDeviceType type,
+                        bool usable = true) {
+  DeviceCapabilities d;
+  d.index = index;
+  d.name = std::move(name);
+  d.device_type = type;
+  d.type = device_type_name(type);
+  d.usable = usable;
+  if (!usable) d.unusable_reason = "Vulkan 1.1.0 is older than 1.2";
+  return d;
+}
+
+const std::vector<DeviceCapabilities> kMachine = {
+    fake(0, "llvmpipe (LLVM 15.0.6, 256 bits)", VK_PHYSICAL_DEVICE_TYPE_CPU),
+    fake(1, "Intel(R) UHD Graphics 620", VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU),
+    fake(2, "NVIDIA H200", VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU),
+    fake(3, "Old Radeon", VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, false),
+};
+
+TEST(DeviceSelection, PrefersDiscreteThenIntegratedThenCpu) {
+  EXPECT_EQ(select_device(kMachine, ""), 2u);
+  std::vector<DeviceCapabilities> no_discrete = {kMachine[0], kMachine[1], kMachine[3]};
+  EXPECT_EQ(select_device(no_discrete, ""), 1u);
+  std::vector<DeviceCapabilities> cpu_only = {kMachine[0]};
+  EXPECT_EQ(select_device(cpu_only, ""), 0u);
+}
+
+TEST(DeviceSelection, ByIndexOrNameSubstring) {
+  EXPECT_EQ(select_device(kMachine, "0"), 0u);
+  EXPECT_EQ(select_device(kMachine, "1"), 1u);
+  EXPECT_EQ(select_device(kMachine, "h200"), 2u);
+  EXPECT_EQ(select_device(kMachine, "LLVMPIPE"), 0u);
+}
+
+TEST(DeviceSelection, NoMatchListsTheDevices) {
+  for (const char* selector : {"7", "radeon 9000", "3"}) {
+    try {
+      select_device(kMachine, selector);
+      FAIL() << "selector " << selector << " matched";
+    } catch (const DeviceError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("llvmpipe"), std::string::npos) << what;
+      EXPECT_NE(what.find("NVIDIA H200"), std::string::npos) << what;
+      EXPECT_NE(what.find("unusable"), std::string::npos) << what;
+    }
+  }
+  EXPECT_THROW(select_device({}, ""), DeviceError);
+}
+
+TEST(Device, CreatesOnLavapipeWithValidation) {
+  const auto dir = temp_cache_dir("create");
+  Device device(validated_options(dir));
+  const DeviceCapabilities& caps = device.capabilities();
+  EXPECT_TRUE(device.validation_enabled());
+  EXPECT_TRUE(caps.usable);
+  EXPECT_FALSE(caps.name.empty());
+  EXPECT_GE(caps.api_version, static_cast<uint32_t>(VK_API_VERSION_1_2));
+  EXPECT_GT(caps.compute.subgroup_size, 0u);
+  EXPECT_GE(caps.compute.max_workgroup_invocations, 128u);
+  EXPECT_GE(caps.compute.shared_memory_bytes, 16384u);
+  EXPECT_GE(caps.buffers.max_storage_buffer_range, 1u << 27);
+  EXPECT_NE(device.handle(), VK_NULL_HANDLE);
+  EXPECT_NE(device.queue(), VK_NULL_HANDLE);
+  if (caps.device_type == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+    // lavapipe: what the tests below rely on.
+    EXPECT_EQ(caps.buffers.max_storage_buffer_range, 128u << 20);
+    EXPECT_TRUE(caps.timestamps.supported);
+    EXPECT_GT(caps.timestamps.period_ns, 0.0);
+    EXPECT_TRUE(caps.memory.unified);
+  }
+  EXPECT_EQ(device.validation_message_count(), 0u) << joined(device.validation_messages());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Device, SelectorOptionAndEnvironment) {
+  const auto dir = temp_cache_dir("select");
+  std::string name;
+  {
+    Device first(validated_options(dir));
+    name = first.capabilities().name;
+  }
+  auto options = validated_options(dir);
+  options.selector = "0";
+  EXPECT_EQ(Device(options).capabilities().index, 0u);
+
+  // MN_DEVICE is read when no selector is given.
+  const char* old = std::getenv("MN_DEVICE");
+  const std::string saved = old ? old : "";
+  ::setenv("MN_DEVICE", name.substr(0, 4).c_str(), 1);
+  EXPECT_EQ(Device(validated_options(dir)).capabilities().name, name);
+  ::setenv("MN_DEVICE", "no-such-device-anywhere", 1);
+  try {
+    Device device(validated_options(dir));
+    ADD_FAILURE() << "MN_DEVICE=no-such-device-anywhere selected " << device.capabilities().name;
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+  }
+  if (old) {
+    ::setenv("MN_DEVICE", saved.c_str(), 1);
+  } else {
+    ::unsetenv("MN_DEVICE");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Device, ValidationMessagesFailTheOperation) {
+  const auto dir = temp_cache_dir("invalid");
+  Device device(validated_options(dir));
+  // A buffer without usage flags breaks VUID-VkBufferCreateInfo-usage-requiredbitmask.
+  VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  info.size = 256;
+  info.usage = 0;
+  VkBuffer buffer = VK_NULL_HANDLE;
+  const VkResult result = vkCreateBuffer(device.handle(), &info, nullptr, &buffer);
+  if (result == VK_SUCCESS) vkDestroyBuffer(device.handle(), buffer, nullptr);
+  EXPECT_GE(device.validation_message_count(), 1u);
+  try {
+    device.check_validation("an invalid buffer creation");
+    FAIL() << "no validation message";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("usage"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("an invalid buffer creation"), std::string::npos);
+  }
+  // Reported once: the next check passes.
+  EXPECT_NO_THROW(device.check_validation("nothing"));
+  std::filesystem::remove_all(dir);
+}
+
+// The barrier tests rely on synchronization validation reporting missing barriers.
+TEST(Device, SynchronizationValidationSeesMissingBarriers) {
+  const auto dir = temp_cache_dir("sync");
+  Device device(validated_options(dir));
+  Arena arena(device, 4096);
+  const VkBuffer buffer = arena.chunk(0).handle();
+  try {
+    device.run_commands(
+        [&](VkCommandBuffer cmd) {
+          vkCmdFillBuffer(cmd, buffer, 0, 1024, 1);
+          vkCmdFillBuffer(cmd, buffer, 512, 1024, 2);  // overlaps, no barrier
+        },
+        "two unordered fills");
+    FAIL() << "no hazard reported";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("SYNC-HAZARD-WRITE-AFTER-WRITE"), std::string::npos)
+        << e.what();
+  }
+  // With a barrier between them: silent.
+  device.run_commands(
+      [&](VkCommandBuffer cmd) {
+        vkCmdFillBuffer(cmd, buffer, 0, 1024, 1);
+        VkMemoryBarrier barrier{VK_STRUCTURE_TYPE_MEMORY_BARRIER};
+        barrier.srcAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+        barrier.dstAccessMask = VK_ACCESS_TRANSFER_WRITE_BIT;
+        vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_TRANSFER_BIT, VK_PIPELINE_STAGE_TRANSFER_BIT, 0,
+                             1, &barrier, 0, nullptr, 0, nullptr);
+        vkCmdFillBuffer(cmd, buffer, 512, 1024, 2);
+      },
+      "two ordered fills");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Device, VulkanErrorsNameTheCall) {
+  try {
+    check(VK_ERROR_OUT_OF_DEVICE_MEMORY, "vkAllocateMemory");
+    FAIL();
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("vkAllocateMemory"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("VK_ERROR_OUT_OF_DEVICE_MEMORY"), std::string::npos);
+  }
+  EXPECT_NO_THROW(check(VK_SUCCESS, "vkAnything"));
+}
+
+}  // namespace
+}  // namespace mn::vk
