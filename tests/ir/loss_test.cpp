@@ -350,6 +350,17 @@ TEST(ElementwiseLoss, ShapeAndDtypeMismatchesAreShapeErrors) {
   EXPECT_THROW(l1_loss(g.input("xi", {3}, DType::i32), g.input("yi", {3}, DType::i32)), ShapeError);
 }
 
+TEST(ElementwiseLoss, EmptyOperandsAndBadReductionsAreErrors) {
+  Graph g;
+  Tensor x = g.input("x", {3});
+  expect_error_mentions([&] { mse_loss(Tensor{}, x); }, {"mse_loss", "empty"});
+  expect_error_mentions([&] { l1_loss(x, Tensor{}); }, {"l1_loss", "empty"});
+  expect_error_mentions([&] { cross_entropy(Tensor{}, x); }, {"cross_entropy", "empty"});
+  const auto bad = static_cast<Reduction>(7);
+  EXPECT_THROW(mse_loss(x, x, bad), ShapeError);
+  EXPECT_THROW(nll_loss(g.input("s", {2, 3}), g.input("t", {2}, DType::i32), bad), ShapeError);
+}
+
 TEST(ElementwiseLoss, ReductionsShapeTheOutput) {
   Graph g;
   Tensor x = g.input("x", {2, 3, 2});

@@ -29,29 +29,36 @@ const char* reduction_name(Reduction r) {
 
 // ---- public functions ----
 
+namespace {
+// Checked here so that an empty first operand is reported with the loss's name.
+Tensor apply_loss(const char* op, Attrs attrs, Tensor a, Tensor b) {
+  if (!a.valid()) throw Error(std::string(op) + ": the first operand is an empty Tensor");
+  return a.graph().apply(op, std::move(attrs), {a, b});
+}
+}  // namespace
+
 Tensor cross_entropy(Tensor logits, Tensor target, CrossEntropyOptions opt) {
-  return logits.graph().apply(
-      "cross_entropy", CrossEntropyAttrs{opt.reduction, opt.ignore_index, opt.label_smoothing},
-      {logits, target});
+  return apply_loss("cross_entropy",
+                    CrossEntropyAttrs{opt.reduction, opt.ignore_index, opt.label_smoothing}, logits,
+                    target);
 }
 Tensor nll_loss(Tensor log_probs, Tensor target, Reduction reduction, int64_t ignore_index) {
-  return log_probs.graph().apply("nll_loss", NllLossAttrs{reduction, ignore_index},
-                                 {log_probs, target});
+  return apply_loss("nll_loss", NllLossAttrs{reduction, ignore_index}, log_probs, target);
 }
 Tensor mse_loss(Tensor x, Tensor y, Reduction reduction) {
-  return x.graph().apply("mse_loss", LossAttrs{reduction}, {x, y});
+  return apply_loss("mse_loss", LossAttrs{reduction}, x, y);
 }
 Tensor l1_loss(Tensor x, Tensor y, Reduction reduction) {
-  return x.graph().apply("l1_loss", LossAttrs{reduction}, {x, y});
+  return apply_loss("l1_loss", LossAttrs{reduction}, x, y);
 }
 Tensor smooth_l1_loss(Tensor x, Tensor y, Reduction reduction, double beta) {
-  return x.graph().apply("smooth_l1_loss", SmoothL1Attrs{reduction, beta}, {x, y});
+  return apply_loss("smooth_l1_loss", SmoothL1Attrs{reduction, beta}, x, y);
 }
 Tensor binary_cross_entropy(Tensor p, Tensor y, Reduction reduction) {
-  return p.graph().apply("binary_cross_entropy", LossAttrs{reduction}, {p, y});
+  return apply_loss("binary_cross_entropy", LossAttrs{reduction}, p, y);
 }
 Tensor binary_cross_entropy_with_logits(Tensor x, Tensor y, Reduction reduction) {
-  return x.graph().apply("binary_cross_entropy_with_logits", LossAttrs{reduction}, {x, y});
+  return apply_loss("binary_cross_entropy_with_logits", LossAttrs{reduction}, x, y);
 }
 
 // ---- helpers shared with loss_class.cpp ----
@@ -60,6 +67,13 @@ namespace ops {
 
 TensorType loss_output_type(const Shape& per_element, DType dtype, Reduction r) {
   return r == Reduction::none ? TensorType{per_element, dtype} : TensorType{{}, dtype};
+}
+
+void check_reduction(std::string_view op, std::span<const TensorType> in, Reduction r) {
+  if (r != Reduction::none && r != Reduction::mean && r != Reduction::sum) {
+    shape_fail(op, in,
+               "reduction must be none, mean or sum, got " + std::to_string(static_cast<int>(r)));
+  }
 }
 
 Array reduce_losses(std::vector<double> per, const Shape& per_shape, DType dtype, Reduction r,
@@ -121,6 +135,7 @@ struct ElementwiseLoss {
 };
 
 TensorType infer_pair(std::string_view op, std::span<const TensorType> in, Reduction r) {
+  ops::check_reduction(op, in, r);
   if (!is_float(in[0].dtype)) shape_fail(op, in, "input must be float");
   if (in[1].dtype != in[0].dtype) shape_fail(op, in, "input and target must have the same dtype");
   if (in[1].shape != in[0].shape) {

@@ -116,6 +116,7 @@ void check_index_target(std::string_view op, std::span<const TensorType> in, boo
 
 TensorType infer_cross_entropy_as(std::string_view op, const CrossEntropyAttrs& a,
                                   std::span<const TensorType> in) {
+  ops::check_reduction(op, in, a.reduction);
   check_scores(op, in);
   check_index_target(op, in, true);
   if (!(a.label_smoothing >= 0.0 && a.label_smoothing <= 1.0)) {
@@ -127,6 +128,7 @@ TensorType infer_cross_entropy_as(std::string_view op, const CrossEntropyAttrs& 
 
 TensorType infer_nll_loss_as(std::string_view op, const NllLossAttrs& a,
                              std::span<const TensorType> in) {
+  ops::check_reduction(op, in, a.reduction);
   check_scores(op, in);
   check_index_target(op, in, false);
   return ops::loss_output_type(batch_shape(in[0].shape), in[0].dtype, a.reduction);
@@ -512,6 +514,7 @@ void register_class_loss_ops(OpRegistry& r) {
                  shape_fail(op, in, "target must be i32 class indices");
                if (!is_float(in[1].dtype)) shape_fail(op, in, "the cotangent must be float");
                if (ba.classes < 1) shape_fail(op, in, "classes must be at least 1");
+               ops::check_reduction(op, in, ba.forward.reduction);
                check_cotangent(
                    op, in, in[1],
                    ops::loss_output_type(in[0].shape, in[1].dtype, ba.forward.reduction));

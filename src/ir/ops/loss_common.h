@@ -3,6 +3,7 @@
 // loss_class.cpp (cross_entropy, nll_loss).
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <meganeura/array.h>
@@ -14,6 +15,9 @@ namespace mn::ops {
 
 // The forward's output: the per-element shape for Reduction::none, a scalar otherwise.
 TensorType loss_output_type(const Shape& per_element, DType dtype, Reduction r);
+
+// Rejects a Reduction value outside none/mean/sum (a cast from a bad integer).
+void check_reduction(std::string_view op, std::span<const TensorType> in, Reduction r);
 
 // Reduces per-element losses in double; the mean divides by `count` (0/0 gives NaN).
 Array reduce_losses(std::vector<double> per, const Shape& per_shape, DType dtype, Reduction r,
