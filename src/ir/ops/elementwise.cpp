@@ -19,13 +19,13 @@ namespace {
 using ops::scalar_like;
 using Range = std::pair<double, double>;
 
-constexpr double kSqrt2 = std::numbers::sqrt2;
-constexpr double kInvSqrt2Pi = std::numbers::inv_sqrtpi / kSqrt2;  // 1/sqrt(2 pi)
-constexpr double kTwoOverSqrtPi = 2.0 * std::numbers::inv_sqrtpi;
+constexpr double sqrt_2 = std::numbers::sqrt2;
+constexpr double inv_sqrt_2pi = std::numbers::inv_sqrtpi / sqrt_2;  // 1/sqrt(2 pi)
+constexpr double two_over_sqrt_pi = 2.0 * std::numbers::inv_sqrtpi;
 // The tanh GELU's constants as f32 holds them (as PyTorch's f32 kernels do), so a decomposition
 // built from f32 graph scalars evaluates bit for bit like the direct reference.
-constexpr double kGeluTanhScale = static_cast<float>(kSqrt2 * std::numbers::inv_sqrtpi);
-constexpr double kGeluTanhCubic = static_cast<float>(0.044715);
+constexpr double gelu_tanh_scale = static_cast<float>(sqrt_2 * std::numbers::inv_sqrtpi);
+constexpr double gelu_tanh_cubic = static_cast<float>(0.044715);
 
 // A constant the tensor's dtype cannot hold exactly, as the sum of two scalars of that dtype
 // (head + rounding remainder): the double reference then sees it to ~1e-15, so gradients built
@@ -73,6 +73,7 @@ std::vector<OpSample> unary_samples(Range r, const Attrs& attrs = {}, double tol
   std::vector<OpSample> out;
   const std::vector<std::pair<const char*, Shape>> shapes{
       {"matrix", {3, 4}}, {"batch", {2, 3, 5}}, {"scalar", {}}, {"single", {1}}};
+  out.reserve(shapes.size());
   for (const auto& [label, shape] : shapes) {
     out.push_back({.label = label,
                    .inputs = {typed(shape)},
@@ -89,6 +90,7 @@ std::vector<OpSample> binary_samples(Range ra, Range rb, DType t = DType::f32) {
       {"same", {3, 4}, {3, 4}},          {"row", {3, 4}, {4}},         {"outer", {3, 1}, {1, 4}},
       {"batch", {2, 3, 4}, {3, 1}},      {"scalar_right", {2, 3}, {}}, {"scalar_left", {}, {2, 3}},
       {"leading_one", {1, 4}, {2, 3, 4}}};
+  out.reserve(shapes.size());
   for (const auto& [label, sa, sb] : shapes) {
     out.push_back({.label = label, .inputs = {typed(sa, t), typed(sb, t)}, .ranges = {ra, rb}});
   }
@@ -100,7 +102,7 @@ std::vector<OpSample> binary_samples(Range ra, Range rb, DType t = DType::f32) {
 using UnaryGrad = std::function<Tensor(const Node& n, Tensor x, Tensor y, Tensor g)>;
 using UnaryFn = std::function<double(const Node& n, double x)>;
 
-OpDef unary_op(std::string name, std::string summary, UnaryFn f, UnaryGrad grad, Range range,
+OpDef unary_op(std::string name, std::string summary, UnaryFn f, const UnaryGrad& grad, Range range,
                bool allow_int = false) {
   OpDef d;
   d.name = std::move(name);
@@ -125,8 +127,8 @@ OpDef unary_op(std::string name, std::string summary, UnaryFn f, UnaryGrad grad,
 
 using BinaryGrad = std::function<std::vector<Tensor>(Tensor a, Tensor b, Tensor y, Tensor g)>;
 
-OpDef binary_op(std::string name, std::string summary, double (*f)(double, double), BinaryGrad grad,
-                Range ra, Range rb, bool allow_int) {
+OpDef binary_op(std::string name, std::string summary, double (*f)(double, double),
+                const BinaryGrad& grad, Range ra, Range rb, bool allow_int) {
   OpDef d;
   d.name = std::move(name);
   d.arity = 2;
@@ -171,23 +173,23 @@ OpDef compare_op(std::string name, std::string summary, double (*f)(double, doub
   return d;
 }
 
-double gelu_exact(double x) { return 0.5 * x * (1.0 + std::erf(x / kSqrt2)); }
+double gelu_exact(double x) { return 0.5 * x * (1.0 + std::erf(x / sqrt_2)); }
 double gelu_tanh(double x) {
-  return 0.5 * x * (1.0 + std::tanh(kGeluTanhScale * (x + kGeluTanhCubic * x * x * x)));
+  return 0.5 * x * (1.0 + std::tanh(gelu_tanh_scale * (x + gelu_tanh_cubic * x * x * x)));
 }
 double sigmoid_of(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 // d/dx of 0.5 x (1 + erf(x/sqrt2)) = Phi(x) + x phi(x).
 Tensor gelu_exact_derivative(Tensor x) {
   Tensor cdf = 0.5 * (1.0 + erf(x / sqrt(scalar_like(x, 2.0))));
-  Tensor pdf = exp(-0.5 * (x * x)) * precise_scalar(x, kInvSqrt2Pi);
+  Tensor pdf = exp(-0.5 * (x * x)) * precise_scalar(x, inv_sqrt_2pi);
   return cdf + x * pdf;
 }
 
 // d/dx of 0.5 x (1 + tanh(u)), u = c (x + k x^3).
 Tensor gelu_tanh_derivative(Tensor x) {
-  Tensor t = tanh(kGeluTanhScale * (x + kGeluTanhCubic * (x * x * x)));
-  Tensor du = kGeluTanhScale * (1.0 + (3.0 * kGeluTanhCubic) * (x * x));
+  Tensor t = tanh(gelu_tanh_scale * (x + gelu_tanh_cubic * (x * x * x)));
+  Tensor du = gelu_tanh_scale * (1.0 + (3.0 * gelu_tanh_cubic) * (x * x));
   return 0.5 * (1.0 + t) + (0.5 * x) * ((1.0 - t * t) * du);
 }
 
@@ -225,7 +227,7 @@ void register_unary(OpRegistry& r) {
   {
     OpDef d = unary_op("erf", "Gauss error function", fn([](double x) { return std::erf(x); }),
                        [](const Node&, Tensor x, Tensor, Tensor g) {
-                         return (precise_scalar(x, kTwoOverSqrtPi) * g) * exp(neg(x * x));
+                         return (precise_scalar(x, two_over_sqrt_pi) * g) * exp(neg(x * x));
                        },
                        {-2, 2});
     d.internal = true;
@@ -286,7 +288,7 @@ void register_unary(OpRegistry& r) {
     d.decompose = [](const Node& n, std::span<const Tensor> in) {
       Tensor x = in[0];
       if (n.attrs.as<GeluAttrs>().approximate == GeluApprox::tanh) {
-        return (0.5 * x) * (1.0 + tanh(kGeluTanhScale * (x + kGeluTanhCubic * (x * x * x))));
+        return (0.5 * x) * (1.0 + tanh(gelu_tanh_scale * (x + gelu_tanh_cubic * (x * x * x))));
       }
       // x / sqrt(2) rather than x * f32(1/sqrt(2)): exact in the double reference.
       return (0.5 * x) * (1.0 + erf(x / sqrt(scalar_like(x, 2.0))));
@@ -402,6 +404,7 @@ void register_cast(OpRegistry& r) {
                    {"f32_to_f32", DType::f32, 1e-6},
                    {"f16_to_f32", DType::f16, 1e-3},
                    {"bf16_to_f32", DType::bf16, 8e-3}};
+               s.reserve(cases.size());
                for (auto [label, from, tol] : cases) {
                  s.push_back({.label = label,
                               .inputs = {typed({3, 4}, from)},
@@ -516,6 +519,7 @@ void register_where(OpRegistry& r) {
                    {"same", {3, 4}, {3, 4}, {3, 4}},
                    {"broadcast", {3, 1}, {4}, {2, 1, 1}},
                    {"scalar_branch", {2, 3}, {2, 3}, {}}};
+               s.reserve(shapes.size() + 1);
                for (const auto& [label, sc, sa, sb] : shapes) {
                  s.push_back({.label = label,
                               .inputs = {typed(sc, DType::i32), typed(sa), typed(sb)},

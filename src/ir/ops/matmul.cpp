@@ -83,19 +83,22 @@ void pack(const double* src, int64_t rows, int64_t cols, bool transposed,
   }
 }
 
+constexpr int64_t tile_rows = 4;
+constexpr int64_t block_n = 256;
+constexpr int64_t block_k = 256;
+
 // c[m, n] = a[m, k] · b[k, n], all row-major, accumulated in double in order of k. A tile of up to
-// 4 rows × kBlockN columns of c is accumulated in a local buffer (it cannot alias a or b, so the
+// 4 rows × block_n columns of c is accumulated in a local buffer (it cannot alias a or b, so the
 // column loop vectorizes) while one k-panel of b is streamed once per 4 rows of a.
 void gemm(const double* a, const double* b, double* c, int64_t m, int64_t k, int64_t n) {
-  constexpr int64_t kRows = 4, kBlockN = 256, kBlockK = 256;
-  double acc[kRows][kBlockN];
-  for (int64_t j0 = 0; j0 < n; j0 += kBlockN) {
-    const int64_t w = std::min(n - j0, kBlockN);
-    for (int64_t p0 = 0; p0 < k; p0 += kBlockK) {
-      const int64_t p1 = std::min(k, p0 + kBlockK);
-      for (int64_t i0 = 0; i0 < m; i0 += kRows) {
-        const int64_t rows = std::min(m - i0, kRows);
-        for (int64_t r = 0; r < kRows; ++r) {
+  double acc[tile_rows][block_n];
+  for (int64_t j0 = 0; j0 < n; j0 += block_n) {
+    const int64_t w = std::min(n - j0, block_n);
+    for (int64_t p0 = 0; p0 < k; p0 += block_k) {
+      const int64_t p1 = std::min(k, p0 + block_k);
+      for (int64_t i0 = 0; i0 < m; i0 += tile_rows) {
+        const int64_t rows = std::min(m - i0, tile_rows);
+        for (int64_t r = 0; r < tile_rows; ++r) {
           for (int64_t j = 0; j < w; ++j) {
             acc[r][j] = (p0 == 0 || r >= rows) ? 0.0 : c[(i0 + r) * n + j0 + j];
           }

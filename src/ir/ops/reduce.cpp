@@ -363,7 +363,7 @@ void register_sum_to(OpRegistry& r) {
 }
 
 std::vector<int64_t> public_axes(const char* op, Tensor x, const std::vector<int64_t>& axes) {
-  const TensorType t = x.type();
+  const TensorType& t = x.type();
   return reduce_axes(op, std::span<const TensorType>(&t, 1), axes);
 }
 
