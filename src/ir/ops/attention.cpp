@@ -127,6 +127,8 @@ Array eval_sdpa(const Node& n, std::span<const Array* const> in) {
   for (const Array* x : in) types.push_back(x->type());
   const Geometry g = geometry(types, a);
   const int R = g.rank;
+  // An explicit scale as the dtype holds it, like the graph scalar of the decomposition and vjp.
+  const double scale = a.scale > 0.0 ? round_to_dtype(a.scale, n.type.dtype) : 0.0;
   const int64_t group = g.group();
   const double* q = in[0]->data.data();
   const double* k = in[1]->data.data();
@@ -153,7 +155,7 @@ Array eval_sdpa(const Node& n, std::span<const Array* const> in) {
           const double* kj = k + off[1] + (hk * g.lk + j) * g.d;
           double s = 0.0;
           for (int64_t e = 0; e < g.d; ++e) s += qi[e] * kj[e];
-          s = scaled(s, a.scale, g.d);
+          s = scaled(s, scale, g.d);
           if (mask) s += mask[off[3] + h * ms[R - 3] + i * ms[R - 2] + j * ms[R - 1]];
           p[j] = s;
           m = std::max(m, s);
@@ -229,11 +231,17 @@ std::vector<Tensor> sdpa_vjp(const Node& n, std::span<const Tensor> in, Tensor o
   Tensor dp = matmul(d_o, t.v, false, true);
   Tensor ds = p * (dp - sum(d_o * o, {-1}, true));  // d(scores), masked positions have p = 0
   Tensor dss = scaled(ds, a.scale, g.d);
+  // Shapes are copied first: Tensor::shape() refers into the graph's node list, which the ops
+  // built in the same expression may reallocate.
+  auto grad_of = [](Tensor grouped_grad, const Tensor& grouped_operand, const Tensor& operand) {
+    const Shape grouped_shape = grouped_operand.shape(), shape = operand.shape();
+    return reshape(sum_to(grouped_grad, grouped_shape), shape);
+  };
   std::vector<Tensor> grads(in.size());
-  grads[0] = reshape(sum_to(matmul(dss, t.k), t.q.shape()), in[0].shape());
-  grads[1] = reshape(sum_to(matmul(dss, t.q, true, false), t.k.shape()), in[1].shape());
-  grads[2] = reshape(sum_to(matmul(p, d_o, true, false), t.v.shape()), in[2].shape());
-  if (a.has_mask) grads[3] = reshape(sum_to(ds, t.mask.shape()), in[3].shape());
+  grads[0] = grad_of(matmul(dss, t.k), t.q, in[0]);
+  grads[1] = grad_of(matmul(dss, t.q, true, false), t.k, in[1]);
+  grads[2] = grad_of(matmul(p, d_o, true, false), t.v, in[2]);
+  if (a.has_mask) grads[3] = grad_of(ds, t.mask, in[3]);
   return grads;
 }
 

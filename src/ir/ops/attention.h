@@ -12,7 +12,8 @@ namespace mn {
 // then an additive mask when has_mask. Rank-2 operands [L, D] are one head. Leading (batch) axes
 // broadcast as in numpy; query head h reads key/value head h / (Hq / Hkv).
 // causal: query i sees keys j <= i (top-left aligned, as PyTorch's is_causal, also when
-// Lq != Lk). scale <= 0 stands for 1/sqrt(D) (the public function stores 0 for it).
+// Lq != Lk). scale <= 0 stands for 1/sqrt(D) (the public function stores 0 for it); an explicit
+// scale is used as the operands' dtype holds it, like any graph scalar.
 struct AttentionAttrs {
   bool causal = false;
   double scale = 0.0;

@@ -136,7 +136,7 @@ Array eval_batch_norm(const Node& n, std::span<const Array* const> in) {
       m = in[s.mean]->data[c];
       var = in[s.var]->data[c];
     }
-    const double rstd = 1.0 / std::sqrt(var + a.eps);
+    const double rstd = 1.0 / std::sqrt(var + round_to_dtype(a.eps, x.dtype));  // as a graph scalar
     const double scale = a.has_gamma ? in[s.gamma]->data[c] : 1.0;
     const double shift = a.has_beta ? in[s.beta]->data[c] : 0.0;
     for (int64_t b = 0; b < batch; ++b) {

@@ -83,12 +83,18 @@ std::vector<Tensor> layer_norm_vjp(const Node& n, std::span<const Tensor> in, Te
   std::vector<Tensor> grads(in.size());
   size_t next = 1;
   Tensor gx = g;
+  // Shapes are copied before building ops: Tensor::shape() refers into the graph's node list,
+  // which appending nodes may reallocate.
   if (a.has_gamma) {
+    const Shape shape = in[next].shape();
     gx = g * in[next];
-    grads[next] = sum_to(g * xhat, in[next].shape());
+    grads[next] = sum_to(g * xhat, shape);
     ++next;
   }
-  if (a.has_beta) grads[next] = sum_to(g, in[next].shape());
+  if (a.has_beta) {
+    const Shape shape = in[next].shape();
+    grads[next] = sum_to(g, shape);
+  }
   grads[0] = normalized_input_grad(gx, xhat, rstd, axes, true);
   return grads;
 }
@@ -106,15 +112,17 @@ std::vector<Tensor> rms_norm_vjp(const Node& n, std::span<const Tensor> in, Tens
   std::vector<Tensor> grads(in.size());
   Tensor gx = g;
   if (a.has_gamma) {
+    const Shape shape = in[1].shape();  // copied first, as in layer_norm_vjp
     gx = g * in[1];
-    grads[1] = sum_to(g * xhat, in[1].shape());
+    grads[1] = sum_to(g * xhat, shape);
   }
   grads[0] = normalized_input_grad(gx, xhat, rstd, axes, false);
   return grads;
 }
 
 // Shared reference loop: rows of `row` contiguous elements; gamma/beta indexed by position in
-// the row.
+// the row. eps is used as x's dtype holds it, like the graph scalar of the decomposition and vjp
+// (and a GPU kernel's constant).
 Array eval_trailing_norm(const Node& n, std::span<const Array* const> in, int64_t normalized_dims,
                          double eps, bool centered, bool has_gamma, bool has_beta) {
   const Array& x = *in[0];
@@ -132,7 +140,7 @@ Array eval_trailing_norm(const Node& n, std::span<const Array* const> in, int64_
       for (int64_t j = 0; j < row; ++j) var += px[j] * px[j];
       var /= static_cast<double>(row);
     }
-    const double rstd = 1.0 / std::sqrt(var + eps);
+    const double rstd = 1.0 / std::sqrt(var + round_to_dtype(eps, x.dtype));
     for (int64_t j = 0; j < row; ++j) {
       double v = (px[j] - m) * rstd;
       if (gamma) v *= gamma->data[j];
@@ -234,8 +242,9 @@ std::vector<int64_t> non_channel_axes(int rank) {
 Tensor group_norm_decompose(const Node& n, std::span<const Tensor> in) {
   const auto& a = n.attrs.as<GroupNormAttrs>();
   Tensor x = in[0];
+  const Shape shape = x.shape();
   Tensor xr = reshape(x, grouped_shape(x, a.groups));
-  Tensor y = reshape(layer_norm_parts(xr, {2}, a.eps).xhat, x.shape());
+  Tensor y = reshape(layer_norm_parts(xr, {2}, a.eps).xhat, shape);
   size_t next = 1;
   if (a.has_gamma) y = y * channel_view(in[next++], x.rank());
   if (a.has_beta) y = y + channel_view(in[next++], x.rank());
@@ -245,9 +254,10 @@ Tensor group_norm_decompose(const Node& n, std::span<const Tensor> in) {
 std::vector<Tensor> group_norm_vjp(const Node& n, std::span<const Tensor> in, Tensor, Tensor g) {
   const auto& a = n.attrs.as<GroupNormAttrs>();
   Tensor x = in[0];
+  const Shape shape = x.shape();
   const Shape gs = grouped_shape(x, a.groups);
   auto [xhat_r, rstd] = layer_norm_parts(reshape(x, gs), {2}, a.eps);
-  Tensor xhat = reshape(xhat_r, x.shape());
+  Tensor xhat = reshape(xhat_r, shape);
   const auto axes = non_channel_axes(x.rank());
   std::vector<Tensor> grads(in.size());
   size_t next = 1;
@@ -258,7 +268,7 @@ std::vector<Tensor> group_norm_vjp(const Node& n, std::span<const Tensor> in, Te
     ++next;
   }
   if (a.has_beta) grads[next] = sum(g, axes);
-  grads[0] = reshape(normalized_input_grad(reshape(gx, gs), xhat_r, rstd, {2}, true), x.shape());
+  grads[0] = reshape(normalized_input_grad(reshape(gx, gs), xhat_r, rstd, {2}, true), shape);
   return grads;
 }
 
@@ -277,7 +287,7 @@ Array eval_group_norm(const Node& n, std::span<const Array* const> in) {
     const double* px = x.data.data() + b * block;
     double* py = out.data.data() + b * block;
     auto [m, var] = mean_var(px, block);
-    const double rstd = 1.0 / std::sqrt(var + a.eps);
+    const double rstd = 1.0 / std::sqrt(var + round_to_dtype(a.eps, x.dtype));
     for (int64_t j = 0; j < block; ++j) {
       const int64_t c = first_channel + j / spatial;
       double v = (px[j] - m) * rstd;
