@@ -1,0 +1,67 @@
+#pragma once
+// Training loop for classifiers: a step session (forward, backward and the optimizer update in
+// one submission), an evaluation session, schedules, metrics, checkpoints and exact resume.
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <meganeura/data.h>
+#include <meganeura/models.h>
+#include <meganeura/optimizer.h>
+
+namespace mn {
+
+// The learning rate of update t (0-based) of `total`: linear warm-up over `warmup` updates,
+// then constant, step decay (×gamma every step_size updates), or cosine down to min_lr.
+struct LrSchedule {
+  enum class Kind : uint8_t { constant, step, cosine };
+  Kind kind = Kind::constant;
+  int64_t warmup = 0;
+  int64_t step_size = 1000;
+  double gamma = 0.1;
+  double min_lr = 0.0;
+  double lr_at(double base_lr, int64_t t, int64_t total) const;
+};
+LrSchedule::Kind schedule_from_name(const std::string& name);  // constant, step, cosine
+
+struct TrainOptions {
+  ClassifierSpec model;  // model.batch is the training batch
+  int64_t epochs = 1;
+  Optimizer optimizer = Optimizer::adam();
+  double lr = 1e-3;
+  LrSchedule schedule;
+  std::string device;             // see SessionOptions::device
+  std::filesystem::path save;     // checkpoint written after every epoch (and at the end)
+  std::filesystem::path resume;   // checkpoint to continue from
+  int64_t stop_after_steps = -1;  // stop early (after saving) once this many updates ran
+  uint64_t shuffle_seed = 0;
+  int64_t eval_batch = 1000;
+  // Progress: called after every step and at the end of every epoch.
+  struct Progress {
+    int64_t epoch = 0, epochs = 0, step = 0, steps_per_epoch = 0, global_step = 0;
+    double loss = 0, accuracy = 0, samples_per_second = 0, seconds = 0, eta_seconds = 0;
+    bool epoch_done = false;
+    double test_accuracy = -1;  // set on epoch_done
+  };
+  std::function<void(const Progress&)> on_progress;
+};
+
+struct TrainResult {
+  double test_accuracy = 0;
+  double test_loss = 0;
+  double final_loss = 0;  // mean training loss over the last epoch's steps
+  double train_accuracy = 0;
+  int64_t steps = 0;
+  double seconds = 0;
+  double samples_per_second = 0;
+  std::string device;
+};
+
+TrainResult train_classifier(std::shared_ptr<const Dataset> train, std::shared_ptr<const Dataset> test,
+                             const TrainOptions& options);
+
+
+
+}  // namespace mn
