@@ -54,7 +54,7 @@ MemoryAccess arena_access(const Range& r, bool write) {
 
 Recording::Recording(Device& device, RecordingOptions options)
     : device_(device), options_(std::move(options)) {
-  if (options_.timestamps && !device.capabilities().timestamps.supported) {
+  if ((options_.timestamps || options_.total_time) && !device.capabilities().timestamps.supported) {
     throw DeviceError("recording '" + options_.label +
                       "': the device's compute queue has no timestamps");
   }
@@ -281,8 +281,10 @@ void Recording::finish() {
       check(vkAllocateDescriptorSets(dev, &alloc, &sets[i]), "vkAllocateDescriptorSets");
     }
   }
-  const uint32_t query_count = static_cast<uint32_t>(ops_.size()) + 1;
-  if (options_.timestamps) {
+  const bool timed = options_.timestamps || options_.total_time;
+  const bool per_op = options_.timestamps;
+  const uint32_t query_count = per_op ? static_cast<uint32_t>(ops_.size()) + 1 : 2;
+  if (timed) {
     VkQueryPoolCreateInfo info{VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO};
     info.queryType = VK_QUERY_TYPE_TIMESTAMP;
     info.queryCount = query_count;
@@ -297,13 +299,11 @@ void Recording::finish() {
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   check(vkBeginCommandBuffer(cmd_, &begin), "vkBeginCommandBuffer");
 
-  if (options_.timestamps) vkCmdResetQueryPool(cmd_, query_pool_, 0, query_count);
+  if (timed) vkCmdResetQueryPool(cmd_, query_pool_, 0, query_count);
   // Earlier submissions (this one's previous run, uploads, other recordings) may have written
   // what the first operations touch.
   memory_barrier(cmd_, kWorkStages, kWrites, kWorkStages, kReadsWrites);
-  if (options_.timestamps) {
-    vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, query_pool_, 0);
-  }
+  if (timed) vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, query_pool_, 0);
   HazardTracker hazards;
   VkPipeline bound = VK_NULL_HANDLE;
   barrier_count_ = 0;
@@ -331,10 +331,13 @@ void Recording::finish() {
         for (const Fill& f : op.fills) vkCmdFillBuffer(cmd_, f.buffer, f.offset, f.size, f.value);
         break;
     }
-    if (options_.timestamps) {
+    if (per_op) {
       vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, query_pool_,
                           static_cast<uint32_t>(i + 1));
     }
+  }
+  if (timed && !per_op) {
+    vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, query_pool_, 1);
   }
   // The host reads staging buffers and mapped arenas after the fence.
   memory_barrier(cmd_, kWorkStages, kWrites, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
@@ -375,8 +378,9 @@ std::future<void> Recording::wait_async() {
 
 void Recording::complete() {
   pending_ = false;
-  if (options_.timestamps) {
-    const uint32_t count = static_cast<uint32_t>(ops_.size()) + 1;
+  if (options_.timestamps || options_.total_time) {
+    const bool per_op = options_.timestamps;
+    const uint32_t count = per_op ? static_cast<uint32_t>(ops_.size()) + 1 : 2;
     std::vector<uint64_t> ticks(count);
     check(vkGetQueryPoolResults(device_.handle(), query_pool_, 0, count,
                                 ticks.size() * sizeof(uint64_t), ticks.data(), sizeof(uint64_t),
@@ -384,19 +388,19 @@ void Recording::complete() {
           "vkGetQueryPoolResults");
     const auto& ts = device_.capabilities().timestamps;
     const uint64_t mask = ts.valid_bits >= 64 ? ~0ull : (1ull << ts.valid_bits) - 1;
+    // Counters wrap at valid_bits; the masked difference stays right across one wrap.
+    auto ms = [&](uint64_t from, uint64_t to) {
+      return static_cast<double>(((to & mask) - (from & mask)) & mask) * ts.period_ns * 1e-6;
+    };
     timings_.clear();
-    for (size_t i = 0; i < ops_.size(); ++i) {
-      const uint64_t delta = ((ticks[i + 1] & mask) - (ticks[i] & mask)) & mask;
-      timings_.push_back({ops_[i].label, static_cast<double>(delta) * ts.period_ns * 1e-6});
+    if (per_op) {
+      for (size_t i = 0; i < ops_.size(); ++i) {
+        timings_.push_back({ops_[i].label, ms(ticks[i], ticks[i + 1])});
+      }
     }
+    total_ms_ = ms(ticks.front(), ticks.back());
   }
   device_.check_validation("execution of recording '" + options_.label + "'");
-}
-
-double Recording::total_ms() const {
-  double total = 0;
-  for (const OpTiming& t : timings_) total += t.ms;
-  return total;
 }
 
 }  // namespace mn::vk

@@ -49,8 +49,12 @@ struct Dispatch {
 };
 
 struct RecordingOptions {
-  bool timestamps = false;  // a GPU timestamp after every operation
+  // A GPU timestamp after every operation: timings() and total_ms(). A profile: the
+  // timestamps themselves may cost a little time.
+  bool timestamps = false;
   std::string label = "recording";
+  // Timestamps only at the two ends of each submission: total_ms() alone.
+  bool total_time = false;
 };
 
 struct OpTiming {
@@ -93,9 +97,10 @@ class Recording {
   // Barriers between operations (not counting the one at each end); valid after finish().
   size_t barrier_count() const { return barrier_count_; }
   bool finished() const { return finished_; }
-  // Per-operation GPU times of the last completed submission (timestamps option only).
+  // GPU times of the last completed submission: per operation (timestamps) and in total
+  // (timestamps or total_time; 0 without either).
   const std::vector<OpTiming>& timings() const { return timings_; }
-  double total_ms() const;
+  double total_ms() const { return total_ms_; }
 
  private:
   struct Copy {
@@ -133,6 +138,7 @@ class Recording {
   VkQueryPool query_pool_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
   std::vector<OpTiming> timings_;
+  double total_ms_ = 0;
 };
 
 }  // namespace mn::vk

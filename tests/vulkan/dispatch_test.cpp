@@ -107,7 +107,7 @@ TEST_F(Dispatches, DependentChainRecordedOnceResubmitted) {
 
   // ping -> pong -> ping ...: each dispatch reads what the previous one wrote (an even chain
   // length ends in ping, where the next submission starts).
-  Recording rec(device(), {false, "chain"});
+  Recording rec(device(), {false, "chain", true});
   for (uint32_t s = 0; s < chain; ++s) {
     Dispatch d;
     d.pipeline = &step;
@@ -120,6 +120,8 @@ TEST_F(Dispatches, DependentChainRecordedOnceResubmitted) {
   for (uint32_t i = 0; i < submissions; ++i) rec.run();
   EXPECT_EQ(rec.dispatch_count(), chain);
   EXPECT_EQ(rec.barrier_count(), chain - 1);
+  EXPECT_GT(rec.total_ms(), 0.0);
+  EXPECT_TRUE(rec.timings().empty());  // total_time keeps no per-operation times
 
   std::vector<uint32_t> expected = initial;
   for (uint32_t i = 0; i < submissions; ++i) {

@@ -1,0 +1,243 @@
+// Vulkan layer benchmark, printing JSON:
+//  - copy bandwidth of a compute copy kernel (bytes read + written over GPU time between
+//    timestamps, median of many repetitions), and
+//  - the cost of one dispatch plus barrier inside a recorded command buffer: a chain of tiny
+//    dependent dispatches, GPU time per dispatch.
+// PyTorch counterpart: bench/vulkan_dispatch.py.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <meganeura/error.h>
+
+#include "codegen/shader_cache.h"
+#include "vulkan/arena.h"
+#include "vulkan/device.h"
+#include "vulkan/pipeline.h"
+#include "vulkan/recording.h"
+
+namespace {
+
+using namespace mn;
+using Json = nlohmann::ordered_json;
+
+// Each thread moves PER_THREAD uvec4 (16 B) values, all loads before the stores; consecutive
+// threads touch consecutive addresses.
+constexpr const char* kCopy = R"(#version 450
+layout(local_size_x_id = 0) in;
+layout(constant_id = 3) const uint PER_THREAD = 4;
+layout(set = 0, binding = 0) readonly buffer Src { uvec4 src[]; };
+layout(set = 0, binding = 1) writeonly buffer Dst { uvec4 dst[]; };
+layout(push_constant) uniform Params { uint n; } params;
+void main() {
+  uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  uint base = group * gl_WorkGroupSize.x * PER_THREAD + gl_LocalInvocationID.x;
+  uvec4 v[PER_THREAD];
+  for (uint j = 0; j < PER_THREAD; ++j) {
+    uint i = base + j * gl_WorkGroupSize.x;
+    if (i < params.n) v[j] = src[i];
+  }
+  for (uint j = 0; j < PER_THREAD; ++j) {
+    uint i = base + j * gl_WorkGroupSize.x;
+    if (i < params.n) dst[i] = v[j];
+  }
+}
+)";
+
+// The smallest useful kernel: one workgroup updating 64 values in place.
+constexpr const char* kTiny = R"(#version 450
+layout(local_size_x_id = 0) in;
+layout(set = 0, binding = 0) buffer X { uint x[]; };
+layout(push_constant) uniform Params { uint step; } params;
+void main() { x[gl_LocalInvocationID.x] = x[gl_LocalInvocationID.x] * 3u + params.step; }
+)";
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : (n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]));
+}
+
+std::vector<uint32_t> random_words(size_t count, uint64_t seed) {
+  std::vector<uint32_t> words(count);
+  uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (auto& w : words) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    w = static_cast<uint32_t>(state >> 16);
+  }
+  return words;
+}
+
+Json bench_copy(vk::Device& device, codegen::ShaderCache& shaders, uint64_t bytes, int reps,
+                int submits) {
+  const auto& caps = device.capabilities();
+  constexpr uint32_t kThreads = 256, kPerThread = 4;
+  vk::KernelInterface k;
+  k.buffer_count = 2;
+  k.push_constant_bytes = 4;
+  k.workgroup_size = {kThreads, 1, 1};
+  k.specialization = {{3, kPerThread}};
+  codegen::CompileOptions options;
+  options.name = "copy";
+  options.target = codegen::target_env_for(caps.api_version);
+  vk::Pipeline copy(device, shaders.get(kCopy, options), k, "copy");
+
+  bytes = bytes / 16 * 16;
+  vk::Arena arena(device, 2 * bytes, vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0});
+  // Source and destination each start a chunk or sit inside one (the placement rule).
+  const uint64_t dst_offset =
+      bytes <= arena.chunk_bytes() && 2 * bytes > arena.chunk_bytes() ? arena.chunk_bytes() : bytes;
+  if (dst_offset + bytes > arena.size() || !arena.placement_ok(0, bytes) ||
+      !arena.placement_ok(dst_offset, bytes) || arena.descriptor_count(arena.range(0, bytes)) > 1) {
+    throw Error("copy buffer of " + std::to_string(bytes) + " bytes does not fit one binding");
+  }
+  const auto data = random_words(bytes / 4, 42);
+  arena.write(0, std::as_bytes(std::span(data)));
+
+  const uint32_t n = static_cast<uint32_t>(bytes / 16);
+  const uint64_t groups = (n + kThreads * kPerThread - 1) / (kThreads * kPerThread);
+  const uint32_t gx =
+      static_cast<uint32_t>(std::min<uint64_t>(groups, caps.compute.max_workgroup_count[0]));
+  const uint32_t gy = static_cast<uint32_t>((groups + gx - 1) / gx);
+
+  vk::Recording rec(device, {true, "copy"});
+  for (int r = 0; r < reps; ++r) {
+    vk::Dispatch d;
+    d.pipeline = &copy;
+    d.buffers = {{arena.range(0, bytes), vk::Access::read},
+                 {arena.range(dst_offset, bytes), vk::Access::write}};
+    d.set_push_constants(n);
+    d.groups = {gx, gy, 1};
+    rec.dispatch(std::move(d));
+  }
+  rec.run();  // warm-up
+  std::vector<double> ms;
+  for (int s = 0; s < submits; ++s) {
+    rec.run();
+    for (const auto& t : rec.timings()) ms.push_back(t.ms);
+  }
+  // Check a few windows of the copy (the whole of it when small).
+  const uint64_t window = std::min<uint64_t>(bytes, 1 << 20);
+  bool ok = true;
+  for (uint64_t at : {uint64_t{0}, (bytes / 2) / 16 * 16, bytes - window}) {
+    std::vector<uint32_t> back(window / 4);
+    arena.read(dst_offset + at, std::as_writable_bytes(std::span(back)));
+    ok = ok && std::memcmp(back.data(), data.data() + at / 4, window) == 0;
+  }
+  const double moved = 2.0 * static_cast<double>(bytes);
+  const double med = median(ms);
+  const double best = *std::min_element(ms.begin(), ms.end());
+  return {{"buffer_bytes", bytes},
+          {"bytes_moved_per_rep", 2 * bytes},
+          {"reps", ms.size()},
+          {"workgroup", kThreads},
+          {"uvec4_per_thread", kPerThread},
+          {"groups", {gx, gy}},
+          {"median_ms", med},
+          {"min_ms", best},
+          {"gbps_median", moved / (med * 1e-3) / 1e9},
+          {"gbps_best", moved / (best * 1e-3) / 1e9},
+          {"correct", ok}};
+}
+
+Json bench_dispatch(vk::Device& device, codegen::ShaderCache& shaders, int chain, int submits) {
+  vk::KernelInterface k;
+  k.buffer_count = 1;
+  k.push_constant_bytes = 4;
+  k.workgroup_size = {64, 1, 1};
+  codegen::CompileOptions options;
+  options.name = "tiny";
+  options.target = codegen::target_env_for(device.capabilities().api_version);
+  vk::Pipeline tiny(device, shaders.get(kTiny, options), k, "tiny");
+  vk::Arena arena(device, 256, vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0});
+  const auto initial = random_words(64, 5);
+  arena.write(0, std::as_bytes(std::span(initial)));
+
+  auto record = [&](bool per_operation) {
+    auto rec = std::make_unique<vk::Recording>(
+        device, vk::RecordingOptions{per_operation, "chain", !per_operation});
+    for (int s = 0; s < chain; ++s) {
+      vk::Dispatch d;
+      d.pipeline = &tiny;
+      d.buffers = {{arena.range(0, 256), vk::Access::read_write}};
+      d.set_push_constants(static_cast<uint32_t>(s + 1));
+      rec->dispatch(std::move(d));
+    }
+    return rec;
+  };
+  auto total = record(false);
+  total->run();
+  std::vector<double> per_dispatch_us, wall_us;
+  for (int s = 0; s < submits; ++s) {
+    const auto start = std::chrono::steady_clock::now();
+    total->run();
+    const double wall =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+    per_dispatch_us.push_back(total->total_ms() * 1e3 / chain);
+    wall_us.push_back(wall / chain);
+  }
+  auto profiled = record(true);
+  profiled->run();
+  std::vector<double> op_us;
+  for (const auto& t : profiled->timings()) op_us.push_back(t.ms * 1e3);
+
+  // 2 + submits runs of the chain: check the values.
+  std::vector<uint32_t> expected = initial;
+  for (int run = 0; run < 2 + submits; ++run) {
+    for (int s = 0; s < chain; ++s) {
+      for (auto& v : expected) v = v * 3u + static_cast<uint32_t>(s + 1);
+    }
+  }
+  std::vector<uint32_t> back(64);
+  arena.read(0, std::as_writable_bytes(std::span(back)));
+  return {
+      {"chain", chain},
+      {"barriers", total->barrier_count()},
+      {"submits", submits},
+      {"us_per_dispatch_median", median(per_dispatch_us)},
+      {"us_per_dispatch_min", *std::min_element(per_dispatch_us.begin(), per_dispatch_us.end())},
+      {"us_per_dispatch_wall_median", median(wall_us)},
+      {"us_per_dispatch_profiled_median", median(op_us)},
+      {"correct", back == expected}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Vulkan copy bandwidth and dispatch+barrier cost (JSON)", "vulkan_dispatch"};
+  double copy_mib = 0;
+  int reps = 20, submits = 10, chain = 1000;
+  app.add_option("--copy-mib", copy_mib, "copy buffer size (default: 1024 on a GPU, 64 on a CPU)");
+  app.add_option("--reps", reps, "copy dispatches per submission");
+  app.add_option("--submits", submits, "timed submissions");
+  app.add_option("--chain", chain, "dependent dispatches in the chain");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    vk::Device device;
+    codegen::ShaderCache shaders;
+    const auto& caps = device.capabilities();
+    if (copy_mib <= 0) copy_mib = caps.device_type == VK_PHYSICAL_DEVICE_TYPE_CPU ? 64 : 1024;
+    Json out;
+    out["bench"] = "vulkan_dispatch";
+    out["device"] = caps.name;
+    out["driver"] = caps.driver_name + " " + caps.driver_info + " (" + caps.driver_version + ")";
+    out["api_version"] = caps.api_version_text;
+    out["copy"] =
+        bench_copy(device, shaders, static_cast<uint64_t>(copy_mib * (1 << 20)), reps, submits);
+    out["dispatch"] = bench_dispatch(device, shaders, chain, submits);
+    std::printf("%s\n", out.dump(2).c_str());
+    const bool ok = out["copy"]["correct"].get<bool>() && out["dispatch"]["correct"].get<bool>();
+    return ok ? 0 : 3;
+  } catch (const mn::Error& e) {
+    std::fprintf(stderr, "vulkan_dispatch: %s\n", e.what());
+    return 1;
+  }
+}
