@@ -1,0 +1,225 @@
+// Indexed shape ops on the GPU: take (the embedding lookup), its adjoint scatter_add, one_hot.
+//
+// Out-of-range indices: the CPU reference throws, but a kernel cannot report an error, so the
+// GPU clamps and ignores: take reads zero for a bad index, one_hot writes an all-zero row, and
+// scatter_add skips the update. Nothing outside the tensors is ever read or written.
+//
+// Every tensor is viewed as [outer, n, inner] around the indexed axis, with K = the number of
+// indices (updates and take's output are [outer, K, inner]).
+#include <algorithm>
+
+#include "codegen/glsl.h"
+#include "codegen/lower_shape.h"
+#include "ir/ops/shape.h"
+
+namespace mn::codegen::shape_lowering {
+
+namespace {
+
+using namespace ops::shape_detail;
+
+std::string u(int64_t v) { return std::to_string(v) + "u"; }
+
+// Declares `uint <name>` coordinates of element i of an [outer, middle, inner] view, skipping
+// the divisions that extents of 1 make needless.
+std::string coordinates(int64_t outer, int64_t middle, int64_t inner, const std::string& o,
+                        const std::string& m, const std::string& j) {
+  std::string s;
+  std::string rest = "i";
+  if (inner == 1) {
+    s += "  uint " + j + " = 0u;\n";
+  } else {
+    s += "  uint " + j + " = i % " + u(inner) + ";\n";
+    rest = "(i / " + u(inner) + ")";
+  }
+  if (outer == 1) {
+    s += "  uint " + m + " = " + rest + ";\n  uint " + o + " = 0u;\n";
+  } else {
+    s += "  uint " + m + " = " + rest + " % " + u(middle) + ";\n";
+    s += "  uint " + o + " = " + rest + " / " + u(middle) + ";\n";
+  }
+  return s;
+}
+
+struct IndexedView {
+  AxisSplit x;    // x (and scatter_add's output) as [outer, n, inner]
+  int64_t k = 1;  // number of indices
+};
+
+IndexedView indexed_view(const LowerContext& ctx, int64_t raw_axis) {
+  const int64_t axis = axis_in(ctx.node.op_name(), ctx.inputs, raw_axis, ctx.inputs[0].rank());
+  return {split_at(ctx.inputs[0].shape, static_cast<int>(axis)), ctx.inputs[1].numel()};
+}
+
+Lowering lower_take(const LowerContext& ctx) {
+  const IndexedView v = indexed_view(ctx, ctx.node.attrs.as<TakeAttrs>().axis);
+  const DType t = ctx.node.type.dtype;
+  std::string body = coordinates(v.x.outer, v.k, v.x.inner, "o", "k", "j");
+  body += "  int row = in1_ldi(k);\n";
+  body += "  if (row >= 0 && row < " + std::to_string(v.x.n) + ") {\n  ";
+  body += copy_to_out(t, "in0", "(o * " + u(v.x.n) + " + uint(row)) * " + u(v.x.inner) + " + j");
+  body += "  } else {\n  " + store_constant(t, 0.0) + "  }\n";
+  Lowering l;
+  l.launches.push_back(
+      per_element(ctx, "take", {0, 1}, body, static_cast<uint64_t>(ctx.node.type.numel())));
+  return l;
+}
+
+Lowering lower_one_hot(const LowerContext& ctx) {
+  const int64_t depth = ctx.node.attrs.as<OneHotAttrs>().depth;
+  std::string body = "  int d = int(i % " + u(depth) + ");\n";
+  body += "  out_st(i, in0_ldi(i / " + u(depth) + ") == d ? 1.0 : 0.0);\n";
+  Lowering l;
+  l.launches.push_back(
+      per_element(ctx, "one_hot", {0}, body, static_cast<uint64_t>(ctx.node.type.numel())));
+  return l;
+}
+
+// Below this many indices the deterministic path's sequential pass is cheap; above it a device
+// with float atomics adds the updates directly (in an unspecified order).
+constexpr int64_t kAtomicMinIndices = 16384;
+constexpr uint32_t kBuildThreads = 256;
+
+// Groups the index positions by row, in increasing k, as offsets[n + 1] | cursor[n] | list[K]
+// in one int scratch buffer: counts by integer atomics (their result is exact), an exclusive
+// scan, then a pass over K in chunks of kBuildThreads where each index finds its rank among
+// the equal ones of its chunk, so the list comes out in index order whatever the scheduling.
+// One workgroup: the phases meet at workgroup barriers.
+KernelLaunch csr_build(const IndexedView& v) {
+  const std::string N = u(v.x.n), K = u(v.k), L = u(kBuildThreads);
+  std::string g = glsl::header();
+  g += "layout(std430, set = 0, binding = 0) readonly buffer Buffer0 { int idx[]; };\n";
+  g += "layout(std430, set = 0, binding = 1) coherent buffer Buffer1 { int s[]; };\n";
+  g += "shared int part[" + L + "];\nshared int rows[" + L + "];\n";
+  g += "const uint N = " + N + ", K = " + K + ", L = " + L + ";\n";
+  g += "const uint CURSOR = N + 1u, LIST = 2u * N + 1u;\n";
+  g += R"(void sync() { memoryBarrierBuffer(); barrier(); }
+void main() {
+  uint t = gl_LocalInvocationID.x;
+  for (uint r = t; r <= N; r += L) s[r] = 0;
+  for (uint r = t; r < N; r += L) s[CURSOR + r] = 0;
+  sync();
+  for (uint k = t; k < K; k += L) {
+    int row = idx[k];
+    if (row >= 0 && row < int(N)) atomicAdd(s[uint(row) + 1u], 1);
+  }
+  sync();
+  // Scan: thread t sums a contiguous run of rows, thread 0 scans the run totals.
+  const uint C = (N + L - 1u) / L;
+  uint lo = min(t * C, N), hi = min(lo + C, N);
+  int run = 0;
+  for (uint r = lo; r < hi; ++r) run += s[r + 1u];
+  part[t] = run;
+  barrier();
+  if (t == 0u) {
+    int acc = 0;
+    for (uint q = 0u; q < L; ++q) { int c = part[q]; part[q] = acc; acc += c; }
+  }
+  barrier();
+  int acc = part[t];
+  for (uint r = lo; r < hi; ++r) { acc += s[r + 1u]; s[r + 1u] = acc; }
+  sync();
+  for (uint c = 0u; c < K; c += L) {
+    uint k = c + t;
+    int row = k < K ? idx[k] : -1;
+    if (row < 0 || row >= int(N)) row = -1;
+    rows[t] = row;
+    barrier();
+    int rank = 0;
+    bool last = true;
+    if (row >= 0) {
+      for (uint q = 0u; q < t; ++q) rank += int(rows[q] == row);
+      for (uint q = t + 1u; q < L && last; ++q) last = rows[q] != row;
+      s[LIST + uint(s[uint(row)] + s[CURSOR + uint(row)] + rank)] = int(k);
+    }
+    sync();  // every cursor read precedes this chunk's cursor updates
+    if (row >= 0 && last) s[CURSOR + uint(row)] += rank + 1;
+    sync();
+  }
+}
+)";
+  return {"scatter_add_group",
+          g,
+          {kBuildThreads, 1, 1},
+          {1, 1, 1},
+          {{ArgRef::input(1), false}, {ArgRef::scratch(0), true}}};
+}
+
+// out[o, r, j] = x[o, r, j] + the updates of row r's indices, summed in index order.
+KernelLaunch csr_gather(const LowerContext& ctx, const IndexedView& v) {
+  const DType t = ctx.node.type.dtype;
+  const bool ints = !is_float(t);
+  const std::string sfx = ints ? "i" : "";
+  std::string decl = glsl::buffer(0, ctx.inputs[0].dtype, "x", true);
+  decl += glsl::buffer(1, ctx.inputs[2].dtype, "upd", true);
+  decl += "layout(std430, set = 0, binding = 2) readonly buffer Buffer2 { int s[]; };\n";
+  decl += glsl::buffer(3, t, "out", false);
+  std::string body = coordinates(v.x.outer, v.x.n, v.x.inner, "o", "r", "j");
+  body += std::string("  ") + (ints ? "int" : "float") + " acc = x_ld" + sfx + "(i);\n";
+  body += "  uint e = uint(s[r + 1u]);\n";
+  body += "  for (uint p = uint(s[r]); p < e; ++p) {\n";
+  body += "    uint k = uint(s[" + u(2 * v.x.n + 1) + " + p]);\n";
+  body +=
+      "    acc += upd_ld" + sfx + "((o * " + u(v.k) + " + k) * " + u(v.x.inner) + " + j);\n  }\n";
+  body += "  out_st" + sfx + "(i, acc);\n";
+  const uint64_t n = static_cast<uint64_t>(ctx.node.type.numel());
+  const glsl::Linear grid = glsl::linear_grid(n, ctx.device);
+  return {"scatter_add",
+          glsl::elementwise_kernel(decl, body, n),
+          {grid.local, 1, 1},
+          grid.groups,
+          {{ArgRef::input(0), false},
+           {ArgRef::input(2), false},
+           {ArgRef::scratch(0), false},
+           {ArgRef::output(), true}}};
+}
+
+// out = x, then one thread per update adds it into its row with a float atomic.
+Lowering scatter_add_atomic(const LowerContext& ctx, const IndexedView& v) {
+  Lowering l;
+  l.launches.push_back(per_element(ctx, "scatter_add_copy", {0},
+                                   copy_to_out(DType::f32, "in0", "i"),
+                                   static_cast<uint64_t>(ctx.node.type.numel())));
+  std::string decl = glsl::buffer(0, DType::i32, "idx", true);
+  decl += glsl::buffer(1, DType::f32, "upd", true);
+  decl += "layout(std430, set = 0, binding = 2) buffer Buffer2 { float out_data[]; };\n";
+  std::string body = coordinates(v.x.outer, v.k, v.x.inner, "o", "k", "j");
+  body += "  int row = idx_ldi(k);\n";
+  body += "  if (row < 0 || row >= " + std::to_string(v.x.n) + ") return;\n";
+  body += "  atomicAdd(out_data[(o * " + u(v.x.n) + " + uint(row)) * " + u(v.x.inner) +
+          " + j], upd_ld(i));\n";
+  const uint64_t n = static_cast<uint64_t>(ctx.inputs[2].numel());
+  const glsl::Linear grid = glsl::linear_grid(n, ctx.device);
+  // Extensions must precede every declaration: right after the #version line.
+  std::string src = glsl::elementwise_kernel(decl, body, n);
+  src.insert(src.find('\n') + 1, "#extension GL_EXT_shader_atomic_float : require\n");
+  l.launches.push_back(
+      {"scatter_add_atomic",
+       std::move(src),
+       {grid.local, 1, 1},
+       grid.groups,
+       {{ArgRef::input(1), false}, {ArgRef::input(2), false}, {ArgRef::output(), true}}});
+  return l;
+}
+
+Lowering lower_scatter_add(const LowerContext& ctx) {
+  const IndexedView v = indexed_view(ctx, ctx.node.attrs.as<ScatterAddAttrs>().axis);
+  if (ctx.device.float_atomics && ctx.node.type.dtype == DType::f32 && v.k >= kAtomicMinIndices) {
+    return scatter_add_atomic(ctx, v);
+  }
+  Lowering l;
+  l.scratch_bytes.push_back(static_cast<uint64_t>(2 * v.x.n + 1 + v.k) * sizeof(int32_t));
+  l.launches.push_back(csr_build(v));
+  l.launches.push_back(csr_gather(ctx, v));
+  return l;
+}
+
+}  // namespace
+
+void register_shape_index_lowerings(LoweringRegistry& r) {
+  r.add("take", lower_take);
+  r.add("scatter_add", lower_scatter_add);
+  r.add("one_hot", lower_one_hot);
+}
+
+}  // namespace mn::codegen::shape_lowering
