@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include <meganeura/error.h>
 
@@ -14,11 +15,46 @@ std::string header() {
          "layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;\n";
 }
 
+namespace {
+
+// Conversions between f32 and the 16-bit formats written out bit by bit: OpFConvert's rounding
+// mode and the flushing of f16 subnormals are implementation-defined, and the reference
+// rounds to nearest even keeping subnormals, so the explicit forms make every device agree.
+const char* kHalfConversions = R"(#ifndef MN_HALF_CONVERSIONS
+#define MN_HALF_CONVERSIONS
+float mn_f16_to_f32(uint h) {
+  uint s = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0u) return uintBitsToFloat(s | floatBitsToUint(float(m) * 5.9604644775390625e-8));
+  if (e == 31u) return uintBitsToFloat(s | 0x7f800000u | (m << 13));
+  return uintBitsToFloat(s | ((e + 112u) << 23) | (m << 13));
+}
+uint mn_f32_to_f16(float v) {
+  uint x = floatBitsToUint(v), s = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return s | 0x7e00u;
+  if (a >= 0x477ff000u) return s | 0x7c00u;  // from 65520 on: infinity
+  if (a < 0x38800000u) return s | uint(roundEven(uintBitsToFloat(a) * 16777216.0));
+  uint r = a - 0x38000000u;
+  r += 0xfffu + ((r >> 13) & 1u);
+  return s | (r >> 13);
+}
+float mn_bf16_to_f32(uint h) { return uintBitsToFloat(h << 16); }
+uint mn_f32_to_bf16(float v) {
+  uint u = floatBitsToUint(v);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;  // NaN stays NaN (quiet)
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return u >> 16;
+}
+#endif
+)";
+
+}  // namespace
+
 std::string buffer(uint32_t binding, DType dtype, const std::string& name, bool readonly) {
   const std::string b = std::to_string(binding);
   const std::string data = name + "_data";
   std::string elem;
   std::string ld, st, ldi, sti;
+  const bool half = dtype == DType::f16 || dtype == DType::bf16;
   switch (dtype) {
     case DType::f32:
       elem = "float";
@@ -26,16 +62,14 @@ std::string buffer(uint32_t binding, DType dtype, const std::string& name, bool 
       st = data + "[i] = v;";
       break;
     case DType::f16:
-      elem = "float16_t";
-      ld = "return float(" + data + "[i]);";
-      st = data + "[i] = float16_t(v);";
+      elem = "uint16_t";
+      ld = "return mn_f16_to_f32(uint(" + data + "[i]));";
+      st = data + "[i] = uint16_t(mn_f32_to_f16(v));";
       break;
     case DType::bf16:
       elem = "uint16_t";
-      ld = "return uintBitsToFloat(uint(" + data + "[i]) << 16);";
-      // Round to nearest even on the 16 dropped bits, as the CPU reference does.
-      st = "uint u = floatBitsToUint(v); u += 0x7fffu + ((u >> 16) & 1u); " + data +
-           "[i] = uint16_t(u >> 16);";
+      ld = "return mn_bf16_to_f32(uint(" + data + "[i]));";
+      st = data + "[i] = uint16_t(mn_f32_to_bf16(v));";
       break;
     case DType::i32:
       elem = "int";
@@ -52,20 +86,42 @@ std::string buffer(uint32_t binding, DType dtype, const std::string& name, bool 
       sti = data + "[i] = uint(v);";
       break;
   }
-  std::string s = "layout(std430, set = 0, binding = " + b + ") " + (readonly ? "readonly " : "") +
-                  "buffer Buffer" + b + " { " + elem + " " + data + "[]; };\n";
+  std::string s = half ? kHalfConversions : "";
+  s += "layout(std430, set = 0, binding = " + b + ") " + (readonly ? "readonly " : "") +
+       "buffer Buffer" + b + " { " + elem + " " + data + "[]; };\n";
   s += "float " + name + "_ld(uint i) { " + ld + " }\n";
   if (!ldi.empty()) s += "int " + name + "_ldi(uint i) { " + ldi + " }\n";
+  if (half) s += "uint " + name + "_ldb(uint i) { return uint(" + data + "[i]); }\n";
   if (!readonly) {
     s += "void " + name + "_st(uint i, float v) { " + st + " }\n";
     if (!sti.empty()) s += "void " + name + "_sti(uint i, int v) { " + sti + " }\n";
+    if (half) s += "void " + name + "_stb(uint i, uint v) { " + data + "[i] = uint16_t(v); }\n";
   }
   return s;
+}
+
+void require_storage(const LowerContext& ctx) {
+  if (ctx.device.storage_16bit) return;
+  auto check = [&](DType t, const std::string& what) {
+    if (t == DType::f16 || t == DType::bf16) {
+      throw Error(std::string(ctx.node.op_name()) + ": " + what + " is " + dtype_name(t) +
+                  ", but the device lacks 16-bit storage buffer access "
+                  "(storageBuffer16BitAccess); use f32 tensors on this device");
+    }
+  };
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    check(ctx.inputs[i].dtype, "input " + std::to_string(i));
+  }
+  check(ctx.node.type.dtype, "the output");
 }
 
 Linear linear_grid(uint64_t n, const DeviceTraits& d, uint32_t local) {
   Linear l;
   l.local = local;
+  // gid() is a 32-bit index.
+  if (n > std::numeric_limits<uint32_t>::max()) {
+    throw Error("kernel grid of " + std::to_string(n) + " elements exceeds 32-bit indexing");
+  }
   uint64_t groups = std::max<uint64_t>(1, (n + local - 1) / local);
   uint64_t x = std::min<uint64_t>(groups, d.max_group_count);
   uint64_t y = (groups + x - 1) / x;
@@ -125,8 +181,9 @@ std::string float_literal(double v) {
 
 std::string elementwise_kernel(const std::string& declarations, const std::string& body,
                                uint64_t n) {
-  return header() + declarations + gid_function() + "void main() {\n  uint i = gid();\n  if (i >= " +
-         std::to_string(n) + "u) return;\n" + body + "}\n";
+  return header() + declarations + gid_function() +
+         "void main() {\n  uint i = gid();\n  if (i >= " + std::to_string(n) + "u) return;\n" +
+         body + "}\n";
 }
 
 }  // namespace mn::codegen::glsl

@@ -17,10 +17,20 @@ std::string header();
 // A storage buffer `name` at `binding` holding `dtype`, plus helpers
 //   float <name>_ld(uint i); void <name>_st(uint i, float v)   (any dtype; ints convert)
 //   int <name>_ldi(uint i); void <name>_sti(uint i, int v)      (i32/u32 buffers)
+//   uint <name>_ldb(uint i); void <name>_stb(uint i, uint v)    (f16/bf16: the raw 16 bits)
+// f16/bf16 convert exactly on load and round to nearest even on store (NaN stays NaN, f16
+// overflows to infinity), as the CPU reference does; they need 16-bit storage access
+// (require_storage).
 std::string buffer(uint32_t binding, DType dtype, const std::string& name, bool readonly);
 
+// mn::Error naming the op and operand when the node reads or writes f16/bf16 tensors and the
+// device has no 16-bit storage buffer access. Every lowering using buffer() calls it.
+void require_storage(const LowerContext& ctx);
+
 // A 1-D launch over n elements with `local` threads per group: the grid folds into two
-// dimensions past the device's group-count limit. The shader reads the index as `gid()`.
+// dimensions past the device's group-count limit (the last row may hold groups past n, so
+// the shader bounds-checks gid()). The shader reads the index as `gid()`. mn::Error when n
+// exceeds 32-bit indexing or the folded grid still exceeds the limit.
 struct Linear {
   std::array<uint32_t, 3> groups{1, 1, 1};
   uint32_t local = 256;
@@ -41,6 +51,7 @@ std::string broadcast_offset(std::span<const int64_t> in, std::span<const int64_
 std::string float_literal(double v);
 
 // The complete source of a 1-D elementwise kernel: `body` runs for index `i` < n.
-std::string elementwise_kernel(const std::string& declarations, const std::string& body, uint64_t n);
+std::string elementwise_kernel(const std::string& declarations, const std::string& body,
+                               uint64_t n);
 
 }  // namespace mn::codegen::glsl
