@@ -1,8 +1,210 @@
+// Convolutions as implicit GEMMs (lower_conv_gemm.cpp), one GEMM per group:
+//   conv2d:                 M = N·OH·OW, N = O,            K = C/groups·kh·kw
+//   conv2d_backward_input:  M = N·H·W,   N = C/groups,     K = O/groups·kh·kw (taps that land
+//                           between strided output positions read zero)
+//   conv2d_backward_weight: M = O/groups, N = C/groups·kh·kw, K = N·OH·OW (split across
+//                           workgroups when the weight alone is too small to fill the device)
+//   conv_transpose2d:       conv2d_backward_input of its attributes, plus bias.
+// Indices are unsigned: a tap in the padding wraps to a huge value and fails the bounds check.
+#include <meganeura/error.h>
+
+#include "codegen/glsl.h"
 #include "codegen/kernel.h"
+#include "codegen/lower_conv_gemm.h"
 #include "codegen/lower_families.h"
+#include "ir/ops/conv.h"
 
 namespace mn::codegen {
 
-void register_conv_lowerings(LoweringRegistry& r) {}
+namespace {
+
+std::string u(int64_t v) { return std::to_string(v) + "u"; }
+
+// A convolution in the terms of the forward conv2d: input [batch, c, h, w], weight
+// [o, c/groups, kh, kw], output [batch, o, oh, ow].
+struct ConvDims {
+  Conv2dAttrs a;
+  int64_t batch = 1, c = 0, h = 0, w = 0, o = 0, oh = 0, ow = 0, kh = 0, kw = 0;
+  int64_t cg() const { return c / a.groups; }
+  int64_t og() const { return o / a.groups; }
+  int64_t khw() const { return kh * kw; }
+};
+
+int64_t leading_numel(const Shape& s) {
+  int64_t n = 1;
+  for (size_t i = 0; i + 3 < s.size(); ++i) n *= s[i];
+  return n;
+}
+
+// From the forward input's shape, the forward output's shape and the kernel size.
+ConvDims dims(const Conv2dAttrs& a, const Shape& x, const Shape& y, int64_t kh, int64_t kw) {
+  const size_t r = x.size();
+  return {a, leading_numel(x), x[r - 3], x[r - 2], x[r - 1], y[r - 3], y[r - 2], y[r - 1], kh, kw};
+}
+
+// Statements splitting `k` (or another index) into channel `c`, kernel row `i` and column `j`.
+std::string split_tap(const ConvDims& d, const std::string& index, const std::string& channel) {
+  return "  uint " + channel + " = " + index + " / " + u(d.khw()) + ", r = " + index + " % " +
+         u(d.khw()) + ", i = r / " + u(d.kw) + ", j = r % " + u(d.kw) + ";\n";
+}
+
+// The forward input element under output position (oh, ow), tap (c, i, j) of group g, or zero
+// in the padding.
+std::string read_input(const ConvDims& d, const std::string& buf) {
+  std::string s = "  uint ih = oh * " + u(d.a.stride_h) + " + i * " + u(d.a.dilation_h) + " - " +
+                  u(d.a.pad_h) + ", iw = ow * " + u(d.a.stride_w) + " + j * " + u(d.a.dilation_w) +
+                  " - " + u(d.a.pad_w) + ";\n";
+  s += "  if (ih >= " + u(d.h) + " || iw >= " + u(d.w) + ") return 0.0;\n";
+  s += "  return " + buf + "_ld(((b * " + u(d.c) + " + g * " + u(d.cg()) + " + c) * " + u(d.h) +
+       " + ih) * " + u(d.w) + " + iw);\n";
+  return s;
+}
+
+std::string split_position(const std::string& index, int64_t plane, int64_t width,
+                           const std::string& row, const std::string& col) {
+  return "  uint b = " + index + " / " + u(plane) + ", p = " + index + " % " + u(plane) + ";\n" +
+         "  uint " + row + " = p / " + u(width) + ", " + col + " = p % " + u(width) + ";\n";
+}
+
+Lowering lower_conv2d(const LowerContext& ctx) {
+  const auto& a = ctx.node.attrs.as<Conv2dAttrs>();
+  const Shape& w = ctx.inputs[1].shape;
+  const ConvDims d = dims(a, ctx.inputs[0].shape, ctx.node.type.shape, w[2], w[3]);
+  const bool bias = ctx.inputs.size() == 3;
+  const int64_t plane = d.oh * d.ow;
+
+  ImplicitGemm g;
+  g.name = "conv2d";
+  g.m = d.batch * plane;
+  g.n = d.og();
+  g.k = d.cg() * d.khw();
+  g.groups = a.groups;
+  g.a_k_fast = false;  // x is contiguous along output columns
+  g.b_k_fast = true;   // w[o] is contiguous along (c, i, j)
+  g.c_n_fast = false;
+  g.declarations = glsl::buffer(0, ctx.inputs[0].dtype, "X", true) +
+                   glsl::buffer(1, ctx.inputs[1].dtype, "Wt", true);
+  g.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}};
+  if (bias) {
+    g.declarations += glsl::buffer(2, ctx.inputs[2].dtype, "Bias", true);
+    g.bindings.push_back({ArgRef::input(2), false});
+  }
+  g.declarations +=
+      glsl::buffer(static_cast<uint32_t>(g.bindings.size()), ctx.node.type.dtype, "Y", false);
+  g.bindings.push_back({ArgRef::output(), true});
+  g.a_at =
+      split_position("m", plane, d.ow, "oh", "ow") + split_tap(d, "k", "c") + read_input(d, "X");
+  g.b_at = "  return Wt_ld((g * " + u(d.og()) + " + n) * " + u(g.k) + " + k);\n";
+  g.c_store = "  uint b = m / " + u(plane) + ", p = m % " + u(plane) + ";\n";
+  g.c_store += "  uint oc = g * " + u(d.og()) + " + n;\n";
+  g.c_store += "  Y_st((b * " + u(d.o) + " + oc) * " + u(plane) + " + p, v" +
+               (bias ? " + Bias_ld(oc)" : "") + ");\n";
+  g.split_k = true;
+  return lower_implicit_gemm(g, ctx.device);
+}
+
+// dx = the adjoint of conv2d in x, applied to gy (inputs: gy, w[, bias]); d is the forward
+// convolution whose input dx is.
+Lowering lower_input_gradient(const LowerContext& ctx, const ConvDims& d, const char* name) {
+  const bool bias = ctx.inputs.size() == 3;
+  const int64_t plane = d.h * d.w;
+  const Conv2dAttrs& a = d.a;
+
+  ImplicitGemm g;
+  g.name = name;
+  g.m = d.batch * plane;
+  g.n = d.cg();
+  g.k = d.og() * d.khw();
+  g.groups = a.groups;
+  g.a_k_fast = false;  // gy is contiguous along output columns
+  g.b_k_fast = true;   // w[o, c] is contiguous along (i, j)
+  g.c_n_fast = false;
+  g.declarations = glsl::buffer(0, ctx.inputs[0].dtype, "GY", true) +
+                   glsl::buffer(1, ctx.inputs[1].dtype, "Wt", true);
+  g.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}};
+  if (bias) {
+    g.declarations += glsl::buffer(2, ctx.inputs[2].dtype, "Bias", true);
+    g.bindings.push_back({ArgRef::input(2), false});
+  }
+  g.declarations +=
+      glsl::buffer(static_cast<uint32_t>(g.bindings.size()), ctx.node.type.dtype, "DX", false);
+  g.bindings.push_back({ArgRef::output(), true});
+
+  // Input pixel (y, x) meets output (oh, ow) through tap (i, j) when y + pad - i·dilation =
+  // oh·stride: a tap off the stride grid reads zero.
+  std::string at = split_position("m", plane, d.w, "y", "x") + split_tap(d, "k", "o");
+  at += "  uint th = y + " + u(a.pad_h) + " - i * " + u(a.dilation_h) + ", tw = x + " + u(a.pad_w) +
+        " - j * " + u(a.dilation_w) + ";\n";
+  if (a.stride_h > 1) at += "  if (th % " + u(a.stride_h) + " != 0u) return 0.0;\n";
+  if (a.stride_w > 1) at += "  if (tw % " + u(a.stride_w) + " != 0u) return 0.0;\n";
+  at += "  uint oh = th / " + u(a.stride_h) + ", ow = tw / " + u(a.stride_w) + ";\n";
+  at += "  if (oh >= " + u(d.oh) + " || ow >= " + u(d.ow) + ") return 0.0;\n";
+  at += "  return GY_ld(((b * " + u(d.o) + " + g * " + u(d.og()) + " + o) * " + u(d.oh) +
+        " + oh) * " + u(d.ow) + " + ow);\n";
+  g.a_at = std::move(at);
+  g.b_at = "  uint o = k / " + u(d.khw()) + ", r = k % " + u(d.khw()) + ";\n" +
+           "  return Wt_ld(((g * " + u(d.og()) + " + o) * " + u(d.cg()) + " + n) * " + u(d.khw()) +
+           " + r);\n";
+  g.c_store = "  uint b = m / " + u(plane) + ", p = m % " + u(plane) + ";\n";
+  g.c_store += "  uint ic = g * " + u(d.cg()) + " + n;\n";
+  g.c_store += "  DX_st((b * " + u(d.c) + " + ic) * " + u(plane) + " + p, v" +
+               (bias ? " + Bias_ld(ic)" : "") + ");\n";
+  g.split_k = true;
+  return lower_implicit_gemm(g, ctx.device);
+}
+
+Lowering lower_backward_input(const LowerContext& ctx) {
+  const auto& b = ctx.node.attrs.as<Conv2dBackwardInputAttrs>();
+  const Shape& w = ctx.inputs[1].shape;
+  return lower_input_gradient(ctx,
+                              dims(b.conv, ctx.node.type.shape, ctx.inputs[0].shape, w[2], w[3]),
+                              "conv2d_backward_input");
+}
+
+// conv_transpose2d(x, w) is the input gradient of the convolution whose output x is and whose
+// input the node's output is (weight layouts agree).
+Lowering lower_conv_transpose2d(const LowerContext& ctx) {
+  const auto& t = ctx.node.attrs.as<ConvTranspose2dAttrs>();
+  const Shape& w = ctx.inputs[1].shape;
+  return lower_input_gradient(
+      ctx, dims(t.conv, ctx.node.type.shape, ctx.inputs[0].shape, w[2], w[3]), "conv_transpose2d");
+}
+
+Lowering lower_backward_weight(const LowerContext& ctx) {
+  const auto& bw = ctx.node.attrs.as<Conv2dBackwardWeightAttrs>();
+  const ConvDims d =
+      dims(bw.conv, ctx.inputs[0].shape, ctx.inputs[1].shape, bw.kernel_h, bw.kernel_w);
+  const int64_t plane = d.oh * d.ow;
+
+  ImplicitGemm g;
+  g.name = "conv2d_backward_weight";
+  g.m = d.og();
+  g.n = d.cg() * d.khw();
+  g.k = d.batch * plane;
+  g.groups = d.a.groups;
+  g.a_k_fast = true;  // gy is contiguous along output positions
+  g.b_k_fast = true;  // and so is the input under them (stride apart)
+  g.c_n_fast = true;  // dw[o] is contiguous along (c, i, j)
+  g.declarations = glsl::buffer(0, ctx.inputs[0].dtype, "X", true) +
+                   glsl::buffer(1, ctx.inputs[1].dtype, "GY", true) +
+                   glsl::buffer(2, ctx.node.type.dtype, "DW", false);
+  g.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
+  g.a_at = "  uint b = k / " + u(plane) + ", p = k % " + u(plane) + ";\n" + "  return GY_ld((b * " +
+           u(d.o) + " + g * " + u(d.og()) + " + m) * " + u(plane) + " + p);\n";
+  g.b_at =
+      split_position("k", plane, d.ow, "oh", "ow") + split_tap(d, "n", "c") + read_input(d, "X");
+  g.c_store = "  DW_st((g * " + u(d.og()) + " + m) * " + u(g.n) + " + n, v);\n";
+  g.split_k = true;
+  return lower_implicit_gemm(g, ctx.device);
+}
+
+}  // namespace
+
+void register_conv_lowerings(LoweringRegistry& r) {
+  r.add("conv2d", lower_conv2d);
+  r.add("conv_transpose2d", lower_conv_transpose2d);
+  r.add("conv2d_backward_input", lower_backward_input);
+  r.add("conv2d_backward_weight", lower_backward_weight);
+}
 
 }  // namespace mn::codegen

@@ -1,8 +1,215 @@
-#include "codegen/kernel.h"
+// Max and average pooling: one thread per output element. The backward ops are gathers (each
+// input-gradient element sums over the windows that contain it), so no atomics are needed and
+// the result is deterministic. Max pooling's backward ops recompute each window's argmax exactly
+// as the reference does: scanning rows then columns, the first maximum wins, a NaN wins, padding
+// never wins.
+#include "codegen/lower_pool.h"
+
+#include "codegen/glsl.h"
 #include "codegen/lower_families.h"
+#include "ir/ops/pool.h"
 
 namespace mn::codegen {
 
-void register_pool_lowerings(LoweringRegistry& r) {}
+namespace pool {
+
+Planes planes_of(const LowerContext& ctx) {
+  const Shape& in = ctx.inputs[0].shape;
+  const Shape& out = ctx.node.type.shape;
+  const size_t r = in.size();
+  Planes p;
+  p.in_h = in[r - 2];
+  p.in_w = in[r - 1];
+  p.out_h = out[r - 2];
+  p.out_w = out[r - 1];
+  p.planes = numel(out) / (p.out_h * p.out_w);
+  return p;
+}
+
+Lowering per_output_kernel(const LowerContext& ctx, const std::string& functions,
+                           const std::string& body) {
+  const Planes g = planes_of(ctx);
+  const auto n = static_cast<uint64_t>(ctx.node.type.numel());
+  std::string decls = glsl::buffer(0, ctx.inputs[0].dtype, "X", true);
+  std::vector<KernelBinding> bindings{{ArgRef::input(0), false}};
+  if (ctx.inputs.size() > 1) {
+    decls += glsl::buffer(1, ctx.inputs[1].dtype, "G", true);
+    bindings.push_back({ArgRef::input(1), false});
+  }
+  decls += glsl::buffer(static_cast<uint32_t>(bindings.size()), ctx.node.type.dtype, "Y", false);
+  bindings.push_back({ArgRef::output(), true});
+  const std::string plane = ulit(g.out_h * g.out_w);
+  std::string prologue = "  uint p = i / " + plane + ", q = i % " + plane + ";\n";
+  prologue += "  int oy = int(q / " + ulit(g.out_w) + "), ox = int(q % " + ulit(g.out_w) + ");\n";
+
+  const glsl::Linear grid = glsl::linear_grid(n, ctx.device);
+  KernelLaunch k;
+  k.name = std::string(ctx.node.op_name());
+  k.glsl = glsl::elementwise_kernel(decls + functions, prologue + body, n);
+  k.workgroup = {grid.local, 1, 1};
+  k.groups = grid.groups;
+  k.bindings = std::move(bindings);
+  Lowering l;
+  l.launches.push_back(std::move(k));
+  return l;
+}
+
+}  // namespace pool
+
+namespace {
+
+using pool::ilit;
+
+// `int window_argmax(uint base, int oy, int ox, out float m)`: the offset within the plane at
+// `base` of window (oy, ox)'s maximum (-1 for a window with no element inside the input), with
+// the maximum in m (-inf for an empty window).
+std::string window_argmax(const MaxPool2dAttrs& a, int64_t h, int64_t w) {
+  std::string s = "int window_argmax(uint base, int oy, int ox, out float m) {\n";
+  s += "  int h0 = oy * " + ilit(a.stride_h) + " - " + ilit(a.pad_h) + ";\n";
+  s += "  int h1 = min(h0 + " + ilit((a.kernel_h - 1) * a.dilation_h + 1) + ", " + ilit(h) + ");\n";
+  s += "  if (h0 < 0) h0 += (-h0 + " + ilit(a.dilation_h - 1) + ") / " + ilit(a.dilation_h) +
+       " * " + ilit(a.dilation_h) + ";\n";
+  s += "  int w0 = ox * " + ilit(a.stride_w) + " - " + ilit(a.pad_w) + ";\n";
+  s += "  int w1 = min(w0 + " + ilit((a.kernel_w - 1) * a.dilation_w + 1) + ", " + ilit(w) + ");\n";
+  s += "  if (w0 < 0) w0 += (-w0 + " + ilit(a.dilation_w - 1) + ") / " + ilit(a.dilation_w) +
+       " * " + ilit(a.dilation_w) + ";\n";
+  s += "  int best = (h0 < h1 && w0 < w1) ? h0 * " + ilit(w) + " + w0 : -1;\n";
+  s += "  m = uintBitsToFloat(0xff800000u);\n";
+  s += "  for (int y = h0; y < h1; y += " + ilit(a.dilation_h) + ") {\n";
+  s += "    for (int x = w0; x < w1; x += " + ilit(a.dilation_w) + ") {\n";
+  s += "      float v = X_ld(base + uint(y * " + ilit(w) + " + x));\n";
+  s += "      if (v > m || isnan(v)) { m = v; best = y * " + ilit(w) + " + x; }\n";
+  s += "    }\n  }\n  return best;\n}\n";
+  return s;
+}
+
+Lowering lower_max_pool2d(const LowerContext& ctx) {
+  const auto& a = ctx.node.attrs.as<MaxPool2dAttrs>();
+  const pool::Planes g = pool::planes_of(ctx);
+  std::string body = "  float m;\n";
+  body += "  window_argmax(p * " + pool::ulit(g.in_h * g.in_w) + ", oy, ox, m);\n";
+  body += "  Y_st(i, m);\n";
+  return pool::per_output_kernel(ctx, window_argmax(a, g.in_h, g.in_w), body);
+}
+
+// max_pool2d_gather(x, g): g read at each window's argmax (zero for an empty window).
+Lowering lower_max_pool2d_gather(const LowerContext& ctx) {
+  const auto& a = ctx.node.attrs.as<MaxPool2dAttrs>();
+  const pool::Planes g = pool::planes_of(ctx);
+  const std::string base = "p * " + pool::ulit(g.in_h * g.in_w);
+  std::string body = "  float m;\n";
+  body += "  int k = window_argmax(" + base + ", oy, ox, m);\n";
+  body += "  Y_st(i, k < 0 ? 0.0 : G_ld(" + base + " + uint(k)));\n";
+  return pool::per_output_kernel(ctx, window_argmax(a, g.in_h, g.in_w), body);
+}
+
+// max_pool2d_backward(x, gy): each input element sums gy over the windows whose tap grid holds it
+// and whose argmax it is.
+Lowering lower_max_pool2d_backward(const LowerContext& ctx) {
+  const auto& a = ctx.node.attrs.as<MaxPool2dAttrs>();
+  const pool::Planes g = pool::planes_of(ctx);  // here in = out = x's plane
+  const Shape& gy = ctx.inputs[1].shape;
+  const int64_t ph = gy[gy.size() - 2], pw = gy[gy.size() - 1];
+  std::string body = "  uint base = p * " + pool::ulit(g.in_h * g.in_w) + ";\n";
+  body += "  uint gbase = p * " + pool::ulit(ph * pw) + ";\n";
+  body += "  int here = oy * " + ilit(g.in_w) + " + ox;\n";
+  body += "  float acc = 0.0;\n";
+  body += "  for (int a = 0; a < " + ilit(a.kernel_h) + "; ++a) {\n";
+  body += "    int th = oy + " + ilit(a.pad_h) + " - a * " + ilit(a.dilation_h) + ";\n";
+  body += "    if (th < 0 || th % " + ilit(a.stride_h) + " != 0) continue;\n";
+  body += "    int wy = th / " + ilit(a.stride_h) + ";\n";
+  body += "    if (wy >= " + ilit(ph) + ") continue;\n";
+  body += "    for (int b = 0; b < " + ilit(a.kernel_w) + "; ++b) {\n";
+  body += "      int tw = ox + " + ilit(a.pad_w) + " - b * " + ilit(a.dilation_w) + ";\n";
+  body += "      if (tw < 0 || tw % " + ilit(a.stride_w) + " != 0) continue;\n";
+  body += "      int wx = tw / " + ilit(a.stride_w) + ";\n";
+  body += "      if (wx >= " + ilit(pw) + ") continue;\n";
+  body += "      float m;\n";
+  body += "      if (window_argmax(base, wy, wx, m) == here) acc += G_ld(gbase + uint(wy * " +
+          ilit(pw) + " + wx));\n";
+  body += "    }\n  }\n  Y_st(i, acc);\n";
+  return pool::per_output_kernel(ctx, window_argmax(a, g.in_h, g.in_w), body);
+}
+
+// `void avg_window_<axis>(int o, out int lo, out int hi, out int size)`: the taps [lo, hi) of
+// output index o inside the input, and the window's size clipped to the padded input (PyTorch's
+// count_include_pad divisor).
+std::string avg_window(const char* axis, int64_t in, int64_t k, int64_t s, int64_t p) {
+  std::string f =
+      "void avg_window_" + std::string(axis) + "(int o, out int lo, out int hi, out int size) {\n";
+  f += "  int start = o * " + ilit(s) + " - " + ilit(p) + ";\n";
+  f += "  int end = min(start + " + ilit(k) + ", " + ilit(in + p) + ");\n";
+  f += "  size = end - start; lo = max(start, 0); hi = min(end, " + ilit(in) + ");\n}\n";
+  return f;
+}
+
+std::string avg_windows(const AvgPool2dAttrs& a, int64_t in_h, int64_t in_w) {
+  return avg_window("h", in_h, a.kernel_h, a.stride_h, a.pad_h) +
+         avg_window("w", in_w, a.kernel_w, a.stride_w, a.pad_w);
+}
+
+std::string avg_divisor(const AvgPool2dAttrs& a) {
+  return a.count_include_pad ? "float(hs * ws)" : "float((h1 - h0) * (w1 - w0))";
+}
+
+Lowering lower_avg_pool2d(const LowerContext& ctx) {
+  const auto& a = ctx.node.attrs.as<AvgPool2dAttrs>();
+  const pool::Planes g = pool::planes_of(ctx);
+  std::string body = "  int h0, h1, hs, w0, w1, ws;\n";
+  body += "  avg_window_h(oy, h0, h1, hs); avg_window_w(ox, w0, w1, ws);\n";
+  body += "  if (h0 >= h1 || w0 >= w1) { Y_st(i, 0.0); return; }\n";
+  body += "  uint base = p * " + pool::ulit(g.in_h * g.in_w) + ";\n";
+  body += "  float acc = 0.0;\n";
+  body +=
+      "  for (int y = h0; y < h1; ++y) for (int x = w0; x < w1; ++x) acc += X_ld(base + "
+      "uint(y * " +
+      ilit(g.in_w) + " + x));\n";
+  body += "  Y_st(i, acc / " + avg_divisor(a) + ");\n";
+  return pool::per_output_kernel(ctx, avg_windows(a, g.in_h, g.in_w), body);
+}
+
+// Statements looping `o<axis>` over the outputs whose window along the axis may contain input
+// index `c` (a superset; the body checks membership).
+std::string window_range(const char* axis, const std::string& c, int64_t out, int64_t k, int64_t s,
+                         int64_t p) {
+  const std::string o = std::string("o") + axis;
+  std::string f = "    int " + o + "_t = " + c + " + " + ilit(p - k + 1) + ";\n";
+  f += "    int " + o + "_lo = " + o + "_t <= 0 ? 0 : (" + o + "_t + " + ilit(s - 1) + ") / " +
+       ilit(s) + ";\n";
+  f += "    int " + o + "_hi = min(" + ilit(out - 1) + ", (" + c + " + " + ilit(p) + ") / " +
+       ilit(s) + ");\n";
+  f += "    for (int " + o + " = " + o + "_lo; " + o + " <= " + o + "_hi; ++" + o + ")";
+  return f;
+}
+
+// avg_pool2d_backward(gy): each input element gathers gy / divisor over the windows holding it.
+Lowering lower_avg_pool2d_backward(const LowerContext& ctx) {
+  const auto& a = ctx.node.attrs.as<AvgPool2dBackwardAttrs>().pool;
+  const pool::Planes g = pool::planes_of(ctx);  // in: gy's plane, out: x's plane
+  std::string body = "  uint gbase = p * " + pool::ulit(g.in_h * g.in_w) + ";\n";
+  body += "  float acc = 0.0;\n  {\n";
+  body += window_range("h", "oy", g.in_h, a.kernel_h, a.stride_h, a.pad_h) + " {\n";
+  body += "      int h0, h1, hs; avg_window_h(oh, h0, h1, hs);\n";
+  body += "      if (oy < h0 || oy >= h1) continue;\n";
+  body += "  " + window_range("w", "ox", g.in_w, a.kernel_w, a.stride_w, a.pad_w) + " {\n";
+  body += "        int w0, w1, ws; avg_window_w(ow, w0, w1, ws);\n";
+  body += "        if (ox < w0 || ox >= w1) continue;\n";
+  body += "        acc += X_ld(gbase + uint(oh * " + ilit(g.in_w) + " + ow)) / " + avg_divisor(a) +
+          ";\n";
+  body += "      }\n    }\n  }\n  Y_st(i, acc);\n";
+  // Windows are over x's plane (the node's output).
+  return pool::per_output_kernel(ctx, avg_windows(a, g.out_h, g.out_w), body);
+}
+
+}  // namespace
+
+void register_pool_lowerings(LoweringRegistry& r) {
+  r.add("max_pool2d", lower_max_pool2d);
+  r.add("max_pool2d_backward", lower_max_pool2d_backward);
+  r.add("max_pool2d_gather", lower_max_pool2d_gather);
+  r.add("avg_pool2d", lower_avg_pool2d);
+  r.add("avg_pool2d_backward", lower_avg_pool2d_backward);
+  pool::register_resample_lowerings(r);
+}
 
 }  // namespace mn::codegen

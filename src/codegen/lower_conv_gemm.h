@@ -1,0 +1,35 @@
+#pragma once
+// The implicit-GEMM skeleton of the convolution kernels: C[g] = A[g] · B[g] for each group g,
+// with A (M×K) and B (K×N) never materialized. The op lowerings describe how to read one element
+// of each operand (the im2col index, computed on the fly while tiles are loaded into shared
+// memory) and how to store one element of C (the epilogue: layout, bias).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel.h"
+
+namespace mn::codegen {
+
+struct ImplicitGemm {
+  std::string name;  // kernel name prefix, e.g. "conv2d"
+  int64_t m = 1, n = 1, k = 1, groups = 1;
+  // Load layouts: true when consecutive K indices are adjacent in memory (threads then walk K),
+  // false when consecutive M (for A) or N (for B) indices are.
+  bool a_k_fast = false, b_k_fast = true;
+  // Epilogue thread mapping: true when consecutive N indices of C are adjacent in memory.
+  bool c_n_fast = false;
+  // Buffer declarations (bindings 0..bindings.size()-1) and helper functions.
+  std::string declarations;
+  // Bodies of `float a_at(uint g, uint m, uint k)`, `float b_at(uint g, uint k, uint n)` (called
+  // with m < M, n < N, k < K only) and `void c_store(uint g, uint m, uint n, float v)`.
+  std::string a_at, b_at, c_store;
+  std::vector<KernelBinding> bindings;
+  // K may be split across workgroups (partial tiles summed by a second deterministic launch) when
+  // the M×N tiles alone cannot fill the device.
+  bool split_k = false;
+};
+
+Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& device);
+
+}  // namespace mn::codegen
