@@ -3,6 +3,7 @@
 // checked against finite differences by op_table_test and against PyTorch by nn_torch_test.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <set>
@@ -380,6 +381,67 @@ TEST(NnDecompositions, UseOnlyPrimitiveOps) {
         EXPECT_TRUE(primitive.count(std::string(g.node(static_cast<NodeId>(k)).op_name())))
             << name << "/" << s.label << " decomposes into "
             << g.node(static_cast<NodeId>(k)).op_name();
+      }
+    }
+  }
+}
+
+// ---- the vjps are graph ops, so they differentiate again ----
+
+// Finite differences of L2 = sum_k sum(dL/dp_k * S_k), where L = sum(op(p) * R): the gradient of
+// L2 is a Hessian-vector product, which exercises the vjp of every op each vjp is built from.
+TEST(NnSecondOrder, VjpsDifferentiateExactly) {
+  for (const char* name : {"softmax", "log_softmax", "layer_norm", "rms_norm", "group_norm",
+                           "batch_norm", "scaled_dot_product_attention", "rope"}) {
+    const OpDef& d = op_def(name);
+    const auto samples = d.samples();
+    for (size_t si = 0; si < std::min<size_t>(samples.size(), 3); ++si) {
+      const OpSample& s = samples[si];
+      SCOPED_TRACE(std::string(name) + "/" + s.label);
+      auto rng = testing::rng_for(std::string("second_order/") + name + "/" + s.label);
+      Graph g;
+      reference::Feeds feeds;
+      std::vector<Tensor> operands, params;
+      for (size_t k = 0; k < s.inputs.size(); ++k) {
+        const std::string pname = "p" + std::to_string(k);
+        feeds[pname] =
+            testing::random_array(rng, s.inputs[k], s.ranges[k].first, s.ranges[k].second);
+        if (s.no_grad[k]) {
+          operands.push_back(g.input(pname, s.inputs[k].shape));
+        } else {
+          params.push_back(g.input(pname, s.inputs[k].shape));
+          operands.push_back(params.back());
+        }
+      }
+      Tensor out = g.apply(name, s.attrs, operands);
+      auto fed = [&](const std::string& key, const TensorType& t) {
+        feeds[key] = testing::random_array(rng, t, -1.0, 1.0);
+        return g.input(key, t.shape);
+      };
+      Tensor loss = sum(out * fed("r", out.type()));
+      auto first = gradients(loss, params);
+      Tensor l2 = g.scalar(0.0);
+      for (size_t k = 0; k < first.size(); ++k) {
+        l2 = l2 + sum(first[k] * fed("s" + std::to_string(k), first[k].type()));
+      }
+      auto second = gradients(l2, params);
+      std::vector<NodeId> ids;
+      for (const Tensor& t : second) ids.push_back(t.id());
+      auto analytic = reference::evaluate_nodes(g, feeds, ids);
+      const NodeId l2_id = l2.id();
+      for (size_t k = 0; k < params.size(); ++k) {
+        Array& x = feeds[g.node(params[k].id()).name];
+        Array numeric(x.shape, x.dtype);
+        for (size_t e = 0; e < x.data.size(); ++e) {
+          const double x0 = x.data[e], h = 1e-5;
+          x.data[e] = x0 + h;
+          const double fp = reference::evaluate_nodes(g, feeds, std::span(&l2_id, 1))[0].data[0];
+          x.data[e] = x0 - h;
+          const double fm = reference::evaluate_nodes(g, feeds, std::span(&l2_id, 1))[0].data[0];
+          x.data[e] = x0;
+          numeric.data[e] = (fp - fm) / (2 * h);
+        }
+        EXPECT_LE(testing::relative_error(analytic[k], numeric), 1e-6) << "operand " << k;
       }
     }
   }
