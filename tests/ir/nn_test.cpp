@@ -301,6 +301,16 @@ TEST(Dropout, KeepsWhereTheCounterStreamIsAtLeastP) {
   EXPECT_NEAR(kept / double(n), 1.0 - p, 0.05);
 }
 
+// The integer form of the keep test that GPU kernels use (see DropoutAttrs).
+TEST(Dropout, IntegerThresholdMatchesTheReferenceTest) {
+  for (double p : {0.1, 0.3, 0.5, 1.0 / 3.0, 0.9, 0.123456789}) {
+    const auto threshold = static_cast<uint64_t>(std::ceil(p * 16777216.0));
+    for (uint64_t i = 0; i < 20000; ++i) {
+      ASSERT_EQ(random_uniform(5, i) >= p, (random_bits(5, i) >> 40) >= threshold) << p << " " << i;
+    }
+  }
+}
+
 TEST(Dropout, MaskDependsOnlyOnSeedAndIndex) {
   Fed f;
   Tensor x = f.random("x", {5, 7});
