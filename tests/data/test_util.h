@@ -47,6 +47,10 @@ class ScratchDir {
 };
 
 inline void write_bytes(const std::filesystem::path& p, const std::vector<uint8_t>& bytes) {
+  // A fresh file rather than a truncated one: ext4 flushes truncated-and-rewritten files on
+  // close (auto_da_alloc), which makes thousands of small rewrites slow.
+  std::error_code ec;
+  std::filesystem::remove(p, ec);
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
   f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
   ASSERT_TRUE(f.good()) << p;
