@@ -14,8 +14,22 @@ namespace {
 constexpr VkPipelineStageFlags kWorkStages =
     VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT;
 constexpr VkAccessFlags kWrites = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
-constexpr VkAccessFlags kReadsWrites = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT |
-                                       VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+
+VkPipelineStageFlags stage_of(bool dispatch) {
+  return dispatch ? VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT : VK_PIPELINE_STAGE_TRANSFER_BIT;
+}
+
+// Everything a stage may read or write, for the destination side of a barrier.
+VkAccessFlags accesses_of(VkPipelineStageFlags stages) {
+  VkAccessFlags flags = 0;
+  if (stages & VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT) {
+    flags |= VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+  }
+  if (stages & VK_PIPELINE_STAGE_TRANSFER_BIT) {
+    flags |= VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT;
+  }
+  return flags;
+}
 
 // One global memory barrier: cheaper to record than per-buffer barriers and, on current
 // drivers, executed the same way.
@@ -299,22 +313,39 @@ void Recording::finish() {
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   check(vkBeginCommandBuffer(cmd_, &begin), "vkBeginCommandBuffer");
 
+  // Barrier masks are as narrow as the operations allow: the source side covers the stages
+  // since the previous barrier (and what they wrote), the destination side every stage still
+  // to come, because the hazard window is cleared after a barrier.
+  std::vector<VkPipelineStageFlags> later(ops_.size() + 1, 0);
+  for (size_t i = ops_.size(); i-- > 0;) {
+    later[i] = later[i + 1] | stage_of(ops_[i].kind == Op::Kind::dispatch);
+  }
   if (timed) vkCmdResetQueryPool(cmd_, query_pool_, 0, query_count);
   // Earlier submissions (this one's previous run, uploads, other recordings) may have written
   // what the first operations touch.
-  memory_barrier(cmd_, kWorkStages, kWrites, kWorkStages, kReadsWrites);
+  if (!ops_.empty()) memory_barrier(cmd_, kWorkStages, kWrites, later[0], accesses_of(later[0]));
   if (timed) vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, query_pool_, 0);
   HazardTracker hazards;
   VkPipeline bound = VK_NULL_HANDLE;
   barrier_count_ = 0;
+  VkPipelineStageFlags window_stages = 0;
+  VkAccessFlags window_writes = 0;
   for (size_t i = 0; i < ops_.size(); ++i) {
     const Op& op = ops_[i];
+    const bool is_dispatch = op.kind == Op::Kind::dispatch;
     if (hazards.conflicts(op.accesses)) {
-      memory_barrier(cmd_, kWorkStages, kWrites, kWorkStages, kReadsWrites);
+      memory_barrier(cmd_, window_stages, window_writes, later[i], accesses_of(later[i]));
       hazards.clear();
+      window_stages = 0;
+      window_writes = 0;
       ++barrier_count_;
     }
     hazards.add(op.accesses);
+    window_stages |= stage_of(is_dispatch);
+    if (std::any_of(op.accesses.begin(), op.accesses.end(),
+                    [](const MemoryAccess& a) { return a.write; })) {
+      window_writes |= is_dispatch ? VK_ACCESS_SHADER_WRITE_BIT : VK_ACCESS_TRANSFER_WRITE_BIT;
+    }
     switch (op.kind) {
       case Op::Kind::dispatch:
         if (op.dispatch.pipeline->handle() != bound) {
