@@ -21,20 +21,20 @@ uint32_t reduce_local(const DeviceTraits& d) {
 }
 
 std::string workgroup_functions(uint32_t local) {
-  const std::string L = std::to_string(local);
+  const std::string size = std::to_string(local);
+  const std::string half = std::to_string(local / 2) + "u";
   auto tree = [&](const std::string& type, const std::string& fn, const std::string& array,
                   const std::string& combine) {
-    return type + " " + fn + "(" + type +
-           " v) {\n"
-           "  uint lid = gl_LocalInvocationID.x;\n"
-           "  " +
-           array + "[lid] = v;\n  barrier();\n  for (uint s = " + std::to_string(local / 2) +
-           "u; s > 0u; s >>= 1) {\n    if (lid < s) { " + type + " a = " + array +
-           "[lid], b = " + array + "[lid + s]; " + array + "[lid] = " + combine +
-           "; }\n    barrier();\n  }\n  " + type + " r = " + array +
-           "[0];\n  barrier();\n  return r;\n}\n";
+    std::string s = type + " " + fn + "(" + type + " v) {\n";
+    s += "  uint lid = gl_LocalInvocationID.x;\n  " + array + "[lid] = v;\n  barrier();\n";
+    s += "  for (uint s = " + half + "; s > 0u; s >>= 1) {\n";
+    s += "    if (lid < s) { " + type + " a = " + array + "[lid], b = " + array + "[lid + s]; " +
+         array + "[lid] = " + combine + "; }\n    barrier();\n  }\n";
+    // The closing barrier lets the caller reuse the array right away.
+    s += "  " + type + " r = " + array + "[0];\n  barrier();\n  return r;\n}\n";
+    return s;
   };
-  std::string s = "shared float mn_red_f[" + L + "];\nshared uint mn_red_u[" + L + "];\n";
+  std::string s = "shared float mn_red_f[" + size + "];\nshared uint mn_red_u[" + size + "];\n";
   s += tree("float", "wg_sum", "mn_red_f", "a + b");
   // NaN never wins a comparison, as in the reference's running max.
   s += tree("float", "wg_max", "mn_red_f", "b > a ? b : a");
@@ -81,11 +81,11 @@ std::vector<KernelBinding> input_bindings(const ItemLosses& items) {
 // counted ones for the mean, and storing the reduced loss into `out`.
 std::string sum_main(const ItemLosses& items, Reduction reduction, uint32_t local,
                      const std::string& value) {
-  const std::string N = std::to_string(items.items) + "u";
+  const std::string n = std::to_string(items.items) + "u";
   const bool count = reduction == Reduction::mean && items.counted;
   std::string s = "void main() {\n  uint lid = gl_LocalInvocationID.x;\n";
   s += "  float acc = 0.0;\n  uint cnt = 0u;\n";
-  s += "  for (uint i = lid; i < " + N + "; i += " + std::to_string(local) + "u) {\n";
+  s += "  for (uint i = lid; i < " + n + "; i += " + std::to_string(local) + "u) {\n";
   s += "    acc += " + value + ";\n";
   if (count) s += "    if (item_counted(i)) ++cnt;\n";
   s += "  }\n  float total = wg_sum(acc);\n";
@@ -199,11 +199,11 @@ PairLoss l1(const LossAttrs&) { return {"", "abs(x - y)", {"sign(x - y)", "-sign
 // beta = 0 is l1_loss, gradient 0 at x == y included.
 PairLoss smooth_l1(const SmoothL1Attrs& a) {
   if (a.beta == 0.0) return {"", "abs(x - y)", {"sign(x - y)", "-sign(x - y)"}};
-  const std::string B = lit(a.beta);
-  std::string h = "float mn_smooth_l1(float d) {\n  float z = abs(d);\n  return z < " + B +
-                  " ? 0.5 * z * z / " + B + " : z - " + lit(0.5 * a.beta) + ";\n}\n";
-  h += "float mn_smooth_l1_grad(float d) { return d <= -" + B + " ? -1.0 : (d >= " + B +
-       " ? 1.0 : d / " + B + "); }\n";
+  const std::string beta = lit(a.beta);
+  std::string h = "float mn_smooth_l1(float d) {\n  float z = abs(d);\n  return z < " + beta +
+                  " ? 0.5 * z * z / " + beta + " : z - " + lit(0.5 * a.beta) + ";\n}\n";
+  h += "float mn_smooth_l1_grad(float d) { return d <= -" + beta + " ? -1.0 : (d >= " + beta +
+       " ? 1.0 : d / " + beta + "); }\n";
   return {h, "mn_smooth_l1(x - y)", {"mn_smooth_l1_grad(x - y)", "-mn_smooth_l1_grad(x - y)"}};
 }
 
