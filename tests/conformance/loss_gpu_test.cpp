@@ -203,5 +203,34 @@ TEST(LossGpu, OutOfRangeTargetGivesNan) {
   }
 }
 
+// 16-bit logits and targets: computed in f32, stored in the tensors' dtype.
+TEST(LossGpu, HalfPrecisionStorage) {
+  for (DType t : {DType::f16, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(t));
+    auto rng = testing::rng_for("loss-gpu/half");
+    Graph g;
+    Tensor z = g.input("z", {6, 5}, t);
+    Tensor idx = g.input("idx", {6}, DType::i32);
+    Tensor p = g.input("p", {6, 5}, t);
+    Tensor ce = cross_entropy(z, idx, {Reduction::mean, 1, 0.1});
+    Tensor soft = cross_entropy(z, p, {Reduction::sum});
+    Tensor mse = mse_loss(z, p, Reduction::mean);
+    g.output("ce", ce);
+    g.output("soft", soft);
+    g.output("mse", mse);
+    g.output("ce_grad", gradients(ce, {z})[0]);
+    g.output("soft_grad", gradients(soft, {z, p})[1]);
+    g.output("mse_grad", gradients(mse, {z})[0]);
+    reference::Feeds feeds;
+    feeds["z"] = testing::random_array(rng, {{6, 5}, t}, -2.0, 2.0);
+    feeds["p"] = testing::random_array(rng, {{6, 5}, t}, 0.0, 1.0);
+    feeds["idx"] = testing::random_array(rng, {{6}, DType::i32}, 0.0, 5.0);
+    for (const char* name : {"z", "p"}) {
+      for (double& v : feeds[name].data) v = round_to_dtype(v, t);
+    }
+    expect_close(g, feeds, t == DType::f16 ? 2e-3 : 2e-2);
+  }
+}
+
 }  // namespace
 }  // namespace mn
