@@ -79,10 +79,10 @@ bool EGraph::merge(Id a, Id b) {
     if (changed.b)
       analysis_pending_.insert(analysis_pending_.end(), from.parents.begin(), from.parents.end());
   }
-  into.nodes.insert(into.nodes.end(), from.nodes.begin(), from.nodes.end());
-  into.parents.insert(into.parents.end(), from.parents.begin(), from.parents.end());
-  std::vector<Id>().swap(from.nodes);
-  std::vector<Id>().swap(from.parents);
+  into.nodes.append(from.nodes.begin(), from.nodes.end());
+  into.parents.append(from.parents.begin(), from.parents.end());
+  from.nodes.reset();
+  from.parents.reset();
   dirty_.push_back(a);
   if (analysis_) analysis_->modify(*this, a);
   return true;

@@ -18,6 +18,7 @@
 #include "egraph/analysis.h"
 #include "egraph/enode.h"
 #include "egraph/hashcons.h"
+#include "egraph/small_vector.h"
 #include "egraph/union_find.h"
 
 namespace mn::egraph {
@@ -78,8 +79,8 @@ class EGraph {
 
  private:
   struct ClassEntry {
-    std::vector<Id> nodes;
-    std::vector<Id> parents;
+    SmallVector<Id, 2> nodes;
+    SmallVector<Id, 4> parents;
   };
   void canonicalize(ENode& node) const;
   void kill(Id node_id);

@@ -10,7 +10,7 @@
 // starts from the greedy choice and improves it by local search, switching one class to another
 // of its nodes whenever that lowers the DAG cost, with reference counts telling exactly which
 // classes enter and leave the selection. Costs must be positive for both (zero-cost cycles
-// cannot be chosen apart).
+// cannot be chosen apart); an infinite cost forbids a node.
 #include <functional>
 #include <span>
 #include <vector>

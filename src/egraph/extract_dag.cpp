@@ -49,25 +49,31 @@ class DagSearch {
     for (Id c : topo_) {
       if (refs_[c] == 0) continue;
       for (Id n : eg_.class_nodes(c)) {
-        if (n == choice_[c] || !usable(c, n)) continue;
-        if (try_switch(c, n)) ++accepted;
+        if (n == choice_[c]) continue;
+        Check check = classify(c, n);
+        if (check != Check::unusable && try_switch(c, n, check == Check::search)) ++accepted;
       }
     }
     return accepted;
   }
 
  private:
-  // Every child has a choice and none reaches back to c.
-  bool usable(Id c, Id n) {
-    bool needs_search = false;
+  enum class Check { unusable, acyclic, search };
+  // Every child needs a choice; positions prove most candidates acyclic, the rest need a search
+  // (run only for candidates that would pay, see try_switch).
+  Check classify(Id c, Id n) const {
+    Check check = Check::acyclic;
     for (Id ch : eg_.node(n).children()) {
-      if (choice_[ch] == kNoId || ch == c) return false;
-      if (!order_valid_ || pos_[ch] >= pos_[c]) needs_search = true;
+      if (choice_[ch] == kNoId || ch == c) return Check::unusable;
+      if (!order_valid_ || pos_[ch] >= pos_[c]) check = Check::search;
     }
-    if (!needs_search) return true;
+    return check;
+  }
+
+  bool closes_cycle(Id c, Id n) {
     for (Id ch : eg_.node(n).children())
-      if (reaches(ch, c)) return false;
-    return true;
+      if (reaches(ch, c)) return true;
+    return false;
   }
 
   bool reaches(Id from, Id target) {
@@ -121,7 +127,7 @@ class DagSearch {
     return delta;
   }
 
-  bool try_switch(Id c, Id n) {
+  bool try_switch(Id c, Id n, bool needs_cycle_check) {
     Id old = choice_[c];
     log_.clear();
     double delta = node_cost_[n] - node_cost_[old];
@@ -130,7 +136,9 @@ class DagSearch {
     for (Id ch : eg_.node(n).children()) delta += inc(ch);
     for (Id ch : eg_.node(old).children()) delta += dec(ch);
     double eps = 1e-12 * std::max(1.0, std::abs(total_));
-    if (delta < -eps) {
+    // The reference counts stay exact even if n would close a cycle (c is already selected, so
+    // the cascade stops there), so the cost is known before paying for the cycle search.
+    if (delta < -eps && !(needs_cycle_check && closes_cycle(c, n))) {
       total_ += delta;
       for (Id ch : eg_.node(n).children())
         if (pos_[ch] >= pos_[c]) order_valid_ = false;

@@ -11,6 +11,7 @@ namespace mn::egraph {
 namespace {
 // Tree costs of shared DAGs grow exponentially with depth; clamping keeps them finite and
 // comparable instead of letting whole classes become "infinitely" costly and unextractable.
+// An infinite cost from the cost function itself means "never choose this node".
 constexpr double kMaxCost = 1e300;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 }  // namespace
@@ -59,7 +60,11 @@ std::vector<Id> greedy_choices(const EGraph& eg, const TreeCost& cost, std::vect
       child_costs.push_back(c);
     }
     if (!ready) continue;
-    double c = std::min(cost(eg, node, child_costs), kMaxCost);
+    double c = cost(eg, node, child_costs);
+    // Clamped children sum far below overflow, so infinity (or NaN) here is the cost function
+    // forbidding the node.
+    if (!(c < kInf)) continue;
+    c = std::min(c, kMaxCost);
     Id cls = eg.find(id);
     if (!(c < best[cls])) continue;
     best[cls] = c;

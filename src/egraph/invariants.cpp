@@ -33,7 +33,7 @@ void EGraph::check_invariants() const {
     if (found != n)
       broken("hash-cons maps node " + str(n) + " to " + (found == kNoId ? "nothing" : str(found)));
     for (Id c : node.children()) {
-      const std::vector<Id>& parents = classes_[c].parents;
+      const auto& parents = classes_[c].parents;
       if (!std::binary_search(parents.begin(), parents.end(), n))
         broken("node " + str(n) + " missing from the parents of class " + str(c));
     }

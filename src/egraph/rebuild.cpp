@@ -48,7 +48,7 @@ size_t EGraph::rebuild() {
       if (dead_[n]) continue;
       Id cls = uf_.find(n);
       if (analysis_->on_update(*this, cls, nodes_[n])) {
-        const std::vector<Id>& parents = classes_[cls].parents;
+        const auto& parents = classes_[cls].parents;
         analysis_pending_.insert(analysis_pending_.end(), parents.begin(), parents.end());
         analysis_->modify(*this, cls);
       }
@@ -74,11 +74,13 @@ void EGraph::repair_classes() {
     if (stamp_[c] == epoch_) continue;
     stamp_[c] = epoch_;
     ClassEntry& cls = classes_[c];
-    std::erase_if(cls.nodes, is_dead);
+    auto live = [this](Id n) { return dead_[n] == 0; };
+    cls.nodes.retain(live);
     std::sort(cls.nodes.begin(), cls.nodes.end(), by_head);
-    std::erase_if(cls.parents, is_dead);
+    cls.parents.retain(live);
     std::sort(cls.parents.begin(), cls.parents.end());
-    cls.parents.erase(std::unique(cls.parents.begin(), cls.parents.end()), cls.parents.end());
+    cls.parents.resize_down(static_cast<uint32_t>(
+        std::unique(cls.parents.begin(), cls.parents.end()) - cls.parents.begin()));
   }
   dirty_.clear();
   std::sort(ops_with_dead_.begin(), ops_with_dead_.end());
