@@ -1,6 +1,21 @@
-// Batched matmul with broadcast batch dims and transposed operands: a shared-memory tiled f32
-// kernel (16×16 threads, each computing a T×T block of a 16T×16T output tile). Tensor-core
-// variants live beside it.
+// Batched matmul with broadcast batch dims and transposed operands, in f32 arithmetic whatever
+// the storage type.
+//
+// Tiled kernel: 256 threads (16×16) compute a 16T×16T output tile, each a T×T block (T = 4
+// once both M and N fill 64, else 1). Every K step stages a 16-wide slab of both operands in
+// shared memory; the thread-to-element map of those loads follows the operand's memory order
+// (the contiguous axis is the fastest-varying one across threads), so every transpose
+// combination reads whole contiguous runs: TILE floats along M/N, or 16 floats (64 bytes,
+// whole 32-byte sectors) along K. Thread (tx, ty) owns rows ty + 16i and columns tx + 16j, so
+// the shared reads are broadcasts or conflict-free and the stores of C are coalesced.
+//
+// Matrix-vector products (M = 1 or N = 1) run as a reduction over K instead: lanes split K
+// when the matrix is contiguous along K, and threads take neighbouring outputs when it is
+// contiguous along them, so that no lane of a 16×16 tile idles.
+#include <algorithm>
+#include <bit>
+#include <limits>
+
 #include "codegen/glsl.h"
 #include "codegen/kernel.h"
 #include "codegen/lower_families.h"
@@ -30,9 +45,7 @@ MatmulGeometry geometry(const LowerContext& ctx) {
     g.k = g.ta ? a[a.size() - 2] : a[a.size() - 1];
     g.a_batch.assign(a.begin(), a.end() - 2);
   }
-  if (b.size() == 1) {
-    g.n = 1;
-  } else {
+  if (b.size() != 1) {
     g.n = g.tb ? b[b.size() - 2] : b[b.size() - 1];
     g.b_batch.assign(b.begin(), b.end() - 2);
   }
@@ -40,80 +53,205 @@ MatmulGeometry geometry(const LowerContext& ctx) {
   return g;
 }
 
-Lowering lower_matmul(const LowerContext& ctx) {
-  const MatmulGeometry g = geometry(ctx);
-  const int64_t batch = numel(g.out_batch);
-  // 64×64 tiles with 4×4 per thread once both sides fill them; 16×16 tiles otherwise.
-  const int t = (g.m >= 64 && g.n >= 64) ? 4 : 1;
-  const int tile = 16 * t;
-  const std::string M = std::to_string(g.m) + "u", N = std::to_string(g.n) + "u",
-                    K = std::to_string(g.k) + "u", T = std::to_string(t), TILE = std::to_string(tile);
+std::string u32(int64_t v) { return std::to_string(v) + "u"; }
 
-  std::string s = glsl::header();
-  s += glsl::buffer(0, ctx.inputs[0].dtype, "A", true);
-  s += glsl::buffer(1, ctx.inputs[1].dtype, "B", true);
-  s += glsl::buffer(2, ctx.node.type.dtype, "C", false);
-  s += "shared float As[16][" + TILE + " + 1];\nshared float Bs[16][" + TILE + " + 1];\n";
-  s += "void main() {\n";
-  s += "  uint lid = gl_LocalInvocationID.x; uint tx = lid % 16u; uint ty = lid / 16u;\n";
-  s += "  uint row0 = gl_WorkGroupID.y * " + TILE + "u; uint col0 = gl_WorkGroupID.x * " + TILE + "u;\n";
-  s += "  uint bz = gl_WorkGroupID.z;\n";
-  s += glsl::unravel(g.out_batch, "bz", "q");
+// Statements declaring abase and bbase, the operands' offsets for output batch `bz`.
+std::string batch_bases(const MatmulGeometry& g) {
+  std::string s = glsl::unravel(g.out_batch, "bz", "q");
   s += "  uint abase = " + glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " +
-       std::to_string(g.m * g.k) + "u;\n";
+       u32(g.m * g.k) + ";\n";
   s += "  uint bbase = " + glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " +
-       std::to_string(g.k * g.n) + "u;\n";
-  s += "  float acc[" + T + "][" + T + "];\n";
-  s += "  for (int i = 0; i < " + T + "; ++i) for (int j = 0; j < " + T + "; ++j) acc[i][j] = 0.0;\n";
+       u32(g.k * g.n) + ";\n";
+  return s;
+}
+
+std::string operand_buffers(const LowerContext& ctx) {
+  return glsl::buffer(0, ctx.inputs[0].dtype, "A", true) +
+         glsl::buffer(1, ctx.inputs[1].dtype, "B", true) +
+         glsl::buffer(2, ctx.node.type.dtype, "C", false);
+}
+
+void check_elements(const MatmulGeometry& g, int64_t batch) {
+  const auto limit = static_cast<int64_t>(std::numeric_limits<uint32_t>::max());
+  for (int64_t elements : {batch * g.m * g.k, batch * g.k * g.n, batch * g.m * g.n}) {
+    if (elements > limit) {
+      throw Error("matmul: an operand of " + std::to_string(elements) +
+                  " elements exceeds 32-bit indexing");
+    }
+  }
+}
+
+Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch) {
+  // 64×64 tiles with 4×4 per thread once both sides fill them; 16×16 tiles otherwise.
+  const int64_t t = (g.m >= 64 && g.n >= 64) ? 4 : 1;
+  const int64_t tile = 16 * t;
+  const std::string M = u32(g.m), N = u32(g.n), K = u32(g.k), T = u32(t), TILE = u32(tile);
+  // Bounds checks only where the shape does not divide into whole tiles.
+  const bool check_m = g.m % tile != 0, check_n = g.n % tile != 0, check_k = g.k % 16 != 0;
+  auto guard = [](std::initializer_list<std::pair<bool, std::string>> conds) {
+    std::string s;
+    for (const auto& [need, c] : conds) {
+      if (need) s += (s.empty() ? "" : " && ") + c;
+    }
+    return s;
+  };
+
+  // Row tiles and batch share the y dimension of the grid, folded into z past its limit.
+  const int64_t col_tiles = (g.n + tile - 1) / tile, row_tiles = (g.m + tile - 1) / tile;
+  const int64_t rows_total = row_tiles * batch;
+  const int64_t limit = ctx.device.max_group_count;
+  if (col_tiles > limit) {
+    throw Error("matmul: N = " + std::to_string(g.n) + " needs " + std::to_string(col_tiles) +
+                " column tiles, more than the device's " + std::to_string(limit) + " groups");
+  }
+  const int64_t gy = std::min(rows_total, limit), gz = (rows_total + gy - 1) / gy;
+  if (gz > limit) {
+    throw Error("matmul: " + std::to_string(rows_total) +
+                " row tiles × batches exceed the device's grid limits");
+  }
+
+  std::string s = glsl::header() + operand_buffers(ctx);
+  s += "shared float As[16][" + std::to_string(tile + 1) + "];\nshared float Bs[16][" +
+       std::to_string(tile + 1) + "];\n";
+  s += "void main() {\n";
+  s += "  uint lid = gl_LocalInvocationID.x, tx = lid % 16u, ty = lid / 16u;\n";
+  s += "  uint yz = gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y;\n";
+  if (gy * gz != rows_total) s += "  if (yz >= " + u32(rows_total) + ") return;\n";
+  s += "  uint bz = yz / " + u32(row_tiles) + ";\n";
+  s += "  uint row0 = (yz % " + u32(row_tiles) + ") * " + TILE + ", col0 = gl_WorkGroupID.x * " +
+       TILE + ";\n";
+  s += batch_bases(g);
+  s += "  float acc[" + std::to_string(t) + "][" + std::to_string(t) + "];\n";
+  s += "  for (uint i = 0u; i < " + T + "; ++i) for (uint j = 0u; j < " + T +
+       "; ++j) acc[i][j] = 0.0;\n";
   s += "  for (uint k0 = 0u; k0 < " + K + "; k0 += 16u) {\n";
-  // Loads: 16×tile elements per operand, 256 threads; the fastest index follows memory order.
-  const std::string per_thread = std::to_string(16 * tile / 256);
-  s += "    for (uint e = 0u; e < " + per_thread + "u; ++e) {\n";
+  // 16×TILE elements per operand, 256 threads: `per_thread` rounds.
+  s += "    for (uint e = 0u; e < " + u32(16 * tile / 256) + "; ++e) {\n";
   s += "      uint idx = lid + e * 256u;\n";
-  if (g.ta) {
-    s += "      uint mm = idx % " + TILE + "u, kk = idx / " + TILE + "u;\n";
-  } else {
+  if (g.ta) {  // A stored [K, M]: M is contiguous
+    s += "      uint mm = idx % " + TILE + ", kk = idx / " + TILE + ";\n";
+  } else {  // A stored [M, K]: K is contiguous
     s += "      uint kk = idx % 16u, mm = idx / 16u;\n";
   }
   s += "      uint gm = row0 + mm, gk = k0 + kk;\n";
-  s += "      As[kk][mm] = (gm < " + M + " && gk < " + K + ") ? A_ld(abase + " +
-       (g.ta ? "gk * " + M + " + gm" : "gm * " + K + " + gk") + ") : 0.0;\n";
-  if (g.tb) {
+  const std::string a_off = g.ta ? "gk * " + M + " + gm" : "gm * " + K + " + gk";
+  const std::string a_guard = guard({{check_m, "gm < " + M}, {check_k, "gk < " + K}});
+  s += "      As[kk][mm] = " +
+       (a_guard.empty() ? "A_ld(abase + " + a_off + ")"
+                        : "(" + a_guard + ") ? A_ld(abase + " + a_off + ") : 0.0") +
+       ";\n";
+  if (g.tb) {  // B stored [N, K]: K is contiguous
     s += "      uint kb = idx % 16u, nn = idx / 16u;\n";
-  } else {
-    s += "      uint nn = idx % " + TILE + "u, kb = idx / " + TILE + "u;\n";
+  } else {  // B stored [K, N]: N is contiguous
+    s += "      uint nn = idx % " + TILE + ", kb = idx / " + TILE + ";\n";
   }
   s += "      uint gn = col0 + nn, gkb = k0 + kb;\n";
-  s += "      Bs[kb][nn] = (gn < " + N + " && gkb < " + K + ") ? B_ld(bbase + " +
-       (g.tb ? "gn * " + K + " + gkb" : "gkb * " + N + " + gn") + ") : 0.0;\n";
+  const std::string b_off = g.tb ? "gn * " + K + " + gkb" : "gkb * " + N + " + gn";
+  const std::string b_guard = guard({{check_n, "gn < " + N}, {check_k, "gkb < " + K}});
+  s += "      Bs[kb][nn] = " +
+       (b_guard.empty() ? "B_ld(bbase + " + b_off + ")"
+                        : "(" + b_guard + ") ? B_ld(bbase + " + b_off + ") : 0.0") +
+       ";\n";
   s += "    }\n    barrier();\n";
   s += "    for (uint kk = 0u; kk < 16u; ++kk) {\n";
-  s += "      float a[" + T + "]; float b[" + T + "];\n";
-  s += "      for (uint i = 0u; i < " + T + "u; ++i) a[i] = As[kk][ty + 16u * i];\n";
-  s += "      for (uint j = 0u; j < " + T + "u; ++j) b[j] = Bs[kk][tx + 16u * j];\n";
-  s += "      for (uint i = 0u; i < " + T + "u; ++i) for (uint j = 0u; j < " + T + "u; ++j) acc[i][j] += a[i] * b[j];\n";
+  s += "      float a[" + std::to_string(t) + "], b[" + std::to_string(t) + "];\n";
+  s += "      for (uint i = 0u; i < " + T + "; ++i) a[i] = As[kk][ty + 16u * i];\n";
+  s += "      for (uint j = 0u; j < " + T + "; ++j) b[j] = Bs[kk][tx + 16u * j];\n";
+  s += "      for (uint i = 0u; i < " + T + "; ++i) for (uint j = 0u; j < " + T +
+       "; ++j) acc[i][j] += a[i] * b[j];\n";
   s += "    }\n    barrier();\n  }\n";
-  s += "  uint cbase = bz * " + std::to_string(g.m * g.n) + "u;\n";
-  s += "  for (uint i = 0u; i < " + T + "u; ++i) for (uint j = 0u; j < " + T + "u; ++j) {\n";
+  s += "  uint cbase = bz * " + u32(g.m * g.n) + ";\n";
+  s += "  for (uint i = 0u; i < " + T + "; ++i) for (uint j = 0u; j < " + T + "; ++j) {\n";
   s += "    uint gm = row0 + ty + 16u * i, gn = col0 + tx + 16u * j;\n";
-  s += "    if (gm < " + M + " && gn < " + N + ") C_st(cbase + gm * " + N + " + gn, acc[i][j]);\n";
+  const std::string c_guard = guard({{check_m, "gm < " + M}, {check_n, "gn < " + N}});
+  s += "    " + (c_guard.empty() ? "" : "if (" + c_guard + ") ") + "C_st(cbase + gm * " + N +
+       " + gn, acc[i][j]);\n";
   s += "  }\n}\n";
 
   KernelLaunch k;
-  k.name = "matmul_" + TILE + "x" + TILE;
+  k.name = "matmul_" + std::to_string(tile) + "x" + std::to_string(tile);
   k.glsl = std::move(s);
   k.workgroup = {256, 1, 1};
-  k.groups = {static_cast<uint32_t>((g.n + tile - 1) / tile),
-              static_cast<uint32_t>((g.m + tile - 1) / tile), static_cast<uint32_t>(batch)};
-  if (k.groups[0] > ctx.device.max_group_count || k.groups[1] > ctx.device.max_group_count ||
-      k.groups[2] > ctx.device.max_group_count) {
-    throw Error("matmul: grid " + std::to_string(k.groups[0]) + "x" + std::to_string(k.groups[1]) +
-                "x" + std::to_string(k.groups[2]) + " exceeds the device's limits");
-  }
+  k.groups = {static_cast<uint32_t>(col_tiles), static_cast<uint32_t>(gy),
+              static_cast<uint32_t>(gz)};
   k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
   Lowering l;
   l.launches.push_back(std::move(k));
   return l;
+}
+
+// M = 1 or N = 1: out[bz, p] = sum_k vec[k] · mat[p, k], with p over the matrix's other axis.
+// The vector is contiguous along K whatever its flags (its other extent is 1).
+Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch) {
+  const bool left = g.m == 1;  // x·B: the matrix is B and p runs over N
+  const int64_t p_count = left ? g.n : g.m;
+  // Strides of the matrix along p and along k.
+  int64_t sp = 0, sk = 0;
+  if (left) {
+    sp = g.tb ? g.k : 1;
+    sk = g.tb ? 1 : g.n;
+  } else {
+    sp = g.ta ? 1 : g.k;
+    sk = g.ta ? g.m : 1;
+  }
+  const bool k_contiguous = sk == 1 && g.k > 1;
+  uint32_t lx = 0, ly = 0;
+  if (k_contiguous) {  // lanes along K, as rows of a reduction
+    ly = std::min<uint32_t>(256, std::max<uint32_t>(32, std::bit_ceil(static_cast<uint64_t>(g.k))));
+    lx = 256 / ly;
+  } else if (g.k <= 16 || (p_count * batch >= 8192 && g.k <= 256)) {
+    lx = 128;  // one thread per output, neighbours reading neighbouring addresses
+    ly = 1;
+  } else {
+    lx = std::min<uint32_t>(32, std::bit_ceil(static_cast<uint64_t>(p_count)));
+    ly = std::min<uint32_t>(256 / lx, std::bit_ceil(static_cast<uint64_t>(g.k)));
+  }
+  const int64_t blocks = (p_count + lx - 1) / lx;
+  const int64_t total = blocks * batch;
+  const std::string LX = u32(lx), L = std::to_string(lx * ly);
+
+  std::string s = glsl::header() + operand_buffers(ctx);
+  if (ly > 1) s += "shared float s_acc[" + L + "];\n";
+  s += "void main() {\n";
+  s += "  uint lx = gl_LocalInvocationID.x, ly = gl_LocalInvocationID.y;\n";
+  s += "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
+  s += "  if (g >= " + u32(total) + ") return;\n";  // uniform per group
+  s += "  uint bz = g / " + u32(blocks) + ", p = (g % " + u32(blocks) + ") * " + LX + " + lx;\n";
+  s += batch_bases(g);
+  s += "  bool live = p < " + u32(p_count) + ";\n";
+  const std::string vec = left ? "A_ld(abase + k)" : "B_ld(bbase + k)";
+  const std::string mat = left ? "B_ld(bbase + p * " + u32(sp) + " + k * " + u32(sk) + ")"
+                               : "A_ld(abase + p * " + u32(sp) + " + k * " + u32(sk) + ")";
+  s += "  float acc = 0.0;\n";
+  s += "  if (live) for (uint k = ly; k < " + u32(g.k) + "; k += " + u32(ly) + ") acc += " + vec +
+       " * " + mat + ";\n";
+  if (ly > 1) {
+    s += "  s_acc[ly * " + LX + " + lx] = acc;\n  barrier();\n";
+    s += "  for (uint h = " + u32(ly / 2) + "; h > 0u; h >>= 1) {\n";
+    s += "    if (ly < h) s_acc[ly * " + LX + " + lx] += s_acc[(ly + h) * " + LX + " + lx];\n";
+    s += "    barrier();\n  }\n";
+    s += "  acc = s_acc[lx];\n";
+  }
+  s += "  if (ly == 0u && live) C_st(bz * " + u32(p_count) + " + p, acc);\n}\n";
+
+  KernelLaunch k;
+  k.name = "matmul_gemv";
+  k.glsl = std::move(s);
+  k.workgroup = {lx, ly, 1};
+  k.groups = glsl::linear_grid(static_cast<uint64_t>(total) * lx * ly, ctx.device, lx * ly).groups;
+  k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
+  Lowering l;
+  l.launches.push_back(std::move(k));
+  return l;
+}
+
+Lowering lower_matmul(const LowerContext& ctx) {
+  glsl::require_storage(ctx);
+  const MatmulGeometry g = geometry(ctx);
+  const int64_t batch = numel(g.out_batch);
+  check_elements(g, batch);
+  if (g.m == 1 || g.n == 1) return lower_gemv(ctx, g, batch);
+  return lower_tiled(ctx, g, batch);
 }
 
 }  // namespace

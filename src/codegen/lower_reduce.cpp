@@ -1,7 +1,19 @@
-// Reductions (sum, mean, max, min, variance, argmax, sum_to) along any set of axes. Small
-// reductions run one thread per output element; large ones one workgroup per output element
-// with a shared-memory tree.
-#include <numeric>
+// Reductions (sum, mean, max, min, variance, argmax, sum_to) along any set of axes.
+//
+// The input is seen as alternating kept and reduced axes (adjacent axes of the same kind merge,
+// size-1 axes drop out). A workgroup is lx × ly threads: lx neighbouring outputs, ly lanes
+// splitting each output's reduced elements, combined by a shared-memory tree. The shape picks
+// lx and ly so that loads are coalesced: when the innermost axis is reduced (rows), the ly
+// lanes read consecutive elements of a row; when it is kept (columns), the lx threads read
+// consecutive outputs. When that grid is too small to fill a device and each lane would loop
+// long, the reduced range splits into chunks: a first launch writes one partial per (chunk,
+// output) to scratch, a second combines them (Chan's formula for variance).
+//
+// Floats accumulate in f32 whatever their storage; integers stay int (i32) or uint (u32).
+// max/min propagate NaN and argmax picks the first maximum with NaN the largest, as the
+// reference does.
+#include <algorithm>
+#include <bit>
 
 #include "codegen/glsl.h"
 #include "codegen/kernel.h"
@@ -14,23 +26,40 @@ namespace mn::codegen {
 namespace {
 
 enum class Kind { sum, mean, max, min, variance, argmax };
+enum class Value { f, i, u };  // f32 arithmetic, int, uint
 
 struct Geometry {
   Shape kept_dims, kept_strides;        // output coordinates and their input strides
   Shape reduced_dims, reduced_strides;  // reduced coordinates and their input strides
   uint64_t outputs = 1, reduced = 1;
+  bool inner_reduced = true;  // the input's innermost (non-1) axis is reduced
 };
 
 Geometry geometry(const Shape& in, const std::vector<int64_t>& axes) {
-  Geometry g;
+  struct Axis {
+    int64_t extent, stride;
+    bool reduced;
+  };
+  std::vector<Axis> merged;
   auto strides = contiguous_strides(in);
   for (size_t d = 0; d < in.size(); ++d) {
-    bool r = std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
-    (r ? g.reduced_dims : g.kept_dims).push_back(in[d]);
-    (r ? g.reduced_strides : g.kept_strides).push_back(strides[d]);
+    if (in[d] == 1) continue;
+    const bool r = std::find(axes.begin(), axes.end(), static_cast<int64_t>(d)) != axes.end();
+    if (!merged.empty() && merged.back().reduced == r) {
+      merged.back().extent *= in[d];  // contiguous: the outer stride is extent × inner stride
+      merged.back().stride = strides[d];
+    } else {
+      merged.push_back({in[d], strides[d], r});
+    }
+  }
+  Geometry g;
+  for (const Axis& a : merged) {
+    (a.reduced ? g.reduced_dims : g.kept_dims).push_back(a.extent);
+    (a.reduced ? g.reduced_strides : g.kept_strides).push_back(a.stride);
   }
   g.outputs = static_cast<uint64_t>(numel(g.kept_dims));
   g.reduced = static_cast<uint64_t>(numel(g.reduced_dims));
+  g.inner_reduced = merged.empty() || merged.back().reduced;
   return g;
 }
 
@@ -39,131 +68,337 @@ std::string offset_expr(const Shape& strides, const std::string& prefix) {
   std::string s;
   for (size_t j = 0; j < strides.size(); ++j) {
     if (!s.empty()) s += " + ";
-    s += prefix + std::to_string(j) + " * " + std::to_string(strides[j]) + "u";
+    s += prefix + std::to_string(j);
+    if (strides[j] != 1) s += " * " + std::to_string(strides[j]) + "u";
   }
   return s.empty() ? "0u" : s;
 }
 
-std::string combine(Kind k, const std::string& acc, const std::string& v) {
-  switch (k) {
-    case Kind::max: return "((" + acc + " >= " + v + " || isnan(" + acc + ")) ? " + acc + " : " + v + ")";
-    case Kind::min: return "((" + acc + " <= " + v + " || isnan(" + acc + ")) ? " + acc + " : " + v + ")";
-    default: return acc + " + " + v;
-  }
-}
+std::string u32(uint64_t v) { return std::to_string(v) + "u"; }
 
-std::string init_value(Kind k) {
-  switch (k) {
-    case Kind::max: return "uintBitsToFloat(0xff800000u)";
-    case Kind::min: return "uintBitsToFloat(0x7f800000u)";
-    default: return "0.0";
-  }
-}
+// The launch shape: lx outputs × ly lanes per group, the reduced range cut into `split` chunks
+// of `chunk` elements.
+struct Layout {
+  uint32_t lx = 1, ly = 1;
+  uint64_t split = 1, chunk = 1;
+  uint64_t blocks = 1;  // groups along the outputs
+};
 
-// The loop over reduced elements r = start, start+step, ... accumulating into `acc`;
-// `value` maps the loaded x (a float named x) to what is accumulated.
-std::string reduce_loop(const Geometry& g, Kind k, const std::string& start, const std::string& step,
-                        const std::string& acc, const std::string& value) {
-  std::string s = "  for (uint r = " + start + "; r < " + std::to_string(g.reduced) + "u; r += " + step + ") {\n";
-  s += glsl::unravel(g.reduced_dims, "r", "r");
-  s += "    float x = in_ld(base + " + offset_expr(g.reduced_strides, "r") + ");\n";
-  s += "    " + acc + " = " + combine(k, acc, value) + ";\n  }\n";
-  return s;
-}
-
-Lowering lower_reduction(const LowerContext& ctx, Kind kind, std::vector<int64_t> axes) {
-  const Node& n = ctx.node;
-  const Shape& in = ctx.inputs[0].shape;
-  Geometry g = geometry(in, axes);
-  const std::string N = std::to_string(g.reduced) + ".0";
-  const bool group_per_output = g.reduced > 64 && !(g.outputs >= 8192 && g.reduced <= 512);
-  const uint32_t local = group_per_output ? 256 : 128;
-
-  std::string decl = glsl::buffer(0, ctx.inputs[0].dtype, "in", true);
-  decl += glsl::buffer(1, n.type.dtype, "out", false);
-  std::string body;
-  if (!group_per_output) {
-    body += "  uint o = gid();\n  if (o >= " + std::to_string(g.outputs) + "u) return;\n";
-    body += glsl::unravel(g.kept_dims, "o", "k");
-    body += "  uint base = " + offset_expr(g.kept_strides, "k") + ";\n";
-    if (kind == Kind::argmax) {
-      body += "  float best = uintBitsToFloat(0xff800000u); int besti = 0;\n";
-      body += "  for (uint r = 0u; r < " + std::to_string(g.reduced) + "u; ++r) {\n";
-      body += glsl::unravel(g.reduced_dims, "r", "r");
-      body += "    float x = in_ld(base + " + offset_expr(g.reduced_strides, "r") + ");\n";
-      body += "    if (x > best || (isnan(x) && !isnan(best))) { best = x; besti = int(r); }\n  }\n";
-      body += "  out_sti(o, besti);\n";
+Layout layout_for(const Geometry& g) {
+  Layout l;
+  const auto pow2 = [](uint64_t v) { return static_cast<uint32_t>(std::bit_ceil(v)); };
+  if (g.inner_reduced) {
+    // Rows: lanes along the row; short rows share a group.
+    if (g.reduced <= 8) {
+      l.lx = 128;
     } else {
-      body += "  float acc = " + init_value(kind) + ";\n";
-      body += reduce_loop(g, kind, "0u", "1u", "acc", "x");
-      if (kind == Kind::mean) body += "  acc /= " + N + ";\n";
-      if (kind == Kind::variance) {
-        body += "  float mean = acc / " + N + ";\n  float m2 = 0.0;\n";
-        body += reduce_loop(g, Kind::sum, "0u", "1u", "m2", "(x - mean) * (x - mean)");
-        body += "  acc = m2 / max(" + N + " - float(" +
-                std::to_string(n.attrs.as<VarianceAttrs>().correction) + "), 0.0);\n";
-      }
-      body += "  out_st(o, acc);\n";
+      l.ly = std::min<uint32_t>(256, std::max<uint32_t>(32, pow2(g.reduced)));
+      l.lx = 256 / l.ly;
     }
-    auto grid = glsl::linear_grid(g.outputs, ctx.device, local);
-    KernelLaunch k{std::string(n.op_name()), glsl::header() + decl + glsl::gid_function() +
-                                                  "void main() {\n" + body + "}\n",
-                   {local, 1, 1}, grid.groups, {{ArgRef::input(0), false}, {ArgRef::output(), true}}};
-    Lowering l;
-    l.launches.push_back(std::move(k));
-    return l;
-  }
-
-  const std::string L = std::to_string(local);
-  decl += "shared float s_val[" + L + "];\nshared int s_idx[" + L + "];\n";
-  body += "  uint o = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  body += "  uint lid = gl_LocalInvocationID.x;\n";
-  body += "  if (o >= " + std::to_string(g.outputs) + "u) return;\n";  // uniform per group
-  body += glsl::unravel(g.kept_dims, "o", "k");
-  body += "  uint base = " + offset_expr(g.kept_strides, "k") + ";\n";
-  auto tree = [&](Kind k) {
-    std::string s = "  barrier();\n  for (uint s = " + std::to_string(local / 2) + "u; s > 0u; s >>= 1) {\n";
-    s += "    if (lid < s) {\n";
-    if (k == Kind::argmax) {
-      s += "      float a = s_val[lid], b = s_val[lid + s]; int ia = s_idx[lid], ib = s_idx[lid + s];\n";
-      s += "      if (b > a || (b == a && ib < ia) || (isnan(b) && !isnan(a)) || (isnan(a) && isnan(b) && ib < ia)) { s_val[lid] = b; s_idx[lid] = ib; }\n";
-    } else {
-      s += "      s_val[lid] = " + combine(k, "s_val[lid]", "s_val[lid + s]") + ";\n";
-    }
-    s += "    }\n    barrier();\n  }\n";
-    return s;
-  };
-  if (kind == Kind::argmax) {
-    body += "  float best = uintBitsToFloat(0xff800000u); int besti = 0x7fffffff;\n";
-    body += "  for (uint r = lid; r < " + std::to_string(g.reduced) + "u; r += " + L + "u) {\n";
-    body += glsl::unravel(g.reduced_dims, "r", "r");
-    body += "    float x = in_ld(base + " + offset_expr(g.reduced_strides, "r") + ");\n";
-    body += "    if (x > best || (isnan(x) && !isnan(best)) || besti == 0x7fffffff) { best = x; besti = int(r); }\n  }\n";
-    body += "  s_val[lid] = best; s_idx[lid] = besti;\n" + tree(Kind::argmax);
-    body += "  if (lid == 0u) out_sti(o, s_idx[0]);\n";
+  } else if (g.reduced <= 16 || (g.outputs >= 8192 && g.reduced <= 256)) {
+    l.lx = 128;  // columns, enough outputs: one thread each, reading consecutive addresses
   } else {
-    body += "  float acc = " + init_value(kind) + ";\n";
-    body += reduce_loop(g, kind, "lid", L + "u", "acc", "x");
-    body += "  s_val[lid] = acc;\n" + tree(kind == Kind::mean || kind == Kind::variance ? Kind::sum : kind);
-    if (kind == Kind::variance) {
-      body += "  float mean = s_val[0] / " + N + ";\n  barrier();\n  float m2 = 0.0;\n";
-      body += reduce_loop(g, Kind::sum, "lid", L + "u", "m2", "(x - mean) * (x - mean)");
-      body += "  s_val[lid] = m2;\n" + tree(Kind::sum);
-      body += "  if (lid == 0u) out_st(o, s_val[0] / max(" + N + " - float(" +
-              std::to_string(n.attrs.as<VarianceAttrs>().correction) + "), 0.0));\n";
-    } else if (kind == Kind::mean) {
-      body += "  if (lid == 0u) out_st(o, s_val[0] / " + N + ");\n";
-    } else {
-      body += "  if (lid == 0u) out_st(o, s_val[0]);\n";
+    l.lx = std::min<uint32_t>(32, pow2(g.outputs));
+    l.ly = std::min<uint32_t>(256 / l.lx, pow2(g.reduced));
+  }
+  l.blocks = (g.outputs + l.lx - 1) / l.lx;
+  // Split long reductions when the grid is small: aim at ~256 groups, >= 16 loads per lane.
+  const uint64_t per_lane = (g.reduced + l.ly - 1) / l.ly;
+  if (l.blocks < 128 && per_lane >= 64) {
+    const uint64_t s = std::min<uint64_t>((256 + l.blocks - 1) / l.blocks, per_lane / 16);
+    l.chunk = (g.reduced + s - 1) / s;
+    l.split = (g.reduced + l.chunk - 1) / l.chunk;
+  }
+  if (l.split <= 1) {
+    l.split = 1;
+    l.chunk = g.reduced;
+  }
+  return l;
+}
+
+// GLSL of one reduction kind over one value type: the accumulator type T, its identity, the
+// combination, loads/stores, and the partials' encoding in the uint scratch buffer.
+struct Reducer {
+  Kind kind;
+  Value value;
+
+  std::string type() const {
+    return value == Value::f ? "float" : value == Value::i ? "int" : "uint";
+  }
+  std::string identity() const {
+    switch (kind) {
+      case Kind::max:
+        return value == Value::f   ? "uintBitsToFloat(0xff800000u)"
+               : value == Value::i ? "(-2147483647 - 1)"
+                                   : "0u";
+      case Kind::min:
+        return value == Value::f   ? "uintBitsToFloat(0x7f800000u)"
+               : value == Value::i ? "2147483647"
+                                   : "0xffffffffu";
+      default:
+        return value == Value::f ? "0.0" : value == Value::i ? "0" : "0u";
     }
   }
-  auto grid = glsl::linear_grid(g.outputs * local, ctx.device, local);
-  KernelLaunch k{std::string(n.op_name()),
-                 glsl::header() + decl + "void main() {\n" + body + "}\n",
-                 {local, 1, 1}, grid.groups, {{ArgRef::input(0), false}, {ArgRef::output(), true}}};
-  Lowering l;
-  l.launches.push_back(std::move(k));
-  return l;
+  std::string load(const std::string& offset) const {
+    if (value == Value::f) return "in_ld(" + offset + ")";
+    if (value == Value::i) return "in_ldi(" + offset + ")";
+    return "uint(in_ldi(" + offset + "))";
+  }
+  std::string encode(const std::string& v) const {
+    return value == Value::f ? "floatBitsToUint(" + v + ")" : "uint(" + v + ")";
+  }
+  std::string decode(const std::string& w) const {
+    return value == Value::f   ? "uintBitsToFloat(" + w + ")"
+           : value == Value::i ? "int(" + w + ")"
+                               : w;
+  }
+  std::string store(const std::string& o, const std::string& v) const {
+    if (kind == Kind::argmax || value == Value::i) return "out_sti(" + o + ", " + v + ");";
+    if (value == Value::u) return "out_sti(" + o + ", int(" + v + "));";
+    return "out_st(" + o + ", " + v + ");";
+  }
+  // Functions the kernels call: mn_comb(a, b) and, for argmax, mn_better(x, ix, b, ib).
+  std::string prelude() const {
+    const std::string t = type();
+    std::string s =
+        "bool mn_isnan(float x) { return (floatBitsToUint(x) & 0x7fffffffu) > 0x7f800000u; }\n";
+    s += t + " mn_comb(" + t + " a, " + t + " b) { ";
+    if (kind == Kind::max || kind == Kind::min) {
+      const char* f = kind == Kind::max ? "max" : "min";
+      const char* cmp = kind == Kind::max ? ">" : "<";
+      s += value == Value::f ? std::string("return mn_isnan(a) ? a : (mn_isnan(b) ? b : (b ") +
+                                   cmp + " a ? b : a)); }\n"
+                             : std::string("return ") + f + "(a, b); }\n";
+    } else {
+      s += "return a + b; }\n";
+    }
+    if (kind == Kind::argmax) {
+      // Index 0x7fffffff marks "no element yet". NaN beats numbers; ties go to the lower index.
+      s += "bool mn_better(" + t + " x, int ix, " + t + " b, int ib) {\n";
+      s += "  if (ix == 0x7fffffff) return false;\n  if (ib == 0x7fffffff) return true;\n";
+      if (value == Value::f) {
+        s += "  bool xn = mn_isnan(x), bn = mn_isnan(b);\n  if (xn != bn) return xn;\n";
+        s += "  if (xn || x == b) return ix < ib;\n";
+      } else {
+        s += "  if (x == b) return ix < ib;\n";
+      }
+      s += "  return x > b;\n}\n";
+    }
+    return s;
+  }
+};
+
+// Statements computing `off`, the input offset of reduced element r.
+std::string reduced_offset(const Geometry& g) {
+  if (g.reduced_dims.size() == 1) {
+    return g.reduced_strides[0] == 1 ? "    uint off = r;\n"
+                                     : "    uint off = r * " + u32(g.reduced_strides[0]) + ";\n";
+  }
+  return glsl::unravel(g.reduced_dims, "r", "r") +
+         "    uint off = " + offset_expr(g.reduced_strides, "r") + ";\n";
+}
+
+// The first launch: per (chunk s, output o), the reduction of elements [r0, r1). With one chunk
+// it stores the final value; otherwise a partial (argmax and variance: two words) to scratch.
+KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geometry& g,
+                         const Layout& l, double correction) {
+  const Node& n = ctx.node;
+  const bool final = l.split == 1;
+  const std::string T = red.type();
+  const std::string L = std::to_string(l.lx * l.ly);
+  const std::string LX = u32(l.lx);
+  const uint64_t total = l.blocks * l.split;
+
+  std::string s = glsl::header();
+  s += glsl::buffer(0, ctx.inputs[0].dtype, "in", true);
+  if (final) {
+    s += glsl::buffer(1, n.type.dtype, "out", false);
+  } else {
+    s += "layout(std430, set = 0, binding = 1) buffer Buffer1 { uint part[]; };\n";
+  }
+  s += red.prelude();
+  if (l.ly > 1) {
+    s += "shared " + T + " s_val[" + L + "];\n";
+    if (red.kind == Kind::argmax) s += "shared int s_idx[" + L + "];\n";
+  }
+  s += "void main() {\n";
+  s += "  uint lx = gl_LocalInvocationID.x, ly = gl_LocalInvocationID.y;\n";
+  s += "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
+  s += "  if (g >= " + u32(total) + ") return;\n";  // the folded grid's tail; uniform per group
+  s += "  uint blk = g % " + u32(l.blocks) + ", s = g / " + u32(l.blocks) + ";\n";
+  s += "  uint o = blk * " + LX + " + lx;\n";
+  s += "  bool live = o < " + u32(g.outputs) + ";\n";
+  s += "  uint oc = live ? o : 0u;\n";
+  s += glsl::unravel(g.kept_dims, "oc", "k");
+  s += "  uint base = " + offset_expr(g.kept_strides, "k") + ";\n";
+  s += "  uint r0 = s * " + u32(l.chunk) + ", r1 = min(r0 + " + u32(l.chunk) + ", " +
+       u32(g.reduced) + ");\n";
+  s += "  uint r_begin = live ? r0 + ly : r1;\n";
+  const std::string loop =
+      "  for (uint r = r_begin; r < r1; r += " + u32(l.ly) + ") {\n" + reduced_offset(g);
+  // The tree over the ly lanes of each output; afterwards lane 0's slot holds the result.
+  auto tree = [&](const std::string& var) {
+    if (l.ly == 1) return std::string();
+    std::string t = "  s_val[ly * " + LX + " + lx] = " + var + ";\n";
+    if (red.kind == Kind::argmax) t += "  s_idx[ly * " + LX + " + lx] = besti;\n";
+    t += "  barrier();\n";
+    t += "  for (uint h = " + u32(l.ly / 2) + "; h > 0u; h >>= 1) {\n";
+    t +=
+        "    if (ly < h) {\n      uint a = ly * " + LX + " + lx, b = (ly + h) * " + LX + " + lx;\n";
+    if (red.kind == Kind::argmax) {
+      t += "      if (mn_better(s_val[b], s_idx[b], s_val[a], s_idx[a])) { s_val[a] = s_val[b]; "
+           "s_idx[a] = s_idx[b]; }\n";
+    } else {
+      t += "      s_val[a] = mn_comb(s_val[a], s_val[b]);\n";
+    }
+    t += "    }\n    barrier();\n  }\n";
+    t += "  " + var + " = s_val[lx];\n";
+    if (red.kind == Kind::argmax) t += "  besti = s_idx[lx];\n";
+    return t;
+  };
+
+  if (red.kind == Kind::argmax) {
+    s += "  " + T + " best = " + red.identity() + "; int besti = 0x7fffffff;\n";
+    s += loop + "    " + T + " x = " + red.load("base + off") + ";\n";
+    s += "    if (mn_better(x, int(r), best, besti)) { best = x; besti = int(r); }\n  }\n";
+    s += tree("best");
+  } else {
+    s += "  " + T + " acc = " + red.identity() + ";\n";
+    s += loop + "    acc = mn_comb(acc, " + red.load("base + off") + ");\n  }\n";
+    s += tree("acc");
+  }
+  if (red.kind == Kind::variance) {
+    // Second pass over the chunk around its mean: no cancellation for large means.
+    s += "  float count = float(r1 - r0);\n  float mean = acc / count;\n";
+    if (l.ly > 1) s += "  barrier();\n";
+    s += "  float m2 = 0.0;\n";
+    s += loop + "    float d = in_ld(base + off) - mean;\n    m2 += d * d;\n  }\n";
+    s += tree("m2");
+  }
+
+  s += "  if (ly != 0u || !live) return;\n";
+  if (final) {
+    switch (red.kind) {
+      case Kind::argmax:
+        s += "  " + red.store("o", "besti") + "\n";
+        break;
+      case Kind::mean:
+        s += "  " + red.store("o", "acc / " + glsl::float_literal(static_cast<double>(g.reduced))) +
+             "\n";
+        break;
+      case Kind::variance:
+        s += "  " +
+             red.store("o", "m2 / max(count - " + glsl::float_literal(correction) + ", 0.0)") +
+             "\n";
+        break;
+      default:
+        s += "  " + red.store("o", "acc") + "\n";
+    }
+  } else {
+    const std::string slot = "s * " + u32(g.outputs) + " + o";
+    switch (red.kind) {
+      case Kind::argmax:
+        s += "  part[2u * (" + slot + ")] = " + red.encode("best") + ";\n";
+        s += "  part[2u * (" + slot + ") + 1u] = uint(besti);\n";
+        break;
+      case Kind::variance:
+        s += "  part[2u * (" + slot + ")] = floatBitsToUint(mean);\n";
+        s += "  part[2u * (" + slot + ") + 1u] = floatBitsToUint(m2);\n";
+        break;
+      default:
+        s += "  part[" + slot + "] = " + red.encode("acc") + ";\n";
+    }
+  }
+  s += "}\n";
+
+  KernelLaunch k;
+  k.name = std::string(n.op_name()) + (final ? "" : "_partial");
+  k.glsl = std::move(s);
+  k.workgroup = {l.lx, l.ly, 1};
+  k.groups = glsl::linear_grid(total * l.lx * l.ly, ctx.device, l.lx * l.ly).groups;
+  k.bindings = {{ArgRef::input(0), false}, {final ? ArgRef::output() : ArgRef::scratch(0), true}};
+  return k;
+}
+
+// The second launch: one thread per output combines its `split` partials.
+KernelLaunch combine_launch(const LowerContext& ctx, const Reducer& red, const Geometry& g,
+                            const Layout& l, double correction) {
+  const Node& n = ctx.node;
+  const std::string T = red.type();
+  std::string decl =
+      "layout(std430, set = 0, binding = 0) readonly buffer Buffer0 { uint part[]; };\n";
+  decl += glsl::buffer(1, n.type.dtype, "out", false);
+  decl += red.prelude();
+  const std::string S = u32(l.split), O = u32(g.outputs);
+  std::string body;
+  switch (red.kind) {
+    case Kind::argmax:
+      body += "  " + T + " best = " + red.identity() + "; int besti = 0x7fffffff;\n";
+      body += "  for (uint s = 0u; s < " + S + "; ++s) {\n";
+      body += "    " + T + " x = " + red.decode("part[2u * (s * " + O + " + i)]") + ";\n";
+      body += "    int ix = int(part[2u * (s * " + O + " + i) + 1u]);\n";
+      body += "    if (mn_better(x, ix, best, besti)) { best = x; besti = ix; }\n  }\n";
+      body += "  " + red.store("i", "besti") + "\n";
+      break;
+    case Kind::variance: {
+      // Chan et al.: M2 = sum of the chunks' M2 + n_s (mean_s - mean)^2.
+      const std::string N = glsl::float_literal(static_cast<double>(g.reduced));
+      const std::string C = glsl::float_literal(static_cast<double>(l.chunk));
+      const std::string last =
+          glsl::float_literal(static_cast<double>(g.reduced - (l.split - 1) * l.chunk));
+      auto count = [&](const std::string& s) {
+        return "(" + s + " + 1u == " + S + " ? " + last + " : " + C + ")";
+      };
+      body += "  float mean = 0.0;\n";
+      body += "  for (uint s = 0u; s < " + S + "; ++s) mean += " + count("s") +
+              " * uintBitsToFloat(part[2u * (s * " + O + " + i)]);\n";
+      body += "  mean /= " + N + ";\n  float m2 = 0.0;\n";
+      body += "  for (uint s = 0u; s < " + S + "; ++s) {\n";
+      body += "    float d = uintBitsToFloat(part[2u * (s * " + O + " + i)]) - mean;\n";
+      body += "    m2 += uintBitsToFloat(part[2u * (s * " + O + " + i) + 1u]) + " + count("s") +
+              " * d * d;\n  }\n";
+      body += "  " +
+              red.store("i", "m2 / max(" + N + " - " + glsl::float_literal(correction) + ", 0.0)") +
+              "\n";
+      break;
+    }
+    default:
+      body += "  " + T + " acc = " + red.identity() + ";\n";
+      body += "  for (uint s = 0u; s < " + S + "; ++s) acc = mn_comb(acc, " +
+              red.decode("part[s * " + O + " + i]") + ");\n";
+      if (red.kind == Kind::mean) {
+        body += "  " +
+                red.store("i", "acc / " + glsl::float_literal(static_cast<double>(g.reduced))) +
+                "\n";
+      } else {
+        body += "  " + red.store("i", "acc") + "\n";
+      }
+  }
+  const glsl::Linear grid = glsl::linear_grid(g.outputs, ctx.device);
+  KernelLaunch k;
+  k.name = std::string(n.op_name()) + "_combine";
+  k.glsl = glsl::elementwise_kernel(decl, body, g.outputs);
+  k.workgroup = {grid.local, 1, 1};
+  k.groups = grid.groups;
+  k.bindings = {{ArgRef::scratch(0), false}, {ArgRef::output(), true}};
+  return k;
+}
+
+Lowering lower_reduction(const LowerContext& ctx, Kind kind, const std::vector<int64_t>& axes,
+                         double correction = 0) {
+  glsl::require_storage(ctx);
+  const DType in = ctx.inputs[0].dtype;
+  const Reducer red{kind, is_float(in) ? Value::f : in == DType::u32 ? Value::u : Value::i};
+  const Geometry g = geometry(ctx.inputs[0].shape, axes);
+  const Layout l = layout_for(g);
+  Lowering low;
+  low.launches.push_back(main_launch(ctx, red, g, l, correction));
+  if (l.split > 1) {
+    const uint64_t words = (kind == Kind::argmax || kind == Kind::variance) ? 2 : 1;
+    low.scratch_bytes.push_back(l.split * g.outputs * words * 4);
+    low.launches.push_back(combine_launch(ctx, red, g, l, correction));
+  }
+  return low;
 }
 
 std::vector<int64_t> axes_of(const LowerContext& ctx, const std::vector<int64_t>& axes) {
@@ -183,7 +418,9 @@ void register_reduce_lowerings(LoweringRegistry& r) {
   r.add("max", reduce(Kind::max));
   r.add("min", reduce(Kind::min));
   r.add("variance", [](const LowerContext& ctx) {
-    return lower_reduction(ctx, Kind::variance, axes_of(ctx, ctx.node.attrs.as<VarianceAttrs>().axes));
+    const auto& a = ctx.node.attrs.as<VarianceAttrs>();
+    return lower_reduction(ctx, Kind::variance, axes_of(ctx, a.axes),
+                           static_cast<double>(a.correction));
   });
   r.add("argmax", [](const LowerContext& ctx) {
     int64_t axis = ctx.node.attrs.as<ArgmaxAttrs>().axis;
@@ -196,7 +433,9 @@ void register_reduce_lowerings(LoweringRegistry& r) {
     std::vector<int64_t> axes;
     const size_t lead = in.size() - target.size();
     for (size_t d = 0; d < in.size(); ++d) {
-      if (d < lead || (target[d - lead] == 1 && in[d] != 1)) axes.push_back(static_cast<int64_t>(d));
+      if (d < lead || (target[d - lead] == 1 && in[d] != 1)) {
+        axes.push_back(static_cast<int64_t>(d));
+      }
     }
     if (axes.empty()) {
       Lowering l;
