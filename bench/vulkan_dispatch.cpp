@@ -76,44 +76,61 @@ std::vector<uint32_t> random_words(size_t count, uint64_t seed) {
   return words;
 }
 
-Json bench_copy(vk::Device& device, codegen::ShaderCache& shaders, uint64_t bytes, int reps,
-                int submits) {
+// Source and destination of the copy, filled with random data once.
+struct CopyBuffers {
+  CopyBuffers(vk::Device& device, uint64_t requested)
+      : bytes(requested / 16 * 16),
+        arena(device, 2 * bytes, vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0}) {
+    // Each range starts a chunk or sits inside one (the placement rule), one descriptor each.
+    dst_offset = bytes <= arena.chunk_bytes() && 2 * bytes > arena.chunk_bytes()
+                     ? arena.chunk_bytes()
+                     : bytes;
+    if (dst_offset + bytes > arena.size() || !arena.placement_ok(0, bytes) ||
+        !arena.placement_ok(dst_offset, bytes) ||
+        arena.descriptor_count(arena.range(0, bytes)) > 1) {
+      throw Error("copy buffer of " + std::to_string(bytes) + " bytes does not fit one binding");
+    }
+    data = random_words(bytes / 4, 42);
+    arena.write(0, std::as_bytes(std::span(data)));
+  }
+  uint64_t bytes;
+  vk::Arena arena;
+  uint64_t dst_offset = 0;
+  std::vector<uint32_t> data;
+};
+
+Json bench_copy(vk::Device& device, codegen::ShaderCache& shaders, CopyBuffers& buffers,
+                uint32_t threads, uint32_t per_thread, int reps, int submits) {
   const auto& caps = device.capabilities();
-  constexpr uint32_t kThreads = 256, kPerThread = 4;
   vk::KernelInterface k;
   k.buffer_count = 2;
   k.push_constant_bytes = 4;
-  k.workgroup_size = {kThreads, 1, 1};
-  k.specialization = {{3, kPerThread}};
+  k.workgroup_size = {threads, 1, 1};
+  k.specialization = {{3, per_thread}};
   codegen::CompileOptions options;
   options.name = "copy";
   options.target = codegen::target_env_for(caps.api_version);
   vk::Pipeline copy(device, shaders.get(kCopy, options), k, "copy");
 
-  bytes = bytes / 16 * 16;
-  vk::Arena arena(device, 2 * bytes, vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0});
-  // Source and destination each start a chunk or sit inside one (the placement rule).
-  const uint64_t dst_offset =
-      bytes <= arena.chunk_bytes() && 2 * bytes > arena.chunk_bytes() ? arena.chunk_bytes() : bytes;
-  if (dst_offset + bytes > arena.size() || !arena.placement_ok(0, bytes) ||
-      !arena.placement_ok(dst_offset, bytes) || arena.descriptor_count(arena.range(0, bytes)) > 1) {
-    throw Error("copy buffer of " + std::to_string(bytes) + " bytes does not fit one binding");
-  }
-  const auto data = random_words(bytes / 4, 42);
-  arena.write(0, std::as_bytes(std::span(data)));
-
+  const uint64_t bytes = buffers.bytes;
+  vk::Arena& arena = buffers.arena;
   const uint32_t n = static_cast<uint32_t>(bytes / 16);
-  const uint64_t groups = (n + kThreads * kPerThread - 1) / (kThreads * kPerThread);
+  const uint64_t groups = (n + threads * per_thread - 1) / (threads * per_thread);
   const uint32_t gx =
       static_cast<uint32_t>(std::min<uint64_t>(groups, caps.compute.max_workgroup_count[0]));
   const uint32_t gy = static_cast<uint32_t>((groups + gx - 1) / gx);
+
+  // Poison the destination so that the check sees what this kernel wrote.
+  vk::Recording poison(device);
+  poison.fill(arena.range(buffers.dst_offset, bytes), 0xFFFFFFFFu);
+  poison.run();
 
   vk::Recording rec(device, {true, "copy"});
   for (int r = 0; r < reps; ++r) {
     vk::Dispatch d;
     d.pipeline = &copy;
     d.buffers = {{arena.range(0, bytes), vk::Access::read},
-                 {arena.range(dst_offset, bytes), vk::Access::write}};
+                 {arena.range(buffers.dst_offset, bytes), vk::Access::write}};
     d.set_push_constants(n);
     d.groups = {gx, gy, 1};
     rec.dispatch(std::move(d));
@@ -129,8 +146,8 @@ Json bench_copy(vk::Device& device, codegen::ShaderCache& shaders, uint64_t byte
   bool ok = true;
   for (uint64_t at : {uint64_t{0}, (bytes / 2) / 16 * 16, bytes - window}) {
     std::vector<uint32_t> back(window / 4);
-    arena.read(dst_offset + at, std::as_writable_bytes(std::span(back)));
-    ok = ok && std::memcmp(back.data(), data.data() + at / 4, window) == 0;
+    arena.read(buffers.dst_offset + at, std::as_writable_bytes(std::span(back)));
+    ok = ok && std::memcmp(back.data(), buffers.data.data() + at / 4, window) == 0;
   }
   const double moved = 2.0 * static_cast<double>(bytes);
   const double med = median(ms);
@@ -138,14 +155,18 @@ Json bench_copy(vk::Device& device, codegen::ShaderCache& shaders, uint64_t byte
   return {{"buffer_bytes", bytes},
           {"bytes_moved_per_rep", 2 * bytes},
           {"reps", ms.size()},
-          {"workgroup", kThreads},
-          {"uvec4_per_thread", kPerThread},
+          {"workgroup", threads},
+          {"uvec4_per_thread", per_thread},
           {"groups", {gx, gy}},
           {"median_ms", med},
           {"min_ms", best},
           {"gbps_median", moved / (med * 1e-3) / 1e9},
           {"gbps_best", moved / (best * 1e-3) / 1e9},
           {"correct", ok}};
+}
+
+uint64_t arena_alignment(vk::Device& device) {
+  return std::max<uint64_t>(4, device.capabilities().buffers.min_storage_buffer_offset_alignment);
 }
 
 Json bench_dispatch(vk::Device& device, codegen::ShaderCache& shaders, int chain, int submits) {
@@ -161,13 +182,18 @@ Json bench_dispatch(vk::Device& device, codegen::ShaderCache& shaders, int chain
   const auto initial = random_words(64, 5);
   arena.write(0, std::as_bytes(std::span(initial)));
 
-  auto record = [&](bool per_operation) {
+  // Independent dispatches (each on its own 256 bytes) need no barriers: their cost is the
+  // dispatch alone.
+  const uint64_t slot = std::max<uint64_t>(256, arena_alignment(device));
+  vk::Arena spread(device, slot * chain, vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0});
+  auto record = [&](bool per_operation, bool dependent = true) {
     auto rec = std::make_unique<vk::Recording>(
         device, vk::RecordingOptions{per_operation, "chain", !per_operation});
     for (int s = 0; s < chain; ++s) {
       vk::Dispatch d;
       d.pipeline = &tiny;
-      d.buffers = {{arena.range(0, 256), vk::Access::read_write}};
+      d.buffers = {
+          {dependent ? arena.range(0, 256) : spread.range(s * slot, 256), vk::Access::read_write}};
       d.set_push_constants(static_cast<uint32_t>(s + 1));
       rec->dispatch(std::move(d));
     }
@@ -183,6 +209,13 @@ Json bench_dispatch(vk::Device& device, codegen::ShaderCache& shaders, int chain
         std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
     per_dispatch_us.push_back(total->total_ms() * 1e3 / chain);
     wall_us.push_back(wall / chain);
+  }
+  auto independent = record(false, false);
+  independent->run();
+  std::vector<double> independent_us;
+  for (int s = 0; s < submits; ++s) {
+    independent->run();
+    independent_us.push_back(independent->total_ms() * 1e3 / chain);
   }
   auto profiled = record(true);
   profiled->run();
@@ -206,6 +239,8 @@ Json bench_dispatch(vk::Device& device, codegen::ShaderCache& shaders, int chain
       {"us_per_dispatch_min", *std::min_element(per_dispatch_us.begin(), per_dispatch_us.end())},
       {"us_per_dispatch_wall_median", median(wall_us)},
       {"us_per_dispatch_profiled_median", median(op_us)},
+      {"independent_barriers", independent->barrier_count()},
+      {"us_per_independent_dispatch_median", median(independent_us)},
       {"correct", back == expected}};
 }
 
@@ -215,10 +250,12 @@ int main(int argc, char** argv) {
   CLI::App app{"Vulkan copy bandwidth and dispatch+barrier cost (JSON)", "vulkan_dispatch"};
   double copy_mib = 0;
   int reps = 20, submits = 10, chain = 1000;
+  bool sweep = false;
   app.add_option("--copy-mib", copy_mib, "copy buffer size (default: 1024 on a GPU, 64 on a CPU)");
   app.add_option("--reps", reps, "copy dispatches per submission");
   app.add_option("--submits", submits, "timed submissions");
   app.add_option("--chain", chain, "dependent dispatches in the chain");
+  app.add_flag("--sweep", sweep, "also time other workgroup sizes and values per thread");
   CLI11_PARSE(app, argc, argv);
   try {
     vk::Device device;
@@ -230,11 +267,25 @@ int main(int argc, char** argv) {
     out["device"] = caps.name;
     out["driver"] = caps.driver_name + " " + caps.driver_info + " (" + caps.driver_version + ")";
     out["api_version"] = caps.api_version_text;
-    out["copy"] =
-        bench_copy(device, shaders, static_cast<uint64_t>(copy_mib * (1 << 20)), reps, submits);
+    CopyBuffers buffers(device, static_cast<uint64_t>(copy_mib * (1 << 20)));
+    out["copy"] = bench_copy(device, shaders, buffers, 256, 4, reps, submits);
+    bool ok = out["copy"]["correct"].get<bool>();
+    if (sweep) {
+      out["copy_sweep"] = Json::array();
+      for (uint32_t threads : {128u, 256u, 512u, 1024u}) {
+        for (uint32_t per_thread : {1u, 2u, 4u, 8u}) {
+          Json r = bench_copy(device, shaders, buffers, threads, per_thread, 10, 3);
+          ok = ok && r["correct"].get<bool>();
+          out["copy_sweep"].push_back({{"workgroup", threads},
+                                       {"uvec4_per_thread", per_thread},
+                                       {"gbps_median", r["gbps_median"]},
+                                       {"gbps_best", r["gbps_best"]}});
+        }
+      }
+    }
     out["dispatch"] = bench_dispatch(device, shaders, chain, submits);
     std::printf("%s\n", out.dump(2).c_str());
-    const bool ok = out["copy"]["correct"].get<bool>() && out["dispatch"]["correct"].get<bool>();
+    ok = ok && out["dispatch"]["correct"].get<bool>();
     return ok ? 0 : 3;
   } catch (const mn::Error& e) {
     std::fprintf(stderr, "vulkan_dispatch: %s\n", e.what());
