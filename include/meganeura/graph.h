@@ -8,6 +8,7 @@
 //   auto h = relu(matmul(x, w1) + b1);
 //   g.output("logits", h);
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -147,7 +148,7 @@ class Graph {
   Tensor apply(const OpDef& op, Attrs attrs, const std::vector<NodeId>& inputs);
 
   const Node& node(NodeId id) const { return nodes_.at(static_cast<size_t>(id)); }
-  const std::vector<Node>& nodes() const { return nodes_; }
+  const std::deque<Node>& nodes() const { return nodes_; }
   size_t size() const { return nodes_.size(); }
   Tensor tensor(NodeId id) { return {this, id}; }
 
@@ -172,7 +173,9 @@ class Graph {
  private:
   NodeId push(Node n);
   void check_new_name(const char* where, const std::string& name) const;
-  std::vector<Node> nodes_;
+  // A deque: appending never moves existing nodes, so references from node(), Tensor::type()
+  // and Tensor::shape() stay valid while ops are added (vjps build graphs while holding them).
+  std::deque<Node> nodes_;
   std::vector<NodeId> inputs_;
   std::vector<NodeId> parameters_;
   std::vector<NodeId> states_;

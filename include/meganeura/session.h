@@ -21,6 +21,9 @@ struct SessionOptions {
   std::string device;
   bool profile = false;  // GPU timestamps around every kernel (see Session::profile)
   std::optional<bool> validation;  // unset: $MN_VALIDATION
+  // Debugging the memory plan: overwrite every intermediate with NaNs right after its last use,
+  // so a tensor that wrongly shared memory with a dead one would read garbage.
+  bool poison_freed = false;
 };
 
 struct MemorySummary {

@@ -34,29 +34,25 @@ Array Array::from_f32(Shape s, const std::vector<float>& values, DType t) {
 
 namespace {
 
-// Rounds a float to `mantissa_bits` explicit mantissa bits, nearest-even, keeping f32's range
-// for bf16 and saturating f16's range to infinity as the hardware does.
-double round_f16(double v) {
-  if (!std::isfinite(v)) return v;
+// Rounds to a binary format with `mantissa` explicit bits and minimum normal exponent
+// `min_exp`, nearest-even, in one step from double (no double rounding through f32); values at
+// or past the halfway point above the largest finite become infinity, as hardware converts.
+double round_binary(double v, int mantissa, int min_exp, double overflow_at) {
+  if (!std::isfinite(v) || v == 0.0) return v;
   double a = std::fabs(v);
-  if (a >= 65520.0) return std::copysign(INFINITY, v);
-  if (a < std::ldexp(1.0, -24) / 2) return std::copysign(0.0, v);
+  if (a >= overflow_at) return std::copysign(INFINITY, v);
   int e;
   std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
-  int exp = std::max(e - 1, -14);  // subnormals share the minimum exponent
-  double quantum = std::ldexp(1.0, exp - 10);
+  int exp = std::max(e - 1, min_exp);  // subnormals share the minimum exponent
+  double quantum = std::ldexp(1.0, exp - mantissa);
   double q = std::nearbyint(a / quantum) * quantum;  // default rounding mode: nearest-even
   return std::copysign(q, v);
 }
 
+double round_f16(double v) { return round_binary(v, 10, -14, 65520.0); }
 double round_bf16(double v) {
-  float f = static_cast<float>(v);
-  if (!std::isfinite(f)) return f;
-  uint32_t bits = std::bit_cast<uint32_t>(f);
-  uint32_t lsb = (bits >> 16) & 1u;
-  bits += 0x7fffu + lsb;
-  bits &= 0xffff0000u;
-  return std::bit_cast<float>(bits);
+  // Largest finite bf16 is (2 - 2^-7)·2^127; halfway to the next step is (2 - 2^-8)·2^127.
+  return round_binary(v, 7, -126, std::ldexp(2.0 - std::ldexp(1.0, -8), 127));
 }
 
 }  // namespace

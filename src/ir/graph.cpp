@@ -167,7 +167,7 @@ Tensor Graph::apply(const OpDef& op, Attrs attrs, const std::vector<NodeId>& inp
 
 namespace {
 template <class Vec>
-std::optional<NodeId> find_named(const std::vector<Node>& nodes, const Vec& ids,
+std::optional<NodeId> find_named(const std::deque<Node>& nodes, const Vec& ids,
                                  std::string_view name) {
   for (NodeId id : ids) {
     if (nodes[static_cast<size_t>(id)].name == name) return id;

@@ -103,7 +103,11 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
     requests.push_back({p.buffers[b].bytes, std::max(f, 0), std::max(l, 0), p.buffers[b].persistent});
   }
   p.memory = plan_memory(requests, options.alignment, options.chunk_bytes);
-  for (size_t b = 0; b < p.buffers.size(); ++b) p.buffers[b].offset = p.memory.offsets[b];
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    p.buffers[b].offset = p.memory.offsets[b];
+    p.buffers[b].first_use = requests[b].first_use;
+    p.buffers[b].last_use = requests[b].last_use;
+  }
   p.arena_bytes = p.memory.arena_bytes;
   return p;
 }

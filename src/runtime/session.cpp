@@ -182,7 +182,18 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
       rec.upload(*impl->upload, impl->upload_offset[name], range_of(p.node_buffer[id]));
     }
   }
-  for (const auto& l : p.launches) {
+  // Intermediates whose last reader is launch i, for poisoning.
+  std::vector<std::vector<int>> dead_after(p.launches.size());
+  if (options.poison_freed) {
+    for (size_t b = 0; b < p.buffers.size(); ++b) {
+      const auto& buf = p.buffers[b];
+      if (!buf.persistent && buf.last_use < static_cast<int>(p.launches.size())) {
+        dead_after[static_cast<size_t>(buf.last_use)].push_back(static_cast<int>(b));
+      }
+    }
+  }
+  for (size_t li = 0; li < p.launches.size(); ++li) {
+    const auto& l = p.launches[li];
     vk::Dispatch d;
     d.pipeline = impl->pipelines[l.kernel.glsl].get();
     for (size_t k = 0; k < l.buffers.size(); ++k) {
@@ -192,6 +203,10 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
     d.groups = l.kernel.groups;
     d.label = l.kernel.name;
     rec.dispatch(std::move(d));
+    for (int b : dead_after[li]) {
+      const plan::PlannedBuffer& buf = p.buffers[static_cast<size_t>(b)];
+      rec.fill(arena.range(buf.offset, (buf.bytes + 3) / 4 * 4), 0x7fc00000u);  // quiet NaN
+    }
   }
   for (const auto& [from, to] : p.assignment_copies) rec.copy(range_of(from), range_of(to));
   if (!direct) {

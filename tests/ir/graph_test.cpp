@@ -64,6 +64,10 @@ TEST(Dtype, HalfRounding) {
   EXPECT_TRUE(std::isinf(round_to_dtype(70000.0, DType::f16)));
   EXPECT_EQ(round_to_dtype(1.0 + 1.0 / 256, DType::bf16), 1.0);
   EXPECT_EQ(round_to_dtype(3.7, DType::i32), 3.0);
+  // One rounding from double: 1 + 2^-8 + 2^-40 is above the bf16 halfway point.
+  EXPECT_EQ(round_to_dtype(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40), DType::bf16),
+            1.0 + std::ldexp(1.0, -7));
+  EXPECT_TRUE(std::isinf(round_to_dtype(std::ldexp(1.0, 128), DType::bf16)));
 }
 
 }  // namespace
