@@ -130,34 +130,31 @@ Device::Device(const DeviceOptions& options) {
   check(vkCreateDevice(physical_, &info, nullptr, &device_), "vkCreateDevice");
   vkGetDeviceQueue(device_, caps_.compute.queue_family, 0, &queue_);
 
-  VkCommandPoolCreateInfo pool_info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
-  pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
-  pool_info.queueFamilyIndex = caps_.compute.queue_family;
-  const VkResult pool_result = vkCreateCommandPool(device_, &pool_info, nullptr, &command_pool_);
-  if (pool_result != VK_SUCCESS) {
-    vkDestroyDevice(device_, nullptr);
-    check(pool_result, "vkCreateCommandPool");
-  }
-
-  cache_dir_ = options.cache_dir.value_or(default_cache_dir());
-  if (options.persistent_pipeline_cache) {
-    try {
+  try {
+    VkCommandPoolCreateInfo pool_info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+    pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
+    pool_info.queueFamilyIndex = caps_.compute.queue_family;
+    check(vkCreateCommandPool(device_, &pool_info, nullptr, &command_pool_), "vkCreateCommandPool");
+    cache_dir_ = options.cache_dir.value_or(default_cache_dir());
+    if (options.persistent_pipeline_cache) {
       pipeline_cache_ = std::make_unique<PipelineCache>(*this, PipelineCache::default_path(*this));
-    } catch (...) {
-      vkDestroyCommandPool(device_, command_pool_, nullptr);
-      vkDestroyDevice(device_, nullptr);
-      throw;
     }
+    check_validation("device creation");
+  } catch (...) {
+    destroy();
+    throw;
   }
-  check_validation("device creation");
 }
 
-Device::~Device() {
+Device::~Device() { destroy(); }
+
+void Device::destroy() {
   if (device_ == VK_NULL_HANDLE) return;
   vkDeviceWaitIdle(device_);
   pipeline_cache_.reset();  // saves to disk
   vkDestroyCommandPool(device_, command_pool_, nullptr);
   vkDestroyDevice(device_, nullptr);
+  device_ = VK_NULL_HANDLE;
 }
 
 uint32_t Device::find_memory_type(uint32_t type_bits, VkMemoryPropertyFlags required,

@@ -77,6 +77,8 @@ class Device {
   PFN_vkVoidFunction proc(const char* name) const;
 
  private:
+  void destroy();
+
   std::shared_ptr<Instance> instance_;
   VkPhysicalDevice physical_ = VK_NULL_HANDLE;
   DeviceCapabilities caps_;
