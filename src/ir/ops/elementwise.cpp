@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <numbers>
+#include <optional>
 
 #include "ir/op_def.h"
 #include "ir/ops/common.h"
@@ -69,30 +70,64 @@ TensorType infer_compare(std::string_view op, std::span<const TensorType> in) {
 
 TensorType typed(Shape s, DType t = DType::f32) { return {std::move(s), t}; }
 
-std::vector<OpSample> unary_samples(Range r, const Attrs& attrs = {}, double tol = 1e-6) {
+// Gradcheck tolerance of samples with 16-bit operands: the vjp's scalars are graph constants of
+// the operand's dtype, rounded to it (2^-11 for f16, 2^-8 for bf16).
+constexpr double f16_grad_tolerance = 2e-3;
+constexpr double bf16_grad_tolerance = 1.6e-2;
+
+double grad_tolerance_for(DType t, double tol) {
+  if (t == DType::f16) return std::max(tol, f16_grad_tolerance);
+  if (t == DType::bf16) return std::max(tol, bf16_grad_tolerance);
+  return tol;
+}
+
+// Shapes in f32, plus the same op on f16 and bf16 storage (and i32 where the op accepts it).
+std::vector<OpSample> unary_samples(Range r, const Attrs& attrs = {}, double tol = 1e-6,
+                                    bool with_int = false) {
   std::vector<OpSample> out;
-  const std::vector<std::pair<const char*, Shape>> shapes{
-      {"matrix", {3, 4}}, {"batch", {2, 3, 5}}, {"scalar", {}}, {"single", {1}}};
-  out.reserve(shapes.size());
-  for (const auto& [label, shape] : shapes) {
+  const std::vector<std::tuple<const char*, Shape, DType>> shapes{
+      {"matrix", {3, 4}, DType::f32}, {"batch", {2, 3, 5}, DType::f32},
+      {"scalar", {}, DType::f32},     {"single", {1}, DType::f32},
+      {"f16", {3, 4}, DType::f16},    {"bf16", {2, 3, 5}, DType::bf16}};
+  out.reserve(shapes.size() + 1);
+  for (const auto& [label, shape, t] : shapes) {
     out.push_back({.label = label,
-                   .inputs = {typed(shape)},
+                   .inputs = {typed(shape, t)},
                    .attrs = attrs,
                    .ranges = {r},
-                   .grad_tolerance = tol});
+                   .grad_tolerance = grad_tolerance_for(t, tol)});
+  }
+  if (with_int) {
+    // Past 2^24, so that a float round trip would lose the low bits.
+    out.push_back({.label = "i32",
+                   .inputs = {typed({3, 4}, DType::i32)},
+                   .attrs = attrs,
+                   .ranges = {{-3e8, 3e8}}});
   }
   return out;
 }
 
-std::vector<OpSample> binary_samples(Range ra, Range rb, DType t = DType::f32) {
+// f32 shapes and broadcasts, the same on f16 and bf16 storage, and, for ops accepting integers,
+// i32 operands drawn from `int_range` (past 2^24: exact only in integer arithmetic).
+std::vector<OpSample> binary_samples(Range ra, Range rb, std::optional<Range> int_range = {}) {
   std::vector<OpSample> out;
-  const std::vector<std::tuple<const char*, Shape, Shape>> shapes{
-      {"same", {3, 4}, {3, 4}},          {"row", {3, 4}, {4}},         {"outer", {3, 1}, {1, 4}},
-      {"batch", {2, 3, 4}, {3, 1}},      {"scalar_right", {2, 3}, {}}, {"scalar_left", {}, {2, 3}},
-      {"leading_one", {1, 4}, {2, 3, 4}}};
-  out.reserve(shapes.size());
-  for (const auto& [label, sa, sb] : shapes) {
-    out.push_back({.label = label, .inputs = {typed(sa, t), typed(sb, t)}, .ranges = {ra, rb}});
+  const std::vector<std::tuple<const char*, Shape, Shape, DType>> shapes{
+      {"same", {3, 4}, {3, 4}, DType::f32},           {"row", {3, 4}, {4}, DType::f32},
+      {"outer", {3, 1}, {1, 4}, DType::f32},          {"batch", {2, 3, 4}, {3, 1}, DType::f32},
+      {"scalar_right", {2, 3}, {}, DType::f32},       {"scalar_left", {}, {2, 3}, DType::f32},
+      {"leading_one", {1, 4}, {2, 3, 4}, DType::f32}, {"f16_row", {3, 4}, {4}, DType::f16},
+      {"bf16_batch", {2, 3, 4}, {3, 1}, DType::bf16}};
+  out.reserve(shapes.size() + 1);
+  for (const auto& [label, sa, sb, t] : shapes) {
+    out.push_back({.label = label,
+                   .inputs = {typed(sa, t), typed(sb, t)},
+                   .ranges = {ra, rb},
+                   .grad_tolerance = grad_tolerance_for(t, 1e-6)});
+  }
+  if (int_range) {
+    out.push_back({.label = "i32_row",
+                   .inputs = {typed({3, 4}, DType::i32), typed({4}, DType::i32)},
+                   .ranges = {*int_range, *int_range}});
   }
   return out;
 }
@@ -120,15 +155,17 @@ OpDef unary_op(std::string name, std::string summary, UnaryFn f, const UnaryGrad
       return std::vector<Tensor>{grad(n, in[0], y, g)};
     };
   }
-  d.samples = [range] { return unary_samples(range); };
+  d.samples = [range, allow_int] { return unary_samples(range, {}, 1e-6, allow_int); };
   d.summary = std::move(summary);
   return d;
 }
 
 using BinaryGrad = std::function<std::vector<Tensor>(Tensor a, Tensor b, Tensor y, Tensor g)>;
 
+// int_range: the op accepts integer operands, sampled from that range.
 OpDef binary_op(std::string name, std::string summary, double (*f)(double, double),
-                const BinaryGrad& grad, Range ra, Range rb, bool allow_int) {
+                const BinaryGrad& grad, Range ra, Range rb, std::optional<Range> int_range) {
+  const bool allow_int = int_range.has_value();
   OpDef d;
   d.name = std::move(name);
   d.arity = 2;
@@ -144,7 +181,7 @@ OpDef binary_op(std::string name, std::string summary, double (*f)(double, doubl
     auto gs = grad(in[0], in[1], y, g);
     return std::vector<Tensor>{sum_to(gs[0], in[0].shape()), sum_to(gs[1], in[1].shape())};
   };
-  d.samples = [ra, rb] { return binary_samples(ra, rb); };
+  d.samples = [ra, rb, int_range] { return binary_samples(ra, rb, int_range); };
   d.summary = std::move(summary);
   return d;
 }
@@ -167,6 +204,10 @@ OpDef compare_op(std::string name, std::string summary, double (*f)(double, doub
     s.push_back({.label = "int_ties",
                  .inputs = {typed({4, 5}, DType::i32), typed({5}, DType::i32)},
                  .ranges = {{0, 3}, {0, 3}}});
+    // Neighbouring integers past 2^24, which f32 would merge.
+    s.push_back({.label = "i32_past_f32",
+                 .inputs = {typed({4, 5}, DType::i32), typed({5}, DType::i32)},
+                 .ranges = {{16777216, 16777220}, {16777216, 16777220}}});
     return s;
   };
   d.summary = std::move(summary);
@@ -297,6 +338,9 @@ void register_unary(OpRegistry& r) {
       auto s = unary_samples({-3, 3}, GeluAttrs{GeluApprox::none});
       auto t = unary_samples({-3, 3}, GeluAttrs{GeluApprox::tanh});
       for (auto& x : t) x.label += "_tanh";
+      // The tanh form's f32 constants round in 16-bit graph scalars, so its decomposition
+      // matches the direct form only in f32.
+      std::erase_if(t, [](const OpSample& x) { return x.inputs[0].dtype != DType::f32; });
       s.insert(s.end(), t.begin(), t.end());
       return s;
     };
@@ -355,7 +399,14 @@ void register_unary(OpRegistry& r) {
       }
       return in[0];
     };
-    d.samples = [] { return unary_samples({-2, 2}, ClampAttrs{-0.5, 0.7}); };
+    d.samples = [] {
+      auto s = unary_samples({-2, 2}, ClampAttrs{-0.5, 0.7});
+      s.push_back({.label = "i32",
+                   .inputs = {typed({3, 4}, DType::i32)},
+                   .attrs = ClampAttrs{-1e8, 2e8},
+                   .ranges = {{-3e8, 3e8}}});
+      return s;
+    };
     r.add(std::move(d));
   }
   {
@@ -404,7 +455,7 @@ void register_cast(OpRegistry& r) {
                    {"f32_to_f32", DType::f32, 1e-6},
                    {"f16_to_f32", DType::f16, 1e-3},
                    {"bf16_to_f32", DType::bf16, 8e-3}};
-               s.reserve(cases.size());
+               s.reserve(cases.size() + 8);
                for (auto [label, from, tol] : cases) {
                  s.push_back({.label = label,
                               .inputs = {typed({3, 4}, from)},
@@ -412,6 +463,24 @@ void register_cast(OpRegistry& r) {
                               .ranges = {{-2, 2}},
                               .grad_tolerance = tol});
                }
+               // Rounding casts are steps: finite differences cannot check them, so their
+               // operand takes no gradient. Ranges reach f16's overflow to infinity and its
+               // subnormals, integers past 2^24, and negatives into u32 (stored as 0).
+               auto rounding = [&](const char* label, DType from, DType to, Range r) {
+                 s.push_back({.label = label,
+                              .inputs = {typed({4, 5}, from)},
+                              .attrs = CastAttrs{to},
+                              .ranges = {r},
+                              .no_grad = {true}});
+               };
+               rounding("f32_to_f16", DType::f32, DType::f16, {-7e4, 7e4});
+               rounding("f32_to_f16_subnormal", DType::f32, DType::f16, {-1e-4, 1e-4});
+               rounding("f32_to_bf16", DType::f32, DType::bf16, {-3, 3});
+               rounding("bf16_to_f16", DType::bf16, DType::f16, {-100, 100});
+               rounding("f16_to_bf16", DType::f16, DType::bf16, {-100, 100});
+               rounding("i32_to_f32", DType::i32, DType::f32, {-3e8, 3e8});
+               rounding("f32_to_i32", DType::f32, DType::i32, {-1e5, 1e5});
+               rounding("i32_to_u32", DType::i32, DType::u32, {-3e8, 3e8});
                return s;
              },
          .summary = "converts the element type (rounding to narrower types)"});
@@ -425,26 +494,26 @@ void register_binary(OpRegistry& r) {
       [](Tensor, Tensor, Tensor, Tensor g) {
         return std::vector<Tensor>{g, g};
       },
-      {-2, 2}, {-2, 2}, true));
+      {-2, 2}, {-2, 2}, Range{-4e8, 4e8}));
   r.add(binary_op(
       "sub", "a - b", [](double a, double b) { return a - b; },
       [](Tensor, Tensor, Tensor, Tensor g) {
         return std::vector<Tensor>{g, neg(g)};
       },
-      {-2, 2}, {-2, 2}, true));
+      {-2, 2}, {-2, 2}, Range{-4e8, 4e8}));
   r.add(binary_op(
       "mul", "a * b", [](double a, double b) { return a * b; },
       [](Tensor a, Tensor b, Tensor, Tensor g) {
         return std::vector<Tensor>{g * b, g * a};
       },
-      {-2, 2}, {-2, 2}, true));
+      {-2, 2}, {-2, 2}, Range{-4e4, 4e4}));
   r.add(binary_op(
       "div", "a / b", [](double a, double b) { return a / b; },
       [](Tensor, Tensor b, Tensor y, Tensor g) {
         Tensor ga = g / b;
         return std::vector<Tensor>{ga, neg(ga * y)};
       },
-      {-2, 2}, {0.5, 2}, false));
+      {-2, 2}, {0.5, 2}, std::nullopt));
   r.add(binary_op(
       "pow", "a ^ b", pow_of,
       [](Tensor a, Tensor b, Tensor y, Tensor g) {
@@ -454,7 +523,7 @@ void register_binary(OpRegistry& r) {
         Tensor gb = where(eq(a, zero), zero, g * (y * log(a)));
         return std::vector<Tensor>{ga, gb};
       },
-      {0.5, 2}, {-1.5, 1.5}, false));
+      {0.5, 2}, {-1.5, 1.5}, std::nullopt));
   r.add(binary_op(
       "maximum", "elementwise max (ties split the gradient)",
       [](double a, double b) { return std::isnan(a) || a > b ? a : b; },
@@ -462,7 +531,7 @@ void register_binary(OpRegistry& r) {
         Tensor wa = gt(a, b) + 0.5 * eq(a, b);
         return std::vector<Tensor>{g * wa, g * (1.0 - wa)};
       },
-      {-2, 2}, {-2, 2}, true));
+      {-2, 2}, {-2, 2}, Range{-2e9, 2e9}));
   r.add(binary_op(
       "minimum", "elementwise min (ties split the gradient)",
       [](double a, double b) { return std::isnan(a) || a < b ? a : b; },
@@ -470,7 +539,7 @@ void register_binary(OpRegistry& r) {
         Tensor wa = lt(a, b) + 0.5 * eq(a, b);
         return std::vector<Tensor>{g * wa, g * (1.0 - wa)};
       },
-      {-2, 2}, {-2, 2}, true));
+      {-2, 2}, {-2, 2}, Range{-2e9, 2e9}));
 
   r.add(compare_op("eq", "a == b as 0/1", [](double a, double b) { return a == b ? 1.0 : 0.0; }));
   r.add(compare_op("ne", "a != b as 0/1", [](double a, double b) { return a != b ? 1.0 : 0.0; }));
@@ -519,7 +588,7 @@ void register_where(OpRegistry& r) {
                    {"same", {3, 4}, {3, 4}, {3, 4}},
                    {"broadcast", {3, 1}, {4}, {2, 1, 1}},
                    {"scalar_branch", {2, 3}, {2, 3}, {}}};
-               s.reserve(shapes.size() + 1);
+               s.reserve(shapes.size() + 4);
                for (const auto& [label, sc, sa, sb] : shapes) {
                  s.push_back({.label = label,
                               .inputs = {typed(sc, DType::i32), typed(sa), typed(sb)},
@@ -530,6 +599,22 @@ void register_where(OpRegistry& r) {
                             .inputs = {typed({2, 3}), typed({2, 3}), typed({2, 3})},
                             .ranges = {{-1, 1}, {-2, 2}, {-2, 2}},
                             .no_grad = {true, false, false}});
+               s.push_back({.label = "f16_branches",
+                            .inputs = {typed({3, 1}, DType::i32), typed({4}, DType::f16),
+                                       typed({3, 4}, DType::f16)},
+                            .ranges = {{0, 2}, {-2, 2}, {-2, 2}},
+                            .no_grad = {true, false, false},
+                            .grad_tolerance = f16_grad_tolerance});
+               s.push_back({.label = "bf16_float_cond",
+                            .inputs = {typed({2, 3}, DType::bf16), typed({2, 3}, DType::bf16),
+                                       typed({}, DType::bf16)},
+                            .ranges = {{-1, 1}, {-2, 2}, {-2, 2}},
+                            .no_grad = {true, false, false},
+                            .grad_tolerance = bf16_grad_tolerance});
+               s.push_back({.label = "i32_branches",
+                            .inputs = {typed({3, 1}, DType::i32), typed({4}, DType::i32),
+                                       typed({3, 4}, DType::i32)},
+                            .ranges = {{0, 2}, {-2e9, 2e9}, {-2e9, 2e9}}});
                return s;
              },
          .summary = "cond != 0 ? a : b, broadcast"});

@@ -175,11 +175,16 @@ std::vector<Tensor> matmul_vjp(const Node& node, std::span<const Tensor> in, Ten
 
 std::vector<OpSample> matmul_samples() {
   std::vector<OpSample> s;
-  auto add = [&](const char* label, Shape a, Shape b, bool ta = false, bool tb = false) {
+  auto add = [&](const char* label, Shape a, Shape b, bool ta = false, bool tb = false,
+                 DType t = DType::f32) {
+    // Products of 16-bit operands take their cotangent in that type: the gradient is as
+    // exact as the type.
+    const double tol = t == DType::f16 ? 2e-3 : t == DType::bf16 ? 1.6e-2 : 1e-6;
     s.push_back({.label = label,
-                 .inputs = {{std::move(a), DType::f32}, {std::move(b), DType::f32}},
+                 .inputs = {{std::move(a), t}, {std::move(b), t}},
                  .attrs = MatmulAttrs{ta, tb},
-                 .ranges = {{-1, 1}, {-1, 1}}});
+                 .ranges = {{-1, 1}, {-1, 1}},
+                 .grad_tolerance = tol});
   };
   add("matrix", {3, 4}, {4, 5});
   add("transpose_a", {4, 3}, {4, 5}, true, false);
@@ -196,6 +201,15 @@ std::vector<OpSample> matmul_samples() {
   add("vector_left_batch", {4}, {2, 4, 3});
   add("vector_left_transposed_b", {4}, {2, 3, 4}, false, true);
   add("inner_one", {3, 1}, {1, 4});
+  // Past one 16×16 tile with K not a multiple of 16; the 64×64 tile with overhanging edges.
+  add("ragged_tiles", {20, 37}, {37, 18});
+  add("tile64", {65, 17}, {17, 66});
+  add("tile64_transposed", {17, 70}, {64, 17}, true, true);
+  // Matrix-vector products long enough for the GPU's reduction over K.
+  add("vector_right_long", {3, 300}, {300});
+  add("vector_left_long", {300}, {300, 5});
+  add("f16", {5, 20}, {20, 6}, false, false, DType::f16);
+  add("bf16_batch_transposed", {2, 20, 5}, {6, 20}, true, true, DType::bf16);
   return s;
 }
 

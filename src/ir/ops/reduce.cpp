@@ -109,13 +109,16 @@ Array eval_reduce(Kind kind, const Node& n, const Array& x, const std::vector<in
   return out;
 }
 
-std::vector<OpSample> reduce_samples(bool all_ranks = true) {
+// Shapes and axes in f32; rows and columns long enough for the GPU's workgroup trees (> 64 and
+// > 256 elements); f16/bf16 storage; i32 past 2^24 where the op accepts integers.
+std::vector<OpSample> reduce_samples(bool with_int) {
   std::vector<OpSample> s;
-  auto add = [&](const char* label, Shape shape, std::vector<int64_t> axes, bool keepdims) {
+  auto add = [&](const char* label, Shape shape, std::vector<int64_t> axes, bool keepdims,
+                 DType t = DType::f32, std::pair<double, double> range = {-2, 2}) {
     s.push_back({.label = label,
-                 .inputs = {{std::move(shape), DType::f32}},
+                 .inputs = {{std::move(shape), t}},
                  .attrs = ReduceAttrs{std::move(axes), keepdims},
-                 .ranges = {{-2, 2}}});
+                 .ranges = {range}});
   };
   add("all", {3, 4, 5}, {}, false);
   add("all_keepdims", {3, 4, 5}, {}, true);
@@ -125,7 +128,13 @@ std::vector<OpSample> reduce_samples(bool all_ranks = true) {
   add("middle_size_one", {3, 1, 4}, {1}, false);
   add("vector", {7}, {0}, false);
   add("batch_rows", {2, 3, 2, 4}, {-1, 1}, true);
-  if (all_ranks) add("scalar", {}, {}, false);
+  add("scalar", {}, {}, false);
+  add("long_rows", {2, 300}, {1}, false);
+  add("long_columns", {300, 3}, {0}, true);
+  add("middle_long", {2, 70, 3}, {1}, false);
+  add("f16_rows", {3, 70}, {-1}, false, DType::f16);
+  add("bf16_columns", {70, 3}, {0}, false, DType::bf16);
+  if (with_int) add("i32_all", {3, 4, 5}, {}, false, DType::i32, {-3e7, 3e7});
   return s;
 }
 
@@ -173,7 +182,7 @@ OpDef reduce_op(const char* name, Kind kind, std::string summary) {
       return sum(in[0], axes, a.keepdims) / static_cast<double>(reduced_count(in[0].shape(), axes));
     };
   }
-  d.samples = [] { return reduce_samples(); };
+  d.samples = [kind] { return reduce_samples(kind != Kind::mean); };
   d.summary = std::move(summary);
   return d;
 }
@@ -219,16 +228,23 @@ void register_argmax(OpRegistry& r) {
          .samples =
              [] {
                std::vector<OpSample> s;
-               auto add = [&](const char* label, Shape shape, int64_t axis, bool keepdims) {
+               auto add = [&](const char* label, Shape shape, int64_t axis, bool keepdims,
+                              DType t = DType::f32, std::pair<double, double> range = {-2, 2}) {
                  s.push_back({.label = label,
-                              .inputs = {{std::move(shape), DType::f32}},
+                              .inputs = {{std::move(shape), t}},
                               .attrs = ArgmaxAttrs{axis, keepdims},
-                              .ranges = {{-2, 2}}});
+                              .ranges = {range}});
                };
                add("rows", {4, 10}, 1, false);
                add("axis0", {3, 4, 5}, 0, false);
                add("last_negative_keepdims", {3, 4, 5}, -1, true);
                add("vector", {6}, 0, false);
+               add("long_rows", {3, 300}, 1, false);
+               add("f16_columns", {70, 3}, 0, false, DType::f16);
+               add("bf16_rows", {2, 40}, -1, true, DType::bf16);
+               // Few distinct values: ties everywhere, the first index must win.
+               add("i32_ties", {4, 300}, 1, false, DType::i32, {0, 4});
+               add("i32_ties_columns", {100, 5}, 0, false, DType::i32, {0, 3});
                return s;
              },
          .summary = "index (i32) of the first maximum along an axis"});
@@ -294,17 +310,22 @@ void register_variance(OpRegistry& r) {
              [] {
                std::vector<OpSample> s;
                auto add = [&](const char* label, Shape shape, std::vector<int64_t> axes,
-                              bool keepdims, int64_t correction) {
+                              bool keepdims, int64_t correction, DType t = DType::f32,
+                              std::pair<double, double> range = {-2, 2}) {
                  s.push_back({.label = label,
-                              .inputs = {{std::move(shape), DType::f32}},
+                              .inputs = {{std::move(shape), t}},
                               .attrs = VarianceAttrs{std::move(axes), keepdims, correction},
-                              .ranges = {{-2, 2}}});
+                              .ranges = {range}});
                };
                add("all_biased", {3, 4, 5}, {}, false, 0);
                add("all_unbiased", {3, 4, 5}, {}, false, 1);
                add("last_keepdims", {3, 4, 5}, {-1}, true, 1);
                add("outer_two", {3, 4, 5}, {0, 2}, false, 0);
                add("pair_unbiased", {4, 2}, {1}, false, 1);
+               // A large mean: a one-pass formula would cancel.
+               add("long_rows_offset", {2, 300}, {1}, false, 1, DType::f32, {1000, 1004});
+               add("f16_columns", {70, 3}, {0}, false, 1, DType::f16);
+               add("bf16_rows", {3, 70}, {-1}, true, 0, DType::bf16);
                return s;
              },
          .summary = "sum of squared deviations / (count - correction)"});
@@ -345,9 +366,9 @@ void register_sum_to(OpRegistry& r) {
          .samples =
              [] {
                std::vector<OpSample> s;
-               auto add = [&](const char* label, Shape from, Shape to) {
+               auto add = [&](const char* label, Shape from, Shape to, DType t = DType::f32) {
                  s.push_back({.label = label,
-                              .inputs = {{std::move(from), DType::f32}},
+                              .inputs = {{std::move(from), t}},
                               .attrs = SumToAttrs{std::move(to)},
                               .ranges = {{-2, 2}}});
                };
@@ -357,6 +378,9 @@ void register_sum_to(OpRegistry& r) {
                add("to_scalar", {2, 3}, {});
                add("middle", {2, 3, 4}, {2, 1, 4});
                add("identity", {2, 3}, {2, 3});
+               add("long_batch_to_row", {300, 4}, {4});
+               add("f16_to_column", {3, 70}, {3, 1}, DType::f16);
+               add("bf16_batch_to_row", {2, 5, 4}, {4}, DType::bf16);
                return s;
              },
          .summary = "sums a broadcast tensor back to a shape (adjoint of broadcast_to)"});
