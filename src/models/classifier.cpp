@@ -65,6 +65,7 @@ Classifier build_classifier(const ClassifierSpec& spec) {
   if (spec.with_loss) {
     c.labels = g.input("y", {spec.batch}, DType::i32);
     c.loss = cross_entropy(c.logits, c.labels);
+    g.output("loss", c.loss);
   }
   return c;
 }
