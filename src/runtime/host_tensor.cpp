@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include <meganeura/data.h>
 #include <meganeura/error.h>
@@ -18,6 +19,12 @@ void put(std::span<std::byte> out, size_t i, T v) {
 template <class Src>
 void encode_any(std::span<const Src> values, DType dtype, std::span<std::byte> out) {
   if (out.size() < values.size() * dtype_size(dtype)) throw Error("encode: output too small");
+  // Same representation: a plain copy (batches of f32 images, i32 labels).
+  if ((std::is_same_v<Src, float> && dtype == DType::f32) ||
+      (std::is_same_v<Src, int32_t> && dtype == DType::i32)) {
+    std::memcpy(out.data(), values.data(), values.size() * sizeof(Src));
+    return;
+  }
   for (size_t i = 0; i < values.size(); ++i) {
     const double v = static_cast<double>(values[i]);
     switch (dtype) {
