@@ -179,7 +179,8 @@ const std::map<std::string, PointwiseSpec>& specs() {
        {1,
         [](const Node& n) {
           const auto& c = n.attrs.as<ClampAttrs>();
-          return "min(max(a, " + lit(c.lo) + "), " + lit(c.hi) + ")";
+          // GLSL's min/max may drop a NaN; the reference keeps it.
+          return "mn_isnan(a) ? a : min(max(a, " + lit(c.lo) + "), " + lit(c.hi) + ")";
         },
         [](const Node& n) {
           const auto& c = n.attrs.as<ClampAttrs>();

@@ -1,0 +1,157 @@
+// GPU behaviour of the matmul lowering beyond the op table's samples: every transpose
+// combination on the 64×64 tile (whole tiles and overhanging edges, K not a multiple of 16),
+// broadcast batches, 1-D operands on either side through the matrix-vector kernel in each of
+// its layouts, 16-bit storage, gradients at tile sizes, and the grid folded past a small
+// group-count limit.
+#include <set>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include <meganeura/autodiff.h>
+#include <meganeura/error.h>
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+
+#include "gpu_compare.h"
+#include "lowering_runner.h"
+
+namespace mn {
+namespace {
+
+using testing::expect_close;
+
+struct Product {
+  std::string tag;
+  Shape a, b;
+  bool ta = false, tb = false;
+  const char* kernel = "";  // the launch's name
+};
+
+std::vector<Product> products() {
+  std::vector<Product> p;
+  // M×N×K = 130×70×45: overhanging 64-wide tiles, K ragged; and 128×64×32: whole tiles.
+  for (bool ta : {false, true}) {
+    for (bool tb : {false, true}) {
+      const std::string t = std::string(ta ? "t" : "n") + (tb ? "t" : "n");
+      Shape a = ta ? Shape{45, 130} : Shape{130, 45};
+      Shape b = tb ? Shape{70, 45} : Shape{45, 70};
+      p.push_back({"ragged_" + t, a, b, ta, tb, "matmul_64x64"});
+      Shape a2 = ta ? Shape{32, 128} : Shape{128, 32};
+      Shape b2 = tb ? Shape{64, 32} : Shape{32, 64};
+      p.push_back({"whole_" + t, a2, b2, ta, tb, "matmul_64x64"});
+    }
+  }
+  p.push_back({"small_tiles", {3, 40, 33}, {3, 33, 20}, false, false, "matmul_16x16"});
+  p.push_back({"broadcast_batch", {2, 1, 70, 20}, {3, 20, 66}, false, false, "matmul_64x64"});
+  p.push_back({"shared_b_transposed", {2, 3, 17, 65}, {64, 17}, true, true, "matmul_64x64"});
+  // Matrix-vector products: lanes along K (A rows, Bᵀ rows), outputs along contiguous memory
+  // split over K (B columns, Aᵀ columns), and a thread per output for short K.
+  p.push_back({"gemv_rows", {50, 1000}, {1000}, false, false, "matmul_gemv"});
+  p.push_back({"gemv_left_bt", {1000}, {2, 60, 1000}, false, true, "matmul_gemv"});
+  p.push_back({"gemv_columns", {1000}, {1000, 700}, false, false, "matmul_gemv"});
+  p.push_back({"gemv_at", {2, 1000, 90}, {1000}, true, false, "matmul_gemv"});
+  p.push_back({"gemv_short_k", {9}, {4, 9, 3000}, false, false, "matmul_gemv"});
+  p.push_back({"dot_long", {5000}, {5000}, false, false, "matmul_gemv"});
+  p.push_back({"row_times_matrix", {3, 1, 40}, {3, 40, 50}, false, false, "matmul_gemv"});
+  return p;
+}
+
+TEST(MatmulGpu, ShapesAndTransposes) {
+  auto rng = testing::rng_for("matmul-gpu/shapes");
+  for (const Product& p : products()) {
+    SCOPED_TRACE(p.tag);
+    Graph g;
+    Tensor a = g.input("a", p.a);
+    Tensor b = g.input("b", p.b);
+    Tensor c = matmul(a, b, p.ta, p.tb);
+    g.output("c", c);
+    const auto low = testing::lower_node(g, c.id(), testing::device_traits());
+    ASSERT_EQ(low.launches.size(), 1u);
+    EXPECT_EQ(low.launches[0].name, p.kernel);
+    reference::Feeds feeds{{"a", testing::random_array(rng, {p.a, DType::f32})},
+                           {"b", testing::random_array(rng, {p.b, DType::f32})}};
+    expect_close(g, feeds, 2e-5);
+  }
+}
+
+TEST(MatmulGpu, GradientsAtTileSizes) {
+  auto rng = testing::rng_for("matmul-gpu/grad");
+  for (const Product& p : products()) {
+    // Each transpose of the big tile, broadcast batches, and the matrix-vector layouts.
+    static const std::set<std::string> chosen{"ragged_nn",    "ragged_tt", "broadcast_batch",
+                                              "gemv_left_bt", "gemv_at",   "row_times_matrix",
+                                              "ragged_nt",    "ragged_tn"};
+    if (!chosen.count(p.tag)) continue;
+    SCOPED_TRACE(p.tag);
+    Graph g;
+    Tensor a = g.input("a", p.a);
+    Tensor b = g.input("b", p.b);
+    Tensor c = matmul(a, b, p.ta, p.tb);
+    Tensor r = g.constant(testing::random_array(rng, c.type()));
+    auto grads = gradients(sum(c * r), {a, b});
+    g.output("da", grads[0]);
+    g.output("db", grads[1]);
+    reference::Feeds feeds{{"a", testing::random_array(rng, {p.a, DType::f32})},
+                           {"b", testing::random_array(rng, {p.b, DType::f32})}};
+    expect_close(g, feeds, 2e-5);
+  }
+}
+
+TEST(MatmulGpu, SixteenBitStorage) {
+  auto rng = testing::rng_for("matmul-gpu/half");
+  for (DType t : {DType::f16, DType::bf16}) {
+    for (const Product& p : products()) {
+      if (p.tag != "ragged_nt" && p.tag != "ragged_tn" && p.tag != "gemv_columns") continue;
+      SCOPED_TRACE(std::string(dtype_name(t)) + " " + p.tag);
+      Graph g;
+      Tensor a = g.input("a", p.a, t);
+      Tensor b = g.input("b", p.b, t);
+      g.output("c", matmul(a, b, p.ta, p.tb));
+      reference::Feeds feeds{{"a", testing::random_array(rng, {p.a, t})},
+                             {"b", testing::random_array(rng, {p.b, t})}};
+      // Exact products accumulated in f32: only the output's rounding differs.
+      expect_close(g, feeds, t == DType::f16 ? 1e-3 : 8e-3);
+    }
+  }
+}
+
+TEST(MatmulGpu, GridFoldsPastTheGroupLimit) {
+  auto rng = testing::rng_for("matmul-gpu/fold");
+  codegen::DeviceTraits traits = testing::device_traits();
+  traits.max_group_count = 5;
+  // 7 batches × 3 row tiles = 21 rows of tiles: a 5 × 5 grid in y and z (4 past the end); 2
+  // column tiles. And a batched matrix-vector product of 21 groups.
+  for (const Product& p :
+       {Product{"tiles", {7, 40, 20}, {20, 30}}, Product{"gemv", {7, 3, 200}, {200}}}) {
+    SCOPED_TRACE(p.tag);
+    Graph g;
+    Tensor a = g.input("a", p.a);
+    Tensor b = g.input("b", p.b);
+    Tensor c = matmul(a, b);
+    const auto low = testing::lower_node(g, c.id(), traits);
+    for (uint32_t n : low.launches[0].groups) EXPECT_LE(n, 5u);
+    const std::vector<Array> in{testing::random_array(rng, {p.a, DType::f32}),
+                                testing::random_array(rng, {p.b, DType::f32})};
+    auto want =
+        reference::evaluate_nodes(g, {{"a", in[0]}, {"b", in[1]}}, std::vector<NodeId>{c.id()});
+    EXPECT_LE(testing::relative_error(testing::run_lowering(g, c.id(), in, traits),
+                                      testing::stored(want[0])),
+              2e-5);
+  }
+  // Column tiles do not fold: past the limit (7 tiles of 16) the lowering says so.
+  Graph g;
+  Tensor c = matmul(g.input("a", {2, 8}), g.input("b", {8, 100}));
+  EXPECT_THROW(testing::lower_node(g, c.id(), traits), Error);
+}
+
+TEST(MatmulGpu, SixteenBitTensorsNeedStorageAccess) {
+  Graph g;
+  Tensor c = matmul(g.input("a", {4, 5}, DType::f16), g.input("b", {5, 3}, DType::f16));
+  codegen::DeviceTraits traits = testing::device_traits();
+  traits.storage_16bit = false;
+  EXPECT_THROW(testing::lower_node(g, c.id(), traits), Error);
+}
+
+}  // namespace
+}  // namespace mn
