@@ -5,9 +5,12 @@
 // The tensor side uses it for shape/dtype and constants.
 //
 // The engine talks to the untyped Analysis interface; TypedAnalysis<D> stores one D per class
-// id and is what clients derive from.
+// id and is what clients derive from (D must be default-constructible and movable).
+#include <string>
 #include <utility>
 #include <vector>
+
+#include <meganeura/error.h>
 
 #include "egraph/enode.h"
 
@@ -47,6 +50,8 @@ class TypedAnalysis : public Analysis {
   D& mutable_data(Id id);
 
   void on_add(const EGraph& egraph, Id id, const ENode& node) override {
+    if (egraph_ && egraph_ != &egraph)
+      throw Error("analysis: one TypedAnalysis serves one e-graph, and it already has one");
     egraph_ = &egraph;
     if (id >= data_.size()) data_.resize(id + 1);
     data_[id] = make(egraph, node);
@@ -61,6 +66,12 @@ class TypedAnalysis : public Analysis {
   }
 
  private:
+  void check_id(Id id) const {
+    if (id >= data_.size())
+      throw Error("analysis: no data for e-class " + std::to_string(id) +
+                  " (it was not added to this analysis' e-graph)");
+  }
+
   const EGraph* egraph_ = nullptr;
   std::vector<D> data_;
 };

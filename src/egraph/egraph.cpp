@@ -21,7 +21,7 @@ Id EGraph::lookup(OpId op, Attr attr, std::span<const Id> children) const {
   ENode key(op, attr, children);
   canonicalize(key);
   Id id = memo_.find(key, static_cast<uint32_t>(key.hash()), nodes_);
-  return id == kNoId ? kNoId : uf_.find(id);
+  return id == no_id ? no_id : uf_.find(id);
 }
 
 Id EGraph::add(OpId op, Attr attr, std::span<const Id> children) {
@@ -29,7 +29,7 @@ Id EGraph::add(OpId op, Attr attr, std::span<const Id> children) {
   canonicalize(key);
   uint32_t hash = static_cast<uint32_t>(key.hash());
   Id existing = memo_.find(key, hash, nodes_);
-  if (existing != kNoId) return uf_.find(existing);
+  if (existing != no_id) return uf_.find(existing);
 
   Id id = uf_.make_set();
   nodes_.push_back(std::move(key));

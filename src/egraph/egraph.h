@@ -36,7 +36,7 @@ class EGraph {
     return add(op, attr, std::span<const Id>(children.begin(), children.size()));
   }
   Id add(const ENode& node) { return add(node.op(), node.attr(), node.children()); }
-  // The class of a node equal to `node` (children canonicalized), or kNoId.
+  // The class of a node equal to `node` (children canonicalized), or no_id.
   Id lookup(OpId op, Attr attr, std::span<const Id> children) const;
   Id lookup(const ENode& node) const { return lookup(node.op(), node.attr(), node.children()); }
 
@@ -109,10 +109,12 @@ class EGraph {
 
 template <class D>
 const D& TypedAnalysis<D>::data(Id id) const {
+  check_id(id);
   return data_[egraph_->find(id)];
 }
 template <class D>
 D& TypedAnalysis<D>::mutable_data(Id id) {
+  check_id(id);
   return data_[egraph_->find(id)];
 }
 

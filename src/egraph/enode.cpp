@@ -6,7 +6,7 @@ namespace mn::egraph {
 
 ENode::ENode(OpId op, Attr attr, std::span<const Id> children)
     : op_(op), arity_(static_cast<uint32_t>(children.size())), attr_(attr) {
-  if (arity_ > kInline) heap_ = new Id[arity_];
+  if (arity_ > inline_capacity) heap_ = new Id[arity_];
   if (arity_ > 0) std::memcpy(data(), children.data(), arity_ * sizeof(Id));
 }
 
@@ -14,14 +14,14 @@ void ENode::copy_from(const ENode& other) {
   op_ = other.op_;
   arity_ = other.arity_;
   attr_ = other.attr_;
-  if (arity_ > kInline) heap_ = new Id[arity_];
+  if (arity_ > inline_capacity) heap_ = new Id[arity_];
   if (arity_ > 0) std::memcpy(data(), other.data(), arity_ * sizeof(Id));
 }
 
 ENode::ENode(const ENode& other) { copy_from(other); }
 
 ENode::ENode(ENode&& other) noexcept : op_(other.op_), arity_(other.arity_), attr_(other.attr_) {
-  if (arity_ > kInline) {
+  if (arity_ > inline_capacity) {
     heap_ = other.heap_;
     other.arity_ = 0;
   } else if (arity_ > 0) {
@@ -44,7 +44,7 @@ ENode& ENode::operator=(ENode&& other) noexcept {
     op_ = other.op_;
     arity_ = other.arity_;
     attr_ = other.attr_;
-    if (arity_ > kInline) {
+    if (arity_ > inline_capacity) {
       heap_ = other.heap_;
       other.arity_ = 0;
     } else if (arity_ > 0) {

@@ -40,11 +40,11 @@ class ENode {
   uint64_t hash() const;
 
  private:
-  static constexpr uint32_t kInline = 4;
-  const Id* data() const { return arity_ <= kInline ? inline_ : heap_; }
-  Id* data() { return arity_ <= kInline ? inline_ : heap_; }
+  static constexpr uint32_t inline_capacity = 4;
+  const Id* data() const { return arity_ <= inline_capacity ? inline_ : heap_; }
+  Id* data() { return arity_ <= inline_capacity ? inline_ : heap_; }
   void release() {
-    if (arity_ > kInline) delete[] heap_;
+    if (arity_ > inline_capacity) delete[] heap_;
   }
   void copy_from(const ENode& other);
 
@@ -52,7 +52,7 @@ class ENode {
   uint32_t arity_ = 0;
   Attr attr_ = 0;
   union {
-    Id inline_[kInline] = {};
+    Id inline_[inline_capacity] = {};
     Id* heap_;
   };
 };

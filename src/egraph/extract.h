@@ -30,7 +30,7 @@ TreeCost tree_cost(NodeCost node_cost);
 
 struct Extraction {
   std::vector<Id> roots;   // canonical ids of the requested roots, in order
-  std::vector<Id> choice;  // per class id: the chosen node for reachable classes, else kNoId
+  std::vector<Id> choice;  // per class id: the chosen node for reachable classes, else no_id
   std::vector<Id> order;   // reachable classes, every class after the classes its choice uses
   double cost = 0;         // greedy: sum of the roots' tree costs; dag: the DAG cost
 
@@ -53,7 +53,7 @@ Extraction extract_dag(const EGraph& egraph, std::span<const Id> roots, const No
 double dag_cost(const EGraph& egraph, const Extraction& extraction, const NodeCost& cost);
 
 namespace detail {
-// Greedy tree-cost choices for every class (kNoId where none is finite).
+// Greedy tree-cost choices for every class (no_id where none is finite).
 std::vector<Id> greedy_choices(const EGraph& egraph, const TreeCost& cost,
                                std::vector<double>* best = nullptr);
 // Fills roots, choice (reachable only) and order from per-class choices; throws mn::Error for

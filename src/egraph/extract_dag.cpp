@@ -64,7 +64,7 @@ class DagSearch {
   Check classify(Id c, Id n) const {
     Check check = Check::acyclic;
     for (Id ch : eg_.node(n).children()) {
-      if (choice_[ch] == kNoId || ch == c) return Check::unusable;
+      if (choice_[ch] == no_id || ch == c) return Check::unusable;
       if (!order_valid_ || pos_[ch] >= pos_[c]) check = Check::search;
     }
     return check;
@@ -157,7 +157,7 @@ class DagSearch {
     std::vector<uint8_t> state(n, 0);
     std::vector<std::pair<Id, uint32_t>> stack;
     for (Id root = 0; root < n; ++root) {
-      if (!eg_.is_root(root) || choice_[root] == kNoId || state[root]) continue;
+      if (!eg_.is_root(root) || choice_[root] == no_id || state[root]) continue;
       stack.emplace_back(root, 0);
       state[root] = 1;
       while (!stack.empty()) {

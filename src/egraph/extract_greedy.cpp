@@ -12,8 +12,8 @@ namespace {
 // Tree costs of shared DAGs grow exponentially with depth; clamping keeps them finite and
 // comparable instead of letting whole classes become "infinitely" costly and unextractable.
 // An infinite cost from the cost function itself means "never choose this node".
-constexpr double kMaxCost = 1e300;
-constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr double max_cost = 1e300;
+constexpr double inf = std::numeric_limits<double>::infinity();
 }  // namespace
 
 TreeCost tree_cost(NodeCost node_cost) {
@@ -30,8 +30,8 @@ namespace detail {
 std::vector<Id> greedy_choices(const EGraph& eg, const TreeCost& cost, std::vector<double>* out) {
   if (!eg.is_clean()) throw Error("extraction needs a rebuilt e-graph (call rebuild())");
   size_t n = eg.num_ids();
-  std::vector<double> best(n, kInf);
-  std::vector<Id> choice(n, kNoId);
+  std::vector<double> best(n, inf);
+  std::vector<Id> choice(n, no_id);
   std::vector<uint8_t> queued(n, 0);
   std::deque<Id> work;
   for (Id c = 0; c < n; ++c) {
@@ -53,7 +53,7 @@ std::vector<Id> greedy_choices(const EGraph& eg, const TreeCost& cost, std::vect
     bool ready = true;
     for (Id ch : node.children()) {
       double c = best[ch];
-      if (c == kInf) {
+      if (c == inf) {
         ready = false;
         break;
       }
@@ -63,8 +63,8 @@ std::vector<Id> greedy_choices(const EGraph& eg, const TreeCost& cost, std::vect
     double c = cost(eg, node, child_costs);
     // Clamped children sum far below overflow, so infinity (or NaN) here is the cost function
     // forbidding the node.
-    if (!(c < kInf)) continue;
-    c = std::min(c, kMaxCost);
+    if (!(c < inf)) continue;
+    c = std::min(c, max_cost);
     Id cls = eg.find(id);
     if (!(c < best[cls])) continue;
     best[cls] = c;
@@ -85,7 +85,7 @@ void finish_extraction(const EGraph& eg, std::span<const Id> roots,
   size_t n = eg.num_ids();
   out.roots.clear();
   out.order.clear();
-  out.choice.assign(n, kNoId);
+  out.choice.assign(n, no_id);
   // 0 unvisited, 1 on the DFS stack, 2 done.
   std::vector<uint8_t> state(n, 0);
   std::vector<std::pair<Id, uint32_t>> stack;
@@ -93,7 +93,7 @@ void finish_extraction(const EGraph& eg, std::span<const Id> roots,
     if (root >= n) throw Error("extraction: root id " + std::to_string(root) + " out of range");
     Id r = eg.find(root);
     out.roots.push_back(r);
-    if (all_choices[r] == kNoId)
+    if (all_choices[r] == no_id)
       throw Error("extraction: e-class " + std::to_string(r) + " has no finite-cost acyclic term");
     if (state[r] == 2) continue;
     stack.emplace_back(r, 0);

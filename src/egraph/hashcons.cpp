@@ -5,10 +5,10 @@
 namespace mn::egraph {
 
 Id HashCons::find(const ENode& key, uint32_t hash, const std::vector<ENode>& nodes) const {
-  if (slots_.empty()) return kNoId;
+  if (slots_.empty()) return no_id;
   for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
     const Slot& s = slots_[i];
-    if (s.id == kNoId) return kNoId;
+    if (s.id == no_id) return no_id;
     if (s.hash == hash && nodes[s.id] == key) return s.id;
   }
 }
@@ -16,7 +16,7 @@ Id HashCons::find(const ENode& key, uint32_t hash, const std::vector<ENode>& nod
 bool HashCons::contains(Id id, uint32_t hash) const {
   if (slots_.empty()) return false;
   for (size_t i = hash & mask_;; i = (i + 1) & mask_) {
-    if (slots_[i].id == kNoId) return false;
+    if (slots_[i].id == no_id) return false;
     if (slots_[i].id == id) return true;
   }
 }
@@ -30,9 +30,9 @@ void HashCons::rehash(size_t capacity) {
   slots_.assign(capacity, Slot{});
   mask_ = capacity - 1;
   for (const Slot& s : old) {
-    if (s.id == kNoId) continue;
+    if (s.id == no_id) continue;
     size_t i = s.hash & mask_;
-    while (slots_[i].id != kNoId) i = (i + 1) & mask_;
+    while (slots_[i].id != no_id) i = (i + 1) & mask_;
     slots_[i] = s;
   }
 }
@@ -40,20 +40,24 @@ void HashCons::rehash(size_t capacity) {
 void HashCons::insert(Id id, uint32_t hash) {
   if (2 * (size_ + 1) > slots_.size()) rehash(std::max<size_t>(16, 2 * slots_.size()));
   size_t i = hash & mask_;
-  while (slots_[i].id != kNoId) i = (i + 1) & mask_;
+  while (slots_[i].id != no_id) i = (i + 1) & mask_;
   slots_[i] = Slot{id, hash};
   ++size_;
 }
 
 void HashCons::erase(Id id, uint32_t hash) {
+  if (slots_.empty()) return;
   size_t i = hash & mask_;
-  while (slots_[i].id != id) i = (i + 1) & mask_;
+  while (slots_[i].id != id) {
+    if (slots_[i].id == no_id) return;  // absent: nothing to erase
+    i = (i + 1) & mask_;
+  }
   // Backward shift: pull later entries of the probe run into the hole unless that would move
   // one before its home slot.
   size_t j = i;
   for (;;) {
     j = (j + 1) & mask_;
-    if (slots_[j].id == kNoId) break;
+    if (slots_[j].id == no_id) break;
     size_t home = slots_[j].hash & mask_;
     bool movable = (i <= j) ? (home <= i || home > j) : (home <= i && home > j);
     if (movable) {

@@ -11,11 +11,11 @@ namespace mn::egraph {
 
 class HashCons {
  public:
-  // The id whose node equals `key` (hash `hash`), or kNoId.
+  // The id whose node equals `key` (hash `hash`), or no_id.
   Id find(const ENode& key, uint32_t hash, const std::vector<ENode>& nodes) const;
   // `id` must not be present; its node's current hash is `hash`.
   void insert(Id id, uint32_t hash);
-  // Removes `id`, stored under `hash`; it must be present.
+  // Removes `id`, stored under `hash`, if present.
   void erase(Id id, uint32_t hash);
   bool contains(Id id, uint32_t hash) const;
   size_t size() const { return size_; }
@@ -23,7 +23,7 @@ class HashCons {
 
  private:
   struct Slot {
-    Id id = kNoId;
+    Id id = no_id;
     uint32_t hash = 0;
   };
   void rehash(size_t capacity);

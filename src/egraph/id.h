@@ -10,7 +10,7 @@ namespace mn::egraph {
 // An e-class id. Every e-node ever added created a class, and is named by that class's id, so
 // the same type also names e-nodes (see EGraph::node).
 using Id = uint32_t;
-inline constexpr Id kNoId = std::numeric_limits<Id>::max();
+inline constexpr Id no_id = std::numeric_limits<Id>::max();
 
 // An operator: a small dense integer (SymbolTable interns names to them).
 using OpId = uint32_t;

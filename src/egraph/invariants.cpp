@@ -31,7 +31,7 @@ void EGraph::check_invariants() const {
       broken("node " + str(n) + " is stored under a stale hash");
     Id found = memo_.find(node, hashes_[n], nodes_);
     if (found != n)
-      broken("hash-cons maps node " + str(n) + " to " + (found == kNoId ? "nothing" : str(found)));
+      broken("hash-cons maps node " + str(n) + " to " + (found == no_id ? "nothing" : str(found)));
     for (Id c : node.children()) {
       const auto& parents = classes_[c].parents;
       if (!std::binary_search(parents.begin(), parents.end(), n))

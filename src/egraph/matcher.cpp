@@ -7,7 +7,7 @@
 namespace mn::egraph {
 
 namespace {
-constexpr uint32_t kUnset = std::numeric_limits<uint32_t>::max();
+constexpr uint32_t unset = std::numeric_limits<uint32_t>::max();
 }
 
 struct CompiledPattern::State {
@@ -31,7 +31,7 @@ uint32_t CompiledPattern::ground_index(const Pattern& p, Pattern::Ref r) {
 CompiledPattern::CompiledPattern(const Pattern& p)
     : num_vars_(static_cast<uint32_t>(p.num_vars())),
       num_attr_vars_(static_cast<uint32_t>(p.num_attr_vars())) {
-  var_regs_.assign(num_vars_, kUnset);
+  var_regs_.assign(num_vars_, unset);
   std::vector<bool> attr_bound(num_attr_vars_, false);
   Pattern::Ref root = p.root();
   if (p.node(root).is_var) {
@@ -75,7 +75,7 @@ CompiledPattern::CompiledPattern(const Pattern& p)
         uint32_t creg = b.other + i;
         const PatternNode& cn = p.node(c);
         if (cn.is_var) {
-          if (var_regs_[cn.var] == kUnset) {
+          if (var_regs_[cn.var] == unset) {
             var_regs_[cn.var] = creg;
           } else {
             Instr cmp;
@@ -97,7 +97,7 @@ CompiledPattern::CompiledPattern(const Pattern& p)
     }
   }
   for (uint32_t v = 0; v < num_vars_; ++v)
-    if (var_regs_[v] == kUnset)
+    if (var_regs_[v] == unset)
       throw Error("pattern: variable ?" + p.var_names()[v] + " does not occur under the root");
   for (uint32_t v = 0; v < num_attr_vars_; ++v)
     if (!attr_bound[v])
@@ -164,17 +164,17 @@ bool CompiledPattern::run(size_t pc, State& st) const {
 bool CompiledPattern::start(const EGraph& egraph, State& st) const {
   if (!egraph.is_clean()) throw Error("e-matching needs a rebuilt e-graph (call rebuild())");
   st.egraph = &egraph;
-  st.regs.assign(num_regs_, kNoId);
+  st.regs.assign(num_regs_, no_id);
   st.attrs.assign(num_attr_vars_, 0);
-  st.var_ids.assign(num_vars_, kNoId);
-  st.ground_ids.assign(ground_.size(), kNoId);
+  st.var_ids.assign(num_vars_, no_id);
+  st.ground_ids.assign(ground_.size(), no_id);
   std::vector<Id> children;
   for (size_t g = 0; g < ground_.size(); ++g) {
     children.clear();
     for (uint32_t c : ground_[g].children) children.push_back(st.ground_ids[c]);
     Id id = egraph.lookup(ground_[g].op, ground_[g].attr, children);
     // A ground subterm missing from the e-graph means no match anywhere.
-    if (id == kNoId) return false;
+    if (id == no_id) return false;
     st.ground_ids[g] = id;
   }
   return true;

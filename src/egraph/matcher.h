@@ -31,9 +31,9 @@ class CompiledPattern {
 
   uint32_t num_vars() const { return num_vars_; }
   uint32_t num_attr_vars() const { return num_attr_vars_; }
-  // The root operator, or kNoOp when the pattern is a bare variable (matches every class).
-  static constexpr OpId kNoOp = std::numeric_limits<OpId>::max();
-  OpId root_op() const { return var_root_ ? kNoOp : instrs_[0].op; }
+  // The root operator, or no_op when the pattern is a bare variable (matches every class).
+  static constexpr OpId no_op = std::numeric_limits<OpId>::max();
+  OpId root_op() const { return var_root_ ? no_op : instrs_[0].op; }
   size_t num_instructions() const { return instrs_.size(); }
 
  private:

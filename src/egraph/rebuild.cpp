@@ -35,7 +35,7 @@ size_t EGraph::rebuild() {
       uint32_t hash = static_cast<uint32_t>(node.hash());
       hashes_[n] = hash;
       Id twin = memo_.find(node, hash, nodes_);
-      if (twin == kNoId) {
+      if (twin == no_id) {
         memo_.insert(n, hash);
       } else {
         kill(n);

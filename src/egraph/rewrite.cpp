@@ -32,7 +32,7 @@ void PatternApplier::bind(const Searcher& searcher) {
   order_.clear();
   for (size_t r = 0; r < pattern_.size(); ++r)
     if (reachable[r]) order_.push_back(static_cast<Pattern::Ref>(r));
-  ids_.assign(pattern_.size(), kNoId);
+  ids_.assign(pattern_.size(), no_id);
 }
 
 Id PatternApplier::instantiate(EGraph& egraph, const Subst& subst) const {
@@ -58,7 +58,7 @@ std::unique_ptr<CallbackApplier> CallbackApplier::building(BuildFn fn) {
   return std::make_unique<CallbackApplier>(
       [fn = std::move(fn)](EGraph& egraph, Id eclass, const Subst& subst) -> size_t {
         Id id = fn(egraph, eclass, subst);
-        return id != kNoId && egraph.merge(eclass, id) ? 1 : 0;
+        return id != no_id && egraph.merge(eclass, id) ? 1 : 0;
       });
 }
 
@@ -68,6 +68,10 @@ Rewrite::Rewrite(std::string name, std::unique_ptr<Searcher> searcher,
       searcher_(std::move(searcher)),
       applier_(std::move(applier)),
       condition_(std::move(condition)) {
+  bind_applier();
+}
+
+void Rewrite::bind_applier() {
   if (!searcher_ || !applier_) throw Error("rewrite '" + name_ + "': missing searcher or applier");
   try {
     applier_->bind(*searcher_);
@@ -87,8 +91,12 @@ std::unique_ptr<Searcher> make_searcher(const std::string& name, Pattern lhs) {
 }  // namespace
 
 Rewrite::Rewrite(std::string name, Pattern lhs, Pattern rhs, Condition condition)
-    : Rewrite(name, make_searcher(name, std::move(lhs)),
-              std::make_unique<PatternApplier>(std::move(rhs)), std::move(condition)) {}
+    : name_(std::move(name)),
+      searcher_(make_searcher(name_, std::move(lhs))),
+      applier_(std::make_unique<PatternApplier>(std::move(rhs))),
+      condition_(std::move(condition)) {
+  bind_applier();
+}
 
 Rewrite Rewrite::dynamic(std::string name, Pattern lhs, BuildFn build, Condition condition) {
   auto searcher = make_searcher(name, std::move(lhs));

@@ -86,7 +86,7 @@ class PatternApplier : public Applier {
 
 // A callback with full control; it returns the number of changes it made.
 using ApplyFn = std::function<size_t(EGraph& egraph, Id eclass, const Subst& subst)>;
-// A callback that builds a term and returns its class (kNoId: nothing this time); the applier
+// A callback that builds a term and returns its class (no_id: nothing this time); the applier
 // merges it with the matched class.
 using BuildFn = std::function<Id(EGraph& egraph, Id eclass, const Subst& subst)>;
 
@@ -129,6 +129,8 @@ class Rewrite {
   size_t apply(EGraph& egraph, const SearchMatches& matches) const;
 
  private:
+  void bind_applier();
+
   std::string name_;
   std::unique_ptr<Searcher> searcher_;
   std::unique_ptr<Applier> applier_;

@@ -29,6 +29,7 @@ TEST(Bench, InsertionRate) {
   std::vector<Id> ids;
   auto t0 = Clock::now();
   std::clock_t c0 = std::clock();
+  ids.reserve(n + 64);
   for (int i = 0; i < 64; ++i) ids.push_back(eg.add(0, static_cast<Attr>(i), {}));
   for (int i = 0; i < n; ++i) {
     size_t s = ids.size();
@@ -60,6 +61,7 @@ class RandomDag {
   std::vector<Id> build(EGraph& eg, int n, uint32_t seed) {
     std::mt19937 rng(seed);
     std::vector<Id> ids;
+    ids.reserve(n);
     for (int i = 0; i < 200; ++i) ids.push_back(m_.term(eg, "w" + std::to_string(i)));
     Id zero = m_.constant(eg, Rat{0, 1}), one = m_.constant(eg, Rat{1, 1});
     ids.push_back(zero);

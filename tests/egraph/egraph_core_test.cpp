@@ -15,19 +15,19 @@
 namespace mn::egraph {
 namespace {
 
-constexpr OpId kLeaf = 0, kF = 1, kG = 2, kWide = 3;
+constexpr OpId leaf_op = 0, f_op = 1, g_op = 2, wide_op = 3;
 
 TEST(EGraphCore, HashConsSharesEqualNodes) {
   EGraph eg;
-  Id a = eg.add(kLeaf, 1, {});
-  Id b = eg.add(kLeaf, 2, {});
-  Id fab = eg.add(kF, 0, {a, b});
-  EXPECT_EQ(eg.add(kF, 0, {a, b}), fab);
-  EXPECT_NE(eg.add(kF, 0, {b, a}), fab);
-  EXPECT_NE(eg.add(kF, 7, {a, b}), fab) << "the attribute word is part of the node";
-  EXPECT_EQ(eg.add(kLeaf, 1, {}), a);
-  EXPECT_EQ(eg.lookup(kF, 0, std::vector<Id>{a, b}), fab);
-  EXPECT_EQ(eg.lookup(kG, 0, std::vector<Id>{a}), kNoId);
+  Id a = eg.add(leaf_op, 1, {});
+  Id b = eg.add(leaf_op, 2, {});
+  Id fab = eg.add(f_op, 0, {a, b});
+  EXPECT_EQ(eg.add(f_op, 0, {a, b}), fab);
+  EXPECT_NE(eg.add(f_op, 0, {b, a}), fab);
+  EXPECT_NE(eg.add(f_op, 7, {a, b}), fab) << "the attribute word is part of the node";
+  EXPECT_EQ(eg.add(leaf_op, 1, {}), a);
+  EXPECT_EQ(eg.lookup(f_op, 0, std::vector<Id>{a, b}), fab);
+  EXPECT_EQ(eg.lookup(g_op, 0, std::vector<Id>{a}), no_id);
   EXPECT_EQ(eg.num_nodes(), 5u);
   EXPECT_EQ(eg.num_classes(), 5u);
   eg.check_invariants();
@@ -35,12 +35,12 @@ TEST(EGraphCore, HashConsSharesEqualNodes) {
 
 TEST(EGraphCore, CongruenceRestoredByRebuild) {
   EGraph eg;
-  Id a = eg.add(kLeaf, 1, {});
-  Id b = eg.add(kLeaf, 2, {});
-  Id fa = eg.add(kF, 0, {a});
-  Id fb = eg.add(kF, 0, {b});
-  Id gfa = eg.add(kG, 0, {fa, a});
-  Id gfb = eg.add(kG, 0, {fb, b});
+  Id a = eg.add(leaf_op, 1, {});
+  Id b = eg.add(leaf_op, 2, {});
+  Id fa = eg.add(f_op, 0, {a});
+  Id fb = eg.add(f_op, 0, {b});
+  Id gfa = eg.add(g_op, 0, {fa, a});
+  Id gfb = eg.add(g_op, 0, {fb, b});
   EXPECT_TRUE(eg.merge(a, b));
   EXPECT_FALSE(eg.merge(b, a));
   EXPECT_FALSE(eg.is_clean());
@@ -53,19 +53,19 @@ TEST(EGraphCore, CongruenceRestoredByRebuild) {
   EXPECT_EQ(eg.num_nodes(), 4u) << "f(a)/f(b) and g(..)/g(..) each collapse to one node";
   EXPECT_EQ(eg.num_classes(), 3u);
   // The hash-cons is canonical: adding the old spelling finds the merged class.
-  EXPECT_EQ(eg.add(kF, 0, {b}), eg.find(fa));
-  EXPECT_EQ(eg.lookup(kG, 0, std::vector<Id>{fb, a}), eg.find(gfa));
+  EXPECT_EQ(eg.add(f_op, 0, {b}), eg.find(fa));
+  EXPECT_EQ(eg.lookup(g_op, 0, std::vector<Id>{fb, a}), eg.find(gfa));
   eg.check_invariants();
 }
 
 TEST(EGraphCore, LongCongruenceChainsCollapse) {
   EGraph eg;
-  Id a = eg.add(kLeaf, 1, {});
-  Id b = eg.add(kLeaf, 2, {});
+  Id a = eg.add(leaf_op, 1, {});
+  Id b = eg.add(leaf_op, 2, {});
   std::vector<Id> fa{a}, fb{b};
   for (int i = 0; i < 200; ++i) {
-    fa.push_back(eg.add(kF, 0, {fa.back()}));
-    fb.push_back(eg.add(kF, 0, {fb.back()}));
+    fa.push_back(eg.add(f_op, 0, {fa.back()}));
+    fb.push_back(eg.add(f_op, 0, {fb.back()}));
   }
   eg.merge(a, b);
   EXPECT_EQ(eg.rebuild(), 200u);
@@ -76,28 +76,29 @@ TEST(EGraphCore, LongCongruenceChainsCollapse) {
 
 TEST(EGraphCore, CyclicClasses) {
   EGraph eg;
-  Id a = eg.add(kLeaf, 1, {});
-  Id fa = eg.add(kF, 0, {a});
-  Id ffa = eg.add(kF, 0, {fa});
+  Id a = eg.add(leaf_op, 1, {});
+  Id fa = eg.add(f_op, 0, {a});
+  Id ffa = eg.add(f_op, 0, {fa});
   eg.merge(a, fa);
   eg.rebuild();
   // f(a) = a makes every f^k(a) the same class, and f(f(a)) collapses onto f(a).
   EXPECT_EQ(eg.find(ffa), eg.find(a));
   EXPECT_EQ(eg.num_classes(), 1u);
   EXPECT_EQ(eg.num_nodes(), 2u);
-  EXPECT_EQ(eg.add(kF, 0, {ffa}), eg.find(a));
+  EXPECT_EQ(eg.add(f_op, 0, {ffa}), eg.find(a));
   eg.check_invariants();
 }
 
 TEST(EGraphCore, WideNodesKeepChildrenOnTheHeap) {
   EGraph eg;
   std::vector<Id> leaves;
-  for (int i = 0; i < 9; ++i) leaves.push_back(eg.add(kLeaf, static_cast<Attr>(i), {}));
+  leaves.reserve(9);
+  for (int i = 0; i < 9; ++i) leaves.push_back(eg.add(leaf_op, static_cast<Attr>(i), {}));
   std::vector<Id> kids1(leaves.begin(), leaves.begin() + 7);
   std::vector<Id> kids2 = kids1;
   kids2[6] = leaves[8];
-  Id w1 = eg.add(kWide, 0, kids1);
-  Id w2 = eg.add(kWide, 0, kids2);
+  Id w1 = eg.add(wide_op, 0, kids1);
+  Id w2 = eg.add(wide_op, 0, kids2);
   EXPECT_NE(w1, w2);
   ENode copy = eg.node(w1);
   ENode moved = std::move(copy);
@@ -154,11 +155,11 @@ TEST(EGraphCore, RandomGraphsMatchNaiveCongruenceClosure) {
     for (int i = 0; i < n; ++i) {
       NaiveNode nn;
       if (i < 6 || rng() % 5 == 0) {
-        nn = {kLeaf, static_cast<Attr>(rng() % 4), {}};
+        nn = {leaf_op, static_cast<Attr>(rng() % 4), {}};
       } else {
         nn.op = 1 + rng() % 3;
         nn.attr = rng() % 2;
-        size_t arity = nn.op == kWide ? 5 + rng() % 2 : 1 + rng() % 2;
+        size_t arity = nn.op == wide_op ? 5 + rng() % 2 : 1 + rng() % 2;
         for (size_t k = 0; k < arity; ++k) nn.kids.push_back(rng() % nodes.size());
       }
       std::vector<Id> kids;
@@ -188,22 +189,22 @@ TEST(EGraphCore, RandomGraphsMatchNaiveCongruenceClosure) {
 
 TEST(EGraphCore, OperatorIndexTracksLiveNodes) {
   EGraph eg;
-  Id a = eg.add(kLeaf, 1, {});
-  Id b = eg.add(kLeaf, 2, {});
-  eg.add(kF, 0, {a});
-  eg.add(kF, 0, {b});
-  EXPECT_EQ(eg.nodes_with_op(kF).size(), 2u);
+  Id a = eg.add(leaf_op, 1, {});
+  Id b = eg.add(leaf_op, 2, {});
+  eg.add(f_op, 0, {a});
+  eg.add(f_op, 0, {b});
+  EXPECT_EQ(eg.nodes_with_op(f_op).size(), 2u);
   EXPECT_TRUE(eg.nodes_with_op(99).empty());
   eg.merge(a, b);
   eg.rebuild();
-  EXPECT_EQ(eg.nodes_with_op(kF).size(), 1u);
-  EXPECT_EQ(eg.nodes_with_op(kLeaf).size(), 2u);
+  EXPECT_EQ(eg.nodes_with_op(f_op).size(), 1u);
+  EXPECT_EQ(eg.nodes_with_op(leaf_op).size(), 2u);
 }
 
 TEST(EGraphCore, InvariantCheckRequiresRebuild) {
   EGraph eg;
-  Id a = eg.add(kLeaf, 1, {});
-  Id b = eg.add(kLeaf, 2, {});
+  Id a = eg.add(leaf_op, 1, {});
+  Id b = eg.add(leaf_op, 2, {});
   eg.merge(a, b);
   EXPECT_THROW(eg.check_invariants(), Error);
 }

@@ -21,7 +21,7 @@ void expect_well_formed(const EGraph& eg, const Extraction& ex) {
   std::vector<bool> seen(eg.num_ids(), false);
   for (Id cls : ex.order) {
     Id n = ex.choice[cls];
-    ASSERT_NE(n, kNoId);
+    ASSERT_NE(n, no_id);
     ASSERT_EQ(eg.find(n), cls);
     ASSERT_TRUE(eg.is_live(n));
     for (Id ch : eg.node(n).children()) ASSERT_TRUE(seen[ch]) << "child after parent";
@@ -29,7 +29,7 @@ void expect_well_formed(const EGraph& eg, const Extraction& ex) {
   }
   for (Id r : ex.roots) EXPECT_TRUE(seen[r]);
   size_t chosen = 0;
-  for (Id c : ex.choice) chosen += c != kNoId;
+  for (Id c : ex.choice) chosen += c != no_id;
   EXPECT_EQ(chosen, ex.order.size()) << "choices only for reachable classes";
 }
 
@@ -152,6 +152,7 @@ TEST(Extract, DagNeverWorseThanGreedyOnRandomGraphs) {
   for (int trial = 0; trial < 40; ++trial) {
     EGraph eg;
     std::vector<Id> ids;
+    ids.reserve(124);
     for (int i = 0; i < 4; ++i) ids.push_back(m.constant(eg, Rat{i, 1}));
     OpId ops[] = {m.add, m.mul, m.sub, m.ln};
     for (int i = 0; i < 120; ++i) {

@@ -12,13 +12,13 @@
 namespace mn::egraph::test {
 namespace {
 
-// The class holding the ground term `text`, or kNoId if the e-graph does not contain it.
+// The class holding the ground term `text`, or no_id if the e-graph does not contain it.
 Id lookup_term(MathLang& m, const EGraph& eg, std::string_view text) {
   CompiledPattern prog(m.pat(text));
   SearchMatches ms;
   ms.reset(0, 0);
   prog.search(eg, ms, 1);
-  return ms.empty() ? kNoId : ms.eclass(0);
+  return ms.empty() ? no_id : ms.eclass(0);
 }
 
 std::string extract_text(MathLang& m, const EGraph& eg, Id root, const TreeCost& cost) {
@@ -37,7 +37,7 @@ class MathRules {
 
   std::vector<Rewrite> rules() {
     std::vector<Rewrite> rs;
-    auto add = [&](const char* name, const char* lhs, const char* rhs, ConditionFor c = {}) {
+    auto add = [&](const char* name, const char* lhs, const char* rhs, const ConditionFor& c = {}) {
       Pattern l = m_.pat(lhs);
       Condition cond = c ? c(l) : Condition{};
       rs.emplace_back(name, std::move(l), m_.pat(rhs), std::move(cond));
@@ -78,7 +78,7 @@ class MathRules {
 
  private:
   // egg's is_not_zero: anything but the constant 0.
-  ConditionFor not_zero(std::string name) {
+  ConditionFor not_zero(const std::string& name) {
     return [this, name](const Pattern& lhs) -> Condition {
       Var v = lhs.var_of(name);
       return [this, v](const EGraph&, Id, const Subst& s) {
@@ -92,13 +92,13 @@ class MathRules {
       if (m_.is_symbol(eg.node(n))) return true;
     return false;
   }
-  ConditionFor is_sym(std::string name) {
+  ConditionFor is_sym(const std::string& name) {
     return [this, name](const Pattern& lhs) -> Condition {
       Var v = lhs.var_of(name);
       return [this, v](const EGraph& eg, Id, const Subst& s) { return has_symbol(eg, s[v]); };
     };
   }
-  ConditionFor const_or_distinct_var(std::string c, std::string x) {
+  ConditionFor const_or_distinct_var(const std::string& c, const std::string& x) {
     return [this, c, x](const Pattern& lhs) -> Condition {
       Var vc = lhs.var_of(c), vx = lhs.var_of(x);
       return [this, vc, vx](const EGraph& eg, Id, const Subst& s) {
@@ -108,7 +108,7 @@ class MathRules {
       };
     };
   }
-  static ConditionFor both(ConditionFor a, ConditionFor b) {
+  static ConditionFor both(const ConditionFor& a, const ConditionFor& b) {
     return [a, b](const Pattern& lhs) -> Condition {
       Condition ca = a(lhs), cb = b(lhs);
       return [ca, cb](const EGraph& eg, Id id, const Subst& s) {

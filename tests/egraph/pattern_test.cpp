@@ -189,10 +189,10 @@ void naive(const EGraph& eg, const Pattern& p, Pattern::Ref r, Id cls, std::vect
   const PatternNode& n = p.node(r);
   if (n.is_var) {
     Id& slot = subst[n.var];
-    if (slot == kNoId) {
+    if (slot == no_id) {
       slot = cls;
       k();
-      slot = kNoId;
+      slot = no_id;
     } else if (slot == cls) {
       k();
     }
@@ -235,7 +235,7 @@ TEST(Pattern, CompiledMatchingAgreesWithNaiveMatching) {
       Pattern p = m.pat(text);
       MatchSet expected;
       for (Id cls : eg.classes()) {
-        std::vector<Id> subst(p.num_vars(), kNoId);
+        std::vector<Id> subst(p.num_vars(), no_id);
         naive(eg, p, p.root(), cls, subst, [&] {
           std::vector<uint64_t> row{cls};
           row.insert(row.end(), subst.begin(), subst.end());

@@ -173,7 +173,7 @@ TEST(Backoff, TamesAssociativityAndCommutativity) {
   // backoff the first iterations apply everything; with it the exploding rules sit out.
   MathLang m;
   std::string sum = "x0";
-  for (int i = 1; i < 12; ++i) sum = "(+ x" + std::to_string(i) + " " + sum + ")";
+  for (int i = 1; i < 12; ++i) sum = "(+ x" + std::to_string(i) + " " + std::move(sum) + ")";
   std::vector<Rewrite> rs;
   rs.push_back(m.rw("comm-add", "(+ ?a ?b)", "(+ ?b ?a)"));
   rs.push_back(m.rw("assoc-add", "(+ ?a (+ ?b ?c))", "(+ (+ ?a ?b) ?c)"));
