@@ -54,9 +54,10 @@ std::string read_input(const ConvDims& d, const std::string& buf) {
   std::string s = "  uint ih = oh * " + u(d.a.stride_h) + " + i * " + u(d.a.dilation_h) + " - " +
                   u(d.a.pad_h) + ", iw = ow * " + u(d.a.stride_w) + " + j * " + u(d.a.dilation_w) +
                   " - " + u(d.a.pad_w) + ";\n";
-  s += "  if (ih >= " + u(d.h) + " || iw >= " + u(d.w) + ") return 0.0;\n";
-  s += "  return " + buf + "_ld(((b * " + u(d.c) + " + g * " + u(d.cg()) + " + c) * " + u(d.h) +
-       " + ih) * " + u(d.w) + " + iw);\n";
+  s += "  bool ok = ih < " + u(d.h) + " && iw < " + u(d.w) + ";\n";
+  s += "  float v = " + buf + "_ld(ok ? ((b * " + u(d.c) + " + g * " + u(d.cg()) + " + c) * " +
+       u(d.h) + " + ih) * " + u(d.w) + " + iw : 0u);\n";
+  s += "  return ok ? v : 0.0;\n";
   return s;
 }
 
@@ -135,12 +136,14 @@ Lowering lower_input_gradient(const LowerContext& ctx, const ConvDims& d, const 
   std::string at = split_position("m", plane, d.w, "y", "x") + split_tap(d, "k", "o");
   at += "  uint th = y + " + u(a.pad_h) + " - i * " + u(a.dilation_h) + ", tw = x + " + u(a.pad_w) +
         " - j * " + u(a.dilation_w) + ";\n";
-  if (a.stride_h > 1) at += "  if (th % " + u(a.stride_h) + " != 0u) return 0.0;\n";
-  if (a.stride_w > 1) at += "  if (tw % " + u(a.stride_w) + " != 0u) return 0.0;\n";
   at += "  uint oh = th / " + u(a.stride_h) + ", ow = tw / " + u(a.stride_w) + ";\n";
-  at += "  if (oh >= " + u(d.oh) + " || ow >= " + u(d.ow) + ") return 0.0;\n";
-  at += "  return GY_ld(((b * " + u(d.o) + " + g * " + u(d.og()) + " + o) * " + u(d.oh) +
-        " + oh) * " + u(d.ow) + " + ow);\n";
+  at += "  bool ok = oh < " + u(d.oh) + " && ow < " + u(d.ow);
+  if (a.stride_h > 1) at += " && th % " + u(a.stride_h) + " == 0u";
+  if (a.stride_w > 1) at += " && tw % " + u(a.stride_w) + " == 0u";
+  at += ";\n";
+  at += "  float v = GY_ld(ok ? ((b * " + u(d.o) + " + g * " + u(d.og()) + " + o) * " + u(d.oh) +
+        " + oh) * " + u(d.ow) + " + ow : 0u);\n";
+  at += "  return ok ? v : 0.0;\n";
   g.a_at = std::move(at);
   g.b_at = "  uint o = k / " + u(d.khw()) + ", r = k % " + u(d.khw()) + ";\n" +
            "  return Wt_ld(((g * " + u(d.og()) + " + o) * " + u(d.cg()) + " + n) * " + u(d.khw()) +

@@ -1,8 +1,10 @@
-// The implicit-GEMM skeleton: 256 threads as 16×16, each computing tm×tn outputs of a
-// 16·tm × 16·tn tile of C (4×4 per thread when an extent fills 64, fewer for small extents),
-// stepping K by 16 through shared-memory tiles. Each operand tile is loaded with consecutive
-// threads on the operand's contiguous axis, so the loads coalesce; the thread's fixed tile row
-// and column let the compiler hoist the M/N half of the im2col index out of the K loop.
+// The implicit-GEMM skeleton. Each thread accumulates a tm×tn block (4×4 where the extents
+// allow) of a C tile, the threads laid out tx × ty over it, stepping K through shared-memory
+// tiles. Tiles hold up to 4096 outputs: 64×64 for wide extents (the matmul kernel's shape), and
+// longer on one side when the other is narrow (256×16 for a conv with 16 output channels), so
+// narrow convolutions keep 4×4 per thread. Operand tiles are loaded with consecutive threads on
+// the operand's contiguous axis, so the loads coalesce; a thread's adjacent rows (columns) sit in
+// vec4s of the shared tile and are read as one vector per K step.
 #include "codegen/lower_conv_gemm.h"
 
 #include <algorithm>
@@ -15,8 +17,9 @@ namespace mn::codegen {
 
 namespace {
 
-constexpr uint32_t kThreads = 256;
-constexpr int64_t kTileK = 16;
+// Outputs per tile at most (16 per thread over 256 threads), and tile sides at most.
+constexpr int64_t kTileArea = 4096, kMaxTileM = 256, kMaxTileN = 64;
+constexpr int64_t kMinThreads = 64, kTileK = 16;
 // Workgroups a launch should offer before K is worth splitting (a few per compute unit on large
 // GPUs; lavapipe saturates far below it).
 constexpr int64_t kTargetGroups = 128;
@@ -24,47 +27,130 @@ constexpr int64_t kTargetGroups = 128;
 constexpr int64_t kMinSplitK = 256;
 
 std::string u(int64_t v) { return std::to_string(v) + "u"; }
+std::string n(int64_t v) { return std::to_string(v); }
 
-// Per-thread tile factor for an extent: 4 once it fills a 64-wide tile, then 2, then 1.
-int64_t per_thread(int64_t extent) { return extent >= 64 ? 4 : extent >= 32 ? 2 : 1; }
+std::string vec_type(int64_t w) { return w == 1 ? "float" : "vec" + std::to_string(w); }
 
-// Statements filling `tile[kk][xx]` (kt × width) for the K block starting at k0: `read` is the
-// element expression in terms of `gx` (tile row/column index in M or N) and `gk`.
-std::string load_tile(const std::string& tile, int64_t width, int64_t kt, int64_t extent,
-                      bool k_fast, const std::string& x0, const std::string& read) {
+int64_t pow2_at_least(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+// One side (M or N) of the tiling: `per` rows (columns) per thread, `threads` threads along it,
+// held in vectors of `width` (per = width · vectors).
+struct Side {
+  int64_t per = 1, threads = 1;
+  int64_t tile() const { return per * threads; }
+  int64_t width() const { return std::min<int64_t>(per, 4); }
+  int64_t vectors() const { return per / width(); }
+};
+
+struct Tiling {
+  Side m, n;
+  int64_t kt = kTileK;
+  int64_t threads() const { return m.threads * n.threads; }
+};
+
+// The widest power-of-two tile side up to `limit` whose padding past `extent` stays under an
+// eighth (a 144-wide extent takes 32-wide tiles, not 128-wide ones that waste 44%).
+int64_t tile_side(int64_t extent, int64_t limit) {
+  int64_t t = std::min(pow2_at_least(extent), limit);
+  const auto padded = [&](int64_t side) { return (extent + side - 1) / side * side; };
+  while (t > 16 && padded(t) * 8 > extent * 9) t /= 2;
+  return t;
+}
+
+Tiling choose_tiling(const ImplicitGemm& spec, const DeviceTraits& d) {
+  int64_t tile_n = tile_side(spec.n, kMaxTileN);
+  const int64_t tile_m = tile_side(spec.m, std::min(kTileArea / tile_n, kMaxTileM));
+  // A short M leaves room to widen N again.
+  tile_n = tile_side(spec.n, std::min(kTileArea / tile_m, kMaxTileM));
+  int64_t tm = std::min<int64_t>(4, tile_m), tn = std::min<int64_t>(4, tile_n);
+  // Small tiles spread over fewer outputs per thread rather than run tiny workgroups.
+  while ((tile_m / tm) * (tile_n / tn) < kMinThreads && (tm > 1 || tn > 1)) {
+    if (tm >= tn) {
+      tm /= 2;
+    } else {
+      tn /= 2;
+    }
+  }
+  Tiling t;
+  t.m = {tm, tile_m / tm};
+  t.n = {tn, tile_n / tn};
+  t.kt = std::min(kTileK, spec.k);
+  const auto shared_bytes = [&](int64_t kt) {
+    return static_cast<uint64_t>(kt * (t.m.tile() + t.m.width() + t.n.tile() + t.n.width()) * 4);
+  };
+  while (t.kt > 4 && shared_bytes(t.kt) > d.max_shared_bytes) t.kt /= 2;
+  if (shared_bytes(t.kt) > d.max_shared_bytes) {
+    throw Error(spec.name + ": a " + n(t.m.tile()) + "x" + n(t.n.tile()) +
+                " tile needs more shared memory than the device's " + n(d.max_shared_bytes) +
+                " bytes");
+  }
+  return t;
+}
+
+// Statements filling `tile` (kt rows of `side`'s tile, as vectors) for the K block at k0:
+// `read` is the element expression in terms of `gx` (the M or N index) and `gk`.
+std::string load_tile(const std::string& tile, const Side& side, int64_t kt, int64_t threads,
+                      int64_t extent, bool k_fast, const std::string& x0, const std::string& read) {
+  const int64_t width = side.tile(), w = side.width();
   const int64_t count = width * kt;
-  const int64_t iters = (count + kThreads - 1) / kThreads;
+  const int64_t iters = (count + threads - 1) / threads;
   std::string s = "    for (uint e = 0u; e < " + u(iters) + "; ++e) {\n";
   // With the fast axis dividing the thread count, each thread keeps one fast index for the whole
   // kernel; spelling it from lid alone lets the compiler see it is loop-invariant.
-  if (!k_fast && kThreads % width == 0) {
+  if (!k_fast && threads % width == 0) {
     s += "      uint xx = lid % " + u(width) + ", kk = lid / " + u(width) + " + e * " +
-         u(kThreads / width) + ";\n";
-  } else if (k_fast && kThreads % kt == 0) {
-    s += "      uint kk = lid % " + u(kt) + ", xx = lid / " + u(kt) + " + e * " + u(kThreads / kt) +
+         u(threads / width) + ";\n";
+  } else if (k_fast && threads % kt == 0) {
+    s += "      uint kk = lid % " + u(kt) + ", xx = lid / " + u(kt) + " + e * " + u(threads / kt) +
          ";\n";
   } else {
-    s += "      uint idx = lid + e * " + u(kThreads) + ";\n";
+    s += "      uint idx = lid + e * " + u(threads) + ";\n";
     s += k_fast ? "      uint kk = idx % " + u(kt) + ", xx = idx / " + u(kt) + ";\n"
                 : "      uint xx = idx % " + u(width) + ", kk = idx / " + u(width) + ";\n";
   }
-  const bool exact = count % kThreads == 0;
+  const bool exact = count % threads == 0;
   s += std::string("      ") + (exact ? "" : "if (kk < " + u(kt) + " && xx < " + u(width) + ") ") +
        "{\n";
+  // Out-of-range elements read a clamped in-range one and are zeroed after: straight-line code
+  // with a select (lavapipe runs branches under masks, so skipping the load saves nothing).
   s += "        uint gx = " + x0 + " + xx, gk = k0 + kk;\n";
-  s += "        " + tile + "[kk][xx] = (gx < " + u(extent) + " && gk < kend) ? " + read +
-       " : 0.0;\n";
+  s += "        bool inside = gx < " + u(extent) + " && gk < kend;\n";
+  s += "        gx = min(gx, " + u(extent - 1) + "); gk = min(gk, kend - 1u);\n";
+  s += "        float v = " + read + ";\n";
+  const std::string slot = w == 1 ? "[kk][xx]" : "[kk][xx / " + u(w) + "][xx % " + u(w) + "]";
+  s += "        " + tile + slot + " = inside ? v : 0.0;\n";
   s += "      }\n    }\n";
   return s;
 }
 
+// Statements declaring `<name>0..` (the thread's operand vectors at step kk) from the shared tile.
+std::string operand_values(const std::string& name, const std::string& tile, const Side& side,
+                           const std::string& thread) {
+  std::string s;
+  for (int64_t q = 0; q < side.vectors(); ++q) {
+    s += "      " + vec_type(side.width()) + " " + name + n(q) + " = " + tile + "[kk][" + thread +
+         " * " + u(side.vectors()) + " + " + u(q) + "];\n";
+  }
+  return s;
+}
+
+// Element i of a side's values (a component of one of its vectors).
+std::string element(const std::string& name, const Side& side, int64_t i) {
+  if (side.width() == 1) return name + n(i);
+  return name + n(i / side.width()) + "[" + n(i % side.width()) + "]";
+}
+
 void check_grid(const std::string& name, const std::array<uint64_t, 3>& wanted,
                 const DeviceTraits& d) {
-  for (size_t i = 0; i < 3; ++i) {
-    if (wanted[i] > d.max_group_count) {
+  for (uint64_t w : wanted) {
+    if (w > d.max_group_count) {
       throw Error(name + ": grid " + std::to_string(wanted[0]) + "x" + std::to_string(wanted[1]) +
                   "x" + std::to_string(wanted[2]) + " exceeds the device's limit of " +
-                  std::to_string(d.max_group_count) + " groups per dimension");
+                  n(d.max_group_count) + " groups per dimension");
     }
   }
 }
@@ -72,9 +158,8 @@ void check_grid(const std::string& name, const std::array<uint64_t, 3>& wanted,
 }  // namespace
 
 Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& device) {
-  const int64_t tm = per_thread(spec.m), tn = per_thread(spec.n);
-  const int64_t tile_m = 16 * tm, tile_n = 16 * tn;
-  const int64_t kt = std::min(kTileK, spec.k);
+  const Tiling t = choose_tiling(spec, device);
+  const int64_t tile_m = t.m.tile(), tile_n = t.n.tile(), kt = t.kt;
   const int64_t tiles_m = (spec.m + tile_m - 1) / tile_m, tiles_n = (spec.n + tile_n - 1) / tile_n;
   const int64_t base_groups = tiles_m * tiles_n * spec.groups;
 
@@ -88,6 +173,7 @@ Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& devic
   k_split = (k_split + kt - 1) / kt * kt;
   splits = (spec.k + k_split - 1) / k_split;
 
+  // The M×N tiles fold into a 2-D grid past the device's group-count limit.
   const int64_t tiles = tiles_m * tiles_n;
   const int64_t grid_x = std::min<int64_t>(tiles, device.max_group_count);
   const int64_t grid_y = (tiles + grid_x - 1) / grid_x;
@@ -101,52 +187,68 @@ Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& devic
   common += "void c_store(uint g, uint m, uint n, float v) {\n" + spec.c_store + "}\n";
 
   std::string s = common;
-  s += "shared float As[" + std::to_string(kt) + "][" + std::to_string(tile_m + 1) + "];\n";
-  s += "shared float Bs[" + std::to_string(kt) + "][" + std::to_string(tile_n + 1) + "];\n";
+  for (const auto& [name, side] : {std::pair{"As", &t.m}, std::pair{"Bs", &t.n}}) {
+    s += std::string("shared ") + vec_type(side->width()) + " " + name + "[" + n(kt) + "][" +
+         n(side->tile() / side->width() + 1) + "];\n";
+  }
   s += "void main() {\n";
   s += "  uint lid = gl_LocalInvocationID.x;\n";
-  // The epilogue's fast thread index follows C's contiguous axis so the stores coalesce.
-  s += spec.c_n_fast ? "  uint rm = lid / 16u, rn = lid % 16u;\n"
-                     : "  uint rm = lid % 16u, rn = lid / 16u;\n";
-  // The M×N tiles fold into a 2-D grid past the device's group-count limit.
+  // The thread's position along M and N: the fast thread index follows C's contiguous axis so
+  // the epilogue's stores coalesce.
+  if (spec.c_n_fast) {
+    s += "  uint rm = lid / " + u(t.n.threads) + ", rn = lid % " + u(t.n.threads) + ";\n";
+  } else {
+    s += "  uint rm = lid % " + u(t.m.threads) + ", rn = lid / " + u(t.m.threads) + ";\n";
+  }
   s += "  uint tile = gl_WorkGroupID.y * " + u(grid_x) + " + gl_WorkGroupID.x;\n";
-  s += "  if (tile >= " + u(tiles_m * tiles_n) + ") return;\n";
+  s += "  if (tile >= " + u(tiles) + ") return;\n";
   s += "  uint row0 = tile / " + u(tiles_n) + " * " + u(tile_m) + ", col0 = tile % " + u(tiles_n) +
        " * " + u(tile_n) + ";\n";
   s += "  uint g = gl_WorkGroupID.z % " + u(spec.groups) + ", s = gl_WorkGroupID.z / " +
        u(spec.groups) + ";\n";
   s += "  uint kbeg = s * " + u(k_split) + ", kend = min(kbeg + " + u(k_split) + ", " + u(spec.k) +
        ");\n";
-  s += "  float acc[" + std::to_string(tm) + "][" + std::to_string(tn) + "];\n";
-  s += "  for (uint i = 0u; i < " + u(tm) + "; ++i) for (uint j = 0u; j < " + u(tn) +
-       "; ++j) acc[i][j] = 0.0;\n";
+  const int64_t nb = t.n.vectors();
+  const std::string acc_type = vec_type(t.n.width());
+  s += "  " + acc_type + " acc[" + n(t.m.per * nb) + "];\n";
+  for (int64_t i = 0; i < t.m.per * nb; ++i) s += "  acc[" + n(i) + "] = " + acc_type + "(0.0);\n";
   s += "  for (uint k0 = kbeg; k0 < kend; k0 += " + u(kt) + ") {\n";
-  s += load_tile("As", tile_m, kt, spec.m, spec.a_k_fast, "row0", "a_at(g, gx, gk)");
-  s += load_tile("Bs", tile_n, kt, spec.n, spec.b_k_fast, "col0", "b_at(g, gk, gx)");
+  s += load_tile("As", t.m, kt, t.threads(), spec.m, spec.a_k_fast, "row0", "a_at(g, gx, gk)");
+  s += load_tile("Bs", t.n, kt, t.threads(), spec.n, spec.b_k_fast, "col0", "b_at(g, gk, gx)");
   s += "    barrier();\n";
   s += "    for (uint kk = 0u; kk < " + u(kt) + "; ++kk) {\n";
-  s += "      float a[" + std::to_string(tm) + "]; float b[" + std::to_string(tn) + "];\n";
-  s += "      for (uint i = 0u; i < " + u(tm) + "; ++i) a[i] = As[kk][rm + 16u * i];\n";
-  s += "      for (uint j = 0u; j < " + u(tn) + "; ++j) b[j] = Bs[kk][rn + 16u * j];\n";
-  s += "      for (uint i = 0u; i < " + u(tm) + "; ++i) for (uint j = 0u; j < " + u(tn) +
-       "; ++j) acc[i][j] += a[i] * b[j];\n";
-  s += "    }\n    barrier();\n  }\n";
-  s += "  for (uint i = 0u; i < " + u(tm) + "; ++i) for (uint j = 0u; j < " + u(tn) + "; ++j) {\n";
-  s += "    uint gm = row0 + rm + 16u * i, gn = col0 + rn + 16u * j;\n";
-  s += "    if (gm >= " + u(spec.m) + " || gn >= " + u(spec.n) + ") continue;\n";
-  if (splits > 1) {
-    s += "    P_st(s * " + mnk + " + (g * " + u(spec.m) + " + gm) * " + u(spec.n) +
-         " + gn, acc[i][j]);\n";
-  } else {
-    s += "    c_store(g, gm, gn, acc[i][j]);\n";
+  s += operand_values("a", "As", t.m, "rm");
+  s += operand_values("b", "Bs", t.n, "rn");
+  for (int64_t i = 0; i < t.m.per; ++i) {
+    for (int64_t q = 0; q < nb; ++q) {
+      s += "      acc[" + n(i * nb + q) + "] += " + element("a", t.m, i) + " * b" + n(q) + ";\n";
+    }
   }
-  s += "  }\n}\n";
+  s += "    }\n    barrier();\n  }\n";
+  // acc[i * nb + q] holds row rm·tm + i, columns rn·tn + q·width + c. Spelled out with constant
+  // indices so the accumulators stay in registers.
+  const int64_t bw = t.n.width();
+  for (int64_t i = 0; i < t.m.per; ++i) {
+    for (int64_t j = 0; j < t.n.per; ++j) {
+      s += "  {\n    uint gm = row0 + rm * " + u(t.m.per) + " + " + u(i) + ", gn = col0 + rn * " +
+           u(t.n.per) + " + " + u(j) + ";\n";
+      s += "    float v = acc[" + n(i * nb + j / bw) + "]" + (bw > 1 ? "[" + n(j % bw) + "]" : "") +
+           ";\n";
+      s += "    if (gm < " + u(spec.m) + " && gn < " + u(spec.n) + ") ";
+      if (splits > 1) {
+        s += "P_st(s * " + mnk + " + (g * " + u(spec.m) + " + gm) * " + u(spec.n) + " + gn, v);\n";
+      } else {
+        s += "c_store(g, gm, gn, v);\n";
+      }
+      s += "  }\n";
+    }
+  }
+  s += "}\n";
 
-  const std::string tile_name = std::to_string(tile_m) + "x" + std::to_string(tile_n);
   KernelLaunch main;
-  main.name = spec.name + "_gemm_" + tile_name + (splits > 1 ? "_splitk" : "");
+  main.name = spec.name + "_gemm_" + n(tile_m) + "x" + n(tile_n) + (splits > 1 ? "_splitk" : "");
   main.glsl = std::move(s);
-  main.workgroup = {kThreads, 1, 1};
+  main.workgroup = {static_cast<uint32_t>(t.threads()), 1, 1};
   const std::array<uint64_t, 3> wanted{static_cast<uint64_t>(grid_x), static_cast<uint64_t>(grid_y),
                                        static_cast<uint64_t>(spec.groups * splits)};
   check_grid(spec.name, wanted, device);
@@ -168,7 +270,7 @@ Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& devic
   l.scratch_bytes.push_back(static_cast<uint64_t>(splits * spec.m * spec.n * spec.groups) * 4);
   l.launches.push_back(std::move(main));
 
-  const uint64_t total = static_cast<uint64_t>(spec.m * spec.n * spec.groups);
+  const auto total = static_cast<uint64_t>(spec.m * spec.n * spec.groups);
   const glsl::Linear grid = glsl::linear_grid(total, device);
   std::string body;
   body += "  float v = 0.0;\n";

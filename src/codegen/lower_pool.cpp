@@ -64,21 +64,22 @@ using pool::ilit;
 // `base` of window (oy, ox)'s maximum (-1 for a window with no element inside the input), with
 // the maximum in m (-inf for an empty window).
 std::string window_argmax(const MaxPool2dAttrs& a, int64_t h, int64_t w) {
+  // Constant trip counts (unrolled) and selects instead of branches; a tap in the padding loads
+  // element 0 and is never taken. The first tap inside the input always is, so an all -inf
+  // window still names its first element, as the reference's scan does.
   std::string s = "int window_argmax(uint base, int oy, int ox, out float m) {\n";
   s += "  int h0 = oy * " + ilit(a.stride_h) + " - " + ilit(a.pad_h) + ";\n";
-  s += "  int h1 = min(h0 + " + ilit((a.kernel_h - 1) * a.dilation_h + 1) + ", " + ilit(h) + ");\n";
-  s += "  if (h0 < 0) h0 += (-h0 + " + ilit(a.dilation_h - 1) + ") / " + ilit(a.dilation_h) +
-       " * " + ilit(a.dilation_h) + ";\n";
   s += "  int w0 = ox * " + ilit(a.stride_w) + " - " + ilit(a.pad_w) + ";\n";
-  s += "  int w1 = min(w0 + " + ilit((a.kernel_w - 1) * a.dilation_w + 1) + ", " + ilit(w) + ");\n";
-  s += "  if (w0 < 0) w0 += (-w0 + " + ilit(a.dilation_w - 1) + ") / " + ilit(a.dilation_w) +
-       " * " + ilit(a.dilation_w) + ";\n";
-  s += "  int best = (h0 < h1 && w0 < w1) ? h0 * " + ilit(w) + " + w0 : -1;\n";
-  s += "  m = uintBitsToFloat(0xff800000u);\n";
-  s += "  for (int y = h0; y < h1; y += " + ilit(a.dilation_h) + ") {\n";
-  s += "    for (int x = w0; x < w1; x += " + ilit(a.dilation_w) + ") {\n";
-  s += "      float v = X_ld(base + uint(y * " + ilit(w) + " + x));\n";
-  s += "      if (v > m || isnan(v)) { m = v; best = y * " + ilit(w) + " + x; }\n";
+  s += "  int best = -1;\n  m = uintBitsToFloat(0xff800000u);\n";
+  s += "  for (int a = 0; a < " + ilit(a.kernel_h) + "; ++a) {\n";
+  s += "    int y = h0 + a * " + ilit(a.dilation_h) + ";\n";
+  s += "    for (int b = 0; b < " + ilit(a.kernel_w) + "; ++b) {\n";
+  s += "      int x = w0 + b * " + ilit(a.dilation_w) + ";\n";
+  s += "      bool inside = uint(y) < " + pool::ulit(h) + " && uint(x) < " + pool::ulit(w) + ";\n";
+  s += "      int at = y * " + ilit(w) + " + x;\n";
+  s += "      float v = X_ld(base + uint(inside ? at : 0));\n";
+  s += "      bool take = inside && (best < 0 || v > m || isnan(v));\n";
+  s += "      m = take ? v : m;\n      best = take ? at : best;\n";
   s += "    }\n  }\n  return best;\n}\n";
   return s;
 }
@@ -103,6 +104,29 @@ Lowering lower_max_pool2d_gather(const LowerContext& ctx) {
   return pool::per_output_kernel(ctx, window_argmax(a, g.in_h, g.in_w), body);
 }
 
+// Statements running `inner` for each window index `w<axis>` (< out) along one axis whose taps
+// include input index `c`. Windows that cannot overlap (stride >= span) leave one candidate.
+std::string windows_holding(const char* axis, const std::string& c, int64_t out, int64_t k,
+                            int64_t s, int64_t p, int64_t d, const std::string& inner) {
+  const std::string ax = axis, t = "t" + ax, w = "w" + ax;
+  const int64_t span = (k - 1) * d + 1;
+  std::string f;
+  if (s >= span) {
+    f += "  {\n    int " + t + " = " + c + " + " + ilit(p) + ", " + w + " = " + t + " / " +
+         ilit(s) + ", r" + ax + " = " + t + " - " + w + " * " + ilit(s) + ";\n";
+    f += "    if (" + w + " < " + ilit(out) + " && r" + ax + " < " + ilit(span) +
+         (d > 1 ? " && r" + ax + " % " + ilit(d) + " == 0" : "") + ") {\n" + inner + "    }\n  }\n";
+    return f;
+  }
+  f += "  for (int a" + ax + " = 0; a" + ax + " < " + ilit(k) + "; ++a" + ax + ") {\n";
+  f += "    int " + t + " = " + c + " + " + ilit(p) + " - a" + ax + " * " + ilit(d) + ";\n";
+  f += "    if (" + t + " < 0 || " + t + " % " + ilit(s) + " != 0) continue;\n";
+  f += "    int " + w + " = " + t + " / " + ilit(s) + ";\n";
+  f += "    if (" + w + " >= " + ilit(out) + ") continue;\n";
+  f += inner + "  }\n";
+  return f;
+}
+
 // max_pool2d_backward(x, gy): each input element sums gy over the windows whose tap grid holds it
 // and whose argmax it is.
 Lowering lower_max_pool2d_backward(const LowerContext& ctx) {
@@ -114,20 +138,14 @@ Lowering lower_max_pool2d_backward(const LowerContext& ctx) {
   body += "  uint gbase = p * " + pool::ulit(ph * pw) + ";\n";
   body += "  int here = oy * " + ilit(g.in_w) + " + ox;\n";
   body += "  float acc = 0.0;\n";
-  body += "  for (int a = 0; a < " + ilit(a.kernel_h) + "; ++a) {\n";
-  body += "    int th = oy + " + ilit(a.pad_h) + " - a * " + ilit(a.dilation_h) + ";\n";
-  body += "    if (th < 0 || th % " + ilit(a.stride_h) + " != 0) continue;\n";
-  body += "    int wy = th / " + ilit(a.stride_h) + ";\n";
-  body += "    if (wy >= " + ilit(ph) + ") continue;\n";
-  body += "    for (int b = 0; b < " + ilit(a.kernel_w) + "; ++b) {\n";
-  body += "      int tw = ox + " + ilit(a.pad_w) + " - b * " + ilit(a.dilation_w) + ";\n";
-  body += "      if (tw < 0 || tw % " + ilit(a.stride_w) + " != 0) continue;\n";
-  body += "      int wx = tw / " + ilit(a.stride_w) + ";\n";
-  body += "      if (wx >= " + ilit(pw) + ") continue;\n";
-  body += "      float m;\n";
-  body += "      if (window_argmax(base, wy, wx, m) == here) acc += G_ld(gbase + uint(wy * " +
-          ilit(pw) + " + wx));\n";
-  body += "    }\n  }\n  Y_st(i, acc);\n";
+  const std::string add =
+      "      float m;\n      if (window_argmax(base, wy, wx, m) == here) acc += "
+      "G_ld(gbase + uint(wy * " +
+      ilit(pw) + " + wx));\n";
+  body += windows_holding(
+      "y", "oy", ph, a.kernel_h, a.stride_h, a.pad_h, a.dilation_h,
+      windows_holding("x", "ox", pw, a.kernel_w, a.stride_w, a.pad_w, a.dilation_w, add));
+  body += "  Y_st(i, acc);\n";
   return pool::per_output_kernel(ctx, window_argmax(a, g.in_h, g.in_w), body);
 }
 

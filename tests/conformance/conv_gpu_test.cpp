@@ -1,0 +1,150 @@
+// GPU convolution and pooling beyond the op table's (small) samples: the shapes that select the
+// implicit GEMM's wide and long tiles (64×64, 256×16, 128×32), K tiles shorter than 16, split-K
+// partial sums with their deterministic finishing pass (weight gradients, and a forward conv with
+// bias), the CNN's layers with their gradients, 16-bit storage, and the grid folding past the
+// device's group-count limit.
+#include <gtest/gtest.h>
+
+#include <meganeura/autodiff.h>
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+#include <meganeura/reference.h>
+#include <meganeura/session.h>
+
+#include "codegen/kernel.h"
+#include "ir/ops/conv.h"
+#include "support/random_fill.h"
+
+namespace mn {
+namespace {
+
+struct Fixture {
+  Graph g;
+  reference::Feeds feeds;
+  std::vector<Tensor> wrt;
+  std::mt19937_64 rng;
+
+  explicit Fixture(const std::string& name) : rng(testing::rng_for("conv-gpu/" + name)) {}
+
+  Tensor input(const std::string& name, Shape shape, DType dtype = DType::f32) {
+    Tensor t = g.input(name, shape, dtype);
+    Array a = testing::random_array(rng, {shape, dtype}, -1.0, 1.0);
+    for (double& v : a.data) v = round_to_dtype(v, dtype);
+    feeds[name] = std::move(a);
+    wrt.push_back(t);
+    return t;
+  }
+
+  // Outputs `y` and, with `grads`, the gradients of sum(y · r) for a random r.
+  void finish(Tensor y, bool grads = true) {
+    g.output("y", y);
+    if (!grads) return;
+    Array r = testing::random_array(rng, y.type(), -1.0, 1.0);
+    auto gs = gradients(sum(y * g.constant(r)), wrt);
+    for (size_t i = 0; i < gs.size(); ++i) g.output("grad" + std::to_string(i), gs[i]);
+  }
+
+  void expect_matches_reference(double tol = 2e-5) {
+    auto session = build_session(g);
+    for (const auto& [name, value] : feeds) session->set(name, value);
+    session->step();
+    for (const auto& [name, expected] : reference::evaluate(g, feeds)) {
+      SCOPED_TRACE(name);
+      Array got = session->get(name);
+      ASSERT_EQ(got.shape, expected.shape);
+      Array rounded = expected;
+      for (double& v : rounded.data) v = round_to_dtype(v, expected.dtype);
+      EXPECT_LE(testing::relative_error(got, rounded), tol);
+    }
+  }
+};
+
+// The CNN's two blocks at a small batch: forward K = 9 (a K tile shorter than 16), 256×16 and
+// 128×32 tiles, the input gradient of the second conv, and weight gradients over K = 8·28·28
+// (split across workgroups; 16×16 tiles at 2×2 per thread, 32×32 for the 144-wide second).
+TEST(ConvGpu, CnnBlocksWithGradients) {
+  Fixture f("cnn");
+  Tensor x = f.input("x", {8, 1, 28, 28});
+  Tensor w1 = f.input("w1", {16, 1, 3, 3});
+  Tensor b1 = f.input("b1", {16});
+  Tensor w2 = f.input("w2", {32, 16, 3, 3});
+  Tensor b2 = f.input("b2", {32});
+  Conv2dOptions same{.padding = {1, 1}};
+  Tensor h = max_pool2d(relu(conv2d(x, w1, b1, same)));
+  f.finish(max_pool2d(relu(conv2d(h, w2, b2, same))));
+  f.expect_matches_reference();
+}
+
+// 64×64 tiles per group, with stride, padding and dilation; the input gradient skips taps off
+// the stride grid.
+TEST(ConvGpu, WideTilesWithGroupsStrideDilation) {
+  Fixture f("groups");
+  Tensor x = f.input("x", {2, 8, 21, 21});
+  Tensor w = f.input("w", {128, 4, 3, 3});
+  Tensor b = f.input("b", {128});
+  f.finish(conv2d(x, w, b, {.stride = {2, 2}, .padding = {2, 2}, .dilation = {2, 2}, .groups = 2}));
+  f.expect_matches_reference();
+}
+
+TEST(ConvGpu, TransposedWithBias) {
+  Fixture f("transpose");
+  Tensor x = f.input("x", {2, 64, 8, 8});
+  Tensor w = f.input("w", {64, 16, 4, 4});
+  Tensor b = f.input("b", {16});
+  f.finish(conv_transpose2d(x, w, b, {.stride = {2, 2}, .padding = {1, 1}}));
+  f.expect_matches_reference();
+}
+
+// A 4×4 output with 256 input channels: one tile, so K = 2304 is split and the bias is added
+// by the finishing pass.
+TEST(ConvGpu, SplitKForwardWithBias) {
+  Fixture f("splitk");
+  Tensor x = f.input("x", {1, 256, 4, 4});
+  Tensor w = f.input("w", {64, 256, 3, 3});
+  Tensor b = f.input("b", {64});
+  f.finish(conv2d(x, w, b, {.padding = {1, 1}}), false);
+  f.expect_matches_reference();
+}
+
+TEST(ConvGpu, HalfPrecisionStorage) {
+  Fixture f("f16");
+  Tensor x = f.input("x", {2, 8, 10, 10}, DType::f16);
+  Tensor w = f.input("w", {32, 8, 3, 3}, DType::f16);
+  f.finish(conv2d(x, w, {}, {.padding = {1, 1}}), false);
+  f.expect_matches_reference(2e-3);
+}
+
+TEST(PoolGpu, LargerWindowsWithGradients) {
+  Fixture f("pool");
+  Tensor x = f.input("x", {4, 8, 17, 17});
+  Tensor m = max_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
+  Tensor a = avg_pool2d(
+      x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false});
+  Tensor up = upsample_bilinear2d(m + a, 23, 21);
+  Tensor near = upsample_nearest2d(x, 40, 13);
+  f.finish(sum(up, {2, 3}) + sum(adaptive_avg_pool2d(near, 5, 3), {2, 3}));
+  f.expect_matches_reference();
+}
+
+// Past the device's group-count limit the tiles fold into a second grid dimension.
+TEST(ConvGpu, GridFoldsPastGroupLimit) {
+  const codegen::LowerFn* lower = codegen::find_lowering("conv2d");
+  ASSERT_NE(lower, nullptr);
+  Graph g;
+  Tensor x = g.input("x", {1, 3, 40, 40});
+  Tensor w = g.input("w", {64, 3, 3, 3});
+  Tensor y = conv2d(x, w);
+  std::vector<TensorType> types{x.type(), w.type()};
+  codegen::DeviceTraits device;
+  device.max_group_count = 5;
+  codegen::Lowering l = (*lower)({g.node(y.id()), types, device});
+  ASSERT_EQ(l.launches.size(), 1u);
+  const auto& groups = l.launches[0].groups;
+  EXPECT_LE(groups[0], 5u);
+  EXPECT_LE(groups[1], 5u);
+  // 38·38 outputs in 64-row tiles, one 64-column tile.
+  EXPECT_GE(groups[0] * groups[1], (38u * 38u + 63u) / 64u);
+}
+
+}  // namespace
+}  // namespace mn
