@@ -1,13 +1,19 @@
-// GPU lowerings of the attention family: scaled_dot_product_attention as one kernel (a
-// workgroup per query row: blocks of keys scored by the lanes, an online softmax, the weighted
-// sum of V accumulated per output column), and rope / rope_backward as pointwise rotations.
+// GPU lowering of scaled_dot_product_attention: one kernel with an online softmax over blocks
+// of keys (causal and additive masks, grouped-query heads, broadcast batch axes).
+//
+// Two forms. Tiled: a workgroup holds a tile of query rows of one head; each block of keys and
+// values is loaded once into shared memory for all of them, 16 lanes per query row score the
+// block's keys and accumulate the row's output columns. Per row: a workgroup per query row, the
+// lanes scoring one key each and accumulating output columns from global memory; it serves
+// short queries (decoding) and heads too wide for the tile's shared memory.
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <numbers>
+#include <optional>
 
 #include "codegen/glsl.h"
 #include "codegen/kernel.h"
+#include "codegen/lower_attention.h"
 #include "codegen/lower_families.h"
 #include "ir/ops/attention.h"
 #include "ir/ops/common.h"
@@ -46,37 +52,192 @@ struct AttentionShape {
                   {static_cast<int64_t>(hq), static_cast<int64_t>(lq), static_cast<int64_t>(lk)});
     if (has_mask) mask = pad_to(in[3].shape, rank);
   }
-  uint64_t rows() const { return static_cast<uint64_t>(numel(batch)) * hq * lq; }
+  uint64_t heads() const { return static_cast<uint64_t>(numel(batch)) * hq; }
 };
 
-Lowering lower_attention(const LowerContext& ctx) {
-  glsl::require_storage(ctx);
-  const auto& a = ctx.node.attrs.as<AttentionAttrs>();
-  const AttentionShape g(ctx.inputs, a.has_mask);
-  if (ctx.node.type.numel() == 0) return {};
-  const size_t R = g.rank;
-  const DeviceTraits& dev = ctx.device;
-  const uint32_t most =
-      std::bit_floor(std::clamp<uint32_t>(dev.max_workgroup_invocations, 32, 256));
-  // One key per lane per block; wide value rows take more lanes so that each keeps at most 8
-  // output columns in registers.
-  uint32_t lanes = g.lk <= 32 ? 32 : 64;
-  lanes = std::min(most, std::max(lanes, std::bit_ceil(static_cast<uint32_t>((g.dv + 7) / 8))));
-  const uint64_t cols = (g.dv + lanes - 1) / lanes;
-  // q's row in shared memory when it fits beside the block buffers.
-  const bool q_shared = g.d > 0 && (g.d + 2 * lanes) * sizeof(float) <= dev.max_shared_bytes;
-  const std::string L = u32(lanes);
-
+// Buffers, sizes and helpers both forms share; sets `bindings` to the operands and output.
+std::string declarations(const LowerContext& ctx, const AttentionShape& g, bool has_mask,
+                         std::vector<KernelBinding>& bindings) {
   std::string s = glsl::header();
-  s += glsl::buffer(0, ctx.inputs[0].dtype, "q", true);
-  s += glsl::buffer(1, ctx.inputs[1].dtype, "k", true);
-  s += glsl::buffer(2, ctx.inputs[2].dtype, "v", true);
-  uint32_t next = 3;
-  if (a.has_mask) s += glsl::buffer(next++, ctx.inputs[3].dtype, "mask", true);
-  s += glsl::buffer(next, ctx.node.type.dtype, "out", false);
+  const char* names[] = {"q", "k", "v", "mask"};
+  const uint32_t operands = has_mask ? 4 : 3;
+  for (uint32_t i = 0; i < operands; ++i) {
+    s += glsl::buffer(i, ctx.inputs[i].dtype, names[i], true);
+    bindings.push_back({ArgRef::input(static_cast<int>(i)), false});
+  }
+  s += glsl::buffer(operands, ctx.node.type.dtype, "out", false);
+  bindings.push_back({ArgRef::output(), true});
   s += "const uint HQ = " + u32(g.hq) + ", LQ = " + u32(g.lq) + ", D = " + u32(g.d) +
        ", LK = " + u32(g.lk) + ", DV = " + u32(g.dv) + ", GROUP = " + u32(g.hq / g.hkv) + ";\n";
   s += "float mn_inf() { return uintBitsToFloat(0x7f800000u); }\n";
+  return s;
+}
+
+// Statements locating head (b, h) of the scores given `b` and `h`: qb, kb, vb, the bases of its
+// q, k and v heads; with a mask, mb, the mask's offset of score (row, key 0), for the row in
+// the GLSL expression `row`.
+std::string head_offsets(const AttentionShape& g, bool has_mask, const std::string& row) {
+  const size_t R = g.rank;
+  std::string s = "  uint hk = h / GROUP;\n" + glsl::unravel(g.batch, "b", "c");
+  const auto batch_offset = [&](const Shape& padded, uint64_t block) {
+    return "(" + glsl::broadcast_offset(leading(padded), g.batch, "c") + ") * " + u32(block);
+  };
+  s += "  uint qb = " + batch_offset(g.q, g.hq * g.lq * g.d) + " + h * LQ * D;\n";
+  s += "  uint kb = " + batch_offset(g.k, g.hkv * g.lk * g.d) + " + hk * LK * D;\n";
+  s += "  uint vb = " + batch_offset(g.v, g.hkv * g.lk * g.dv) + " + hk * LK * DV;\n";
+  if (has_mask) {
+    s += "  uint c" + std::to_string(R - 3) + " = h, c" + std::to_string(R - 2) + " = " + row +
+         ", c" + std::to_string(R - 1) + " = 0u;\n";
+    s += "  uint mb = " + glsl::broadcast_offset(g.mask, g.scores, "c") + ";\n";
+  }
+  return s;
+}
+
+// The score of key `jj` from `dot` (q . k): scaled, plus the mask.
+std::string score_expr(const LowerContext& ctx, const AttentionShape& g, const AttentionAttrs& a,
+                       const std::string& jj) {
+  // An explicit scale as the dtype holds it; the default divides by sqrt(D) as the reference.
+  std::string s = a.scale > 0.0
+                      ? "dot * " + glsl::float_literal(round_to_dtype(a.scale, ctx.node.type.dtype))
+                      : "dot / " + glsl::float_literal(std::sqrt(static_cast<double>(g.d)));
+  if (a.has_mask) {
+    s += " + mask_ld(mb + " + jj + " * " + u32(g.mask[g.rank - 1] == 1 ? 0 : 1) + ")";
+  }
+  return s;
+}
+
+uint32_t most_lanes(const DeviceTraits& d) {
+  return std::bit_floor(std::clamp<uint32_t>(d.max_workgroup_invocations, 32, 256));
+}
+
+// ---- tiled: a tile of query rows per workgroup ----
+
+constexpr uint32_t kRowLanes = 16;
+
+struct Tiling {
+  uint32_t rows = 16;  // query rows per workgroup
+  uint32_t keys = 64;  // keys per block
+  uint32_t cols = 1;   // output columns per lane
+};
+
+std::optional<Tiling> tiling_for(const AttentionShape& g, const DeviceTraits& d) {
+  if (g.lq < 8) return std::nullopt;  // decoding: most of a tile would idle
+  Tiling t;
+  t.rows = std::min<uint32_t>(16, most_lanes(d) / kRowLanes);
+  t.cols = static_cast<uint32_t>((g.dv + kRowLanes - 1) / kRowLanes);
+  if (t.rows < 4 || t.cols > 16) return std::nullopt;
+  for (uint32_t keys : {64u, 32u, 16u}) {
+    // Rows of q, k and p padded by one float: lanes reading a column hit distinct banks.
+    const uint64_t floats =
+        t.rows * (g.d + 1) + keys * (g.d + 1) + keys * g.dv + t.rows * (keys + 1);
+    if (floats * sizeof(float) <= d.max_shared_bytes) {
+      t.keys = keys;
+      return t;
+    }
+  }
+  return std::nullopt;
+}
+
+KernelLaunch tiled_kernel(const LowerContext& ctx, const AttentionShape& g, const Tiling& t) {
+  const auto& a = ctx.node.attrs.as<AttentionAttrs>();
+  KernelLaunch k;
+  std::string s = declarations(ctx, g, a.has_mask, k.bindings);
+  const uint32_t threads = t.rows * kRowLanes;
+  const uint64_t tiles = (g.lq + t.rows - 1) / t.rows;
+  const std::string BQ = u32(t.rows), BK = u32(t.keys), NT = u32(threads), LR = u32(kRowLanes);
+  const std::string QS = u32(g.d + 1), PS = u32(t.keys + 1), COLS = u32(t.cols);
+  const std::string KPL = u32(t.keys / kRowLanes);
+  s += "shared float q_sh[" + u32(t.rows * (g.d + 1)) + "];\n";
+  s += "shared float k_sh[" + u32(t.keys * (g.d + 1)) + "];\n";
+  s += "shared float v_sh[" + u32(std::max<uint64_t>(t.keys * g.dv, 1)) + "];\n";
+  s += "shared float p_sh[" + u32(t.rows * (t.keys + 1)) + "];\n";
+  s += "void main() {\n";
+  s += "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
+  s += "  if (g >= " + u32(g.heads() * tiles) + ") return;\n";
+  s += "  uint tid = gl_LocalInvocationID.x, rr = tid / " + LR + ", t = tid % " + LR + ";\n";
+  s += "  uint bh = g / " + u32(tiles) + ", i0 = (g % " + u32(tiles) + ") * " + BQ + ";\n";
+  s += "  uint h = bh % HQ, b = bh / HQ;\n";
+  s += "  uint i = i0 + rr;\n  bool valid = i < LQ;\n";
+  s += head_offsets(g, a.has_mask, "(valid ? i : 0u)");
+  s += "  for (uint x = tid; x < " + u32(t.rows * g.d) + "; x += " + NT + ") {\n";
+  s += "    uint r = x / D, e = x % D;\n";
+  s += "    q_sh[r * " + QS + " + e] = i0 + r < LQ ? q_ld(qb + (i0 + r) * D + e) : 0.0;\n  }\n";
+  s +=
+      std::string("  uint visible = valid ? ") + (a.causal ? "min(LK, i + 1u)" : "LK") + " : 0u;\n";
+  // The keys some row of the tile sees.
+  s += std::string("  uint reach = ") + (a.causal ? "min(LK, min(i0 + " + BQ + ", LQ))" : "LK") +
+       ";\n";
+  s += "  float m = -mn_inf(), l = 0.0;\n  float acc[" + COLS + "];\n";
+  s += "  for (uint c = 0u; c < " + COLS + "; ++c) acc[c] = 0.0;\n";
+  s += "  for (uint j0 = 0u; j0 < reach; j0 += " + BK + ") {\n";
+  s += "    barrier();\n";  // the previous block's readers are done (and q_sh is written)
+  s += "    for (uint x = tid; x < " + u32(t.keys * g.d) + "; x += " + NT + ") {\n";
+  s += "      uint j = x / D, e = x % D;\n";
+  s += "      k_sh[j * " + QS + " + e] = j0 + j < LK ? k_ld(kb + (j0 + j) * D + e) : 0.0;\n    }\n";
+  s += "    for (uint x = tid; x < " + u32(t.keys * g.dv) + "; x += " + NT + ") {\n";
+  s += "      uint j = x / DV;\n";
+  s += "      v_sh[x] = j0 + j < LK ? v_ld(vb + (j0 + j) * DV + x % DV) : 0.0;\n    }\n";
+  s += "    barrier();\n";
+  s += "    float sc[" + KPL + "];\n";
+  s += "    for (uint kk = 0u; kk < " + KPL + "; ++kk) {\n";
+  s += "      uint j = t + kk * " + LR + ", jj = j0 + j;\n      float v = -mn_inf();\n";
+  s += "      if (jj < visible) {\n        float dot = 0.0;\n";
+  s += "        for (uint e = 0u; e < D; ++e) dot += q_sh[rr * " + QS + " + e] * k_sh[j * " + QS +
+       " + e];\n";
+  s += "        v = " + score_expr(ctx, g, a, "jj") + ";\n      }\n";
+  s += "      sc[kk] = v;\n      p_sh[rr * " + PS + " + j] = v;\n    }\n";
+  s += "    barrier();\n";
+  // The row's block max (NaN ignored as by std::max), then the rescaling of what came before.
+  s += "    float bm = -mn_inf();\n";
+  s += "    for (uint j = 0u; j < " + BK + "; ++j) { float v = p_sh[rr * " + PS +
+       " + j]; bm = v > bm ? v : bm; }\n";
+  s += "    float mn = bm > m ? bm : m;\n";
+  s += "    float alpha = m == -mn_inf() ? 0.0 : exp(m - mn);\n";
+  s += "    barrier();\n";
+  // Masked keys (-inf) weigh 0; a row with every key masked ends as 0 / 0 = NaN, as the
+  // reference's exp(-inf - -inf).
+  s += "    for (uint kk = 0u; kk < " + KPL + "; ++kk)\n";
+  s += "      p_sh[rr * " + PS + " + t + kk * " + LR +
+       "] = sc[kk] == -mn_inf() ? 0.0 : exp(sc[kk] - mn);\n";
+  s += "    barrier();\n";
+  s += "    for (uint c = 0u; c < " + COLS + "; ++c) acc[c] *= alpha;\n";
+  s += "    float rs = 0.0;\n    uint cnt = min(" + BK + ", reach - j0);\n";
+  s += "    for (uint j = 0u; j < cnt; ++j) {\n";
+  s += "      float p = p_sh[rr * " + PS + " + j];\n      rs += p;\n";
+  s += "      for (uint c = 0u; c < " + COLS + "; ++c) {\n";
+  s += "        uint e = t + c * " + LR + ";\n";
+  s += "        if (e < DV) acc[c] += p * v_sh[j * DV + e];\n      }\n    }\n";
+  s += "    l = l * alpha + rs;\n    m = mn;\n  }\n";
+  // No keys at all: the reference's sum over nothing is 0.
+  s += "  if (!valid) return;\n";
+  s += "  for (uint c = 0u; c < " + COLS + "; ++c) {\n    uint e = t + c * " + LR + ";\n";
+  s += "    if (e < DV) out_st((bh * LQ + i) * DV + e, visible == 0u ? 0.0 : acc[c] / l);\n";
+  s += "  }\n}\n";
+  k.name = "attention_tiled";
+  k.glsl = std::move(s);
+  k.workgroup = {threads, 1, 1};
+  k.groups = glsl::linear_grid(g.heads() * tiles * threads, ctx.device, threads).groups;
+  return k;
+}
+
+// ---- per row: a workgroup per query row ----
+
+KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g) {
+  const auto& a = ctx.node.attrs.as<AttentionAttrs>();
+  const DeviceTraits& dev = ctx.device;
+  // One key per lane per block; wide value rows take more lanes so that each keeps at most 8
+  // output columns in registers.
+  uint32_t lanes = g.lk <= 32 ? 32 : 64;
+  lanes = std::min(most_lanes(dev),
+                   std::max(lanes, std::bit_ceil(static_cast<uint32_t>((g.dv + 7) / 8))));
+  const uint64_t cols = (g.dv + lanes - 1) / lanes;
+  // q's row in shared memory when it fits beside the block buffers.
+  const bool q_shared = g.d > 0 && (g.d + 2 * lanes) * sizeof(float) <= dev.max_shared_bytes;
+  const std::string L = u32(lanes), COLS = u32(cols);
+  const uint64_t rows = g.heads() * g.lq;
+
+  KernelLaunch k;
+  std::string s = declarations(ctx, g, a.has_mask, k.bindings);
   s += "shared float p_sh[" + L + "];\nshared float red[" + L + "];\n";
   if (q_shared) s += "shared float q_sh[" + u32(g.d) + "];\n";
   // Workgroup sum and max (the max ignores NaN as the reference's std::max does).
@@ -88,139 +249,54 @@ Lowering lower_attention(const LowerContext& ctx) {
     s += "    if (t < h) { float x = red[t], y = red[t + h]; red[t] = " + std::string(comb) +
          "; }\n    barrier();\n  }\n  float r = red[0];\n  barrier();\n  return r;\n}\n";
   }
-
   s += "void main() {\n";
   s += "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  s += "  if (g >= " + u32(g.rows()) + ") return;\n";
+  s += "  if (g >= " + u32(rows) + ") return;\n";
   s += "  uint lane = gl_LocalInvocationID.x;\n";
-  s += "  uint i = g % LQ, h = (g / LQ) % HQ, b = g / (LQ * HQ);\n  uint hk = h / GROUP;\n";
-  s += glsl::unravel(g.batch, "b", "c");
-  const auto batch_offset = [&](const Shape& padded, uint64_t block) {
-    return "(" + glsl::broadcast_offset(leading(padded), g.batch, "c") + ") * " + u32(block);
-  };
-  s += "  uint qb = " + batch_offset(g.q, g.hq * g.lq * g.d) + " + (h * LQ + i) * D;\n";
-  s += "  uint kb = " + batch_offset(g.k, g.hkv * g.lk * g.d) + " + hk * LK * D;\n";
-  s += "  uint vb = " + batch_offset(g.v, g.hkv * g.lk * g.dv) + " + hk * LK * DV;\n";
-  std::string mask_term;
-  if (a.has_mask) {
-    // The mask's offset at key 0 from the score coordinates (batch, h, i, 0), and its key stride.
-    s += "  uint c" + std::to_string(R - 3) + " = h, c" + std::to_string(R - 2) + " = i, c" +
-         std::to_string(R - 1) + " = 0u;\n";
-    s += "  uint mb = " + glsl::broadcast_offset(g.mask, g.scores, "c") + ";\n";
-    mask_term = " + mask_ld(mb + j * " + u32(g.mask[R - 1] == 1 ? 0 : 1) + ")";
-  }
+  s += "  uint i = g % LQ, h = (g / LQ) % HQ, b = g / (LQ * HQ);\n";
+  s += head_offsets(g, a.has_mask, "i");
+  s += "  qb += i * D;\n";
   std::string q_at = "q_ld(qb + e)";
   if (q_shared) {
     s += "  for (uint e = lane; e < D; e += " + L + ") q_sh[e] = q_ld(qb + e);\n  barrier();\n";
     q_at = "q_sh[e]";
   }
   s += std::string("  uint visible = ") + (a.causal ? "min(LK, i + 1u)" : "LK") + ";\n";
-  s += "  float m = -mn_inf(), l = 0.0;\n  float acc[" + u32(cols) + "];\n";
-  s += "  for (uint t = 0u; t < " + u32(cols) + "; ++t) acc[t] = 0.0;\n";
+  s += "  float m = -mn_inf(), l = 0.0;\n  float acc[" + COLS + "];\n";
+  s += "  for (uint t = 0u; t < " + COLS + "; ++t) acc[t] = 0.0;\n";
   s += "  for (uint j0 = 0u; j0 < visible; j0 += " + L + ") {\n";
   s += "    uint j = j0 + lane;\n    float sc = -mn_inf();\n";
   s += "    if (j < visible) {\n      float dot = 0.0;\n";
   s += "      for (uint e = 0u; e < D; ++e) dot += " + q_at + " * k_ld(kb + j * D + e);\n";
-  // An explicit scale as the dtype holds it; the default divides by sqrt(D) as the reference.
-  const std::string scaled =
-      a.scale > 0.0 ? "dot * " + glsl::float_literal(round_to_dtype(a.scale, ctx.node.type.dtype))
-                    : "dot / " + glsl::float_literal(std::sqrt(static_cast<double>(g.d)));
-  s += "      sc = " + scaled + mask_term + ";\n    }\n";
+  s += "      sc = " + score_expr(ctx, g, a, "j") + ";\n    }\n";
   s += "    float bm = wg_max(sc);\n    float mn = bm > m ? bm : m;\n";
-  // Masked keys (-inf) weigh 0; a row with every key masked ends as 0 / 0 = NaN, as the
-  // reference's exp(-inf - -inf).
   s += "    float p = sc == -mn_inf() ? 0.0 : exp(sc - mn);\n";
   s += "    float alpha = m == -mn_inf() ? 0.0 : exp(m - mn);\n";
   s += "    p_sh[lane] = p;\n    l = l * alpha + wg_sum(p);\n    m = mn;\n";
   s += "    uint cnt = min(" + L + ", visible - j0);\n";
-  s += "    for (uint t = 0u; t < " + u32(cols) + "; ++t) {\n";
+  s += "    for (uint t = 0u; t < " + COLS + "; ++t) {\n";
   s += "      uint e = lane + t * " + L + ";\n      if (e < DV) {\n";
   s += "        float o = acc[t] * alpha;\n";
   s += "        for (uint u = 0u; u < cnt; ++u) o += p_sh[u] * v_ld(vb + (j0 + u) * DV + e);\n";
   s += "        acc[t] = o;\n      }\n    }\n    barrier();\n  }\n";
-  // No keys at all: the reference's sum over nothing is 0.
-  s += "  for (uint t = 0u; t < " + u32(cols) + "; ++t) {\n";
+  s += "  for (uint t = 0u; t < " + COLS + "; ++t) {\n";
   s += "    uint e = lane + t * " + L + ";\n";
   s += "    if (e < DV) out_st(g * DV + e, visible == 0u ? 0.0 : acc[t] / l);\n  }\n}\n";
-
-  KernelLaunch k;
   k.name = "attention";
   k.glsl = std::move(s);
   k.workgroup = {lanes, 1, 1};
-  k.groups = glsl::linear_grid(g.rows() * lanes, dev, lanes).groups;
-  for (uint32_t i = 0; i < next; ++i)
-    k.bindings.push_back({ArgRef::input(static_cast<int>(i)), false});
-  k.bindings.push_back({ArgRef::output(), true});
-  Lowering low;
-  low.launches.push_back(std::move(k));
-  return low;
+  k.groups = glsl::linear_grid(rows * lanes, dev, lanes).groups;
+  return k;
 }
 
-// cos and sin of 2 pi (p w) for an integer position p < 2^24 and w = hi + lo (the frequency in
-// turns): the product splits exactly (Dekker), so its fraction of a turn keeps full f32
-// accuracy for large positions. `precise` keeps compilers from fusing or reassociating it.
-const char* kTurn = R"(
-void mn_turn(float p, float hi, float lo, out float c, out float s) {
-  precise float prod = p * hi;
-  precise float ca = 4097.0 * p;
-  precise float ph = ca - (ca - p);
-  precise float pl = p - ph;
-  precise float cb = 4097.0 * hi;
-  precise float hh = cb - (cb - hi);
-  precise float hl = hi - hh;
-  precise float err = ((ph * hh - prod) + ph * hl + pl * hh) + pl * hl;
-  precise float t = (prod - round(prod)) + (err + p * lo);
-  precise float r = t - round(t);
-  precise float angle = r * 6.28318530717958647;
-  c = cos(angle);
-  s = sin(angle);
-}
-)";
-
-// One thread per (row, pair i): y_i = x_i c - x_{i+D/2} s, y_{i+D/2} = x_{i+D/2} c + x_i s, with
-// s negated for rope_backward.
-Lowering lower_rope(const LowerContext& ctx, bool backward) {
+Lowering lower_attention(const LowerContext& ctx) {
   glsl::require_storage(ctx);
-  const auto& a = ctx.node.attrs.as<RopeAttrs>();
-  const Shape& shape = ctx.inputs[0].shape;
-  const auto dim = static_cast<uint64_t>(shape.back());
-  const auto length = static_cast<uint64_t>(shape[shape.size() - 2]);
-  const uint64_t half = dim / 2;
-  const uint64_t pairs = static_cast<uint64_t>(ctx.inputs[0].numel()) / 2;
-  if (pairs == 0) return {};
-
-  // The reference's frequencies in double, as turns per position split into two floats.
-  std::string hi = "const float W_HI[" + u32(half) + "] = float[](";
-  std::string lo = "const float W_LO[" + u32(half) + "] = float[](";
-  for (uint64_t i = 0; i < half; ++i) {
-    const double inv_freq =
-        1.0 / std::pow(a.theta, static_cast<double>(2 * i) / static_cast<double>(dim));
-    const double w = inv_freq / (2.0 * std::numbers::pi);
-    const auto w_hi = static_cast<float>(w);
-    hi += (i ? ", " : "") + glsl::float_literal(w_hi);
-    lo += (i ? ", " : "") + glsl::float_literal(w - static_cast<double>(w_hi));
-  }
-  std::string decl = glsl::buffer(0, ctx.inputs[0].dtype, "x", true) +
-                     glsl::buffer(1, ctx.node.type.dtype, "out", false) + hi + ");\n" + lo +
-                     ");\n" + kTurn;
-  std::string body = "  uint row = i / " + u32(half) + ", k = i % " + u32(half) + ";\n";
-  // Positions are exact in f32 below 2^24; the offset can be negative.
-  body += "  float p = float(row % " + u32(length) + ") + " +
-          glsl::float_literal(static_cast<double>(a.position_offset)) + ";\n";
-  body += "  float c, s;\n  mn_turn(p, W_HI[k], W_LO[k], c, s);\n";
-  if (backward) body += "  s = -s;\n";
-  body += "  uint e1 = row * " + u32(dim) + " + k, e2 = e1 + " + u32(half) + ";\n";
-  body += "  float x1 = x_ld(e1), x2 = x_ld(e2);\n";
-  body += "  out_st(e1, x1 * c - x2 * s);\n  out_st(e2, x2 * c + x1 * s);\n";
-  const glsl::Linear grid = glsl::linear_grid(pairs, ctx.device);
-  KernelLaunch k;
-  k.name = backward ? "rope_backward" : "rope";
-  k.glsl = glsl::elementwise_kernel(decl, body, pairs);
-  k.workgroup = {grid.local, 1, 1};
-  k.groups = grid.groups;
-  k.bindings = {{ArgRef::input(0), false}, {ArgRef::output(), true}};
+  const auto& a = ctx.node.attrs.as<AttentionAttrs>();
+  const AttentionShape g(ctx.inputs, a.has_mask);
+  if (ctx.node.type.numel() == 0) return {};
   Lowering low;
-  low.launches.push_back(std::move(k));
+  const std::optional<Tiling> t = tiling_for(g, ctx.device);
+  low.launches.push_back(t ? tiled_kernel(ctx, g, *t) : row_kernel(ctx, g));
   return low;
 }
 
@@ -228,8 +304,9 @@ Lowering lower_rope(const LowerContext& ctx, bool backward) {
 
 void register_attention_lowerings(LoweringRegistry& r) {
   r.add("scaled_dot_product_attention", lower_attention);
-  r.add("rope", [](const LowerContext& ctx) { return lower_rope(ctx, false); });
-  r.add("rope_backward", [](const LowerContext& ctx) { return lower_rope(ctx, true); });
+  r.add("rope", [](const LowerContext& ctx) { return attention_lowering::lower_rope(ctx, false); });
+  r.add("rope_backward",
+        [](const LowerContext& ctx) { return attention_lowering::lower_rope(ctx, true); });
 }
 
 }  // namespace mn::codegen

@@ -36,9 +36,10 @@ Plan plan_for(const RowOp& op, const DeviceTraits& d) {
   // there are too few rows to fill a device.
   const bool group = op.n > 16 && (op.contiguous || op.rows < 256);
   const uint64_t groups = group ? op.rows : (op.rows + 63) / 64;
-  if (groups < 128 && op.n >= 16384) {
-    // Aim at ~256 workgroups, each reducing at least 4096 elements.
-    const uint64_t s = std::min<uint64_t>((256 + op.rows - 1) / op.rows, (op.n + 4095) / 4096);
+  if (groups < 512 && op.n >= 16384) {
+    // Aim at ~1024 workgroups (a large GPU holds several per core), each reducing at least
+    // 4096 elements.
+    const uint64_t s = std::min<uint64_t>((1024 + op.rows - 1) / op.rows, (op.n + 4095) / 4096);
     p.chunk = (op.n + s - 1) / s;
     p.split = (op.n + p.chunk - 1) / p.chunk;
     if (p.split > 1) {

@@ -194,6 +194,9 @@ TEST(NnGpu, RopeLargePositions) {
   g.output("negative", rope(x, 500000.0, -70));
   Tensor w = g.constant(testing::random_array(rng, {{2, 3, 64, 128}, DType::f32}));
   g.output("grad", gradients(sum(rope(x, 10000.0, 100000) * w), {x})[0]);
+  // Heads too wide for the frequency table in shared memory.
+  Tensor wide = random_input(g, feeds, "wide", {3, 1040}, rng);
+  g.output("wide", rope(wide, 10000.0, 3000));
   expect_close(g, feeds, 5e-6);
 }
 
@@ -222,34 +225,56 @@ TEST(NnGpu, AttentionManyKeys) {
                   "attn-causal-gqa");
 }
 
+TEST(NnGpu, AttentionQueryTiles) {
+  // Tiles of query rows sharing each block of keys: partial tiles and blocks, broadcast batch
+  // and mask axes, causal masks with more or fewer queries than keys.
+  check_attention({2, 1, 2, 21, 8}, {1, 3, 2, 75, 8}, {1, 3, 2, 75, 5}, {1, 21, 75}, false,
+                  "attn-tiles-broadcast");
+  check_attention({1, 2, 40, 16}, {1, 2, 24, 16}, {1, 2, 24, 16}, {}, true, "attn-tiles-causal");
+  check_attention({1, 2, 20, 16}, {1, 1, 90, 16}, {1, 1, 90, 40}, {2, 20, 90}, true,
+                  "attn-tiles-causal-long-keys");
+  check_attention({1, 2, 33, 64}, {1, 2, 33, 64}, {1, 2, 33, 64}, {}, false, "attn-tiles-d64");
+}
+
 TEST(NnGpu, AttentionWideValues) {
   // More value columns than lanes: each lane accumulates several.
   check_attention({2, 3, 16}, {2, 5, 16}, {2, 5, 700}, {2, 3, 5}, false, "attn-wide");
 }
 
+// -inf mask entries weigh nothing; a fully masked row is NaN, as the reference. Rows of 3
+// queries take the per-row kernel, 12 the tiled one.
 TEST(NnGpu, AttentionMaskedKeys) {
-  // -inf mask entries weigh nothing; a fully masked row is NaN, as the reference.
-  Graph g;
   const double inf = std::numeric_limits<double>::infinity();
-  Tensor q = g.input("q", {1, 3, 4}), k = g.input("k", {1, 70, 4}), v = g.input("v", {1, 70, 2});
-  Tensor mask = g.input("mask", {3, 70});
-  g.output("out", scaled_dot_product_attention(q, k, v, mask, false));
-  auto rng = testing::rng_for("nn-gpu/attn-masked");
-  reference::Feeds feeds{{"q", testing::random_array(rng, {{1, 3, 4}, DType::f32})},
-                         {"k", testing::random_array(rng, {{1, 70, 4}, DType::f32})},
-                         {"v", testing::random_array(rng, {{1, 70, 2}, DType::f32})}};
-  Array m({3, 70}, DType::f32);
-  for (int64_t j = 0; j < 70; ++j) {
-    m.data[j] = j % 3 == 0 ? 0.0 : -inf;    // row 0: every third key
-    m.data[70 + j] = -inf;                  // row 1: none
-    m.data[140 + j] = j < 66 ? -inf : 0.0;  // row 2: only keys in the second block
+  for (int64_t lq : {3, 12}) {
+    SCOPED_TRACE(lq);
+    Graph g;
+    Tensor q = g.input("q", {1, lq, 4}), k = g.input("k", {1, 70, 4}), v = g.input("v", {1, 70, 2});
+    Tensor mask = g.input("mask", {lq, 70});
+    g.output("out", scaled_dot_product_attention(q, k, v, mask, false));
+    auto rng = testing::rng_for("nn-gpu/attn-masked");
+    reference::Feeds feeds{{"q", testing::random_array(rng, {{1, lq, 4}, DType::f32})},
+                           {"k", testing::random_array(rng, {{1, 70, 4}, DType::f32})},
+                           {"v", testing::random_array(rng, {{1, 70, 2}, DType::f32})}};
+    Array m({lq, 70}, DType::f32);
+    for (int64_t i = 0; i < lq; ++i) {
+      for (int64_t j = 0; j < 70; ++j) {
+        double& x = m.data[i * 70 + j];
+        if (i % 3 == 0) x = j % 3 == 0 ? 0.0 : -inf;  // every third key
+        if (i % 3 == 1) x = -inf;                     // none: NaN
+        if (i % 3 == 2) x = j < 66 ? -inf : 0.0;      // only keys past the first block
+      }
+    }
+    feeds["mask"] = m;
+    auto want = reference::evaluate(g, feeds).at("out");
+    auto got = run_gpu(g, feeds).at("out");
+    for (int64_t i = 0; i < lq * 2; ++i) {
+      if (i / 2 % 3 == 1) {
+        EXPECT_TRUE(std::isnan(got.data[i]) && std::isnan(want.data[i])) << i;
+      } else {
+        EXPECT_NEAR(got.data[i], want.data[i], 2e-6) << i;
+      }
+    }
   }
-  feeds["mask"] = m;
-  auto want = reference::evaluate(g, feeds).at("out");
-  auto got = run_gpu(g, feeds).at("out");
-  EXPECT_TRUE(std::isnan(got.data[2]) && std::isnan(got.data[3]));
-  EXPECT_TRUE(std::isnan(want.data[2]) && std::isnan(want.data[3]));
-  for (int i : {0, 1, 4, 5}) EXPECT_NEAR(got.data[i], want.data[i], 2e-6) << i;
 }
 
 }  // namespace

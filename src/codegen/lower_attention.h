@@ -1,0 +1,10 @@
+#pragma once
+// Pieces of the attention-family lowerings split across files.
+#include "codegen/kernel.h"
+
+namespace mn::codegen::attention_lowering {
+
+// rope (backward = false) and rope_backward (lower_attention_rope.cpp).
+Lowering lower_rope(const LowerContext& ctx, bool backward);
+
+}  // namespace mn::codegen::attention_lowering

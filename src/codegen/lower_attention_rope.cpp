@@ -1,0 +1,136 @@
+// rope and rope_backward: one thread per (row, pair), rotating the pair by the position's angle.
+//
+// The angle of pair i at position p is p w_i turns, w_i = theta^(-2i/D) / (2 pi). For large
+// positions its fraction of a turn needs w_i far beyond f32: w_i is carried as a pair of floats
+// (hi + lo) and p w_i is formed exactly (Dekker's product), so f32 kernels keep up with the
+// float64 reference. The w_i themselves come from two small tables, w_{32a+b} = U_a V_b, held
+// in shared memory: a table of every w_i would be a constant array indexed per lane, which
+// serializes (NVIDIA: nearly 3x the kernel's time) and compiles slowly for wide heads (lavapipe).
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "codegen/glsl.h"
+#include "codegen/lower_attention.h"
+#include "ir/ops/attention.h"
+
+namespace mn::codegen::attention_lowering {
+
+namespace {
+
+std::string u32(uint64_t v) { return std::to_string(v) + "u"; }
+
+// `precise` keeps compilers from fusing or reassociating the error-free transformations.
+const char* kTurn = R"(
+// a b = p + e exactly (Veltkamp splits, no fused multiply-add needed).
+void mn_two_prod(float a, float b, out float p, out float e) {
+  precise float prod = a * b;
+  precise float ca = 4097.0 * a;
+  precise float ah = ca - (ca - a);
+  precise float al = a - ah;
+  precise float cb = 4097.0 * b;
+  precise float bh = cb - (cb - b);
+  precise float bl = b - bh;
+  precise float err = ((ah * bh - prod) + ah * bl + al * bh) + al * bl;
+  p = prod;
+  e = err;
+}
+// cos and sin of 2 pi p (hi + lo) for an integer position p < 2^24.
+void mn_turn(float p, float hi, float lo, out float c, out float s) {
+  float prod, err;
+  mn_two_prod(p, hi, prod, err);
+  precise float t = (prod - round(prod)) + (err + p * lo);
+  precise float r = t - round(t);
+  precise float angle = r * 6.28318530717958647;
+  c = cos(angle);
+  s = sin(angle);
+}
+// w_k = U_k/32 V_k%32 as hi + lo.
+void mn_frequency(uint k, out float hi, out float lo) {
+  uint a = k / 32u, b = k % 32u;
+  float uh = U_HI[a], ul = U_LO[a], vh = V_HI[b], vl = V_LO[b];
+  float e;
+  mn_two_prod(uh, vh, hi, e);
+  precise float rest = e + (uh * vl + ul * vh);
+  lo = rest;
+}
+)";
+
+// A double as the GLSL literals of its nearest float and of the remainder.
+std::pair<std::string, std::string> split_literal(double v) {
+  const auto hi = static_cast<float>(v);
+  return {glsl::float_literal(hi), glsl::float_literal(v - static_cast<double>(hi))};
+}
+
+}  // namespace
+
+// One thread per (row, pair i): y_i = x_i c - x_{i+D/2} s, y_{i+D/2} = x_{i+D/2} c + x_i s, with
+// s negated for rope_backward.
+Lowering lower_rope(const LowerContext& ctx, bool backward) {
+  glsl::require_storage(ctx);
+  const auto& a = ctx.node.attrs.as<RopeAttrs>();
+  const Shape& shape = ctx.inputs[0].shape;
+  const auto dim = static_cast<uint64_t>(shape.back());
+  const auto length = static_cast<uint64_t>(shape[shape.size() - 2]);
+  const uint64_t half = dim / 2;
+  const uint64_t pairs = static_cast<uint64_t>(ctx.inputs[0].numel()) / 2;
+  if (pairs == 0) return {};
+
+  // U_a = theta^(-64a/D) / (2 pi), V_b = theta^(-2b/D), both from the reference's formula.
+  const uint64_t nu = (half + 31) / 32;
+  const uint64_t nv = std::min<uint64_t>(half, 32);
+  const auto power = [&](uint64_t i) {
+    return 1.0 / std::pow(a.theta, static_cast<double>(2 * i) / static_cast<double>(dim));
+  };
+  std::vector<std::string> stores;
+  for (uint64_t i = 0; i < nu; ++i) {
+    auto [h, l] = split_literal(power(32 * i) / (2.0 * std::numbers::pi));
+    stores.push_back("U_HI[" + std::to_string(i) + "] = " + h + "; U_LO[" + std::to_string(i) +
+                     "] = " + l + ";");
+  }
+  for (uint64_t i = 0; i < nv; ++i) {
+    auto [h, l] = split_literal(power(i));
+    stores.push_back("V_HI[" + std::to_string(i) + "] = " + h + "; V_LO[" + std::to_string(i) +
+                     "] = " + l + ";");
+  }
+  // One lane of each 32 writes a share of the tables.
+  const glsl::Linear grid = glsl::linear_grid(pairs, ctx.device);
+  const uint64_t writers = std::max<uint32_t>(grid.local / 32, 1);
+  const uint64_t per_writer = (stores.size() + writers - 1) / writers;
+  std::string fill;
+  for (size_t i = 0; i < stores.size(); ++i) {
+    if (i % per_writer == 0) {
+      fill += std::string(i ? "  }\n" : "") +
+              "  if (gl_LocalInvocationID.x == " + u32(i / per_writer * 32) + ") {\n";
+    }
+    fill += "    " + stores[i] + "\n";
+  }
+  fill += "  }\n  barrier();\n";
+
+  std::string s = glsl::header() + glsl::buffer(0, ctx.inputs[0].dtype, "x", true) +
+                  glsl::buffer(1, ctx.node.type.dtype, "out", false);
+  s += "shared float U_HI[" + u32(nu) + "], U_LO[" + u32(nu) + "], V_HI[" + u32(nv) + "], V_LO[" +
+       u32(nv) + "];\n";
+  s += kTurn + glsl::gid_function() + "void main() {\n" + fill;
+  s += "  uint i = gid();\n  if (i >= " + u32(pairs) + ") return;\n";
+  s += "  uint row = i / " + u32(half) + ", k = i % " + u32(half) + ";\n";
+  // Positions are exact in f32 below 2^24; the offset can be negative.
+  s += "  float p = float(row % " + u32(length) + ") + " +
+       glsl::float_literal(static_cast<double>(a.position_offset)) + ";\n";
+  s += "  float wh, wl, c, s;\n  mn_frequency(k, wh, wl);\n  mn_turn(p, wh, wl, c, s);\n";
+  if (backward) s += "  s = -s;\n";
+  s += "  uint e1 = row * " + u32(dim) + " + k, e2 = e1 + " + u32(half) + ";\n";
+  s += "  float x1 = x_ld(e1), x2 = x_ld(e2);\n";
+  s += "  out_st(e1, x1 * c - x2 * s);\n  out_st(e2, x2 * c + x1 * s);\n}\n";
+  KernelLaunch k;
+  k.name = backward ? "rope_backward" : "rope";
+  k.glsl = std::move(s);
+  k.workgroup = {grid.local, 1, 1};
+  k.groups = grid.groups;
+  k.bindings = {{ArgRef::input(0), false}, {ArgRef::output(), true}};
+  Lowering low;
+  low.launches.push_back(std::move(k));
+  return low;
+}
+
+}  // namespace mn::codegen::attention_lowering
