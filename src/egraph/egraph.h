@@ -36,7 +36,8 @@ class EGraph {
     return add(op, attr, std::span<const Id>(children.begin(), children.size()));
   }
   Id add(const ENode& node) { return add(node.op(), node.attr(), node.children()); }
-  // The class of a node equal to `node` (children canonicalized), or no_id.
+  // The class of a node equal to `node` (children canonicalized), or no_id. Exact on a rebuilt
+  // e-graph; between merges and rebuild() an equal node with stale children can be missed.
   Id lookup(OpId op, Attr attr, std::span<const Id> children) const;
   Id lookup(const ENode& node) const { return lookup(node.op(), node.attr(), node.children()); }
 
