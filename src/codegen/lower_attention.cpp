@@ -55,9 +55,10 @@ struct AttentionShape {
   uint64_t heads() const { return static_cast<uint64_t>(numel(batch)) * hq; }
 };
 
-// Buffers, sizes and helpers both forms share; sets `bindings` to the operands and output.
+// Buffers, sizes and helpers the kernels share; sets `bindings` to the operands and the output,
+// or with `partials`, scratch buffer 0 as the f32 buffer `part` in the output's place.
 std::string declarations(const LowerContext& ctx, const AttentionShape& g, bool has_mask,
-                         std::vector<KernelBinding>& bindings) {
+                         std::vector<KernelBinding>& bindings, bool partials = false) {
   std::string s = glsl::header();
   const char* names[] = {"q", "k", "v", "mask"};
   const uint32_t operands = has_mask ? 4 : 3;
@@ -65,8 +66,13 @@ std::string declarations(const LowerContext& ctx, const AttentionShape& g, bool 
     s += glsl::buffer(i, ctx.inputs[i].dtype, names[i], true);
     bindings.push_back({ArgRef::input(static_cast<int>(i)), false});
   }
-  s += glsl::buffer(operands, ctx.node.type.dtype, "out", false);
-  bindings.push_back({ArgRef::output(), true});
+  if (partials) {
+    s += glsl::buffer(operands, DType::f32, "part", false);
+    bindings.push_back({ArgRef::scratch(0), true});
+  } else {
+    s += glsl::buffer(operands, ctx.node.type.dtype, "out", false);
+    bindings.push_back({ArgRef::output(), true});
+  }
   s += "const uint HQ = " + u32(g.hq) + ", LQ = " + u32(g.lq) + ", D = " + u32(g.d) +
        ", LK = " + u32(g.lk) + ", DV = " + u32(g.dv) + ", GROUP = " + u32(g.hq / g.hkv) + ";\n";
   s += "float mn_inf() { return uintBitsToFloat(0x7f800000u); }\n";
@@ -222,9 +228,31 @@ KernelLaunch tiled_kernel(const LowerContext& ctx, const AttentionShape& g, cons
 
 // ---- per row: a workgroup per query row ----
 
-KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g) {
+// Few rows with many keys (decoding) leave most of a GPU idle: the keys then split into
+// `splits` ranges of `chunk`, each workgroup writing its range's partial softmax state (max,
+// sum, weighted values) to scratch, and a second kernel combines them.
+struct KeySplit {
+  uint64_t splits = 1, chunk = 1;
+};
+
+KeySplit key_split(const AttentionShape& g) {
+  KeySplit k;
+  const uint64_t rows = g.heads() * g.lq;
+  // ~1024 workgroups, each over at least 256 keys.
+  k.splits = std::min((1024 + rows - 1) / rows, (g.lk + 255) / 256);
+  if (k.splits <= 1) return {1, g.lk};
+  k.chunk = (g.lk + k.splits - 1) / k.splits;
+  k.splits = (g.lk + k.chunk - 1) / k.chunk;
+  return k;
+}
+
+// Floats of one partial: max, sum, then DV weighted values.
+uint64_t partial_floats(const AttentionShape& g) { return 2 + g.dv; }
+
+KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks) {
   const auto& a = ctx.node.attrs.as<AttentionAttrs>();
   const DeviceTraits& dev = ctx.device;
+  const bool split = ks.splits > 1;
   // One key per lane per block; wide value rows take more lanes so that each keeps at most 8
   // output columns in registers.
   uint32_t lanes = g.lk <= 32 ? 32 : 64;
@@ -237,7 +265,7 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g) {
   const uint64_t rows = g.heads() * g.lq;
 
   KernelLaunch k;
-  std::string s = declarations(ctx, g, a.has_mask, k.bindings);
+  std::string s = declarations(ctx, g, a.has_mask, k.bindings, split);
   s += "shared float p_sh[" + L + "];\nshared float red[" + L + "];\n";
   if (q_shared) s += "shared float q_sh[" + u32(g.d) + "];\n";
   // Workgroup sum and max (the max ignores NaN as the reference's std::max does).
@@ -250,8 +278,9 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g) {
          "; }\n    barrier();\n  }\n  float r = red[0];\n  barrier();\n  return r;\n}\n";
   }
   s += "void main() {\n";
-  s += "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  s += "  if (g >= " + u32(rows) + ") return;\n";
+  s += "  uint w = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
+  s += "  if (w >= " + u32(rows * ks.splits) + ") return;\n";
+  s += "  uint g = w / " + u32(ks.splits) + ", part_index = w % " + u32(ks.splits) + ";\n";
   s += "  uint lane = gl_LocalInvocationID.x;\n";
   s += "  uint i = g % LQ, h = (g / LQ) % HQ, b = g / (LQ * HQ);\n";
   s += head_offsets(g, a.has_mask, "i");
@@ -262,30 +291,70 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g) {
     q_at = "q_sh[e]";
   }
   s += std::string("  uint visible = ") + (a.causal ? "min(LK, i + 1u)" : "LK") + ";\n";
+  // This workgroup's keys: [jb, je), possibly empty.
+  s += "  uint jb = part_index * " + u32(ks.chunk) + ", je = min(visible, jb + " + u32(ks.chunk) +
+       ");\n";
   s += "  float m = -mn_inf(), l = 0.0;\n  float acc[" + COLS + "];\n";
   s += "  for (uint t = 0u; t < " + COLS + "; ++t) acc[t] = 0.0;\n";
-  s += "  for (uint j0 = 0u; j0 < visible; j0 += " + L + ") {\n";
+  s += "  for (uint j0 = jb; j0 < je; j0 += " + L + ") {\n";
   s += "    uint j = j0 + lane;\n    float sc = -mn_inf();\n";
-  s += "    if (j < visible) {\n      float dot = 0.0;\n";
+  s += "    if (j < je) {\n      float dot = 0.0;\n";
   s += "      for (uint e = 0u; e < D; ++e) dot += " + q_at + " * k_ld(kb + j * D + e);\n";
   s += "      sc = " + score_expr(ctx, g, a, "j") + ";\n    }\n";
   s += "    float bm = wg_max(sc);\n    float mn = bm > m ? bm : m;\n";
   s += "    float p = sc == -mn_inf() ? 0.0 : exp(sc - mn);\n";
   s += "    float alpha = m == -mn_inf() ? 0.0 : exp(m - mn);\n";
   s += "    p_sh[lane] = p;\n    l = l * alpha + wg_sum(p);\n    m = mn;\n";
-  s += "    uint cnt = min(" + L + ", visible - j0);\n";
+  s += "    uint cnt = min(" + L + ", je - j0);\n";
   s += "    for (uint t = 0u; t < " + COLS + "; ++t) {\n";
   s += "      uint e = lane + t * " + L + ";\n      if (e < DV) {\n";
   s += "        float o = acc[t] * alpha;\n";
   s += "        for (uint u = 0u; u < cnt; ++u) o += p_sh[u] * v_ld(vb + (j0 + u) * DV + e);\n";
   s += "        acc[t] = o;\n      }\n    }\n    barrier();\n  }\n";
-  s += "  for (uint t = 0u; t < " + COLS + "; ++t) {\n";
-  s += "    uint e = lane + t * " + L + ";\n";
-  s += "    if (e < DV) out_st(g * DV + e, visible == 0u ? 0.0 : acc[t] / l);\n  }\n}\n";
-  k.name = "attention";
+  if (split) {
+    const std::string P = u32(partial_floats(g));
+    s += "  uint base = w * " + P + ";\n";
+    s += "  if (lane == 0u) {\n    part_st(base, m);\n    part_st(base + 1u, l);\n  }\n";
+    s += "  for (uint t = 0u; t < " + COLS + "; ++t) {\n";
+    s += "    uint e = lane + t * " + L + ";\n    if (e < DV) part_st(base + 2u + e, acc[t]);\n";
+    s += "  }\n}\n";
+  } else {
+    s += "  for (uint t = 0u; t < " + COLS + "; ++t) {\n";
+    s += "    uint e = lane + t * " + L + ";\n";
+    s += "    if (e < DV) out_st(g * DV + e, visible == 0u ? 0.0 : acc[t] / l);\n  }\n}\n";
+  }
+  k.name = split ? "attention_partial" : "attention";
   k.glsl = std::move(s);
   k.workgroup = {lanes, 1, 1};
-  k.groups = glsl::linear_grid(rows * lanes, dev, lanes).groups;
+  k.groups = glsl::linear_grid(rows * ks.splits * lanes, dev, lanes).groups;
+  return k;
+}
+
+// One thread per output element: the partials of its row, rescaled to their common max.
+KernelLaunch combine_kernel(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks) {
+  const uint64_t n = g.heads() * g.lq * g.dv;
+  const std::string S = u32(ks.splits), P = u32(partial_floats(g));
+  std::string decl = glsl::buffer(0, DType::f32, "part", true) +
+                     glsl::buffer(1, ctx.node.type.dtype, "out", false) +
+                     "float mn_inf() { return uintBitsToFloat(0x7f800000u); }\n";
+  std::string body = "  uint row = i / " + u32(g.dv) + ", e = i % " + u32(g.dv) + ";\n";
+  body += "  uint first = row * " + S + ";\n  float m = -mn_inf();\n";
+  body += "  for (uint s = 0u; s < " + S + "; ++s) {\n";
+  body += "    float ms = part_ld((first + s) * " + P + ");\n    m = ms > m ? ms : m;\n  }\n";
+  body += "  float l = 0.0, o = 0.0;\n";
+  body += "  for (uint s = 0u; s < " + S + "; ++s) {\n";
+  body += "    uint base = (first + s) * " + P + ";\n    float ms = part_ld(base);\n";
+  // Empty or fully masked ranges (max -inf) hold l = 0 and no values: they add nothing.
+  body += "    float wgt = ms == -mn_inf() ? 0.0 : exp(ms - m);\n";
+  body += "    l += part_ld(base + 1u) * wgt;\n    o += part_ld(base + 2u + e) * wgt;\n  }\n";
+  body += "  out_st(i, o / l);\n";
+  const glsl::Linear grid = glsl::linear_grid(n, ctx.device);
+  KernelLaunch k;
+  k.name = "attention_combine";
+  k.glsl = glsl::elementwise_kernel(decl, body, n);
+  k.workgroup = {grid.local, 1, 1};
+  k.groups = grid.groups;
+  k.bindings = {{ArgRef::scratch(0), false}, {ArgRef::output(), true}};
   return k;
 }
 
@@ -295,8 +364,16 @@ Lowering lower_attention(const LowerContext& ctx) {
   const AttentionShape g(ctx.inputs, a.has_mask);
   if (ctx.node.type.numel() == 0) return {};
   Lowering low;
-  const std::optional<Tiling> t = tiling_for(g, ctx.device);
-  low.launches.push_back(t ? tiled_kernel(ctx, g, *t) : row_kernel(ctx, g));
+  if (const std::optional<Tiling> t = tiling_for(g, ctx.device)) {
+    low.launches.push_back(tiled_kernel(ctx, g, *t));
+    return low;
+  }
+  const KeySplit ks = key_split(g);
+  low.launches.push_back(row_kernel(ctx, g, ks));
+  if (ks.splits > 1) {
+    low.scratch_bytes.push_back(g.heads() * g.lq * ks.splits * partial_floats(g) * sizeof(float));
+    low.launches.push_back(combine_kernel(ctx, g, ks));
+  }
   return low;
 }
 

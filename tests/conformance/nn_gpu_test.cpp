@@ -242,26 +242,26 @@ TEST(NnGpu, AttentionWideValues) {
 }
 
 // -inf mask entries weigh nothing; a fully masked row is NaN, as the reference. Rows of 3
-// queries take the per-row kernel, 12 the tiled one.
+// queries take the per-row kernel (with 600 keys, split into ranges), 12 the tiled one.
 TEST(NnGpu, AttentionMaskedKeys) {
   const double inf = std::numeric_limits<double>::infinity();
-  for (int64_t lq : {3, 12}) {
-    SCOPED_TRACE(lq);
+  for (auto [lq, lk] : {std::pair<int64_t, int64_t>{3, 70}, {12, 70}, {3, 600}}) {
+    SCOPED_TRACE(std::to_string(lq) + " queries, " + std::to_string(lk) + " keys");
     Graph g;
-    Tensor q = g.input("q", {1, lq, 4}), k = g.input("k", {1, 70, 4}), v = g.input("v", {1, 70, 2});
-    Tensor mask = g.input("mask", {lq, 70});
+    Tensor q = g.input("q", {1, lq, 4}), k = g.input("k", {1, lk, 4}), v = g.input("v", {1, lk, 2});
+    Tensor mask = g.input("mask", {lq, lk});
     g.output("out", scaled_dot_product_attention(q, k, v, mask, false));
     auto rng = testing::rng_for("nn-gpu/attn-masked");
     reference::Feeds feeds{{"q", testing::random_array(rng, {{1, lq, 4}, DType::f32})},
-                           {"k", testing::random_array(rng, {{1, 70, 4}, DType::f32})},
-                           {"v", testing::random_array(rng, {{1, 70, 2}, DType::f32})}};
-    Array m({lq, 70}, DType::f32);
+                           {"k", testing::random_array(rng, {{1, lk, 4}, DType::f32})},
+                           {"v", testing::random_array(rng, {{1, lk, 2}, DType::f32})}};
+    Array m({lq, lk}, DType::f32);
     for (int64_t i = 0; i < lq; ++i) {
-      for (int64_t j = 0; j < 70; ++j) {
-        double& x = m.data[i * 70 + j];
+      for (int64_t j = 0; j < lk; ++j) {
+        double& x = m.data[i * lk + j];
         if (i % 3 == 0) x = j % 3 == 0 ? 0.0 : -inf;  // every third key
         if (i % 3 == 1) x = -inf;                     // none: NaN
-        if (i % 3 == 2) x = j < 66 ? -inf : 0.0;      // only keys past the first block
+        if (i % 3 == 2) x = j < lk - 4 ? -inf : 0.0;  // only the last keys
       }
     }
     feeds["mask"] = m;
@@ -275,6 +275,15 @@ TEST(NnGpu, AttentionMaskedKeys) {
       }
     }
   }
+}
+
+// Few query rows over many keys: the keys split into ranges combined by a second kernel,
+// including ranges a causal mask leaves empty.
+TEST(NnGpu, AttentionDecodeSplitKeys) {
+  check_attention({1, 2, 1, 16}, {1, 2, 1000, 16}, {1, 2, 1000, 8}, {}, false, "attn-decode");
+  check_attention({2, 4, 2, 8}, {2, 1, 600, 8}, {2, 1, 600, 8}, {2, 1, 2, 600}, false,
+                  "attn-decode-gqa-mask");
+  check_attention({1, 1, 3, 8}, {1, 1, 700, 8}, {1, 1, 700, 8}, {}, true, "attn-decode-causal");
 }
 
 }  // namespace
