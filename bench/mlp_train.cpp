@@ -52,9 +52,12 @@ int main(int argc, char** argv) {
   std::string device;
   bool profile = false;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc) steps = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
-    else if (!std::strcmp(argv[i], "--profile")) profile = true;
+    if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
+      steps = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--device") && i + 1 < argc)
+      device = argv[++i];
+    else if (!std::strcmp(argv[i], "--profile"))
+      profile = true;
   }
   const std::vector<Workload> workloads = {
       {"mlp_ci_b16", {128, 64, 64, 10}, 16, mn::Optimizer::sgd(), 0.01, false},

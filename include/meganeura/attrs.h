@@ -46,10 +46,11 @@ inline uint64_t hash_value(int v, uint64_t h) { return hash_mix(h, static_cast<u
 inline uint64_t hash_value(uint64_t v, uint64_t h) { return hash_mix(h, v); }
 uint64_t hash_value(double v, uint64_t h);
 uint64_t hash_value(const std::string& v, uint64_t h);
-inline uint64_t hash_value(DType v, uint64_t h) { return hash_mix(h, static_cast<uint64_t>(v) + 77); }
+inline uint64_t hash_value(DType v, uint64_t h) {
+  return hash_mix(h, static_cast<uint64_t>(v) + 77);
+}
 template <class T>
-  requires std::is_enum_v<T>
-uint64_t hash_value(T v, uint64_t h) {
+requires std::is_enum_v<T> uint64_t hash_value(T v, uint64_t h) {
   return hash_mix(h, static_cast<uint64_t>(v));
 }
 template <class T>
@@ -71,10 +72,8 @@ void print_value(std::ostream& os, double v);
 inline void print_value(std::ostream& os, const std::string& v) { os << '"' << v << '"'; }
 inline void print_value(std::ostream& os, DType v) { os << dtype_name(v); }
 template <class T>
-  requires std::is_enum_v<T>
-void print_value(std::ostream& os, T v) {
-  os << static_cast<int>(v);
-}
+requires std::is_enum_v<T>
+void print_value(std::ostream& os, T v) { os << static_cast<int>(v); }
 template <class T>
 void print_value(std::ostream& os, const std::vector<T>& v) {
   os << '[';
@@ -90,9 +89,11 @@ void print_value(std::ostream& os, const std::vector<T>& v) {
 }
 template <class T>
 void print_value(std::ostream& os, const std::shared_ptr<const T>& p) {
-  if (p) print_value(os, *p); else os << "null";
+  if (p)
+    print_value(os, *p);
+  else
+    os << "null";
 }
-
 
 // Attribute structs nest (an initializer inside parameter attributes): hash and print fields.
 template <AttrStruct T>
@@ -104,8 +105,11 @@ template <AttrStruct T>
 void print_value(std::ostream& os, const T& v) {
   size_t i = 0;
   os << '{';
-  std::apply([&](const auto&... f) { ((os << (i ? ", " : "") << T::names[i] << '=', print_value(os, f), ++i), ...); },
-             v.fields());
+  std::apply(
+      [&](const auto&... f) {
+        ((os << (i ? ", " : "") << T::names[i] << '=', print_value(os, f), ++i), ...);
+      },
+      v.fields());
   os << '}';
 }
 

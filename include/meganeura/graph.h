@@ -31,23 +31,41 @@ using NodeId = int32_t;
 // fan_in = shape[1]·∏k, fan_out = shape[0]·∏k; 1-D takes fan_in = fan_out = shape[0].
 struct Init {
   enum class Kind : uint8_t {
-    zeros, ones, constant, normal, uniform,
-    kaiming_normal, kaiming_uniform, xavier_normal, xavier_uniform
+    zeros,
+    ones,
+    constant,
+    normal,
+    uniform,
+    kaiming_normal,
+    kaiming_uniform,
+    xavier_normal,
+    xavier_uniform
   };
   Kind kind = Kind::zeros;
-  double a = 0.0;  // constant: value; normal: mean; uniform: low; kaiming: negative slope; xavier: gain
+  double a =
+      0.0;  // constant: value; normal: mean; uniform: low; kaiming: negative slope; xavier: gain
   double b = 0.0;  // normal: std; uniform: high
   uint64_t seed = 0;
 
   static Init zeros() { return {Kind::zeros}; }
   static Init ones() { return {Kind::ones}; }
   static Init constant(double v) { return {Kind::constant, v}; }
-  static Init normal(double mean, double std, uint64_t seed) { return {Kind::normal, mean, std, seed}; }
+  static Init normal(double mean, double std, uint64_t seed) {
+    return {Kind::normal, mean, std, seed};
+  }
   static Init uniform(double lo, double hi, uint64_t seed) { return {Kind::uniform, lo, hi, seed}; }
-  static Init kaiming_normal(uint64_t seed, double slope = 0.0) { return {Kind::kaiming_normal, slope, 0, seed}; }
-  static Init kaiming_uniform(uint64_t seed, double slope = 0.0) { return {Kind::kaiming_uniform, slope, 0, seed}; }
-  static Init xavier_normal(uint64_t seed, double gain = 1.0) { return {Kind::xavier_normal, gain, 0, seed}; }
-  static Init xavier_uniform(uint64_t seed, double gain = 1.0) { return {Kind::xavier_uniform, gain, 0, seed}; }
+  static Init kaiming_normal(uint64_t seed, double slope = 0.0) {
+    return {Kind::kaiming_normal, slope, 0, seed};
+  }
+  static Init kaiming_uniform(uint64_t seed, double slope = 0.0) {
+    return {Kind::kaiming_uniform, slope, 0, seed};
+  }
+  static Init xavier_normal(uint64_t seed, double gain = 1.0) {
+    return {Kind::xavier_normal, gain, 0, seed};
+  }
+  static Init xavier_uniform(uint64_t seed, double gain = 1.0) {
+    return {Kind::xavier_uniform, gain, 0, seed};
+  }
 
   bool operator==(const Init&) const = default;
   auto fields() const { return std::tie(kind, a, b, seed); }

@@ -34,6 +34,7 @@ struct ClassifierSpec {
 Classifier build_classifier(const ClassifierSpec& spec);
 
 // A fully connected layer y = x·w + b with w [in, out] named "<name>.weight", b "<name>.bias".
-Tensor linear(Tensor x, int64_t out_features, const std::string& name, uint64_t seed, bool bias = true);
+Tensor linear(Tensor x, int64_t out_features, const std::string& name, uint64_t seed,
+              bool bias = true);
 
 }  // namespace mn

@@ -88,7 +88,8 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis);
 std::vector<Tensor> split(Tensor x, const std::vector<int64_t>& sizes, int64_t axis);
 // pads[i] = {before, after} for axis i (fewer entries pad the leading axes only).
 Tensor pad(Tensor x, const std::vector<std::pair<int64_t, int64_t>>& pads, double value = 0.0);
-// out[..., i, ...] = x[..., indices[i], ...] along `axis` (indices i32, any shape): embedding lookup.
+// out[..., i, ...] = x[..., indices[i], ...] along `axis` (indices i32, any shape): embedding
+// lookup.
 Tensor take(Tensor x, Tensor indices, int64_t axis = 0);
 inline Tensor gather(Tensor x, Tensor indices, int64_t axis = 0) { return take(x, indices, axis); }
 // out = x, then out[..., indices[i], ...] += updates[..., i, ...] along `axis` (adjoint of take).

@@ -54,9 +54,9 @@ Optimizer::Kind optimizer_from_name(const std::string& name);  // "sgd", "adam",
 
 // Names of the scalar inputs a training step reads.
 struct StepInputs {
-  static constexpr const char* lr = "lr";          // f32 learning rate of this step
-  static constexpr const char* step = "step";      // f32 1-based count of updates (bias correction)
-  static constexpr const char* apply = "apply";    // f32 1 on the micro-batch that updates
+  static constexpr const char* lr = "lr";        // f32 learning rate of this step
+  static constexpr const char* step = "step";    // f32 1-based count of updates (bias correction)
+  static constexpr const char* apply = "apply";  // f32 1 on the micro-batch that updates
 };
 
 struct TrainingStep {

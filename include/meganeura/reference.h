@@ -14,8 +14,10 @@ namespace mn::reference {
 using Feeds = std::map<std::string, Array, std::less<>>;
 
 // Values of the given nodes. Every input reached must be fed (by name); a parameter takes its
-// fed value, else its initializer's (states likewise). Fed values are checked against the declared shape/dtype.
-std::vector<Array> evaluate_nodes(const Graph& g, const Feeds& feeds, std::span<const NodeId> nodes);
+// fed value, else its initializer's (states likewise). Fed values are checked against the declared
+// shape/dtype.
+std::vector<Array> evaluate_nodes(const Graph& g, const Feeds& feeds,
+                                  std::span<const NodeId> nodes);
 
 // Values of all named outputs.
 std::map<std::string, Array> evaluate(const Graph& g, const Feeds& feeds);

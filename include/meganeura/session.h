@@ -19,7 +19,7 @@ struct SessionOptions {
   // A device index or name substring; empty: $MN_DEVICE, else the first discrete GPU, else
   // integrated, else the CPU (lavapipe).
   std::string device;
-  bool profile = false;  // GPU timestamps around every kernel (see Session::profile)
+  bool profile = false;            // GPU timestamps around every kernel (see Session::profile)
   std::optional<bool> validation;  // unset: $MN_VALIDATION
   // Debugging the memory plan: overwrite every intermediate with NaNs right after its last use,
   // so a tensor that wrongly shared memory with a dead one would read garbage.

@@ -59,9 +59,7 @@ struct TrainResult {
   std::string device;
 };
 
-TrainResult train_classifier(std::shared_ptr<const Dataset> train, std::shared_ptr<const Dataset> test,
-                             const TrainOptions& options);
-
-
+TrainResult train_classifier(std::shared_ptr<const Dataset> train,
+                             std::shared_ptr<const Dataset> test, const TrainOptions& options);
 
 }  // namespace mn

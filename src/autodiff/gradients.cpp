@@ -46,7 +46,8 @@ std::vector<Tensor> gradients(Tensor loss, const std::vector<Tensor>& wrt, Tenso
     if (!node.op->differentiable || node.inputs.empty()) continue;
     inputs.clear();
     for (NodeId in : node.inputs) inputs.push_back(g.tensor(in));
-    std::vector<Tensor> in_grads = node.op->vjp(node, inputs, g.tensor(static_cast<NodeId>(i)), grad[i]);
+    std::vector<Tensor> in_grads =
+        node.op->vjp(node, inputs, g.tensor(static_cast<NodeId>(i)), grad[i]);
     if (in_grads.size() != node.inputs.size()) {
       throw Error("gradients: vjp of '" + node.op->name + "' returned " +
                   std::to_string(in_grads.size()) + " gradients for " +

@@ -10,8 +10,8 @@ namespace mn {
 Array::Array(Shape s, DType t, std::vector<double> values)
     : shape(std::move(s)), dtype(t), data(std::move(values)) {
   if (static_cast<int64_t>(data.size()) != mn::numel(shape)) {
-    throw Error("Array: " + std::to_string(data.size()) + " values for shape " +
-                shape_str(shape) + " (" + std::to_string(mn::numel(shape)) + " elements)");
+    throw Error("Array: " + std::to_string(data.size()) + " values for shape " + shape_str(shape) +
+                " (" + std::to_string(mn::numel(shape)) + " elements)");
   }
 }
 
@@ -42,7 +42,7 @@ double round_binary(double v, int mantissa, int min_exp, double overflow_at) {
   double a = std::fabs(v);
   if (a >= overflow_at) return std::copysign(INFINITY, v);
   int e;
-  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  std::frexp(a, &e);                   // a = m * 2^e, m in [0.5, 1)
   int exp = std::max(e - 1, min_exp);  // subnormals share the minimum exponent
   double quantum = std::ldexp(1.0, exp - mantissa);
   double q = std::nearbyint(a / quantum) * quantum;  // default rounding mode: nearest-even
@@ -59,11 +59,16 @@ double round_bf16(double v) {
 
 double round_to_dtype(double v, DType t) {
   switch (t) {
-    case DType::f32: return static_cast<float>(v);
-    case DType::f16: return round_f16(v);
-    case DType::bf16: return round_bf16(v);
-    case DType::i32: return static_cast<double>(static_cast<int32_t>(std::trunc(v)));
-    case DType::u32: return static_cast<double>(static_cast<uint32_t>(std::max(0.0, std::trunc(v))));
+    case DType::f32:
+      return static_cast<float>(v);
+    case DType::f16:
+      return round_f16(v);
+    case DType::bf16:
+      return round_bf16(v);
+    case DType::i32:
+      return static_cast<double>(static_cast<int32_t>(std::trunc(v)));
+    case DType::u32:
+      return static_cast<double>(static_cast<uint32_t>(std::max(0.0, std::trunc(v))));
   }
   return v;
 }

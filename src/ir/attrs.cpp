@@ -26,4 +26,3 @@ uint64_t hash_value(const std::string& v, uint64_t h) { return hash_bytes(v.data
 void print_value(std::ostream& os, double v) { os << std::setprecision(7) << v; }
 
 }  // namespace mn::attr_detail
-

@@ -7,11 +7,16 @@ namespace mn {
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "f32";
-    case DType::f16: return "f16";
-    case DType::bf16: return "bf16";
-    case DType::i32: return "i32";
-    case DType::u32: return "u32";
+    case DType::f32:
+      return "f32";
+    case DType::f16:
+      return "f16";
+    case DType::bf16:
+      return "bf16";
+    case DType::i32:
+      return "i32";
+    case DType::u32:
+      return "u32";
   }
   return "?";
 }
@@ -26,8 +31,10 @@ DType dtype_from_name(const std::string& name) {
 size_t dtype_size(DType t) {
   switch (t) {
     case DType::f16:
-    case DType::bf16: return 2;
-    default: return 4;
+    case DType::bf16:
+      return 2;
+    default:
+      return 4;
   }
 }
 
@@ -62,8 +69,8 @@ Shape broadcast_shapes(std::span<const int64_t> a, std::span<const int64_t> b,
     int64_t db = i < r - b.size() ? 1 : b[i - (r - b.size())];
     if (da != db && da != 1 && db != 1) {
       throw ShapeError(where + ": shapes " + shape_str(a) + " and " + shape_str(b) +
-                       " do not broadcast (axis " + std::to_string(i) + ": " +
-                       std::to_string(da) + " vs " + std::to_string(db) + ")");
+                       " do not broadcast (axis " + std::to_string(i) + ": " + std::to_string(da) +
+                       " vs " + std::to_string(db) + ")");
     }
     out[i] = da == 1 ? db : da;
   }

@@ -40,9 +40,7 @@ Graph& Tensor::graph() const {
 
 const TensorType& Tensor::type() const { return graph().node(id_).type; }
 
-int64_t Tensor::dim(int axis) const {
-  return shape()[normalize_axis(axis, rank(), "Tensor::dim")];
-}
+int64_t Tensor::dim(int axis) const { return shape()[normalize_axis(axis, rank(), "Tensor::dim")]; }
 
 std::string_view Node::op_name() const { return op ? std::string_view(op->name) : "?"; }
 

@@ -41,11 +41,20 @@ Array initialize(const Init& init, const Shape& shape, DType dtype) {
     }
   };
   switch (init.kind) {
-    case Init::Kind::zeros: break;
-    case Init::Kind::ones: std::fill(out.data.begin(), out.data.end(), 1.0); break;
-    case Init::Kind::constant: std::fill(out.data.begin(), out.data.end(), init.a); break;
-    case Init::Kind::normal: fill_normal(init.a, init.b); break;
-    case Init::Kind::uniform: fill_uniform(init.a, init.b); break;
+    case Init::Kind::zeros:
+      break;
+    case Init::Kind::ones:
+      std::fill(out.data.begin(), out.data.end(), 1.0);
+      break;
+    case Init::Kind::constant:
+      std::fill(out.data.begin(), out.data.end(), init.a);
+      break;
+    case Init::Kind::normal:
+      fill_normal(init.a, init.b);
+      break;
+    case Init::Kind::uniform:
+      fill_uniform(init.a, init.b);
+      break;
     case Init::Kind::kaiming_normal: {
       double gain = std::sqrt(2.0 / (1.0 + init.a * init.a));
       fill_normal(0.0, gain / std::sqrt(fan_in));

@@ -34,13 +34,12 @@ using EvalFn = std::function<Array(const Node& node, std::span<const Array* cons
 using VjpFn = std::function<std::vector<Tensor>(const Node& node, std::span<const Tensor> inputs,
                                                 Tensor output, Tensor cotangent)>;
 // The same function written with primitive ops (for composites), in the same graph.
-using DecomposeFn =
-    std::function<Tensor(const Node& node, std::span<const Tensor> inputs)>;
+using DecomposeFn = std::function<Tensor(const Node& node, std::span<const Tensor> inputs)>;
 
 // A test case for the conformance harness and gradcheck: operand types and attributes, plus
 // how to fill the operands (integer operands need valid index ranges, log needs positives...).
 struct OpSample {
-  std::string label;            // e.g. "broadcast_row"
+  std::string label;  // e.g. "broadcast_row"
   std::vector<TensorType> inputs;
   Attrs attrs;
   // Per input: {low, high} of uniform random fill; integer inputs draw integers in [low, high).

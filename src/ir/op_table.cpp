@@ -11,15 +11,24 @@ namespace mn {
 
 const char* archetype_name(Archetype a) {
   switch (a) {
-    case Archetype::source: return "source";
-    case Archetype::view: return "view";
-    case Archetype::pointwise: return "pointwise";
-    case Archetype::reduction: return "reduction";
-    case Archetype::matmul: return "matmul";
-    case Archetype::conv: return "conv";
-    case Archetype::attention: return "attention";
-    case Archetype::gather_scatter: return "gather_scatter";
-    case Archetype::window: return "window";
+    case Archetype::source:
+      return "source";
+    case Archetype::view:
+      return "view";
+    case Archetype::pointwise:
+      return "pointwise";
+    case Archetype::reduction:
+      return "reduction";
+    case Archetype::matmul:
+      return "matmul";
+    case Archetype::conv:
+      return "conv";
+    case Archetype::attention:
+      return "attention";
+    case Archetype::gather_scatter:
+      return "gather_scatter";
+    case Archetype::window:
+      return "window";
   }
   return "?";
 }

@@ -18,7 +18,8 @@ Tensor linear(Tensor x, int64_t out_features, const std::string& name, uint64_t 
   const double bound = 1.0 / std::sqrt(static_cast<double>(in));
   Tensor w = g.parameter(name + ".weight", {in, out_features}, Init::uniform(-bound, bound, seed));
   Tensor y = matmul(x, w);
-  if (bias) y = y + g.parameter(name + ".bias", {out_features}, Init::uniform(-bound, bound, seed + 1));
+  if (bias)
+    y = y + g.parameter(name + ".bias", {out_features}, Init::uniform(-bound, bound, seed + 1));
   return y;
 }
 
@@ -28,7 +29,8 @@ Tensor conv_layer(Tensor x, int64_t out_channels, const std::string& name, uint6
   Graph& g = x.graph();
   const int64_t in = x.dim(1);
   const double bound = 1.0 / std::sqrt(static_cast<double>(in * 9));
-  Tensor w = g.parameter(name + ".weight", {out_channels, in, 3, 3}, Init::uniform(-bound, bound, seed));
+  Tensor w =
+      g.parameter(name + ".weight", {out_channels, in, 3, 3}, Init::uniform(-bound, bound, seed));
   Tensor b = g.parameter(name + ".bias", {out_channels}, Init::uniform(-bound, bound, seed + 1));
   Conv2dOptions opt;
   opt.padding = {1, 1};

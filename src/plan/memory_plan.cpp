@@ -54,9 +54,8 @@ MemoryPlan plan_memory(std::span<const BufferRequest> requests, size_t alignment
   for (size_t i = 0; i < requests.size(); ++i) {
     if (!requests[i].persistent) order.push_back(i);
   }
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return requests[a].bytes > requests[b].bytes;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return requests[a].bytes > requests[b].bytes; });
   struct Placed {
     size_t offset, end, index;
   };
@@ -83,9 +82,10 @@ MemoryPlan plan_memory(std::span<const BufferRequest> requests, size_t alignment
     if (best == SIZE_MAX) best = fit(pos, size);
     plan.offsets[i] = best;
     Placed p{best, best + size, i};
-    placed.insert(std::upper_bound(placed.begin(), placed.end(), p,
-                                   [](const Placed& a, const Placed& b) { return a.offset < b.offset; }),
-                  p);
+    placed.insert(
+        std::upper_bound(placed.begin(), placed.end(), p,
+                         [](const Placed& a, const Placed& b) { return a.offset < b.offset; }),
+        p);
     top = std::max(top, best + size);
   }
   plan.arena_bytes = std::max(top, alignment);

@@ -52,7 +52,8 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
       p.node_buffer[i] = new_buffer(device_bytes(node.type), true, static_cast<NodeId>(i));
       touch(p.node_buffer[i], 0);
       if (op == "input") p.inputs.emplace(node.name, static_cast<NodeId>(i));
-      if (op == "parameter" || op == "state") p.persistents.emplace(node.name, static_cast<NodeId>(i));
+      if (op == "parameter" || op == "state")
+        p.persistents.emplace(node.name, static_cast<NodeId>(i));
       continue;
     }
     const codegen::LowerFn* lower = codegen::find_lowering(op);
@@ -74,9 +75,15 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
       for (const codegen::KernelBinding& b : launch.kernel.bindings) {
         int buf = -1;
         switch (b.arg.kind) {
-          case codegen::ArgRef::Kind::input: buf = p.node_buffer[node.inputs.at(b.arg.index)]; break;
-          case codegen::ArgRef::Kind::output: buf = out; break;
-          case codegen::ArgRef::Kind::scratch: buf = scratch.at(b.arg.index); break;
+          case codegen::ArgRef::Kind::input:
+            buf = p.node_buffer[node.inputs.at(b.arg.index)];
+            break;
+          case codegen::ArgRef::Kind::output:
+            buf = out;
+            break;
+          case codegen::ArgRef::Kind::scratch:
+            buf = scratch.at(b.arg.index);
+            break;
         }
         launch.buffers.push_back(buf);
         touch(buf, index);
@@ -100,7 +107,8 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
   for (size_t b = 0; b < p.buffers.size(); ++b) {
     int f = b < first_use.size() ? first_use[b] : 0;
     int l = b < last_use.size() ? last_use[b] : 0;
-    requests.push_back({p.buffers[b].bytes, std::max(f, 0), std::max(l, 0), p.buffers[b].persistent});
+    requests.push_back(
+        {p.buffers[b].bytes, std::max(f, 0), std::max(l, 0), p.buffers[b].persistent});
   }
   p.memory = plan_memory(requests, options.alignment, options.chunk_bytes);
   for (size_t b = 0; b < p.buffers.size(); ++b) {

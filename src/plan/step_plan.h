@@ -17,7 +17,7 @@ struct PlannedBuffer {
   uint64_t bytes = 0;
   uint64_t offset = 0;  // in the arena
   bool persistent = false;
-  NodeId node = -1;  // the node whose value it holds; -1 for scratch
+  NodeId node = -1;                 // the node whose value it holds; -1 for scratch
   int first_use = 0, last_use = 0;  // launch indices (launches.size() = after the last launch)
 };
 

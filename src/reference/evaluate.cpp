@@ -46,7 +46,8 @@ std::vector<Array> evaluate_nodes(const Graph& g, const Feeds& feeds,
   // Which nodes are needed, and how many needed consumers each has (to free values early).
   std::vector<char> needed(n, 0);
   for (NodeId t : targets) {
-    if (t < 0 || static_cast<size_t>(t) >= n) throw Error("evaluate: no node %" + std::to_string(t));
+    if (t < 0 || static_cast<size_t>(t) >= n)
+      throw Error("evaluate: no node %" + std::to_string(t));
     needed[t] = 1;
   }
   std::vector<int> uses(n, 0);

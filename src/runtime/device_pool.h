@@ -9,6 +9,7 @@
 
 namespace mn::runtime {
 
-std::shared_ptr<vk::Device> shared_device(const std::string& selector, std::optional<bool> validation);
+std::shared_ptr<vk::Device> shared_device(const std::string& selector,
+                                          std::optional<bool> validation);
 
 }  // namespace mn::runtime

@@ -28,11 +28,21 @@ void encode_any(std::span<const Src> values, DType dtype, std::span<std::byte> o
   for (size_t i = 0; i < values.size(); ++i) {
     const double v = static_cast<double>(values[i]);
     switch (dtype) {
-      case DType::f32: put(out, i, static_cast<float>(v)); break;
-      case DType::f16: put(out, i, f16_bits(v)); break;
-      case DType::bf16: put(out, i, bf16_bits(v)); break;
-      case DType::i32: put(out, i, static_cast<int32_t>(std::trunc(v))); break;
-      case DType::u32: put(out, i, static_cast<uint32_t>(std::max(0.0, std::trunc(v)))); break;
+      case DType::f32:
+        put(out, i, static_cast<float>(v));
+        break;
+      case DType::f16:
+        put(out, i, f16_bits(v));
+        break;
+      case DType::bf16:
+        put(out, i, bf16_bits(v));
+        break;
+      case DType::i32:
+        put(out, i, static_cast<int32_t>(std::trunc(v)));
+        break;
+      case DType::u32:
+        put(out, i, static_cast<uint32_t>(std::max(0.0, std::trunc(v))));
+        break;
     }
   }
 }
@@ -61,11 +71,21 @@ std::vector<double> decode(std::span<const std::byte> bytes, DType dtype, size_t
   std::vector<double> out(n);
   for (size_t i = 0; i < n; ++i) {
     switch (dtype) {
-      case DType::f32: out[i] = get<float>(bytes, i); break;
-      case DType::f16: out[i] = f16_value(get<uint16_t>(bytes, i)); break;
-      case DType::bf16: out[i] = bf16_value(get<uint16_t>(bytes, i)); break;
-      case DType::i32: out[i] = get<int32_t>(bytes, i); break;
-      case DType::u32: out[i] = get<uint32_t>(bytes, i); break;
+      case DType::f32:
+        out[i] = get<float>(bytes, i);
+        break;
+      case DType::f16:
+        out[i] = f16_value(get<uint16_t>(bytes, i));
+        break;
+      case DType::bf16:
+        out[i] = bf16_value(get<uint16_t>(bytes, i));
+        break;
+      case DType::i32:
+        out[i] = get<int32_t>(bytes, i);
+        break;
+      case DType::u32:
+        out[i] = get<uint32_t>(bytes, i);
+        break;
     }
   }
   return out;

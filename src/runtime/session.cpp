@@ -22,7 +22,7 @@ struct Session::Impl {
   std::unique_ptr<vk::Arena> arena;
   std::unique_ptr<vk::StagingBuffer> upload, readback;
   std::map<std::string, uint64_t, std::less<>> upload_offset, readback_offset;  // by name
-  std::map<std::string, std::unique_ptr<vk::Pipeline>> pipelines;  // by GLSL source
+  std::map<std::string, std::unique_ptr<vk::Pipeline>> pipelines;               // by GLSL source
   std::unique_ptr<vk::Recording> recording;
   std::map<std::string, bool, std::less<>> input_set;
   bool pending = false;
@@ -82,7 +82,8 @@ void Session::Impl::write_tensor(std::string_view name, std::span<const std::byt
     input_set[std::string(name)] = true;
     return;
   }
-  auto id = plan.inputs.count(name) ? plan.inputs.find(name)->second : plan.persistents.find(name)->second;
+  auto id = plan.inputs.count(name) ? plan.inputs.find(name)->second
+                                    : plan.persistents.find(name)->second;
   arena->write(buffer_of(id).offset, bytes);
   if (plan.inputs.count(name)) input_set[std::string(name)] = true;
 }
@@ -105,10 +106,11 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
 
   plan::PlanOptions po;
   po.device = traits_of(caps);
-  po.alignment = std::bit_ceil(std::max<uint64_t>(16, caps.buffers.min_storage_buffer_offset_alignment));
-  po.chunk_bytes = std::bit_floor(std::min({caps.buffers.max_storage_buffer_range,
-                                            caps.buffers.max_memory_allocation_bytes,
-                                            caps.buffers.max_buffer_bytes}));
+  po.alignment =
+      std::bit_ceil(std::max<uint64_t>(16, caps.buffers.min_storage_buffer_offset_alignment));
+  po.chunk_bytes = std::bit_floor(
+      std::min({caps.buffers.max_storage_buffer_range, caps.buffers.max_memory_allocation_bytes,
+                caps.buffers.max_buffer_bytes}));
   impl->plan = plan::make_step_plan(graph, po);
   plan::StepPlan& p = impl->plan;
 
@@ -136,7 +138,8 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
     vk::KernelInterface ki;
     ki.buffer_count = static_cast<uint32_t>(l.kernel.bindings.size());
     ki.workgroup_size = l.kernel.workgroup;
-    slot = std::make_unique<vk::Pipeline>(dev, spirv[source_index[l.kernel.glsl]], ki, l.kernel.name);
+    slot =
+        std::make_unique<vk::Pipeline>(dev, spirv[source_index[l.kernel.glsl]], ki, l.kernel.name);
   }
 
   // Host-side staging for inputs and outputs, unless the host maps the arena itself.
@@ -151,8 +154,10 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
       impl->readback_offset[name] = down_bytes;
       down_bytes += (impl->buffer_of(id).bytes + 15) / 16 * 16;
     }
-    impl->upload = std::make_unique<vk::StagingBuffer>(dev, std::max<uint64_t>(up_bytes, 16), false);
-    impl->readback = std::make_unique<vk::StagingBuffer>(dev, std::max<uint64_t>(down_bytes, 16), true);
+    impl->upload =
+        std::make_unique<vk::StagingBuffer>(dev, std::max<uint64_t>(up_bytes, 16), false);
+    impl->readback =
+        std::make_unique<vk::StagingBuffer>(dev, std::max<uint64_t>(down_bytes, 16), true);
   }
 
   // Initial values: parameters and states from their initializers, constants as given.
@@ -161,8 +166,10 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
     if (p.node_buffer[i] < 0) continue;
     const plan::PlannedBuffer& b = p.buffers[static_cast<size_t>(p.node_buffer[i])];
     std::optional<Array> value;
-    if (n.op_name() == "parameter") value = initialize(n.attrs.as<ParameterAttrs>().init, n.type.shape, n.type.dtype);
-    if (n.op_name() == "state") value = initialize(n.attrs.as<StateAttrs>().init, n.type.shape, n.type.dtype);
+    if (n.op_name() == "parameter")
+      value = initialize(n.attrs.as<ParameterAttrs>().init, n.type.shape, n.type.dtype);
+    if (n.op_name() == "state")
+      value = initialize(n.attrs.as<StateAttrs>().init, n.type.shape, n.type.dtype);
     if (n.op_name() == "constant") value = *n.attrs.as<ConstantAttrs>().value.array;
     if (value) arena.write(b.offset, host_bytes(*value, n.type.dtype));
   }
@@ -222,7 +229,8 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
 void Session::set(std::string_view name, const Array& value) {
   const Node& n = impl_->node_named(name, "Session::set");
   if (!impl_->plan.inputs.count(name) && !impl_->plan.persistents.count(name)) {
-    throw Error("Session::set: '" + std::string(name) + "' is an output; outputs are read, not set");
+    throw Error("Session::set: '" + std::string(name) +
+                "' is an output; outputs are read, not set");
   }
   if (value.shape != n.type.shape && value.numel() != n.type.numel()) {
     throw ShapeError("Session::set '" + std::string(name) + "': expected " + n.type.str() +
@@ -271,7 +279,7 @@ Array Session::get(std::string_view name) const {
   if (out != impl_->plan.outputs.end() && impl_->readback) {
     impl_->readback->read(impl_->readback_offset.at(std::string(name)), bytes);
   } else {
-    NodeId id = out != impl_->plan.outputs.end() ? out->second
+    NodeId id = out != impl_->plan.outputs.end()      ? out->second
                 : impl_->plan.persistents.count(name) ? impl_->plan.persistents.find(name)->second
                                                       : impl_->plan.inputs.find(name)->second;
     impl_->arena->read(impl_->buffer_of(id).offset, bytes);

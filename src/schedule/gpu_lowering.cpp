@@ -51,7 +51,8 @@ Graph lower_for_gpu(const Graph& g) {
   // Each pass expands one level of composites; decompositions may produce other composites.
   constexpr int kMaxPasses = 8;
   bool expanded = true;
-  Graph current = rewrite_graph(g, [](Graph&, const Node&, std::span<const Tensor>) { return Tensor{}; });
+  Graph current =
+      rewrite_graph(g, [](Graph&, const Node&, std::span<const Tensor>) { return Tensor{}; });
   for (int pass = 0; pass < kMaxPasses && expanded; ++pass) {
     expanded = false;
     current = rewrite_graph(current, [&](Graph&, const Node& n, std::span<const Tensor> operands) {

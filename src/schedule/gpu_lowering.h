@@ -15,7 +15,8 @@ Graph lower_for_gpu(const Graph& g);
 
 // Copies `g` node by node; `rewrite` may return a replacement built in `out` from the mapped
 // operands, or an invalid Tensor to copy the node as it is.
-using NodeRewrite = std::function<Tensor(Graph& out, const Node& node, std::span<const Tensor> operands)>;
+using NodeRewrite =
+    std::function<Tensor(Graph& out, const Node& node, std::span<const Tensor> operands)>;
 Graph rewrite_graph(const Graph& g, const NodeRewrite& rewrite);
 
 }  // namespace mn::schedule

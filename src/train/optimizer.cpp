@@ -5,9 +5,12 @@ namespace mn {
 
 const char* optimizer_name(Optimizer::Kind k) {
   switch (k) {
-    case Optimizer::Kind::sgd: return "sgd";
-    case Optimizer::Kind::adam: return "adam";
-    case Optimizer::Kind::adamw: return "adamw";
+    case Optimizer::Kind::sgd:
+      return "sgd";
+    case Optimizer::Kind::adam:
+      return "adam";
+    case Optimizer::Kind::adamw:
+      return "adamw";
   }
   return "?";
 }
@@ -100,8 +103,8 @@ TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Te
     // Sum micro-batch gradients in state; the update uses their mean and resets the sum.
     for (size_t i = 0; i < grads.size(); ++i) {
       const std::string& name = g.node(parameters[i].id()).name;
-      Tensor acc = g.state(name + "/grad_accum", parameters[i].shape(), Init::zeros(),
-                           grads[i].dtype());
+      Tensor acc =
+          g.state(name + "/grad_accum", parameters[i].shape(), Init::zeros(), grads[i].dtype());
       Tensor total = acc + grads[i];
       g.assign(acc, where(s.apply, total * 0.0, total));
       grads[i] = total * (1.0 / opt.accumulate);
@@ -117,7 +120,8 @@ TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Te
     Tensor coef = minimum(opt.clip_grad_norm / (out.grad_norm + 1e-6), g.scalar(1.0));
     for (Tensor& gr : grads) gr = gr * (gr.dtype() == DType::f32 ? coef : cast(coef, gr.dtype()));
   }
-  for (size_t i = 0; i < parameters.size(); ++i) update_parameter(g, opt, s, parameters[i], grads[i]);
+  for (size_t i = 0; i < parameters.size(); ++i)
+    update_parameter(g, opt, s, parameters[i], grads[i]);
   if (!g.find_output("loss")) g.output("loss", loss);
   return out;
 }

@@ -6,12 +6,15 @@
 namespace mn {
 
 double LrSchedule::lr_at(double base_lr, int64_t t, int64_t total) const {
-  if (warmup > 0 && t < warmup) return base_lr * static_cast<double>(t + 1) / static_cast<double>(warmup);
+  if (warmup > 0 && t < warmup)
+    return base_lr * static_cast<double>(t + 1) / static_cast<double>(warmup);
   const int64_t after = t - warmup;
   switch (kind) {
-    case Kind::constant: return base_lr;
+    case Kind::constant:
+      return base_lr;
     case Kind::step:
-      return base_lr * std::pow(gamma, static_cast<double>(after / std::max<int64_t>(1, step_size)));
+      return base_lr *
+             std::pow(gamma, static_cast<double>(after / std::max<int64_t>(1, step_size)));
     case Kind::cosine: {
       const double span = static_cast<double>(std::max<int64_t>(1, total - warmup));
       const double progress = std::min(1.0, static_cast<double>(after) / span);

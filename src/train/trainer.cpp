@@ -28,8 +28,8 @@ void fill_batch(const Batch& b, int64_t batch, int64_t sample_numel, std::vector
 }
 
 // Correct predictions among the first `count` rows of [rows, classes] logits.
-int64_t count_correct(const std::vector<float>& logits, int64_t classes, const std::vector<int32_t>& labels,
-                      int64_t count) {
+int64_t count_correct(const std::vector<float>& logits, int64_t classes,
+                      const std::vector<int32_t>& labels, int64_t count) {
   int64_t correct = 0;
   for (int64_t i = 0; i < count; ++i) {
     const float* row = logits.data() + i * classes;
@@ -55,7 +55,8 @@ struct Evaluator {
       const int64_t count = std::min(batch, data.size() - begin);
       x.assign(static_cast<size_t>(batch * data.sample_numel()), 0.0f);
       y.assign(static_cast<size_t>(batch), kPadLabel);
-      std::copy_n(data.inputs.begin() + begin * data.sample_numel(), count * data.sample_numel(), x.begin());
+      std::copy_n(data.inputs.begin() + begin * data.sample_numel(), count * data.sample_numel(),
+                  x.begin());
       std::copy_n(data.labels.begin() + begin, count, y.begin());
       session->set("x", x);
       session->set("y", y);
@@ -90,7 +91,8 @@ void save_checkpoint(const std::filesystem::path& path, Session& s, const TrainO
 int64_t meta_int(const std::map<std::string, std::string>& meta, const std::string& key,
                  const std::filesystem::path& path) {
   auto it = meta.find(key);
-  if (it == meta.end()) throw FormatError(path.string() + ": checkpoint metadata lacks '" + key + "'");
+  if (it == meta.end())
+    throw FormatError(path.string() + ": checkpoint metadata lacks '" + key + "'");
   try {
     return std::stoll(it->second);
   } catch (const std::exception&) {
@@ -100,8 +102,8 @@ int64_t meta_int(const std::map<std::string, std::string>& meta, const std::stri
 
 }  // namespace
 
-TrainResult train_classifier(std::shared_ptr<const Dataset> train, std::shared_ptr<const Dataset> test,
-                             const TrainOptions& o) {
+TrainResult train_classifier(std::shared_ptr<const Dataset> train,
+                             std::shared_ptr<const Dataset> test, const TrainOptions& o) {
   if (!train || !test) throw Error("train_classifier: missing data set");
   if (o.epochs < 1) throw Error("train_classifier: epochs must be >= 1");
   if (!(o.lr > 0)) throw Error("train_classifier: the learning rate must be positive");
@@ -138,8 +140,8 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train, std::shared_p
       throw FormatError(o.resume.string() + ": not a meganeura training checkpoint");
     }
     if (meta.at("model") != model_name(o.model.kind)) {
-      throw Error(o.resume.string() + ": checkpoint of model '" + meta.at("model") + "', training '" +
-                  model_name(o.model.kind) + "'");
+      throw Error(o.resume.string() + ": checkpoint of model '" + meta.at("model") +
+                  "', training '" + model_name(o.model.kind) + "'");
     }
     for (const std::string& n : session->parameter_names()) session->set(n, reader.array(n));
     for (const std::string& n : session->state_names()) session->set(n, reader.array(n));

@@ -83,7 +83,8 @@ void check_model(ModelKind kind) {
       const double down = value(g, f, c.loss);
       p.data[e] = x0;
       const double numeric = (up - down) / (2 * h);
-      EXPECT_NEAR(analytic[k].data[e], numeric, 1e-6 * (1 + std::abs(numeric))) << name << "[" << e << "]";
+      EXPECT_NEAR(analytic[k].data[e], numeric, 1e-6 * (1 + std::abs(numeric)))
+          << name << "[" << e << "]";
     }
   }
 }

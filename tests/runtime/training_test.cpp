@@ -46,7 +46,8 @@ void expect_same_training(ModelKind kind, const Optimizer& opt, bool poison = fa
     for (const auto& [name, value] : in) session->set(name, value);
     session->step();
     auto out = reference::run_step(*c.graph, in, persistent);
-    EXPECT_NEAR(session->get("loss").data[0], out["loss"].data[0], 1e-4 * (1 + std::abs(out["loss"].data[0])))
+    EXPECT_NEAR(session->get("loss").data[0], out["loss"].data[0],
+                1e-4 * (1 + std::abs(out["loss"].data[0])))
         << "step " << step;
   }
   for (const std::string& name : session->parameter_names()) {
@@ -59,10 +60,18 @@ void expect_same_training(ModelKind kind, const Optimizer& opt, bool poison = fa
 
 Optimizer sgd_momentum() { return Optimizer::sgd(0.9, 1e-4, true); }
 
-TEST(Training, MlpSgdMomentumMatchesReference) { expect_same_training(ModelKind::mlp, sgd_momentum()); }
-TEST(Training, MlpAdamWMatchesReference) { expect_same_training(ModelKind::mlp, Optimizer::adamw(0.01)); }
-TEST(Training, CnnSgdMomentumMatchesReference) { expect_same_training(ModelKind::cnn, sgd_momentum()); }
-TEST(Training, CnnAdamWMatchesReference) { expect_same_training(ModelKind::cnn, Optimizer::adamw(0.01)); }
+TEST(Training, MlpSgdMomentumMatchesReference) {
+  expect_same_training(ModelKind::mlp, sgd_momentum());
+}
+TEST(Training, MlpAdamWMatchesReference) {
+  expect_same_training(ModelKind::mlp, Optimizer::adamw(0.01));
+}
+TEST(Training, CnnSgdMomentumMatchesReference) {
+  expect_same_training(ModelKind::cnn, sgd_momentum());
+}
+TEST(Training, CnnAdamWMatchesReference) {
+  expect_same_training(ModelKind::cnn, Optimizer::adamw(0.01));
+}
 
 // Every freed intermediate is overwritten with NaNs after its last use: if the planner let two
 // live tensors share bytes, results would turn to NaN or differ from the reference.

@@ -18,9 +18,9 @@ Array random_array(std::mt19937_64& rng, const TensorType& type, double lo, doub
     std::uniform_real_distribution<double> d(lo, hi);
     for (double& v : a.data) v = round_to_dtype(d(rng), type.dtype);
   } else {
-    std::uniform_int_distribution<int64_t> d(static_cast<int64_t>(lo),
-                                             std::max<int64_t>(static_cast<int64_t>(lo),
-                                                               static_cast<int64_t>(hi) - 1));
+    std::uniform_int_distribution<int64_t> d(
+        static_cast<int64_t>(lo),
+        std::max<int64_t>(static_cast<int64_t>(lo), static_cast<int64_t>(hi) - 1));
     for (double& v : a.data) v = static_cast<double>(d(rng));
   }
   return a;

@@ -32,7 +32,8 @@ Optimizer optimizer_for(const nlohmann::json& c) {
 
 double max_rel(const std::vector<double>& a, const std::vector<double>& b) {
   double err = 0;
-  for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::abs(a[i] - b[i]) / (1 + std::abs(b[i])));
+  for (size_t i = 0; i < a.size(); ++i)
+    err = std::max(err, std::abs(a[i] - b[i]) / (1 + std::abs(b[i])));
   return err;
 }
 
@@ -64,8 +65,10 @@ TEST(Optimizer, MatchesTorchOptim) {
                   1e-5 * (1 + std::abs(want["loss"].get<double>())))
           << "step " << s;
       // Parameters are stored as f32 after each step, PyTorch's in float64: 1e-5 relative.
-      EXPECT_LE(max_rel(persistent["w"].data, want["w"].get<std::vector<double>>()), 1e-5) << "step " << s;
-      EXPECT_LE(max_rel(persistent["b"].data, want["b"].get<std::vector<double>>()), 1e-5) << "step " << s;
+      EXPECT_LE(max_rel(persistent["w"].data, want["w"].get<std::vector<double>>()), 1e-5)
+          << "step " << s;
+      EXPECT_LE(max_rel(persistent["b"].data, want["b"].get<std::vector<double>>()), 1e-5)
+          << "step " << s;
     }
   }
 }
@@ -89,14 +92,18 @@ TEST(Optimizer, AccumulationEqualsLargeBatch) {
   for (size_t i = 0; i < ys.size(); ++i) ys[i] = std::cos(double(i));
   reference::Feeds pb, ps;
   for (int step = 1; step <= 3; ++step) {
-    reference::Feeds in{{"x", Array({8, 4}, DType::f32, xs)}, {"y", Array({8, 3}, DType::f32, ys)},
-                        {"lr", Array::scalar(0.1)}, {"step", Array::scalar(step)}};
+    reference::Feeds in{{"x", Array({8, 4}, DType::f32, xs)},
+                        {"y", Array({8, 3}, DType::f32, ys)},
+                        {"lr", Array::scalar(0.1)},
+                        {"step", Array::scalar(step)}};
     reference::run_step(*big, in, pb);
     for (int half = 0; half < 2; ++half) {
       std::vector<double> hx(xs.begin() + half * 16, xs.begin() + half * 16 + 16);
       std::vector<double> hy(ys.begin() + half * 12, ys.begin() + half * 12 + 12);
-      reference::Feeds hin{{"x", Array({4, 4}, DType::f32, hx)}, {"y", Array({4, 3}, DType::f32, hy)},
-                           {"lr", Array::scalar(0.1)}, {"step", Array::scalar(step)},
+      reference::Feeds hin{{"x", Array({4, 4}, DType::f32, hx)},
+                           {"y", Array({4, 3}, DType::f32, hy)},
+                           {"lr", Array::scalar(0.1)},
+                           {"step", Array::scalar(step)},
                            {"apply", Array::scalar(half == 1 ? 1.0 : 0.0)}};
       reference::run_step(*small, hin, ps);
       if (half == 0) {

@@ -63,7 +63,10 @@ void add_ops_command(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json, "print one JSON object {\"ops\": [...]}");
   cmd->callback([json] {
-    if (*json) print_json(); else print_text();
+    if (*json)
+      print_json();
+    else
+      print_text();
   });
 }
 

@@ -35,7 +35,8 @@ struct TrainArgs {
 std::string format_duration(double s) {
   char buf[32];
   int64_t t = static_cast<int64_t>(s + 0.5);
-  std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(t / 60), static_cast<long long>(t % 60));
+  std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(t / 60),
+                static_cast<long long>(t % 60));
   return buf;
 }
 
@@ -45,7 +46,8 @@ void print_progress(const TrainOptions::Progress& p, bool terminal, bool quiet) 
   if (terminal && !p.epoch_done) {
     const int width = 30;
     const int filled = static_cast<int>(width * p.step / std::max<int64_t>(1, p.steps_per_epoch));
-    std::fprintf(out, "\repoch %lld/%lld [%s%s] %lld/%lld loss %.4f acc %.3f %.0f samples/s ETA %s ",
+    std::fprintf(out,
+                 "\repoch %lld/%lld [%s%s] %lld/%lld loss %.4f acc %.3f %.0f samples/s ETA %s ",
                  static_cast<long long>(p.epoch + 1), static_cast<long long>(p.epochs),
                  std::string(static_cast<size_t>(filled), '#').c_str(),
                  std::string(static_cast<size_t>(width - filled), '.').c_str(),
@@ -57,7 +59,8 @@ void print_progress(const TrainOptions::Progress& p, bool terminal, bool quiet) 
   const bool tenth = p.steps_per_epoch >= 10 && p.step % (p.steps_per_epoch / 10) == 0;
   if (!p.epoch_done && !tenth) return;
   if (terminal) std::fprintf(out, "\r");
-  std::fprintf(out, "epoch %lld/%lld step %lld/%lld loss %.4f train_acc %.4f %.0f samples/s elapsed %s",
+  std::fprintf(out,
+               "epoch %lld/%lld step %lld/%lld loss %.4f train_acc %.4f %.0f samples/s elapsed %s",
                static_cast<long long>(p.epoch + 1), static_cast<long long>(p.epochs),
                static_cast<long long>(p.step), static_cast<long long>(p.steps_per_epoch), p.loss,
                p.accuracy, p.samples_per_second, format_duration(p.seconds).c_str());
@@ -73,8 +76,10 @@ void run_train(const TrainArgs& a) {
   o.epochs = a.epochs;
   o.optimizer.kind = optimizer_from_name(a.optimizer);
   if (o.optimizer.kind == Optimizer::Kind::sgd) o.optimizer.momentum = a.momentum;
-  if (a.weight_decay >= 0) o.optimizer.weight_decay = a.weight_decay;
-  else if (o.optimizer.kind == Optimizer::Kind::adamw) o.optimizer.weight_decay = 0.01;
+  if (a.weight_decay >= 0)
+    o.optimizer.weight_decay = a.weight_decay;
+  else if (o.optimizer.kind == Optimizer::Kind::adamw)
+    o.optimizer.weight_decay = 0.01;
   o.lr = a.lr > 0 ? a.lr : (o.optimizer.kind == Optimizer::Kind::sgd ? 0.05 : 1e-3);
   o.schedule.kind = schedule_from_name(a.schedule);
   o.schedule.warmup = a.warmup;
@@ -91,11 +96,13 @@ void run_train(const TrainArgs& a) {
     *test = test->slice(0, std::min(a.limit, test->size()));
   }
   const bool terminal = isatty(fileno(stderr)) != 0;
-  o.on_progress = [terminal](const TrainOptions::Progress& p) { print_progress(p, terminal, false); };
-  std::fprintf(stderr, "training %s on Fashion-MNIST (%lld train, %lld test), %s lr %g, batch %lld\n",
-               a.model.c_str(), static_cast<long long>(train->size()),
-               static_cast<long long>(test->size()), a.optimizer.c_str(), o.lr,
-               static_cast<long long>(a.batch));
+  o.on_progress = [terminal](const TrainOptions::Progress& p) {
+    print_progress(p, terminal, false);
+  };
+  std::fprintf(
+      stderr, "training %s on Fashion-MNIST (%lld train, %lld test), %s lr %g, batch %lld\n",
+      a.model.c_str(), static_cast<long long>(train->size()), static_cast<long long>(test->size()),
+      a.optimizer.c_str(), o.lr, static_cast<long long>(a.batch));
   TrainResult r = train_classifier(train, test, o);
   if (a.json) {
     nlohmann::json j = {{"model", a.model},
@@ -109,9 +116,10 @@ void run_train(const TrainArgs& a) {
                         {"device", r.device}};
     std::cout << j.dump() << std::endl;
   } else {
-    std::printf("device %s: test accuracy %.4f, final loss %.4f, %lld steps in %.1f s (%.0f samples/s)\n",
-                r.device.c_str(), r.test_accuracy, r.final_loss, static_cast<long long>(r.steps),
-                r.seconds, r.samples_per_second);
+    std::printf(
+        "device %s: test accuracy %.4f, final loss %.4f, %lld steps in %.1f s (%.0f samples/s)\n",
+        r.device.c_str(), r.test_accuracy, r.final_loss, static_cast<long long>(r.steps), r.seconds,
+        r.samples_per_second);
   }
 }
 
@@ -121,18 +129,24 @@ void add_train_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   auto* cmd = app.add_subcommand("train", "train a built-in classifier on Fashion-MNIST");
   cmd->add_option("--model", a->model, "mlp or cnn")->capture_default_str();
-  cmd->add_option("--epochs", a->epochs, "passes over the training set")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", a->batch, "batch size")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--epochs", a->epochs, "passes over the training set")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--batch", a->batch, "batch size")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--optimizer", a->optimizer, "sgd, adam or adamw")->capture_default_str();
   cmd->add_option("--lr", a->lr, "learning rate (default: 0.05 for sgd, 0.001 otherwise)");
   cmd->add_option("--momentum", a->momentum, "SGD momentum")->capture_default_str();
   cmd->add_option("--weight-decay", a->weight_decay, "weight decay (default: 0, adamw 0.01)");
   cmd->add_option("--schedule", a->schedule, "constant, step or cosine")->capture_default_str();
   cmd->add_option("--warmup", a->warmup, "linear warm-up steps")->capture_default_str();
-  cmd->add_option("--device", a->device, "device index or name substring (default: $MN_DEVICE or the best)");
+  cmd->add_option("--device", a->device,
+                  "device index or name substring (default: $MN_DEVICE or the best)");
   cmd->add_option("--save", a->save, "checkpoint file (safetensors), written after every epoch");
   cmd->add_option("--resume", a->resume, "continue from a checkpoint");
-  cmd->add_option("--data", a->data, "Fashion-MNIST folder (default: $MN_FASHION_MNIST_DIR or Debian's)");
+  cmd->add_option("--data", a->data,
+                  "Fashion-MNIST folder (default: $MN_FASHION_MNIST_DIR or Debian's)");
   cmd->add_option("--limit", a->limit, "use only the first N samples of each split");
   cmd->add_option("--seed", a->seed, "initialization and shuffling seed")->capture_default_str();
   cmd->add_flag("--json", a->json, "print one JSON object as the last line");

@@ -20,7 +20,8 @@ TensorType infer_broadcast(std::string_view op, std::span<const TensorType> in,
     if (require_float && !is_float(in[i].dtype)) shape_fail(op, in, "operands must be float");
   }
   try {
-    for (size_t i = 1; i < in.size(); ++i) shape = broadcast_shapes(shape, in[i].shape, std::string(op));
+    for (size_t i = 1; i < in.size(); ++i)
+      shape = broadcast_shapes(shape, in[i].shape, std::string(op));
   } catch (const ShapeError&) {
     shape_fail(op, in, "shapes must broadcast");
   }

@@ -18,8 +18,8 @@ std::vector<int64_t> broadcast_strides(std::span<const int64_t> in, std::span<co
 // Calls f(out_index, in_offsets...) for every element of `out` in row-major order, where each
 // in_offset is the element offset in the corresponding input given its broadcast strides.
 template <size_t N, class F>
-void for_each_broadcast(std::span<const int64_t> out, const std::array<std::vector<int64_t>, N>& strides,
-                        F&& f) {
+void for_each_broadcast(std::span<const int64_t> out,
+                        const std::array<std::vector<int64_t>, N>& strides, F&& f) {
   const int rank = static_cast<int>(out.size());
   const int64_t total = numel(out);
   std::vector<int64_t> idx(rank, 0);

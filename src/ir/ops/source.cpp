@@ -27,20 +27,22 @@ void register_source_ops(OpRegistry& r) {
          .infer = no_infer("parameter"),
          .vjp = zero_vjp,
          .summary = "a named trainable tensor with an initializer"});
-  r.add({.name = "state",
-         .arity = 0,
-         .archetype = Archetype::source,
-         .differentiable = false,
-         .infer = no_infer("state"),
-         .summary = "a named persistent non-trainable tensor (optimizer state, running statistics)"});
+  r.add(
+      {.name = "state",
+       .arity = 0,
+       .archetype = Archetype::source,
+       .differentiable = false,
+       .infer = no_infer("state"),
+       .summary = "a named persistent non-trainable tensor (optimizer state, running statistics)"});
   r.add({.name = "constant",
          .arity = 0,
          .archetype = Archetype::source,
          .differentiable = false,
          .infer = no_infer("constant"),
-         .eval = [](const Node& n, std::span<const Array* const>) {
-           return *n.attrs.as<ConstantAttrs>().value.array;
-         },
+         .eval =
+             [](const Node& n, std::span<const Array* const>) {
+               return *n.attrs.as<ConstantAttrs>().value.array;
+             },
          .summary = "a constant tensor"});
 }
 
