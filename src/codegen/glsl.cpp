@@ -22,11 +22,14 @@ namespace {
 // rounds to nearest even keeping subnormals, so the explicit forms make every device agree.
 const char* kHalfConversions = R"(#ifndef MN_HALF_CONVERSIONS
 #define MN_HALF_CONVERSIONS
+// Rebiasing the exponent is exact for normals; a subnormal m 2^-24 rebiased one step further
+// reads as 2^-14 + m 2^-24, and subtracting 2^-14 is exact.
 float mn_f16_to_f32(uint h) {
-  uint s = (h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  if (e == 0u) return uintBitsToFloat(s | floatBitsToUint(float(m) * 5.9604644775390625e-8));
-  if (e == 31u) return uintBitsToFloat(s | 0x7f800000u | (m << 13));
-  return uintBitsToFloat(s | ((e + 112u) << 23) | (m << 13));
+  uint a = h & 0x7fffu;
+  float f = uintBitsToFloat((a << 13) + 0x38000000u);
+  if (a < 0x400u) f = uintBitsToFloat((a << 13) + 0x38800000u) - 6.103515625e-05;
+  if (a >= 0x7c00u) f = uintBitsToFloat((a << 13) | 0x7f800000u);
+  return uintBitsToFloat(floatBitsToUint(f) | ((h & 0x8000u) << 16));
 }
 uint mn_f32_to_f16(float v) {
   uint x = floatBitsToUint(v), s = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;

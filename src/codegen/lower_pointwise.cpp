@@ -227,33 +227,65 @@ Lowering lower_pointwise(const LowerContext& ctx, const PointwiseSpec& spec) {
   k.bindings.push_back({ArgRef::output(), true});
   decl += kMathLibrary;
 
-  bool need_coords = false;
-  for (const TensorType& t : ctx.inputs) need_coords = need_coords || t.shape != out;
-  std::string body = need_coords ? glsl::unravel(out, "i", "p") : "";
-  for (int i = 0; i < spec.arity; ++i) {
-    std::string off =
-        ctx.inputs[i].shape == out ? "i" : glsl::broadcast_offset(ctx.inputs[i].shape, out, "p");
-    const std::string load = std::string("in") + names[i];
-    if (ints && !(is_where && i == 0)) {
-      body += is_unsigned
-                  ? std::string("  uint i") + names[i] + " = uint(" + load + "_ldi(" + off + "));\n"
-                  : std::string("  int i") + names[i] + " = " + load + "_ldi(" + off + ");\n";
-    } else {
-      body += std::string("  float ") + names[i] + " = " + load + "_ld(" + off + ");\n";
-    }
-  }
+  // The op as a function of its operand values, storing element i.
+  auto operand_type = [&](int i) -> std::string {
+    if (!ints || (is_where && i == 0)) return "float";
+    return is_unsigned ? "uint" : "int";
+  };
+  auto operand_name = [&](int i) {
+    return (operand_type(i) == "float" ? "" : "i") + std::string(names[i]);
+  };
+  decl += "void mn_store(uint i";
+  for (int i = 0; i < spec.arity; ++i) decl += ", " + operand_type(i) + " " + operand_name(i);
+  decl += ") {\n";
   if (ints) {
     const IntForm f = spec.int_form(n);
     const std::string e = is_unsigned ? f.u : f.i;
     // Comparisons of integers hold 0/1 in a float output.
-    body += is_float(n.type.dtype) ? "  out_st(i, float(" + e + "));\n"
+    decl += is_float(n.type.dtype) ? "  out_st(i, float(" + e + "));\n"
                                    : "  out_sti(i, int(" + e + "));\n";
   } else {
-    body += "  out_st(i, " + spec.expr(n) + ");\n";
+    decl += "  out_st(i, " + spec.expr(n) + ");\n";
   }
-  auto grid = glsl::linear_grid(count, ctx.device);
-  k.glsl = glsl::elementwise_kernel(decl, body, count);
-  k.workgroup = {grid.local, 1, 1};
+  decl += "}\n";
+
+  // Large tensors take `per_thread` elements a thread, all loaded before any is stored (the
+  // output may alias nothing, but the compiler cannot know): one load in flight per thread
+  // leaves a large GPU's memory latency-bound at half its bandwidth. Element j of a group's
+  // span is lane + local * j, so every load and store instruction stays coalesced.
+  const uint32_t local = 256;
+  const uint32_t per_thread = count >= 65536 ? 4 : 1;
+  bool need_coords = false;
+  for (const TensorType& t : ctx.inputs) need_coords = need_coords || t.shape != out;
+  std::string body = "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
+  for (uint32_t j = 0; j < per_thread; ++j) {
+    const std::string J = std::to_string(j), e = "e" + J;
+    body += "  uint " + e + " = (g * " + std::to_string(per_thread) + "u + " + J + "u) * " +
+            std::to_string(local) + "u + gl_LocalInvocationID.x;\n";
+    body += "  bool v" + J + " = " + e + " < " + std::to_string(count) + "u;\n";
+    if (need_coords) body += glsl::unravel(out, e, "p" + J + "_");
+    for (int i = 0; i < spec.arity; ++i) {
+      const std::string off = ctx.inputs[i].shape == out
+                                  ? e
+                                  : glsl::broadcast_offset(ctx.inputs[i].shape, out, "p" + J + "_");
+      const std::string load = std::string("in") + names[i];
+      const std::string type = operand_type(i);
+      const std::string value = type == "float" ? load + "_ld(" + off + ")"
+                                : type == "int" ? load + "_ldi(" + off + ")"
+                                                : "uint(" + load + "_ldi(" + off + "))";
+      body += "  " + type + " " + operand_name(i) + J + " = v" + J + " ? " + value + " : " + type +
+              "(0);\n";
+    }
+  }
+  for (uint32_t j = 0; j < per_thread; ++j) {
+    const std::string J = std::to_string(j);
+    body += "  if (v" + J + ") mn_store(e" + J;
+    for (int i = 0; i < spec.arity; ++i) body += ", " + operand_name(i) + J;
+    body += ");\n";
+  }
+  auto grid = glsl::linear_grid((count + per_thread - 1) / per_thread, ctx.device, local);
+  k.glsl = glsl::header() + decl + "void main() {\n" + body + "}\n";
+  k.workgroup = {local, 1, 1};
   k.groups = grid.groups;
   Lowering l;
   l.launches.push_back(std::move(k));

@@ -84,28 +84,32 @@ struct Layout {
   uint64_t blocks = 1;  // groups along the outputs
 };
 
-Layout layout_for(const Geometry& g) {
+Layout layout_for(const Geometry& g, const DeviceTraits& d) {
   Layout l;
   const auto pow2 = [](uint64_t v) { return static_cast<uint32_t>(std::bit_ceil(v)); };
+  // 256 threads a group, fewer on devices that allow fewer (Vulkan guarantees 128).
+  const uint32_t threads = std::min<uint32_t>(256, std::bit_floor(d.max_workgroup_invocations));
   if (g.inner_reduced) {
-    // Rows: lanes along the row; short rows share a group.
+    // Rows: lanes along the row, ~4 elements each (fewer lanes would leave too little in
+    // flight, more would spend the time in the tree); short rows share a group.
     if (g.reduced <= 8) {
-      l.lx = 128;
+      l.lx = threads / 2;
     } else {
-      l.ly = std::min<uint32_t>(256, std::max<uint32_t>(32, pow2(g.reduced)));
-      l.lx = 256 / l.ly;
+      l.ly = std::min<uint32_t>(threads, std::max<uint32_t>(8, pow2(g.reduced) / 4));
+      l.lx = threads / l.ly;
     }
   } else if (g.reduced <= 16 || (g.outputs >= 8192 && g.reduced <= 256)) {
-    l.lx = 128;  // columns, enough outputs: one thread each, reading consecutive addresses
+    l.lx = threads / 2;  // columns, enough outputs: one thread each, reading consecutive addresses
   } else {
     l.lx = std::min<uint32_t>(32, pow2(g.outputs));
-    l.ly = std::min<uint32_t>(256 / l.lx, pow2(g.reduced));
+    l.ly = std::min<uint32_t>(threads / l.lx, pow2(g.reduced));
   }
   l.blocks = (g.outputs + l.lx - 1) / l.lx;
-  // Split long reductions when the grid is small: aim at ~256 groups, >= 16 loads per lane.
+  // Split long reductions when the grid is too small to spread over a large device: aim at
+  // ~512 groups, each lane still loading >= 16 elements.
   const uint64_t per_lane = (g.reduced + l.ly - 1) / l.ly;
-  if (l.blocks < 128 && per_lane >= 64) {
-    const uint64_t s = std::min<uint64_t>((256 + l.blocks - 1) / l.blocks, per_lane / 16);
+  if (l.blocks < 256 && per_lane >= 64) {
+    const uint64_t s = std::min<uint64_t>((512 + l.blocks - 1) / l.blocks, per_lane / 16);
     l.chunk = (g.reduced + s - 1) / s;
     l.split = (g.reduced + l.chunk - 1) / l.chunk;
   }
@@ -390,7 +394,7 @@ Lowering lower_reduction(const LowerContext& ctx, Kind kind, const std::vector<i
   const DType in = ctx.inputs[0].dtype;
   const Reducer red{kind, is_float(in) ? Value::f : in == DType::u32 ? Value::u : Value::i};
   const Geometry g = geometry(ctx.inputs[0].shape, axes);
-  const Layout l = layout_for(g);
+  const Layout l = layout_for(g, ctx.device);
   Lowering low;
   low.launches.push_back(main_launch(ctx, red, g, l, correction));
   if (l.split > 1) {

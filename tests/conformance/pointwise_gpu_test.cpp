@@ -229,22 +229,32 @@ TEST(PointwiseGpu, NaNBehavesAsInTheReference) {
 
 TEST(PointwiseGpu, GridFoldsPastTheGroupLimit) {
   auto rng = testing::rng_for("pointwise-gpu/fold");
-  Graph g;
-  Tensor x = g.input("x", {40, 250});
-  Tensor y = g.input("y", {250});
-  Tensor out = x * y;
-  const std::vector<Array> inputs{testing::random_array(rng, {{40, 250}, DType::f32}),
-                                  testing::random_array(rng, {{250}, DType::f32})};
-  const Array want = testing::stored(reference::evaluate_nodes(
-      g, {{"x", inputs[0]}, {"y", inputs[1]}}, std::vector<NodeId>{out.id()})[0]);
-  codegen::DeviceTraits traits = testing::device_traits();
-  traits.max_group_count = 7;  // 40 groups of 256: a 7 × 6 grid whose last row overhangs
-  const codegen::Lowering low = testing::lower_node(g, out.id(), traits);
-  ASSERT_EQ(low.launches.size(), 1u);
-  EXPECT_EQ(low.launches[0].groups, (std::array<uint32_t, 3>{7, 6, 1}));
-  expect_same_values(testing::run_lowering(g, out.id(), inputs, traits), want, "folded");
-  traits.max_group_count = 5;  // 40 groups no longer fit 5 × 5
-  EXPECT_THROW(testing::lower_node(g, out.id(), traits), Error);
+  struct Fold {
+    int64_t rows;
+    uint32_t limit;
+    std::array<uint32_t, 3> groups;
+  };
+  // 10000 elements, one a thread: 40 groups of 256 in a 7 × 6 grid whose last row overhangs.
+  // 90000 elements, four a thread: 88 groups in 10 × 9.
+  for (const Fold& f : {Fold{40, 7, {7, 6, 1}}, Fold{360, 10, {10, 9, 1}}}) {
+    SCOPED_TRACE(f.rows);
+    Graph g;
+    Tensor x = g.input("x", {f.rows, 250});
+    Tensor y = g.input("y", {250});
+    Tensor out = x * y;
+    const std::vector<Array> inputs{testing::random_array(rng, {{f.rows, 250}, DType::f32}),
+                                    testing::random_array(rng, {{250}, DType::f32})};
+    const Array want = testing::stored(reference::evaluate_nodes(
+        g, {{"x", inputs[0]}, {"y", inputs[1]}}, std::vector<NodeId>{out.id()})[0]);
+    codegen::DeviceTraits traits = testing::device_traits();
+    traits.max_group_count = f.limit;
+    const codegen::Lowering low = testing::lower_node(g, out.id(), traits);
+    ASSERT_EQ(low.launches.size(), 1u);
+    EXPECT_EQ(low.launches[0].groups, f.groups);
+    expect_same_values(testing::run_lowering(g, out.id(), inputs, traits), want, "folded");
+    traits.max_group_count = f.limit - 2;  // no longer fits
+    EXPECT_THROW(testing::lower_node(g, out.id(), traits), Error);
+  }
 }
 
 TEST(PointwiseGpu, LinearGridCoversExactly) {

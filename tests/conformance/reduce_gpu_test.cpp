@@ -46,8 +46,9 @@ struct Case {
 // Shapes chosen for their layouts (lowering shapes listed per case).
 const std::vector<Case>& cases() {
   static const std::vector<Case> c{
-      {"rows100", {5, 100}, {1}, 1},          // lanes along rows, 128 per row
-      {"rows257", {3, 257}, {1}, 1},          // 256 lanes, a second round for one element
+      {"rows100", {5, 100}, {1}, 1},          // lanes along rows, 32 per row
+      {"rows257", {3, 257}, {1}, 1},          // 128 lanes, a third round for one element
+      {"rows2000", {300, 2000}, {1}, 1},      // 256 lanes, 8 rounds
       {"rows_long", {2, 40000}, {1}, 2},      // split into chunks, then combined
       {"columns300", {300, 7}, {0}, 1},       // 8 outputs × 32 lanes
       {"columns_long", {30000, 3}, {0}, 2},   // split columns
@@ -81,7 +82,7 @@ TEST(ReduceGpu, LayoutsAgreeWithTheReference) {
 TEST(ReduceGpu, SixteenBitStorageAtLength) {
   auto rng = testing::rng_for("reduce-gpu/half");
   for (DType t : {DType::f16, DType::bf16}) {
-    for (const Case& c : {cases()[2], cases()[4], cases()[6]}) {
+    for (const Case& c : {cases()[3], cases()[5], cases()[7]}) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " " + c.tag);
       Graph g;
       Tensor x = g.input("x", c.shape, t);
@@ -178,7 +179,7 @@ TEST(ReduceGpu, GridFoldsPastTheGroupLimit) {
     Shape shape;
     std::vector<int64_t> axes;
   };
-  // Lanes per row (50 groups), a thread per row (40), split rows (18, then 1), split columns
+  // Lanes per row (13 groups), a thread per row (40), split rows (18, then 1), split columns
   // (69, then 1): all past 9 groups, folded into 9 × n with an overhanging last row.
   for (const Fold& f :
        {Fold{{400, 9}, {1}}, Fold{{5000, 3}, {1}}, Fold{{2, 40000}, {1}}, Fold{{3000, 70}, {0}}}) {
