@@ -234,12 +234,13 @@ Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t ba
   }
   const int64_t blocks = (p_count + lx - 1) / lx;
   const int64_t outputs = p_count * batch;
-  // Split K when there are few groups to spread over a large device: ~512 groups, each lane
-  // still summing >= 16 products.
+  // Split K when there are too few groups to keep a large device's memory busy: ~2048
+  // groups, each lane still summing >= 16 products, and at most 256 partials for the second
+  // launch's one thread per output to add.
   const int64_t per_lane = (g.k + ly - 1) / ly;
   int64_t split = 1, chunk = g.k;
-  if (blocks * batch < 256 && per_lane >= 64) {
-    split = std::min<int64_t>((512 + blocks * batch - 1) / (blocks * batch), per_lane / 16);
+  if (blocks * batch < 1024 && per_lane >= 64) {
+    split = std::min<int64_t>({(2048 + blocks * batch - 1) / (blocks * batch), per_lane / 16, 256});
     chunk = (g.k + split - 1) / split;
     split = (g.k + chunk - 1) / chunk;
   }

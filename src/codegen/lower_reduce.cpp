@@ -105,11 +105,13 @@ Layout layout_for(const Geometry& g, const DeviceTraits& d) {
     l.ly = std::min<uint32_t>(threads / l.lx, pow2(g.reduced));
   }
   l.blocks = (g.outputs + l.lx - 1) / l.lx;
-  // Split long reductions when the grid is too small to spread over a large device: aim at
-  // ~512 groups, each lane still loading >= 16 elements.
+  // Split long reductions when the grid is too small to keep a large device's memory busy:
+  // aim at ~2048 groups, each lane still loading >= 16 elements, and at most 256 partials for
+  // the second launch's one thread per output to combine. Measured on an H200 (f32, 16M
+  // elements): rows 2.9 TB/s, columns 2.8 TB/s, all to one 1.7 TB/s.
   const uint64_t per_lane = (g.reduced + l.ly - 1) / l.ly;
-  if (l.blocks < 256 && per_lane >= 64) {
-    const uint64_t s = std::min<uint64_t>((512 + l.blocks - 1) / l.blocks, per_lane / 16);
+  if (l.blocks < 1024 && per_lane >= 64) {
+    const uint64_t s = std::min<uint64_t>({(2048 + l.blocks - 1) / l.blocks, per_lane / 16, 256});
     l.chunk = (g.reduced + s - 1) / s;
     l.split = (g.reduced + l.chunk - 1) / l.chunk;
   }
