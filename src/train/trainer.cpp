@@ -163,8 +163,13 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train,
     fill_batch(b, o.model.batch, train->sample_numel(), x, y);
     session->set("x", x);
     session->set("y", y);
-    session->set_scalar(StepInputs::lr, o.schedule.lr_at(o.lr, global_step, total));
-    session->set_scalar(StepInputs::step, static_cast<double>(global_step + 1));
+    // With gradient accumulation a step is one micro-batch; every `accumulate`-th one updates,
+    // and the schedule and bias correction count updates.
+    const int64_t acc = std::max(1, o.optimizer.accumulate);
+    const int64_t update = global_step / acc;
+    session->set_scalar(StepInputs::lr, o.schedule.lr_at(o.lr, update, (total + acc - 1) / acc));
+    session->set_scalar(StepInputs::step, static_cast<double>(update + 1));
+    if (acc > 1) session->set_scalar(StepInputs::apply, (global_step + 1) % acc == 0 ? 1.0 : 0.0);
     session->step();
     ++global_step;
     const double loss = session->get("loss").data[0];

@@ -28,6 +28,8 @@ struct TrainArgs {
   std::string device;
   std::string save, resume, data;
   int64_t limit = 0;
+  int accumulate = 1;
+  double clip = 0;
   uint64_t seed = 0;
   bool json = false;
 };
@@ -80,6 +82,8 @@ void run_train(const TrainArgs& a) {
     o.optimizer.weight_decay = a.weight_decay;
   else if (o.optimizer.kind == Optimizer::Kind::adamw)
     o.optimizer.weight_decay = 0.01;
+  o.optimizer.accumulate = a.accumulate;
+  o.optimizer.clip_grad_norm = a.clip;
   o.lr = a.lr > 0 ? a.lr : (o.optimizer.kind == Optimizer::Kind::sgd ? 0.05 : 1e-3);
   o.schedule.kind = schedule_from_name(a.schedule);
   o.schedule.warmup = a.warmup;
@@ -141,6 +145,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--weight-decay", a->weight_decay, "weight decay (default: 0, adamw 0.01)");
   cmd->add_option("--schedule", a->schedule, "constant, step or cosine")->capture_default_str();
   cmd->add_option("--warmup", a->warmup, "linear warm-up steps")->capture_default_str();
+  cmd->add_option("--accumulate", a->accumulate, "micro-batches per update (gradient accumulation)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--clip-grad-norm", a->clip, "clip gradients to this global L2 norm (0: off)");
   cmd->add_option("--device", a->device,
                   "device index or name substring (default: $MN_DEVICE or the best)");
   cmd->add_option("--save", a->save, "checkpoint file (safetensors), written after every epoch");
