@@ -25,7 +25,7 @@ struct ClassifierSpec {
   ModelKind kind = ModelKind::mlp;
   int64_t batch = 64;
   int64_t classes = 10;
-  std::vector<int64_t> hidden = {128};  // MLP hidden widths
+  std::vector<int64_t> hidden = {128};  // widths of the hidden fully connected layers
   uint64_t seed = 0;                    // parameter initialization
   bool with_loss = true;
 };

@@ -61,7 +61,11 @@ Classifier build_classifier(const ClassifierSpec& spec) {
     Tensor h = max_pool2d(relu(conv_layer(c.input, 16, "conv1", spec.seed)), pool);
     h = max_pool2d(relu(conv_layer(h, 32, "conv2", spec.seed + 10)), pool);
     h = reshape(h, {spec.batch, 32 * 7 * 7});
-    c.logits = linear(h, spec.classes, "fc1", spec.seed + 20);
+    for (size_t i = 0; i < spec.hidden.size(); ++i) {
+      h = relu(linear(h, spec.hidden[i], "fc" + std::to_string(i + 1), spec.seed + 20 + 10 * i));
+    }
+    c.logits = linear(h, spec.classes, "fc" + std::to_string(spec.hidden.size() + 1),
+                      spec.seed + 20 + 10 * spec.hidden.size());
   }
   g.output("logits", c.logits);
   if (spec.with_loss) {
