@@ -84,7 +84,10 @@ void run_train(const TrainArgs& a) {
     o.optimizer.weight_decay = 0.01;
   o.optimizer.accumulate = a.accumulate;
   o.optimizer.clip_grad_norm = a.clip;
-  o.lr = a.lr > 0 ? a.lr : (o.optimizer.kind == Optimizer::Kind::sgd ? 0.05 : 1e-3);
+  // Defaults measured on Fashion-MNIST: Adam at 1e-3 for the MLP (0.844 after one epoch), 2e-3
+  // for the CNN (0.894 after two; 1e-3 reached 0.874).
+  const double adam_lr = o.model.kind == ModelKind::cnn ? 2e-3 : 1e-3;
+  o.lr = a.lr > 0 ? a.lr : (o.optimizer.kind == Optimizer::Kind::sgd ? 0.05 : adam_lr);
   o.schedule.kind = schedule_from_name(a.schedule);
   o.schedule.warmup = a.warmup;
   o.device = a.device;
@@ -140,7 +143,7 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--optimizer", a->optimizer, "sgd, adam or adamw")->capture_default_str();
-  cmd->add_option("--lr", a->lr, "learning rate (default: 0.05 for sgd, 0.001 otherwise)");
+  cmd->add_option("--lr", a->lr, "learning rate (default: sgd 0.05; adam/adamw 0.001 for mlp, 0.002 for cnn)");
   cmd->add_option("--momentum", a->momentum, "SGD momentum")->capture_default_str();
   cmd->add_option("--weight-decay", a->weight_decay, "weight decay (default: 0, adamw 0.01)");
   cmd->add_option("--schedule", a->schedule, "constant, step or cosine")->capture_default_str();
