@@ -69,7 +69,9 @@ struct TrainingStep {
 // Appends backward and the optimizer update of every parameter of loss's graph (or of
 // `parameters` when given) and outputs "loss". Optimizer state tensors are named
 // "<param>/<slot>" (momentum, exp_avg, exp_avg_sq, grad_accum).
+// With output_gradients, each parameter's gradient is also an output "grad/<param>", so a
+// Session can read it by name after a step.
 TrainingStep add_training_step(Tensor loss, const Optimizer& opt,
-                               std::vector<Tensor> parameters = {});
+                               std::vector<Tensor> parameters = {}, bool output_gradients = false);
 
 }  // namespace mn

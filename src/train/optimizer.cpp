@@ -80,7 +80,8 @@ void update_parameter(Graph& g, const Optimizer& opt, const StepScalars& s, Tens
 
 }  // namespace
 
-TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Tensor> parameters) {
+TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Tensor> parameters,
+                               bool output_gradients) {
   Graph& g = loss.graph();
   if (loss.numel() != 1) {
     throw ShapeError("add_training_step: the loss must have one element, got " + loss.type().str());
@@ -123,6 +124,11 @@ TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Te
   for (size_t i = 0; i < parameters.size(); ++i)
     update_parameter(g, opt, s, parameters[i], grads[i]);
   if (!g.find_output("loss")) g.output("loss", loss);
+  if (output_gradients) {
+    for (size_t i = 0; i < parameters.size(); ++i) {
+      g.output("grad/" + g.node(parameters[i].id()).name, out.gradients[i]);
+    }
+  }
   return out;
 }
 

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <meganeura/optimizer.h>
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
@@ -24,6 +25,23 @@ TEST(Session, ElementwiseMatmulReduction) {
   auto want = reference::evaluate(g, {{"x", xv}});
   EXPECT_LE(testing::relative_error(session->get("h"), want["h"]), 1e-5);
   EXPECT_LE(testing::relative_error(session->get("s"), want["s"]), 1e-5);
+}
+
+TEST(Session, GradientsReadByName) {
+  Graph g;
+  auto x = g.input("x", {4, 3});
+  auto w = g.parameter("w", {3, 2}, Init::normal(0, 1, 9));
+  auto loss = mean(matmul(x, w) * matmul(x, w));
+  add_training_step(loss, Optimizer::sgd(), {}, /*output_gradients=*/true);
+  auto session = build_session(g);
+  auto rng = testing::rng_for("grad-by-name");
+  reference::Feeds in{{"x", testing::random_array(rng, {{4, 3}, DType::f32})},
+                      {"lr", Array::scalar(0.1)},
+                      {"step", Array::scalar(1)}};
+  for (const auto& [name, value] : in) session->set(name, value);
+  session->step();
+  auto want = reference::evaluate(g, in);  // parameters at their initial values, as on the GPU
+  EXPECT_LE(testing::relative_error(session->get("grad/w"), want.at("grad/w")), 1e-5);
 }
 
 TEST(Session, UnknownNamesAndSizesAreErrors) {
