@@ -1,9 +1,11 @@
 // GPU convolution and pooling beyond the op table's (small) samples: the shapes that select the
-// implicit GEMM's wide and long tiles (64×64, 256×16, 128×32), K tiles shorter than 16, split-K
+// implicit GEMM's wide and long tiles (128×64, 256×16, 256×32), K tiles shorter than 16, split-K
 // partial sums with their deterministic finishing pass (weight gradients, and a forward conv with
 // bias), the CNN's layers with their gradients, 16-bit storage, and the grid folding past the
 // device's group-count limit.
 #include <gtest/gtest.h>
+
+#include <cstdio>
 
 #include <meganeura/autodiff.h>
 #include <meganeura/graph.h>
@@ -60,8 +62,9 @@ struct Fixture {
 };
 
 // The CNN's two blocks at a small batch: forward K = 9 (a K tile shorter than 16), 256×16 and
-// 128×32 tiles, the input gradient of the second conv, and weight gradients over K = 8·28·28
-// (split across workgroups; 16×16 tiles at 2×2 per thread, 32×32 for the 144-wide second).
+// 256×32 tiles, the input gradient of the second conv, and weight gradients over K = 8·28·28
+// split across workgroups (a 16×16 tile at 2×2 per thread, and a 32×144 one: 72 threads, a
+// thread count that divides none of the tile's loads evenly).
 TEST(ConvGpu, CnnBlocksWithGradients) {
   Fixture f("cnn");
   Tensor x = f.input("x", {8, 1, 28, 28});
@@ -75,7 +78,7 @@ TEST(ConvGpu, CnnBlocksWithGradients) {
   f.expect_matches_reference();
 }
 
-// 64×64 tiles per group, with stride, padding and dilation; the input gradient skips taps off
+// 128×64 tiles per group, with stride, padding and dilation; the input gradient skips taps off
 // the stride grid.
 TEST(ConvGpu, WideTilesWithGroupsStrideDilation) {
   Fixture f("groups");
@@ -139,11 +142,16 @@ TEST(ConvGpu, GridFoldsPastGroupLimit) {
   device.max_group_count = 5;
   codegen::Lowering l = (*lower)({g.node(y.id()), types, device});
   ASSERT_EQ(l.launches.size(), 1u);
-  const auto& groups = l.launches[0].groups;
-  EXPECT_LE(groups[0], 5u);
-  EXPECT_LE(groups[1], 5u);
-  // 38·38 outputs in 64-row tiles, one 64-column tile.
-  EXPECT_GE(groups[0] * groups[1], (38u * 38u + 63u) / 64u);
+  const codegen::KernelLaunch& k = l.launches[0];
+  // The kernel is named after its tile, "conv2d_gemm_<rows>x<columns>".
+  unsigned rows = 0, cols = 0;
+  ASSERT_EQ(std::sscanf(k.name.c_str(), "conv2d_gemm_%ux%u", &rows, &cols), 2) << k.name;
+  const unsigned tiles = (38u * 38u + rows - 1) / rows * ((64u + cols - 1) / cols);
+  ASSERT_GT(tiles, 5u);
+  EXPECT_LE(k.groups[0], 5u);
+  EXPECT_LE(k.groups[1], 5u);
+  EXPECT_GE(k.groups[0] * k.groups[1], tiles);
+  EXPECT_NE(k.glsl.find("if (tile >= " + std::to_string(tiles) + "u) return;"), std::string::npos);
 }
 
 }  // namespace
