@@ -22,7 +22,7 @@ namespace {
 // Outputs per tile at most (64 per thread over 128 threads), tile sides at most, and the block
 // one thread accumulates at most along each side.
 constexpr int64_t kTileArea = 8192, kMaxTileM = 256, kMaxTileN = 128, kPerThread = 8;
-constexpr int64_t kMinThreads = 64, kTileK = 16;
+constexpr int64_t kTileK = 16;
 // Workgroups a launch should offer before K is worth splitting (a few per compute unit on large
 // GPUs; lavapipe saturates far below it).
 constexpr int64_t kTargetGroups = 128;
@@ -74,8 +74,10 @@ Tiling choose_tiling(const ImplicitGemm& spec, const DeviceTraits& d) {
   // A short M leaves room to widen N again.
   tile_n = tile_side(spec.n, std::min(kTileArea / tile_m, kMaxTileM));
   int64_t tm = std::min(kPerThread, tile_m), tn = std::min(kPerThread, tile_n);
-  // Small tiles spread over fewer outputs per thread rather than run tiny workgroups.
-  while ((tile_m / tm) * (tile_n / tn) < kMinThreads && (tm > 1 || tn > 1)) {
+  // Small tiles spread over fewer outputs per thread until the workgroup fills two subgroups (64
+  // threads on most GPUs; 16 on lavapipe, where fewer, fuller threads are cheaper).
+  const auto min_threads = static_cast<int64_t>(2 * std::max(d.subgroup_size, 8u));
+  while ((tile_m / tm) * (tile_n / tn) < min_threads && (tm > 1 || tn > 1)) {
     if (tm >= tn) {
       tm /= 2;
     } else {

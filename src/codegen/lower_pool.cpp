@@ -127,6 +127,52 @@ std::string windows_holding(const char* axis, const std::string& c, int64_t out,
   return f;
 }
 
+// Non-overlapping windows (stride >= span on both axes): the input splits into stride-sized
+// cells, cell (cy, cx) holding every tap of window (cy, cx) and nothing of any other window. One
+// thread per cell finds the window's argmax once and writes the whole cell: gy there, zero
+// elsewhere (also for cells past the last window). A quarter of the memory traffic of the gather
+// below for 2×2 pooling.
+Lowering max_pool2d_backward_cells(const LowerContext& ctx, const MaxPool2dAttrs& a,
+                                   const pool::Planes& g, int64_t ph, int64_t pw) {
+  const int64_t cy_n = (g.in_h - 1 + a.pad_h) / a.stride_h + 1;
+  const int64_t cx_n = (g.in_w - 1 + a.pad_w) / a.stride_w + 1;
+  const auto n = static_cast<uint64_t>(g.planes * cy_n * cx_n);
+  std::string decls = glsl::buffer(0, ctx.inputs[0].dtype, "X", true) +
+                      glsl::buffer(1, ctx.inputs[1].dtype, "G", true) +
+                      glsl::buffer(2, ctx.node.type.dtype, "Y", false) +
+                      window_argmax(a, g.in_h, g.in_w);
+  const std::string cells = pool::ulit(cy_n * cx_n);
+  std::string body = "  uint p = i / " + cells + ", q = i % " + cells + ";\n";
+  body += "  int cy = int(q / " + pool::ulit(cx_n) + "), cx = int(q % " + pool::ulit(cx_n) + ");\n";
+  body += "  uint base = p * " + pool::ulit(g.in_h * g.in_w) + ";\n";
+  // A cell past the last window reads a clamped one, whose taps (and argmax) lie in another
+  // cell, so it writes zeros.
+  body += "  int wy = min(cy, " + ilit(ph - 1) + "), wx = min(cx, " + ilit(pw - 1) + ");\n";
+  body += "  float m;\n  int best = window_argmax(base, wy, wx, m);\n";
+  body +=
+      "  float gv = G_ld(p * " + pool::ulit(ph * pw) + " + uint(wy * " + ilit(pw) + " + wx));\n";
+  body += "  for (int a = 0; a < " + ilit(a.stride_h) + "; ++a) {\n";
+  body += "    int y = cy * " + ilit(a.stride_h) + " - " + ilit(a.pad_h) + " + a;\n";
+  body += "    if (uint(y) >= " + pool::ulit(g.in_h) + ") continue;\n";
+  body += "    for (int b = 0; b < " + ilit(a.stride_w) + "; ++b) {\n";
+  body += "      int x = cx * " + ilit(a.stride_w) + " - " + ilit(a.pad_w) + " + b;\n";
+  body += "      if (uint(x) >= " + pool::ulit(g.in_w) + ") continue;\n";
+  body += "      int at = y * " + ilit(g.in_w) + " + x;\n";
+  body += "      Y_st(base + uint(at), at == best ? gv : 0.0);\n";
+  body += "    }\n  }\n";
+
+  const glsl::Linear grid = glsl::linear_grid(n, ctx.device);
+  KernelLaunch k;
+  k.name = "max_pool2d_backward_cells";
+  k.glsl = glsl::elementwise_kernel(decls, body, n);
+  k.workgroup = {grid.local, 1, 1};
+  k.groups = grid.groups;
+  k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
+  Lowering l;
+  l.launches.push_back(std::move(k));
+  return l;
+}
+
 // max_pool2d_backward(x, gy): each input element sums gy over the windows whose tap grid holds it
 // and whose argmax it is.
 Lowering lower_max_pool2d_backward(const LowerContext& ctx) {
@@ -134,6 +180,10 @@ Lowering lower_max_pool2d_backward(const LowerContext& ctx) {
   const pool::Planes g = pool::planes_of(ctx);  // here in = out = x's plane
   const Shape& gy = ctx.inputs[1].shape;
   const int64_t ph = gy[gy.size() - 2], pw = gy[gy.size() - 1];
+  if (a.stride_h >= (a.kernel_h - 1) * a.dilation_h + 1 &&
+      a.stride_w >= (a.kernel_w - 1) * a.dilation_w + 1) {
+    return max_pool2d_backward_cells(ctx, a, g, ph, pw);
+  }
   std::string body = "  uint base = p * " + pool::ulit(g.in_h * g.in_w) + ";\n";
   body += "  uint gbase = p * " + pool::ulit(ph * pw) + ";\n";
   body += "  int here = oy * " + ilit(g.in_w) + " + ox;\n";

@@ -129,6 +129,21 @@ TEST(PoolGpu, LargerWindowsWithGradients) {
   f.expect_matches_reference();
 }
 
+// Windows that cannot overlap take the per-cell backward kernel: with padding, dilation, gaps
+// between windows (stride past the span) and ceil mode's partial last window.
+TEST(PoolGpu, DisjointWindowsBackward) {
+  Fixture f("pool-cells");
+  Tensor x = f.input("x", {2, 3, 11, 10});
+  Tensor a = max_pool2d(x, {.kernel = {2, 2},
+                            .stride = {3, 3},
+                            .padding = {1, 1},
+                            .dilation = {2, 2},
+                            .ceil_mode = true});
+  Tensor b = max_pool2d(x, {.kernel = {2, 3}, .stride = {3, 4}});
+  f.finish(sum(a, {2, 3}) + sum(b, {2, 3}));
+  f.expect_matches_reference();
+}
+
 // Past the device's group-count limit the tiles fold into a second grid dimension.
 TEST(ConvGpu, GridFoldsPastGroupLimit) {
   const codegen::LowerFn* lower = codegen::find_lowering("conv2d");
