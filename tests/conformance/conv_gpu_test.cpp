@@ -61,13 +61,13 @@ struct Fixture {
   }
 };
 
-// The CNN's two blocks at a small batch: forward K = 9 (a K tile shorter than 16), 256×16 and
-// 256×32 tiles, the input gradient of the second conv, and weight gradients over K = 8·28·28
-// split across workgroups (a 16×16 tile at 2×2 per thread, and a 32×144 one: 72 threads, a
-// thread count that divides none of the tile's loads evenly).
+// The CNN's two blocks at its training batch: forward K = 9 (a K tile shorter than 16), 256×16
+// and 256×32 tiles, the input gradient of the second conv, and weight gradients over
+// K = 64·28·28 split across workgroups (a 16×16 tile, and a 32×144 one: 72 threads, a count
+// that divides none of the tile's loads evenly).
 TEST(ConvGpu, CnnBlocksWithGradients) {
   Fixture f("cnn");
-  Tensor x = f.input("x", {8, 1, 28, 28});
+  Tensor x = f.input("x", {64, 1, 28, 28});
   Tensor w1 = f.input("w1", {16, 1, 3, 3});
   Tensor b1 = f.input("b1", {16});
   Tensor w2 = f.input("w2", {32, 16, 3, 3});
