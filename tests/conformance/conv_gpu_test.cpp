@@ -130,7 +130,8 @@ TEST(PoolGpu, LargerWindowsWithGradients) {
 }
 
 // Windows that cannot overlap take the per-cell backward kernel: with padding, dilation, gaps
-// between windows (stride past the span) and ceil mode's partial last window.
+// between windows (stride past the span) and ceil mode's partial last window. Windows disjoint
+// along one axis only take the gather kernel with a single candidate window along that axis.
 TEST(PoolGpu, DisjointWindowsBackward) {
   Fixture f("pool-cells");
   Tensor x = f.input("x", {2, 3, 11, 10});
@@ -140,7 +141,8 @@ TEST(PoolGpu, DisjointWindowsBackward) {
                             .dilation = {2, 2},
                             .ceil_mode = true});
   Tensor b = max_pool2d(x, {.kernel = {2, 3}, .stride = {3, 4}});
-  f.finish(sum(a, {2, 3}) + sum(b, {2, 3}));
+  Tensor c = max_pool2d(x, {.kernel = {3, 2}, .stride = {2, 3}, .padding = {1, 0}});
+  f.finish(sum(a, {2, 3}) + sum(b, {2, 3}) + sum(c, {2, 3}));
   f.expect_matches_reference();
 }
 
