@@ -21,13 +21,13 @@ namespace {
 
 // Outputs per tile at most (64 per thread over 128 threads), tile sides at most, and the block
 // one thread accumulates at most along each side.
-constexpr int64_t kTileArea = 8192, kMaxTileM = 256, kMaxTileN = 128, kPerThread = 8;
-constexpr int64_t kTileK = 16;
+constexpr int64_t max_tile_area = 8192, max_tile_m = 256, max_tile_n = 128, max_per_thread = 8;
+constexpr int64_t tile_k = 16;
 // Workgroups a launch should offer before K is worth splitting (a few per compute unit on large
 // GPUs; lavapipe saturates far below it).
-constexpr int64_t kTargetGroups = 128;
+constexpr int64_t target_groups = 128;
 // The least K a split keeps, so the partial sums stay cheap next to the GEMM itself.
-constexpr int64_t kMinSplitK = 256;
+constexpr int64_t min_split_k = 256;
 
 std::string u(int64_t v) { return std::to_string(v) + "u"; }
 std::string n(int64_t v) { return std::to_string(v); }
@@ -51,7 +51,7 @@ struct Side {
 
 struct Tiling {
   Side m, n;
-  int64_t kt = kTileK;
+  int64_t kt = tile_k;
   int64_t threads() const { return m.threads * n.threads; }
 };
 
@@ -69,11 +69,11 @@ int64_t tile_side(int64_t extent, int64_t limit) {
 }
 
 Tiling choose_tiling(const ImplicitGemm& spec, const DeviceTraits& d) {
-  int64_t tile_n = tile_side(spec.n, kMaxTileN);
-  const int64_t tile_m = tile_side(spec.m, std::min(kTileArea / tile_n, kMaxTileM));
+  int64_t tile_n = tile_side(spec.n, max_tile_n);
+  const int64_t tile_m = tile_side(spec.m, std::min(max_tile_area / tile_n, max_tile_m));
   // A short M leaves room to widen N again.
-  tile_n = tile_side(spec.n, std::min(kTileArea / tile_m, kMaxTileM));
-  int64_t tm = std::min(kPerThread, tile_m), tn = std::min(kPerThread, tile_n);
+  tile_n = tile_side(spec.n, std::min(max_tile_area / tile_m, max_tile_m));
+  int64_t tm = std::min(max_per_thread, tile_m), tn = std::min(max_per_thread, tile_n);
   // Small tiles spread over fewer outputs per thread until the workgroup fills two subgroups (64
   // threads on most GPUs; 16 on lavapipe, where fewer, fuller threads are cheaper).
   const auto min_threads = static_cast<int64_t>(2 * std::max(d.subgroup_size, 8u));
@@ -87,7 +87,7 @@ Tiling choose_tiling(const ImplicitGemm& spec, const DeviceTraits& d) {
   Tiling t;
   t.m = {tm, tile_m / tm};
   t.n = {tn, tile_n / tn};
-  t.kt = std::min(kTileK, spec.k);
+  t.kt = std::min(tile_k, spec.k);
   const auto shared_bytes = [&](int64_t kt) {
     return static_cast<uint64_t>(kt * (t.m.tile() + t.m.width() + t.n.tile() + t.n.width()) * 4);
   };
@@ -146,11 +146,11 @@ std::string load_tile(const std::string& tile, const Side& side, int64_t kt, int
 // Statements declaring `<name>0..` (the thread's operand vectors at step kk) from the shared tile.
 std::string operand_values(const std::string& name, const std::string& tile, const Side& side,
                            const std::string& thread) {
+  const std::string type = "      " + vec_type(side.width()) + " " + name;
+  const std::string row = " = " + tile + "[kk][" + thread + " * " + u(side.vectors()) + " + ";
   std::string s;
-  for (int64_t q = 0; q < side.vectors(); ++q) {
-    s += "      " + vec_type(side.width()) + " " + name + n(q) + " = " + tile + "[kk][" + thread +
-         " * " + u(side.vectors()) + " + " + u(q) + "];\n";
-  }
+  for (int64_t q = 0; q < side.vectors(); ++q)
+    s.append(type).append(n(q)).append(row).append(u(q)).append("];\n");
   return s;
 }
 
@@ -181,8 +181,8 @@ Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& devic
 
   // Split K only while the tiles leave the device idle and each split keeps a real share of K.
   int64_t splits = 1;
-  if (spec.split_k && base_groups < kTargetGroups) {
-    splits = std::min((kTargetGroups + base_groups - 1) / base_groups, spec.k / kMinSplitK);
+  if (spec.split_k && base_groups < target_groups) {
+    splits = std::min((target_groups + base_groups - 1) / base_groups, spec.k / min_split_k);
     splits = std::max<int64_t>(splits, 1);
   }
   int64_t k_split = (spec.k + splits - 1) / splits;

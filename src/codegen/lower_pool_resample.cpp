@@ -143,7 +143,7 @@ Lowering backward_kernel(const LowerContext& ctx, const AxisFn& axis) {
   return per_output_kernel(ctx, functions, body);
 }
 
-void add_pair(LoweringRegistry& r, const std::string& name, AxisFn axis) {
+void add_pair(LoweringRegistry& r, const std::string& name, const AxisFn& axis) {
   r.add(name, [axis](const LowerContext& ctx) { return forward_kernel(ctx, axis); });
   r.add(name + "_backward", [axis](const LowerContext& ctx) { return backward_kernel(ctx, axis); });
 }

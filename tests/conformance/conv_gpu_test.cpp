@@ -28,7 +28,7 @@ struct Fixture {
 
   explicit Fixture(const std::string& name) : rng(testing::rng_for("conv-gpu/" + name)) {}
 
-  Tensor input(const std::string& name, Shape shape, DType dtype = DType::f32) {
+  Tensor input(const std::string& name, const Shape& shape, DType dtype = DType::f32) {
     Tensor t = g.input(name, shape, dtype);
     Array a = testing::random_array(rng, {shape, dtype}, -1.0, 1.0);
     for (double& v : a.data) v = round_to_dtype(v, dtype);
