@@ -76,6 +76,9 @@ const Node& Session::Impl::node_named(std::string_view name, const char* what) c
 }
 
 void Session::Impl::write_tensor(std::string_view name, std::span<const std::byte> bytes) {
+  if (!plan.inputs.count(name) && !plan.persistents.count(name)) {
+    throw Error("Session::set: '" + std::string(name) + "' is an output; outputs are read, not set");
+  }
   finish_pending();
   if (auto it = upload_offset.find(name); it != upload_offset.end()) {
     upload->write(it->second, bytes);  // copied into the arena by the recorded step
@@ -228,10 +231,6 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
 
 void Session::set(std::string_view name, const Array& value) {
   const Node& n = impl_->node_named(name, "Session::set");
-  if (!impl_->plan.inputs.count(name) && !impl_->plan.persistents.count(name)) {
-    throw Error("Session::set: '" + std::string(name) +
-                "' is an output; outputs are read, not set");
-  }
   if (value.shape != n.type.shape && value.numel() != n.type.numel()) {
     throw ShapeError("Session::set '" + std::string(name) + "': expected " + n.type.str() +
                      ", got shape " + shape_str(value.shape));
@@ -239,8 +238,10 @@ void Session::set(std::string_view name, const Array& value) {
   impl_->write_tensor(name, host_bytes(value, n.type.dtype));
 }
 
-void Session::set(std::string_view name, std::span<const float> values) {
-  const Node& n = impl_->node_named(name, "Session::set");
+namespace {
+// Encodes host values of any element type into the tensor's dtype after checking the count.
+template <class T>
+std::vector<std::byte> checked_bytes(const Node& n, std::string_view name, std::span<const T> values) {
   if (static_cast<int64_t>(values.size()) != n.type.numel()) {
     throw ShapeError("Session::set '" + std::string(name) + "': expected " +
                      std::to_string(n.type.numel()) + " values for " + n.type.str() + ", got " +
@@ -248,19 +249,16 @@ void Session::set(std::string_view name, std::span<const float> values) {
   }
   std::vector<std::byte> bytes(values.size() * dtype_size(n.type.dtype));
   runtime::encode(values, n.type.dtype, bytes);
-  impl_->write_tensor(name, bytes);
+  return bytes;
+}
+}  // namespace
+
+void Session::set(std::string_view name, std::span<const float> values) {
+  impl_->write_tensor(name, checked_bytes(impl_->node_named(name, "Session::set"), name, values));
 }
 
 void Session::set(std::string_view name, std::span<const int32_t> values) {
-  const Node& n = impl_->node_named(name, "Session::set");
-  if (static_cast<int64_t>(values.size()) != n.type.numel()) {
-    throw ShapeError("Session::set '" + std::string(name) + "': expected " +
-                     std::to_string(n.type.numel()) + " values for " + n.type.str() + ", got " +
-                     std::to_string(values.size()));
-  }
-  std::vector<std::byte> bytes(values.size() * dtype_size(n.type.dtype));
-  runtime::encode(values, n.type.dtype, bytes);
-  impl_->write_tensor(name, bytes);
+  impl_->write_tensor(name, checked_bytes(impl_->node_named(name, "Session::set"), name, values));
 }
 
 void Session::set_scalar(std::string_view name, double value) {
