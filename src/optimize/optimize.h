@@ -1,0 +1,58 @@
+#pragma once
+// The optimizer stage: a graph goes into an e-graph, equality saturation rewrites it with the
+// op table's decompositions (both directions) and a small algebra, and the cheapest equivalent
+// graph under the cost model comes back out. The extracted graph is what schedule, plan and
+// codegen compile.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <meganeura/graph.h>
+
+namespace mn::optimize {
+
+// Device parameters of the cost model. Defaults are documented in cost_model.cpp; a session
+// fills them from the device it runs on.
+struct CostParams {
+  double bytes_per_second = 1.0e12;
+  double flops_per_second = 2.0e13;
+  double seconds_per_dispatch = 3.0e-6;
+};
+
+struct OptimizeOptions {
+  bool enabled = true;  // false: the graph comes back unchanged (the report says so)
+  size_t max_iterations = 30;
+  size_t max_enodes = 2'000'000;
+  double max_seconds = 5.0;
+  CostParams cost;
+};
+
+struct RuleFired {
+  std::string name;
+  size_t count = 0;
+};
+
+struct OptimizeReport {
+  size_t eclasses = 0;
+  size_t enodes = 0;
+  size_t iterations = 0;
+  std::string stop_reason;  // "saturated", "iteration limit", "node limit", "time limit", "disabled"
+  std::vector<RuleFired> rules;  // rules that fired, with how often
+  double seconds = 0;
+  size_t nodes_before = 0, nodes_after = 0;  // compute nodes (sources excluded)
+  double bytes_before = 0, bytes_after = 0;  // estimated bytes read + written, cost model
+  double flops_before = 0, flops_after = 0;
+  // Kernel launches of the compiled step; filled by the planner (plan/step_plan), which knows
+  // fusion: before = one kernel per op of the unoptimized graph, after = what runs.
+  size_t dispatches_before = 0, dispatches_after = 0;
+};
+
+struct OptimizeResult {
+  Graph graph;  // same input, parameter, state and output names; same assignments
+  OptimizeReport report;
+};
+
+OptimizeResult optimize(const Graph& g, const OptimizeOptions& options = {});
+
+}  // namespace mn::optimize
