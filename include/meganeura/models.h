@@ -37,4 +37,38 @@ Classifier build_classifier(const ClassifierSpec& spec);
 Tensor linear(Tensor x, int64_t out_features, const std::string& name, uint64_t seed,
               bool bias = true);
 
+// A decoder-only language model written with primitive ops only, as an exporter would emit
+// it: embedding lookup (take), RMSNorm as x·rsqrt(mean(x²) + eps)·γ, rotary embedding as
+// rotate-half with angles computed in the graph, grouped-query attention as
+// matmul / scale / causal where / exp(x − max) / sum / matmul, SwiGLU as (g·sigmoid(g))·up,
+// and log-softmax + nll for the loss. The optimizer is expected to recognize the composites.
+// Weights use Hugging Face's [out, in] layout (matmul with transpose_b) and names, and the
+// output projection is tied to the embedding, so SmolLM2 checkpoints map one to one.
+struct TransformerSpec {
+  int64_t layers = 30;
+  int64_t hidden = 576;
+  int64_t heads = 9;
+  int64_t kv_heads = 3;
+  int64_t ffn = 1536;
+  int64_t vocab = 49152;
+  int64_t sequence = 256;
+  int64_t batch = 1;
+  double rms_eps = 1e-5;
+  double rope_theta = 100000.0;
+  uint64_t seed = 0;
+  bool with_loss = true;
+};
+
+// SmolLM2-135M's shape (the defaults above).
+TransformerSpec smollm2_135m();
+
+// Inputs "tokens" (i32 [batch, sequence]) and, with the loss, "targets" (i32 [batch, sequence],
+// -100 ignored); logits [batch, sequence, vocab]; `loss` is the mean next-token cross-entropy.
+struct LanguageModel {
+  std::unique_ptr<Graph> graph;
+  Tensor tokens, targets, logits, loss;
+};
+
+LanguageModel build_transformer(const TransformerSpec& spec);
+
 }  // namespace mn
