@@ -8,6 +8,7 @@
 #include "plan/step_plan.h"
 #include "runtime/device_pool.h"
 #include "runtime/host_tensor.h"
+#include "runtime/plan_options.h"
 #include "vulkan/arena.h"
 #include "vulkan/buffer.h"
 #include "vulkan/device.h"
@@ -42,18 +43,6 @@ struct Session::Impl {
 
 namespace {
 
-codegen::DeviceTraits traits_of(const vk::DeviceCapabilities& c) {
-  codegen::DeviceTraits t;
-  t.subgroup_size = std::max(1u, c.compute.subgroup_size);
-  t.max_workgroup_invocations = c.compute.max_workgroup_invocations;
-  t.max_shared_bytes = c.compute.shared_memory_bytes;
-  t.max_group_count = std::min({c.compute.max_workgroup_count[0], c.compute.max_workgroup_count[1],
-                                c.compute.max_workgroup_count[2]});
-  t.storage_16bit = c.types.storage_16bit;
-  t.float_atomics = c.atomics.float32_add_buffer;
-  return t;
-}
-
 std::vector<std::byte> host_bytes(const Array& a, DType dtype) {
   std::vector<std::byte> bytes(a.data.size() * dtype_size(dtype));
   runtime::encode(std::span<const double>(a.data), dtype, bytes);
@@ -77,7 +66,8 @@ const Node& Session::Impl::node_named(std::string_view name, const char* what) c
 
 void Session::Impl::write_tensor(std::string_view name, std::span<const std::byte> bytes) {
   if (!plan.inputs.count(name) && !plan.persistents.count(name)) {
-    throw Error("Session::set: '" + std::string(name) + "' is an output; outputs are read, not set");
+    throw Error("Session::set: '" + std::string(name) +
+                "' is an output; outputs are read, not set");
   }
   finish_pending();
   if (auto it = upload_offset.find(name); it != upload_offset.end()) {
@@ -107,13 +97,7 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
   vk::Device& dev = *impl->device;
   const auto& caps = dev.capabilities();
 
-  plan::PlanOptions po;
-  po.device = traits_of(caps);
-  po.alignment =
-      std::bit_ceil(std::max<uint64_t>(16, caps.buffers.min_storage_buffer_offset_alignment));
-  po.chunk_bytes = std::bit_floor(
-      std::min({caps.buffers.max_storage_buffer_range, caps.buffers.max_memory_allocation_bytes,
-                caps.buffers.max_buffer_bytes}));
+  const plan::PlanOptions po = runtime::plan_options(dev);
   impl->plan = plan::make_step_plan(graph, po);
   plan::StepPlan& p = impl->plan;
 
@@ -241,7 +225,8 @@ void Session::set(std::string_view name, const Array& value) {
 namespace {
 // Encodes host values of any element type into the tensor's dtype after checking the count.
 template <class T>
-std::vector<std::byte> checked_bytes(const Node& n, std::string_view name, std::span<const T> values) {
+std::vector<std::byte> checked_bytes(const Node& n, std::string_view name,
+                                     std::span<const T> values) {
   if (static_cast<int64_t>(values.size()) != n.type.numel()) {
     throw ShapeError("Session::set '" + std::string(name) + "': expected " +
                      std::to_string(n.type.numel()) + " values for " + n.type.str() + ", got " +

@@ -1,0 +1,46 @@
+#include "runtime/plan_options.h"
+
+#include <algorithm>
+#include <bit>
+
+#include "runtime/coop_selftest.h"
+#include "runtime/device_pool.h"
+
+namespace mn::runtime {
+
+codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
+  codegen::DeviceTraits t;
+  t.subgroup_size = std::max(1u, c.compute.subgroup_size);
+  t.max_workgroup_invocations = c.compute.max_workgroup_invocations;
+  t.max_shared_bytes = c.compute.shared_memory_bytes;
+  t.max_group_count = std::min({c.compute.max_workgroup_count[0], c.compute.max_workgroup_count[1],
+                                c.compute.max_workgroup_count[2]});
+  t.storage_16bit = c.types.storage_16bit;
+  t.float_atomics = c.atomics.float32_add_buffer;
+  t.max_shared_optin_bytes = c.compute.shared_memory_optin_bytes;
+  t.multiprocessors = c.compute.multiprocessors;
+  return t;
+}
+
+plan::PlanOptions plan_options(const vk::Device& device) {
+  const vk::DeviceCapabilities& caps = device.capabilities();
+  plan::PlanOptions po;
+  po.device = device_traits(caps);
+  configure_device_coop(device, po.device);  // tensor cores: capability table and self-test
+  po.alignment =
+      std::bit_ceil(std::max<uint64_t>(16, caps.buffers.min_storage_buffer_offset_alignment));
+  po.chunk_bytes = std::bit_floor(
+      std::min({caps.buffers.max_storage_buffer_range, caps.buffers.max_memory_allocation_bytes,
+                caps.buffers.max_buffer_bytes}));
+  return po;
+}
+
+plan::PlanOptions plan_options(const std::string& device_selector) {
+  return plan_options(*shared_device(device_selector, std::nullopt));
+}
+
+std::string device_name(const std::string& device_selector) {
+  return shared_device(device_selector, std::nullopt)->capabilities().name;
+}
+
+}  // namespace mn::runtime
