@@ -2,7 +2,10 @@
 // optimizer update in one submission, read the loss back. Prints one JSON line per workload.
 // PyTorch counterpart: bench/mlp_train.py (same models, batches and optimizers).
 //
-// Usage: bench_mlp_train [--steps N] [--device D] [--profile]
+// Each workload runs twice in the same process: the graph as written (one kernel per op,
+// "optimized": false) and optimized (e-graph + fusion, "optimized": true).
+//
+// Usage: bench_mlp_train [--steps N] [--device D] [--profile] [--only optimized|baseline]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -51,6 +54,7 @@ int main(int argc, char** argv) {
   int steps = 200;
   std::string device;
   bool profile = false;
+  std::string only;
   for (int i = 1; i < argc; ++i) {
     if (!std::strcmp(argv[i], "--steps") && i + 1 < argc)
       steps = std::atoi(argv[++i]);
@@ -58,6 +62,8 @@ int main(int argc, char** argv) {
       device = argv[++i];
     else if (!std::strcmp(argv[i], "--profile"))
       profile = true;
+    else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
+      only = argv[++i];
   }
   const std::vector<Workload> workloads = {
       {"mlp_ci_b16", {128, 64, 64, 10}, 16, mn::Optimizer::sgd(), 0.01, false},
@@ -65,51 +71,55 @@ int main(int argc, char** argv) {
       {"mlp_mnist_b1024", {784, 128, 10}, 1024, mn::Optimizer::adam(), 1e-3, true},
   };
   try {
-    for (const Workload& w : workloads) {
-      mn::Graph g;
-      mn::add_training_step(build(g, w), w.optimizer);
-      mn::SessionOptions so;
-      so.device = device;
-      so.profile = profile;
-      auto s = mn::build_session(g, so);
-      std::mt19937 rng(1);
-      std::uniform_real_distribution<float> u(0, 1);
-      std::vector<float> x(static_cast<size_t>(w.batch * w.sizes.front()));
-      std::vector<int32_t> y(static_cast<size_t>(w.batch));
-      for (float& v : x) v = u(rng);
-      for (int32_t& v : y) v = static_cast<int32_t>(rng() % 10);
-      std::vector<double> times;
-      double loss = 0;
-      for (int i = 0; i < steps + 20; ++i) {
-        auto t0 = std::chrono::steady_clock::now();
-        s->set("x", x);
-        s->set("y", y);
-        s->set_scalar("lr", w.lr);
-        s->set_scalar("step", i + 1);
-        s->step();
-        loss = s->get("loss").data[0];
-        auto t1 = std::chrono::steady_clock::now();
-        if (i >= 20) times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+    for (const Workload& w : workloads)
+      for (bool optimized : {false, true}) {
+        if (!only.empty() && only != (optimized ? "optimized" : "baseline")) continue;
+        mn::Graph g;
+        mn::add_training_step(build(g, w), w.optimizer);
+        mn::SessionOptions so;
+        so.device = device;
+        so.profile = profile;
+        so.optimize = optimized;
+        auto s = mn::build_session(g, so);
+        std::mt19937 rng(1);
+        std::uniform_real_distribution<float> u(0, 1);
+        std::vector<float> x(static_cast<size_t>(w.batch * w.sizes.front()));
+        std::vector<int32_t> y(static_cast<size_t>(w.batch));
+        for (float& v : x) v = u(rng);
+        for (int32_t& v : y) v = static_cast<int32_t>(rng() % 10);
+        std::vector<double> times;
+        double loss = 0;
+        for (int i = 0; i < steps + 20; ++i) {
+          auto t0 = std::chrono::steady_clock::now();
+          s->set("x", x);
+          s->set("y", y);
+          s->set_scalar("lr", w.lr);
+          s->set_scalar("step", i + 1);
+          s->step();
+          loss = s->get("loss").data[0];
+          auto t1 = std::chrono::steady_clock::now();
+          if (i >= 20) times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        }
+        auto mem = s->memory();
+        nlohmann::json j = {{"name", w.name},
+                            {"impl", "meganeura"},
+                            {"optimized", optimized},
+                            {"device", s->device_name()},
+                            {"step_ms_median", median(times)},
+                            {"step_ms_min", *std::min_element(times.begin(), times.end())},
+                            {"steps", steps},
+                            {"final_loss", loss},
+                            {"dispatches", mem.dispatches},
+                            {"barriers", mem.barriers},
+                            {"arena_mib", static_cast<double>(mem.arena_bytes) / (1 << 20)}};
+        if (profile) {
+          double gpu = 0;
+          for (const auto& k : s->profile()) gpu += k.ms;
+          j["gpu_ms"] = gpu;
+        }
+        std::printf("%s\n", j.dump().c_str());
+        std::fflush(stdout);
       }
-      auto mem = s->memory();
-      nlohmann::json j = {{"name", w.name},
-                          {"impl", "meganeura"},
-                          {"device", s->device_name()},
-                          {"step_ms_median", median(times)},
-                          {"step_ms_min", *std::min_element(times.begin(), times.end())},
-                          {"steps", steps},
-                          {"final_loss", loss},
-                          {"dispatches", mem.dispatches},
-                          {"barriers", mem.barriers},
-                          {"arena_mib", static_cast<double>(mem.arena_bytes) / (1 << 20)}};
-      if (profile) {
-        double gpu = 0;
-        for (const auto& k : s->profile()) gpu += k.ms;
-        j["gpu_ms"] = gpu;
-      }
-      std::printf("%s\n", j.dump().c_str());
-      std::fflush(stdout);
-    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_mlp_train: %s\n", e.what());
     return 1;

@@ -1,0 +1,119 @@
+// Training-step time of the built-in transformer (SmolLM2-135M's shape by default): one step =
+// upload the tokens, forward, backward and AdamW in one submission, read the loss back. Runs
+// the graph as written (one kernel per op) and optimized (e-graph + fusion) in the same process
+// and prints one JSON line each. PyTorch counterpart: bench/transformer_train.py.
+//
+// Usage: bench_transformer_train [--steps N] [--layers L] [--batch B] [--sequence S]
+//                                [--device D] [--only optimized|baseline] [--profile]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <meganeura/models.h>
+#include <meganeura/optimizer.h>
+#include <meganeura/session.h>
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = 30;
+  std::string device, only;
+  bool profile = false;
+  mn::TransformerSpec spec = mn::smollm2_135m();
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
+    if (!std::strcmp(argv[i], "--steps"))
+      steps = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--layers"))
+      spec.layers = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--batch"))
+      spec.batch = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--sequence"))
+      spec.sequence = std::atoi(next());
+    else if (!std::strcmp(argv[i], "--device"))
+      device = next();
+    else if (!std::strcmp(argv[i], "--only"))
+      only = next();
+    else if (!std::strcmp(argv[i], "--profile"))
+      profile = true;
+  }
+  const std::string name = "smollm2_135m_train_b" + std::to_string(spec.batch) + "_s" +
+                           std::to_string(spec.sequence) +
+                           (spec.layers == 30 ? "" : "_l" + std::to_string(spec.layers));
+  try {
+    for (bool optimized : {false, true}) {
+      if (!only.empty() && only != (optimized ? "optimized" : "baseline")) continue;
+      mn::LanguageModel m = mn::build_transformer(spec);
+      mn::add_training_step(m.loss, mn::Optimizer::adamw());
+      mn::SessionOptions so;
+      so.device = device;
+      so.profile = profile;
+      so.optimize = optimized;
+      const auto t0 = std::chrono::steady_clock::now();
+      auto s = mn::build_session(*m.graph, so);
+      const double compile_s = seconds_since(t0);
+      // Random tokens; targets are the next token (the last position is ignored).
+      std::mt19937 rng(1);
+      const auto n = static_cast<size_t>(spec.batch * spec.sequence);
+      std::vector<int32_t> tokens(n), targets(n);
+      for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % spec.vocab);
+      for (size_t i = 0; i < n; ++i)
+        targets[i] = (i + 1) % spec.sequence == 0 ? -100 : tokens[i + 1];
+      s->set("tokens", tokens);
+      s->set("targets", targets);
+      std::vector<double> times;
+      double loss = 0, first_loss = 0;
+      for (int i = 0; i < steps + 3; ++i) {
+        auto t1 = std::chrono::steady_clock::now();
+        s->set_scalar("lr", 1e-4);
+        s->set_scalar("step", i + 1);
+        s->step();
+        loss = s->get("loss").data[0];
+        if (i == 0) first_loss = loss;
+        if (i >= 3) times.push_back(seconds_since(t1) * 1e3);
+      }
+      auto mem = s->memory();
+      nlohmann::json j = {{"name", name},
+                          {"impl", "meganeura"},
+                          {"optimized", optimized},
+                          {"device", s->device_name()},
+                          {"step_ms_median", median(times)},
+                          {"step_ms_min", *std::min_element(times.begin(), times.end())},
+                          {"steps", steps},
+                          {"compile_s", compile_s},
+                          {"first_loss", first_loss},
+                          {"final_loss", loss},
+                          {"dispatches", mem.dispatches},
+                          {"barriers", mem.barriers},
+                          {"arena_mib", static_cast<double>(mem.arena_bytes) / (1 << 20)}};
+      if (profile) {
+        double gpu = 0;
+        for (const auto& k : s->profile()) gpu += k.ms;
+        j["gpu_ms"] = gpu;
+      }
+      std::printf("%s\n", j.dump().c_str());
+      std::fflush(stdout);
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_transformer_train: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

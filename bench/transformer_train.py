@@ -1,0 +1,58 @@
+"""PyTorch counterpart of bench_transformer_train: a SmolLM2-135M-shaped Llama (Hugging Face
+transformers, SDPA attention, tied embeddings), AdamW, fp32, eager; one step = forward,
+backward, optimizer step and loss readback. Prints one JSON line.
+
+Usage: python3 bench/transformer_train.py [--steps N] [--layers L] [--batch B] [--sequence S]
+"""
+import argparse
+import json
+import statistics
+import time
+
+import torch
+import torch.nn.functional as F
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=30)
+p.add_argument("--layers", type=int, default=30)
+p.add_argument("--batch", type=int, default=1)
+p.add_argument("--sequence", type=int, default=256)
+a = p.parse_args()
+
+from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+
+dev = torch.device("cuda")
+cfg = LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                  num_hidden_layers=a.layers, num_attention_heads=9, num_key_value_heads=3,
+                  max_position_embeddings=2048, rope_theta=100000.0, rms_norm_eps=1e-5,
+                  tie_word_embeddings=True)
+cfg._attn_implementation = "sdpa"
+torch.manual_seed(0)
+model = LlamaForCausalLM(cfg).to(dev)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+tokens = torch.randint(0, 49152, (a.batch, a.sequence), device=dev)
+targets = torch.roll(tokens, -1, 1)
+targets[:, -1] = -100
+
+
+def step():
+    opt.zero_grad(set_to_none=True)
+    logits = model(input_ids=tokens).logits
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+
+for _ in range(3):
+    step()
+torch.cuda.synchronize()
+times = []
+for _ in range(a.steps):
+    t0 = time.perf_counter()
+    loss = step()
+    times.append((time.perf_counter() - t0) * 1e3)
+name = f"smollm2_135m_train_b{a.batch}_s{a.sequence}" + ("" if a.layers == 30 else f"_l{a.layers}")
+print(json.dumps({"name": name, "impl": "pytorch", "mode": "eager", "precision": "fp32",
+                  "torch": torch.__version__, "step_ms_median": statistics.median(times),
+                  "step_ms_min": min(times), "steps": a.steps, "final_loss": loss}), flush=True)
