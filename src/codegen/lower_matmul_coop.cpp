@@ -1,0 +1,318 @@
+// Cooperative-matrix matmul kernel.
+//
+// A workgroup computes a bm×bn output tile; each subgroup a wm×wn block of it, as
+// (wm/16)·(wn/16) f32 accumulator matrices. Every K step of bk, the workgroup converts a
+// bm×bk slab of A and a bk×bn slab of B to f16 and stages them in shared memory, each in its
+// operand's memory order (the contiguous axis stays contiguous, so global loads are 16-byte
+// vectors along it and a transposed operand is read column-major by coopMatLoadNV instead of
+// being transposed). Units of 8 halves (16 bytes) are the grain: a thread loads 8 consecutive
+// elements (two vec4 of f32, or one uvec4 of f16), packs them and writes one uvec4 into
+// shared memory. Rows of a staged slab are padded by one unit, which makes the eight 16-byte
+// row segments a 16×16 fragment load touches fall into distinct banks.
+//
+// The next slab is loaded into registers before the current one is multiplied, so global
+// latency overlaps the matrix work; with two shared stages the store of the next slab goes to
+// the other stage and one barrier per step suffices.
+//
+// Results leave through a per-subgroup 16×16 f32 scratch in shared memory: each lane reads 8
+// consecutive values of one row and stores them with `mm_epilogue` and bounds checks, so the
+// output dtype, ragged edges and fused epilogues are handled exactly as in the scalar kernel.
+#include "codegen/lower_matmul_coop.h"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+
+#include "codegen/glsl.h"
+
+namespace mn::codegen {
+
+namespace {
+
+constexpr std::array<CoopTile, 3> kTiles{{
+    {"s", 64, 64, 32, 32, 32},
+    {"m", 128, 128, 32, 64, 64},
+    {"l", 128, 256, 32, 64, 64},
+}};
+
+std::string u32(int64_t v) { return std::to_string(v) + "u"; }
+
+// One operand's slab as staged: `rows` rows of `cols` contiguous elements.
+struct Slab {
+  int rows = 0, cols = 0;
+  int stride_units() const { return cols / 8 + 1; }  // 16-byte units per row, padded
+  int units() const { return rows * stride_units(); }
+};
+
+Slab slab_a(const CoopTile& t, const MatmulGeometry& g) {
+  return g.ta ? Slab{t.bk, t.bm} : Slab{t.bm, t.bk};
+}
+Slab slab_b(const CoopTile& t, const MatmulGeometry& g) {
+  return g.tb ? Slab{t.bn, t.bk} : Slab{t.bk, t.bn};
+}
+
+bool vector_dtype(DType d) { return d == DType::f32 || d == DType::f16; }
+
+// The loader `uvec4 ld<name>(uint r, uint c)`: 8 halves from storage row r, columns c..c+7 of
+// a rows×cols matrix with leading dimension ld, at <name>base; zeros past the edges.
+std::string loader(const std::string& name, DType dtype, int64_t rows, int64_t cols, bool vec_ok) {
+  const std::string base = name == "A" ? "abase" : "bbase";
+  const std::string R = u32(rows), C = u32(cols);
+  std::string s = "uvec4 ld" + name + "(uint r, uint c) {\n";
+  if (vec_ok) {
+    // cols % 8 == 0: a unit that starts inside a row lies wholly inside it.
+    s += "  if (r >= " + R + " || c >= " + C + ") return uvec4(0u);\n";
+    s += "  uint i = " + base + " + r * " + C + " + c;\n";
+    if (dtype == DType::f16) {
+      s += "  return " + name + "8[i >> 3];\n";
+    } else {
+      s += "  vec4 x = " + name + "4[i >> 2], y = " + name + "4[(i >> 2) + 1u];\n";
+      s += "  return uvec4(packHalf2x16(x.xy), packHalf2x16(x.zw), packHalf2x16(y.xy), "
+           "packHalf2x16(y.zw));\n";
+    }
+  } else {
+    s += "  float v[8];\n";
+    s += "  for (uint e = 0u; e < 8u; ++e) v[e] = (r < " + R + " && c + e < " + C + ") ? " + name +
+         "_ld(" + base + " + r * " + C + " + c + e) : 0.0;\n";
+    s += "  return uvec4(packHalf2x16(vec2(v[0], v[1])), packHalf2x16(vec2(v[2], v[3])), "
+         "packHalf2x16(vec2(v[4], v[5])), packHalf2x16(vec2(v[6], v[7])));\n";
+  }
+  s += "}\n";
+  return s;
+}
+
+std::string operand_buffer(uint32_t binding, DType dtype, const std::string& name, bool vec) {
+  if (!vec) return glsl::buffer(binding, dtype, name, true);
+  const std::string b = std::to_string(binding);
+  if (dtype == DType::f16) {
+    return "layout(std430, set = 0, binding = " + b + ") readonly buffer Buffer" + b + " { uvec4 " +
+           name + "8[]; };\n";
+  }
+  return "layout(std430, set = 0, binding = " + b + ") readonly buffer Buffer" + b + " { vec4 " +
+         name + "4[]; };\n";
+}
+
+}  // namespace
+
+std::span<const CoopTile> coop_tiles() { return kTiles; }
+
+uint32_t coop_shared_bytes(const CoopTile& t, const MatmulGeometry& g, const CoopOptions& o) {
+  const auto staging =
+      static_cast<uint32_t>(o.stages * (slab_a(t, g).units() + slab_b(t, g).units()) * 16);
+  return staging + static_cast<uint32_t>(t.subgroups() * 256 * 4);
+}
+
+CoopOptions coop_options_for(const CoopTile& t, const MatmulGeometry& g, const DeviceTraits& d) {
+  CoopOptions o;
+  const uint32_t limit = std::max(d.max_shared_bytes, d.max_shared_optin_bytes);
+  o.stages = 2;
+  if (coop_shared_bytes(t, g, o) > limit) o.stages = 1;
+  return o;
+}
+
+std::optional<int> choose_coop_tile(const MatmulGeometry& g, int64_t batch, const DeviceTraits& d) {
+  const uint32_t limit = std::max(d.max_shared_bytes, d.max_shared_optin_bytes);
+  // Enough workgroups to give every multiprocessor one; unknown counts assume a large GPU.
+  const int64_t want = d.multiprocessors ? d.multiprocessors : 128;
+  std::optional<int> best;
+  for (int i = 0; i < static_cast<int>(kTiles.size()); ++i) {
+    const CoopTile& t = kTiles[static_cast<size_t>(i)];
+    if (!(d.coop_tiles >> i & 1u)) continue;
+    if (static_cast<uint32_t>(t.subgroups()) * d.subgroup_size > d.max_workgroup_invocations) {
+      continue;
+    }
+    CoopOptions o;
+    o.stages = 1;
+    if (coop_shared_bytes(t, g, o) > limit) continue;
+    const int64_t groups = ((g.m + t.bm - 1) / t.bm) * ((g.n + t.bn - 1) / t.bn) * batch;
+    // The smallest acceptable tile is kept as a fallback; a larger one replaces it only when
+    // its grid still fills the device.
+    if (!best || groups >= want) best = i;
+  }
+  return best;
+}
+
+std::string coop_rejection(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch) {
+  const DeviceTraits& d = ctx.device;
+  if (!d.coop) return "the device has no usable cooperative matrices";
+  if (d.subgroup_size != 32) return "subgroup size is not 32";
+  for (int i = 0; i < 2; ++i) {
+    if (!vector_dtype(ctx.inputs[static_cast<size_t>(i)].dtype)) {
+      return "operand dtype is neither f32 nor f16";
+    }
+  }
+  if (g.m < 16 || g.n < 16) return "M or N below one 16-wide fragment";
+  if (g.m * g.n * g.k < kCoopMinMacs) return "below the size threshold";
+  if (!choose_coop_tile(g, batch, d)) return "no tile configuration fits the device";
+  return {};
+}
+
+Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
+                           const CoopTile& t, const CoopOptions& o, const MatmulEpilogue* e) {
+  const DType da = ctx.inputs[0].dtype, db = ctx.inputs[1].dtype;
+  if (!vector_dtype(da) || !vector_dtype(db)) {
+    throw Error("matmul (cooperative): operands must be f32 or f16");
+  }
+  const int subgroups = t.subgroups();
+  const auto threads = static_cast<uint32_t>(subgroups * 32);
+  const Slab sa = slab_a(t, g), sb = slab_b(t, g);
+  // Storage extents of A (rows × cols, cols contiguous) and B.
+  const int64_t a_rows = g.ta ? g.k : g.m, a_cols = g.ta ? g.m : g.k;
+  const int64_t b_rows = g.tb ? g.n : g.k, b_cols = g.tb ? g.k : g.n;
+  const bool vec_a = a_cols % 8 == 0, vec_b = b_cols % 8 == 0;
+  const int a_units = sa.rows * sa.cols / 8, b_units = sb.rows * sb.cols / 8;
+  if (a_units % static_cast<int>(threads) != 0 || b_units % static_cast<int>(threads) != 0) {
+    throw Error(std::string("matmul (cooperative): tile ") + t.name +
+                " does not divide among its threads");
+  }
+  const int ua = a_units / static_cast<int>(threads), ub = b_units / static_cast<int>(threads);
+  const int fm = t.wm / 16, fn = t.wn / 16;
+  const int64_t col_tiles = (g.n + t.bn - 1) / t.bn, row_tiles = (g.m + t.bm - 1) / t.bm;
+  const int64_t tiles = col_tiles * row_tiles;
+  const int64_t total = tiles * batch;
+  const int64_t limit = ctx.device.max_group_count;
+  const int64_t gx = std::min(total, limit), gy = (total + gx - 1) / gx;
+  if (gy > limit) throw Error("matmul (cooperative): too many tiles for the device's grid");
+  const int stage_units = sa.units() + sb.units();
+  const int shared_units = o.stages * stage_units;  // the C scratch is separate
+
+  std::string s =
+      "#version 450\n"
+      "#extension GL_EXT_shader_16bit_storage : require\n"
+      "#extension GL_EXT_shader_explicit_arithmetic_types_int16 : enable\n"
+      "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
+      "#extension GL_KHR_memory_scope_semantics : require\n"
+      "#extension GL_NV_cooperative_matrix : require\n"
+      "#extension GL_KHR_shader_subgroup_basic : require\n"
+      "layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;\n";
+  s += operand_buffer(0, da, "A", vec_a) + operand_buffer(1, db, "B", vec_b) +
+       glsl::buffer(2, ctx.node.type.dtype, "C", false);
+  if (e) s += e->declarations;
+  s += epilogue_function(e);
+  s += "shared uvec4 S[" + std::to_string(shared_units) + "];\n";
+  s += "shared float Cs[" + std::to_string(subgroups * 256) + "];\n";
+  s += "uint abase, bbase;\n";
+  s += loader("A", da, a_rows, a_cols, vec_a) + loader("B", db, b_rows, b_cols, vec_b);
+  s += "#define F16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>\n";
+  s += "#define F32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>\n";
+  s += "void main() {\n";
+  s += "  uint lid = gl_LocalInvocationID.x, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;\n";
+  s += "  uint wid = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
+  if (gx * gy != total) s += "  if (wid >= " + u32(total) + ") return;\n";
+  s += "  uint bz = wid / " + u32(tiles) + ", tid = wid % " + u32(tiles) + ";\n";
+  // Groups of up to 8 row tiles walk the column tiles together, so the workgroups running at
+  // one time share B slabs in L2 (and A slabs across each group).
+  const int64_t group_rows = o.swizzle ? 8 : 1;
+  s += "  uint grp = tid / " + u32(group_rows * col_tiles) + ";\n";
+  s += "  uint rows_in = min(" + u32(group_rows) + ", " + u32(row_tiles) + " - grp * " +
+       u32(group_rows) + ");\n";
+  s += "  uint in_grp = tid % " + u32(group_rows * col_tiles) + ";\n";
+  s += "  uint row0 = (grp * " + u32(group_rows) + " + in_grp % rows_in) * " + u32(t.bm) +
+       ", col0 = (in_grp / rows_in) * " + u32(t.bn) + ";\n";
+  s += glsl::unravel(g.out_batch, "bz", "q");
+  s += "  abase = " + glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " + u32(g.m * g.k) +
+       ";\n";
+  s += "  bbase = " + glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " + u32(g.k * g.n) +
+       ";\n";
+  const int wcols = t.bn / t.wn;
+  s += "  uint wm0 = (sg / " + u32(wcols) + ") * " + u32(t.wm) + ", wn0 = (sg % " + u32(wcols) +
+       ") * " + u32(t.wn) + ";\n";
+  s += "  F32 acc[" + std::to_string(fm) + "][" + std::to_string(fn) + "];\n";
+  s += "  for (uint i = 0u; i < " + u32(fm) + "; ++i) for (uint j = 0u; j < " + u32(fn) +
+       "; ++j) acc[i][j] = F32(0.0);\n";
+  s += "  uvec4 ra[" + std::to_string(ua) + "], rb[" + std::to_string(ub) + "];\n";
+
+  // Global coordinates of unit u of a slab at step k0.
+  const int upr_a = sa.cols / 8, upr_b = sb.cols / 8;
+  auto fetch = [&](const std::string& k0) {
+    std::string f;
+    for (int e2 = 0; e2 < ua; ++e2) {
+      const std::string u = "(lid + " + u32(e2 * static_cast<int>(threads)) + ")";
+      const std::string r = u + " / " + u32(upr_a), c = (u + " % " + u32(upr_a)) + " * 8u";
+      f += "    ra[" + std::to_string(e2) + "] = ldA(" +
+           (g.ta ? k0 + " + " + r + ", row0 + " + c : "row0 + " + r + ", " + k0 + " + " + c) +
+           ");\n";
+    }
+    for (int e2 = 0; e2 < ub; ++e2) {
+      const std::string u = "(lid + " + u32(e2 * static_cast<int>(threads)) + ")";
+      const std::string r = u + " / " + u32(upr_b), c = (u + " % " + u32(upr_b)) + " * 8u";
+      f += "    rb[" + std::to_string(e2) + "] = ldB(" +
+           (g.tb ? "col0 + " + r + ", " + k0 + " + " + c : k0 + " + " + r + ", col0 + " + c) +
+           ");\n";
+    }
+    return f;
+  };
+  auto stash = [&](const std::string& stage) {
+    std::string f;
+    for (int e2 = 0; e2 < ua; ++e2) {
+      const std::string u = "(lid + " + u32(e2 * static_cast<int>(threads)) + ")";
+      f += "    S[" + stage + " * " + u32(stage_units) + " + (" + u + " / " + u32(upr_a) + ") * " +
+           u32(sa.stride_units()) + " + " + u + " % " + u32(upr_a) + "] = ra[" +
+           std::to_string(e2) + "];\n";
+    }
+    for (int e2 = 0; e2 < ub; ++e2) {
+      const std::string u = "(lid + " + u32(e2 * static_cast<int>(threads)) + ")";
+      f += "    S[" + stage + " * " + u32(stage_units) + " + " + u32(sa.units()) + " + (" + u +
+           " / " + u32(upr_b) + ") * " + u32(sb.stride_units()) + " + " + u + " % " + u32(upr_b) +
+           "] = rb[" + std::to_string(e2) + "];\n";
+    }
+    return f;
+  };
+
+  const int64_t steps = (g.k + t.bk - 1) / t.bk;
+  s += "  {\n" + fetch("0u") + stash("0u") + "  }\n  barrier();\n";
+  s += "  for (uint st = 0u; st < " + u32(steps) + "; ++st) {\n";
+  s += "    uint cur = " + std::string(o.stages == 2 ? "st & 1u" : "0u") + ";\n";
+  s += "    bool more = st + 1u < " + u32(steps) + ";\n";
+  s += "    if (more) {\n  uint k1 = (st + 1u) * " + u32(t.bk) + ";\n" + fetch("k1") + "    }\n";
+  s += "    uint abuf = cur * " + u32(stage_units) + ", bbuf = abuf + " + u32(sa.units()) + ";\n";
+  s += "    for (uint kk = 0u; kk < " + u32(t.bk) + "; kk += 16u) {\n";
+  s += "      F16 fa[" + std::to_string(fm) + "], fb[" + std::to_string(fn) + "];\n";
+  const std::string SA = u32(sa.stride_units()), SB = u32(sb.stride_units());
+  s += "      for (uint i = 0u; i < " + u32(fm) + "; ++i) coopMatLoadNV(fa[i], S, abuf + " +
+       (g.ta ? "kk * " + SA + " + (wm0 + i * 16u) / 8u, " + SA + ", true"
+             : "(wm0 + i * 16u) * " + SA + " + kk / 8u, " + SA + ", false") +
+       ");\n";
+  s += "      for (uint j = 0u; j < " + u32(fn) + "; ++j) coopMatLoadNV(fb[j], S, bbuf + " +
+       (g.tb ? "(wn0 + j * 16u) * " + SB + " + kk / 8u, " + SB + ", true"
+             : "kk * " + SB + " + (wn0 + j * 16u) / 8u, " + SB + ", false") +
+       ");\n";
+  s += "      for (uint i = 0u; i < " + u32(fm) + "; ++i) for (uint j = 0u; j < " + u32(fn) +
+       "; ++j) acc[i][j] = coopMatMulAddNV(fa[i], fb[j], acc[i][j]);\n";
+  s += "    }\n";
+  if (o.stages == 2) {
+    s += "    if (more) {\n      uint nxt = cur ^ 1u;\n" + stash("nxt") + "    }\n    barrier();\n";
+  } else {
+    s += "    barrier();\n    if (more) {\n" + stash("0u") + "    }\n    barrier();\n";
+  }
+  s += "  }\n";
+
+  // Store: one fragment at a time through the subgroup's scratch.
+  const std::string M = u32(g.m), N = u32(g.n);
+  s += "  uint cbase = bz * " + u32(g.m * g.n) + ", scr = sg * 256u;\n";
+  s += "  uint r = lane >> 1, c0 = (lane & 1u) * 8u;\n";
+  s += "  for (uint i = 0u; i < " + u32(fm) + "; ++i) for (uint j = 0u; j < " + u32(fn) +
+       "; ++j) {\n";
+  s += "    coopMatStoreNV(acc[i][j], Cs, scr, 16u, false);\n";
+  s += "    subgroupBarrier();\n";
+  s += "    uint gm = row0 + wm0 + i * 16u + r, gn = col0 + wn0 + j * 16u + c0;\n";
+  s += "    if (gm < " + M + ") for (uint e = 0u; e < 8u; ++e) {\n";
+  s += "      if (gn + e < " + N + ") C_st(cbase + gm * " + N +
+       " + gn + e, mm_epilogue(Cs[scr + r * 16u + c0 + e], bz, gm, gn + e));\n";
+  s += "    }\n    subgroupBarrier();\n  }\n}\n";
+
+  KernelLaunch k;
+  k.name = std::string("matmul_coop_") + t.name;
+  k.glsl = std::move(s);
+  k.workgroup = {threads, 1, 1};
+  k.groups = {static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), 1};
+  k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
+  if (e) {
+    for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
+  }
+  Lowering l;
+  l.launches.push_back(std::move(k));
+  return l;
+}
+
+}  // namespace mn::codegen

@@ -1,0 +1,56 @@
+#pragma once
+// Cooperative-matrix (tensor core) matmul: f16 operands staged from f32 or f16 storage through
+// shared memory, f32 accumulation in 16×16×16 subgroup matrices (GL_NV_cooperative_matrix),
+// results stored through the matmul epilogue. See docs/tensor-cores.md.
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "codegen/kernel.h"
+#include "codegen/lower_matmul.h"
+#include "codegen/matmul_epilogue.h"
+
+namespace mn::codegen {
+
+// A workgroup tile of bm×bn outputs computed by (bm/wm)·(bn/wn) subgroups of wm×wn each, in
+// steps of bk along K.
+struct CoopTile {
+  const char* name = "";
+  int bm = 0, bn = 0, bk = 0, wm = 0, wn = 0;
+  int subgroups() const { return (bm / wm) * (bn / wn); }
+};
+
+// The tile configurations, smallest first; their index is the bit in
+// DeviceTraits::coop_tiles.
+std::span<const CoopTile> coop_tiles();
+
+// How one kernel stages its operands.
+struct CoopOptions {
+  int stages = 1;       // shared-memory buffers (2: one barrier per K step)
+  bool swizzle = true;  // neighbouring workgroups share B column tiles (L2 reuse)
+};
+
+// Shared memory one workgroup of `t` needs with these options.
+uint32_t coop_shared_bytes(const CoopTile& t, const MatmulGeometry& g, const CoopOptions& o);
+
+// Why the cooperative kernel is not used for this node (empty: it is). Considers the device
+// (DeviceTraits::coop, subgroup size, tiles that passed the self-test), operand dtypes (f32,
+// f16) and the threshold below which the scalar kernel is as fast.
+std::string coop_rejection(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch);
+
+// The tile for this shape: the largest whose grid still fills the device's multiprocessors
+// (smaller tiles for small M·N), among those the device accepted and whose shared memory fits.
+std::optional<int> choose_coop_tile(const MatmulGeometry& g, int64_t batch, const DeviceTraits& d);
+
+// Options that fit the device for tile `t` (two stages where the shared memory allows).
+CoopOptions coop_options_for(const CoopTile& t, const MatmulGeometry& g, const DeviceTraits& d);
+
+// The kernel. Bindings: A, B, C, then the epilogue's extra operands.
+Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
+                           const CoopTile& t, const CoopOptions& o, const MatmulEpilogue* e);
+
+// The threshold (multiply-adds M·N·K per batch) below which the scalar kernel is used.
+inline constexpr int64_t kCoopMinMacs = int64_t{1} << 18;
+
+}  // namespace mn::codegen

@@ -1,0 +1,207 @@
+#include "runtime/coop_selftest.h"
+
+#include <cmath>
+#include <memory>
+
+#include <meganeura/error.h>
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+
+#include "codegen/lower_matmul_coop.h"
+#include "codegen/shader_compiler.h"
+#include "runtime/coop_support.h"
+#include "runtime/host_tensor.h"
+#include "vulkan/arena.h"
+#include "vulkan/pipeline.h"
+#include "vulkan/recording.h"
+
+namespace mn::runtime {
+
+namespace {
+
+struct Case {
+  std::string tag;
+  Shape a, b;
+  bool ta = false, tb = false;
+  DType dtype = DType::f32;
+};
+
+// Ragged rows, columns and K steps on every tile; vector loads (contiguous extents multiple of
+// 8) in the first and third, scalar loads and a broadcast batch in the second.
+std::vector<Case> cases(const codegen::CoopTile& t, bool f16) {
+  const int64_t m = t.bm + t.bm / 2 + 3, n = t.bn + 8, k = 88;
+  std::vector<Case> c;
+  c.push_back({"nn_vec", {m, k}, {k, n}, false, false, DType::f32});
+  const int64_t m2 = t.bm - 3, n2 = t.bn + 5, k2 = 45;
+  c.push_back({"tt_scalar_batch", {2, k2, m2}, {n2, k2}, true, true, DType::f32});
+  if (f16) c.push_back({"nt_f16", {m, k}, {n, k}, false, true, DType::f16});
+  return c;
+}
+
+struct Built {
+  Graph graph;
+  NodeId node = 0;
+  std::vector<TensorType> types;
+};
+
+std::unique_ptr<Built> build(const Case& c) {
+  auto b = std::make_unique<Built>();
+  Tensor a = b->graph.input("a", c.a, c.dtype);
+  Tensor bb = b->graph.input("b", c.b, c.dtype);
+  Tensor out = matmul(a, bb, c.ta, c.tb);
+  b->graph.output("c", out);
+  b->node = out.id();
+  b->types = {b->graph.node(a.id()).type, b->graph.node(bb.id()).type};
+  return b;
+}
+
+codegen::Lowering lower(const Built& b, const codegen::CoopTile& tile,
+                        const codegen::DeviceTraits& t) {
+  const codegen::LowerContext ctx{b.graph.node(b.node), b.types, t};
+  const codegen::MatmulGeometry g = codegen::geometry(ctx);
+  const int64_t batch = numel(g.out_batch);
+  return codegen::lower_matmul_coop(ctx, g, batch, tile, codegen::coop_options_for(tile, g, t),
+                                    nullptr);
+}
+
+// Values on a 1/64 grid in [-2, 2]: exact in f16, so the products are exact and only the f32
+// accumulation rounds.
+std::vector<double> values(size_t n, uint32_t seed) {
+  std::vector<double> v(n);
+  uint32_t x = seed * 2654435761u + 12345u;
+  for (auto& e : v) {
+    x = x * 1664525u + 1013904223u;
+    e = static_cast<double>(static_cast<int>(x >> 20) % 257 - 128) / 64.0;
+  }
+  return v;
+}
+
+uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// Relative Frobenius error of the kernel's output against the exact product.
+double run_case(vk::Device& dev, const Case& c, const Built& b, const codegen::Lowering& low,
+                const codegen::DeviceTraits& t) {
+  const Node& n = b.graph.node(b.node);
+  const auto av = values(static_cast<size_t>(b.types[0].numel()), 1);
+  const auto bv = values(static_cast<size_t>(b.types[1].numel()), 2);
+  const uint64_t align =
+      std::max<uint64_t>(256, dev.capabilities().buffers.min_storage_buffer_offset_alignment);
+  const uint64_t a_bytes = av.size() * dtype_size(c.dtype),
+                 b_bytes = bv.size() * dtype_size(c.dtype);
+  const uint64_t c_bytes = static_cast<uint64_t>(n.type.numel()) * dtype_size(n.type.dtype);
+  const uint64_t b_at = round_up(a_bytes, align), c_at = b_at + round_up(b_bytes, align);
+  vk::Arena arena(dev, c_at + round_up(c_bytes, align));
+  std::vector<std::byte> bytes(a_bytes);
+  encode(std::span<const double>(av), c.dtype, bytes);
+  arena.write(0, bytes);
+  bytes.assign(b_bytes, std::byte{});
+  encode(std::span<const double>(bv), c.dtype, bytes);
+  arena.write(b_at, bytes);
+
+  codegen::CompileOptions co;
+  co.target = codegen::target_env_for(dev.capabilities().api_version);
+  co.coop_khr = t.coop_khr;
+  const codegen::KernelLaunch& k = low.launches.at(0);
+  co.name = k.name;
+  vk::KernelInterface ki;
+  ki.buffer_count = static_cast<uint32_t>(k.bindings.size());
+  ki.workgroup_size = k.workgroup;
+  vk::Pipeline pipeline(dev, codegen::compile_glsl(k.glsl, co), ki, k.name);
+  vk::Recording rec(dev, {false, "coop self-test"});
+  vk::Dispatch d;
+  d.pipeline = &pipeline;
+  d.buffers = {{arena.range(0, a_bytes), vk::Access::read},
+               {arena.range(b_at, b_bytes), vk::Access::read},
+               {arena.range(c_at, c_bytes), vk::Access::read_write}};
+  d.groups = k.groups;
+  d.label = k.name;
+  rec.dispatch(std::move(d));
+  rec.run();
+  std::vector<std::byte> out(c_bytes);
+  arena.read(c_at, out);
+  const auto got = decode(out, n.type.dtype, static_cast<size_t>(n.type.numel()));
+
+  // The exact product, batch by batch (A may carry a batch that B broadcasts over).
+  const int64_t m = c.ta ? c.a[c.a.size() - 1] : c.a[c.a.size() - 2];
+  const int64_t kk = c.ta ? c.a[c.a.size() - 2] : c.a[c.a.size() - 1];
+  const int64_t nn = c.tb ? c.b[c.b.size() - 2] : c.b[c.b.size() - 1];
+  const int64_t batches = n.type.numel() / (m * nn);
+  const int64_t a_batches = b.types[0].numel() / (m * kk),
+                b_batches = b.types[1].numel() / (kk * nn);
+  double err = 0, norm = 0;
+  for (int64_t z = 0; z < batches; ++z) {
+    const double* A = av.data() + (a_batches == 1 ? 0 : z) * m * kk;
+    const double* B = bv.data() + (b_batches == 1 ? 0 : z) * kk * nn;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < nn; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < kk; ++p) {
+          s += (c.ta ? A[p * m + i] : A[i * kk + p]) * (c.tb ? B[j * kk + p] : B[p * nn + j]);
+        }
+        const double dlt = got[static_cast<size_t>((z * m + i) * nn + j)] - s;
+        err += dlt * dlt;
+        norm += s * s;
+      }
+    }
+  }
+  return std::sqrt(err / std::max(norm, 1e-300));
+}
+
+}  // namespace
+
+std::string coop_selftest_fingerprint(const codegen::DeviceTraits& t) {
+  std::string all;
+  for (const codegen::CoopTile& tile : codegen::coop_tiles()) {
+    for (const Case& c : cases(tile, t.storage_16bit)) {
+      try {
+        all += lower(*build(c), tile, t).launches.at(0).glsl;
+      } catch (const Error& e) {
+        all += e.what();
+      }
+    }
+  }
+  return all;
+}
+
+uint32_t run_coop_selftest(vk::Device& dev, const codegen::DeviceTraits& t, std::string* report) {
+  uint32_t mask = 0;
+  const auto tiles = codegen::coop_tiles();
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    bool ok = true;
+    for (const Case& c : cases(tiles[i], t.storage_16bit)) {
+      std::string line = std::string(tiles[i].name) + " " + c.tag + ": ";
+      try {
+        auto b = build(c);
+        const double err = run_case(dev, c, *b, lower(*b, tiles[i], t), t);
+        // Exact products, f32 accumulation over K <= 88: anything above 1e-5 is a wrong result
+        // (f16 outputs add their own rounding, 2^-11 at most per element).
+        const double tol = c.dtype == DType::f16 ? 1e-3 : 1e-5;
+        const bool good = std::isfinite(err) && err <= tol;
+        ok = ok && good;
+        line += "relative error " + std::to_string(err) + (good ? "" : " FAILED");
+      } catch (const std::exception& e) {
+        ok = false;
+        line += std::string("FAILED: ") + e.what();
+      }
+      if (report) *report += line + "\n";
+    }
+    if (ok) mask |= 1u << i;
+  }
+  return mask;
+}
+
+void configure_device_coop(const vk::Device& dev, codegen::DeviceTraits& t) {
+  // The self-test creates pipelines and buffers on the device: not const on its handle, but the
+  // device is shared and long-lived (device_pool.h), so it is the same object sessions use.
+  auto& d = const_cast<vk::Device&>(dev);  // NOLINT(cppcoreguidelines-pro-type-const-cast)
+  const CoopCandidate cand = coop_candidate(dev.capabilities(), coop_mode_from_env());
+  if (!cand.usable) {
+    t.coop = false;
+    return;  // no fingerprint to compute, no kernels to generate
+  }
+  configure_coop(
+      dev.capabilities(), coop_mode_from_env(), default_coop_cache(), coop_selftest_fingerprint(t),
+      [&](const codegen::DeviceTraits& trial) { return run_coop_selftest(d, trial); }, t);
+}
+
+}  // namespace mn::runtime
