@@ -1,0 +1,48 @@
+#pragma once
+// The machinery under the composite rules: a composite op's decomposition built (by the op
+// table's own `decompose`) on given operand types into a scratch graph, copied into the e-graph
+// (adding nodes, or only looking them up), and turned into an e-matching pattern.
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <meganeura/graph.h>
+
+#include "egraph/pattern.h"
+#include "optimize/tensor_egraph.h"
+
+namespace mn::optimize::composite {
+
+// A decomposition on concrete operand types: scratch inputs stand for the operands.
+struct Expansion {
+  Graph graph;
+  std::vector<NodeId> inputs;  // the scratch input node of each operand
+  NodeId root = -1;
+  std::vector<NodeId> order;  // the non-input nodes the root depends on, operands first
+};
+
+// Decomposes `def` with `attrs` over operands of `types`; nullopt when the op rejects them.
+std::optional<Expansion> expand(const OpDef& def, const Attrs& attrs,
+                                std::span<const TensorType> types);
+
+// Copies an expansion into the e-graph with its inputs standing for `operands`. With `add`, missing
+// nodes are added (nullopt if one does not type-check); without, nothing is added and the result is
+// the class of the existing computation, or nullopt when some node of it is not in the e-graph
+// (exact on a rebuilt e-graph, which is where recognition runs).
+std::optional<Id> instantiate(TensorEGraph& teg, const Expansion& e, std::span<const Id> operands,
+                              bool add);
+
+// A structural pattern of an expansion: operands become variables ?x0.., every other node an
+// operator node whose attribute word is bound to a variable (constants included), so a match
+// says which classes and attribute words sit where the expansion has its nodes.
+struct ExpansionPattern {
+  egraph::Pattern pattern;
+  std::vector<egraph::Var> operand_vars;  // per operand
+  std::vector<int32_t> attr_var;          // per scratch node: its attribute variable, or -1
+  std::string key;                        // the structure as text: equal keys, equal patterns
+};
+// nullopt when the expansion's root is an operand or some operand does not occur in it.
+std::optional<ExpansionPattern> pattern_of(const TensorEGraph& teg, const Expansion& e);
+
+}  // namespace mn::optimize::composite
