@@ -21,6 +21,7 @@ struct DeviceTraits {
   uint32_t max_group_count = 65535;  // per grid dimension
   bool storage_16bit = false;        // f16/bf16 tensors need 16-bit storage access
   bool float_atomics = false;        // atomicAdd on float in storage buffers
+  uint32_t max_storage_buffers = 32;  // storage buffers one kernel may bind (per stage)
   // Cooperative matrices (tensor cores), set by the runtime (src/runtime/coop_support.h):
   // f16×f16→f32 16×16×16 subgroup matrices usable through GL_NV_cooperative_matrix, their
   // self-test passed, and MN_DISABLE_COOP unset.
@@ -32,12 +33,13 @@ struct DeviceTraits {
 };
 
 // A kernel operand: input i of the node, its output, or scratch buffer i of the lowering.
+// Fused kernels (src/schedule/fusion.h) read input i of their group and write output i.
 struct ArgRef {
   enum class Kind : uint8_t { input, output, scratch };
   Kind kind = Kind::input;
   int index = 0;
   static ArgRef input(int i) { return {Kind::input, i}; }
-  static ArgRef output() { return {Kind::output, 0}; }
+  static ArgRef output(int i = 0) { return {Kind::output, i}; }
   static ArgRef scratch(int i) { return {Kind::scratch, i}; }
   bool operator==(const ArgRef&) const = default;
 };

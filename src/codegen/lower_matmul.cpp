@@ -22,39 +22,14 @@
 #include "codegen/glsl.h"
 #include "codegen/kernel.h"
 #include "codegen/lower_families.h"
+#include "codegen/lower_matmul.h"
+#include "codegen/lower_matmul_coop.h"
+#include "codegen/matmul_epilogue.h"
 #include "ir/ops/matmul.h"
 
 namespace mn::codegen {
 
 namespace {
-
-struct MatmulGeometry {
-  int64_t m = 1, n = 1, k = 1;
-  Shape a_batch, b_batch, out_batch;
-  bool ta = false, tb = false;
-};
-
-MatmulGeometry geometry(const LowerContext& ctx) {
-  MatmulGeometry g;
-  const auto& attrs = ctx.node.attrs.as<MatmulAttrs>();
-  const Shape& a = ctx.inputs[0].shape;
-  const Shape& b = ctx.inputs[1].shape;
-  g.ta = attrs.transpose_a && a.size() >= 2;
-  g.tb = attrs.transpose_b && b.size() >= 2;
-  if (a.size() == 1) {
-    g.k = a[0];
-  } else {
-    g.m = g.ta ? a[a.size() - 1] : a[a.size() - 2];
-    g.k = g.ta ? a[a.size() - 2] : a[a.size() - 1];
-    g.a_batch.assign(a.begin(), a.end() - 2);
-  }
-  if (b.size() != 1) {
-    g.n = g.tb ? b[b.size() - 2] : b[b.size() - 1];
-    g.b_batch.assign(b.begin(), b.end() - 2);
-  }
-  g.out_batch = broadcast_shapes(g.a_batch, g.b_batch, "matmul");
-  return g;
-}
 
 std::string u32(int64_t v) { return std::to_string(v) + "u"; }
 
@@ -84,7 +59,8 @@ void check_elements(const MatmulGeometry& g, int64_t batch) {
   }
 }
 
-Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch) {
+Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
+                     const MatmulEpilogue* e) {
   // 64×64 tiles with 4×4 per thread once both sides fill them; 16×16 tiles otherwise.
   const int64_t t = (g.m >= 64 && g.n >= 64) ? 4 : 1;
   const int64_t tile = 16 * t;
@@ -119,6 +95,8 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
 
   const bool vec = t == 4;
   std::string s = glsl::header() + operand_buffers(ctx);
+  if (e) s += e->declarations;
+  s += epilogue_function(e);
   if (vec) {
     s += "shared vec4 As4[16][17];\nshared vec4 Bs4[16][17];\n";
   } else {
@@ -187,7 +165,7 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
            : "    uint gm = row0 + ty + 16u * i, gn = col0 + tx + 16u * j;\n";
   const std::string c_guard = guard({{check_m, "gm < " + M}, {check_n, "gn < " + N}});
   s += "    " + (c_guard.empty() ? "" : "if (" + c_guard + ") ") + "C_st(cbase + gm * " + N +
-       " + gn, acc[i][j]);\n";
+       " + gn, mm_epilogue(acc[i][j], bz, gm, gn));\n";
   s += "  }\n}\n";
 
   KernelLaunch k;
@@ -197,6 +175,9 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   k.groups = {static_cast<uint32_t>(col_tiles), static_cast<uint32_t>(gy),
               static_cast<uint32_t>(gz)};
   k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
+  if (e) {
+    for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
+  }
   Lowering l;
   l.launches.push_back(std::move(k));
   return l;
@@ -205,7 +186,8 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
 // M = 1 or N = 1: out[bz, p] = sum_k vec[k] · mat[p, k], with p over the matrix's other axis.
 // The vector is contiguous along K whatever its flags (its other extent is 1). When the grid
 // is small and K long, K splits into chunks whose partial sums a second launch adds up.
-Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch) {
+Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
+                    const MatmulEpilogue* e) {
   const bool left = g.m == 1;  // x·B: the matrix is B and p runs over N
   const int64_t p_count = left ? g.n : g.m;
   // Strides of the matrix along p and along k.
@@ -251,6 +233,8 @@ Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t ba
                   glsl::buffer(1, ctx.inputs[1].dtype, "B", true);
   s += split == 1 ? glsl::buffer(2, ctx.node.type.dtype, "C", false)
                   : "layout(std430, set = 0, binding = 2) buffer Buffer2 { float part[]; };\n";
+  if (split == 1 && e) s += e->declarations;
+  if (split == 1) s += epilogue_function(e);
   if (ly > 1) s += "shared float s_acc[" + L + "];\n";
   s += "void main() {\n";
   s += "  uint lx = gl_LocalInvocationID.x, ly = gl_LocalInvocationID.y;\n";
@@ -276,7 +260,8 @@ Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t ba
   }
   const std::string o = "bz * " + u32(p_count) + " + p";
   s += split == 1
-           ? "  if (ly == 0u && live) C_st(" + o + ", acc);\n}\n"
+           ? "  if (ly == 0u && live) C_st(" + o + ", mm_epilogue(acc, bz, " +
+                 (left ? "0u, p" : "p, 0u") + "));\n}\n"
            : "  if (ly == 0u && live) part[s * " + u32(outputs) + " + " + o + "] = acc;\n}\n";
 
   KernelLaunch k;
@@ -287,6 +272,9 @@ Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t ba
   Lowering l;
   if (split == 1) {
     k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
+    if (e) {
+      for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
+    }
     l.launches.push_back(std::move(k));
     return l;
   }
@@ -296,9 +284,14 @@ Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t ba
   // The partial sums of each output, added in chunk order.
   const std::string decl =
       "layout(std430, set = 0, binding = 0) readonly buffer Buffer0 { float part[]; };\n" +
-      glsl::buffer(1, ctx.node.type.dtype, "C", false);
+      glsl::buffer(1, ctx.node.type.dtype, "C", false) + (e ? e->declarations : std::string()) +
+      epilogue_function(e);
+  // Output i is batch i / p_count, element p = i % p_count: (m, n) = (0, p) or (p, 0).
+  const std::string p_of = "i % " + u32(p_count), b_of = "i / " + u32(p_count);
   const std::string body = "  float acc = 0.0;\n  for (uint s = 0u; s < " + u32(split) +
-                           "; ++s) acc += part[s * " + u32(outputs) + " + i];\n  C_st(i, acc);\n";
+                           "; ++s) acc += part[s * " + u32(outputs) +
+                           " + i];\n  C_st(i, mm_epilogue(acc, " + b_of + ", " +
+                           (left ? "0u, " + p_of : p_of + ", 0u") + "));\n";
   const glsl::Linear grid = glsl::linear_grid(static_cast<uint64_t>(outputs), ctx.device);
   KernelLaunch c;
   c.name = "matmul_gemv_combine";
@@ -306,18 +299,33 @@ Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t ba
   c.workgroup = {grid.local, 1, 1};
   c.groups = grid.groups;
   c.bindings = {{ArgRef::scratch(0), false}, {ArgRef::output(), true}};
+  if (e) {
+    // Binding 2 is unused (the epilogue's operands start at 3, as in the other kernels).
+    c.bindings.push_back({ArgRef::scratch(0), false});
+    for (const ArgRef& a : e->extra) c.bindings.push_back({a, false});
+  }
   l.launches.push_back(std::move(c));
   return l;
 }
 
-Lowering lower_matmul(const LowerContext& ctx) {
+}  // namespace
+
+Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e) {
   glsl::require_storage(ctx);
   const MatmulGeometry g = geometry(ctx);
   const int64_t batch = numel(g.out_batch);
   check_elements(g, batch);
-  if (g.m == 1 || g.n == 1) return lower_gemv(ctx, g, batch);
-  return lower_tiled(ctx, g, batch);
+  if (g.m == 1 || g.n == 1) return lower_gemv(ctx, g, batch, e);
+  if (coop_rejection(ctx, g, batch).empty()) {
+    const CoopTile& t = coop_tiles()[static_cast<size_t>(*choose_coop_tile(g, batch, ctx.device))];
+    return lower_matmul_coop(ctx, g, batch, t, coop_options_for(t, g, ctx.device), e);
+  }
+  return lower_tiled(ctx, g, batch, e);
 }
+
+namespace {
+
+Lowering lower_matmul(const LowerContext& ctx) { return lower_matmul_fused(ctx, nullptr); }
 
 }  // namespace
 

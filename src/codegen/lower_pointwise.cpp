@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 
+#include "codegen/fused_pointwise.h"
 #include "codegen/glsl.h"
 #include "codegen/kernel.h"
 #include "codegen/lower_families.h"
@@ -293,6 +294,22 @@ Lowering lower_pointwise(const LowerContext& ctx, const PointwiseSpec& spec) {
 }
 
 }  // namespace
+
+std::optional<std::string> pointwise_expression(const Node& node) {
+  auto it = specs().find(std::string(node.op_name()));
+  if (it == specs().end()) return std::nullopt;
+  return it->second.expr(node);
+}
+
+const char* pointwise_math_library() { return kMathLibrary; }
+
+bool fusable_pointwise(const Node& node, std::span<const TensorType> inputs) {
+  auto it = specs().find(std::string(node.op_name()));
+  if (it == specs().end() || it->second.arity != static_cast<int>(inputs.size())) return false;
+  if (node.type.dtype != DType::f32) return false;
+  return std::all_of(inputs.begin(), inputs.end(),
+                     [](const TensorType& t) { return t.dtype == DType::f32; });
+}
 
 void register_pointwise_lowerings(LoweringRegistry& r) {
   for (const auto& [name, spec] : specs()) {

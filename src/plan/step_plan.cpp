@@ -1,8 +1,11 @@
 #include "plan/step_plan.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "ir/op_def.h"
+#include "schedule/fusion.h"
 #include "schedule/gpu_lowering.h"
 
 namespace mn::plan {
@@ -17,17 +20,12 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
   const Graph& g = p.graph;
   const size_t n = g.size();
 
-  // Nodes whose values the step needs: outputs, assigned values, and what they read.
-  std::vector<char> needed(n, 0);
-  for (const auto& [name, id] : g.outputs()) needed[id] = 1;
-  for (const auto& [target, value] : g.assignments()) needed[value] = needed[target] = 1;
-  for (NodeId id : g.inputs()) needed[id] = 1;
-  for (NodeId id : g.parameters()) needed[id] = 1;
-  for (NodeId id : g.states()) needed[id] = 1;
-  for (size_t i = n; i-- > 0;) {
-    if (!needed[i]) continue;
-    for (NodeId in : g.node(static_cast<NodeId>(i)).inputs) needed[in] = 1;
-  }
+  const std::vector<char> needed = schedule::needed_nodes(g);
+  const char* env = std::getenv("MN_FUSION");
+  const bool fuse = options.fuse && !(env && std::string_view(env) == "0");
+  schedule::FusionOptions fo;
+  fo.max_bindings = options.device.max_storage_buffers;
+  p.groups = fuse ? schedule::fuse(g, fo) : schedule::unfused_groups(g);
 
   p.node_buffer.assign(n, -1);
   auto new_buffer = [&](uint64_t bytes, bool persistent, NodeId node) {
@@ -54,32 +52,43 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
       if (op == "input") p.inputs.emplace(node.name, static_cast<NodeId>(i));
       if (op == "parameter" || op == "state")
         p.persistents.emplace(node.name, static_cast<NodeId>(i));
-      continue;
     }
-    const codegen::LowerFn* lower = codegen::find_lowering(op);
-    if (!lower) throw Error("plan: op '" + std::string(op) + "' has no GPU lowering");
-    std::vector<TensorType> in_types;
-    for (NodeId in : node.inputs) in_types.push_back(g.node(in).type);
-    codegen::Lowering l = (*lower)(codegen::LowerContext{node, in_types, options.device});
+  }
+
+  for (size_t gi = 0; gi < p.groups.size(); ++gi) {
+    const schedule::KernelGroup& group = p.groups[gi];
+    auto buffer_of = [&](NodeId in) {
+      const int b = p.node_buffer[in];
+      if (b < 0) {
+        throw Error("plan: node %" + std::to_string(in) + " is read by kernel '" +
+                    schedule::group_name(g, group) + "' before it is computed");
+      }
+      return b;
+    };
+    codegen::Lowering l = schedule::lower_group(g, group, options.device);
     if (l.alias_input0) {
-      p.node_buffer[i] = p.node_buffer[node.inputs.at(0)];
+      p.node_buffer[group.outputs.at(0)] = buffer_of(group.inputs.at(0));
       continue;
     }
-    const int out = new_buffer(device_bytes(node.type), false, static_cast<NodeId>(i));
-    p.node_buffer[i] = out;
+    std::vector<int> outs;
+    for (NodeId o : group.outputs) {
+      outs.push_back(new_buffer(device_bytes(g.node(o).type), false, o));
+      p.node_buffer[o] = outs.back();
+    }
     std::vector<int> scratch;
     for (uint64_t bytes : l.scratch_bytes) scratch.push_back(new_buffer(bytes, false, -1));
     for (codegen::KernelLaunch& k : l.launches) {
       const int index = static_cast<int>(p.launches.size());
-      PlannedLaunch launch{std::move(k), {}, static_cast<NodeId>(i)};
+      PlannedLaunch launch{
+          std::move(k), {}, group.outputs.at(0), group.nodes, static_cast<int>(gi)};
       for (const codegen::KernelBinding& b : launch.kernel.bindings) {
         int buf = -1;
         switch (b.arg.kind) {
           case codegen::ArgRef::Kind::input:
-            buf = p.node_buffer[node.inputs.at(b.arg.index)];
+            buf = buffer_of(group.inputs.at(b.arg.index));
             break;
           case codegen::ArgRef::Kind::output:
-            buf = out;
+            buf = outs.at(b.arg.index);
             break;
           case codegen::ArgRef::Kind::scratch:
             buf = scratch.at(b.arg.index);

@@ -10,6 +10,7 @@
 
 #include "codegen/kernel.h"
 #include "plan/memory_plan.h"
+#include "schedule/fusion.h"
 
 namespace mn::plan {
 
@@ -23,15 +24,19 @@ struct PlannedBuffer {
 
 struct PlannedLaunch {
   codegen::KernelLaunch kernel;
-  std::vector<int> buffers;  // per binding: index into StepPlan::buffers
-  NodeId node = -1;
+  std::vector<int> buffers;   // per binding: index into StepPlan::buffers
+  NodeId node = -1;           // the first value it writes
+  std::vector<NodeId> nodes;  // every node its kernel group computes (fusion)
+  int group = -1;             // index into StepPlan::groups
 };
 
 struct StepPlan {
   Graph graph;  // lowered for the GPU; node ids below refer to it
   std::vector<PlannedBuffer> buffers;
-  std::vector<int> node_buffer;  // per node of `graph`: its buffer, or -1 when not computed
-  std::vector<PlannedLaunch> launches;
+  std::vector<int> node_buffer;         // per node of `graph`: its buffer, or -1 when not computed
+  std::vector<PlannedLaunch> launches;  // launches.size() = dispatches
+  // The kernel groups in dispatch order (schedule/fusion.h): the nodes each kernel covers.
+  std::vector<schedule::KernelGroup> groups;
   std::vector<std::pair<int, int>> assignment_copies;  // (from value buffer, to target buffer)
   std::map<std::string, NodeId, std::less<>> inputs, persistents, outputs;
   MemoryPlan memory;
@@ -42,6 +47,9 @@ struct PlanOptions {
   codegen::DeviceTraits device;
   uint64_t alignment = 256;  // binding offset alignment
   uint64_t chunk_bytes = 0;  // largest binding (arena chunk); 0: unlimited
+  // Kernel fusion (schedule/fusion.h); the environment variable MN_FUSION=0 also turns it off,
+  // to tell a fusion problem from others.
+  bool fuse = true;
 };
 
 StepPlan make_step_plan(const Graph& g, const PlanOptions& options);

@@ -1,0 +1,383 @@
+#include "schedule/fusion.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <queue>
+#include <set>
+
+#include "codegen/fused_pointwise.h"
+#include "ir/op_def.h"
+
+namespace mn::schedule {
+
+namespace {
+
+bool is_source(std::string_view op) {
+  return op == "input" || op == "parameter" || op == "state" || op == "constant";
+}
+
+// `small` broadcasts to exactly `big` (right-aligned, size-1 or equal extents).
+bool broadcasts_to(const Shape& small, const Shape& big) {
+  if (small.size() > big.size()) return false;
+  const size_t lead = big.size() - small.size();
+  for (size_t i = 0; i < small.size(); ++i) {
+    if (small[i] != 1 && small[i] != big[lead + i]) return false;
+  }
+  return true;
+}
+
+struct Builder {
+  const Graph& g;
+  const FusionOptions& options;
+  size_t n;
+  std::vector<char> needed, sink;
+  std::vector<std::vector<NodeId>> consumers;  // needed consumers, without repeats
+  std::vector<int> group_of;
+  struct Work {
+    KernelGroup::Kind kind = KernelGroup::Kind::single;
+    std::vector<NodeId> nodes;
+    Shape domain;
+    bool alive = true;
+  };
+  std::vector<Work> groups;
+  std::vector<int> stamp;
+  int stamp_now = 0;
+
+  Builder(const Graph& graph, const FusionOptions& o) : g(graph), options(o), n(graph.size()) {
+    needed = needed_nodes(g);
+    sink.assign(n, 0);
+    for (const auto& [name, id] : g.outputs()) sink[id] = 1;
+    for (const auto& [target, value] : g.assignments()) sink[value] = 1;
+    consumers.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (!needed[i]) continue;
+      for (NodeId in : g.node(static_cast<NodeId>(i)).inputs) {
+        auto& c = consumers[in];
+        if (c.empty() || c.back() != static_cast<NodeId>(i)) c.push_back(static_cast<NodeId>(i));
+      }
+    }
+    group_of.assign(n, -1);
+  }
+
+  const Node& node(NodeId id) const { return g.node(id); }
+
+  bool fusable(NodeId id) const {
+    const Node& nd = node(id);
+    std::vector<TensorType> in;
+    for (NodeId i : nd.inputs) in.push_back(node(i).type);
+    return codegen::fusable_pointwise(nd, in);
+  }
+
+  int new_group(KernelGroup::Kind kind, NodeId id) {
+    groups.push_back({kind, {id}, node(id).type.shape, true});
+    group_of[id] = static_cast<int>(groups.size() - 1);
+    return group_of[id];
+  }
+
+  // Group `from` reaches group `target` through consumer edges.
+  bool reaches(int from, int target) {
+    ++stamp_now;
+    if (stamp.size() < groups.size()) stamp.resize(groups.size(), 0);
+    std::vector<int> stack{from};
+    stamp[from] = stamp_now;
+    while (!stack.empty()) {
+      const int x = stack.back();
+      stack.pop_back();
+      if (x == target) return true;
+      for (NodeId v : groups[x].nodes) {
+        for (NodeId c : consumers[v]) {
+          const int y = group_of[c];
+          if (y < 0 || y == x || stamp[y] == stamp_now) continue;
+          stamp[y] = stamp_now;
+          stack.push_back(y);
+        }
+      }
+    }
+    return false;
+  }
+
+  // Pointwise node `v` (its consumers already grouped) joins a consumer's group, or starts one.
+  void place_pointwise(NodeId v) {
+    const Shape& shape = node(v).type.shape;
+    const auto& cs = consumers[v];
+    if (!sink[v] && !cs.empty()) {
+      const int g0 = group_of[cs.front()];
+      const bool all_in =
+          std::all_of(cs.begin(), cs.end(), [&](NodeId c) { return group_of[c] == g0; });
+      if (all_in && groups[g0].kind == KernelGroup::Kind::pointwise &&
+          broadcasts_to(shape, groups[g0].domain)) {
+        join(v, g0);
+        return;
+      }
+    }
+    // As one more output of a consumer's group of the same shape, the one reading it most.
+    std::map<int, int> count;
+    for (NodeId c : cs) {
+      const int x = group_of[c];
+      if (groups[x].kind == KernelGroup::Kind::pointwise && groups[x].domain == shape) ++count[x];
+    }
+    std::vector<std::pair<int, int>> candidates;
+    for (const auto& [x, k] : count) candidates.emplace_back(-k, -x);
+    std::sort(candidates.begin(), candidates.end());
+    for (const auto& [k, negx] : candidates) {
+      const int x = -negx;
+      bool legal = true;
+      for (NodeId c : cs) {
+        if (group_of[c] != x && reaches(group_of[c], x)) {
+          legal = false;
+          break;
+        }
+      }
+      if (legal) {
+        join(v, x);
+        return;
+      }
+    }
+    new_group(KernelGroup::Kind::pointwise, v);
+  }
+
+  void join(NodeId v, int x) {
+    groups[x].nodes.push_back(v);
+    group_of[v] = x;
+  }
+
+  std::vector<NodeId> outputs_of(const std::vector<NodeId>& nodes) const {
+    std::set<NodeId> in(nodes.begin(), nodes.end());
+    std::vector<NodeId> out;
+    for (NodeId v : in) {
+      const bool outside = sink[v] || std::any_of(consumers[v].begin(), consumers[v].end(),
+                                                  [&](NodeId c) { return !in.count(c); });
+      if (outside) out.push_back(v);
+    }
+    return out;
+  }
+
+  std::vector<NodeId> external_inputs(const std::vector<NodeId>& nodes) const {
+    std::set<NodeId> in(nodes.begin(), nodes.end());
+    std::vector<NodeId> out;
+    for (NodeId v : in) {
+      for (NodeId i : node(v).inputs) {
+        if (!in.count(i) && !is_scalar_constant(node(i)) &&
+            std::find(out.begin(), out.end(), i) == out.end()) {
+          out.push_back(i);
+        }
+      }
+    }
+    return out;
+  }
+
+  // A matmul whose only consumer's group is one output of the matmul's shape takes that group
+  // as its epilogue.
+  void fuse_epilogues() {
+    for (size_t i = 0; i < n; ++i) {
+      const auto m = static_cast<NodeId>(i);
+      const Node& mm = node(m);
+      if (!needed[i] || sink[i] || mm.op_name() != "matmul" || consumers[i].size() != 1) continue;
+      if (mm.type.dtype != DType::f32) continue;
+      const int x = group_of[consumers[i].front()];
+      Work& w = groups[x];
+      if (w.kind != KernelGroup::Kind::pointwise || w.domain != mm.type.shape) continue;
+      if (outputs_of(w.nodes).size() != 1) continue;
+      std::vector<NodeId> nodes = w.nodes;
+      nodes.push_back(m);
+      std::vector<NodeId> extra = external_inputs(nodes);
+      // A and B bind first; the epilogue's other operands follow them.
+      size_t bindings = 3;
+      for (NodeId e : extra) {
+        if (std::find(mm.inputs.begin(), mm.inputs.end(), e) == mm.inputs.end()) ++bindings;
+      }
+      if (bindings > options.max_bindings) continue;
+      groups[group_of[m]].alive = false;
+      w.kind = KernelGroup::Kind::matmul_epilogue;
+      w.nodes.push_back(m);
+      group_of[m] = x;
+    }
+  }
+
+  KernelGroup finish(int x) const {
+    const Work& w = groups[x];
+    KernelGroup k;
+    k.kind = w.kind;
+    k.nodes = w.nodes;
+    std::sort(k.nodes.begin(), k.nodes.end());
+    k.outputs = outputs_of(k.nodes);
+    if (w.kind == KernelGroup::Kind::single) {
+      k.inputs = node(k.nodes.front()).inputs;
+      return k;
+    }
+    KernelSegment seg;
+    seg.domain = w.domain;
+    seg.outputs = k.outputs;
+    if (w.kind == KernelGroup::Kind::matmul_epilogue) {
+      // The matmul first, its operands as inputs 0 and 1, then the epilogue's operands.
+      const NodeId m = w.nodes.back();  // appended last by fuse_epilogues
+      const auto it = std::find(k.nodes.begin(), k.nodes.end(), m);
+      k.nodes.erase(it);
+      seg.nodes = k.nodes;
+      k.nodes.insert(k.nodes.begin(), m);
+      k.inputs = node(m).inputs;
+      std::vector<NodeId> all = seg.nodes;
+      all.push_back(m);
+      for (NodeId e : external_inputs(all)) {
+        if (std::find(k.inputs.begin(), k.inputs.end(), e) == k.inputs.end()) k.inputs.push_back(e);
+      }
+    } else {
+      seg.nodes = k.nodes;
+      k.inputs = external_inputs(k.nodes);
+    }
+    k.segments.push_back(std::move(seg));
+    return k;
+  }
+};
+
+}  // namespace
+
+bool is_scalar_constant(const Node& node) {
+  return node.op_name() == "constant" && node.type.dtype == DType::f32 && node.type.numel() == 1;
+}
+
+std::vector<char> needed_nodes(const Graph& g) {
+  const size_t n = g.size();
+  std::vector<char> needed(n, 0);
+  for (const auto& [name, id] : g.outputs()) needed[id] = 1;
+  for (const auto& [target, value] : g.assignments()) needed[value] = needed[target] = 1;
+  for (NodeId id : g.inputs()) needed[id] = 1;
+  for (NodeId id : g.parameters()) needed[id] = 1;
+  for (NodeId id : g.states()) needed[id] = 1;
+  for (size_t i = n; i-- > 0;) {
+    if (!needed[i]) continue;
+    for (NodeId in : g.node(static_cast<NodeId>(i)).inputs) needed[in] = 1;
+  }
+  return needed;
+}
+
+std::vector<KernelGroup> unfused_groups(const Graph& g) {
+  const std::vector<char> needed = needed_nodes(g);
+  std::vector<KernelGroup> out;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Node& nd = g.node(static_cast<NodeId>(i));
+    if (!needed[i] || is_source(nd.op_name())) continue;
+    KernelGroup k;
+    k.nodes = {static_cast<NodeId>(i)};
+    k.inputs = nd.inputs;
+    k.outputs = {static_cast<NodeId>(i)};
+    out.push_back(std::move(k));
+  }
+  return out;
+}
+
+std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
+  Builder b(g, options);
+  for (size_t i = g.size(); i-- > 0;) {
+    const auto v = static_cast<NodeId>(i);
+    if (!b.needed[i] || is_source(g.node(v).op_name())) continue;
+    if (options.pointwise && b.fusable(v)) {
+      b.place_pointwise(v);
+    } else if (!options.pointwise && b.fusable(v)) {
+      b.new_group(KernelGroup::Kind::pointwise, v);
+    } else {
+      b.new_group(KernelGroup::Kind::single, v);
+    }
+  }
+  if (options.matmul_epilogue) b.fuse_epilogues();
+
+  // The group graph, in a topological order close to the graph's (by each group's last node).
+  const size_t count = b.groups.size();
+  std::vector<std::set<int>> succ(count);
+  std::vector<int> indegree(count, 0);
+  std::vector<NodeId> last(count, -1);
+  for (size_t x = 0; x < count; ++x) {
+    if (!b.groups[x].alive) continue;
+    for (NodeId v : b.groups[x].nodes) {
+      last[x] = std::max(last[x], v);
+      for (NodeId c : b.consumers[v]) {
+        const int y = b.group_of[c];
+        if (y != static_cast<int>(x) && succ[x].insert(y).second) ++indegree[y];
+      }
+    }
+  }
+  using Ready = std::pair<NodeId, int>;
+  std::priority_queue<Ready, std::vector<Ready>, std::greater<>> ready;
+  for (size_t x = 0; x < count; ++x) {
+    if (b.groups[x].alive && indegree[x] == 0) ready.emplace(last[x], static_cast<int>(x));
+  }
+  std::vector<int> order;
+  while (!ready.empty()) {
+    const int x = ready.top().second;
+    ready.pop();
+    order.push_back(x);
+    for (int y : succ[x]) {
+      if (--indegree[y] == 0) ready.emplace(last[y], y);
+    }
+  }
+
+  // Tail groups: pointwise groups whose values feed only other tail groups, assignments and
+  // outputs. Height: the longest chain of tail groups after it.
+  std::vector<int> height(count, -1);
+  if (options.horizontal) {
+    for (size_t r = order.size(); r-- > 0;) {
+      const int x = order[r];
+      if (b.groups[x].kind != KernelGroup::Kind::pointwise) continue;
+      int h = 0;
+      bool tail = true;
+      for (int y : succ[x]) {
+        if (height[y] < 0) {
+          tail = false;
+          break;
+        }
+        h = std::max(h, height[y] + 1);
+      }
+      if (tail) height[x] = h;
+    }
+  }
+
+  std::vector<KernelGroup> out;
+  std::map<int, std::vector<int>, std::greater<>> levels;
+  for (int x : order) {
+    if (height[x] >= 0) {
+      levels[height[x]].push_back(x);
+    } else {
+      out.push_back(b.finish(x));
+    }
+  }
+  constexpr size_t kMaxSegments = 64;  // each thread tests its range against every segment's
+  for (const auto& [h, members] : levels) {
+    KernelGroup merged;
+    auto flush = [&] {
+      if (merged.segments.empty()) return;
+      out.push_back(std::move(merged));
+      merged = KernelGroup{};
+    };
+    for (int x : members) {
+      KernelGroup k = b.finish(x);
+      std::vector<NodeId> inputs = merged.inputs;
+      for (NodeId i : k.inputs) {
+        if (std::find(inputs.begin(), inputs.end(), i) == inputs.end()) inputs.push_back(i);
+      }
+      if (!merged.segments.empty() &&
+          (inputs.size() + merged.outputs.size() + k.outputs.size() > options.max_bindings ||
+           merged.segments.size() >= kMaxSegments)) {
+        flush();
+        inputs = k.inputs;
+      }
+      merged.kind = KernelGroup::Kind::pointwise;
+      merged.inputs = std::move(inputs);
+      merged.nodes.insert(merged.nodes.end(), k.nodes.begin(), k.nodes.end());
+      merged.outputs.insert(merged.outputs.end(), k.outputs.begin(), k.outputs.end());
+      merged.segments.push_back(std::move(k.segments.front()));
+    }
+    flush();
+  }
+  // A lone pointwise op keeps its own lowering (several elements per thread on large tensors).
+  for (KernelGroup& k : out) {
+    if (k.kind == KernelGroup::Kind::pointwise && k.nodes.size() == 1) {
+      k.kind = KernelGroup::Kind::single;
+      k.inputs = g.node(k.nodes.front()).inputs;
+      k.segments.clear();
+    }
+  }
+  return out;
+}
+
+}  // namespace mn::schedule

@@ -1,0 +1,79 @@
+#pragma once
+// Kernel fusion: which nodes of the GPU-lowered graph run together in one kernel.
+//
+// The result is a list of KernelGroups in dispatch order. A group is a set of nodes that
+// becomes one lowering (one kernel, or the launches of one op's lowering), with its external
+// inputs (node ids, binding ArgRef::input(i)) and its outputs (the nodes whose values are
+// needed outside it: read by another group, graph outputs, assigned values; ArgRef::output(j)).
+// Values inside a group live in registers only.
+//
+// Kinds:
+//  - single: one node and its op's own lowering (everything without a fused form; views that
+//    alias their input stay single and launch nothing).
+//  - pointwise: a DAG of f32 pointwise ops evaluated per element of one domain shape. Built
+//    greedily in reverse topological order: a producer joins its consumers' group when every
+//    consumer is in it (it may then have a smaller shape, read through broadcasting like an
+//    operand: recomputed per element, but only within that one group, so the work stays
+//    bounded by the group's size), or when it has the domain's shape and the join creates no
+//    cycle between groups: it then becomes one more output of the kernel (multi-output) instead
+//    of being recomputed by each consumer.
+//  - pointwise, several segments (horizontal fusion): independent pointwise groups at the end
+//    of the step — the optimizer update of every parameter, whose values only feed assignments,
+//    outputs and other such groups — merge into one launch per level over concatenated index
+//    ranges, as far as the device's binding limit allows.
+//  - matmul_epilogue: a matmul whose only consumer is a single-segment, single-output pointwise
+//    group over the matmul's output shape (bias, activation, residual or gradient-accumulation
+//    add, scaling): the group is evaluated in the matmul's store (codegen/matmul_epilogue.h).
+#include <string>
+#include <vector>
+
+#include <meganeura/graph.h>
+
+#include "codegen/kernel.h"
+
+namespace mn::schedule {
+
+struct FusionOptions {
+  bool pointwise = true;        // vertical fusion of pointwise DAGs
+  bool horizontal = true;       // independent end-of-step pointwise groups in one launch
+  bool matmul_epilogue = true;  // pointwise consumers into the matmul's store
+  uint32_t max_bindings = 32;   // storage buffers one kernel may bind
+};
+
+struct KernelSegment {
+  Shape domain;
+  std::vector<NodeId> nodes;    // topological order
+  std::vector<NodeId> outputs;  // of this segment, each of `domain`'s shape
+};
+
+struct KernelGroup {
+  enum class Kind : uint8_t { single, pointwise, matmul_epilogue };
+  Kind kind = Kind::single;
+  std::vector<NodeId> nodes;            // topological order (matmul_epilogue: the matmul first)
+  std::vector<NodeId> inputs;           // ArgRef::input(i); single: the node's operands as they are
+  std::vector<NodeId> outputs;          // ArgRef::output(j)
+  std::vector<KernelSegment> segments;  // pointwise and matmul_epilogue (the epilogue's DAG)
+};
+
+// An f32 constant of one element: fused kernels take its value as a literal, not a binding.
+bool is_scalar_constant(const Node& node);
+
+// Nodes whose values a step computes: those the outputs and assignments depend on (the same
+// set the step plan allocates and runs).
+std::vector<char> needed_nodes(const Graph& g);
+
+// The kernel groups of `lowered` (a graph after lower_for_gpu) in a valid dispatch order,
+// covering every needed node that is not a source (input, parameter, state, constant) once.
+std::vector<KernelGroup> fuse(const Graph& lowered, const FusionOptions& options);
+
+// One single group per needed non-source node, in graph order (fusion off).
+std::vector<KernelGroup> unfused_groups(const Graph& lowered);
+
+// The kernels of a group, its ArgRefs relative to the group's inputs and outputs.
+codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
+                              const codegen::DeviceTraits& device);
+
+// "fused_pointwise[add,mul,relu]", "optimizer_update[12 segments]"... for profiles.
+std::string group_name(const Graph& g, const KernelGroup& group);
+
+}  // namespace mn::schedule

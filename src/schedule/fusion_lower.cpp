@@ -1,0 +1,161 @@
+// Kernels of fused groups: pointwise DAGs through codegen/fused_pointwise.h, matmul epilogues
+// through codegen/matmul_epilogue.h, single nodes through their op's lowering.
+#include <algorithm>
+#include <map>
+
+#include "codegen/fused_pointwise.h"
+#include "codegen/glsl.h"
+#include "codegen/lower_matmul.h"
+#include "ir/op_def.h"
+#include "schedule/fusion.h"
+
+namespace mn::schedule {
+
+namespace {
+
+// The segment's steps, operands referring to earlier steps or to `inputs` (by position).
+codegen::FusedSegment fused_segment(const Graph& g, const KernelSegment& seg,
+                                    const std::vector<NodeId>& inputs,
+                                    const std::vector<NodeId>& outputs) {
+  codegen::FusedSegment f;
+  f.domain = seg.domain;
+  std::map<NodeId, int> step_of;
+  for (NodeId v : seg.nodes) {
+    codegen::FusedStep step;
+    step.node = &g.node(v);
+    for (NodeId in : step.node->inputs) {
+      if (auto it = step_of.find(in); it != step_of.end()) {
+        step.operands.push_back(codegen::FusedOperand::of_step(it->second));
+        continue;
+      }
+      if (is_scalar_constant(g.node(in))) {
+        const Array& value = *g.node(in).attrs.as<ConstantAttrs>().value.array;
+        step.operands.push_back(
+            codegen::FusedOperand::of_literal(codegen::glsl::float_literal(value.data.at(0))));
+        continue;
+      }
+      const auto k = std::find(inputs.begin(), inputs.end(), in) - inputs.begin();
+      if (k == static_cast<std::ptrdiff_t>(inputs.size())) {
+        throw Error("fusion: node %" + std::to_string(in) + " read by %" + std::to_string(v) +
+                    " is neither in its kernel nor one of the kernel's inputs");
+      }
+      step.operands.push_back(codegen::FusedOperand::of_input(static_cast<int>(k)));
+    }
+    step_of[v] = static_cast<int>(f.steps.size());
+    f.steps.push_back(std::move(step));
+  }
+  for (NodeId o : seg.outputs) {
+    const auto j = std::find(outputs.begin(), outputs.end(), o) - outputs.begin();
+    f.stores.emplace_back(static_cast<int>(j), step_of.at(o));
+  }
+  return f;
+}
+
+std::string op_list(const Graph& g, const std::vector<NodeId>& nodes) {
+  constexpr size_t kShown = 4;
+  std::string s;
+  size_t shown = 0;
+  for (NodeId v : nodes) {
+    if (shown == kShown) {
+      s += ",+" + std::to_string(nodes.size() - kShown);
+      break;
+    }
+    s += (shown++ ? "," : "") + std::string(g.node(v).op_name());
+  }
+  return s;
+}
+
+codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
+                                 const codegen::DeviceTraits& device) {
+  const NodeId m = group.nodes.front();
+  const Node& mm = g.node(m);
+  const KernelSegment& seg = group.segments.front();
+  // The matmul's value is the accumulator; every other operand is an extra binding (even A or
+  // B themselves: the split GEMV's combine kernel has no A and B).
+  std::vector<NodeId> inputs = group.inputs;
+  inputs.push_back(m);
+  std::vector<TensorType> types;
+  std::vector<std::string> exprs;
+  codegen::MatmulEpilogue e;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    types.push_back(g.node(inputs[i]).type);
+    if (inputs[i] == m) {
+      exprs.emplace_back("acc");
+      continue;
+    }
+    const bool read = std::any_of(seg.nodes.begin(), seg.nodes.end(), [&](NodeId v) {
+      const auto& ins = g.node(v).inputs;
+      return std::find(ins.begin(), ins.end(), inputs[i]) != ins.end();
+    });
+    if (!read) {
+      exprs.emplace_back("0.0");
+      continue;
+    }
+    const std::string name = "ep" + std::to_string(e.extra.size());
+    e.declarations += codegen::glsl::buffer(static_cast<uint32_t>(3 + e.extra.size()),
+                                            types.back().dtype, name, true);
+    e.extra.push_back(codegen::ArgRef::input(static_cast<int>(i)));
+    exprs.push_back(name + "_ld($)");
+  }
+  e.declarations += codegen::pointwise_math_library();
+  codegen::FusedSegment f = fused_segment(g, seg, inputs, group.outputs);
+  // Element (b, m, n) of the product is element b·M·N + m·N + n of its (row-major) shape.
+  std::vector<TensorType> in_types;
+  for (NodeId in : mm.inputs) in_types.push_back(g.node(in).type);
+  const codegen::LowerContext ctx{mm, in_types, device};
+  const codegen::MatmulGeometry geo = codegen::geometry(ctx);
+  e.body = "  uint ep_i = b * " + std::to_string(geo.m * geo.n) + "u + m * " +
+           std::to_string(geo.n) + "u + n;\n";
+  e.body += codegen::fused_statements(f, types, exprs, "ep_i", "ep_");
+  e.body += "  return ep_" + std::to_string(f.stores.front().second) + ";\n";
+  if (3 + e.extra.size() > device.max_storage_buffers) {
+    throw Error("fusion: matmul epilogue binds more buffers than the device allows");
+  }
+  codegen::Lowering l = codegen::lower_matmul_fused(ctx, &e);
+  l.launches.back().name += "+epilogue[" + op_list(g, seg.nodes) + "]";
+  return l;
+}
+
+}  // namespace
+
+std::string group_name(const Graph& g, const KernelGroup& group) {
+  switch (group.kind) {
+    case KernelGroup::Kind::single:
+      return std::string(g.node(group.nodes.front()).op_name());
+    case KernelGroup::Kind::matmul_epilogue:
+      return "matmul+epilogue[" + op_list(g, group.segments.front().nodes) + "]";
+    case KernelGroup::Kind::pointwise:
+      break;
+  }
+  if (group.segments.size() == 1) return "fused_pointwise[" + op_list(g, group.nodes) + "]";
+  bool updates = false;
+  for (const auto& [target, value] : g.assignments()) {
+    updates = updates ||
+              std::find(group.outputs.begin(), group.outputs.end(), value) != group.outputs.end();
+  }
+  return std::string(updates ? "optimizer_update[" : "fused_pointwise[") +
+         std::to_string(group.segments.size()) + " segments]";
+}
+
+codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
+                              const codegen::DeviceTraits& device) {
+  if (group.kind == KernelGroup::Kind::matmul_epilogue) return lower_epilogue(g, group, device);
+  if (group.kind == KernelGroup::Kind::pointwise) {
+    codegen::FusedPointwise f;
+    f.name = group_name(g, group);
+    for (NodeId in : group.inputs) f.inputs.push_back(g.node(in).type);
+    for (NodeId out : group.outputs) f.outputs.push_back(g.node(out).type);
+    for (const KernelSegment& seg : group.segments) {
+      f.segments.push_back(fused_segment(g, seg, group.inputs, group.outputs));
+    }
+    return codegen::lower_fused_pointwise(f, device);
+  }
+  const Node& node = g.node(group.nodes.front());
+  const codegen::LowerFn* lower = codegen::find_lowering(node.op_name());
+  if (!lower) throw Error("plan: op '" + std::string(node.op_name()) + "' has no GPU lowering");
+  std::vector<TensorType> in_types;
+  for (NodeId in : node.inputs) in_types.push_back(g.node(in).type);
+  return (*lower)(codegen::LowerContext{node, in_types, device});
+}
+
+}  // namespace mn::schedule

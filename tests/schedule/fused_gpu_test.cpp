@@ -1,0 +1,227 @@
+// Fused kernels on the GPU (lavapipe in CI) against the same graphs unfused and against the
+// CPU reference: random pointwise DAGs, matmul epilogues, and whole training steps.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <map>
+
+#include <meganeura/models.h>
+#include <meganeura/optimizer.h>
+#include <meganeura/reference.h>
+#include <meganeura/session.h>
+
+#include "support/random_fill.h"
+
+namespace mn {
+namespace {
+
+// Sessions built with fusion off (MN_FUSION=0) for the duration of a scope.
+class FusionOff {
+ public:
+  FusionOff() { ::setenv("MN_FUSION", "0", 1); }
+  ~FusionOff() { ::unsetenv("MN_FUSION"); }
+  FusionOff(const FusionOff&) = delete;
+  FusionOff& operator=(const FusionOff&) = delete;
+};
+
+using Feeds = reference::Feeds;
+
+// Runs `g` once fused and once unfused on the same inputs; returns both sessions' outputs and
+// dispatch counts.
+struct Runs {
+  std::map<std::string, Array> fused, unfused;
+  size_t fused_dispatches = 0, unfused_dispatches = 0;
+};
+
+Runs run_both(const Graph& g, const Feeds& feeds) {
+  Runs r;
+  auto run = [&](std::map<std::string, Array>& out, size_t& dispatches) {
+    auto s = build_session(g);
+    for (const auto& [name, value] : feeds) s->set(name, value);
+    s->step();
+    for (const std::string& name : s->output_names()) out[name] = s->get(name);
+    dispatches = s->memory().dispatches;
+  };
+  run(r.fused, r.fused_dispatches);
+  {
+    FusionOff off;
+    run(r.unfused, r.unfused_dispatches);
+  }
+  return r;
+}
+
+void expect_matches(const Graph& g, const Feeds& feeds, double tol, const std::string& what) {
+  Runs r = run_both(g, feeds);
+  auto ref = reference::evaluate(g, feeds);
+  for (const auto& [name, expected] : ref) {
+    EXPECT_LE(testing::relative_error(r.fused.at(name), expected), tol) << what << " " << name;
+    EXPECT_LE(testing::relative_error(r.fused.at(name), r.unfused.at(name)), tol)
+        << what << " " << name << " fused vs unfused";
+  }
+  EXPECT_LT(r.fused_dispatches, r.unfused_dispatches) << what;
+}
+
+// Random DAGs of pointwise ops over operands of broadcast-compatible shapes; some intermediate
+// values are outputs too (multi-output kernels), some are read by several ops.
+TEST(FusedGpu, RandomPointwiseDags) {
+  const std::vector<Shape> shapes = {{3, 5}, {5}, {3, 1}, {1, 5}, {}};
+  using Unary = std::function<Tensor(Tensor)>;
+  using Binary = std::function<Tensor(Tensor, Tensor)>;
+  const std::vector<Unary> unary = {
+      [](Tensor a) { return tanh(a); },      [](Tensor a) { return sigmoid(a); },
+      [](Tensor a) { return relu(a); },      [](Tensor a) { return -a; },
+      [](Tensor a) { return abs(a); },       [](Tensor a) { return sqrt(abs(a) + 0.5); },
+      [](Tensor a) { return exp(tanh(a)); }, [](Tensor a) { return gelu(a); },
+      [](Tensor a) { return a * 0.75; },     [](Tensor a) { return clamp(a, -0.5, 0.5); },
+  };
+  const std::vector<Binary> binary = {
+      [](Tensor a, Tensor b) { return a + b; },
+      [](Tensor a, Tensor b) { return a - b; },
+      [](Tensor a, Tensor b) { return a * b; },
+      [](Tensor a, Tensor b) { return maximum(a, b); },
+      [](Tensor a, Tensor b) { return a / (b * b + 1.0); },
+      [](Tensor a, Tensor b) { return where(gt(a, b), a, b * 0.5); },
+  };
+  for (int seed = 0; seed < 24; ++seed) {
+    auto rng = testing::rng_for("fused-dag-" + std::to_string(seed));
+    auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+    Graph g;
+    std::vector<Tensor> pool;
+    Feeds feeds;
+    for (int i = 0; i < 3; ++i) {
+      const std::string name = "x" + std::to_string(i);
+      const Shape& shape = shapes[i == 0 ? 0 : pick(shapes.size())];
+      pool.push_back(g.input(name, shape));
+      feeds[name] = testing::random_array(rng, pool.back().type(), -1.5, 1.5);
+    }
+    int outputs = 0;
+    for (int step = 0; step < 14; ++step) {
+      // Recent values are picked more often, so chains grow long and values get shared.
+      auto operand = [&] {
+        const size_t n = pool.size();
+        return pool[pick(2) ? n - 1 - pick(std::min<size_t>(n, 3)) : pick(n)];
+      };
+      Tensor t = pick(2) ? unary[pick(unary.size())](operand())
+                         : binary[pick(binary.size())](operand(), operand());
+      pool.push_back(t);
+      if (pick(4) == 0) g.output("o" + std::to_string(outputs++), t);
+    }
+    g.output("o" + std::to_string(outputs), pool.back());
+    expect_matches(g, feeds, 2e-5, "seed " + std::to_string(seed));
+  }
+}
+
+TEST(FusedGpu, MatmulEpilogues) {
+  auto rng = testing::rng_for("fused-matmul");
+  Graph g;
+  Feeds feeds;
+  auto input = [&](const std::string& name, Shape shape) {
+    Tensor t = g.input(name, std::move(shape));
+    feeds[name] = testing::random_array(rng, t.type());
+    return t;
+  };
+  Tensor x = input("x", {6, 10});
+  Tensor w = input("w", {10, 12});
+  Tensor b = input("b", {12});
+  Tensor h = relu(matmul(x, w) + b);  // bias with broadcasting and an activation
+  g.output("h", h);
+  Tensor w2 = input("w2", {12, 12});
+  g.output("residual", matmul(h, w2, false, true) * 0.5 + h);  // transposed B, residual
+  Tensor v = input("v", {10});
+  g.output("gemv", tanh(matmul(v, w) + b));  // the GEMV kernel
+  Tensor xb = input("xb", {2, 6, 10});
+  Tensor acc = input("acc", {2, 6, 12});
+  g.output("batched", acc + matmul(xb, w));  // gradient-accumulation form, batched
+  Tensor long_k = input("long_k", {4096});
+  Tensor wk = input("wk", {4096, 3});
+  Tensor bk = input("bk", {3});
+  g.output("split_gemv", sigmoid(matmul(long_k, wk) - bk));  // K split over two launches
+  expect_matches(g, feeds, 2e-5, "matmul epilogues");
+  Runs r = run_both(g, feeds);
+  // Five matmuls (the split GEMV in two launches) and nine pointwise ops unfused.
+  EXPECT_EQ(r.unfused_dispatches, 15u);
+  EXPECT_EQ(r.fused_dispatches, 6u);
+}
+
+// Training steps with fusion on and off stay together and match the float64 reference
+// (tolerances as in tests/runtime/training_test.cpp).
+void expect_same_training(ModelKind kind, const Optimizer& opt) {
+  const double tol = opt.kind == Optimizer::Kind::sgd ? 1e-4 : 5e-3;
+  ClassifierSpec spec;
+  spec.kind = kind;
+  spec.batch = 8;
+  spec.hidden = {16};
+  spec.seed = 3;
+  Classifier c = build_classifier(spec);
+  add_training_step(c.loss, opt);
+  auto fused = build_session(*c.graph);
+  std::unique_ptr<Session> unfused;
+  {
+    FusionOff off;
+    unfused = build_session(*c.graph);
+  }
+  EXPECT_LT(fused->memory().dispatches * 2, unfused->memory().dispatches);
+  reference::Feeds persistent = reference::initial_parameters(*c.graph);
+  auto rng = testing::rng_for(std::string("fused-train-") + model_name(kind));
+  for (int step = 1; step <= 4; ++step) {
+    reference::Feeds in;
+    in["x"] = testing::random_array(rng, c.input.type(), 0.0, 1.0);
+    in["y"] = testing::random_array(rng, c.labels.type(), 0, 10);
+    in["lr"] = Array::scalar(opt.kind == Optimizer::Kind::sgd ? 0.05 : 1e-3);
+    in["step"] = Array::scalar(step);
+    for (const auto& [name, value] : in) {
+      fused->set(name, value);
+      unfused->set(name, value);
+    }
+    fused->step();
+    unfused->step();
+    reference::run_step(*c.graph, in, persistent);
+  }
+  for (const std::string& name : fused->parameter_names()) {
+    EXPECT_LE(testing::relative_error(fused->get(name), persistent.at(name)), tol) << name;
+    EXPECT_LE(testing::relative_error(fused->get(name), unfused->get(name)), tol) << name;
+  }
+  for (const std::string& name : fused->state_names()) {
+    EXPECT_LE(testing::relative_error(fused->get(name), persistent.at(name)), tol) << name;
+    EXPECT_LE(testing::relative_error(fused->get(name), unfused->get(name)), tol) << name;
+  }
+}
+
+TEST(FusedGpu, MlpAdamTraining) { expect_same_training(ModelKind::mlp, Optimizer::adam()); }
+TEST(FusedGpu, MlpSgdTraining) {
+  expect_same_training(ModelKind::mlp, Optimizer::sgd(0.9, 1e-4, true));
+}
+TEST(FusedGpu, CnnAdamWTraining) { expect_same_training(ModelKind::cnn, Optimizer::adamw(0.01)); }
+
+TEST(FusedGpu, ClippedAccumulatedAdam) {
+  Optimizer opt = Optimizer::adam(1e-3);
+  opt.clip_grad_norm = 0.5;
+  opt.accumulate = 2;
+  ClassifierSpec spec;
+  spec.batch = 4;
+  spec.hidden = {8};
+  Classifier c = build_classifier(spec);
+  add_training_step(c.loss, opt);
+  auto fused = build_session(*c.graph);
+  reference::Feeds persistent = reference::initial_parameters(*c.graph);
+  auto rng = testing::rng_for("fused-clip");
+  for (int step = 1; step <= 4; ++step) {
+    reference::Feeds in;
+    in["x"] = testing::random_array(rng, c.input.type(), 0.0, 1.0);
+    in["y"] = testing::random_array(rng, c.labels.type(), 0, 10);
+    in["lr"] = Array::scalar(1e-2);
+    in["step"] = Array::scalar((step + 1) / 2);
+    in["apply"] = Array::scalar(step % 2 == 0 ? 1.0 : 0.0);
+    for (const auto& [name, value] : in) fused->set(name, value);
+    fused->step();
+    reference::run_step(*c.graph, in, persistent);
+  }
+  for (const std::string& name : fused->parameter_names()) {
+    EXPECT_LE(testing::relative_error(fused->get(name), persistent.at(name)), 5e-3) << name;
+  }
+}
+
+}  // namespace
+}  // namespace mn
