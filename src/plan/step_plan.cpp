@@ -24,7 +24,8 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
   const char* env = std::getenv("MN_FUSION");
   const bool fuse = options.fuse && !(env && std::string_view(env) == "0");
   schedule::FusionOptions fo;
-  fo.max_bindings = options.device.max_storage_buffers;
+  // Past a few hundred bindings a launch saves nothing more (and descriptor sets grow).
+  fo.max_bindings = std::min<uint32_t>(options.device.max_storage_buffers, 256);
   p.groups = fuse ? schedule::fuse(g, fo) : schedule::unfused_groups(g);
 
   p.node_buffer.assign(n, -1);

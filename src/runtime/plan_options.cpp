@@ -17,6 +17,9 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
                                 c.compute.max_workgroup_count[2]});
   t.storage_16bit = c.types.storage_16bit;
   t.float_atomics = c.atomics.float32_add_buffer;
+  if (c.compute.max_storage_buffers_per_stage > 0) {
+    t.max_storage_buffers = c.compute.max_storage_buffers_per_stage;
+  }
   t.max_shared_optin_bytes = c.compute.shared_memory_optin_bytes;
   t.multiprocessors = c.compute.multiprocessors;
   return t;

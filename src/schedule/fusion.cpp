@@ -106,7 +106,7 @@ struct Builder {
       const bool all_in =
           std::all_of(cs.begin(), cs.end(), [&](NodeId c) { return group_of[c] == g0; });
       if (all_in && groups[g0].kind == KernelGroup::Kind::pointwise &&
-          broadcasts_to(shape, groups[g0].domain)) {
+          broadcasts_to(shape, groups[g0].domain) && fits(v, g0)) {
         join(v, g0);
         return;
       }
@@ -122,8 +122,9 @@ struct Builder {
     std::sort(candidates.begin(), candidates.end());
     for (const auto& [k, negx] : candidates) {
       const int x = -negx;
-      bool legal = true;
+      bool legal = fits(v, x);
       for (NodeId c : cs) {
+        if (!legal) break;
         if (group_of[c] != x && reaches(group_of[c], x)) {
           legal = false;
           break;
@@ -135,6 +136,13 @@ struct Builder {
       }
     }
     new_group(KernelGroup::Kind::pointwise, v);
+  }
+
+  // The group's kernel with `v` added still binds few enough buffers.
+  bool fits(NodeId v, int x) const {
+    std::vector<NodeId> nodes = groups[x].nodes;
+    nodes.push_back(v);
+    return external_inputs(nodes).size() + outputs_of(nodes).size() <= options.max_bindings;
   }
 
   void join(NodeId v, int x) {

@@ -145,6 +145,21 @@ TEST(FusedGpu, MatmulEpilogues) {
   EXPECT_EQ(r.fused_dispatches, 6u);
 }
 
+TEST(FusedGpu, ManyOperandsSplitAtTheBindingLimit) {
+  auto rng = testing::rng_for("fused-many");
+  Graph g;
+  Feeds feeds;
+  Tensor acc;
+  for (int i = 0; i < 40; ++i) {
+    const std::string name = "x" + std::to_string(i);
+    Tensor x = g.input(name, {3, 7});
+    feeds[name] = testing::random_array(rng, x.type());
+    acc = acc.valid() ? acc * 0.5 + x : x;
+  }
+  g.output("y", acc);
+  expect_matches(g, feeds, 2e-5, "forty operands");
+}
+
 // Training steps with fusion on and off stay together and match the float64 reference
 // (tolerances as in tests/runtime/training_test.cpp).
 void expect_same_training(ModelKind kind, const Optimizer& opt) {

@@ -169,6 +169,17 @@ TEST(Fusion, SharedSmallValueIsComputedOnce) {
   EXPECT_EQ(groups[1].outputs.size(), 2u);
 }
 
+// Forty operands summed: the chain splits into kernels that each bind at most 32 buffers.
+TEST(Fusion, KernelsStayWithinTheBindingLimit) {
+  Graph g;
+  Tensor acc = g.input("x0", {4, 8});
+  for (int i = 1; i < 40; ++i) acc = acc + g.input("x" + std::to_string(i), {4, 8});
+  g.output("y", acc);
+  auto groups = fused(g, 32);
+  EXPECT_EQ(groups.size(), 2u);
+  for (const KernelGroup& k : groups) EXPECT_LE(k.inputs.size() + k.outputs.size(), 32u);
+}
+
 TEST(Fusion, UnfusedOptionsKeepOneKernelPerNode) {
   Graph g;
   Tensor x = g.input("x", {4, 8});
