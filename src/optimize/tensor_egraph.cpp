@@ -45,6 +45,29 @@ std::shared_ptr<const Array> TensorAnalysis::fold(const EGraph& egraph, const EN
   }
 }
 
+namespace {
+std::optional<double> uniform_of_array(const Array& a) {
+  if (a.data.empty()) return std::nullopt;
+  const double first = a.data[0];
+  for (double x : a.data) {
+    if (x != first) return std::nullopt;
+  }
+  return first;
+}
+}  // namespace
+
+std::optional<double> TensorAnalysis::uniform_of(const ENode& node, const ClassData& d) const {
+  const TensorEGraph& o = owner_;
+  if (node.op() == o.constant_op_) {
+    return uniform_of_array(*o.attrs_as<ConstantAttrs>(node.attr()).value.array);
+  }
+  if (d.value) return uniform_of_array(*d.value);
+  if (node.arity() >= 1 && node.op() < o.moves_elements_.size() && o.moves_elements_[node.op()]) {
+    return data(node.child(0)).uniform;
+  }
+  return std::nullopt;
+}
+
 ClassData TensorAnalysis::make(const EGraph& egraph, const ENode& node) {
   ClassData d;
   if (pending_type_) {
@@ -66,6 +89,7 @@ ClassData TensorAnalysis::make(const EGraph& egraph, const ENode& node) {
   }
   d.literal = node.op() == owner_.constant_op_;
   d.value = fold(egraph, node, d.type);
+  d.uniform = uniform_of(node, d);
   return d;
 }
 
@@ -81,6 +105,12 @@ DidMerge TensorAnalysis::merge(ClassData& into, ClassData from) {
   } else if (into.value && !from.value) {
     changed.b = true;
   }
+  if (!into.uniform && from.uniform) {
+    into.uniform = from.uniform;
+    changed.a = true;
+  } else if (into.uniform && !from.uniform) {
+    changed.b = true;
+  }
   if (into.literal != from.literal) {
     (into.literal ? changed.b : changed.a) = true;
     into.literal = true;
@@ -90,11 +120,20 @@ DidMerge TensorAnalysis::merge(ClassData& into, ClassData from) {
 
 bool TensorAnalysis::on_update(const EGraph& egraph, Id cls, const ENode& node) {
   ClassData& d = mutable_data(cls);
-  if (d.value) return false;
-  auto v = fold(egraph, node, d.type);
-  if (!v) return false;
-  d.value = std::move(v);
-  return true;
+  bool changed = false;
+  if (!d.value) {
+    if (auto v = fold(egraph, node, d.type)) {
+      d.value = std::move(v);
+      changed = true;
+    }
+  }
+  if (!d.uniform) {
+    if (auto u = uniform_of(node, d)) {
+      d.uniform = u;
+      changed = true;
+    }
+  }
+  return changed;
 }
 
 void TensorAnalysis::modify(EGraph& egraph, Id cls) {
@@ -120,6 +159,11 @@ TensorEGraph::TensorEGraph() : analysis_(*this), egraph_(&analysis_) {
   for (const OpDef* def : all_op_defs()) {
     ids_.emplace(def->name, static_cast<OpId>(defs_.size()));
     defs_.push_back(def);
+  }
+  moves_elements_.assign(defs_.size(), 0);
+  for (const char* name : {"broadcast_to", "reshape", "squeeze", "unsqueeze", "permute",
+                           "transpose", "slice", "split", "stop_gradient"}) {
+    if (auto id = find_op(name)) moves_elements_[*id] = 1;
   }
   input_op_ = op("input");
   parameter_op_ = op("parameter");
@@ -208,16 +252,6 @@ Id TensorEGraph::constant(const Array& value) {
 }
 
 Id TensorEGraph::scalar(double value, DType dtype) { return constant(Array::scalar(value, dtype)); }
-
-std::optional<double> TensorEGraph::uniform_value(Id id) const {
-  const Array* v = constant(id);
-  if (!v || v->data.empty()) return std::nullopt;
-  const double first = v->data[0];
-  for (double x : v->data) {
-    if (x != first) return std::nullopt;
-  }
-  return first;
-}
 
 GraphRoots TensorEGraph::add_graph(const Graph& g) {
   GraphRoots r;

@@ -41,6 +41,9 @@ struct ClassData {
   TensorType type;
   std::shared_ptr<const Array> value;  // known value (at most max_folded_elements), else null
   bool literal = false;                // the class holds a constant node
+  // The one value all elements share, when known: for constants of any size, and through ops
+  // that only move elements (broadcast_to of a scalar 1 is "all ones" whatever its size).
+  std::optional<double> uniform;
 };
 
 class TensorEGraph;
@@ -59,6 +62,7 @@ class TensorAnalysis final : public egraph::TypedAnalysis<ClassData> {
   friend class TensorEGraph;
   std::shared_ptr<const Array> fold(const egraph::EGraph& egraph, const egraph::ENode& node,
                                     const TensorType& type) const;
+  std::optional<double> uniform_of(const egraph::ENode& node, const ClassData& d) const;
   TensorEGraph& owner_;
   const TensorType* pending_type_ = nullptr;  // the type add() already inferred
 };
@@ -125,8 +129,9 @@ class TensorEGraph {
   bool same_type(Id a, Id b) const { return type(a) == type(b); }
   // The class's known value (small constants only), or nullptr.
   const Array* constant(Id id) const { return analysis_.data(id).value.get(); }
-  // The value every element of a known constant class shares, if it is uniform.
-  std::optional<double> uniform_value(Id id) const;
+  // The value every element of the class shares, when the analysis knows it (constants of any
+  // size, and their broadcasts/views).
+  std::optional<double> uniform_value(Id id) const { return analysis_.data(id).uniform; }
 
   // Graph -> e-graph: every node of `g` (dead ones too) becomes an e-node.
   GraphRoots add_graph(const Graph& g);
@@ -157,7 +162,8 @@ class TensorEGraph {
   Id add_with_type(OpId op, egraph::Attr word, std::span<const Id> children,
                    const TensorType& type);
 
-  std::vector<const OpDef*> defs_;  // by OpId
+  std::vector<const OpDef*> defs_;       // by OpId
+  std::vector<uint8_t> moves_elements_;  // by OpId: the op only moves/copies elements
   std::unordered_map<std::string_view, OpId> ids_;
   egraph::AttrTable<Attrs, AttrsHash> attrs_;
   OpId input_op_ = 0, parameter_op_ = 0, state_op_ = 0, constant_op_ = 0;
