@@ -90,6 +90,7 @@ std::string shader_cache_key(std::string_view source, const CompileOptions& opti
   key += "compiler " + compiler_version() + "\n";
   key += options.target == TargetEnv::vulkan_1_3 ? "target vulkan1.3\n" : "target vulkan1.2\n";
   key += options.optimize ? "optimize performance\n" : "optimize none\n";
+  if (options.coop_khr) key += "cooperative matrix khr\n";  // absent: keys of older files hold
   for (const ShaderMacro& m : options.macros) {
     // Lengths make the encoding unambiguous whatever the names and values contain.
     key += "define " + std::to_string(m.name.size()) + ":" + m.name + " " +

@@ -9,6 +9,8 @@
 #include <memory>
 #include <sstream>
 
+#include "codegen/spirv_coop_khr.h"
+
 namespace mn::codegen {
 namespace {
 
@@ -133,6 +135,13 @@ std::vector<uint32_t> compile_glsl(std::string_view source, const CompileOptions
   std::vector<uint32_t> spirv(bytes / sizeof(uint32_t));
   std::copy_n(shaderc_result_get_bytes(result.get()), spirv.size() * sizeof(uint32_t),
               reinterpret_cast<char*>(spirv.data()));
+  if (options.coop_khr) {
+    try {
+      spirv = rewrite_nv_coop_to_khr(spirv);
+    } catch (const Error& e) {
+      throw DeviceError("shader '" + options.name + "': " + e.what());
+    }
+  }
   return spirv;
 }
 

@@ -25,6 +25,9 @@ struct CompileOptions {
   std::vector<ShaderMacro> macros;
   TargetEnv target = TargetEnv::vulkan_1_2;
   bool optimize = true;
+  // Rewrite GL_NV_cooperative_matrix code to SPV_KHR_cooperative_matrix after compiling
+  // (codegen/spirv_coop_khr.h), for devices with only VK_KHR_cooperative_matrix.
+  bool coop_khr = false;
   std::string name = "kernel";  // the file name in messages; not part of the cache key
 };
 
