@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <bit>
 
+#include "codegen/fused_reduce.h"
 #include "codegen/glsl.h"
 #include "codegen/kernel.h"
 #include "codegen/lower_families.h"
@@ -207,7 +208,7 @@ std::string reduced_offset(const Geometry& g) {
 // The first launch: per (chunk s, output o), the reduction of elements [r0, r1). With one chunk
 // it stores the final value; otherwise a partial (argmax and variance: two words) to scratch.
 KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geometry& g,
-                         const Layout& l, double correction) {
+                         const Layout& l, double correction, const ReducePrologue* p) {
   const Node& n = ctx.node;
   const bool final = l.split == 1;
   const std::string T = red.type();
@@ -216,13 +217,14 @@ KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geom
   const uint64_t total = l.blocks * l.split;
 
   std::string s = glsl::header();
-  s += glsl::buffer(0, ctx.inputs[0].dtype, "in", true);
+  if (!p) s += glsl::buffer(0, ctx.inputs[0].dtype, "in", true);
   if (final) {
     s += glsl::buffer(1, n.type.dtype, "out", false);
   } else {
     s += "layout(std430, set = 0, binding = 1) buffer Buffer1 { uint part[]; };\n";
   }
   s += red.prelude();
+  if (p) s += p->declarations;
   if (l.ly > 1) {
     s += "shared " + T + " s_val[" + L + "];\n";
     if (red.kind == Kind::argmax) s += "shared int s_idx[" + L + "];\n";
@@ -322,7 +324,11 @@ KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geom
   k.glsl = std::move(s);
   k.workgroup = {l.lx, l.ly, 1};
   k.groups = glsl::linear_grid(total * l.lx * l.ly, ctx.device, l.lx * l.ly).groups;
-  k.bindings = {{ArgRef::input(0), false}, {final ? ArgRef::output() : ArgRef::scratch(0), true}};
+  k.bindings = {{p ? p->extra.at(0) : ArgRef::input(0), false},
+                {final ? ArgRef::output() : ArgRef::scratch(0), true}};
+  if (p) {
+    for (const ArgRef& a : p->extra) k.bindings.push_back({a, false});
+  }
   return k;
 }
 
@@ -391,14 +397,14 @@ KernelLaunch combine_launch(const LowerContext& ctx, const Reducer& red, const G
 }
 
 Lowering lower_reduction(const LowerContext& ctx, Kind kind, const std::vector<int64_t>& axes,
-                         double correction = 0) {
+                         double correction = 0, const ReducePrologue* p = nullptr) {
   glsl::require_storage(ctx);
   const DType in = ctx.inputs[0].dtype;
   const Reducer red{kind, is_float(in) ? Value::f : in == DType::u32 ? Value::u : Value::i};
   const Geometry g = geometry(ctx.inputs[0].shape, axes);
   const Layout l = layout_for(g, ctx.device);
   Lowering low;
-  low.launches.push_back(main_launch(ctx, red, g, l, correction));
+  low.launches.push_back(main_launch(ctx, red, g, l, correction, p));
   if (l.split > 1) {
     const uint64_t words = (kind == Kind::argmax || kind == Kind::variance) ? 2 : 1;
     low.scratch_bytes.push_back(l.split * g.outputs * words * 4);
@@ -411,7 +417,41 @@ std::vector<int64_t> axes_of(const LowerContext& ctx, const std::vector<int64_t>
   return ops::normalize_axes(axes, ctx.inputs[0].rank(), ctx.node.op_name());
 }
 
+// sum_to reduces the leading extra axes and the axes the target holds as 1.
+std::vector<int64_t> sum_to_axes(const Shape& in, const Shape& target) {
+  std::vector<int64_t> axes;
+  const size_t lead = in.size() - target.size();
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (d < lead || (target[d - lead] == 1 && in[d] != 1)) axes.push_back(static_cast<int64_t>(d));
+  }
+  return axes;
+}
+
 }  // namespace
+
+bool reduce_accepts_prologue(const Node& node, std::span<const TensorType> inputs) {
+  const std::string_view op = node.op_name();
+  if (op != "sum" && op != "mean" && op != "max" && op != "min" && op != "sum_to") return false;
+  if (inputs.size() != 1 || inputs[0].dtype != DType::f32 || node.type.dtype != DType::f32) {
+    return false;
+  }
+  return op != "sum_to" || !sum_to_axes(inputs[0].shape, node.type.shape).empty();
+}
+
+Lowering lower_reduce_fused(const LowerContext& ctx, const ReducePrologue* p) {
+  const std::string_view op = ctx.node.op_name();
+  if (p && !reduce_accepts_prologue(ctx.node, ctx.inputs)) {
+    throw Error("reduction prologue: '" + std::string(op) + "' over " + ctx.inputs[0].str() +
+                " takes none");
+  }
+  if (op == "sum_to") {
+    return lower_reduction(ctx, Kind::sum, sum_to_axes(ctx.inputs[0].shape, ctx.node.type.shape),
+                           0, p);
+  }
+  const Kind kind = op == "sum" ? Kind::sum : op == "mean" ? Kind::mean : op == "max" ? Kind::max
+                                                                                      : Kind::min;
+  return lower_reduction(ctx, kind, axes_of(ctx, ctx.node.attrs.as<ReduceAttrs>().axes), 0, p);
+}
 
 void register_reduce_lowerings(LoweringRegistry& r) {
   auto reduce = [](Kind k) {
@@ -433,16 +473,7 @@ void register_reduce_lowerings(LoweringRegistry& r) {
     return lower_reduction(ctx, Kind::argmax, axes_of(ctx, {axis}));
   });
   r.add("sum_to", [](const LowerContext& ctx) {
-    // Reduce the leading extra axes and the axes the target holds as 1.
-    const Shape& in = ctx.inputs[0].shape;
-    const Shape& target = ctx.node.type.shape;
-    std::vector<int64_t> axes;
-    const size_t lead = in.size() - target.size();
-    for (size_t d = 0; d < in.size(); ++d) {
-      if (d < lead || (target[d - lead] == 1 && in[d] != 1)) {
-        axes.push_back(static_cast<int64_t>(d));
-      }
-    }
+    const std::vector<int64_t> axes = sum_to_axes(ctx.inputs[0].shape, ctx.node.type.shape);
     if (axes.empty()) {
       Lowering l;
       l.alias_input0 = true;

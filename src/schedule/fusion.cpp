@@ -7,6 +7,7 @@
 #include <set>
 
 #include "codegen/fused_pointwise.h"
+#include "codegen/fused_reduce.h"
 #include "ir/op_def.h"
 
 namespace mn::schedule {
@@ -203,6 +204,29 @@ struct Builder {
     }
   }
 
+  // A reduction whose operand is the one output of a pointwise group read by nothing else
+  // takes that group as its prologue.
+  void fuse_prologues() {
+    for (size_t i = 0; i < n; ++i) {
+      const auto r = static_cast<NodeId>(i);
+      const Node& red = node(r);
+      if (!needed[i] || red.inputs.size() != 1) continue;
+      const NodeId p = red.inputs.front();
+      if (sink[p] || consumers[p].size() != 1 || group_of[p] < 0) continue;
+      if (!codegen::reduce_accepts_prologue(red, std::vector<TensorType>{node(p).type})) continue;
+      const int x = group_of[p];
+      Work& w = groups[x];
+      if (w.kind != KernelGroup::Kind::pointwise || outputs_of(w.nodes).size() != 1) continue;
+      const size_t operands = external_inputs(w.nodes).size();
+      // Binding 0 repeats the first operand; the output (or partials) is binding 1.
+      if (operands == 0 || operands + 3 > options.max_bindings) continue;
+      groups[group_of[r]].alive = false;
+      w.kind = KernelGroup::Kind::reduce_prologue;
+      w.nodes.push_back(r);
+      group_of[r] = x;
+    }
+  }
+
   KernelGroup finish(int x) const {
     const Work& w = groups[x];
     KernelGroup k;
@@ -230,6 +254,14 @@ struct Builder {
       for (NodeId e : external_inputs(all)) {
         if (std::find(k.inputs.begin(), k.inputs.end(), e) == k.inputs.end()) k.inputs.push_back(e);
       }
+    } else if (w.kind == KernelGroup::Kind::reduce_prologue) {
+      // The DAG stores nothing: its one value is the reduction's operand.
+      const NodeId r = w.nodes.back();  // appended last by fuse_prologues
+      k.nodes.erase(std::find(k.nodes.begin(), k.nodes.end(), r));
+      seg.nodes = k.nodes;
+      seg.outputs = {node(r).inputs.front()};
+      k.inputs = external_inputs(seg.nodes);
+      k.nodes.push_back(r);
     } else {
       seg.nodes = k.nodes;
       k.inputs = external_inputs(k.nodes);
@@ -289,6 +321,7 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
     }
   }
   if (options.matmul_epilogue) b.fuse_epilogues();
+  if (options.reduce_prologue) b.fuse_prologues();
 
   // The group graph, in a topological order close to the graph's (by each group's last node).
   const size_t count = b.groups.size();

@@ -24,6 +24,9 @@
 //  - matmul_epilogue: a matmul whose only consumer is a single-segment, single-output pointwise
 //    group over the matmul's output shape (bias, activation, residual or gradient-accumulation
 //    add, scaling): the group is evaluated in the matmul's store (codegen/matmul_epilogue.h).
+//  - reduce_prologue: a sum/mean/max/min/sum_to whose operand is the only output of a
+//    single-segment pointwise group read by nothing else (sum(x * x)): the group is evaluated
+//    in the reduction's loads (codegen/fused_reduce.h) and its value never stored.
 #include <string>
 #include <vector>
 
@@ -37,6 +40,7 @@ struct FusionOptions {
   bool pointwise = true;        // vertical fusion of pointwise DAGs
   bool horizontal = true;       // independent end-of-step pointwise groups in one launch
   bool matmul_epilogue = true;  // pointwise consumers into the matmul's store
+  bool reduce_prologue = true;  // pointwise producers into a reduction's loads
   uint32_t max_bindings = 32;   // storage buffers one kernel may bind
 };
 
@@ -47,12 +51,14 @@ struct KernelSegment {
 };
 
 struct KernelGroup {
-  enum class Kind : uint8_t { single, pointwise, matmul_epilogue };
+  enum class Kind : uint8_t { single, pointwise, matmul_epilogue, reduce_prologue };
   Kind kind = Kind::single;
-  std::vector<NodeId> nodes;            // topological order (matmul_epilogue: the matmul first)
-  std::vector<NodeId> inputs;           // ArgRef::input(i); single: the node's operands as they are
-  std::vector<NodeId> outputs;          // ArgRef::output(j)
-  std::vector<KernelSegment> segments;  // pointwise and matmul_epilogue (the epilogue's DAG)
+  // Topological order, except that matmul_epilogue puts the matmul first.
+  std::vector<NodeId> nodes;
+  std::vector<NodeId> inputs;   // ArgRef::input(i); single: the node's operands as they are
+  std::vector<NodeId> outputs;  // ArgRef::output(j)
+  // pointwise: one per index range; matmul_epilogue, reduce_prologue: the fused DAG
+  std::vector<KernelSegment> segments;
 };
 
 // An f32 constant of one element: fused kernels take its value as a literal, not a binding.

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "codegen/fused_pointwise.h"
+#include "codegen/fused_reduce.h"
 #include "codegen/glsl.h"
 #include "codegen/lower_matmul.h"
 #include "ir/op_def.h"
@@ -116,6 +117,41 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
   return l;
 }
 
+codegen::Lowering lower_prologue(const Graph& g, const KernelGroup& group,
+                                 const codegen::DeviceTraits& device) {
+  const NodeId r = group.nodes.back();
+  const KernelSegment& seg = group.segments.front();
+  std::vector<TensorType> types;
+  std::vector<std::string> exprs;
+  codegen::ReducePrologue p;
+  for (size_t i = 0; i < group.inputs.size(); ++i) {
+    types.push_back(g.node(group.inputs[i]).type);
+    const std::string name = "pr" + std::to_string(i);
+    p.declarations +=
+        codegen::glsl::buffer(static_cast<uint32_t>(2 + i), types.back().dtype, name, true);
+    p.extra.push_back(codegen::ArgRef::input(static_cast<int>(i)));
+    exprs.push_back(name + "_ld($)");
+  }
+  // The reduction's helpers define mn_isnan already.
+  std::string library = codegen::pointwise_math_library();
+  const std::string isnan_line =
+      "bool mn_isnan(float x) { return (floatBitsToUint(x) & 0x7fffffffu) > 0x7f800000u; }\n";
+  const size_t at = library.find(isnan_line);
+  if (at == std::string::npos) throw Error("fusion: unexpected pointwise math library");
+  library.erase(at, isnan_line.size());
+  p.declarations += library;
+  const codegen::FusedSegment f = fused_segment(g, seg, group.inputs, seg.outputs);
+  p.declarations += "float in_ld(uint i) {\n" +
+                    codegen::fused_statements(f, types, exprs, "i", "pr_") + "  return pr_" +
+                    std::to_string(f.stores.front().second) + ";\n}\n";
+  const Node& red = g.node(r);
+  const std::vector<TensorType> in_types{g.node(red.inputs.front()).type};
+  codegen::Lowering l =
+      codegen::lower_reduce_fused(codegen::LowerContext{red, in_types, device}, &p);
+  l.launches.front().name += "+prologue[" + op_list(g, seg.nodes) + "]";
+  return l;
+}
+
 }  // namespace
 
 std::string group_name(const Graph& g, const KernelGroup& group) {
@@ -124,6 +160,9 @@ std::string group_name(const Graph& g, const KernelGroup& group) {
       return std::string(g.node(group.nodes.front()).op_name());
     case KernelGroup::Kind::matmul_epilogue:
       return "matmul+epilogue[" + op_list(g, group.segments.front().nodes) + "]";
+    case KernelGroup::Kind::reduce_prologue:
+      return std::string(g.node(group.nodes.back()).op_name()) + "+prologue[" +
+             op_list(g, group.segments.front().nodes) + "]";
     case KernelGroup::Kind::pointwise:
       break;
   }
@@ -140,6 +179,7 @@ std::string group_name(const Graph& g, const KernelGroup& group) {
 codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
                               const codegen::DeviceTraits& device) {
   if (group.kind == KernelGroup::Kind::matmul_epilogue) return lower_epilogue(g, group, device);
+  if (group.kind == KernelGroup::Kind::reduce_prologue) return lower_prologue(g, group, device);
   if (group.kind == KernelGroup::Kind::pointwise) {
     codegen::FusedPointwise f;
     f.name = group_name(g, group);

@@ -145,6 +145,28 @@ TEST(FusedGpu, MatmulEpilogues) {
   EXPECT_EQ(r.fused_dispatches, 6u);
 }
 
+TEST(FusedGpu, ReductionPrologues) {
+  auto rng = testing::rng_for("fused-reduce");
+  Graph g;
+  Feeds feeds;
+  auto input = [&](const std::string& name, Shape shape) {
+    Tensor t = g.input(name, std::move(shape));
+    feeds[name] = testing::random_array(rng, t.type());
+    return t;
+  };
+  Tensor x = input("x", {6, 40});
+  Tensor b = input("b", {40});
+  Tensor d = x - b;
+  g.output("rows", rsqrt(mean(d * d, {1}) + 1e-5));     // a norm's statistics
+  g.output("cols", sum(tanh(x) * b, {0}));              // columns, broadcast operand
+  g.output("all", max(abs(x - 0.25)));                  // everything
+  g.output("sum_to", sum_to(sigmoid(x) * x, {1, 40}));  // a broadcast's gradient
+  Tensor big = input("big", {3, 50000});
+  g.output("split", sum(big * big, {1}));  // long rows: partial sums and a combine launch
+  g.output("min", min(exp(big * 0.5), {0}));
+  expect_matches(g, feeds, 2e-5, "reduction prologues");
+}
+
 TEST(FusedGpu, ManyOperandsSplitAtTheBindingLimit) {
   auto rng = testing::rng_for("fused-many");
   Graph g;

@@ -218,6 +218,36 @@ TEST(Fusion, MatmulReadTwiceKeepsItsKernel) {
   EXPECT_EQ(groups.size(), 2u);
 }
 
+TEST(Fusion, ReductionTakesPointwiseProducers) {
+  Graph g;
+  Tensor x = g.input("x", {4, 8});
+  Tensor b = g.parameter("b", {8});
+  Tensor s = sum((x - b) * (x - b), {1});  // x - b is read twice: still inside the prologue
+  Tensor m = max(exp(x), {0});
+  g.output("s", rsqrt(s + 1e-5));
+  g.output("m", m);
+  auto groups = fused(g);
+  EXPECT_EQ(count_kind(groups, KernelGroup::Kind::reduce_prologue), 2u);
+  EXPECT_EQ(groups.size(), 3u);  // the two reductions, and rsqrt(s + eps)
+  for (const KernelGroup& k : groups) {
+    if (k.kind != KernelGroup::Kind::reduce_prologue) continue;
+    EXPECT_EQ(k.outputs.size(), 1u);
+    EXPECT_EQ(k.nodes.back(), k.outputs.front());
+  }
+}
+
+// The reduced operand is read elsewhere too: it is stored, and the reduction reads it.
+TEST(Fusion, SharedReductionOperandIsStored) {
+  Graph g;
+  Tensor x = g.input("x", {4, 8});
+  Tensor e = exp(x);
+  g.output("s", sum(e));
+  g.output("e", e);
+  auto groups = fused(g);
+  EXPECT_EQ(count_kind(groups, KernelGroup::Kind::reduce_prologue), 0u);
+  EXPECT_EQ(groups.size(), 2u);
+}
+
 Graph lowered_training_step(ModelKind kind, const Optimizer& opt) {
   ClassifierSpec spec;
   spec.kind = kind;
