@@ -97,7 +97,8 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
   vk::Device& dev = *impl->device;
   const auto& caps = dev.capabilities();
 
-  const plan::PlanOptions po = runtime::plan_options(dev);
+  plan::PlanOptions po = runtime::plan_options(dev);
+  if (options.optimize.has_value()) po.optimize.enabled = po.fuse = *options.optimize;
   impl->plan = plan::make_step_plan(graph, po);
   plan::StepPlan& p = impl->plan;
 

@@ -16,9 +16,11 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -26,6 +28,10 @@
 #include "codegen/shader_cache.h"
 #include "codegen/shader_compiler.h"
 #include "codegen/spirv_coop_khr.h"
+#include "vulkan/arena.h"
+#include "vulkan/device.h"
+#include "vulkan/pipeline.h"
+#include "vulkan/recording.h"
 
 namespace mn::codegen {
 namespace {
@@ -583,6 +589,120 @@ TEST(SpirvCoopKhr, CompilerOptionRewritesAndKeysTheCache) {
   CompileOptions plain = options;
   plain.coop_khr = false;
   EXPECT_NE(shader_cache_key(kTiledMatmul, options), shader_cache_key(kTiledMatmul, plain));
+}
+
+// On a GPU with cooperative matrices (skipped elsewhere, e.g. on lavapipe): the tiled matmul,
+// rewritten to KHR, computes the same product as the CPU and as the NV module.
+bool has_f16_config(const std::vector<vk::CooperativeMatrixConfig>& configs) {
+  for (const auto& c : configs) {
+    if (c.m == 16 && c.n == 16 && c.k == 16 && c.a_type == "f16" && c.b_type == "f16" &&
+        c.c_type == "f32" && c.result_type == "f32" && c.scope == "subgroup") {
+      return true;
+    }
+  }
+  return false;
+}
+
+// Exactly representable values (k/8, |k| <= 8) as IEEE half bits.
+uint16_t half_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  if ((b & 0x7fffffff) == 0) return static_cast<uint16_t>(b >> 16);
+  return static_cast<uint16_t>(((b >> 16) & 0x8000) | ((((b >> 23) & 0xff) - 112) << 10) |
+                               ((b >> 13) & 0x3ff));
+}
+
+struct MatmulParams {
+  uint32_t m, n, k;
+  float alpha;
+};
+
+std::vector<float> run_tiled_matmul(vk::Device& device, bool khr, const std::vector<float>& a,
+                                    const std::vector<float>& b, const MatmulParams& p) {
+  CompileOptions options;
+  options.target = target_env_for(device.capabilities().api_version);
+  options.coop_khr = khr;
+  options.name = khr ? "tiled_matmul_khr" : "tiled_matmul_nv";
+  const std::vector<uint32_t> spirv = compile_glsl(kTiledMatmul, options);
+  EXPECT_EQ(uses_nv_cooperative_matrix(spirv), !khr);
+  vk::KernelInterface k;
+  k.buffer_count = 3;
+  k.push_constant_bytes = sizeof(MatmulParams);
+  k.workgroup_size = {32, 1, 1};
+  vk::Pipeline pipeline(device, spirv, k, options.name);
+
+  auto halves = [](const std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = half_bits(v[i]);
+    return h;
+  };
+  const std::vector<uint16_t> ha = halves(a), hb = halves(b);
+  auto aligned = [](uint64_t x) { return (x + 255) / 256 * 256; };
+  const uint64_t a_bytes = ha.size() * 2, b_bytes = hb.size() * 2, c_bytes = p.m * p.n * 4;
+  const uint64_t b_at = aligned(a_bytes), c_at = b_at + aligned(b_bytes);
+  vk::Arena arena(device, c_at + c_bytes);
+  arena.write(0, std::as_bytes(std::span(ha)));
+  arena.write(b_at, std::as_bytes(std::span(hb)));
+  vk::Recording rec(device, {false, options.name});
+  vk::Dispatch d;
+  d.pipeline = &pipeline;
+  d.buffers = {{arena.range(0, a_bytes), vk::Access::read},
+               {arena.range(b_at, b_bytes), vk::Access::read},
+               {arena.range(c_at, c_bytes), vk::Access::write}};
+  d.set_push_constants(p);
+  d.groups = {p.m / 32, p.n / 32, 1};
+  rec.dispatch(std::move(d));
+  rec.run();
+  std::vector<float> c(p.m * p.n);
+  arena.read(c_at, std::as_writable_bytes(std::span(c)));
+  return c;
+}
+
+TEST(SpirvCoopKhrGpu, TiledMatmulMatchesTheCpu) {
+  // The validation layer of Vulkan SDK 1.3.239 validates SPIR-V with a SPIRV-Tools that does
+  // not know SPV_KHR_cooperative_matrix and would reject every KHR module, so it stays off.
+  vk::DeviceOptions options;
+  options.validation = false;
+  options.persistent_pipeline_cache = false;
+  std::unique_ptr<vk::Device> device;
+  try {
+    device = std::make_unique<vk::Device>(options);
+  } catch (const DeviceError& e) {
+    GTEST_SKIP() << "no Vulkan device: " << e.what();
+  }
+  const auto& caps = device->capabilities();
+  const bool khr = caps.cooperative_matrix.khr_feature &&
+                   has_f16_config(caps.cooperative_matrix.khr_configs) &&
+                   caps.vulkan_memory_model && caps.types.float16;
+  if (!khr) GTEST_SKIP() << caps.name << " has no KHR f16 16x16x16 cooperative matrices";
+  const bool nv =
+      caps.cooperative_matrix.nv_feature && has_f16_config(caps.cooperative_matrix.nv_configs);
+
+  const MatmulParams p{128, 96, 256, 0.5f};
+  std::vector<float> a(p.m * p.k), b(p.n * p.k);  // A is MxK, B is NxK (read transposed)
+  uint32_t state = 12345;
+  auto next = [&] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(static_cast<int>((state >> 16) % 17) - 8) / 8.0f;
+  };
+  for (float& x : a) x = next();
+  for (float& x : b) x = next();
+  std::vector<float> expected(p.m * p.n);
+  for (uint32_t i = 0; i < p.m; ++i) {
+    for (uint32_t j = 0; j < p.n; ++j) {
+      double sum = 0;
+      for (uint32_t k = 0; k < p.k; ++k) sum += double(a[i * p.k + k]) * b[j * p.k + k];
+      expected[i * p.n + j] = static_cast<float>(sum * p.alpha);
+    }
+  }
+  // Products of k/8 values summed in f32 are exact: any difference is a wrong element.
+  const std::vector<float> got = run_tiled_matmul(*device, true, a, b, p);
+  for (size_t e = 0; e < got.size(); ++e) {
+    ASSERT_EQ(got[e], expected[e]) << "KHR, element (" << e / p.n << ", " << e % p.n << ")";
+  }
+  if (nv) EXPECT_EQ(run_tiled_matmul(*device, false, a, b, p), got);
+  std::printf("KHR tiled matmul on %s matches the CPU%s\n", caps.name.c_str(),
+              nv ? " and the NV module" : "");
 }
 
 }  // namespace
