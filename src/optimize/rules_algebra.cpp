@@ -370,6 +370,51 @@ void constant_rules(RuleSet& rs) {
   }
 }
 
+// Reductions and broadcasts that only drop or add axes of size 1 are reshapes (free views):
+// common in batch-1 gradient graphs (sum_to of a [1, n, k] product onto an [n, k] weight).
+// Negation and scalar factors move after a reduction, where the tensor is smaller.
+void reduction_rules(RuleSet& rs) {
+  for (const char* op : {"sum_to", "sum", "mean", "max", "min", "broadcast_to"}) {
+    Pattern p;
+    p.op(rs.op(op), {p.var("x")}, AttrMatch::any());
+    const Var vx = p.var_of("x");
+    rs.add(std::string(op) + "-unit-axes", std::move(p),
+           [vx](TensorEGraph& t, Id e, const Subst& s) {
+             const TensorType& in = t.type(s[vx]);
+             const TensorType& out = t.type(e);
+             if (in.numel() != out.numel() || in.dtype != out.dtype || in == out) return no_id;
+             return typed(t, "reshape", ReshapeAttrs{out.shape}, {s[vx]}, e);
+           });
+  }
+  for (const char* op : {"sum_to", "sum"}) {
+    {
+      Pattern p;
+      const AttrVar a = p.attr_var("a");
+      p.op(rs.op(op), {p.op(rs.op("neg"), {p.var("x")})}, AttrMatch::bind(a));
+      const Var vx = p.var_of("x");
+      rs.add(std::string(op) + "-neg", std::move(p),
+             [vx, a, op](TensorEGraph& t, Id e, const Subst& s) {
+               const Id x = s[vx];
+               auto r = t.try_add(mn::op_def(op), t.attrs(s[a]), std::span<const Id>(&x, 1));
+               return r ? typed(t, "neg", {}, {*r}, e) : no_id;
+             });
+    }
+    {
+      Pattern p;
+      const AttrVar a = p.attr_var("a");
+      p.op(rs.op(op), {p.op(rs.op("mul"), {p.var("x"), p.var("c")})}, AttrMatch::bind(a));
+      const Var vx = p.var_of("x"), vc = p.var_of("c");
+      rs.add(std::string(op) + "-mul-scalar", std::move(p),
+             [vx, vc, a, op](TensorEGraph& t, Id e, const Subst& s) {
+               if (t.type(s[vc]).rank() != 0) return no_id;
+               const Id x = s[vx];
+               auto r = t.try_add(mn::op_def(op), t.attrs(s[a]), std::span<const Id>(&x, 1));
+               return r ? typed(t, "mul", {}, {*r, s[vc]}, e) : no_id;
+             });
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<Rewrite> algebra_rules(TensorEGraph& teg) {
@@ -379,6 +424,7 @@ std::vector<Rewrite> algebra_rules(TensorEGraph& teg) {
   view_rules(rs);
   broadcast_rules(rs);
   constant_rules(rs);
+  reduction_rules(rs);
   return rs.take();
 }
 

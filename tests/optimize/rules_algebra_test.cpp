@@ -331,6 +331,71 @@ TEST(AlgebraRules, ConstantChains) {
          "div"});
 }
 
+TEST(AlgebraRules, Reductions) {
+  // Reducing or broadcasting only unit axes is a reshape.
+  check({"sum_to-unit-axes",
+         [](Graph& g, auto& rng) {
+           Shape s = random_shape(rng, 1, 2, 2, 4);
+           Shape with_one = s;
+           with_one.insert(with_one.begin(), 1);
+           return op("sum_to", SumToAttrs{s}, {g.input("x", with_one)});
+         },
+         2, "reshape", "sum_to"});
+  check({"sum-unit-axes",
+         [](Graph& g, auto& rng) {
+           Shape s = random_shape(rng, 1, 2, 2, 4);
+           s.push_back(1);
+           return op("sum", ReduceAttrs{{static_cast<int64_t>(s.size() - 1)}, false},
+                     {g.input("x", s)});
+         },
+         2, "reshape", "sum"});
+  check({"mean-unit-axes",
+         [](Graph& g, auto& rng) {
+           Shape s = random_shape(rng, 1, 2, 2, 4);
+           s.insert(s.begin(), 1);
+           return op("mean", ReduceAttrs{{0}, false}, {g.input("x", s)});
+         },
+         2, "reshape", "mean"});
+  check({"broadcast_to-unit-axes",
+         [](Graph& g, auto& rng) {
+           Shape s = random_shape(rng, 1, 2, 2, 4);
+           Shape with_one = s;
+           with_one.insert(with_one.begin(), 1);
+           return op("broadcast_to", BroadcastToAttrs{with_one}, {g.input("x", s)});
+         },
+         2, "reshape", "broadcast_to"});
+  // Negation and scalar factors move past the reduction.
+  check({"sum_to-neg",
+         [](Graph& g, auto& rng) {
+           Shape s = random_shape(rng, 1, 2, 2, 4);
+           Shape big = s;
+           big.insert(big.begin(), 3);
+           return op("sum_to", SumToAttrs{s}, {op("neg", {}, {g.input("x", big)})});
+         },
+         3, "neg"});
+  check({"sum-mul-scalar",
+         [](Graph& g, auto& rng) {
+           Tensor x = g.input("x", random_shape(rng, 2, 3, 2, 4));
+           Tensor scaled = op("mul", {}, {x, g.input("c", {})});
+           return op("sum", ReduceAttrs{{0}, true}, {scaled});
+         },
+         3, "mul"});
+}
+
+TEST(AlgebraRules, MovingNegationPastAReductionShrinksIt) {
+  Graph g;
+  Tensor x = g.input("x", {64, 32});
+  g.output("y", op("sum_to", SumToAttrs{{32}}, {op("neg", {}, {x})}));
+  OptimizeResult r = optimize(g);
+  EXPECT_TRUE(fired(r.report, "sum_to-neg"));
+  // neg now runs on the 32 sums, not the 2048 inputs.
+  const Node& out = r.graph.node(r.graph.outputs()[0].second);
+  EXPECT_EQ(out.op_name(), "neg");
+  EXPECT_LT(r.report.bytes_after, r.report.bytes_before);
+  auto rng = testing::rng_for("neg_sum");
+  EXPECT_LE(testing::step_difference(g, r.graph, testing::random_feeds(g, rng)), 1e-12);
+}
+
 TEST(AlgebraRules, DivisionByNonPowerOfTwoStays) {
   Graph g;
   Tensor x = g.input("x", {4});
