@@ -44,8 +44,9 @@ struct OptimizeReport {
   size_t nodes_before = 0, nodes_after = 0;  // compute nodes (sources excluded)
   double bytes_before = 0, bytes_after = 0;  // estimated bytes read + written, cost model
   double flops_before = 0, flops_after = 0;
-  // Kernel launches of the compiled step; filled by the planner (plan/step_plan), which knows
-  // fusion: before = one kernel per op of the unoptimized graph, after = what runs.
+  // Kernel launches of the compiled step. The planner (plan/step_plan), which knows fusion,
+  // fills `after` (what runs); `before` (one kernel per op of the graph as written) needs a
+  // second, unoptimized plan, which `mn inspect` makes.
   size_t dispatches_before = 0, dispatches_after = 0;
 };
 

@@ -16,13 +16,19 @@ uint64_t device_bytes(const TensorType& t) {
 
 StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
   StepPlan p;
-  p.graph = schedule::lower_for_gpu(original);
+  const char* no_optimize = std::getenv("MN_NO_OPTIMIZE");
+  const bool off = no_optimize && std::string_view(no_optimize) == "1";
+  optimize::OptimizeOptions oo = options.optimize;
+  oo.enabled = oo.enabled && !off;
+  optimize::OptimizeResult optimized = optimize::optimize(original, oo);
+  p.report = std::move(optimized.report);
+  p.graph = schedule::lower_for_gpu(optimized.graph);
   const Graph& g = p.graph;
   const size_t n = g.size();
 
   const std::vector<char> needed = schedule::needed_nodes(g);
   const char* env = std::getenv("MN_FUSION");
-  const bool fuse = options.fuse && !(env && std::string_view(env) == "0");
+  const bool fuse = options.fuse && !off && !(env && std::string_view(env) == "0");
   schedule::FusionOptions fo;
   // Past a few hundred bindings a launch saves nothing more (and descriptor sets grow).
   fo.max_bindings = std::min<uint32_t>(options.device.max_storage_buffers, 256);
@@ -127,6 +133,7 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
     p.buffers[b].last_use = requests[b].last_use;
   }
   p.arena_bytes = p.memory.arena_bytes;
+  p.report.dispatches_after = p.launches.size();
   return p;
 }
 

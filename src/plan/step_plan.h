@@ -9,6 +9,7 @@
 #include <meganeura/graph.h>
 
 #include "codegen/kernel.h"
+#include "optimize/optimize.h"
 #include "plan/memory_plan.h"
 #include "schedule/fusion.h"
 
@@ -31,7 +32,8 @@ struct PlannedLaunch {
 };
 
 struct StepPlan {
-  Graph graph;  // lowered for the GPU; node ids below refer to it
+  Graph graph;  // optimized, then lowered for the GPU; node ids below refer to it
+  optimize::OptimizeReport report;  // dispatches_after filled here; dispatches_before is not
   std::vector<PlannedBuffer> buffers;
   std::vector<int> node_buffer;         // per node of `graph`: its buffer, or -1 when not computed
   std::vector<PlannedLaunch> launches;  // launches.size() = dispatches
@@ -50,6 +52,9 @@ struct PlanOptions {
   // Kernel fusion (schedule/fusion.h); the environment variable MN_FUSION=0 also turns it off,
   // to tell a fusion problem from others.
   bool fuse = true;
+  // E-graph optimization (optimize/optimize.h) before lowering; MN_NO_OPTIMIZE=1 turns both it
+  // and fusion off.
+  optimize::OptimizeOptions optimize;
 };
 
 StepPlan make_step_plan(const Graph& g, const PlanOptions& options);
