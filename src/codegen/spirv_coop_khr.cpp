@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -28,6 +29,10 @@ constexpr uint32_t kRowMajorKHR = 0, kColumnMajorKHR = 1;
 // CooperativeMatrixOperands
 constexpr uint32_t kMatrixASigned = 0x1, kMatrixBSigned = 0x2, kMatrixCSigned = 0x4,
                    kMatrixResultSigned = 0x8;
+
+constexpr const char* kSignatureError =
+    "cooperative matrices in function signatures are not supported (optimization inlines such "
+    "functions)";
 
 constexpr std::string_view kNvExtension = "SPV_NV_cooperative_matrix";
 constexpr std::string_view kKhrExtension = "SPV_KHR_cooperative_matrix";
@@ -54,7 +59,9 @@ std::string op_name(uint32_t opcode) {
     MN_OP(CooperativeMatrixStoreNV)
     MN_OP(CooperativeMatrixMulAddNV)
     MN_OP(CooperativeMatrixLengthNV)
+    MN_OP(Function)
     MN_OP(FunctionCall)
+    MN_OP(FunctionParameter)
     MN_OP(ReturnValue)
     MN_OP(TypeStruct)
     MN_OP(TypeFunction)
@@ -216,11 +223,16 @@ class Rewriter {
           }
           break;
         case spv::OpTypeStruct:
-        case spv::OpTypeFunction:
           for (size_t p = 2; p < in.w.size(); ++p) {
-            if (coop_type_[id_at(i, p)]) {
-              fail(i, "cooperative matrices in structs or function signatures are not supported");
-            }
+            if (coop_type_[id_at(i, p)])
+              fail(i, "cooperative matrices in structs are not supported");
+          }
+          break;
+        case spv::OpTypeFunction:
+          // Left unchanged (its ids name the first KHR type of each) unless a function uses it:
+          // the optimizer inlines functions but may leave their types behind.
+          for (size_t p = 2; p < in.w.size(); ++p) {
+            if (coop_type_[id_at(i, p)]) coop_function_types_.insert(in.w[1]);
           }
           break;
         case spv::OpTypeInt:
@@ -385,6 +397,15 @@ class Rewriter {
         case spv::OpExtInst:
           reject_coop_operands(i, 1);
           break;
+        case spv::OpFunction:
+          if (coop_function_types_.count(id_at(i, 4))) fail(i, kSignatureError);
+          break;
+        case spv::OpFunctionCall:
+          if (coop_type_[id_at(i, 1)]) fail(i, kSignatureError);
+          for (size_t p = 4; p < w.size(); ++p) {
+            if (coop_value(id_at(i, p))) fail(i, kSignatureError);
+          }
+          break;
         default: {
           bool has_result = false, has_type = false;
           spv::HasResultAndType(static_cast<spv::Op>(in.opcode), &has_result, &has_type);
@@ -395,8 +416,7 @@ class Rewriter {
               in.w[3] == spv::OpCooperativeMatrixLengthNV) {
             break;  // a constant length: resolved like OpCooperativeMatrixLengthNV
           }
-          if (in.opcode == spv::OpFunctionCall || in.opcode == spv::OpReturnValue ||
-              in.opcode == spv::OpSpecConstantOp) {
+          if (in.opcode == spv::OpReturnValue || in.opcode == spv::OpSpecConstantOp) {
             reject_coop_operands(i, 1);
           }
           break;
@@ -730,6 +750,7 @@ class Rewriter {
   uint32_t uint_type_ = 0;
   size_t uint_type_index_ = 0;
   std::vector<ConstUse> const_uses_;
+  std::set<uint32_t> coop_function_types_;
   std::vector<uint32_t> type_roles_, const_roles_;
   std::map<std::pair<uint32_t, uint32_t>, uint32_t> type_ids_, const_ids_;
   std::unordered_map<uint32_t, std::vector<uint32_t>> extra_ids_;

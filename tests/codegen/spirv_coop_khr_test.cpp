@@ -577,6 +577,63 @@ void main() {
   expect_error(compile(source, true), "ambiguous");
 }
 
+TEST(SpirvCoopKhr, ConstantsAreCopiedPerUse) {
+  // One fill constant as A and as C of the same MulAdd: two KHR constants of two types.
+  const std::string source = std::string(kPrelude) + R"(
+layout(local_size_x = 32) in;
+layout(std430, binding = 0) buffer A { float16_t a[]; };
+void main() {
+  F16 y;
+  coopMatLoadNV(y, a, 0u, 16u, false);
+  F16 r = coopMatMulAddNV(F16(1.0), y, F16(1.0));
+  coopMatStoreNV(r, a, 0u, 16u, false);
+}
+)";
+  for (bool optimize : {true, false}) {
+    const KhrModule m = rewrite_and_check(compile(source, optimize));
+    ASSERT_EQ(m.muladds.size(), 1u);
+    EXPECT_NE(m.muladds[0].w[3], m.muladds[0].w[5]);
+    EXPECT_EQ(m.use_of_value(m.muladds[0].w[3]), kUseA);
+  }
+}
+
+TEST(SpirvCoopKhr, FunctionsTakingMatricesNeedInlining) {
+  const std::string source = std::string(kPrelude) + R"(
+layout(local_size_x = 32) in;
+layout(std430, binding = 0) buffer A { float16_t a[]; };
+F16 twice(F16 x) { return x * float16_t(2.0); }
+void main() {
+  F16 y;
+  coopMatLoadNV(y, a, 0u, 16u, false);
+  coopMatStoreNV(twice(y), a, 0u, 16u, false);
+}
+)";
+  rewrite_and_check(compile(source, true));  // inlined by the optimizer
+  expect_error(compile(source, false), "function signatures");
+}
+
+// Edits one instruction of a compiled module: the first with opcode `from` gets opcode `to`.
+std::vector<uint32_t> with_opcode(std::vector<uint32_t> spirv, uint32_t from, uint32_t to) {
+  for (size_t at = 5; at < spirv.size(); at += spirv[at] >> 16) {
+    if ((spirv[at] & 0xffff) == from) {
+      spirv[at] = (spirv[at] & 0xffff0000u) | to;
+      return spirv;
+    }
+  }
+  ADD_FAILURE() << "no opcode " << from;
+  return spirv;
+}
+
+TEST(SpirvCoopKhr, ConstructsWithoutAKhrFormAreErrors) {
+  const std::vector<uint32_t> spirv = compile(kTiledMatmul, true);
+  // A column-major flag that is a specialization constant has no constant KHR layout.
+  constexpr uint32_t kOpSpecConstantTrue = 48, kOpMatrixTimesScalar = 143,
+                     kOpVectorTimesScalar = 142;
+  expect_error(with_opcode(spirv, kOpConstantTrue, kOpSpecConstantTrue), "column-major operand");
+  // An instruction producing a matrix that the pass has no rule for.
+  expect_error(with_opcode(spirv, kOpMatrixTimesScalar, kOpVectorTimesScalar), "no rule");
+}
+
 TEST(SpirvCoopKhr, CompilerOptionRewritesAndKeysTheCache) {
   CompileOptions options;
   options.target = TargetEnv::vulkan_1_3;
