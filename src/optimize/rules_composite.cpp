@@ -1,6 +1,7 @@
 #include "optimize/rules_composite.h"
 
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -95,11 +96,13 @@ struct Template {
 // the composite's attribute word and operand count.
 class RecognizeSearcher final : public egraph::Searcher {
  public:
-  RecognizeSearcher(TensorEGraph& teg, const OpDef& def, std::vector<Template> templates)
+  RecognizeSearcher(TensorEGraph& teg, const OpDef& def,
+                    std::shared_ptr<const std::vector<Template>> templates)
       : teg_(teg),
         def_(def),
         op_(teg.op(def.name)),
-        templates_(std::move(templates)),
+        keep_(std::move(templates)),
+        templates_(*keep_),
         recover_(composite::attribute_recovery(def.name)) {
     for (const Template& t : templates_) {
       max_operands_ = std::max(max_operands_, static_cast<uint32_t>(t.expansion.inputs.size()));
@@ -128,15 +131,24 @@ class RecognizeSearcher final : public egraph::Searcher {
     operands_.clear();
     for (Var v : t.pattern.operand_vars) operands_.push_back(egraph.find(subst[v]));
     const std::vector<TensorType> types = types_of(teg_, operands_);
+    root = egraph.find(root);
+    // A match whose every candidate failed is not tried again until its class gains nodes.
+    uint64_t key = egraph::mix64(ti * 0x9e3779b97f4a7c15ULL + root);
+    key = egraph::mix64(key ^ egraph.class_nodes(root).size());
+    for (Id o : operands_) key = egraph::mix64(key ^ o);
+    if (failed_.count(key)) return;
     std::vector<Attrs> candidates;
     if (recover_) {
       composite::MatchView view(teg_, t.expansion, t.sample_attrs.front(), t.pattern.attr_var,
                                 subst, types);
-      candidates = recover_(view);
+      try {
+        candidates = recover_(view);
+      } catch (const Error&) {  // attributes of an unexpected kind where the template has them
+        candidates.clear();
+      }
     } else {
       candidates = t.sample_attrs;
     }
-    root = egraph.find(root);
     const TensorType& root_type = teg_.type(root);
     for (const Attrs& a : candidates) {
       try {
@@ -147,39 +159,32 @@ class RecognizeSearcher final : public egraph::Searcher {
       const Attr word = teg_.intern(a);
       const Id existing = egraph.lookup(op_, word, operands_);
       if (existing != egraph::no_id && egraph.find(existing) == root) return;  // already known
-      uint64_t key = egraph::mix64(ti * 0x9e3779b97f4a7c15ULL + root);
-      key = egraph::mix64(key ^ word);
-      key = egraph::mix64(key ^ egraph.class_nodes(root).size());
-      for (Id o : operands_) key = egraph::mix64(key ^ o);
-      if (failed_.count(key)) continue;
       // The decomposition with these attributes, looked up node by node: it is the matched
       // computation exactly when it lands in the matched class.
       auto e = composite::expand(def_, a, types);
       std::optional<Id> cls;
       if (e) cls = composite::instantiate(teg_, *e, operands_, /*add=*/false);
-      if (!cls || *cls != root) {
-        failed_.insert(key);
-        continue;
-      }
+      if (!cls || *cls != root) continue;
       ids_.assign(num_vars(), egraph::no_id);
       std::copy(operands_.begin(), operands_.end(), ids_.begin());
       const Attr attrs[2] = {word, static_cast<Attr>(operands_.size())};
       out.push(root, ids_.data(), attrs);
       return;
     }
+    failed_.insert(key);
   }
 
   TensorEGraph& teg_;
   const OpDef& def_;
   OpId op_;
-  std::vector<Template> templates_;
+  std::shared_ptr<const std::vector<Template>> keep_;
+  const std::vector<Template>& templates_;
   composite::RecoverFn recover_;
   uint32_t max_operands_ = 0;
   mutable SearchMatches found_;
   mutable std::vector<Id> operands_;
   mutable std::vector<Id> ids_;
-  // Candidates that did not verify, keyed with the root's node count so that a class that
-  // gained nodes is tried again.
+  // Matches none of whose candidates verified, keyed with the root's node count.
   mutable std::unordered_set<uint64_t> failed_;
 };
 
@@ -202,7 +207,7 @@ class RecognizeApplier final : public egraph::Applier {
 };
 
 // The distinct structures of `def`'s decomposition over its samples.
-std::vector<Template> templates_of(TensorEGraph& teg, const OpDef& def) {
+std::vector<Template> build_templates(const TensorEGraph& teg, const OpDef& def) {
   std::vector<Template> out;
   if (!def.samples) return out;
   std::unordered_map<std::string, size_t> by_key;
@@ -233,12 +238,35 @@ std::vector<Template> templates_of(TensorEGraph& teg, const OpDef& def) {
   return out;
 }
 
+// Templates depend only on the op table (operator ids follow its order in every TensorEGraph)
+// and are immutable once built, so they are built once per process and shared by every rule set.
+using TemplateSet = std::vector<std::shared_ptr<const std::vector<Template>>>;
+std::shared_ptr<const TemplateSet> shared_templates(const TensorEGraph& teg) {
+  static std::mutex mutex;
+  static std::shared_ptr<const TemplateSet> cached;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!cached) {
+    auto set = std::make_shared<TemplateSet>();
+    for (const OpDef* def : all_op_defs()) {
+      set->push_back(def->decompose
+                         ? std::make_shared<const std::vector<Template>>(build_templates(teg, *def))
+                         : nullptr);
+    }
+    cached = std::move(set);
+  }
+  return cached;
+}
+
 }  // namespace
 
 std::vector<egraph::Rewrite> composite_rules(TensorEGraph& teg,
                                              const CompositeRuleOptions& options) {
   std::vector<egraph::Rewrite> rules;
-  for (const OpDef* def : all_op_defs()) {
+  std::shared_ptr<const TemplateSet> templates;
+  if (options.recognize) templates = shared_templates(teg);
+  const auto& defs = all_op_defs();
+  for (size_t d = 0; d < defs.size(); ++d) {
+    const OpDef* def = defs[d];
     if (!def->decompose) continue;
     if (options.decompose) {
       auto done = std::make_shared<std::vector<bool>>();
@@ -247,10 +275,10 @@ std::vector<egraph::Rewrite> composite_rules(TensorEGraph& teg,
                          std::make_unique<DecomposeApplier>(teg, *def, done));
     }
     if (options.recognize) {
-      std::vector<Template> templates = templates_of(teg, *def);
-      if (templates.empty()) continue;
+      const auto& op_templates = (*templates)[d];
+      if (!op_templates || op_templates->empty()) continue;
       rules.emplace_back("recognize-" + def->name,
-                         std::make_unique<RecognizeSearcher>(teg, *def, std::move(templates)),
+                         std::make_unique<RecognizeSearcher>(teg, *def, op_templates),
                          std::make_unique<RecognizeApplier>(teg, *def));
     }
   }

@@ -146,6 +146,30 @@ std::vector<Attrs> recover_variance(const MatchView& v) {
   return {VarianceAttrs{r.axes, r.keepdims, static_cast<int64_t>(correction)}};
 }
 
+// rope: theta is the base of the pow, the offset the first position of the constant the
+// angles are built from (angle = positions * inv_freq, the operand of cos).
+std::vector<Attrs> recover_rope(const MatchView& v) {
+  auto pow_node = v.first("pow");
+  auto cos_node = v.first("cos");
+  if (!pow_node || !cos_node) return {};
+  const NodeId theta_node = v.template_node(*pow_node).inputs[0];
+  const NodeId angle = v.template_node(*cos_node).inputs[0];
+  if (v.template_node(angle).inputs.empty()) return {};
+  const NodeId positions = v.template_node(angle).inputs[0];
+  if (v.template_node(theta_node).op_name() != "constant" ||
+      v.template_node(positions).op_name() != "constant") {
+    return {};
+  }
+  auto theta = v.matched_scalar(theta_node);
+  const Attrs& p = v.matched(positions);
+  if (!theta || !p.is<ConstantAttrs>()) return {};
+  const auto& arr = p.as<ConstantAttrs>().value.array;
+  if (!arr || arr->numel() == 0) return {};
+  const double offset = arr->data[0];
+  if (offset != std::floor(offset)) return {};
+  return {RopeAttrs{*theta, static_cast<int64_t>(offset)}};
+}
+
 }  // namespace
 
 std::vector<Attrs> template_variants(std::string_view name, const Attrs& sample) {
@@ -171,6 +195,7 @@ RecoverFn attribute_recovery(std::string_view name) {
       {"scaled_dot_product_attention", recover_attention},
       {"mean", recover_mean},
       {"variance", recover_variance},
+      {"rope", recover_rope},
   };
   auto it = table.find(name);
   return it == table.end() ? nullptr : it->second;

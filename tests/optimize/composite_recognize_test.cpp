@@ -263,5 +263,27 @@ TEST(CompositeRecognize, AttentionNearMiss) {
   expect_not_recognized(g, "scaled_dot_product_attention");
 }
 
+// composite -> primitives: a graph of composites extracts, where primitives are preferred, with
+// no composite left, and evaluates the same.
+TEST(CompositeDecompose, PrimitiveExtractionKeepsValues) {
+  Graph g;
+  Tensor x = g.input("x", {2, 4, 8});
+  Tensor w = g.input("w", {8});
+  Tensor h = rms_norm(x, w, 1e-5);
+  Tensor q = reshape(h, {2, 1, 4, 8});
+  Tensor a = scaled_dot_product_attention(q, q, q, {}, true);
+  Tensor y = gelu(reshape(a, {2, 4, 8}), GeluApprox::tanh) + silu(h);
+  y = layer_norm(softmax(y, 1), w, w, 1, 1e-4);
+  g.output("y", log_softmax(y, -1));
+  auto run = run_composite_rules(g, {.decompose = true, .recognize = false});
+  Graph out = run->extract(g, /*prefer_composites=*/false);
+  for (const char* op : {"rms_norm", "scaled_dot_product_attention", "gelu", "silu", "sigmoid",
+                         "layer_norm", "softmax", "log_softmax"}) {
+    EXPECT_EQ(count_op(out, op), 0u) << op;
+  }
+  EXPECT_GT(count_op(out, "exp"), 0u);
+  EXPECT_LT(eval_difference(g, out), 1e-5);
+}
+
 }  // namespace
 }  // namespace mn::testing

@@ -61,6 +61,7 @@ TEST(CompositeTransformer, ForwardCompositesRecognizedAndExtracted) {
   EXPECT_EQ(count_in_egraph(run->teg, "silu"), static_cast<size_t>(layers));
   EXPECT_GE(count_in_egraph(run->teg, "softmax"), static_cast<size_t>(layers));
   EXPECT_EQ(count_in_egraph(run->teg, "log_softmax"), 1u);
+  EXPECT_EQ(count_in_egraph(run->teg, "rope"), static_cast<size_t>(2 * layers));  // q and k
 
   Graph out = run->extract(*m.graph, /*prefer_composites=*/true);
   EXPECT_EQ(count_op(out, "rms_norm"), static_cast<size_t>(2 * layers + 1));
@@ -95,6 +96,7 @@ TEST(CompositeTransformer, TrainingStepAtThirtyLayersIsCheap) {
   EXPECT_EQ(count_rms_norm_with_gamma(teg), static_cast<size_t>(2 * layers + 1));
   EXPECT_EQ(count_in_egraph(teg, "scaled_dot_product_attention"), static_cast<size_t>(layers));
   EXPECT_EQ(count_in_egraph(teg, "log_softmax"), 1u);
+  EXPECT_EQ(count_in_egraph(teg, "rope"), static_cast<size_t>(2 * layers));
   EXPECT_GE(count_in_egraph(teg, "silu"), static_cast<size_t>(layers));
   EXPECT_EQ(report.stop_reason, egraph::StopReason::saturated);
 
@@ -113,8 +115,8 @@ TEST(CompositeTransformer, TrainingStepAtThirtyLayersIsCheap) {
   }
 }
 
-// The whole optimizer (algebra and composite rules, cost-model extraction) on the forward graph:
-// what comes out, printed for the report; correctness is the reference evaluation.
+// The whole optimizer (algebra and composite rules, cost-model extraction) on the forward graph
+// of two layers: the composites come out, and the values stay.
 TEST(CompositeTransformer, OptimizeKeepsValues) {
   LanguageModel m = build_transformer(small_spec(2));
   optimize::OptimizeResult r = optimize::optimize(*m.graph);
@@ -125,6 +127,10 @@ TEST(CompositeTransformer, OptimizeKeepsValues) {
       count_op(r.graph, "rms_norm"), count_op(r.graph, "scaled_dot_product_attention"),
       count_op(r.graph, "silu"), count_op(r.graph, "softmax"), count_op(r.graph, "log_softmax"),
       count_op(r.graph, "exp"));
+  EXPECT_EQ(count_op(r.graph, "rms_norm"), 5u);
+  EXPECT_EQ(count_op(r.graph, "scaled_dot_product_attention"), 2u);
+  EXPECT_EQ(count_op(r.graph, "silu"), 2u);
+  EXPECT_EQ(count_op(r.graph, "exp"), 0u);
   std::mt19937_64 rng(5);
   reference::Feeds feeds = random_feeds(*m.graph, rng, 64);
   EXPECT_LT(step_difference(*m.graph, r.graph, feeds), 1e-5);
