@@ -1,8 +1,8 @@
 #pragma once
-// Pointwise work fused into the loads of a reduction (sum(x * x), mean(exp(x - m)), the squared
-// gradients of norm clipping): the reduction kernel reads its operand through `in_ld`, which
-// the prologue defines from the operands of its pointwise DAG, so the reduced tensor is never
-// stored.
+// Pointwise work fused into a reduction kernel: a prologue computing the reduced operand in the
+// loads (sum(x * x), mean(exp(x - m)), the squared gradients of norm clipping), so that operand
+// is never stored, and an epilogue applied to each reduced value before its store
+// (rsqrt(mean + eps), a scale).
 #include <span>
 #include <string>
 #include <vector>
@@ -11,20 +11,24 @@
 
 namespace mn::codegen {
 
-struct ReducePrologue {
+struct ReduceFusion {
   // GLSL placed after the reduction's own helpers (which define mn_isnan): storage buffers for
-  // `extra` at bindings 2, 3, ... (after the output or partials at 1) and the definition of
-  // `float in_ld(uint i)`, element i (row-major) of the reduction's operand.
+  // `extra` at bindings 2, 3, ... (after the output or partials at 1) and the functions below.
   std::string declarations;
-  std::vector<ArgRef> extra;  // binding 2 + i; not empty (binding 0 is bound to extra[0])
+  std::vector<ArgRef> extra;  // binding 2 + i
+  // The declarations define `float in_ld(uint i)`, element i (row-major) of the reduced operand,
+  // which is then not bound (binding 0 repeats extra[0], which must exist).
+  bool prologue = false;
+  // The declarations define `float mn_reduce_epilogue(float v, uint o)`, the value stored for
+  // output element o whose reduction is v.
+  bool epilogue = false;
 };
 
-// Whether `node` is a reduction whose operand a prologue may compute: sum, mean, max, min or
+// Whether `node` is a reduction that takes a prologue and an epilogue: sum, mean, max, min or
 // sum_to (one that reduces something) over f32 values.
-bool reduce_accepts_prologue(const Node& node, std::span<const TensorType> inputs);
+bool reduce_accepts_fusion(const Node& node, std::span<const TensorType> inputs);
 
-// The reduction node's kernels reading its operand through `p` (the node's own lowering when
-// null).
-Lowering lower_reduce_fused(const LowerContext& ctx, const ReducePrologue* p);
+// The reduction node's kernels with `f` applied (the node's own lowering when null).
+Lowering lower_reduce_fused(const LowerContext& ctx, const ReduceFusion* f);
 
 }  // namespace mn::codegen

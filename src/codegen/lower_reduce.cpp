@@ -208,16 +208,19 @@ std::string reduced_offset(const Geometry& g) {
 // The first launch: per (chunk s, output o), the reduction of elements [r0, r1). With one chunk
 // it stores the final value; otherwise a partial (argmax and variance: two words) to scratch.
 KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geometry& g,
-                         const Layout& l, double correction, const ReducePrologue* p) {
+                         const Layout& l, double correction, const ReduceFusion* p) {
   const Node& n = ctx.node;
   const bool final = l.split == 1;
   const std::string T = red.type();
+  auto epilogue = [p](const std::string& v, const std::string& o) {
+    return p && p->epilogue ? "mn_reduce_epilogue(" + v + ", " + o + ")" : v;
+  };
   const std::string L = std::to_string(l.lx * l.ly);
   const std::string LX = u32(l.lx);
   const uint64_t total = l.blocks * l.split;
 
   std::string s = glsl::header();
-  if (!p) s += glsl::buffer(0, ctx.inputs[0].dtype, "in", true);
+  if (!p || !p->prologue) s += glsl::buffer(0, ctx.inputs[0].dtype, "in", true);
   if (final) {
     s += glsl::buffer(1, n.type.dtype, "out", false);
   } else {
@@ -291,7 +294,9 @@ KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geom
         s += "  " + red.store("o", "besti") + "\n";
         break;
       case Kind::mean:
-        s += "  " + red.store("o", "acc / " + glsl::float_literal(static_cast<double>(g.reduced))) +
+        s += "  " +
+             red.store("o", epilogue("acc / " + glsl::float_literal(static_cast<double>(g.reduced)),
+                                     "o")) +
              "\n";
         break;
       case Kind::variance:
@@ -300,7 +305,7 @@ KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geom
              "\n";
         break;
       default:
-        s += "  " + red.store("o", "acc") + "\n";
+        s += "  " + red.store("o", epilogue("acc", "o")) + "\n";
     }
   } else {
     const std::string slot = "s * " + u32(g.outputs) + " + o";
@@ -324,7 +329,7 @@ KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geom
   k.glsl = std::move(s);
   k.workgroup = {l.lx, l.ly, 1};
   k.groups = glsl::linear_grid(total * l.lx * l.ly, ctx.device, l.lx * l.ly).groups;
-  k.bindings = {{p ? p->extra.at(0) : ArgRef::input(0), false},
+  k.bindings = {{p && p->prologue ? p->extra.at(0) : ArgRef::input(0), false},
                 {final ? ArgRef::output() : ArgRef::scratch(0), true}};
   if (p) {
     for (const ArgRef& a : p->extra) k.bindings.push_back({a, false});
@@ -334,13 +339,17 @@ KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geom
 
 // The second launch: one thread per output combines its `split` partials.
 KernelLaunch combine_launch(const LowerContext& ctx, const Reducer& red, const Geometry& g,
-                            const Layout& l, double correction) {
+                            const ReduceFusion* p, const Layout& l, double correction) {
   const Node& n = ctx.node;
   const std::string T = red.type();
   std::string decl =
       "layout(std430, set = 0, binding = 0) readonly buffer Buffer0 { uint part[]; };\n";
   decl += glsl::buffer(1, n.type.dtype, "out", false);
   decl += red.prelude();
+  if (p) decl += p->declarations;
+  auto epilogue = [p](const std::string& v) {
+    return p && p->epilogue ? "mn_reduce_epilogue(" + v + ", i)" : v;
+  };
   const std::string S = u32(l.split), O = u32(g.outputs);
   std::string body;
   switch (red.kind) {
@@ -380,10 +389,11 @@ KernelLaunch combine_launch(const LowerContext& ctx, const Reducer& red, const G
               red.decode("part[s * " + O + " + i]") + ");\n";
       if (red.kind == Kind::mean) {
         body += "  " +
-                red.store("i", "acc / " + glsl::float_literal(static_cast<double>(g.reduced))) +
+                red.store(
+                    "i", epilogue("acc / " + glsl::float_literal(static_cast<double>(g.reduced)))) +
                 "\n";
       } else {
-        body += "  " + red.store("i", "acc") + "\n";
+        body += "  " + red.store("i", epilogue("acc")) + "\n";
       }
   }
   const glsl::Linear grid = glsl::linear_grid(g.outputs, ctx.device);
@@ -393,11 +403,14 @@ KernelLaunch combine_launch(const LowerContext& ctx, const Reducer& red, const G
   k.workgroup = {grid.local, 1, 1};
   k.groups = grid.groups;
   k.bindings = {{ArgRef::scratch(0), false}, {ArgRef::output(), true}};
+  if (p) {
+    for (const ArgRef& a : p->extra) k.bindings.push_back({a, false});
+  }
   return k;
 }
 
 Lowering lower_reduction(const LowerContext& ctx, Kind kind, const std::vector<int64_t>& axes,
-                         double correction = 0, const ReducePrologue* p = nullptr) {
+                         double correction = 0, const ReduceFusion* p = nullptr) {
   glsl::require_storage(ctx);
   const DType in = ctx.inputs[0].dtype;
   const Reducer red{kind, is_float(in) ? Value::f : in == DType::u32 ? Value::u : Value::i};
@@ -408,7 +421,7 @@ Lowering lower_reduction(const LowerContext& ctx, Kind kind, const std::vector<i
   if (l.split > 1) {
     const uint64_t words = (kind == Kind::argmax || kind == Kind::variance) ? 2 : 1;
     low.scratch_bytes.push_back(l.split * g.outputs * words * 4);
-    low.launches.push_back(combine_launch(ctx, red, g, l, correction));
+    low.launches.push_back(combine_launch(ctx, red, g, p, l, correction));
   }
   return low;
 }
@@ -429,7 +442,7 @@ std::vector<int64_t> sum_to_axes(const Shape& in, const Shape& target) {
 
 }  // namespace
 
-bool reduce_accepts_prologue(const Node& node, std::span<const TensorType> inputs) {
+bool reduce_accepts_fusion(const Node& node, std::span<const TensorType> inputs) {
   const std::string_view op = node.op_name();
   if (op != "sum" && op != "mean" && op != "max" && op != "min" && op != "sum_to") return false;
   if (inputs.size() != 1 || inputs[0].dtype != DType::f32 || node.type.dtype != DType::f32) {
@@ -438,18 +451,20 @@ bool reduce_accepts_prologue(const Node& node, std::span<const TensorType> input
   return op != "sum_to" || !sum_to_axes(inputs[0].shape, node.type.shape).empty();
 }
 
-Lowering lower_reduce_fused(const LowerContext& ctx, const ReducePrologue* p) {
+Lowering lower_reduce_fused(const LowerContext& ctx, const ReduceFusion* p) {
   const std::string_view op = ctx.node.op_name();
-  if (p && !reduce_accepts_prologue(ctx.node, ctx.inputs)) {
-    throw Error("reduction prologue: '" + std::string(op) + "' over " + ctx.inputs[0].str() +
-                " takes none");
+  if (p && !reduce_accepts_fusion(ctx.node, ctx.inputs)) {
+    throw Error("reduction fusion: '" + std::string(op) + "' over " + ctx.inputs[0].str() +
+                " takes no prologue or epilogue");
   }
   if (op == "sum_to") {
-    return lower_reduction(ctx, Kind::sum, sum_to_axes(ctx.inputs[0].shape, ctx.node.type.shape),
-                           0, p);
+    return lower_reduction(ctx, Kind::sum, sum_to_axes(ctx.inputs[0].shape, ctx.node.type.shape), 0,
+                           p);
   }
-  const Kind kind = op == "sum" ? Kind::sum : op == "mean" ? Kind::mean : op == "max" ? Kind::max
-                                                                                      : Kind::min;
+  const Kind kind = op == "sum"    ? Kind::sum
+                    : op == "mean" ? Kind::mean
+                    : op == "max"  ? Kind::max
+                                   : Kind::min;
   return lower_reduction(ctx, kind, axes_of(ctx, ctx.node.attrs.as<ReduceAttrs>().axes), 0, p);
 }
 

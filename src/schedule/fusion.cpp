@@ -40,6 +40,9 @@ struct Builder {
     std::vector<NodeId> nodes;
     Shape domain;
     bool alive = true;
+    // reduction: the reduction and the DAGs fused before and after it.
+    NodeId anchor = -1;
+    std::vector<NodeId> prologue, epilogue;
   };
   std::vector<Work> groups;
   std::vector<int> stamp;
@@ -213,17 +216,54 @@ struct Builder {
       if (!needed[i] || red.inputs.size() != 1) continue;
       const NodeId p = red.inputs.front();
       if (sink[p] || consumers[p].size() != 1 || group_of[p] < 0) continue;
-      if (!codegen::reduce_accepts_prologue(red, std::vector<TensorType>{node(p).type})) continue;
+      if (!codegen::reduce_accepts_fusion(red, std::vector<TensorType>{node(p).type})) continue;
       const int x = group_of[p];
       Work& w = groups[x];
       if (w.kind != KernelGroup::Kind::pointwise || outputs_of(w.nodes).size() != 1) continue;
       const size_t operands = external_inputs(w.nodes).size();
       // Binding 0 repeats the first operand; the output (or partials) is binding 1.
-      if (operands == 0 || operands + 3 > options.max_bindings) continue;
+      if (operands == 0 || operands + 2 > options.max_bindings) continue;
       groups[group_of[r]].alive = false;
-      w.kind = KernelGroup::Kind::reduce_prologue;
+      w.kind = KernelGroup::Kind::reduction;
+      w.anchor = r;
+      w.prologue = w.nodes;
       w.nodes.push_back(r);
       group_of[r] = x;
+    }
+  }
+
+  // A reduction all of whose consumers are in one single-output pointwise group over the
+  // reduced shape takes that group as its epilogue.
+  void fuse_reduce_epilogues() {
+    for (size_t i = 0; i < n; ++i) {
+      const auto r = static_cast<NodeId>(i);
+      const Node& red = node(r);
+      if (!needed[i] || sink[i] || red.inputs.size() != 1 || consumers[i].empty()) continue;
+      if (!codegen::reduce_accepts_fusion(red, std::vector<TensorType>{node(red.inputs[0]).type})) {
+        continue;
+      }
+      const int xr = group_of[r];
+      Work& wr = groups[xr];
+      const bool plain = wr.kind == KernelGroup::Kind::single && wr.nodes.size() == 1;
+      const bool with_prologue = wr.kind == KernelGroup::Kind::reduction && wr.epilogue.empty();
+      if (!plain && !with_prologue) continue;
+      const int x = group_of[consumers[i].front()];
+      Work& w = groups[x];
+      if (w.kind != KernelGroup::Kind::pointwise || w.domain != red.type.shape) continue;
+      if (!std::all_of(consumers[i].begin(), consumers[i].end(),
+                       [&](NodeId c) { return group_of[c] == x; })) {
+        continue;
+      }
+      if (outputs_of(w.nodes).size() != 1) continue;
+      std::vector<NodeId> all = wr.nodes;
+      all.insert(all.end(), w.nodes.begin(), w.nodes.end());
+      if (external_inputs(all).size() + 2 > options.max_bindings) continue;
+      wr.kind = KernelGroup::Kind::reduction;
+      wr.anchor = r;
+      wr.epilogue = w.nodes;
+      wr.nodes = all;
+      for (NodeId v : w.nodes) group_of[v] = xr;
+      w.alive = false;
     }
   }
 
@@ -248,20 +288,37 @@ struct Builder {
       k.nodes.erase(it);
       seg.nodes = k.nodes;
       k.nodes.insert(k.nodes.begin(), m);
+      k.anchor = m;
       k.inputs = node(m).inputs;
       std::vector<NodeId> all = seg.nodes;
       all.push_back(m);
       for (NodeId e : external_inputs(all)) {
         if (std::find(k.inputs.begin(), k.inputs.end(), e) == k.inputs.end()) k.inputs.push_back(e);
       }
-    } else if (w.kind == KernelGroup::Kind::reduce_prologue) {
-      // The DAG stores nothing: its one value is the reduction's operand.
-      const NodeId r = w.nodes.back();  // appended last by fuse_prologues
-      k.nodes.erase(std::find(k.nodes.begin(), k.nodes.end(), r));
-      seg.nodes = k.nodes;
-      seg.outputs = {node(r).inputs.front()};
-      k.inputs = external_inputs(seg.nodes);
+    } else if (w.kind == KernelGroup::Kind::reduction) {
+      // Segment 0 computes the operand in the loads (stores nothing), segment 1 the stored
+      // value from the reduced one; either may be empty.
+      const NodeId r = w.anchor, p = node(r).inputs.front();
+      KernelSegment pro, epi;
+      pro.domain = node(p).type.shape;
+      pro.nodes = w.prologue;
+      std::sort(pro.nodes.begin(), pro.nodes.end());
+      if (!pro.nodes.empty()) pro.outputs = {p};
+      epi.domain = node(r).type.shape;
+      epi.nodes = w.epilogue;
+      std::sort(epi.nodes.begin(), epi.nodes.end());
+      if (!epi.nodes.empty()) epi.outputs = k.outputs;
+      k.anchor = r;
+      k.nodes = pro.nodes;
       k.nodes.push_back(r);
+      k.nodes.insert(k.nodes.end(), epi.nodes.begin(), epi.nodes.end());
+      // Without a prologue the reduction reads its operand as input 0.
+      if (pro.nodes.empty()) k.inputs = {p};
+      for (NodeId e : external_inputs(k.nodes)) {
+        if (std::find(k.inputs.begin(), k.inputs.end(), e) == k.inputs.end()) k.inputs.push_back(e);
+      }
+      k.segments = {std::move(pro), std::move(epi)};
+      return k;
     } else {
       seg.nodes = k.nodes;
       k.inputs = external_inputs(k.nodes);
@@ -321,7 +378,10 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
     }
   }
   if (options.matmul_epilogue) b.fuse_epilogues();
-  if (options.reduce_prologue) b.fuse_prologues();
+  if (options.reduction) {
+    b.fuse_prologues();
+    b.fuse_reduce_epilogues();
+  }
 
   // The group graph, in a topological order close to the graph's (by each group's last node).
   const size_t count = b.groups.size();

@@ -24,9 +24,11 @@
 //  - matmul_epilogue: a matmul whose only consumer is a single-segment, single-output pointwise
 //    group over the matmul's output shape (bias, activation, residual or gradient-accumulation
 //    add, scaling): the group is evaluated in the matmul's store (codegen/matmul_epilogue.h).
-//  - reduce_prologue: a sum/mean/max/min/sum_to whose operand is the only output of a
-//    single-segment pointwise group read by nothing else (sum(x * x)): the group is evaluated
-//    in the reduction's loads (codegen/fused_reduce.h) and its value never stored.
+//  - reduction: a sum/mean/max/min/sum_to with a prologue, the pointwise group computing its
+//    operand when that operand is the group's only output and read by nothing else (sum(x * x):
+//    evaluated in the reduction's loads, never stored), and/or an epilogue, the single-output
+//    pointwise group over the reduced shape holding every consumer of the reduction
+//    (rsqrt(mean + eps): evaluated before the store). See codegen/fused_reduce.h.
 #include <string>
 #include <vector>
 
@@ -40,7 +42,7 @@ struct FusionOptions {
   bool pointwise = true;        // vertical fusion of pointwise DAGs
   bool horizontal = true;       // independent end-of-step pointwise groups in one launch
   bool matmul_epilogue = true;  // pointwise consumers into the matmul's store
-  bool reduce_prologue = true;  // pointwise producers into a reduction's loads
+  bool reduction = true;        // pointwise producers and consumers into a reduction
   uint32_t max_bindings = 32;   // storage buffers one kernel may bind
 };
 
@@ -51,14 +53,16 @@ struct KernelSegment {
 };
 
 struct KernelGroup {
-  enum class Kind : uint8_t { single, pointwise, matmul_epilogue, reduce_prologue };
+  enum class Kind : uint8_t { single, pointwise, matmul_epilogue, reduction };
   Kind kind = Kind::single;
-  // Topological order, except that matmul_epilogue puts the matmul first.
+  // Topological order (matmul_epilogue puts the matmul first).
   std::vector<NodeId> nodes;
   std::vector<NodeId> inputs;   // ArgRef::input(i); single: the node's operands as they are
   std::vector<NodeId> outputs;  // ArgRef::output(j)
-  // pointwise: one per index range; matmul_epilogue, reduce_prologue: the fused DAG
+  // pointwise: one per index range; matmul_epilogue: the epilogue; reduction: the prologue
+  // (domain: the operand's shape) and the epilogue (the reduced shape), either maybe empty.
   std::vector<KernelSegment> segments;
+  NodeId anchor = -1;  // matmul_epilogue: the matmul; reduction: the reduction
 };
 
 // An f32 constant of one element: fused kernels take its value as a literal, not a binding.

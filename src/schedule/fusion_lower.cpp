@@ -117,21 +117,27 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
   return l;
 }
 
-codegen::Lowering lower_prologue(const Graph& g, const KernelGroup& group,
-                                 const codegen::DeviceTraits& device) {
-  const NodeId r = group.nodes.back();
-  const KernelSegment& seg = group.segments.front();
+codegen::Lowering lower_reduction(const Graph& g, const KernelGroup& group,
+                                  const codegen::DeviceTraits& device) {
+  const NodeId r = group.anchor;
+  const KernelSegment& pro = group.segments.at(0);
+  const KernelSegment& epi = group.segments.at(1);
+  // Every operand of the group is an extra binding; the reduced value is `v` in the epilogue.
+  std::vector<NodeId> inputs = group.inputs;
+  inputs.push_back(r);
   std::vector<TensorType> types;
   std::vector<std::string> exprs;
-  codegen::ReducePrologue p;
+  codegen::ReduceFusion f;
   for (size_t i = 0; i < group.inputs.size(); ++i) {
     types.push_back(g.node(group.inputs[i]).type);
     const std::string name = "pr" + std::to_string(i);
-    p.declarations +=
+    f.declarations +=
         codegen::glsl::buffer(static_cast<uint32_t>(2 + i), types.back().dtype, name, true);
-    p.extra.push_back(codegen::ArgRef::input(static_cast<int>(i)));
+    f.extra.push_back(codegen::ArgRef::input(static_cast<int>(i)));
     exprs.push_back(name + "_ld($)");
   }
+  types.push_back(g.node(r).type);
+  exprs.emplace_back("v");
   // The reduction's helpers define mn_isnan already.
   std::string library = codegen::pointwise_math_library();
   const std::string isnan_line =
@@ -139,16 +145,27 @@ codegen::Lowering lower_prologue(const Graph& g, const KernelGroup& group,
   const size_t at = library.find(isnan_line);
   if (at == std::string::npos) throw Error("fusion: unexpected pointwise math library");
   library.erase(at, isnan_line.size());
-  p.declarations += library;
-  const codegen::FusedSegment f = fused_segment(g, seg, group.inputs, seg.outputs);
-  p.declarations += "float in_ld(uint i) {\n" +
-                    codegen::fused_statements(f, types, exprs, "i", "pr_") + "  return pr_" +
-                    std::to_string(f.stores.front().second) + ";\n}\n";
+  f.declarations += library;
+  if (!pro.nodes.empty()) {
+    f.prologue = true;
+    const codegen::FusedSegment s = fused_segment(g, pro, inputs, pro.outputs);
+    f.declarations += "float in_ld(uint i) {\n" +
+                      codegen::fused_statements(s, types, exprs, "i", "pr_") + "  return pr_" +
+                      std::to_string(s.stores.front().second) + ";\n}\n";
+  }
+  if (!epi.nodes.empty()) {
+    f.epilogue = true;
+    const codegen::FusedSegment s = fused_segment(g, epi, inputs, group.outputs);
+    f.declarations += "float mn_reduce_epilogue(float v, uint o) {\n" +
+                      codegen::fused_statements(s, types, exprs, "o", "re_") + "  return re_" +
+                      std::to_string(s.stores.front().second) + ";\n}\n";
+  }
   const Node& red = g.node(r);
   const std::vector<TensorType> in_types{g.node(red.inputs.front()).type};
   codegen::Lowering l =
-      codegen::lower_reduce_fused(codegen::LowerContext{red, in_types, device}, &p);
-  l.launches.front().name += "+prologue[" + op_list(g, seg.nodes) + "]";
+      codegen::lower_reduce_fused(codegen::LowerContext{red, in_types, device}, &f);
+  if (f.prologue) l.launches.front().name += "+prologue[" + op_list(g, pro.nodes) + "]";
+  if (f.epilogue) l.launches.back().name += "+epilogue[" + op_list(g, epi.nodes) + "]";
   return l;
 }
 
@@ -160,9 +177,16 @@ std::string group_name(const Graph& g, const KernelGroup& group) {
       return std::string(g.node(group.nodes.front()).op_name());
     case KernelGroup::Kind::matmul_epilogue:
       return "matmul+epilogue[" + op_list(g, group.segments.front().nodes) + "]";
-    case KernelGroup::Kind::reduce_prologue:
-      return std::string(g.node(group.nodes.back()).op_name()) + "+prologue[" +
-             op_list(g, group.segments.front().nodes) + "]";
+    case KernelGroup::Kind::reduction: {
+      std::string s(g.node(group.anchor).op_name());
+      if (!group.segments.at(0).nodes.empty()) {
+        s += "+prologue[" + op_list(g, group.segments[0].nodes) + "]";
+      }
+      if (!group.segments.at(1).nodes.empty()) {
+        s += "+epilogue[" + op_list(g, group.segments[1].nodes) + "]";
+      }
+      return s;
+    }
     case KernelGroup::Kind::pointwise:
       break;
   }
@@ -179,7 +203,7 @@ std::string group_name(const Graph& g, const KernelGroup& group) {
 codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
                               const codegen::DeviceTraits& device) {
   if (group.kind == KernelGroup::Kind::matmul_epilogue) return lower_epilogue(g, group, device);
-  if (group.kind == KernelGroup::Kind::reduce_prologue) return lower_prologue(g, group, device);
+  if (group.kind == KernelGroup::Kind::reduction) return lower_reduction(g, group, device);
   if (group.kind == KernelGroup::Kind::pointwise) {
     codegen::FusedPointwise f;
     f.name = group_name(g, group);
