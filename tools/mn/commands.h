@@ -6,4 +6,5 @@ namespace mn::cli {
 void add_devices_command(CLI::App& app);  // devices.cpp
 void add_ops_command(CLI::App& app);      // ops.cpp
 void add_train_command(CLI::App& app);    // train.cpp
+void add_inspect_command(CLI::App& app);  // inspect.cpp
 }  // namespace mn::cli

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   mn::cli::add_devices_command(app);
   mn::cli::add_ops_command(app);
   mn::cli::add_train_command(app);
+  mn::cli::add_inspect_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

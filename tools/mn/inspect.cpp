@@ -1,0 +1,163 @@
+// `mn inspect <model> [--train] [--json]`: what the compiler makes of a built-in model: the
+// optimized graph, the optimizer's report and the kernels that run, against one kernel per op
+// of the graph as written.
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include <meganeura/models.h>
+#include <meganeura/optimizer.h>
+
+#include "commands.h"
+#include "optimize/optimize.h"
+#include "plan/step_plan.h"
+#include "runtime/plan_options.h"
+
+namespace mn::cli {
+
+namespace {
+
+struct InspectArgs {
+  std::string model;
+  bool train = false;
+  bool json = false;
+  bool graph = true;
+  int64_t batch = 0;   // 0: the model's default
+  int64_t layers = 0;  // transformer only; 0: 30
+  std::string device;
+};
+
+// The model's graph; with --train, its whole training step (backward and AdamW).
+std::unique_ptr<Graph> build_model(const InspectArgs& a) {
+  std::unique_ptr<Graph> graph;
+  Tensor loss;
+  if (a.model == "transformer") {
+    TransformerSpec s = smollm2_135m();
+    if (a.batch > 0) s.batch = a.batch;
+    if (a.layers > 0) s.layers = a.layers;
+    s.with_loss = a.train;
+    LanguageModel m = build_transformer(s);
+    graph = std::move(m.graph);
+    loss = m.loss;
+  } else {
+    ClassifierSpec s;
+    s.kind = model_from_name(a.model);
+    if (a.batch > 0) s.batch = a.batch;
+    s.with_loss = a.train;
+    Classifier c = build_classifier(s);
+    graph = std::move(c.graph);
+    loss = c.loss;
+  }
+  if (a.train) add_training_step(loss, Optimizer::adamw());
+  return graph;
+}
+
+size_t compute_nodes(const Graph& g) {
+  size_t n = 0;
+  for (const Node& node : g.nodes()) {
+    const std::string_view op = node.op_name();
+    if (op != "input" && op != "parameter" && op != "state" && op != "constant") ++n;
+  }
+  return n;
+}
+
+void run_inspect(const InspectArgs& a) {
+  if (a.model != "mlp" && a.model != "cnn" && a.model != "transformer")
+    throw Error("mn inspect: unknown model '" + a.model + "' (expected mlp, cnn or transformer)");
+  if (a.layers > 0 && a.model != "transformer")
+    throw Error("mn inspect: --layers applies to the transformer only");
+  std::unique_ptr<Graph> graph = build_model(a);
+  const std::string device_name = runtime::device_name(a.device);
+
+  // Baseline: the graph as written, one kernel per op.
+  plan::PlanOptions baseline = runtime::plan_options(a.device);
+  baseline.optimize.enabled = false;
+  baseline.fuse = false;
+  const plan::StepPlan before = plan::make_step_plan(*graph, baseline);
+
+  plan::PlanOptions options = runtime::plan_options(a.device);
+  const plan::StepPlan after = plan::make_step_plan(*graph, options);
+  const optimize::OptimizeReport& r = after.report;
+  const size_t dispatches_before = before.launches.size(), dispatches_after = after.launches.size();
+
+  if (a.json) {
+    nlohmann::json rules = nlohmann::json::object();
+    for (const auto& f : r.rules) rules[f.name] = f.count;
+    nlohmann::json kernels = nlohmann::json::array();
+    for (const auto& l : after.launches) kernels.push_back(l.kernel.name);
+    nlohmann::json j = {{"model", a.model},
+                        {"train", a.train},
+                        {"device", device_name},
+                        {"nodes_before", compute_nodes(*graph)},
+                        {"nodes_after", r.nodes_after},
+                        {"dispatches_before", dispatches_before},
+                        {"dispatches_after", dispatches_after},
+                        {"bytes_before", r.bytes_before},
+                        {"bytes_after", r.bytes_after},
+                        {"flops_before", r.flops_before},
+                        {"flops_after", r.flops_after},
+                        {"arena_bytes_before", before.arena_bytes},
+                        {"arena_bytes_after", after.arena_bytes},
+                        {"egraph",
+                         {{"enodes", r.enodes},
+                          {"eclasses", r.eclasses},
+                          {"iterations", r.iterations},
+                          {"seconds", r.seconds},
+                          {"stop_reason", r.stop_reason},
+                          {"rules", rules}}},
+                        {"kernels", kernels}};
+    if (a.graph) {
+      nlohmann::json lines = nlohmann::json::array();
+      std::string text = after.graph.str();
+      size_t start = 0;
+      while (start < text.size()) {
+        size_t end = text.find('\n', start);
+        if (end == std::string::npos) end = text.size();
+        lines.push_back(text.substr(start, end - start));
+        start = end + 1;
+      }
+      j["graph"] = lines;
+    }
+    std::cout << j.dump(2) << '\n';
+    return;
+  }
+
+  if (a.graph) std::printf("# optimized graph\n%s\n", after.graph.str().c_str());
+  std::printf("# kernels (%zu dispatches)\n", dispatches_after);
+  for (size_t i = 0; i < after.launches.size(); ++i)
+    std::printf("%5zu  %s\n", i, after.launches[i].kernel.name.c_str());
+  std::printf("\n# report: %s%s on %s\n", a.model.c_str(), a.train ? " (training step)" : "",
+              device_name.c_str());
+  std::printf("e-graph       %zu e-nodes, %zu e-classes, %zu iterations, %.3f s, stop: %s\n",
+              r.enodes, r.eclasses, r.iterations, r.seconds, r.stop_reason.c_str());
+  std::printf("nodes         %zu -> %zu\n", compute_nodes(*graph), r.nodes_after);
+  std::printf("dispatches    %zu -> %zu (%.1fx fewer)\n", dispatches_before, dispatches_after,
+              dispatches_after ? static_cast<double>(dispatches_before) / dispatches_after : 0.0);
+  std::printf("bytes (est.)  %.4g -> %.4g\n", r.bytes_before, r.bytes_after);
+  std::printf("flops (est.)  %.4g -> %.4g\n", r.flops_before, r.flops_after);
+  std::printf("arena bytes   %llu -> %llu\n", static_cast<unsigned long long>(before.arena_bytes),
+              static_cast<unsigned long long>(after.arena_bytes));
+  std::printf("rules fired\n");
+  for (const auto& f : r.rules) std::printf("  %-40s %zu\n", f.name.c_str(), f.count);
+}
+
+}  // namespace
+
+void add_inspect_command(CLI::App& app) {
+  auto args = std::make_shared<InspectArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "inspect", "Show the optimized graph, the optimizer's report and the kernel list of a model");
+  cmd->add_option("model", args->model, "mlp, cnn or transformer")->required();
+  cmd->add_flag("--train", args->train, "The whole training step: backward and AdamW");
+  cmd->add_flag("--json", args->json, "One JSON object on stdout");
+  cmd->add_flag("!--no-graph", args->graph, "Leave the optimized graph out");
+  cmd->add_option("--batch", args->batch, "Batch size (default: the model's)");
+  cmd->add_option("--layers", args->layers, "Transformer layers (default 30)");
+  cmd->add_option("--device", args->device, "Device whose kernels are planned (index or name)");
+  cmd->callback([args] { run_inspect(*args); });
+}
+
+}  // namespace mn::cli
