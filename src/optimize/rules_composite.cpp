@@ -87,7 +87,8 @@ class DecomposeApplier final : public egraph::Applier {
 struct Template {
   Expansion expansion;
   ExpansionPattern pattern;
-  std::unique_ptr<egraph::CompiledPattern> program;
+  // The pattern, and for a commutative root also with its operands swapped (same variables).
+  std::vector<std::unique_ptr<egraph::CompiledPattern>> programs;
   std::vector<Attrs> sample_attrs;  // distinct attributes of the samples with this structure
 };
 
@@ -112,10 +113,12 @@ class RecognizeSearcher final : public egraph::Searcher {
   void search(const EGraph& egraph, SearchMatches& out, size_t limit) const override {
     for (size_t ti = 0; ti < templates_.size() && out.size() < limit; ++ti) {
       const Template& t = templates_[ti];
-      found_.reset(t.program->num_vars(), t.program->num_attr_vars());
-      t.program->search(egraph, found_);
-      for (size_t m = 0; m < found_.size() && out.size() < limit; ++m) {
-        try_match(egraph, ti, found_.eclass(m), found_.subst(m), out);
+      for (const auto& program : t.programs) {
+        found_.reset(program->num_vars(), program->num_attr_vars());
+        program->search(egraph, found_);
+        for (size_t m = 0; m < found_.size() && out.size() < limit; ++m) {
+          try_match(egraph, ti, found_.eclass(m), found_.subst(m), out);
+        }
       }
     }
   }
@@ -228,7 +231,12 @@ std::vector<Template> build_templates(const TensorEGraph& teg, const OpDef& def)
       }
       by_key.emplace(p->key, out.size());
       Template t;
-      t.program = std::make_unique<egraph::CompiledPattern>(p->pattern);
+      t.programs.push_back(std::make_unique<egraph::CompiledPattern>(p->pattern));
+      if (composite::is_commutative(e->graph.node(e->root).op_name())) {
+        if (auto swapped = composite::pattern_of(teg, *e, /*swap_root=*/true)) {
+          t.programs.push_back(std::make_unique<egraph::CompiledPattern>(swapped->pattern));
+        }
+      }
       t.pattern = std::move(*p);
       t.expansion = std::move(*e);
       t.sample_attrs.push_back(attrs);

@@ -68,7 +68,13 @@ std::optional<Id> instantiate(TensorEGraph& teg, const Expansion& e, std::span<c
       if (!added) return std::nullopt;
       r = *added;
     } else {
-      r = eg.lookup(teg.op(name), teg.intern(n.attrs), children);
+      const OpId op = teg.op(name);
+      const egraph::Attr word = teg.intern(n.attrs);
+      r = eg.lookup(op, word, children);
+      if (r == egraph::no_id && children.size() == 2 && is_commutative(name)) {
+        std::swap(children[0], children[1]);
+        r = eg.lookup(op, word, children);
+      }
     }
     if (r == egraph::no_id) return std::nullopt;
     cls[static_cast<size_t>(id)] = eg.find(r);
@@ -78,7 +84,10 @@ std::optional<Id> instantiate(TensorEGraph& teg, const Expansion& e, std::span<c
   return root;
 }
 
-std::optional<ExpansionPattern> pattern_of(const TensorEGraph& teg, const Expansion& e) {
+bool is_commutative(std::string_view op) { return op == "add" || op == "mul"; }
+
+std::optional<ExpansionPattern> pattern_of(const TensorEGraph& teg, const Expansion& e,
+                                           bool swap_root) {
   if (e.order.empty()) return std::nullopt;  // the root is an operand
   ExpansionPattern ep;
   std::vector<egraph::Pattern::Ref> ref(e.graph.size());
@@ -108,6 +117,11 @@ std::optional<ExpansionPattern> pattern_of(const TensorEGraph& teg, const Expans
       }
     }
     t += ")";
+    if (swap_root && id == e.root) {
+      if (children.size() != 2) return std::nullopt;
+      std::swap(children[0], children[1]);
+      t += "swapped";
+    }
     const auto av = ep.pattern.attr_var("a" + std::to_string(id));
     ep.attr_var[static_cast<size_t>(id)] = static_cast<int32_t>(av.index);
     ref[static_cast<size_t>(id)] =

@@ -29,7 +29,8 @@ std::optional<Expansion> expand(const OpDef& def, const Attrs& attrs,
 // Copies an expansion into the e-graph with its inputs standing for `operands`. With `add`, missing
 // nodes are added (nullopt if one does not type-check); without, nothing is added and the result is
 // the class of the existing computation, or nullopt when some node of it is not in the e-graph
-// (exact on a rebuilt e-graph, which is where recognition runs).
+// (exact on a rebuilt e-graph, which is where recognition runs). Lookups of a commutative op
+// accept its operands in either order.
 std::optional<Id> instantiate(TensorEGraph& teg, const Expansion& e, std::span<const Id> operands,
                               bool add);
 
@@ -42,7 +43,14 @@ struct ExpansionPattern {
   std::vector<int32_t> attr_var;          // per scratch node: its attribute variable, or -1
   std::string key;                        // the structure as text: equal keys, equal patterns
 };
-// nullopt when the expansion's root is an operand or some operand does not occur in it.
-std::optional<ExpansionPattern> pattern_of(const TensorEGraph& teg, const Expansion& e);
+// nullopt when the expansion's root is an operand or some operand does not occur in it. With
+// `swap_root`, the root's two operands are exchanged (for a commutative root, see below); the
+// variables are numbered the same either way.
+std::optional<ExpansionPattern> pattern_of(const TensorEGraph& teg, const Expansion& e,
+                                           bool swap_root = false);
+
+// add and mul: a * b and b * a are the same value (IEEE products and sums commute, and
+// broadcasting is symmetric), so lookups may find either order.
+bool is_commutative(std::string_view op);
 
 }  // namespace mn::optimize::composite

@@ -58,6 +58,32 @@ TEST(CompositeRecognize, SiluFromDecompositionAndByHand) {
   expect_recognized(h, "silu", NoAttrs{});
 }
 
+// The root's operands in the other order (as exporters and people also write them): products and
+// sums commute exactly, so these are the same computations.
+TEST(CompositeRecognize, CommutedRoot) {
+  {
+    Graph g;
+    Tensor x = g.input("x", {4, 6});
+    g.output("y", sigmoid(x) * x);
+    expect_recognized(g, "silu", NoAttrs{});
+  }
+  {
+    Graph g;
+    Tensor x = g.input("x", {2, 8});
+    Tensor w = g.input("w", {8});
+    g.output("y", w * (x * rsqrt(mean(x * x, {1}, true) + 1e-6)));
+    expect_recognized(g, "rms_norm", RmsNormAttrs{1, 1e-6, true});
+  }
+  {
+    Graph g;
+    Tensor x = g.input("x", {2, 8});
+    Tensor b = g.input("b", {8});
+    Tensor xc = x - mean(x, {1}, true);
+    g.output("y", b + xc * rsqrt(mean(xc * xc, {1}, true) + 1e-5));
+    expect_recognized(g, "layer_norm", LayerNormAttrs{1, 1e-5, false, true});
+  }
+}
+
 TEST(CompositeRecognize, SiluNearMisses) {
   Graph g;
   Tensor x = g.input("x", {4, 6});

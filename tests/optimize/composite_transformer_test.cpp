@@ -107,6 +107,15 @@ TEST(CompositeTransformer, TrainingStepAtThirtyLayersIsCheap) {
       "composite saturation %.3f s in %zu iterations\n",
       static_cast<long long>(layers), nodes, enodes_before, teg.egraph().num_nodes(), build_s,
       run_s, report.iterations);
+  // The whole optimizer on the same step, for comparison (its budget is the optimizer's).
+  optimize::OptimizeResult full = optimize::optimize(*m.graph);
+  std::printf(
+      "optimize(): %s, %zu iterations, %.3f s, %zu e-nodes; rms_norm %zu, attention %zu, "
+      "silu %zu, rope %zu\n",
+      full.report.stop_reason.c_str(), full.report.iterations, full.report.seconds,
+      full.report.enodes, count_op(full.graph, "rms_norm"),
+      count_op(full.graph, "scaled_dot_product_attention"), count_op(full.graph, "silu"),
+      count_op(full.graph, "rope"));
   for (const auto& r : report.rules) {
     if (r.applied > 0 || r.search_seconds + r.apply_seconds > 0.01) {
       std::printf("  %-40s applied %6zu  search %.3f s  apply %.3f s\n", r.name.c_str(), r.applied,
