@@ -515,6 +515,9 @@ void main() { b[gl_GlobalInvocationID.x] *= 2.0; }
                              true);
   EXPECT_FALSE(uses_nv_cooperative_matrix(spirv));
   EXPECT_EQ(rewrite_nv_coop_to_khr(spirv), spirv);
+  // A rewritten module has nothing left to rewrite.
+  const auto khr = rewrite_nv_coop_to_khr(compile(kTiledMatmul, true));
+  EXPECT_EQ(rewrite_nv_coop_to_khr(khr), khr);
 }
 
 void expect_error(const std::vector<uint32_t>& words, const std::string& fragment) {
