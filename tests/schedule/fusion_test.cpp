@@ -330,7 +330,7 @@ TEST(Fusion, StepPlanDispatchCounts) {
   const size_t off = dispatches(*lm.graph, false), on = dispatches(*lm.graph, true);
   std::printf("transformer (2 layers) AdamW training step: %zu dispatches unfused, %zu fused\n",
               off, on);
-  EXPECT_LT(on * 2, off);
+  EXPECT_LT(on * 3, off);
 }
 
 }  // namespace
