@@ -138,11 +138,17 @@ TEST(FusedGpu, MatmulEpilogues) {
   Tensor wk = input("wk", {4096, 3});
   Tensor bk = input("bk", {3});
   g.output("split_gemv", sigmoid(matmul(long_k, wk) - bk));  // K split over two launches
+  // Large enough for 64×64 tiles (and for tensor cores where the device has them).
+  Tensor xl = input("xl", {128, 256});
+  Tensor wl = input("wl", {256, 128});
+  Tensor rl = input("rl", {128, 128});
+  Tensor bl = input("bl", {128});
+  g.output("large", relu(matmul(xl, wl) + bl) * 0.5 + rl);
   expect_matches(g, feeds, 2e-5, "matmul epilogues");
   Runs r = run_both(g, feeds);
-  // Five matmuls (the split GEMV in two launches) and nine pointwise ops unfused.
-  EXPECT_EQ(r.unfused_dispatches, 15u);
-  EXPECT_EQ(r.fused_dispatches, 6u);
+  // Six matmuls (the split GEMV in two launches) and thirteen pointwise ops unfused.
+  EXPECT_EQ(r.unfused_dispatches, 20u);
+  EXPECT_EQ(r.fused_dispatches, 7u);
 }
 
 TEST(FusedGpu, ReductionPrologues) {
