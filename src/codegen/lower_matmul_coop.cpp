@@ -21,6 +21,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdlib>
 #include <limits>
 
 #include "codegen/glsl.h"
@@ -36,6 +37,11 @@ constexpr std::array<CoopTile, 3> kTiles{{
 }};
 
 std::string u32(int64_t v) { return std::to_string(v) + "u"; }
+
+int env_int(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : 0;
+}
 
 // One operand's slab as staged: `rows` rows of `cols` contiguous elements.
 struct Slab {
@@ -106,12 +112,14 @@ CoopOptions coop_options_for(const CoopTile& t, const MatmulGeometry& g, const D
   CoopOptions o;
   const uint32_t limit = std::max(d.max_shared_bytes, d.max_shared_optin_bytes);
   o.stages = 2;
-  if (coop_shared_bytes(t, g, o) > limit) o.stages = 1;
+  if (env_int("MN_COOP_STAGES") == 1 || coop_shared_bytes(t, g, o) > limit) o.stages = 1;
   return o;
 }
 
 std::optional<int> choose_coop_tile(const MatmulGeometry& g, int64_t batch, const DeviceTraits& d) {
   const uint32_t limit = std::max(d.max_shared_bytes, d.max_shared_optin_bytes);
+  const char* forced = std::getenv("MN_COOP_TILE");  // measuring one tile everywhere
+  const std::string force = forced ? forced : "";
   // Enough workgroups to give every multiprocessor one; unknown counts assume a large GPU.
   const int64_t want = d.multiprocessors ? d.multiprocessors : 128;
   std::optional<int> best;
@@ -124,6 +132,10 @@ std::optional<int> choose_coop_tile(const MatmulGeometry& g, int64_t batch, cons
     CoopOptions o;
     o.stages = 1;
     if (coop_shared_bytes(t, g, o) > limit) continue;
+    if (!force.empty()) {
+      if (force == t.name) return i;
+      continue;
+    }
     const int64_t groups = ((g.m + t.bm - 1) / t.bm) * ((g.n + t.bn - 1) / t.bn) * batch;
     // The smallest acceptable tile is kept as a fallback; a larger one replaces it only when
     // its grid still fills the device.
@@ -141,7 +153,9 @@ std::string coop_rejection(const LowerContext& ctx, const MatmulGeometry& g, int
       return "operand dtype is neither f32 nor f16";
     }
   }
-  if (g.m < 16 || g.n < 16) return "M or N below one 16-wide fragment";
+  // Measured on an H200 (docs/perf.md): with M = 16 three quarters of the 64-row tile idle
+  // and the scalar kernel is faster; from 32 on the cooperative kernel wins or ties.
+  if (g.m < 32 || g.n < 32) return "M or N below 32";
   if (g.m * g.n * g.k < kCoopMinMacs) return "below the size threshold";
   if (!choose_coop_tile(g, batch, d)) return "no tile configuration fits the device";
   return {};
@@ -217,9 +231,12 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   const int wcols = t.bn / t.wn;
   s += "  uint wm0 = (sg / " + u32(wcols) + ") * " + u32(t.wm) + ", wn0 = (sg % " + u32(wcols) +
        ") * " + u32(t.wn) + ";\n";
-  s += "  F32 acc[" + std::to_string(fm) + "][" + std::to_string(fn) + "];\n";
-  s += "  for (uint i = 0u; i < " + u32(fm) + "; ++i) for (uint j = 0u; j < " + u32(fn) +
-       "; ++j) acc[i][j] = F32(0.0);\n";
+  // Fragments are named variables, every loop over them unrolled here: arrays of cooperative
+  // matrices indexed in loops may be placed in local memory by a driver's compiler.
+  auto acc = [](int i, int j) { return "acc" + std::to_string(i) + "_" + std::to_string(j); };
+  for (int i = 0; i < fm; ++i) {
+    for (int j = 0; j < fn; ++j) s += "  F32 " + acc(i, j) + " = F32(0.0);\n";
+  }
   s += "  uvec4 ra[" + std::to_string(ua) + "], rb[" + std::to_string(ub) + "];\n";
 
   // Global coordinates of unit u of a slab at step k0.
@@ -266,20 +283,34 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   s += "    bool more = st + 1u < " + u32(steps) + ";\n";
   s += "    if (more) {\n  uint k1 = (st + 1u) * " + u32(t.bk) + ";\n" + fetch("k1") + "    }\n";
   s += "    uint abuf = cur * " + u32(stage_units) + ", bbuf = abuf + " + u32(sa.units()) + ";\n";
-  s += "    for (uint kk = 0u; kk < " + u32(t.bk) + "; kk += 16u) {\n";
-  s += "      F16 fa[" + std::to_string(fm) + "], fb[" + std::to_string(fn) + "];\n";
   const std::string SA = u32(sa.stride_units()), SB = u32(sb.stride_units());
-  s += "      for (uint i = 0u; i < " + u32(fm) + "; ++i) coopMatLoadNV(fa[i], S, abuf + " +
-       (g.ta ? "kk * " + SA + " + (wm0 + i * 16u) / 8u, " + SA + ", true"
-             : "(wm0 + i * 16u) * " + SA + " + kk / 8u, " + SA + ", false") +
-       ");\n";
-  s += "      for (uint j = 0u; j < " + u32(fn) + "; ++j) coopMatLoadNV(fb[j], S, bbuf + " +
-       (g.tb ? "(wn0 + j * 16u) * " + SB + " + kk / 8u, " + SB + ", true"
-             : "kk * " + SB + " + (wn0 + j * 16u) / 8u, " + SB + ", false") +
-       ");\n";
-  s += "      for (uint i = 0u; i < " + u32(fm) + "; ++i) for (uint j = 0u; j < " + u32(fn) +
-       "; ++j) acc[i][j] = coopMatMulAddNV(fa[i], fb[j], acc[i][j]);\n";
-  s += "    }\n";
+  for (int kk = 0; kk < t.bk; kk += 16) {
+    const std::string KK = u32(kk);
+    s += "    {\n";
+    for (int i = 0; i < fm; ++i) {
+      const std::string mo = "(wm0 + " + u32(i * 16) + ")";
+      s += "    F16 fa" + std::to_string(i) + ";\n    coopMatLoadNV(fa" + std::to_string(i) +
+           ", S, abuf + " +
+           (g.ta ? KK + " * " + SA + " + " + mo + " / 8u, " + SA + ", true"
+                 : mo + " * " + SA + " + " + u32(kk / 8) + ", " + SA + ", false") +
+           ");\n";
+    }
+    for (int j = 0; j < fn; ++j) {
+      const std::string no = "(wn0 + " + u32(j * 16) + ")";
+      s += "    F16 fb" + std::to_string(j) + ";\n    coopMatLoadNV(fb" + std::to_string(j) +
+           ", S, bbuf + " +
+           (g.tb ? no + " * " + SB + " + " + u32(kk / 8) + ", " + SB + ", true"
+                 : KK + " * " + SB + " + " + no + " / 8u, " + SB + ", false") +
+           ");\n";
+    }
+    for (int i = 0; i < fm; ++i) {
+      for (int j = 0; j < fn; ++j) {
+        s += "    " + acc(i, j) + " = coopMatMulAddNV(fa" + std::to_string(i) + ", fb" +
+             std::to_string(j) + ", " + acc(i, j) + ");\n";
+      }
+    }
+    s += "    }\n";
+  }
   if (o.stages == 2) {
     s += "    if (more) {\n      uint nxt = cur ^ 1u;\n" + stash("nxt") + "    }\n    barrier();\n";
   } else {
@@ -291,15 +322,19 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   const std::string M = u32(g.m), N = u32(g.n);
   s += "  uint cbase = bz * " + u32(g.m * g.n) + ", scr = sg * 256u;\n";
   s += "  uint r = lane >> 1, c0 = (lane & 1u) * 8u;\n";
-  s += "  for (uint i = 0u; i < " + u32(fm) + "; ++i) for (uint j = 0u; j < " + u32(fn) +
-       "; ++j) {\n";
-  s += "    coopMatStoreNV(acc[i][j], Cs, scr, 16u, false);\n";
-  s += "    subgroupBarrier();\n";
-  s += "    uint gm = row0 + wm0 + i * 16u + r, gn = col0 + wn0 + j * 16u + c0;\n";
-  s += "    if (gm < " + M + ") for (uint e = 0u; e < 8u; ++e) {\n";
-  s += "      if (gn + e < " + N + ") C_st(cbase + gm * " + N +
-       " + gn + e, mm_epilogue(Cs[scr + r * 16u + c0 + e], bz, gm, gn + e));\n";
-  s += "    }\n    subgroupBarrier();\n  }\n}\n";
+  for (int i = 0; i < fm; ++i) {
+    for (int j = 0; j < fn; ++j) {
+      s += "  {\n    coopMatStoreNV(" + acc(i, j) + ", Cs, scr, 16u, false);\n";
+      s += "    subgroupBarrier();\n";
+      s += "    uint gm = row0 + wm0 + " + u32(i * 16) + " + r, gn = col0 + wn0 + " + u32(j * 16) +
+           " + c0;\n";
+      s += "    if (gm < " + M + ") for (uint e = 0u; e < 8u; ++e) {\n";
+      s += "      if (gn + e < " + N + ") C_st(cbase + gm * " + N +
+           " + gn + e, mm_epilogue(Cs[scr + r * 16u + c0 + e], bz, gm, gn + e));\n";
+      s += "    }\n    subgroupBarrier();\n  }\n";
+    }
+  }
+  s += "}\n";
 
   KernelLaunch k;
   k.name = std::string("matmul_coop_") + t.name;

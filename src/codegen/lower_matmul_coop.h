@@ -41,6 +41,8 @@ std::string coop_rejection(const LowerContext& ctx, const MatmulGeometry& g, int
 
 // The tile for this shape: the largest whose grid still fills the device's multiprocessors
 // (smaller tiles for small M·N), among those the device accepted and whose shared memory fits.
+// For measurements, MN_COOP_TILE=<name> takes that tile wherever it fits (none otherwise), and
+// MN_COOP_STAGES=1 keeps one shared stage.
 std::optional<int> choose_coop_tile(const MatmulGeometry& g, int64_t batch, const DeviceTraits& d);
 
 // Options that fit the device for tile `t` (two stages where the shared memory allows).

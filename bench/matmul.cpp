@@ -1,0 +1,234 @@
+// Matmul throughput, f32 storage: the cooperative-matrix kernel (f16 operands, f32
+// accumulation) against the scalar f32 kernel, on square and training shapes. Prints one JSON
+// line per (shape, path), after one line with the device's cooperative-matrix self-test.
+// PyTorch counterpart: bench/matmul.py (same shapes, fp16 and fp32).
+//
+// Each result is checked against a float64 product on the CPU over sampled rows (relative
+// Frobenius error, "rel_err"); a coop result above 1e-2 or a scalar one above 1e-4 marks the
+// line "ok": false and the exit status 1.
+//
+// Paths: "coop" (the default selection: cooperative kernel when the self-test passed and the
+// shape is worth it), "scalar" (MN_DISABLE_COOP=1), "khr" (MN_COOP=khr: the same kernel
+// through the SPV_KHR rewrite, where the device has VK_KHR_cooperative_matrix).
+//
+// Usage: bench_matmul [--shapes square|training|small|all] [--paths coop,scalar,khr]
+//                     [--reps N] [--check-rows R] [--dtype f32|f16] [--device D]
+// --dtype f16 stores operands and result in f16 (no conversion while staging).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+#include <meganeura/session.h>
+
+#include "codegen/lower_matmul_coop.h"
+#include "runtime/coop_selftest.h"
+#include "runtime/coop_support.h"
+#include "runtime/device_pool.h"
+#include "runtime/plan_options.h"
+
+namespace {
+
+struct Shape3 {
+  int64_t m, k, n;
+  std::string tag;
+};
+
+std::vector<Shape3> shapes(const std::string& which) {
+  std::vector<Shape3> s;
+  if (which == "square" || which == "all") {
+    for (int64_t v : {1024, 2048, 4096, 8192}) s.push_back({v, v, v, "square"});
+  }
+  if (which == "training" || which == "all") {
+    s.push_back({256, 576, 1536, "training"});
+    s.push_back({256, 1536, 576, "training"});
+    s.push_back({256, 576, 49152, "training"});
+    s.push_back({64, 784, 128, "training"});
+  }
+  if (which == "small" || which == "all") {
+    for (int64_t v : {32, 64, 128, 256, 512}) s.push_back({v, v, v, "small"});
+    s.push_back({64, 64, 4096, "small"});
+    s.push_back({16, 1024, 1024, "small"});
+  }
+  return s;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+void set_path_env(const std::string& path) {
+  unsetenv("MN_DISABLE_COOP");
+  unsetenv("MN_COOP");
+  if (path == "scalar") setenv("MN_DISABLE_COOP", "1", 1);
+  if (path == "khr") setenv("MN_COOP", "khr", 1);
+}
+
+// Relative Frobenius error over `rows` sampled rows of C = A·B.
+double check(const std::vector<float>& a, const std::vector<float>& b, const std::vector<float>& c,
+             const Shape3& s, int rows) {
+  double err = 0, norm = 0;
+  std::vector<double> acc(static_cast<size_t>(s.n));
+  for (int r = 0; r < rows; ++r) {
+    const int64_t i = rows == 1 ? 0 : (s.m - 1) * r / (rows - 1);
+    std::fill(acc.begin(), acc.end(), 0.0);
+    for (int64_t p = 0; p < s.k; ++p) {
+      const double av = a[static_cast<size_t>(i * s.k + p)];
+      const float* brow = b.data() + p * s.n;
+      for (int64_t j = 0; j < s.n; ++j) acc[static_cast<size_t>(j)] += av * brow[j];
+    }
+    for (int64_t j = 0; j < s.n; ++j) {
+      const double d = c[static_cast<size_t>(i * s.n + j)] - acc[static_cast<size_t>(j)];
+      err += d * d;
+      norm += acc[static_cast<size_t>(j)] * acc[static_cast<size_t>(j)];
+    }
+  }
+  return std::sqrt(err / std::max(norm, 1e-300));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string which = "all", device, paths_arg = "coop,scalar", dtype_arg = "f32";
+  int reps = 10, check_rows = 16;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (!std::strcmp(argv[i], "--shapes")) {
+      which = next();
+    } else if (!std::strcmp(argv[i], "--paths")) {
+      paths_arg = next();
+    } else if (!std::strcmp(argv[i], "--reps")) {
+      reps = std::atoi(next().c_str());
+    } else if (!std::strcmp(argv[i], "--check-rows")) {
+      check_rows = std::atoi(next().c_str());
+    } else if (!std::strcmp(argv[i], "--dtype")) {
+      dtype_arg = next();
+    } else if (!std::strcmp(argv[i], "--device")) {
+      device = next();
+    } else {
+      std::fprintf(stderr, "unknown argument %s\n", argv[i]);
+      return 2;
+    }
+  }
+  std::vector<std::string> paths;
+  {
+    std::stringstream ss(paths_arg);
+    for (std::string p; std::getline(ss, p, ',');) paths.push_back(p);
+  }
+
+  bool all_ok = true;
+  try {
+    // The self-test, run afresh (not from the cache) with its per-case report.
+    auto dev = mn::runtime::shared_device(device, std::nullopt);
+    const auto& caps = dev->capabilities();
+    for (const std::string mode : {"nv", "khr"}) {
+      const auto cand =
+          mn::runtime::coop_candidate(caps, mode == std::string("khr") ? mn::runtime::CoopMode::khr
+                                                                       : mn::runtime::CoopMode::nv);
+      nlohmann::json j{{"bench", "matmul"},
+                       {"selftest", mode},
+                       {"device", caps.name},
+                       {"driver", caps.driver_version},
+                       {"candidate", cand.usable},
+                       {"reason", cand.reason},
+                       {"shared_bytes", caps.compute.shared_memory_bytes},
+                       {"multiprocessors", caps.compute.multiprocessors}};
+      if (cand.usable) {
+        mn::codegen::DeviceTraits t = mn::runtime::device_traits(caps);
+        t.coop = true;
+        t.coop_khr = cand.khr;
+        std::string report;
+        const uint32_t mask = mn::runtime::run_coop_selftest(*dev, t, &report);
+        j["tiles_passed_mask"] = mask;
+        j["report"] = report;
+      }
+      std::printf("%s\n", j.dump().c_str());
+      std::fflush(stdout);
+    }
+
+    std::mt19937 rng(42);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (const Shape3& s : shapes(which)) {
+      std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n));
+      for (auto& v : a) v = dist(rng);
+      for (auto& v : b) v = dist(rng);
+      for (const std::string& path : paths) {
+        set_path_env(path);
+        mn::Graph g;
+        const mn::DType dt = dtype_arg == "f16" ? mn::DType::f16 : mn::DType::f32;
+        auto x = g.input("a", {s.m, s.k}, dt);
+        auto w = g.input("b", {s.k, s.n}, dt);
+        g.output("c", mn::matmul(x, w));
+        mn::SessionOptions so;
+        so.device = device;
+        so.profile = true;
+        auto session = mn::build_session(g, so);
+        session->set("a", a);
+        session->set("b", b);
+        std::vector<double> ms;
+        std::string kernel;
+        // Steps until the GPU has been busy for a while (clocks up), then the timed ones.
+        const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+        int warm = 0;
+        while (warm < 2 || std::chrono::steady_clock::now() < warm_until) {
+          session->step();
+          ++warm;
+        }
+        for (int r = 0; r < reps; ++r) {
+          session->step();
+          double t = 0;
+          for (const auto& k : session->profile()) {
+            if (k.name.rfind("matmul", 0) == 0) {
+              t += k.ms;
+              kernel = k.name;
+            }
+          }
+          ms.push_back(t);
+        }
+        const auto c = session->get_f32("c");
+        const double err = check(a, b, c, s, static_cast<int>(std::min<int64_t>(check_rows, s.m)));
+        const bool coop_kernel = kernel.find("coop") != std::string::npos;
+        const bool ok =
+            std::isfinite(err) && err <= (coop_kernel || dtype_arg == "f16" ? 1e-2 : 1e-4);
+        all_ok = all_ok && ok;
+        const double t = median(ms);
+        nlohmann::json j{{"bench", "matmul"},
+                         {"m", s.m},
+                         {"k", s.k},
+                         {"n", s.n},
+                         {"tag", s.tag},
+                         {"path", path},
+                         {"dtype", dtype_arg},
+                         {"kernel", kernel},
+                         {"ms_median", t},
+                         {"tflops", t > 0 ? 2.0 * s.m * s.n * s.k / (t * 1e-3) / 1e12 : 0.0},
+                         {"rel_err", err},
+                         {"ok", ok}};
+        if (const char* tile = std::getenv("MN_COOP_TILE")) j["forced_tile"] = tile;
+        if (const char* st = std::getenv("MN_COOP_STAGES")) j["forced_stages"] = st;
+        std::printf("%s\n", j.dump().c_str());
+        std::fflush(stdout);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_matmul: %s\n", e.what());
+    return 1;
+  }
+  if (!all_ok) std::fprintf(stderr, "bench_matmul: a result exceeded its error bound\n");
+  // Leave without static destructors: tearing down the process-wide Vulkan device after the
+  // sessions crashed on NVIDIA's driver at exit (after all output was printed).
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(all_ok ? 0 : 1);
+}

@@ -1,0 +1,66 @@
+"""PyTorch counterpart of bench_matmul: the same shapes in fp16 (tensor cores, fp32
+accumulation) and fp32 (TF32 off), timed with CUDA events. One JSON line per (shape, dtype).
+
+Usage: python3 bench/matmul.py [--shapes square|training|small|all] [--reps N]
+"""
+import argparse
+import json
+
+import torch
+
+
+def shapes(which):
+    s = []
+    if which in ("square", "all"):
+        s += [(v, v, v, "square") for v in (1024, 2048, 4096, 8192)]
+    if which in ("training", "all"):
+        s += [(256, 576, 1536, "training"), (256, 1536, 576, "training"),
+              (256, 576, 49152, "training"), (64, 784, 128, "training")]
+    if which in ("small", "all"):
+        s += [(v, v, v, "small") for v in (32, 64, 128, 256, 512)]
+        s += [(64, 64, 4096, "small"), (16, 1024, 1024, "small")]
+    return s
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--shapes", default="all")
+    p.add_argument("--reps", type=int, default=50)
+    args = p.parse_args()
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for m, k, n, tag in shapes(args.shapes):
+        for dtype, name in ((torch.float16, "fp16"), (torch.float32, "fp32")):
+            a = torch.rand(m, k, device=dev, dtype=dtype) * 2 - 1
+            b = torch.rand(k, n, device=dev, dtype=dtype) * 2 - 1
+            for _ in range(3):
+                c = a @ b
+            times = []
+            if dev == "cuda":
+                torch.cuda.synchronize()
+                for _ in range(args.reps):
+                    s = torch.cuda.Event(enable_timing=True)
+                    e = torch.cuda.Event(enable_timing=True)
+                    s.record()
+                    c = a @ b
+                    e.record()
+                    e.synchronize()
+                    times.append(s.elapsed_time(e))
+            else:
+                import time
+                for _ in range(max(1, args.reps // 10)):
+                    t0 = time.perf_counter()
+                    c = a @ b
+                    times.append((time.perf_counter() - t0) * 1e3)
+            times.sort()
+            t = times[len(times) // 2]
+            print(json.dumps({"bench": "matmul", "framework": "pytorch", "m": m, "k": k, "n": n,
+                              "tag": tag, "path": name, "ms_median": t,
+                              "tflops": 2.0 * m * n * k / (t * 1e-3) / 1e12,
+                              "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu"}),
+                  flush=True)
+            del a, b, c
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,219 @@
+// The cooperative-matrix matmul on the CPU side (lavapipe has no cooperative matrices, so its
+// results are checked on NVIDIA by the self-test and bench_matmul): every tile configuration
+// compiles in every operand layout, dtype and staging mode (and rewrites to KHR), tile and
+// stage choice by shape and device limits, when the kernel is used at all, and the f16-operand
+// error model against float64.
+#include <cmath>
+#include <memory>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+
+#include "codegen/glsl.h"
+#include "codegen/lower_matmul_coop.h"
+#include "codegen/matmul_epilogue.h"
+#include "codegen/shader_compiler.h"
+#include "codegen/spirv_coop_khr.h"
+#include "runtime/host_tensor.h"
+
+namespace mn::codegen {
+namespace {
+
+struct Mm {
+  Graph g;
+  NodeId id = 0;
+  std::vector<TensorType> types;
+  LowerContext ctx(const DeviceTraits& t) const { return {g.node(id), types, t}; }
+};
+
+std::unique_ptr<Mm> matmul_node(Shape a, Shape b, bool ta, bool tb, DType dt = DType::f32) {
+  auto m = std::make_unique<Mm>();
+  Tensor x = m->g.input("a", std::move(a), dt);
+  Tensor y = m->g.input("b", std::move(b), dt);
+  Tensor c = matmul(x, y, ta, tb);
+  m->g.output("c", c);
+  m->id = c.id();
+  m->types = {m->g.node(x.id()).type, m->g.node(y.id()).type};
+  return m;
+}
+
+// An H200 as the runtime describes it.
+DeviceTraits nv_traits() {
+  DeviceTraits t;
+  t.subgroup_size = 32;
+  t.max_workgroup_invocations = 1024;
+  t.max_shared_bytes = 49152;
+  t.max_group_count = 65535;
+  t.storage_16bit = true;
+  t.coop = true;
+  t.multiprocessors = 132;
+  return t;
+}
+
+int tile_index(const char* name) {
+  const auto tiles = coop_tiles();
+  for (size_t i = 0; i < tiles.size(); ++i) {
+    if (std::string(tiles[i].name) == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+TEST(CoopMatmul, CompilesForEveryTileLayoutDtypeAndStaging) {
+  const DeviceTraits t = nv_traits();
+  CompileOptions co;
+  for (const CoopTile& tile : coop_tiles()) {
+    for (int layout = 0; layout < 4; ++layout) {
+      const bool ta = layout & 1, tb = layout & 2;
+      // Aligned f32 (vector loads, two stages) and ragged f16 (scalar loads, one stage).
+      for (bool aligned : {true, false}) {
+        SCOPED_TRACE(std::string(tile.name) + " ta=" + std::to_string(ta) +
+                     " tb=" + std::to_string(tb) + " aligned=" + std::to_string(aligned));
+        const int64_t m = aligned ? 256 : 77, n = aligned ? 512 : 133, k = aligned ? 96 : 45;
+        auto mm = matmul_node(ta ? Shape{k, m} : Shape{m, k}, tb ? Shape{n, k} : Shape{k, n}, ta,
+                              tb, aligned ? DType::f32 : DType::f16);
+        const auto ctx = mm->ctx(t);
+        const MatmulGeometry g = geometry(ctx);
+        CoopOptions o;
+        o.stages = aligned ? 2 : 1;
+        const Lowering l = lower_matmul_coop(ctx, g, 1, tile, o, nullptr);
+        ASSERT_EQ(l.launches.size(), 1u);
+        EXPECT_EQ(l.launches[0].name, std::string("matmul_coop_") + tile.name);
+        EXPECT_EQ(l.launches[0].workgroup[0], static_cast<uint32_t>(tile.subgroups() * 32));
+        const bool vec = aligned;
+        EXPECT_EQ(l.launches[0].glsl.find("A_ld(") == std::string::npos, vec);
+        const auto spirv = compile_glsl(l.launches[0].glsl, co);
+        ASSERT_TRUE(uses_nv_cooperative_matrix(spirv));
+        const auto khr = rewrite_nv_coop_to_khr(spirv);
+        EXPECT_FALSE(uses_nv_cooperative_matrix(khr));
+      }
+    }
+  }
+}
+
+TEST(CoopMatmul, EpilogueOperandsAndBatchesCompile) {
+  const DeviceTraits t = nv_traits();
+  auto mm = matmul_node({3, 200, 64}, {64, 136}, false, false);
+  const auto ctx = mm->ctx(t);
+  const MatmulGeometry g = geometry(ctx);
+  MatmulEpilogue e;
+  e.declarations = glsl::buffer(3, DType::f32, "bias", true);
+  e.body = "return max(acc + bias_ld(n), 0.0);";
+  e.extra = {ArgRef::input(2)};
+  const Lowering l = lower_matmul_coop(ctx, g, 3, coop_tiles()[0], CoopOptions{}, &e);
+  ASSERT_EQ(l.launches[0].bindings.size(), 4u);
+  EXPECT_EQ(l.launches[0].bindings[3].arg, ArgRef::input(2));
+  EXPECT_NE(l.launches[0].glsl.find("mm_epilogue(Cs["), std::string::npos);
+  EXPECT_NO_THROW(compile_glsl(l.launches[0].glsl, CompileOptions{}));
+  // 3 batches × 4 row tiles × 3 column tiles of 64×64.
+  EXPECT_EQ(l.launches[0].groups[0] * l.launches[0].groups[1], 36u);
+}
+
+TEST(CoopMatmul, TileChoiceFollowsShapeAndDevice) {
+  DeviceTraits t = nv_traits();
+  auto pick = [&](int64_t m, int64_t k, int64_t n) {
+    auto mm = matmul_node({m, k}, {k, n}, false, false);
+    const auto idx = choose_coop_tile(geometry(mm->ctx(t)), 1, t);
+    return idx ? std::string(coop_tiles()[static_cast<size_t>(*idx)].name) : std::string("none");
+  };
+  EXPECT_EQ(pick(8192, 8192, 8192), "l");  // 32 × 64 = 2048 groups of 128×256
+  EXPECT_EQ(pick(2048, 1024, 2048), "m");  // 128 groups of 128×256 < 132; 256 of 128×128
+  EXPECT_EQ(pick(256, 576, 1536), "s");    // even 64×64 gives only 96 groups: the smallest
+  t.coop_tiles = 0b011;                    // "l" failed its self-test
+  EXPECT_EQ(pick(8192, 8192, 8192), "m");
+  t.coop_tiles = ~0u;
+  t.max_shared_bytes = 16384;  // only the 64×64 tile's staging fits
+  EXPECT_EQ(pick(8192, 8192, 8192), "s");
+  t.max_workgroup_invocations = 64;
+  EXPECT_EQ(pick(8192, 8192, 8192), "none");
+}
+
+TEST(CoopMatmul, TwoStagesWhereSharedMemoryAllows) {
+  DeviceTraits t = nv_traits();
+  auto mm = matmul_node({8192, 8192}, {8192, 8192}, false, false);
+  const MatmulGeometry g = geometry(mm->ctx(t));
+  const CoopTile& l = coop_tiles()[static_cast<size_t>(tile_index("l"))];
+  const CoopTile& m = coop_tiles()[static_cast<size_t>(tile_index("m"))];
+  EXPECT_EQ(coop_options_for(m, g, t).stages, 2);
+  EXPECT_EQ(coop_options_for(l, g, t).stages, 1);  // 61 KB for two stages > 48 KB
+  t.max_shared_optin_bytes = 232448;               // the opt-in maximum admits it
+  EXPECT_EQ(coop_options_for(l, g, t).stages, 2);
+  CoopOptions two;
+  two.stages = 2;
+  EXPECT_LE(coop_shared_bytes(l, g, two), t.max_shared_optin_bytes);
+  EXPECT_GT(coop_shared_bytes(l, g, two), 49152u);
+}
+
+TEST(CoopMatmul, UsedOnlyWhenEnabledAndWorthwhile) {
+  DeviceTraits t = nv_traits();
+  const LowerFn* fn = find_lowering("matmul");
+  ASSERT_NE(fn, nullptr);
+  auto big = matmul_node({1024, 512}, {512, 1024}, false, false);
+  // 256 groups of 64×64 fill 132 multiprocessors; 64 of 128×128 would not.
+  EXPECT_EQ((*fn)(big->ctx(t)).launches[0].name, "matmul_coop_s");
+  EXPECT_EQ(coop_rejection(big->ctx(t), geometry(big->ctx(t)), 1), "");
+
+  auto reason = [&](const Mm& mm, const DeviceTraits& d) {
+    return coop_rejection(mm.ctx(d), geometry(mm.ctx(d)), 1);
+  };
+  DeviceTraits off = t;
+  off.coop = false;
+  EXPECT_NE(reason(*big, off), "");
+  EXPECT_EQ((*fn)(big->ctx(off)).launches[0].name, "matmul_64x64");
+  DeviceTraits wide = t;
+  wide.subgroup_size = 64;
+  EXPECT_NE(reason(*big, wide), "");
+  auto bf16 = matmul_node({1024, 512}, {512, 1024}, false, false, DType::bf16);
+  EXPECT_NE(reason(*bf16, t), "");
+  auto tiny = matmul_node({32, 32}, {32, 32}, false, false);  // below the threshold
+  EXPECT_NE(reason(*tiny, t), "");
+  EXPECT_EQ((*fn)(tiny->ctx(t)).launches[0].name, "matmul_16x16");
+  auto thin = matmul_node({16, 1024}, {1024, 1024}, false, false);  // M below 32
+  EXPECT_NE(reason(*thin, t), "");
+}
+
+// The kernel's arithmetic on the CPU: operands rounded to f16 (as packHalf2x16 does, to
+// nearest even), products exact, f32 accumulation. Against float64 on the unrounded operands
+// each product carries the relative error δa + δb of its two roundings; with mantissas
+// uniform in a binade E[δ²] = 2^-20/12 · E[1/m²] = 2^-20/24, and the errors of a sum add like
+// its terms, so the relative Frobenius error is sqrt(2 E[δ²]) = 2^-10/sqrt(12) ≈ 2.8e-4,
+// independent of K: far inside the 1e-2 bound at K = 4096.
+TEST(CoopAccuracy, F16OperandErrorModelAgainstFloat64) {
+  const int64_t m = 48, n = 48;
+  for (int64_t k : {256, 4096}) {
+    std::mt19937 rng(static_cast<uint32_t>(k));
+    std::uniform_real_distribution<double> dist(-1.0, 1.0);
+    std::vector<double> a(static_cast<size_t>(m * k)), b(static_cast<size_t>(k * n));
+    for (auto& v : a) v = static_cast<float>(dist(rng));
+    for (auto& v : b) v = static_cast<float>(dist(rng));
+    auto to_f16 = [](const std::vector<double>& v) {
+      std::vector<std::byte> bytes(v.size() * 2);
+      runtime::encode(std::span<const double>(v), DType::f16, bytes);
+      return runtime::decode(bytes, DType::f16, v.size());
+    };
+    const auto ah = to_f16(a), bh = to_f16(b);
+    double err = 0, norm = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        double exact = 0;
+        float acc = 0;
+        for (int64_t p = 0; p < k; ++p) {
+          exact += a[static_cast<size_t>(i * k + p)] * b[static_cast<size_t>(p * n + j)];
+          acc += static_cast<float>(ah[static_cast<size_t>(i * k + p)] *
+                                    bh[static_cast<size_t>(p * n + j)]);
+        }
+        err += (acc - exact) * (acc - exact);
+        norm += exact * exact;
+      }
+    }
+    const double rel = std::sqrt(err / norm);
+    SCOPED_TRACE("K = " + std::to_string(k));
+    EXPECT_LE(rel, 1e-2);
+    EXPECT_NEAR(rel, std::ldexp(1.0, -10) / std::sqrt(12.0), 0.6e-4);
+  }
+}
+
+}  // namespace
+}  // namespace mn::codegen

@@ -1,0 +1,196 @@
+// When cooperative matrices are used: reported configurations, the capability table, the
+// MN_DISABLE_COOP / MN_COOP overrides, the self-test cache (through an injected self-test),
+// and the fallback on a device without them (lavapipe in CI).
+#include <cstdlib>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include <meganeura/error.h>
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+#include <meganeura/session.h>
+
+#include "runtime/coop_support.h"
+#include "runtime/plan_options.h"
+
+namespace mn::runtime {
+namespace {
+
+vk::DeviceCapabilities nvidia() {
+  vk::DeviceCapabilities c;
+  c.name = "NVIDIA H200";
+  c.vendor_id = 0x10de;
+  c.device_id = 0x2335;
+  c.driver_version = "570.1";
+  c.types.float16 = true;
+  c.vulkan_memory_model = true;
+  c.cooperative_matrix.nv_feature = c.cooperative_matrix.khr_feature = true;
+  vk::CooperativeMatrixConfig f16{16, 16, 16, "f16", "f16", "f32", "f32", false, "subgroup"};
+  vk::CooperativeMatrixConfig narrow{16, 8, 16, "f16", "f16", "f16", "f16", false, "subgroup"};
+  c.cooperative_matrix.nv_configs = {narrow, f16};
+  c.cooperative_matrix.khr_configs = {f16};
+  return c;
+}
+
+// Sets or clears an environment variable for one scope.
+class EnvVar {
+ public:
+  EnvVar(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~EnvVar() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+TEST(CoopSupport, CandidateFromReportedConfigurations) {
+  auto c = nvidia();
+  EXPECT_TRUE(coop_candidate(c, CoopMode::automatic).usable);
+  const auto khr = coop_candidate(c, CoopMode::khr);
+  EXPECT_TRUE(khr.usable);
+  EXPECT_TRUE(khr.khr);
+  EXPECT_FALSE(coop_candidate(c, CoopMode::off).usable);
+
+  auto narrow_only = c;
+  narrow_only.cooperative_matrix.nv_configs.pop_back();
+  EXPECT_FALSE(coop_candidate(narrow_only, CoopMode::automatic).usable);
+  EXPECT_TRUE(coop_candidate(narrow_only, CoopMode::khr).usable);  // KHR still has it
+
+  auto no_feature = c;
+  no_feature.cooperative_matrix.nv_feature = false;
+  EXPECT_NE(coop_candidate(no_feature, CoopMode::automatic).reason, "");
+  EXPECT_FALSE(coop_candidate(no_feature, CoopMode::automatic).usable);
+
+  auto no_f16 = c;
+  no_f16.types.float16 = false;
+  EXPECT_FALSE(coop_candidate(no_f16, CoopMode::automatic).usable);
+}
+
+TEST(CoopSupport, CapabilityTableOverridesTheDriver) {
+  auto c = nvidia();
+  c.name = "NVIDIA GeForce GTX 1080";  // reports NV cooperative matrices, has no tensor cores
+  const auto cand = coop_candidate(c, CoopMode::automatic);
+  EXPECT_FALSE(cand.usable);
+  EXPECT_NE(cand.reason.find("capability table"), std::string::npos);
+  auto soft = nvidia();
+  soft.vendor_id = 0x10005;
+  soft.name = "llvmpipe (LLVM 15.0.6, 256 bits)";
+  EXPECT_FALSE(coop_candidate(soft, CoopMode::automatic).usable);
+}
+
+TEST(CoopSupport, EnvironmentOverrides) {
+  {
+    EnvVar a("MN_DISABLE_COOP", "1"), b("MN_COOP", "khr");
+    EXPECT_EQ(coop_mode_from_env(), CoopMode::off);  // disabling wins
+  }
+  {
+    EnvVar a("MN_DISABLE_COOP", nullptr), b("MN_COOP", "khr");
+    EXPECT_EQ(coop_mode_from_env(), CoopMode::khr);
+  }
+  {
+    EnvVar a("MN_DISABLE_COOP", "0"), b("MN_COOP", nullptr);
+    EXPECT_EQ(coop_mode_from_env(), CoopMode::automatic);
+  }
+  {
+    EnvVar a("MN_DISABLE_COOP", nullptr), b("MN_COOP", "tensor");
+    EXPECT_THROW(coop_mode_from_env(), Error);
+  }
+}
+
+TEST(CoopSupport, SelfTestRunsOncePerDeviceAndDriverAndIsCached) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("mn-coop-cache-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  const auto file = dir / "coop_selftest.txt";
+  int runs = 0;
+  uint32_t result = 0b101;  // tile 1 fails
+  auto self_test = [&](const codegen::DeviceTraits& trial) {
+    ++runs;
+    EXPECT_TRUE(trial.coop);  // the trial may use every tile
+    EXPECT_EQ(trial.coop_tiles, ~0u);
+    return result;
+  };
+  const auto c = nvidia();
+  {
+    CoopSelfTestCache cache(file);
+    codegen::DeviceTraits t;
+    configure_coop(c, CoopMode::automatic, cache, "kernels v1", self_test, t);
+    EXPECT_EQ(runs, 1);
+    EXPECT_TRUE(t.coop);
+    EXPECT_FALSE(t.coop_khr);
+    EXPECT_EQ(t.coop_tiles, 0b101u);
+    configure_coop(c, CoopMode::automatic, cache, "kernels v1", self_test, t);
+    EXPECT_EQ(runs, 1);  // from memory
+  }
+  {
+    CoopSelfTestCache cache(file);  // another process: from the file
+    codegen::DeviceTraits t;
+    configure_coop(c, CoopMode::automatic, cache, "kernels v1", self_test, t);
+    EXPECT_EQ(runs, 1);
+    EXPECT_EQ(t.coop_tiles, 0b101u);
+    // A new driver, another path or changed kernels test again.
+    auto updated = c;
+    updated.driver_version = "575.2";
+    result = 0;  // everything fails there: no cooperative kernels at all
+    configure_coop(updated, CoopMode::automatic, cache, "kernels v1", self_test, t);
+    EXPECT_EQ(runs, 2);
+    EXPECT_FALSE(t.coop);
+    result = 0b111;
+    configure_coop(c, CoopMode::khr, cache, "kernels v1", self_test, t);
+    EXPECT_EQ(runs, 3);
+    EXPECT_TRUE(t.coop_khr);
+    configure_coop(c, CoopMode::automatic, cache, "kernels v2", self_test, t);
+    EXPECT_EQ(runs, 4);
+    // Disabled: no self-test, no cooperative kernels.
+    configure_coop(c, CoopMode::off, cache, "kernels v3", self_test, t);
+    EXPECT_EQ(runs, 4);
+    EXPECT_FALSE(t.coop);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CoopSupport, DeviceWithoutCooperativeMatricesFallsBack) {
+  // The test device (lavapipe in CI) has none: sessions plan the scalar kernels and run.
+  const auto po = plan_options(std::string());
+  if (po.device.coop) GTEST_SKIP() << "this device runs cooperative matrices";
+  Graph g;
+  Tensor a = g.input("a", {96, 80});
+  Tensor b = g.input("b", {80, 72});
+  g.output("c", matmul(a, b));
+  SessionOptions so;
+  so.profile = true;
+  auto s = build_session(g, so);
+  std::vector<float> av(96 * 80), bv(80 * 72);
+  for (size_t i = 0; i < av.size(); ++i) av[i] = static_cast<float>(i % 7) - 3.0f;
+  for (size_t i = 0; i < bv.size(); ++i) bv[i] = static_cast<float>(i % 5) - 2.0f;
+  s->set("a", av);
+  s->set("b", bv);
+  s->step();
+  for (const auto& k : s->profile()) EXPECT_EQ(k.name.find("coop"), std::string::npos);
+  const auto c = s->get_f32("c");
+  for (int64_t i : {0, 50, 95}) {
+    for (int64_t j : {0, 33, 71}) {
+      double e = 0;
+      for (int64_t p = 0; p < 80; ++p)
+        e += av[static_cast<size_t>(i * 80 + p)] * bv[static_cast<size_t>(p * 72 + j)];
+      EXPECT_EQ(c[static_cast<size_t>(i * 72 + j)], e);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mn::runtime
