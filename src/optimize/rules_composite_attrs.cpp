@@ -179,7 +179,7 @@ std::vector<Attrs> template_variants(std::string_view name, const Attrs& sample)
     for (bool causal : {false, true}) {
       for (double scale : {0.0, 0.5}) {
         if (causal != a.causal || (scale > 0.0) != (a.scale > 0.0))
-          out.push_back(AttentionAttrs{causal, scale, a.has_mask});
+          out.emplace_back(AttentionAttrs{causal, scale, a.has_mask});
       }
     }
   }

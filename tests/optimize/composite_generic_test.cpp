@@ -31,6 +31,7 @@ SampleGraph sample_graphs(const OpDef& def, const OpSample& s) {
   sg.composite.output("y", sg.composite.apply(def.name, s.attrs, a));
   std::vector<TensorType> types(s.inputs.begin(), s.inputs.end());
   std::vector<NodeId> ids;
+  ids.reserve(b.size());
   for (const Tensor& t : b) ids.push_back(t.id());
   Node node{&def, s.attrs, ids, def.infer(s.attrs, types), {}};
   sg.primitive.output("y", def.decompose(node, b));

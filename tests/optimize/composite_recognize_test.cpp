@@ -46,7 +46,7 @@ void expect_not_recognized(const Graph& g, const std::string& op) {
 }
 
 TEST(CompositeRecognize, SiluFromDecompositionAndByHand) {
-  for (Shape s : {Shape{7}, Shape{3, 4}, Shape{2, 3, 5}}) {
+  for (const Shape& s : {Shape{7}, Shape{3, 4}, Shape{2, 3, 5}}) {
     Graph g;
     Tensor x = g.input("x", s);
     g.output("y", decomposed("silu", NoAttrs{}, {x}));
