@@ -333,6 +333,9 @@ void constant_rules(RuleSet& rs) {
     const Chain c = ch;
     rs.add(ch.name, std::move(p), [vx, v1, v2, c, known](TensorEGraph& t, Id e, const Subst& s) {
       if (!known(t, s[v1]) || !known(t, s[v2]) || known(t, s[vx])) return no_id;
+      // x · c1 may already equal x · c1 · c2 (c1 = 0, or c2 = 1): the class then holds
+      // (C · c2) for itself, and re-applying on that cycle mints c2², c2³... without end.
+      if (t.egraph().find(s[vx]) == t.egraph().find(e)) return no_id;
       auto k = c.swapped ? t.try_add(c.combine, {}, {s[v2], s[v1]})
                          : t.try_add(c.combine, {}, {s[v1], s[v2]});
       if (!k) return no_id;
@@ -345,7 +348,7 @@ void constant_rules(RuleSet& rs) {
     const Var vx = p.var_of("x"), vc = p.var_of("c");
     rs.add("neg-mul-constant", std::move(p),
            [vx, vc, known](TensorEGraph& t, Id e, const Subst& s) {
-             if (!known(t, s[vc])) return no_id;
+             if (!known(t, s[vc]) || t.egraph().find(s[vx]) == t.egraph().find(e)) return no_id;
              auto k = t.try_add("neg", {}, {s[vc]});
              return k ? typed(t, "mul", {}, {s[vx], *k}, e) : no_id;
            });

@@ -235,6 +235,8 @@ TEST(OptimizeProperty, RandomGraphsEvaluateLikeTheOriginal) {
     const Graph& g = rg.graph();
     OptimizeResult r = optimize(g);
     ASSERT_NE(r.report.stop_reason, "") << i;
+    // Small graphs saturate: a budget stop here means some rule pair grows without end.
+    EXPECT_EQ(r.report.stop_reason, "saturated") << "graph " << i << "\n" << g.str();
     for (const RuleFired& f : r.report.rules) rewrites += f.count;
     shrunk += r.report.nodes_after < r.report.nodes_before;
     auto rng = testing::rng_for("property" + std::to_string(i));

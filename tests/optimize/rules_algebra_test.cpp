@@ -396,6 +396,22 @@ TEST(AlgebraRules, MovingNegationPastAReductionShrinksIt) {
   EXPECT_LE(testing::step_difference(g, r.graph, testing::random_feeds(g, rng)), 1e-12);
 }
 
+// (x · 0) · c folds to x · 0 again: the class then contains (itself · c), and re-associating on
+// that cycle once minted c², c³... until the time limit.
+TEST(AlgebraRules, ConstantChainOnAZeroFactorSaturates) {
+  Graph g;
+  Tensor x = g.input("x", {1, 4});
+  Tensor zero = g.apply("mul", {}, {g.constant(Array::full({1, 4}, 3.0)), g.scalar(0.0)});
+  Tensor y =
+      g.apply("mul", {}, {g.apply("mul", {}, {x, zero}), g.constant(Array::full({1, 4}, -4.0))});
+  g.output("y", y);
+  OptimizeResult r = optimize(g);
+  EXPECT_EQ(r.report.stop_reason, "saturated");
+  EXPECT_LT(r.report.enodes, 40u);
+  auto rng = testing::rng_for("zero_chain");
+  EXPECT_LE(testing::step_difference(g, r.graph, testing::random_feeds(g, rng)), 1e-12);
+}
+
 TEST(AlgebraRules, DivisionByNonPowerOfTwoStays) {
   Graph g;
   Tensor x = g.input("x", {4});
