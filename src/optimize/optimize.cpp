@@ -51,29 +51,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
-}  // namespace
-
-OptimizeResult optimize(const Graph& g, const OptimizeOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
-  const CostModel model(options.cost);
-  const GraphEstimate before = model.estimate(g);
-  OptimizeResult result;
+void run_optimizer(const Graph& g, const OptimizeOptions& options, const CostModel& model,
+                   OptimizeResult& result) {
   OptimizeReport& report = result.report;
-  report.nodes_before = before.nodes;
-  report.bytes_before = before.bytes;
-  report.flops_before = before.flops;
-
-  auto unchanged = [&](std::string reason) {
-    result.graph = copy_graph(g);
-    report.stop_reason = std::move(reason);
-    report.nodes_after = before.nodes;
-    report.bytes_after = before.bytes;
-    report.flops_after = before.flops;
-    report.seconds = seconds_since(start);
-    return std::move(result);
-  };
-  if (!options.enabled) return unchanged("disabled");
-
   TensorEGraph teg;
   const GraphRoots roots = teg.add_graph(g);
   teg.egraph().rebuild();
@@ -105,7 +85,40 @@ OptimizeResult optimize(const Graph& g, const OptimizeOptions& options) {
   const egraph::Extraction extraction =
       egraph::extract_dag(teg.egraph(), root_ids, model.node_cost(teg));
   result.graph = teg.to_graph(g, roots, extraction);
+}
 
+}  // namespace
+
+OptimizeResult optimize(const Graph& g, const OptimizeOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  const CostModel model(options.cost);
+  const GraphEstimate before = model.estimate(g);
+  OptimizeResult result;
+  OptimizeReport& report = result.report;
+  report.nodes_before = before.nodes;
+  report.bytes_before = before.bytes;
+  report.flops_before = before.flops;
+
+  auto unchanged = [&](std::string reason) {
+    result.graph = copy_graph(g);
+    report.stop_reason = std::move(reason);
+    report.nodes_after = before.nodes;
+    report.bytes_after = before.bytes;
+    report.flops_after = before.flops;
+    report.seconds = seconds_since(start);
+    return std::move(result);
+  };
+  if (!options.enabled) return unchanged("disabled");
+
+  // A failure inside the optimizer (a rule that broke the type invariant, an extraction that
+  // does not re-infer) must not stop a model from compiling: the graph goes on unoptimized and
+  // the report says why. Tests require "saturated", so such a failure does not go unnoticed.
+  try {
+    run_optimizer(g, options, model, result);
+  } catch (const Error& e) {
+    report.rules.clear();
+    return unchanged(std::string("failed: ") + e.what());
+  }
   const GraphEstimate after = model.estimate(result.graph);
   report.nodes_after = after.nodes;
   report.bytes_after = after.bytes;

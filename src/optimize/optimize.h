@@ -37,8 +37,9 @@ struct OptimizeReport {
   size_t eclasses = 0;
   size_t enodes = 0;
   size_t iterations = 0;
-  std::string
-      stop_reason;  // "saturated", "iteration limit", "node limit", "time limit", "disabled"
+  // "saturated", "iteration limit", "node limit", "time limit", "disabled", or "failed: <why>"
+  // (the optimizer hit an internal error; the graph is returned unoptimized).
+  std::string stop_reason;
   std::vector<RuleFired> rules;  // rules that fired, with how often
   double seconds = 0;
   size_t nodes_before = 0, nodes_after = 0;  // compute nodes (sources excluded)

@@ -41,6 +41,7 @@ TEST(OptimizeModels, ClassifierTrainingStepsStayIdentical) {
       OptimizeResult r = optimize(g);
       SCOPED_TRACE(std::string(model_name(kind)) + " " + optimizer_name(opt.kind));
       print_report(model_name(kind), g, r.report);
+      EXPECT_EQ(r.report.stop_reason, "saturated");
       EXPECT_LE(r.report.nodes_after, r.report.nodes_before);
       EXPECT_LE(r.report.bytes_after, r.report.bytes_before);
       EXPECT_FALSE(r.report.rules.empty());
@@ -82,6 +83,7 @@ TEST(OptimizeModels, LargeTrainingGraphs) {
     add_training_step(c.loss, Optimizer::adam());
     OptimizeResult r = optimize(*c.graph);
     print_report("mlp-30 adam", *c.graph, r.report);
+    EXPECT_EQ(r.report.stop_reason, "saturated");
     EXPECT_LE(r.report.nodes_after, r.report.nodes_before);
   }
   {
@@ -97,6 +99,7 @@ TEST(OptimizeModels, LargeTrainingGraphs) {
     add_training_step(lm.loss, Optimizer::adamw());
     OptimizeResult r = optimize(*lm.graph);
     print_report("transformer-12 adamw", *lm.graph, r.report);
+    EXPECT_EQ(r.report.stop_reason, "saturated");
     EXPECT_LE(r.report.nodes_after, r.report.nodes_before);
   }
 }

@@ -68,6 +68,7 @@ void check(const RuleCase& c) {
     OptimizeResult r = optimize(g);
     SCOPED_TRACE(std::string(c.rule) + " instance " + std::to_string(instance) + "\n" + g.str() +
                  "-> \n" + r.graph.str() + "fired: " + fired_list(r.report));
+    EXPECT_EQ(r.report.stop_reason, "saturated");
     EXPECT_TRUE(fired(r.report, c.rule));
     EXPECT_EQ(r.report.nodes_after, c.nodes_after);
     if (*c.present) EXPECT_GT(count_op(r.graph, c.present), 0u);
