@@ -57,8 +57,9 @@ class DecomposeSearcher final : public egraph::Searcher {
 
 class DecomposeApplier final : public egraph::Applier {
  public:
-  DecomposeApplier(TensorEGraph& teg, const OpDef& def, std::shared_ptr<std::vector<bool>> done)
-      : teg_(teg), def_(def), done_(std::move(done)) {}
+  DecomposeApplier(TensorEGraph& teg, const OpDef& def, std::shared_ptr<std::vector<bool>> done,
+                   std::shared_ptr<composite::ExpansionCache> cache)
+      : teg_(teg), def_(def), done_(std::move(done)), cache_(std::move(cache)) {}
   size_t apply(EGraph& egraph, Id eclass, const Subst& subst) const override {
     const Id n = subst[Var{0}];
     if (n >= done_->size()) done_->resize(egraph.num_ids() + 1, false);
@@ -68,7 +69,8 @@ class DecomposeApplier final : public egraph::Applier {
     const egraph::ENode node = egraph.node(n);
     std::vector<Id> operands(node.children().begin(), node.children().end());
     for (Id& c : operands) c = egraph.find(c);
-    auto e = composite::expand(def_, teg_.attrs(node.attr()), types_of(teg_, operands));
+    const std::vector<TensorType> types = types_of(teg_, operands);
+    const Expansion* e = cache_->get(teg_, def_, node.attr(), types);
     if (!e) return 0;
     auto cls = composite::instantiate(teg_, *e, operands, /*add=*/true);
     if (!cls || !teg_.same_type(*cls, eclass)) return 0;
@@ -79,6 +81,7 @@ class DecomposeApplier final : public egraph::Applier {
   TensorEGraph& teg_;
   const OpDef& def_;
   std::shared_ptr<std::vector<bool>> done_;
+  std::shared_ptr<composite::ExpansionCache> cache_;
 };
 
 // ---- primitives -> composite ----
@@ -98,10 +101,12 @@ struct Template {
 class RecognizeSearcher final : public egraph::Searcher {
  public:
   RecognizeSearcher(TensorEGraph& teg, const OpDef& def,
-                    std::shared_ptr<const std::vector<Template>> templates)
+                    std::shared_ptr<const std::vector<Template>> templates,
+                    std::shared_ptr<composite::ExpansionCache> cache)
       : teg_(teg),
         def_(def),
         op_(teg.op(def.name)),
+        cache_(std::move(cache)),
         keep_(std::move(templates)),
         templates_(*keep_),
         recover_(composite::attribute_recovery(def.name)) {
@@ -164,7 +169,7 @@ class RecognizeSearcher final : public egraph::Searcher {
       if (existing != egraph::no_id && egraph.find(existing) == root) return;  // already known
       // The decomposition with these attributes, looked up node by node: it is the matched
       // computation exactly when it lands in the matched class.
-      auto e = composite::expand(def_, a, types);
+      const Expansion* e = cache_->get(teg_, def_, word, types);
       std::optional<Id> cls;
       if (e) cls = composite::instantiate(teg_, *e, operands_, /*add=*/false);
       if (!cls || *cls != root) continue;
@@ -180,6 +185,7 @@ class RecognizeSearcher final : public egraph::Searcher {
   TensorEGraph& teg_;
   const OpDef& def_;
   OpId op_;
+  std::shared_ptr<composite::ExpansionCache> cache_;
   std::shared_ptr<const std::vector<Template>> keep_;
   const std::vector<Template>& templates_;
   composite::RecoverFn recover_;
@@ -270,6 +276,7 @@ std::shared_ptr<const TemplateSet> shared_templates(const TensorEGraph& teg) {
 std::vector<egraph::Rewrite> composite_rules(TensorEGraph& teg,
                                              const CompositeRuleOptions& options) {
   std::vector<egraph::Rewrite> rules;
+  auto cache = std::make_shared<composite::ExpansionCache>();
   std::shared_ptr<const TemplateSet> templates;
   if (options.recognize) templates = shared_templates(teg);
   const auto& defs = all_op_defs();
@@ -280,13 +287,13 @@ std::vector<egraph::Rewrite> composite_rules(TensorEGraph& teg,
       auto done = std::make_shared<std::vector<bool>>();
       rules.emplace_back("decompose-" + def->name,
                          std::make_unique<DecomposeSearcher>(teg.op(def->name), done),
-                         std::make_unique<DecomposeApplier>(teg, *def, done));
+                         std::make_unique<DecomposeApplier>(teg, *def, done, cache));
     }
     if (options.recognize) {
       const auto& op_templates = (*templates)[d];
       if (!op_templates || op_templates->empty()) continue;
       rules.emplace_back("recognize-" + def->name,
-                         std::make_unique<RecognizeSearcher>(teg, *def, op_templates),
+                         std::make_unique<RecognizeSearcher>(teg, *def, op_templates, cache),
                          std::make_unique<RecognizeApplier>(teg, *def));
     }
   }

@@ -43,6 +43,31 @@ std::optional<Expansion> expand(const OpDef& def, const Attrs& attrs,
   return e;
 }
 
+const Expansion* ExpansionCache::get(TensorEGraph& teg, const OpDef& def, egraph::Attr attrs,
+                                     std::span<const TensorType> types) {
+  uint64_t key = egraph::mix64(reinterpret_cast<uintptr_t>(&def) ^ egraph::mix64(attrs));
+  for (const TensorType& t : types) {
+    key = egraph::mix64(key ^ (static_cast<uint64_t>(t.dtype) + 0x9e3779b97f4a7c15ULL));
+    for (int64_t d : t.shape) key = egraph::mix64(key ^ static_cast<uint64_t>(d));
+  }
+  std::vector<Entry>& bucket = entries_[key];
+  for (const Entry& e : bucket) {
+    if (e.def == &def && e.attrs == attrs &&
+        std::equal(e.types.begin(), e.types.end(), types.begin(), types.end())) {
+      return e.expansion.get();
+    }
+  }
+  Entry entry{&def, attrs, std::vector<TensorType>(types.begin(), types.end()), nullptr};
+  if (auto e = expand(def, teg.attrs(attrs), types)) {
+    e->words.assign(e->graph.size(), 0);
+    for (NodeId id : e->order)
+      e->words[static_cast<size_t>(id)] = teg.intern(e->graph.node(id).attrs);
+    entry.expansion = std::make_unique<Expansion>(std::move(*e));
+  }
+  bucket.push_back(std::move(entry));
+  return bucket.back().expansion.get();
+}
+
 std::optional<Id> instantiate(TensorEGraph& teg, const Expansion& e, std::span<const Id> operands,
                               bool add) {
   egraph::EGraph& eg = teg.egraph();
@@ -58,8 +83,11 @@ std::optional<Id> instantiate(TensorEGraph& teg, const Expansion& e, std::span<c
     children.clear();
     for (NodeId c : n.inputs) children.push_back(cls[static_cast<size_t>(c)]);
     Id r = egraph::no_id;
+    const auto word_of = [&] {
+      return e.words.empty() ? teg.intern(n.attrs) : e.words[static_cast<size_t>(id)];
+    };
     if (name == "constant") {
-      const egraph::Attr word = teg.intern(n.attrs);
+      const egraph::Attr word = word_of();
       r = add ? eg.add(teg.constant_op(), word, {}) : eg.lookup(teg.constant_op(), word, {});
     } else if (n.inputs.empty()) {
       return std::nullopt;  // another source (a parameter...): no decomposition makes one
@@ -69,7 +97,7 @@ std::optional<Id> instantiate(TensorEGraph& teg, const Expansion& e, std::span<c
       r = *added;
     } else {
       const OpId op = teg.op(name);
-      const egraph::Attr word = teg.intern(n.attrs);
+      const egraph::Attr word = word_of();
       r = eg.lookup(op, word, children);
       if (r == egraph::no_id && children.size() == 2 && is_commutative(name)) {
         std::swap(children[0], children[1]);

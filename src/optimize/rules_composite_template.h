@@ -2,9 +2,11 @@
 // The machinery under the composite rules: a composite op's decomposition built (by the op
 // table's own `decompose`) on given operand types into a scratch graph, copied into the e-graph
 // (adding nodes, or only looking them up), and turned into an e-matching pattern.
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <meganeura/graph.h>
@@ -20,9 +22,31 @@ struct Expansion {
   std::vector<NodeId> inputs;  // the scratch input node of each operand
   NodeId root = -1;
   std::vector<NodeId> order;  // the non-input nodes the root depends on, operands first
+  // Per scratch node: its attribute word in the e-graph (interned once), when cached.
+  std::vector<egraph::Attr> words;
+};
+
+// Expansions by (op, attributes, operand types), with their attribute words interned: the layers
+// of a model share one, so a large constant of a decomposition (an attention's causal mask) is
+// built and hashed once, not once per use.
+class ExpansionCache {
+ public:
+  // nullptr when the op rejects the operands (remembered too).
+  const Expansion* get(TensorEGraph& teg, const OpDef& def, egraph::Attr attrs,
+                       std::span<const TensorType> types);
+
+ private:
+  struct Entry {
+    const OpDef* def = nullptr;
+    egraph::Attr attrs = 0;
+    std::vector<TensorType> types;
+    std::unique_ptr<Expansion> expansion;
+  };
+  std::unordered_map<uint64_t, std::vector<Entry>> entries_;
 };
 
 // Decomposes `def` with `attrs` over operands of `types`; nullopt when the op rejects them.
+// (`words` stays empty: ExpansionCache fills it.)
 std::optional<Expansion> expand(const OpDef& def, const Attrs& attrs,
                                 std::span<const TensorType> types);
 
