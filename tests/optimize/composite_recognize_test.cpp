@@ -170,6 +170,23 @@ TEST(CompositeRecognize, RmsNorm) {
   expect_recognized(h, "rms_norm", RmsNormAttrs{1, 1e-5, true});
 }
 
+// 16-bit graphs: eps is stored rounded to the dtype (1e-6 becomes a subnormal f16); the
+// attribute comes back as written.
+TEST(CompositeRecognize, SixteenBitTypes) {
+  for (DType t : {DType::f16, DType::bf16}) {
+    Graph g;
+    Tensor x = g.input("x", {3, 8}, t);
+    Tensor w = g.input("w", {8}, t);
+    g.output("y", x * rsqrt(mean(x * x, {1}, true) + 1e-6) * w);
+    expect_recognized(g, "rms_norm", RmsNormAttrs{1, 1e-6, true});
+    Graph h;
+    Tensor z = h.input("x", {3, 8}, t);
+    Tensor e = exp(z - max(z, {0}, true));
+    h.output("y", e / sum(e, {0}, true));
+    expect_recognized(h, "softmax", SoftmaxAttrs{0});
+  }
+}
+
 TEST(CompositeRecognize, RmsNormNearMisses) {
   {  // normalized over a leading axis: no normalized_dims says that
     Graph g;

@@ -145,5 +145,23 @@ TEST(CompositeTransformer, OptimizeKeepsValues) {
   EXPECT_LT(step_difference(*m.graph, r.graph, feeds), 1e-5);
 }
 
+// Forms the composite rules alone do not match, found with the algebra's help inside
+// optimize(): k transposed by an op (folded into the matmul's flag), constants on the left.
+TEST(CompositeTransformer, OptimizeRecognizesWithAlgebraHelp) {
+  Graph g;
+  Tensor q = g.input("q", {2, 4, 16, 8});
+  Tensor k = g.input("k", {2, 4, 16, 8});
+  Tensor v = g.input("v", {2, 4, 16, 8});
+  Tensor qg = reshape(q, {2, 4, 1, 16, 8});
+  Tensor kg = reshape(k, {2, 4, 1, 16, 8});
+  Tensor vg = reshape(v, {2, 4, 1, 16, 8});
+  Tensor s = matmul(qg, transpose(kg)) / sqrt(g.scalar(8.0));
+  Tensor e = exp(s - max(s, {-1}, true));
+  g.output("y", reshape(matmul(e / sum(e, {-1}, true), vg), {2, 4, 16, 8}));
+  optimize::OptimizeResult r = optimize::optimize(g);
+  EXPECT_EQ(count_op(r.graph, "scaled_dot_product_attention"), 1u) << r.graph.str();
+  EXPECT_LT(eval_difference(g, r.graph), 1e-5);
+}
+
 }  // namespace
 }  // namespace mn::testing
