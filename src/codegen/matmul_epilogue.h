@@ -17,7 +17,10 @@ struct MatmulEpilogue {
   // GLSL body of `float mm_epilogue(float acc, uint b, uint m, uint n)`: the value stored at
   // output batch b, row m, column n, given the accumulated product `acc`. Empty: identity.
   std::string body;
-  std::vector<ArgRef> extra;  // operands the epilogue reads (binding 3 + i)
+  // Operands the epilogue reads (binding 3 + i). ArgRef::output(j > 0) entries are further
+  // outputs the body stores itself (the planner binds them as written); mm_epilogue is called
+  // once per output element, only for elements in bounds.
+  std::vector<ArgRef> extra;
 };
 
 // The complete definition of mm_epilogue for a shader (identity when `e` is null or empty).

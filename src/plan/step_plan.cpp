@@ -88,7 +88,7 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
       const int index = static_cast<int>(p.launches.size());
       PlannedLaunch launch{
           std::move(k), {}, group.outputs.at(0), group.nodes, static_cast<int>(gi)};
-      for (const codegen::KernelBinding& b : launch.kernel.bindings) {
+      for (codegen::KernelBinding& b : launch.kernel.bindings) {
         int buf = -1;
         switch (b.arg.kind) {
           case codegen::ArgRef::Kind::input:
@@ -96,6 +96,9 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
             break;
           case codegen::ArgRef::Kind::output:
             buf = outs.at(b.arg.index);
+            // Outputs past the first are stored beside another kernel's own (matmul epilogues
+            // pass them as extra operands).
+            if (b.arg.index > 0) b.written = true;
             break;
           case codegen::ArgRef::Kind::scratch:
             buf = scratch.at(b.arg.index);

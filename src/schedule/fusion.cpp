@@ -101,10 +101,63 @@ struct Builder {
     return false;
   }
 
+  // A path from group `from` to group `to` through some other group.
+  bool path_avoiding(int from, int to) {
+    ++stamp_now;
+    if (stamp.size() < groups.size()) stamp.resize(groups.size(), 0);
+    std::vector<int> stack;
+    auto push_successors = [&](int x) {
+      for (NodeId v : groups[x].nodes) {
+        for (NodeId c : consumers[v]) {
+          const int y = group_of[c];
+          if (y < 0 || y == x || stamp[y] == stamp_now) continue;
+          if (x == from && y == to) continue;  // the direct edge becomes internal
+          stamp[y] = stamp_now;
+          stack.push_back(y);
+        }
+      }
+    };
+    stamp[from] = stamp_now;
+    push_successors(from);
+    while (!stack.empty()) {
+      const int x = stack.back();
+      stack.pop_back();
+      if (x == to) return true;
+      push_successors(x);
+    }
+    return false;
+  }
+
+  // Sibling fusion: the pointwise groups of `v`'s consumers over `v`'s shape merge into one
+  // where no other group lies between them, so `v` is computed once for all of them.
+  void merge_consumer_groups(NodeId v) {
+    std::vector<int> xs;
+    for (NodeId c : consumers[v]) {
+      const int x = group_of[c];
+      if (groups[x].kind == KernelGroup::Kind::pointwise &&
+          groups[x].domain == node(v).type.shape &&
+          std::find(xs.begin(), xs.end(), x) == xs.end()) {
+        xs.push_back(x);
+      }
+    }
+    for (size_t i = 1; i < xs.size(); ++i) {
+      const int a = xs[0], b = xs[i];
+      std::vector<NodeId> nodes = groups[a].nodes;
+      nodes.insert(nodes.end(), groups[b].nodes.begin(), groups[b].nodes.end());
+      if (external_inputs(nodes).size() + outputs_of(nodes).size() > options.max_bindings) continue;
+      if (path_avoiding(a, b) || path_avoiding(b, a)) continue;
+      for (NodeId u : groups[b].nodes) group_of[u] = a;
+      groups[a].nodes = std::move(nodes);
+      groups[b].nodes.clear();
+      groups[b].alive = false;
+    }
+  }
+
   // Pointwise node `v` (its consumers already grouped) joins a consumer's group, or starts one.
   void place_pointwise(NodeId v) {
     const Shape& shape = node(v).type.shape;
     const auto& cs = consumers[v];
+    if (options.siblings && cs.size() > 1) merge_consumer_groups(v);
     if (!sink[v] && !cs.empty()) {
       const int g0 = group_of[cs.front()];
       const bool all_in =
@@ -179,26 +232,26 @@ struct Builder {
     return out;
   }
 
-  // A matmul whose only consumer's group is one output of the matmul's shape takes that group
-  // as its epilogue.
+  // A matmul all of whose consumers are in one pointwise group over the matmul's shape takes
+  // that group as its epilogue: output 0 leaves through the matmul's store, the group's other
+  // outputs are stored by the epilogue beside it.
   void fuse_epilogues() {
     for (size_t i = 0; i < n; ++i) {
       const auto m = static_cast<NodeId>(i);
       const Node& mm = node(m);
-      if (!needed[i] || sink[i] || mm.op_name() != "matmul" || consumers[i].size() != 1) continue;
+      if (!needed[i] || sink[i] || mm.op_name() != "matmul" || consumers[i].empty()) continue;
       if (mm.type.dtype != DType::f32) continue;
       const int x = group_of[consumers[i].front()];
       Work& w = groups[x];
       if (w.kind != KernelGroup::Kind::pointwise || w.domain != mm.type.shape) continue;
-      if (outputs_of(w.nodes).size() != 1) continue;
-      std::vector<NodeId> nodes = w.nodes;
-      nodes.push_back(m);
-      std::vector<NodeId> extra = external_inputs(nodes);
-      // A and B bind first; the epilogue's other operands follow them.
-      size_t bindings = 3;
-      for (NodeId e : extra) {
-        if (std::find(mm.inputs.begin(), mm.inputs.end(), e) == mm.inputs.end()) ++bindings;
+      if (!std::all_of(consumers[i].begin(), consumers[i].end(),
+                       [&](NodeId c) { return group_of[c] == x; })) {
+        continue;
       }
+      // A, B and C, then every operand the epilogue reads (A and B again if it reads them) and
+      // its other outputs.
+      size_t bindings = 2 + outputs_of(w.nodes).size();
+      for (NodeId e : external_inputs(w.nodes)) bindings += e == m ? 0 : 1;
       if (bindings > options.max_bindings) continue;
       groups[group_of[m]].alive = false;
       w.kind = KernelGroup::Kind::matmul_epilogue;

@@ -16,7 +16,8 @@
 //    operand: recomputed per element, but only within that one group, so the work stays
 //    bounded by the group's size), or when it has the domain's shape and the join creates no
 //    cycle between groups: it then becomes one more output of the kernel (multi-output) instead
-//    of being recomputed by each consumer.
+//    of being recomputed by each consumer. Before that, the pointwise groups of a value's
+//    consumers over its shape merge (sibling fusion) unless another group lies between them.
 //  - pointwise, several segments (horizontal fusion): independent pointwise groups at the end
 //    of the step — the optimizer update of every parameter, whose values only feed assignments,
 //    outputs and other such groups — merge into one launch per level over concatenated index
@@ -40,6 +41,7 @@ namespace mn::schedule {
 
 struct FusionOptions {
   bool pointwise = true;        // vertical fusion of pointwise DAGs
+  bool siblings = true;         // pointwise groups reading one value merge
   bool horizontal = true;       // independent end-of-step pointwise groups in one launch
   bool matmul_epilogue = true;  // pointwise consumers into the matmul's store
   bool reduction = true;        // pointwise producers and consumers into a reduction

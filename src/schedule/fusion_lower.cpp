@@ -98,6 +98,13 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
     e.extra.push_back(codegen::ArgRef::input(static_cast<int>(i)));
     exprs.push_back(name + "_ld($)");
   }
+  // Outputs past the first are stored by the epilogue itself, at the same element.
+  for (size_t j = 1; j < group.outputs.size(); ++j) {
+    e.declarations +=
+        codegen::glsl::buffer(static_cast<uint32_t>(3 + e.extra.size()),
+                              g.node(group.outputs[j]).type.dtype, "eo" + std::to_string(j), false);
+    e.extra.push_back(codegen::ArgRef::output(static_cast<int>(j)));
+  }
   e.declarations += codegen::pointwise_math_library();
   codegen::FusedSegment f = fused_segment(g, seg, inputs, group.outputs);
   // Element (b, m, n) of the product is element b·M·N + m·N + n of its (row-major) shape.
@@ -108,7 +115,15 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
   e.body = "  uint ep_i = b * " + std::to_string(geo.m * geo.n) + "u + m * " +
            std::to_string(geo.n) + "u + n;\n";
   e.body += codegen::fused_statements(f, types, exprs, "ep_i", "ep_");
-  e.body += "  return ep_" + std::to_string(f.stores.front().second) + ";\n";
+  int primary = -1;
+  for (const auto& [out, step] : f.stores) {
+    if (out == 0) {
+      primary = step;
+    } else {
+      e.body += "  eo" + std::to_string(out) + "_st(ep_i, ep_" + std::to_string(step) + ");\n";
+    }
+  }
+  e.body += "  return ep_" + std::to_string(primary) + ";\n";
   if (3 + e.extra.size() > device.max_storage_buffers) {
     throw Error("fusion: matmul epilogue binds more buffers than the device allows");
   }

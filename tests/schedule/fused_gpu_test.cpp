@@ -142,6 +142,10 @@ TEST(FusedGpu, MatmulEpilogues) {
   Tensor wk = input("wk", {4096, 3});
   Tensor bk = input("bk", {3});
   g.output("split_gemv", sigmoid(matmul(long_k, wk) - bk));  // K split over two launches
+  Tensor x3 = input("x3", {5, 10});
+  Tensor pre = matmul(x3, w) + b;  // two outputs of one epilogue
+  g.output("two_a", relu(pre));
+  g.output("two_b", pre * pre);
   // Large enough for 64×64 tiles (and for tensor cores where the device has them).
   Tensor xl = input("xl", {128, 256});
   Tensor wl = input("wl", {256, 128});
@@ -151,9 +155,9 @@ TEST(FusedGpu, MatmulEpilogues) {
   // Tensor cores round the large product's operands to f16 (2.4e-4 measured on an H200).
   expect_matches(g, feeds, 2e-5, "matmul epilogues", {{"large", 2e-3}});
   Runs r = run_both(g, feeds);
-  // Six matmuls (the split GEMV in two launches) and thirteen pointwise ops unfused.
-  EXPECT_EQ(r.unfused_dispatches, 20u);
-  EXPECT_EQ(r.fused_dispatches, 7u);
+  // Seven matmuls (the split GEMV in two launches) and sixteen pointwise ops unfused.
+  EXPECT_EQ(r.unfused_dispatches, 24u);
+  EXPECT_EQ(r.fused_dispatches, 8u);
 }
 
 TEST(FusedGpu, ReductionPrologues) {
