@@ -151,12 +151,14 @@ TEST(FusedGpu, MatmulEpilogues) {
   Tensor wl = input("wl", {256, 128});
   Tensor rl = input("rl", {128, 128});
   Tensor bl = input("bl", {128});
-  g.output("large", relu(matmul(xl, wl) + bl) * 0.5 + rl);
+  Tensor pre_l = matmul(xl, wl) + bl;
+  g.output("large", relu(pre_l) * 0.5 + rl);
+  g.output("large_sq", pre_l * pre_l);  // a second output of the tensor-core epilogue
   // Tensor cores round the large product's operands to f16 (2.4e-4 measured on an H200).
-  expect_matches(g, feeds, 2e-5, "matmul epilogues", {{"large", 2e-3}});
+  expect_matches(g, feeds, 2e-5, "matmul epilogues", {{"large", 2e-3}, {"large_sq", 2e-3}});
   Runs r = run_both(g, feeds);
-  // Seven matmuls (the split GEMV in two launches) and sixteen pointwise ops unfused.
-  EXPECT_EQ(r.unfused_dispatches, 24u);
+  // Seven matmuls (the split GEMV in two launches) and seventeen pointwise ops unfused.
+  EXPECT_EQ(r.unfused_dispatches, 25u);
   EXPECT_EQ(r.fused_dispatches, 8u);
 }
 
