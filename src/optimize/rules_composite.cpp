@@ -1,5 +1,6 @@
 #include "optimize/rules_composite.h"
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -140,11 +141,22 @@ class RecognizeSearcher final : public egraph::Searcher {
     for (Var v : t.pattern.operand_vars) operands_.push_back(egraph.find(subst[v]));
     const std::vector<TensorType> types = types_of(teg_, operands_);
     root = egraph.find(root);
-    // A match whose every candidate failed is not tried again until its class gains nodes.
+    // A match whose candidates all failed is tried again only once something that blocked one
+    // of them changed (the missing node appeared, or the classes merged).
     uint64_t key = egraph::mix64(ti * 0x9e3779b97f4a7c15ULL + root);
-    key = egraph::mix64(key ^ egraph.class_nodes(root).size());
     for (Id o : operands_) key = egraph::mix64(key ^ o);
-    if (failed_.count(key)) return;
+    for (uint32_t a = 0; a < t.pattern.pattern.num_attr_vars(); ++a) {
+      key = egraph::mix64(key ^ subst[AttrVar{a}]);
+    }
+    if (auto it = failed_.find(key); it != failed_.end()) {
+      const auto& blockers = it->second;
+      if (std::none_of(blockers.begin(), blockers.end(),
+                       [&](const composite::Blocker& b) { return b.resolved(teg_); })) {
+        return;
+      }
+      failed_.erase(it);
+    }
+    std::vector<composite::Blocker> blockers;
     std::vector<Attrs> candidates;
     if (recover_) {
       composite::MatchView view(teg_, t.expansion, t.sample_attrs.front(), t.pattern.attr_var,
@@ -170,16 +182,21 @@ class RecognizeSearcher final : public egraph::Searcher {
       // The decomposition with these attributes, looked up node by node: it is the matched
       // computation exactly when it lands in the matched class.
       const Expansion* e = cache_->get(teg_, def_, word, types);
-      std::optional<Id> cls;
-      if (e) cls = composite::instantiate(teg_, *e, operands_, /*add=*/false);
-      if (!cls || *cls != root) continue;
+      if (!e) continue;
+      composite::Blocker blocker;
+      std::optional<Id> cls = composite::instantiate(teg_, *e, operands_, /*add=*/false, &blocker);
+      if (!cls || *cls != root) {
+        if (cls) blocker = composite::Blocker{0, 0, {}, *cls, root};
+        blockers.push_back(std::move(blocker));
+        continue;
+      }
       ids_.assign(num_vars(), egraph::no_id);
       std::copy(operands_.begin(), operands_.end(), ids_.begin());
       const Attr attrs[2] = {word, static_cast<Attr>(operands_.size())};
       out.push(root, ids_.data(), attrs);
       return;
     }
-    failed_.insert(key);
+    failed_.emplace(key, std::move(blockers));
   }
 
   TensorEGraph& teg_;
@@ -193,8 +210,9 @@ class RecognizeSearcher final : public egraph::Searcher {
   mutable SearchMatches found_;
   mutable std::vector<Id> operands_;
   mutable std::vector<Id> ids_;
-  // Matches none of whose candidates verified, keyed with the root's node count.
-  mutable std::unordered_set<uint64_t> failed_;
+  // Matches none of whose candidates verified, with what stopped each candidate (none: no
+  // candidate can ever verify).
+  mutable std::unordered_map<uint64_t, std::vector<composite::Blocker>> failed_;
 };
 
 class RecognizeApplier final : public egraph::Applier {
@@ -237,11 +255,17 @@ std::vector<Template> build_templates(const TensorEGraph& teg, const OpDef& def)
       }
       by_key.emplace(p->key, out.size());
       Template t;
+      // The variants the e-graph may hold instead (a swapped root; constants on the right, as
+      // people write them and the algebra rules move them), each once.
+      std::vector<std::string> keys{p->key};
       t.programs.push_back(std::make_unique<egraph::CompiledPattern>(p->pattern));
-      if (composite::is_commutative(e->graph.node(e->root).op_name())) {
-        if (auto swapped = composite::pattern_of(teg, *e, /*swap_root=*/true)) {
-          t.programs.push_back(std::make_unique<egraph::CompiledPattern>(swapped->pattern));
-        }
+      for (composite::PatternVariant v :
+           {composite::PatternVariant{true, false}, composite::PatternVariant{false, true},
+            composite::PatternVariant{true, true}}) {
+        auto q = composite::pattern_of(teg, *e, v);
+        if (!q || std::find(keys.begin(), keys.end(), q->key) != keys.end()) continue;
+        keys.push_back(q->key);
+        t.programs.push_back(std::make_unique<egraph::CompiledPattern>(q->pattern));
       }
       t.pattern = std::move(*p);
       t.expansion = std::move(*e);

@@ -68,8 +68,24 @@ const Expansion* ExpansionCache::get(TensorEGraph& teg, const OpDef& def, egraph
   return bucket.back().expansion.get();
 }
 
+Id lookup_node(const TensorEGraph& teg, OpId op, egraph::Attr word, std::span<const Id> children) {
+  const egraph::EGraph& eg = teg.egraph();
+  Id r = eg.lookup(op, word, children);
+  if (r == egraph::no_id && children.size() == 2 && is_commutative(teg.op_def(op).name)) {
+    const Id swapped[2] = {children[1], children[0]};
+    r = eg.lookup(op, word, swapped);
+  }
+  return r;
+}
+
+bool Blocker::resolved(const TensorEGraph& teg) const {
+  const egraph::EGraph& eg = teg.egraph();
+  if (landed != egraph::no_id) return eg.find(landed) == eg.find(expected);
+  return lookup_node(teg, op, word, children) != egraph::no_id;
+}
+
 std::optional<Id> instantiate(TensorEGraph& teg, const Expansion& e, std::span<const Id> operands,
-                              bool add) {
+                              bool add, Blocker* missing) {
   egraph::EGraph& eg = teg.egraph();
   // Scratch node id -> class; inputs first.
   std::vector<Id> cls(e.graph.size(), egraph::no_id);
@@ -86,9 +102,12 @@ std::optional<Id> instantiate(TensorEGraph& teg, const Expansion& e, std::span<c
     const auto word_of = [&] {
       return e.words.empty() ? teg.intern(n.attrs) : e.words[static_cast<size_t>(id)];
     };
+    OpId op = 0;
+    egraph::Attr word = 0;
     if (name == "constant") {
-      const egraph::Attr word = word_of();
-      r = add ? eg.add(teg.constant_op(), word, {}) : eg.lookup(teg.constant_op(), word, {});
+      op = teg.constant_op();
+      word = word_of();
+      r = add ? eg.add(op, word, {}) : eg.lookup(op, word, {});
     } else if (n.inputs.empty()) {
       return std::nullopt;  // another source (a parameter...): no decomposition makes one
     } else if (add) {
@@ -96,15 +115,14 @@ std::optional<Id> instantiate(TensorEGraph& teg, const Expansion& e, std::span<c
       if (!added) return std::nullopt;
       r = *added;
     } else {
-      const OpId op = teg.op(name);
-      const egraph::Attr word = word_of();
-      r = eg.lookup(op, word, children);
-      if (r == egraph::no_id && children.size() == 2 && is_commutative(name)) {
-        std::swap(children[0], children[1]);
-        r = eg.lookup(op, word, children);
-      }
+      op = teg.op(name);
+      word = word_of();
+      r = lookup_node(teg, op, word, children);
     }
-    if (r == egraph::no_id) return std::nullopt;
+    if (r == egraph::no_id) {
+      if (missing) *missing = Blocker{op, word, children, egraph::no_id, egraph::no_id};
+      return std::nullopt;
+    }
     cls[static_cast<size_t>(id)] = eg.find(r);
   }
   const Id root = cls[static_cast<size_t>(e.root)];
@@ -115,7 +133,7 @@ std::optional<Id> instantiate(TensorEGraph& teg, const Expansion& e, std::span<c
 bool is_commutative(std::string_view op) { return op == "add" || op == "mul"; }
 
 std::optional<ExpansionPattern> pattern_of(const TensorEGraph& teg, const Expansion& e,
-                                           bool swap_root) {
+                                           PatternVariant variant) {
   if (e.order.empty()) return std::nullopt;  // the root is an operand
   ExpansionPattern ep;
   std::vector<egraph::Pattern::Ref> ref(e.graph.size());
@@ -145,8 +163,14 @@ std::optional<ExpansionPattern> pattern_of(const TensorEGraph& teg, const Expans
       }
     }
     t += ")";
-    if (swap_root && id == e.root) {
-      if (children.size() != 2) return std::nullopt;
+    const bool commutative = children.size() == 2 && is_commutative(n.op_name());
+    const auto is_constant = [&](size_t j) {
+      return e.graph.node(n.inputs[j]).op_name() == "constant";
+    };
+    bool swap = variant.swap_root && id == e.root;
+    if (variant.constants_right && commutative && is_constant(0) && !is_constant(1)) swap = !swap;
+    if (swap) {
+      if (!commutative) return std::nullopt;
       std::swap(children[0], children[1]);
       t += "swapped";
     }

@@ -50,13 +50,28 @@ class ExpansionCache {
 std::optional<Expansion> expand(const OpDef& def, const Attrs& attrs,
                                 std::span<const TensorType> types);
 
+// Why a lookup-only instantiation did not land in the class expected: the first node missing
+// from the e-graph, or (all found) the class it landed in. Worth retrying only once that node
+// exists or the two classes merged (resolved() says so).
+struct Blocker {
+  OpId op = 0;
+  egraph::Attr word = 0;
+  std::vector<Id> children;   // the missing node's operands (no_id: none missing)
+  Id landed = egraph::no_id;  // otherwise: where the computation landed
+  Id expected = egraph::no_id;
+  bool resolved(const TensorEGraph& teg) const;
+};
+
 // Copies an expansion into the e-graph with its inputs standing for `operands`. With `add`, missing
 // nodes are added (nullopt if one does not type-check); without, nothing is added and the result is
 // the class of the existing computation, or nullopt when some node of it is not in the e-graph
-// (exact on a rebuilt e-graph, which is where recognition runs). Lookups of a commutative op
-// accept its operands in either order.
+// (exact on a rebuilt e-graph, which is where recognition runs; `missing`, when given, is told
+// which). Lookups of a commutative op accept its operands in either order.
 std::optional<Id> instantiate(TensorEGraph& teg, const Expansion& e, std::span<const Id> operands,
-                              bool add);
+                              bool add, Blocker* missing = nullptr);
+
+// A lookup that accepts a commutative op's two operands in either order.
+Id lookup_node(const TensorEGraph& teg, OpId op, egraph::Attr word, std::span<const Id> children);
 
 // A structural pattern of an expansion: operands become variables ?x0.., every other node an
 // operator node whose attribute word is bound to a variable (constants included), so a match
@@ -67,11 +82,16 @@ struct ExpansionPattern {
   std::vector<int32_t> attr_var;          // per scratch node: its attribute variable, or -1
   std::string key;                        // the structure as text: equal keys, equal patterns
 };
-// nullopt when the expansion's root is an operand or some operand does not occur in it. With
-// `swap_root`, the root's two operands are exchanged (for a commutative root, see below); the
-// variables are numbered the same either way.
+// nullopt when the expansion's root is an operand or some operand does not occur in it.
+// Variants of the same computation (the variables are numbered the same in all): `swap_root`
+// exchanges a commutative root's two operands; `constants_right` puts the constant operand of
+// every commutative node second (`x * 0.5` for the decomposition's `0.5 * x`).
+struct PatternVariant {
+  bool swap_root = false;
+  bool constants_right = false;
+};
 std::optional<ExpansionPattern> pattern_of(const TensorEGraph& teg, const Expansion& e,
-                                           bool swap_root = false);
+                                           PatternVariant variant = {});
 
 // add and mul: a * b and b * a are the same value (IEEE products and sums commute, and
 // broadcasting is symmetric), so lookups may find either order.

@@ -256,6 +256,19 @@ TEST(CompositeRecognize, GeluBothApproximations) {
   expect_recognized(h, "gelu", GeluAttrs{GeluApprox::none});
 }
 
+// Constants on the right of products and sums (as people write them, and where the algebra
+// rules move them): x * 0.5, erf(...) + 1.
+TEST(CompositeRecognize, ConstantsOnTheRight) {
+  Graph g;
+  Tensor x = g.input("x", {4, 5});
+  g.output("y", (x * 0.5) * (erf(x / sqrt(g.scalar(2.0))) + 1.0));
+  expect_recognized(g, "gelu", GeluAttrs{GeluApprox::none});
+  Graph h;
+  Tensor z = h.input("x", {6});
+  h.output("y", 1.0 / (exp(neg(z)) + 1.0));
+  expect_recognized(h, "sigmoid", NoAttrs{});
+}
+
 TEST(CompositeRecognize, GeluNearMiss) {
   Graph g;
   Tensor x = g.input("x", {5});
