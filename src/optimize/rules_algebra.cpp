@@ -156,8 +156,8 @@ void identity_rules(RuleSet& rs) {
     rs.add("neg-neg", std::move(p), [vx](TensorEGraph&, Id, const Subst& s) { return s[vx]; });
   }
   // Ops that are the identity when the type does not change (the add() wrapper checks it).
-  for (const char* op : {"broadcast_to", "reshape", "squeeze", "unsqueeze", "sum_to", "cast",
-                         "stop_gradient", "slice"}) {
+  for (const char* op :
+       {"broadcast_to", "reshape", "squeeze", "sum_to", "cast", "stop_gradient", "slice"}) {
     Pattern p;
     p.op(rs.op(op), {p.var("x")}, AttrMatch::any());
     const Var vx = p.var_of("x");

@@ -413,6 +413,78 @@ TEST(AlgebraRules, ConstantChainOnAZeroFactorSaturates) {
   EXPECT_LE(testing::step_difference(g, r.graph, testing::random_feeds(g, rng)), 1e-12);
 }
 
+// The other members of the rule families above, one instance family each.
+TEST(AlgebraRules, FamilyMembers) {
+  check({"identity-squeeze",
+         [](Graph& g, auto& rng) {
+           return op("squeeze", SqueezeAttrs{}, {g.input("x", random_shape(rng, 1, 3, 2, 4))});
+         },
+         1, "", "squeeze"});
+  check({"identity-transpose",
+         [](Graph& g, auto& rng) {
+           return op("transpose", TransposeAttrs{0, 0}, {input(g, rng, "x", 1, 3)});
+         },
+         1, "", "transpose"});
+  check({"squeeze-reshape",
+         [](Graph& g, auto& rng) {
+           Tensor x = g.input("x", random_shape(rng, 1, 2, 2, 4));
+           Shape s = x.shape();
+           s.push_back(1);
+           return op("squeeze", SqueezeAttrs{{static_cast<int64_t>(s.size() - 1)}},
+                     {op("reshape", ReshapeAttrs{s}, {x})});
+         },
+         1, "", "squeeze"});
+  check({"matmul-transpose-b",
+         [](Graph& g, auto& rng) {
+           Tensor a = input(g, rng, "a", 2, 2);
+           Tensor b = g.parameter("b", {3, a.shape()[1]}, Init::uniform(-1, 1, 1));
+           return op("matmul", MatmulAttrs{}, {a, op("transpose", TransposeAttrs{0, 1}, {b})});
+         },
+         2, "matmul", "transpose"});
+  check({"sum-neg",
+         [](Graph& g, auto& rng) {
+           Tensor x = g.input("x", random_shape(rng, 2, 3, 2, 4));
+           return op("sum", ReduceAttrs{{0}, false}, {op("neg", {}, {x})});
+         },
+         3, "neg"});
+  check({"sum_to-mul-scalar",
+         [](Graph& g, auto& rng) {
+           Shape s = random_shape(rng, 1, 2, 2, 4);
+           Shape big = s;
+           big.insert(big.begin(), 3);
+           Tensor scaled = op("mul", {}, {g.input("x", big), g.input("c", {})});
+           return op("sum_to", SumToAttrs{s}, {scaled});
+         },
+         3, "mul"});
+  check({"max-unit-axes",
+         [](Graph& g, auto& rng) {
+           Shape s = random_shape(rng, 1, 2, 2, 4);
+           s.insert(s.begin() + 1, 1);
+           return op("max", ReduceAttrs{{1}, false}, {g.input("x", s)});
+         },
+         2, "reshape", "max"});
+  check({"sub-broadcast-a",
+         [](Graph& g, auto& rng) {
+           Tensor x = g.input("x", random_shape(rng, 1, 3, 2, 4));
+           return op("sub", {},
+                     {op("broadcast_to", BroadcastToAttrs{x.shape()}, {g.scalar(0.5)}), x});
+         },
+         2, "", "broadcast_to"});
+  check({"maximum-broadcast-b",
+         [](Graph& g, auto& rng) {
+           Tensor x = g.input("x", random_shape(rng, 2, 3, 2, 4));
+           Tensor row = g.input("r", {x.shape().back()});
+           return op("maximum", {}, {x, op("broadcast_to", BroadcastToAttrs{x.shape()}, {row})});
+         },
+         2, "", "broadcast_to"});
+  check({"add-constant-right",
+         [](Graph& g, auto& rng) {
+           Tensor x = input(g, rng);
+           return op("add", {}, {g.scalar(2.0), op("add", {}, {g.scalar(0.5), x})});
+         },
+         2, "add"});
+}
+
 TEST(AlgebraRules, DivisionByNonPowerOfTwoStays) {
   Graph g;
   Tensor x = g.input("x", {4});
