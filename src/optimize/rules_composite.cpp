@@ -4,7 +4,6 @@
 #include <memory>
 #include <mutex>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "egraph/matcher.h"
 #include "optimize/rules_composite_attrs.h"
@@ -91,7 +90,8 @@ class DecomposeApplier final : public egraph::Applier {
 struct Template {
   Expansion expansion;
   ExpansionPattern pattern;
-  // The pattern, and for a commutative root also with its operands swapped (same variables).
+  // The pattern and its variants (rules_composite_template.h: swapped root, constants right),
+  // all with the same variables.
   std::vector<std::unique_ptr<egraph::CompiledPattern>> programs;
   std::vector<Attrs> sample_attrs;  // distinct attributes of the samples with this structure
 };
