@@ -1,6 +1,7 @@
 #include "optimize/tensor_egraph.h"
 
 #include <algorithm>
+#include <exception>
 #include <unordered_map>
 
 #include <meganeura/error.h>
@@ -39,7 +40,7 @@ std::shared_ptr<const Array> TensorAnalysis::fold(const EGraph& egraph, const EN
     // unfolded instead.
     if (out.type() != type) return nullptr;
     return std::make_shared<const Array>(std::move(out));
-  } catch (const Error&) {
+  } catch (const std::exception&) {
     // The reference rejects these operand values (an index out of range...): the node stays.
     return nullptr;
   }
