@@ -11,7 +11,11 @@
 // shape is worth it), "scalar" (MN_DISABLE_COOP=1), "khr" (MN_COOP=khr: the same kernel
 // through the SPV_KHR rewrite, where the device has VK_KHR_cooperative_matrix).
 //
-// Usage: bench_matmul [--shapes square|training|small|all] [--paths coop,scalar,khr]
+// --train N: a 30-layer MLP trained N steps on the coop and the scalar path from the same start;
+// prints the largest relative difference of the first step's gradients and of the losses.
+//
+// Usage: bench_matmul [--shapes square|training|small|all|none] [--paths coop,scalar,khr] [--train
+// N]
 //                     [--reps N] [--check-rows R] [--dtype f32|f16] [--device D]
 // --dtype f16 stores operands and result in f16 (no conversion while staging).
 #include <algorithm>
@@ -20,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -28,7 +33,9 @@
 #include <nlohmann/json.hpp>
 
 #include <meganeura/graph.h>
+#include <meganeura/models.h>
 #include <meganeura/ops.h>
+#include <meganeura/optimizer.h>
 #include <meganeura/session.h>
 
 #include "codegen/lower_matmul_coop.h"
@@ -97,11 +104,68 @@ double check(const std::vector<float>& a, const std::vector<float>& b, const std
   return std::sqrt(err / std::max(norm, 1e-300));
 }
 
+// A 30-layer MLP (width 256, batch 256, ReLU, SGD) trained for `steps` steps from the same
+// start on one path; returns the losses and the first step's gradients by name.
+struct TrainRun {
+  std::vector<double> losses;
+  std::map<std::string, std::vector<float>> grads;
+  int coop_kernels = 0;
+};
+
+TrainRun train(const std::string& device, int steps) {
+  mn::Graph g;
+  const int64_t batch = 256, width = 256, layers = 30;
+  auto x = g.input("x", {batch, width});
+  auto y = g.input("y", {batch}, mn::DType::i32);
+  mn::Tensor h = x;
+  for (int64_t i = 1; i <= layers; ++i) {
+    const bool last = i == layers;
+    h = mn::linear(h, last ? 10 : width, "fc" + std::to_string(i), static_cast<uint64_t>(i));
+    if (!last) h = mn::relu(h);
+  }
+  mn::add_training_step(mn::cross_entropy(h, y), mn::Optimizer::sgd(), {}, true);
+  mn::SessionOptions so;
+  so.device = device;
+  so.profile = true;
+  auto s = mn::build_session(g, so);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> xv(static_cast<size_t>(batch * width));
+  std::vector<int32_t> yv(static_cast<size_t>(batch));
+  for (float& v : xv) v = u(rng);
+  for (int32_t& v : yv) v = static_cast<int32_t>(rng() % 10);
+  TrainRun r;
+  for (int i = 0; i < steps; ++i) {
+    s->set("x", xv);
+    s->set("y", yv);
+    s->set_scalar("lr", 0.01);
+    s->set_scalar("step", i + 1);
+    s->step();
+    r.losses.push_back(s->get("loss").data[0]);
+    if (i == 0) {
+      for (const auto& name : s->output_names()) {
+        if (name.rfind("grad/", 0) == 0) r.grads[name] = s->get_f32(name);
+      }
+      for (const auto& k : s->profile()) r.coop_kernels += k.name.find("coop") != std::string::npos;
+    }
+  }
+  return r;
+}
+
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0, n = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    e += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    n += static_cast<double>(b[i]) * b[i];
+  }
+  return std::sqrt(e / std::max(n, 1e-300));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string which = "all", device, paths_arg = "coop,scalar", dtype_arg = "f32";
-  int reps = 10, check_rows = 16;
+  int reps = 10, check_rows = 16, train_steps = 0;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (!std::strcmp(argv[i], "--shapes")) {
@@ -112,6 +176,8 @@ int main(int argc, char** argv) {
       reps = std::atoi(next().c_str());
     } else if (!std::strcmp(argv[i], "--check-rows")) {
       check_rows = std::atoi(next().c_str());
+    } else if (!std::strcmp(argv[i], "--train")) {
+      train_steps = std::atoi(next().c_str());
     } else if (!std::strcmp(argv[i], "--dtype")) {
       dtype_arg = next();
     } else if (!std::strcmp(argv[i], "--device")) {
@@ -153,6 +219,41 @@ int main(int argc, char** argv) {
         j["tiles_passed_mask"] = mask;
         j["report"] = report;
       }
+      std::printf("%s\n", j.dump().c_str());
+      std::fflush(stdout);
+    }
+
+    if (train_steps > 0) {
+      set_path_env("coop");
+      const TrainRun coop = train(device, train_steps);
+      set_path_env("scalar");
+      const TrainRun scalar = train(device, train_steps);
+      double grad_max = 0, loss_max = 0;
+      std::string worst;
+      for (const auto& [name, gv] : scalar.grads) {
+        const double d = rel_diff(coop.grads.at(name), gv);
+        if (d > grad_max) {
+          grad_max = d;
+          worst = name;
+        }
+      }
+      for (size_t i = 0; i < coop.losses.size(); ++i) {
+        loss_max = std::max(loss_max, std::abs(coop.losses[i] - scalar.losses[i]) /
+                                          std::max(std::abs(scalar.losses[i]), 1e-30));
+      }
+      const bool ok = std::isfinite(grad_max) && grad_max <= 1e-2 && loss_max <= 1e-2;
+      all_ok = all_ok && ok;
+      nlohmann::json j{{"bench", "matmul"},
+                       {"train", "mlp30_w256_b256_sgd"},
+                       {"steps", train_steps},
+                       {"coop_kernels_per_step", coop.coop_kernels},
+                       {"scalar_coop_kernels_per_step", scalar.coop_kernels},
+                       {"grad_rel_diff_max", grad_max},
+                       {"grad_rel_diff_worst", worst},
+                       {"loss_rel_diff_max", loss_max},
+                       {"loss_first", {coop.losses.front(), scalar.losses.front()}},
+                       {"loss_last", {coop.losses.back(), scalar.losses.back()}},
+                       {"ok", ok}};
       std::printf("%s\n", j.dump().c_str());
       std::fflush(stdout);
     }

@@ -98,6 +98,56 @@ std::string operand_buffer(uint32_t binding, DType dtype, const std::string& nam
          name + "4[]; };\n";
 }
 
+// Halves of a packed operand before its scale exponent (a whole number of 16-byte units).
+uint64_t padded_halves(int64_t n) { return (static_cast<uint64_t>(n) + 7) / 8 * 8; }
+
+const char* kMaxReduce = R"(  red[lid] = m;
+  barrier();
+  for (uint h = 128u; h > 0u; h >>= 1) {
+    if (lid < h) red[lid] = max(red[lid], red[lid + h]);
+    barrier();
+  }
+)";
+
+// Largest |x| of each of `parts` strided portions of an f32 operand.
+std::string absmax_kernel(uint64_t n, uint64_t parts) {
+  std::string s = glsl::header() + glsl::buffer(0, DType::f32, "X", true);
+  s += "layout(std430, set = 0, binding = 1) writeonly buffer Buffer1 { float part[]; };\n";
+  s += "shared float red[256];\nvoid main() {\n  uint lid = gl_LocalInvocationID.x;\n";
+  s += "  float m = 0.0;\n";
+  s += "  for (uint j = gl_WorkGroupID.x * 256u + lid; j < " + u32(static_cast<int64_t>(n)) +
+       "; j += " + u32(static_cast<int64_t>(parts * 256)) + ") m = max(m, abs(X_ld(j)));\n";
+  s += kMaxReduce;
+  s += "  if (lid == 0u) part[gl_WorkGroupID.x] = red[0];\n}\n";
+  return s;
+}
+
+// f32 → f16 scaled by 2^e, e chosen from the operand's largest magnitude so that it lands
+// near 2^15: small operands (activations and gradients deep in a network) keep their
+// precision instead of underflowing to f16 subnormals or zero, large ones stay finite.
+// Powers of two are exact, and the matmul divides them out of its f32 results. e follows the
+// data (0 when it holds no finite non-zero value), and is stored after the packed halves.
+std::string pack_kernel(uint64_t n, uint64_t parts) {
+  std::string s = glsl::header() + glsl::buffer(0, DType::f32, "X", true) +
+                  glsl::buffer(1, DType::f16, "H", false);
+  s += "layout(std430, set = 0, binding = 2) readonly buffer Buffer2 { float part[]; };\n";
+  s += glsl::gid_function();
+  s += "shared float red[256];\nvoid main() {\n  uint lid = gl_LocalInvocationID.x;\n";
+  s += "  float m = 0.0;\n";
+  s += "  for (uint j = lid; j < " + u32(static_cast<int64_t>(parts)) +
+       "; j += 256u) m = max(m, part[j]);\n";
+  s += kMaxReduce;
+  s += "  float mx = red[0];\n  int e = 0;\n";
+  s += "  if (mx > 0.0 && !isinf(mx) && !isnan(mx)) {\n    int ex;\n    frexp(mx, ex);\n"
+       "    e = clamp(15 - ex, -100, 100);\n  }\n";
+  s += "  uint i = gid();\n";
+  const std::string at = u32(static_cast<int64_t>(padded_halves(static_cast<int64_t>(n))));
+  s += "  if (i == 0u) {\n    H_stb(" + at + ", uint(e) & 0xffffu);\n    H_stb(" + at +
+       " + 1u, uint(e) >> 16);\n  }\n";
+  s += "  if (i < " + u32(static_cast<int64_t>(n)) + ") H_st(i, X_ld(i) * exp2(float(e)));\n}\n";
+  return s;
+}
+
 }  // namespace
 
 std::span<const CoopTile> coop_tiles() { return kTiles; }
@@ -113,6 +163,7 @@ CoopOptions coop_options_for(const CoopTile& t, const MatmulGeometry& g, const D
   const uint32_t limit = std::max(d.max_shared_bytes, d.max_shared_optin_bytes);
   o.stages = 2;
   if (env_int("MN_COOP_STAGES") == 1 || coop_shared_bytes(t, g, o) > limit) o.stages = 1;
+  if (const char* p = std::getenv("MN_COOP_PREPACK")) o.prepack = std::string(p) != "0";
   return o;
 }
 
@@ -156,15 +207,17 @@ std::string coop_rejection(const LowerContext& ctx, const MatmulGeometry& g, int
   // Measured on an H200 (docs/perf.md): with M = 16 three quarters of the 64-row tile idle
   // and the scalar kernel is faster; from 32 on the cooperative kernel wins or ties.
   if (g.m < 32 || g.n < 32) return "M or N below 32";
-  if (g.m * g.n * g.k < kCoopMinMacs) return "below the size threshold";
+  if (g.m * g.n * g.k < kCoopMinMacs || g.m * g.n < kCoopMinOutputs) {
+    return "below the size threshold";
+  }
   if (!choose_coop_tile(g, batch, d)) return "no tile configuration fits the device";
   return {};
 }
 
 Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
                            const CoopTile& t, const CoopOptions& o, const MatmulEpilogue* e) {
-  const DType da = ctx.inputs[0].dtype, db = ctx.inputs[1].dtype;
-  if (!vector_dtype(da) || !vector_dtype(db)) {
+  const DType in_a = ctx.inputs[0].dtype, in_b = ctx.inputs[1].dtype;
+  if (!vector_dtype(in_a) || !vector_dtype(in_b)) {
     throw Error("matmul (cooperative): operands must be f32 or f16");
   }
   const int subgroups = t.subgroups();
@@ -183,6 +236,10 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   const int fm = t.wm / 16, fn = t.wn / 16;
   const int64_t col_tiles = (g.n + t.bn - 1) / t.bn, row_tiles = (g.m + t.bm - 1) / t.bm;
   const int64_t tiles = col_tiles * row_tiles;
+  // A is staged once per column tile, B once per row tile.
+  const bool pack_a = o.prepack && in_a == DType::f32;
+  const bool pack_b = o.prepack && in_b == DType::f32;
+  const DType da = pack_a ? DType::f16 : in_a, db = pack_b ? DType::f16 : in_b;
   const int64_t total = tiles * batch;
   const int64_t limit = ctx.device.max_group_count;
   const int64_t gx = std::min(total, limit), gy = (total + gx - 1) / gx;
@@ -322,6 +379,16 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   const std::string M = u32(g.m), N = u32(g.n);
   s += "  uint cbase = bz * " + u32(g.m * g.n) + ", scr = sg * 256u;\n";
   s += "  uint r = lane >> 1, c0 = (lane & 1u) * 8u;\n";
+  // Packed operands were scaled by 2^e (their exponent stored after the data): undo it.
+  auto exponent = [&](const std::string& name, int i, bool packed, bool vec) -> std::string {
+    if (!packed) return "0";
+    const uint64_t at = padded_halves(ctx.inputs[static_cast<size_t>(i)].numel());
+    if (vec) return "int(" + name + "8[" + u32(static_cast<int64_t>(at / 8)) + "].x)";
+    return "int(" + name + "_ldb(" + u32(static_cast<int64_t>(at)) + ") | (" + name + "_ldb(" +
+           u32(static_cast<int64_t>(at + 1)) + ") << 16))";
+  };
+  s += "  float sa = exp2(-float(" + exponent("A", 0, pack_a, vec_a) + ")), sb = exp2(-float(" +
+       exponent("B", 1, pack_b, vec_b) + "));\n";
   for (int i = 0; i < fm; ++i) {
     for (int j = 0; j < fn; ++j) {
       s += "  {\n    coopMatStoreNV(" + acc(i, j) + ", Cs, scr, 16u, false);\n";
@@ -330,7 +397,7 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
            " + c0;\n";
       s += "    if (gm < " + M + ") for (uint e = 0u; e < 8u; ++e) {\n";
       s += "      if (gn + e < " + N + ") C_st(cbase + gm * " + N +
-           " + gn + e, mm_epilogue(Cs[scr + r * 16u + c0 + e], bz, gm, gn + e));\n";
+           " + gn + e, mm_epilogue(Cs[scr + r * 16u + c0 + e] * sa * sb, bz, gm, gn + e));\n";
       s += "    }\n    subgroupBarrier();\n  }\n";
     }
   }
@@ -341,11 +408,37 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   k.glsl = std::move(s);
   k.workgroup = {threads, 1, 1};
   k.groups = {static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), 1};
-  k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
+  Lowering l;
+  int scratch = 0;
+  auto operand = [&](int i, bool packed) {
+    if (!packed) return ArgRef::input(i);
+    const uint64_t n = static_cast<uint64_t>(ctx.inputs[static_cast<size_t>(i)].numel());
+    const ArgRef to = ArgRef::scratch(scratch++), stats = ArgRef::scratch(scratch++);
+    l.scratch_bytes.push_back(padded_halves(n) * 2 + 16);
+    const uint64_t parts = std::min<uint64_t>(1024, (n + 4095) / 4096);
+    l.scratch_bytes.push_back(parts * 4);
+    KernelLaunch m;
+    m.name = "matmul_coop_absmax";
+    m.glsl = absmax_kernel(n, parts);
+    m.workgroup = {256, 1, 1};
+    m.groups = {static_cast<uint32_t>(parts), 1, 1};
+    m.bindings = {{ArgRef::input(i), false}, {stats, true}};
+    l.launches.push_back(std::move(m));
+    const glsl::Linear grid = glsl::linear_grid(n, ctx.device);
+    KernelLaunch c;
+    c.name = "matmul_coop_pack";
+    c.glsl = pack_kernel(n, parts);
+    c.workgroup = {grid.local, 1, 1};
+    c.groups = grid.groups;
+    c.bindings = {{ArgRef::input(i), false}, {to, true}, {stats, false}};
+    l.launches.push_back(std::move(c));
+    return to;
+  };
+  const ArgRef a_arg = operand(0, pack_a), b_arg = operand(1, pack_b);
+  k.bindings = {{a_arg, false}, {b_arg, false}, {ArgRef::output(), true}};
   if (e) {
     for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
   }
-  Lowering l;
   l.launches.push_back(std::move(k));
   return l;
 }

@@ -29,6 +29,11 @@ std::span<const CoopTile> coop_tiles();
 struct CoopOptions {
   int stages = 1;       // shared-memory buffers (2: one barrier per K step)
   bool swizzle = true;  // neighbouring workgroups share B column tiles (L2 reuse)
+  // f32 operands are first converted to f16 in scratch buffers, scaled by a power of two
+  // chosen from their largest magnitude (two launches each: max, then pack); the matmul then
+  // moves half the bytes, converts nothing, and keeps the precision of operands far from 1
+  // (f16 alone would flush the small activations and gradients of deep networks to zero).
+  bool prepack = true;
 };
 
 // Shared memory one workgroup of `t` needs with these options.
@@ -52,7 +57,10 @@ CoopOptions coop_options_for(const CoopTile& t, const MatmulGeometry& g, const D
 Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
                            const CoopTile& t, const CoopOptions& o, const MatmulEpilogue* e);
 
-// The threshold (multiply-adds M·N·K per batch) below which the scalar kernel is used.
-inline constexpr int64_t kCoopMinMacs = int64_t{1} << 18;
+// Thresholds below which the scalar kernel is used, from H200 measurements (docs/perf.md):
+// multiply-adds M·N·K per batch, and outputs M·N per batch (a 64×64×4096 product has one
+// workgroup of work and runs faster on the scalar kernel).
+inline constexpr int64_t kCoopMinMacs = int64_t{1} << 24;
+inline constexpr int64_t kCoopMinOutputs = int64_t{1} << 16;
 
 }  // namespace mn::codegen

@@ -24,10 +24,12 @@ struct Case {
   Shape a, b;
   bool ta = false, tb = false;
   DType dtype = DType::f32;
+  double scale = 1;  // of the operands' values
 };
 
 // Ragged rows, columns and K steps on every tile; vector loads (contiguous extents multiple of
-// 8) in the first and third, scalar loads and a broadcast batch in the second.
+// 8) in the first and third, scalar loads and a broadcast batch in the second, tiny values in
+// the last.
 std::vector<Case> cases(const codegen::CoopTile& t, bool f16) {
   const int64_t m = t.bm + t.bm / 2 + 3, n = t.bn + 8, k = 88;
   std::vector<Case> c;
@@ -35,6 +37,9 @@ std::vector<Case> cases(const codegen::CoopTile& t, bool f16) {
   const int64_t m2 = t.bm - 3, n2 = t.bn + 5, k2 = 45;
   c.push_back({"tt_scalar_batch", {2, k2, m2}, {n2, k2}, true, true, DType::f32});
   if (f16) c.push_back({"nt_f16", {m, k}, {n, k}, false, true, DType::f16});
+  // Magnitudes of deep-network activations and gradients, below f16's normal range: right
+  // only when the packed operands are scaled (exactly, by powers of two).
+  c.push_back({"nn_tiny", {m, k}, {k, n}, false, false, DType::f32, std::ldexp(1.0, -30)});
   return c;
 }
 
@@ -82,15 +87,23 @@ uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 double run_case(vk::Device& dev, const Case& c, const Built& b, const codegen::Lowering& low,
                 const codegen::DeviceTraits& t) {
   const Node& n = b.graph.node(b.node);
-  const auto av = values(static_cast<size_t>(b.types[0].numel()), 1);
-  const auto bv = values(static_cast<size_t>(b.types[1].numel()), 2);
+  auto av = values(static_cast<size_t>(b.types[0].numel()), 1);
+  auto bv = values(static_cast<size_t>(b.types[1].numel()), 2);
+  for (auto& v : av) v *= c.scale;
+  for (auto& v : bv) v *= c.scale;
   const uint64_t align =
       std::max<uint64_t>(256, dev.capabilities().buffers.min_storage_buffer_offset_alignment);
   const uint64_t a_bytes = av.size() * dtype_size(c.dtype),
                  b_bytes = bv.size() * dtype_size(c.dtype);
   const uint64_t c_bytes = static_cast<uint64_t>(n.type.numel()) * dtype_size(n.type.dtype);
   const uint64_t b_at = round_up(a_bytes, align), c_at = b_at + round_up(b_bytes, align);
-  vk::Arena arena(dev, c_at + round_up(c_bytes, align));
+  std::vector<std::pair<uint64_t, uint64_t>> scratch;  // offset, bytes
+  uint64_t end = c_at + round_up(c_bytes, align);
+  for (uint64_t bytes : low.scratch_bytes) {
+    scratch.emplace_back(end, std::max<uint64_t>(bytes, 4));
+    end += round_up(std::max<uint64_t>(bytes, 4), align);
+  }
+  vk::Arena arena(dev, end);
   std::vector<std::byte> bytes(a_bytes);
   encode(std::span<const double>(av), c.dtype, bytes);
   arena.write(0, bytes);
@@ -101,21 +114,37 @@ double run_case(vk::Device& dev, const Case& c, const Built& b, const codegen::L
   codegen::CompileOptions co;
   co.target = codegen::target_env_for(dev.capabilities().api_version);
   co.coop_khr = t.coop_khr;
-  const codegen::KernelLaunch& k = low.launches.at(0);
-  co.name = k.name;
-  vk::KernelInterface ki;
-  ki.buffer_count = static_cast<uint32_t>(k.bindings.size());
-  ki.workgroup_size = k.workgroup;
-  vk::Pipeline pipeline(dev, codegen::compile_glsl(k.glsl, co), ki, k.name);
+  std::vector<std::unique_ptr<vk::Pipeline>> pipelines;
   vk::Recording rec(dev, {false, "coop self-test"});
-  vk::Dispatch d;
-  d.pipeline = &pipeline;
-  d.buffers = {{arena.range(0, a_bytes), vk::Access::read},
-               {arena.range(b_at, b_bytes), vk::Access::read},
-               {arena.range(c_at, c_bytes), vk::Access::read_write}};
-  d.groups = k.groups;
-  d.label = k.name;
-  rec.dispatch(std::move(d));
+  for (const codegen::KernelLaunch& k : low.launches) {
+    co.name = k.name;
+    vk::KernelInterface ki;
+    ki.buffer_count = static_cast<uint32_t>(k.bindings.size());
+    ki.workgroup_size = k.workgroup;
+    pipelines.push_back(
+        std::make_unique<vk::Pipeline>(dev, codegen::compile_glsl(k.glsl, co), ki, k.name));
+    vk::Dispatch d;
+    d.pipeline = pipelines.back().get();
+    for (const codegen::KernelBinding& kb : k.bindings) {
+      std::pair<uint64_t, uint64_t> at;
+      switch (kb.arg.kind) {
+        case codegen::ArgRef::Kind::input:
+          at = kb.arg.index == 0 ? std::pair{uint64_t{0}, a_bytes} : std::pair{b_at, b_bytes};
+          break;
+        case codegen::ArgRef::Kind::output:
+          at = {c_at, c_bytes};
+          break;
+        case codegen::ArgRef::Kind::scratch:
+          at = scratch.at(static_cast<size_t>(kb.arg.index));
+          break;
+      }
+      d.buffers.push_back({arena.range(at.first, at.second),
+                           kb.written ? vk::Access::read_write : vk::Access::read});
+    }
+    d.groups = k.groups;
+    d.label = k.name;
+    rec.dispatch(std::move(d));
+  }
   rec.run();
   std::vector<std::byte> out(c_bytes);
   arena.read(c_at, out);

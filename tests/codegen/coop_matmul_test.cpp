@@ -79,12 +79,18 @@ TEST(CoopMatmul, CompilesForEveryTileLayoutDtypeAndStaging) {
         CoopOptions o;
         o.stages = aligned ? 2 : 1;
         const Lowering l = lower_matmul_coop(ctx, g, 1, tile, o, nullptr);
-        ASSERT_EQ(l.launches.size(), 1u);
-        EXPECT_EQ(l.launches[0].name, std::string("matmul_coop_") + tile.name);
-        EXPECT_EQ(l.launches[0].workgroup[0], static_cast<uint32_t>(tile.subgroups() * 32));
-        const bool vec = aligned;
-        EXPECT_EQ(l.launches[0].glsl.find("A_ld(") == std::string::npos, vec);
-        const auto spirv = compile_glsl(l.launches[0].glsl, co);
+        // f32 operands are scaled and packed to f16 first (two launches each).
+        ASSERT_EQ(l.launches.size(), aligned ? 5u : 1u);
+        const KernelLaunch& kl = l.launches.back();
+        EXPECT_EQ(kl.name, std::string("matmul_coop_") + tile.name);
+        EXPECT_EQ(kl.workgroup[0], static_cast<uint32_t>(tile.subgroups() * 32));
+        EXPECT_EQ(kl.bindings[0].arg, aligned ? ArgRef::scratch(0) : ArgRef::input(0));
+        // Vector loads where the contiguous extent is a multiple of 8, scalar ones otherwise.
+        EXPECT_EQ(kl.glsl.find("A_ld(") == std::string::npos, aligned);
+        for (size_t p = 0; p + 1 < l.launches.size(); ++p) {
+          EXPECT_NO_THROW(compile_glsl(l.launches[p].glsl, co));
+        }
+        const auto spirv = compile_glsl(kl.glsl, co);
         ASSERT_TRUE(uses_nv_cooperative_matrix(spirv));
         const auto khr = rewrite_nv_coop_to_khr(spirv);
         EXPECT_FALSE(uses_nv_cooperative_matrix(khr));
@@ -103,12 +109,30 @@ TEST(CoopMatmul, EpilogueOperandsAndBatchesCompile) {
   e.body = "return max(acc + bias_ld(n), 0.0);";
   e.extra = {ArgRef::input(2)};
   const Lowering l = lower_matmul_coop(ctx, g, 3, coop_tiles()[0], CoopOptions{}, &e);
-  ASSERT_EQ(l.launches[0].bindings.size(), 4u);
-  EXPECT_EQ(l.launches[0].bindings[3].arg, ArgRef::input(2));
-  EXPECT_NE(l.launches[0].glsl.find("mm_epilogue(Cs["), std::string::npos);
-  EXPECT_NO_THROW(compile_glsl(l.launches[0].glsl, CompileOptions{}));
+  // A and B: largest magnitude, then scaled f16 copies (the exponent in 16 bytes after the
+  // data); then the product.
+  ASSERT_EQ(l.launches.size(), 5u);
+  EXPECT_EQ(l.launches[0].name, "matmul_coop_absmax");
+  EXPECT_EQ(l.launches[1].name, "matmul_coop_pack");
+  ASSERT_EQ(l.scratch_bytes.size(), 4u);
+  EXPECT_EQ(l.scratch_bytes[0], 3u * 200 * 64 * 2 + 16);
+  EXPECT_EQ(l.scratch_bytes[2], 64u * 136 * 2 + 16);
+  for (size_t p = 0; p + 1 < l.launches.size(); ++p) {
+    EXPECT_NO_THROW(compile_glsl(l.launches[p].glsl, CompileOptions{}));
+  }
+  const KernelLaunch& k = l.launches.back();
+  ASSERT_EQ(k.bindings.size(), 4u);
+  EXPECT_EQ(k.bindings[0].arg, ArgRef::scratch(0));
+  EXPECT_EQ(k.bindings[1].arg, ArgRef::scratch(2));
+  EXPECT_NE(k.glsl.find("* sa * sb"), std::string::npos);
+  EXPECT_EQ(k.bindings[3].arg, ArgRef::input(2));
+  EXPECT_NE(k.glsl.find("mm_epilogue(Cs["), std::string::npos);
+  EXPECT_NO_THROW(compile_glsl(k.glsl, CompileOptions{}));
   // 3 batches × 4 row tiles × 3 column tiles of 64×64.
-  EXPECT_EQ(l.launches[0].groups[0] * l.launches[0].groups[1], 36u);
+  EXPECT_EQ(k.groups[0] * k.groups[1], 36u);
+  CoopOptions unpacked;
+  unpacked.prepack = false;
+  EXPECT_EQ(lower_matmul_coop(ctx, g, 3, coop_tiles()[0], unpacked, &e).launches.size(), 1u);
 }
 
 TEST(CoopMatmul, TileChoiceFollowsShapeAndDevice) {
@@ -151,8 +175,9 @@ TEST(CoopMatmul, UsedOnlyWhenEnabledAndWorthwhile) {
   const LowerFn* fn = find_lowering("matmul");
   ASSERT_NE(fn, nullptr);
   auto big = matmul_node({1024, 512}, {512, 1024}, false, false);
+  auto one_tile = matmul_node({64, 4096}, {4096, 64}, false, false);  // M·N below 2^16
   // 256 groups of 64×64 fill 132 multiprocessors; 64 of 128×128 would not.
-  EXPECT_EQ((*fn)(big->ctx(t)).launches[0].name, "matmul_coop_s");
+  EXPECT_EQ((*fn)(big->ctx(t)).launches.back().name, "matmul_coop_s");
   EXPECT_EQ(coop_rejection(big->ctx(t), geometry(big->ctx(t)), 1), "");
 
   auto reason = [&](const Mm& mm, const DeviceTraits& d) {
@@ -161,12 +186,13 @@ TEST(CoopMatmul, UsedOnlyWhenEnabledAndWorthwhile) {
   DeviceTraits off = t;
   off.coop = false;
   EXPECT_NE(reason(*big, off), "");
-  EXPECT_EQ((*fn)(big->ctx(off)).launches[0].name, "matmul_64x64");
+  EXPECT_EQ((*fn)(big->ctx(off)).launches.back().name, "matmul_64x64");
   DeviceTraits wide = t;
   wide.subgroup_size = 64;
   EXPECT_NE(reason(*big, wide), "");
   auto bf16 = matmul_node({1024, 512}, {512, 1024}, false, false, DType::bf16);
   EXPECT_NE(reason(*bf16, t), "");
+  EXPECT_NE(reason(*one_tile, t), "");
   auto tiny = matmul_node({32, 32}, {32, 32}, false, false);  // below the threshold
   EXPECT_NE(reason(*tiny, t), "");
   EXPECT_EQ((*fn)(tiny->ctx(t)).launches[0].name, "matmul_16x16");

@@ -1,8 +1,11 @@
 // When cooperative matrices are used: reported configurations, the capability table, the
 // MN_DISABLE_COOP / MN_COOP overrides, the self-test cache (through an injected self-test),
 // and the fallback on a device without them (lavapipe in CI).
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <memory>
 
 #include <gtest/gtest.h>
 
@@ -11,8 +14,15 @@
 #include <meganeura/ops.h>
 #include <meganeura/session.h>
 
+#include "codegen/lower_matmul_coop.h"
+#include "codegen/shader_compiler.h"
 #include "runtime/coop_support.h"
+#include "runtime/device_pool.h"
+#include "runtime/host_tensor.h"
 #include "runtime/plan_options.h"
+#include "vulkan/arena.h"
+#include "vulkan/pipeline.h"
+#include "vulkan/recording.h"
 
 namespace mn::runtime {
 namespace {
@@ -194,3 +204,76 @@ TEST(CoopSupport, DeviceWithoutCooperativeMatricesFallsBack) {
 
 }  // namespace
 }  // namespace mn::runtime
+
+namespace mn::codegen {
+namespace {
+
+// The launches before the product (largest magnitude, scaled f16 packing) are plain compute
+// kernels: run them on the test device and check the packed operand bit for bit.
+TEST(CoopPack, ScaledF16CopyOnDevice) {
+  auto dev = runtime::shared_device("", std::nullopt);
+  Graph g;
+  Tensor a = g.input("a", {40, 24});
+  Tensor b = g.input("b", {24, 72});
+  Tensor c = matmul(a, b);
+  g.output("c", c);
+  const std::vector<TensorType> types{g.node(a.id()).type, g.node(b.id()).type};
+  DeviceTraits t;
+  t.coop = true;
+  const LowerContext ctx{g.node(c.id()), types, t};
+  const Lowering l =
+      lower_matmul_coop(ctx, geometry(ctx), 1, coop_tiles()[0], CoopOptions{}, nullptr);
+  ASSERT_EQ(l.launches.size(), 5u);
+
+  // A holds tiny values (a deep layer's activations): its largest magnitude 3e-6 lies in
+  // [2^-19, 2^-18), so e = 15 + 18 = 33 and the packed values are x·2^33 rounded to f16.
+  const size_t n = 40 * 24;
+  std::vector<float> av(n);
+  for (size_t i = 0; i < n; ++i) av[i] = 3e-6f * (static_cast<float>(i % 13) - 6.0f) / 6.0f;
+  const uint64_t packed = l.scratch_bytes[0], parts = l.scratch_bytes[1];
+  const uint64_t align = 256, in_bytes = n * 4;
+  const uint64_t at_packed = (in_bytes + align - 1) / align * align;
+  const uint64_t at_parts = at_packed + (packed + align - 1) / align * align;
+  vk::Arena arena(*dev, at_parts + (parts + align - 1) / align * align);
+  arena.write(0, std::as_bytes(std::span(av)));
+  CompileOptions co;
+  co.target = target_env_for(dev->capabilities().api_version);
+  std::vector<std::unique_ptr<vk::Pipeline>> pipelines;
+  vk::Recording rec(*dev, {false, "pack test"});
+  for (size_t p = 0; p < 2; ++p) {
+    const KernelLaunch& k = l.launches[p];
+    vk::KernelInterface ki;
+    ki.buffer_count = static_cast<uint32_t>(k.bindings.size());
+    ki.workgroup_size = k.workgroup;
+    pipelines.push_back(std::make_unique<vk::Pipeline>(*dev, compile_glsl(k.glsl, co), ki, k.name));
+    vk::Dispatch d;
+    d.pipeline = pipelines.back().get();
+    for (const KernelBinding& kb : k.bindings) {
+      std::pair<uint64_t, uint64_t> r{0, in_bytes};
+      if (kb.arg == ArgRef::scratch(0)) r = {at_packed, packed};
+      if (kb.arg == ArgRef::scratch(1)) r = {at_parts, parts};
+      d.buffers.push_back(
+          {arena.range(r.first, r.second), kb.written ? vk::Access::read_write : vk::Access::read});
+    }
+    d.groups = k.groups;
+    d.label = k.name;
+    rec.dispatch(std::move(d));
+  }
+  rec.run();
+  dev->check_validation("pack test");
+  std::vector<std::byte> out(packed);
+  arena.read(at_packed, out);
+  const auto halves = runtime::decode(std::span(out).first(n * 2), DType::f16, n);
+  std::vector<double> expect(n);
+  for (size_t i = 0; i < n; ++i) expect[i] = std::ldexp(static_cast<double>(av[i]), 33);
+  std::vector<std::byte> rounded(n * 2);
+  runtime::encode(std::span<const double>(expect), DType::f16, rounded);
+  EXPECT_EQ(std::memcmp(rounded.data(), out.data(), n * 2), 0);
+  EXPECT_NEAR(halves[6], 0.0, 0.0);
+  int32_t e = 0;
+  std::memcpy(&e, out.data() + (n + 7) / 8 * 16, 4);
+  EXPECT_EQ(e, 33);
+}
+
+}  // namespace
+}  // namespace mn::codegen
