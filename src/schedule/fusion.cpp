@@ -486,21 +486,13 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
     }
   }
 
-  std::vector<KernelGroup> out;
-  std::map<int, std::vector<int>, std::greater<>> levels;
-  for (int x : order) {
-    if (height[x] >= 0) {
-      levels[height[x]].push_back(x);
-    } else {
-      out.push_back(b.finish(x));
-    }
-  }
+  // Independent pointwise groups in launches over concatenated index ranges.
   constexpr size_t kMaxSegments = 64;  // each thread tests its range against every segment's
-  for (const auto& [h, members] : levels) {
+  auto merge_into = [&](const std::vector<int>& members, std::vector<KernelGroup>& dest) {
     KernelGroup merged;
     auto flush = [&] {
       if (merged.segments.empty()) return;
-      out.push_back(std::move(merged));
+      dest.push_back(std::move(merged));
       merged = KernelGroup{};
     };
     for (int x : members) {
@@ -522,7 +514,35 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
       merged.segments.push_back(std::move(k.segments.front()));
     }
     flush();
+  };
+
+  // Small pointwise groups that read only sources (bias corrections of the step count, rotary
+  // tables) depend on nothing computed: they run together, first. The size bound keeps large
+  // values from living through the whole step.
+  constexpr int64_t kHoistElements = 65536;
+  auto hoistable = [&](int x) {
+    if (!options.horizontal || b.groups[x].kind != KernelGroup::Kind::pointwise) return false;
+    const KernelGroup k = b.finish(x);
+    return std::all_of(k.inputs.begin(), k.inputs.end(),
+                       [&](NodeId i) { return is_source(g.node(i).op_name()); }) &&
+           std::all_of(k.outputs.begin(), k.outputs.end(),
+                       [&](NodeId o) { return g.node(o).type.numel() <= kHoistElements; });
+  };
+  std::vector<KernelGroup> out, body;
+  std::vector<int> hoisted;
+  std::map<int, std::vector<int>, std::greater<>> levels;
+  for (int x : order) {
+    if (height[x] >= 0) {
+      levels[height[x]].push_back(x);
+    } else if (hoistable(x)) {
+      hoisted.push_back(x);
+    } else {
+      body.push_back(b.finish(x));
+    }
   }
+  merge_into(hoisted, out);
+  out.insert(out.end(), std::make_move_iterator(body.begin()), std::make_move_iterator(body.end()));
+  for (const auto& [h, members] : levels) merge_into(members, out);
   // A lone pointwise op keeps its own lowering (several elements per thread on large tensors).
   for (KernelGroup& k : out) {
     if (k.kind == KernelGroup::Kind::pointwise && k.nodes.size() == 1) {

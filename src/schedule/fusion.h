@@ -22,6 +22,8 @@
 //    of the step — the optimizer update of every parameter, whose values only feed assignments,
 //    outputs and other such groups — merge into one launch per level over concatenated index
 //    ranges, as far as the device's binding limit allows.
+//    Small pointwise groups reading only sources (bias corrections of the step count, rotary
+//    tables) likewise share one launch, at the start of the step.
 //  - matmul_epilogue: a matmul whose only consumer is a single-segment, single-output pointwise
 //    group over the matmul's output shape (bias, activation, residual or gradient-accumulation
 //    add, scaling): the group is evaluated in the matmul's store (codegen/matmul_epilogue.h).

@@ -180,6 +180,27 @@ TEST(Fusion, KernelsStayWithinTheBindingLimit) {
   for (const KernelGroup& k : groups) EXPECT_LE(k.inputs.size() + k.outputs.size(), 32u);
 }
 
+// Scalars of the step count read by several kernels (Adam's bias corrections once the
+// optimizer shares them): computed once, both in the first launch.
+TEST(Fusion, SourceOnlyScalarsRunTogetherFirst) {
+  Graph g;
+  Tensor step = g.input("step", {});
+  Tensor x = g.input("x", {4, 8});
+  Tensor w1 = g.parameter("w1", {8, 16});
+  Tensor w2 = g.parameter("w2", {8, 16});
+  Tensor a = 1.0 - pow(g.scalar(0.9), step);
+  Tensor c = sqrt(1.0 - pow(g.scalar(0.99), step));
+  g.output("y1", matmul(x, w1) * a);
+  g.output("y2", matmul(x, w2) / c);
+  g.output("y3", matmul(x, w2) * a + c);
+  auto groups = fused(g);
+  ASSERT_EQ(groups.size(), 4u);
+  EXPECT_EQ(groups[0].kind, KernelGroup::Kind::pointwise);
+  EXPECT_EQ(groups[0].segments.size(), 2u);
+  EXPECT_EQ(groups[0].outputs, (std::vector<NodeId>{a.id(), c.id()}));
+  EXPECT_EQ(count_kind(groups, KernelGroup::Kind::matmul_epilogue), 3u);
+}
+
 TEST(Fusion, UnfusedOptionsKeepOneKernelPerNode) {
   Graph g;
   Tensor x = g.input("x", {4, 8});
