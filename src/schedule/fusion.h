@@ -24,9 +24,11 @@
 //    ranges, as far as the device's binding limit allows.
 //    Small pointwise groups reading only sources (bias corrections of the step count, rotary
 //    tables) likewise share one launch, at the start of the step.
-//  - matmul_epilogue: a matmul whose only consumer is a single-segment, single-output pointwise
-//    group over the matmul's output shape (bias, activation, residual or gradient-accumulation
-//    add, scaling): the group is evaluated in the matmul's store (codegen/matmul_epilogue.h).
+//  - matmul_epilogue: a matmul (not itself needed outside) all of whose consumers are in one
+//    single-segment pointwise group over the matmul's output shape (bias, activation, residual
+//    or gradient-accumulation add, scaling, a whole optimizer update): the group is evaluated
+//    in the matmul's store (codegen/matmul_epilogue.h); its first output leaves through the
+//    matmul's own store, the others are stored by the epilogue at the same element.
 //  - reduction: a sum/mean/max/min/sum_to with a prologue, the pointwise group computing its
 //    operand when that operand is the group's only output and read by nothing else (sum(x * x):
 //    evaluated in the reduction's loads, never stored), and/or an epilogue, the single-output
