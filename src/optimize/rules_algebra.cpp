@@ -279,6 +279,25 @@ void view_rules(RuleSet& rs) {
              });
     }
   }
+  // (op(A)·op(B))ᵀ = op(B)ᵀ·op(A)ᵀ: a transposed product is the swapped product with flipped
+  // flags, and the transpose copy disappears.
+  for (const char* tr : perms) {
+    Pattern p;
+    const AttrVar am = p.attr_var("m"), at = p.attr_var("t");
+    p.op(rs.op(tr), {p.op(rs.op("matmul"), {p.var("a"), p.var("b")}, AttrMatch::bind(am))},
+         AttrMatch::bind(at));
+    const Var va = p.var_of("a"), vb = p.var_of("b");
+    const OpId ot = rs.op(tr);
+    rs.add(
+        std::string(tr) + "-matmul", std::move(p),
+        [va, vb, am, at, ot](TensorEGraph& t, Id e, const Subst& s) {
+          auto perm = perm_of(t, ot, s[at], t.type(e).rank());
+          if (!perm || !swaps_last_two(*perm)) return no_id;
+          if (t.type(s[va]).rank() < 2 || t.type(s[vb]).rank() < 2) return no_id;
+          const MatmulAttrs& m = t.attrs_as<MatmulAttrs>(s[am]);
+          return typed(t, "matmul", MatmulAttrs{!m.transpose_b, !m.transpose_a}, {s[vb], s[va]}, e);
+        });
+  }
 }
 
 // Elementwise binary ops broadcast their operands themselves.
@@ -349,6 +368,17 @@ void constant_rules(RuleSet& rs) {
     rs.add("neg-mul-constant", std::move(p),
            [vx, vc, known](TensorEGraph& t, Id e, const Subst& s) {
              if (!known(t, s[vc]) || t.egraph().find(s[vx]) == t.egraph().find(e)) return no_id;
+             auto k = t.try_add("neg", {}, {s[vc]});
+             return k ? typed(t, "mul", {}, {s[vx], *k}, e) : no_id;
+           });
+  }
+  {  // (-x) · c = x · (-c)
+    Pattern p;
+    p.op(rs.op("mul"), {p.op(rs.op("neg"), {p.var("x")}), p.var("c")});
+    const Var vx = p.var_of("x"), vc = p.var_of("c");
+    rs.add("mul-neg-constant", std::move(p),
+           [vx, vc, known](TensorEGraph& t, Id e, const Subst& s) {
+             if (!known(t, s[vc]) || known(t, s[vx])) return no_id;
              auto k = t.try_add("neg", {}, {s[vc]});
              return k ? typed(t, "mul", {}, {s[vx], *k}, e) : no_id;
            });

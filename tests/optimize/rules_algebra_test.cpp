@@ -485,6 +485,28 @@ TEST(AlgebraRules, FamilyMembers) {
          2, "add"});
 }
 
+TEST(AlgebraRules, TransposedProductsAndNegatedFactors) {
+  check({"transpose-matmul",
+         [](Graph& g, auto& rng) {
+           std::uniform_int_distribution<int64_t> d(1, 5);
+           Shape batch = random_shape(rng, 0, 1, 1, 3);
+           Shape a = batch, b = batch;
+           const int64_t m = d(rng), k = d(rng), n = d(rng);
+           a.insert(a.end(), {m, k});
+           b.insert(b.end(), {n, k});
+           const bool tb = std::uniform_int_distribution<int>(0, 1)(rng) == 1;
+           if (!tb) std::swap(b[b.size() - 2], b[b.size() - 1]);
+           Tensor p = op("matmul", MatmulAttrs{false, tb}, {g.input("a", a), g.input("b", b)});
+           return op("transpose", TransposeAttrs{-2, -1}, {p});
+         },
+         2, "matmul", "transpose"});
+  check({"mul-neg-constant",
+         [](Graph& g, auto& rng) {
+           return op("mul", {}, {op("neg", {}, {input(g, rng)}), g.scalar(0.5)});
+         },
+         2, "mul", "neg"});
+}
+
 TEST(AlgebraRules, DivisionByNonPowerOfTwoStays) {
   Graph g;
   Tensor x = g.input("x", {4});
