@@ -1,6 +1,7 @@
 #include "optimize/rules_algebra.h"
 
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -26,15 +27,16 @@ class RuleSet {
 
   // Builds `lhs` => whatever `build` returns (no_id: nothing), merged only when it has the
   // matched class's type.
-  template <class Build>
+  using Build = std::function<Id(TensorEGraph&, Id eclass, const Subst&)>;
   void add(std::string name, Pattern lhs, Build build) {
     TensorEGraph* t = &t_;
-    rules_.push_back(Rewrite::dynamic(std::move(name), std::move(lhs),
-                                      [t, build](EGraph&, Id eclass, const Subst& s) -> Id {
-                                        const Id r = build(*t, eclass, s);
-                                        if (r == no_id || !t->same_type(r, eclass)) return no_id;
-                                        return r;
-                                      }));
+    rules_.push_back(
+        Rewrite::dynamic(std::move(name), std::move(lhs),
+                         [t, build = std::move(build)](EGraph&, Id eclass, const Subst& s) -> Id {
+                           const Id r = build(*t, eclass, s);
+                           if (r == no_id || !t->same_type(r, eclass)) return no_id;
+                           return r;
+                         }));
   }
   OpId op(const char* name) const { return t_.op(name); }
   std::vector<Rewrite> take() { return std::move(rules_); }
