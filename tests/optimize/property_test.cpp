@@ -3,10 +3,13 @@
 // evaluates like the original on the reference.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <random>
+#include <string>
 
 #include <meganeura/graph.h>
 
+#include "ir/ops/elementwise.h"
 #include "ir/ops/matmul.h"
 #include "ir/ops/reduce.h"
 #include "ir/ops/shape.h"
@@ -96,7 +99,7 @@ class RandomGraph {
     Tensor x = pool_[k];
     const bool c = constant_only_[k];
     const int r = x.rank();
-    switch (uniform(0, 11)) {
+    switch (uniform(0, 14)) {
       case 0: {  // bounded unary (transcendental only on input-dependent values: folding rounds)
         static const char* exact[] = {"neg", "abs", "relu"};
         static const char* smooth[] = {"tanh", "sigmoid"};
@@ -222,6 +225,30 @@ class RandomGraph {
         add(apply(coin() ? "add" : "mul", {}, {x, k}), c);
         return true;
       }
+      case 12: {  // gradient-style reductions: sum_to a suffix shape, squeeze unit axes
+        if (r == 0) return false;
+        if (coin()) {
+          Shape target(x.shape().begin() + uniform(0, r), x.shape().end());
+          add(apply("sum_to", SumToAttrs{target}, {x}), c);
+        } else {
+          add(apply("squeeze", SqueezeAttrs{}, {x}), c);
+        }
+        return true;
+      }
+      case 13: {  // masks: where(x > y, x, y) and comparisons against broadcasts
+        if (c) return false;
+        const size_t j = pick_index();
+        Tensor y = pool_[j];
+        Tensor mask = apply(coin() ? "gt" : "le", {}, {x, y});
+        add(apply("where", {}, {mask, x, y}), false);
+        return true;
+      }
+      case 14: {  // a round trip through f16 (not an identity: it rounds)
+        if (c) return false;
+        add(apply("cast", CastAttrs{DType::f32}, {apply("cast", CastAttrs{DType::f16}, {x})}),
+            false);
+        return true;
+      }
       default: {  // a constant-only chain: folding territory
         Tensor k = g_.constant(Array::full(shape(0, 2), dyadic()));
         Tensor k2 = apply("add", {}, {apply("mul", {}, {k, g_.scalar(dyadic())}), g_.scalar(1.0)});
@@ -241,10 +268,12 @@ class RandomGraph {
 TEST(OptimizeProperty, RandomGraphsEvaluateLikeTheOriginal) {
   constexpr int kGraphs = 400;
   size_t rewrites = 0, shrunk = 0;
+  std::map<std::string, size_t> ops;  // how often each op appears: the generator's coverage
   for (int i = 0; i < kGraphs; ++i) {
     RandomGraph rg(1000 + static_cast<uint64_t>(i));
     rg.build();
     const Graph& g = rg.graph();
+    for (const Node& n : g.nodes()) ++ops[std::string(n.op_name())];
     OptimizeResult r = optimize(g);
     ASSERT_NE(r.report.stop_reason, "") << i;
     // Small graphs saturate: a budget stop here means some rule pair grows without end.
@@ -254,6 +283,14 @@ TEST(OptimizeProperty, RandomGraphsEvaluateLikeTheOriginal) {
     auto rng = testing::rng_for("property" + std::to_string(i));
     const double err = testing::step_difference(g, r.graph, testing::random_feeds(g, rng));
     ASSERT_LE(err, 1e-9) << "graph " << i << "\n" << g.str() << "-> \n" << r.graph.str();
+  }
+  for (const char* op :
+       {"add",       "sub",     "mul",          "div",       "maximum",  "neg",
+        "abs",       "relu",    "tanh",         "sigmoid",   "exp",      "sum",
+        "mean",      "max",     "matmul",       "transpose", "permute",  "reshape",
+        "unsqueeze", "squeeze", "broadcast_to", "slice",     "concat",   "sum_to",
+        "where",     "gt",      "le",           "cast",      "constant", "state"}) {
+    EXPECT_GT(ops[op], 10u) << op;
   }
   // The graphs are full of removable identities: most must get smaller.
   EXPECT_GT(shrunk, kGraphs / 2);
