@@ -199,6 +199,7 @@ std::string coop_rejection(const LowerContext& ctx, const MatmulGeometry& g, int
   const DeviceTraits& d = ctx.device;
   if (!d.coop) return "the device has no usable cooperative matrices";
   if (d.subgroup_size != 32) return "subgroup size is not 32";
+  if (d.max_workgroup_invocations < 256) return "workgroups of 256 invocations needed";
   for (int i = 0; i < 2; ++i) {
     if (!vector_dtype(ctx.inputs[static_cast<size_t>(i)].dtype)) {
       return "operand dtype is neither f32 nor f16";

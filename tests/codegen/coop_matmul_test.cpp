@@ -67,24 +67,26 @@ TEST(CoopMatmul, CompilesForEveryTileLayoutDtypeAndStaging) {
   for (const CoopTile& tile : coop_tiles()) {
     for (int layout = 0; layout < 4; ++layout) {
       const bool ta = layout & 1, tb = layout & 2;
-      // Aligned f32 (vector loads, two stages) and ragged f16 (scalar loads, one stage).
-      for (bool aligned : {true, false}) {
+      // Aligned f32 (packed, vector loads, two stages), ragged f16 (scalar loads, one stage),
+      // ragged f32 (packed, scalar loads reading the scale exponent as raw halves).
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool aligned = variant == 0, packed = variant != 1;
         SCOPED_TRACE(std::string(tile.name) + " ta=" + std::to_string(ta) +
-                     " tb=" + std::to_string(tb) + " aligned=" + std::to_string(aligned));
+                     " tb=" + std::to_string(tb) + " variant=" + std::to_string(variant));
         const int64_t m = aligned ? 256 : 77, n = aligned ? 512 : 133, k = aligned ? 96 : 45;
         auto mm = matmul_node(ta ? Shape{k, m} : Shape{m, k}, tb ? Shape{n, k} : Shape{k, n}, ta,
-                              tb, aligned ? DType::f32 : DType::f16);
+                              tb, packed ? DType::f32 : DType::f16);
         const auto ctx = mm->ctx(t);
         const MatmulGeometry g = geometry(ctx);
         CoopOptions o;
         o.stages = aligned ? 2 : 1;
         const Lowering l = lower_matmul_coop(ctx, g, 1, tile, o, nullptr);
         // f32 operands are scaled and packed to f16 first (two launches each).
-        ASSERT_EQ(l.launches.size(), aligned ? 5u : 1u);
+        ASSERT_EQ(l.launches.size(), packed ? 5u : 1u);
         const KernelLaunch& kl = l.launches.back();
         EXPECT_EQ(kl.name, std::string("matmul_coop_") + tile.name);
         EXPECT_EQ(kl.workgroup[0], static_cast<uint32_t>(tile.subgroups() * 32));
-        EXPECT_EQ(kl.bindings[0].arg, aligned ? ArgRef::scratch(0) : ArgRef::input(0));
+        EXPECT_EQ(kl.bindings[0].arg, packed ? ArgRef::scratch(0) : ArgRef::input(0));
         // Vector loads where the contiguous extent is a multiple of 8, scalar ones otherwise.
         EXPECT_EQ(kl.glsl.find("A_ld(") == std::string::npos, aligned);
         for (size_t p = 0; p + 1 < l.launches.size(); ++p) {
