@@ -5,12 +5,15 @@
 //   conv2d_backward_weight: M = O/groups, N = C/groups·kh·kw, K = N·OH·OW (split across
 //                           workgroups when the weight alone is too small to fill the device)
 //   conv_transpose2d:       conv2d_backward_input of its attributes, plus bias.
+// 1×1 convolutions with unit stride, no padding and one group are matmuls instead
+// (lower_conv_matmul.cpp).
 // Indices are unsigned: a tap in the padding wraps to a huge value and fails the bounds check.
 #include <meganeura/error.h>
 
 #include "codegen/glsl.h"
 #include "codegen/kernel.h"
 #include "codegen/lower_conv_gemm.h"
+#include "codegen/lower_conv_matmul.h"
 #include "codegen/lower_families.h"
 #include "ir/ops/conv.h"
 
@@ -68,6 +71,7 @@ std::string split_position(const std::string& index, int64_t plane, int64_t widt
 }
 
 Lowering lower_conv2d(const LowerContext& ctx) {
+  if (auto l = conv1x1_forward(ctx)) return std::move(*l);
   const auto& a = ctx.node.attrs.as<Conv2dAttrs>();
   const Shape& w = ctx.inputs[1].shape;
   const ConvDims d = dims(a, ctx.inputs[0].shape, ctx.node.type.shape, w[2], w[3]);
@@ -157,6 +161,7 @@ Lowering lower_input_gradient(const LowerContext& ctx, const ConvDims& d, const 
 }
 
 Lowering lower_backward_input(const LowerContext& ctx) {
+  if (auto l = conv1x1_backward_input(ctx)) return std::move(*l);
   const auto& b = ctx.node.attrs.as<Conv2dBackwardInputAttrs>();
   const Shape& w = ctx.inputs[1].shape;
   return lower_input_gradient(ctx,
@@ -167,6 +172,7 @@ Lowering lower_backward_input(const LowerContext& ctx) {
 // conv_transpose2d(x, w) is the input gradient of the convolution whose output x is and whose
 // input the node's output is (weight layouts agree).
 Lowering lower_conv_transpose2d(const LowerContext& ctx) {
+  if (auto l = conv1x1_transpose(ctx)) return std::move(*l);
   const auto& t = ctx.node.attrs.as<ConvTranspose2dAttrs>();
   const Shape& w = ctx.inputs[1].shape;
   return lower_input_gradient(
@@ -174,6 +180,7 @@ Lowering lower_conv_transpose2d(const LowerContext& ctx) {
 }
 
 Lowering lower_backward_weight(const LowerContext& ctx) {
+  if (auto l = conv1x1_backward_weight(ctx)) return std::move(*l);
   const auto& bw = ctx.node.attrs.as<Conv2dBackwardWeightAttrs>();
   const ConvDims d =
       dims(bw.conv, ctx.inputs[0].shape, ctx.inputs[1].shape, bw.kernel_h, bw.kernel_w);

@@ -1,0 +1,199 @@
+// A 1×1 convolution's operands are matmul operands as they lie in memory: x[n] viewed as
+// [C, H·W] is contiguous, and so is w viewed as [O, C]. The lowering therefore lowers a matmul
+// node of those shapes (lower_matmul_fused picks GEMV, scalar tiled or cooperative-matrix
+// kernels) and maps its operand bindings back onto the convolution's inputs.
+#include "codegen/lower_conv_matmul.h"
+
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "codegen/glsl.h"
+#include "codegen/lower_matmul.h"
+#include "codegen/lower_matmul_coop.h"
+#include "codegen/matmul_epilogue.h"
+#include "ir/op_def.h"
+#include "ir/ops/conv.h"
+#include "ir/ops/matmul.h"
+
+namespace mn::codegen {
+
+namespace {
+
+std::string u(int64_t v) { return std::to_string(v) + "u"; }
+
+bool disabled() {
+  const char* v = std::getenv("MN_CONV_NO_MATMUL");
+  return v && std::string(v) != "0";
+}
+
+// One tap, no padding, unit stride, one group: output pixels are input pixels (dilation
+// has nothing to dilate).
+bool pointwise(const Conv2dAttrs& a, int64_t kh, int64_t kw) {
+  return kh == 1 && kw == 1 && a.stride_h == 1 && a.stride_w == 1 && a.pad_h == 0 && a.pad_w == 0 &&
+         a.groups == 1;
+}
+
+// An NCHW image as [batch, channels, H·W].
+struct Image {
+  int64_t batch = 1, channels = 0, h = 0, w = 0;
+  int64_t plane() const { return h * w; }
+};
+
+Image image(const Shape& s) {
+  Image im;
+  for (size_t i = 0; i + 3 < s.size(); ++i) im.batch *= s[i];
+  const size_t r = s.size();
+  im.channels = s[r - 3];
+  im.h = s[r - 2];
+  im.w = s[r - 1];
+  return im;
+}
+
+bool same_plane(const Image& a, const Image& b) { return a.h == b.h && a.w == b.w; }
+
+// lower_matmul_fused, except that a batch of products on a tensor-core device is judged by its
+// total size: the matmul thresholds (kCoopMinOutputs, the short-K rule) count one batch entry,
+// which suits attention heads but not a convolution over 32 images, whose products are the
+// column blocks (forward, input gradient) or K blocks (weight gradient) of one product.
+Lowering lower(const LowerContext& mctx, const MatmulEpilogue* e) {
+  const MatmulGeometry g = geometry(mctx);
+  const int64_t batch = numel(g.out_batch);
+  const auto limit = static_cast<int64_t>(std::numeric_limits<uint32_t>::max());
+  const bool indexable =
+      batch * g.m * g.k <= limit && batch * g.k * g.n <= limit && batch * g.m * g.n <= limit;
+  if (batch > 1 && g.m >= 32 && g.n >= 32 && indexable) {
+    MatmulGeometry whole = g;
+    whole.n *= batch;
+    whole.a_batch = whole.b_batch = whole.out_batch = {};
+    const std::optional<int> tile = choose_coop_tile(g, batch, mctx.device);
+    if (tile && coop_rejection(mctx, whole, 1).empty()) {
+      glsl::require_storage(mctx);
+      const CoopTile& t = coop_tiles()[static_cast<size_t>(*tile)];
+      return lower_matmul_coop(mctx, g, batch, t, coop_options_for(t, g, mctx.device), e);
+    }
+  }
+  return lower_matmul_fused(mctx, e);
+}
+
+struct Operand {
+  int input;  // the convolution's input this matmul operand reads
+  Shape shape;
+  bool transposed;
+};
+
+// The lowering of `a · b` (with their transpose flags) into a tensor of `out` shape, its
+// bindings of matmul inputs 0 and 1 renamed to the convolution's inputs. The epilogue's own
+// operands must not be inputs 0 or 1 (it only reads a bias, input 2).
+Lowering as_matmul(const LowerContext& ctx, const Operand& a, const Operand& b, const Shape& out,
+                   DType out_dtype, const MatmulEpilogue* e) {
+  Node node;
+  node.op = find_op_def("matmul");
+  node.attrs = MatmulAttrs{a.transposed, b.transposed};
+  node.type = {out, out_dtype};
+  const std::vector<TensorType> in{{a.shape, ctx.inputs[static_cast<size_t>(a.input)].dtype},
+                                   {b.shape, ctx.inputs[static_cast<size_t>(b.input)].dtype}};
+  Lowering l = lower(LowerContext{node, in, ctx.device}, e);
+  for (KernelLaunch& k : l.launches) {
+    for (KernelBinding& bind : k.bindings) {
+      if (bind.arg.kind == ArgRef::Kind::input && bind.arg.index < 2) {
+        bind.arg.index = bind.arg.index == 0 ? a.input : b.input;
+      }
+    }
+  }
+  return l;
+}
+
+// Adds bias[m] (input 2, one per matmul row = output channel) to every stored value.
+MatmulEpilogue row_bias(const LowerContext& ctx) {
+  MatmulEpilogue e;
+  e.declarations = glsl::buffer(3, ctx.inputs[2].dtype, "Bias", true);
+  e.body = "  return acc + Bias_ld(m);\n";
+  e.extra = {ArgRef::input(2)};
+  return e;
+}
+
+// dx (or conv_transpose2d's output, with its bias) = wᵀ · gy per image; inputs (gy, w[, b]).
+Lowering input_gradient(const LowerContext& ctx, const Image& gy, const Image& dx) {
+  const Shape& w = ctx.inputs[1].shape;
+  const bool bias = ctx.inputs.size() == 3;
+  const MatmulEpilogue e = bias ? row_bias(ctx) : MatmulEpilogue{};
+  return as_matmul(ctx, {1, {w[0], w[1]}, true}, {0, {gy.batch, gy.channels, gy.plane()}, false},
+                   {dx.batch, dx.channels, dx.plane()}, ctx.node.type.dtype, bias ? &e : nullptr);
+}
+
+}  // namespace
+
+std::optional<Lowering> conv1x1_forward(const LowerContext& ctx) {
+  const auto& a = ctx.node.attrs.as<Conv2dAttrs>();
+  const Shape& w = ctx.inputs[1].shape;
+  const Image x = image(ctx.inputs[0].shape), y = image(ctx.node.type.shape);
+  if (disabled() || !pointwise(a, w[2], w[3]) || !same_plane(x, y)) return std::nullopt;
+  const bool bias = ctx.inputs.size() == 3;
+  const MatmulEpilogue e = bias ? row_bias(ctx) : MatmulEpilogue{};
+  return as_matmul(ctx, {1, {w[0], w[1]}, false}, {0, {x.batch, x.channels, x.plane()}, false},
+                   {y.batch, y.channels, y.plane()}, ctx.node.type.dtype, bias ? &e : nullptr);
+}
+
+std::optional<Lowering> conv1x1_backward_input(const LowerContext& ctx) {
+  const auto& b = ctx.node.attrs.as<Conv2dBackwardInputAttrs>();
+  const Shape& w = ctx.inputs[1].shape;
+  const Image gy = image(ctx.inputs[0].shape), dx = image(ctx.node.type.shape);
+  // A gy smaller than dx (allowed by the op) leaves pixels of dx without a product.
+  if (disabled() || !pointwise(b.conv, w[2], w[3]) || !same_plane(gy, dx)) return std::nullopt;
+  return input_gradient(ctx, gy, dx);
+}
+
+std::optional<Lowering> conv1x1_transpose(const LowerContext& ctx) {
+  const auto& t = ctx.node.attrs.as<ConvTranspose2dAttrs>();
+  const Shape& w = ctx.inputs[1].shape;
+  const Image x = image(ctx.inputs[0].shape), y = image(ctx.node.type.shape);
+  // output_padding grows the output past the input's pixels.
+  if (disabled() || !pointwise(t.conv, w[2], w[3]) || !same_plane(x, y)) return std::nullopt;
+  return input_gradient(ctx, x, y);
+}
+
+std::optional<Lowering> conv1x1_backward_weight(const LowerContext& ctx) {
+  const auto& b = ctx.node.attrs.as<Conv2dBackwardWeightAttrs>();
+  const Image x = image(ctx.inputs[0].shape), gy = image(ctx.inputs[1].shape);
+  if (disabled() || !pointwise(b.conv, b.kernel_h, b.kernel_w) || !same_plane(x, gy)) {
+    return std::nullopt;
+  }
+  const int64_t o = gy.channels, c = x.channels, hw = x.plane();
+  if (x.batch == 1) {
+    return as_matmul(ctx, {1, {o, hw}, false}, {0, {c, hw}, true}, {o, c}, ctx.node.type.dtype,
+                     nullptr);
+  }
+  // NCHW keeps each image's [C, H·W] contiguous but not the batch's [C, N·H·W]: one product
+  // per image into f32 scratch, then a deterministic sum over the images. Past 256 MiB of
+  // partial products the implicit GEMM (which sums inside its tiles) is used instead.
+  const int64_t per_image = o * c;
+  const auto bytes = static_cast<uint64_t>(x.batch * per_image) * 4;
+  if (bytes > (uint64_t{256} << 20)) return std::nullopt;
+  Lowering l = as_matmul(ctx, {1, {gy.batch, o, hw}, false}, {0, {x.batch, c, hw}, true},
+                         {x.batch, o, c}, DType::f32, nullptr);
+  const int part = static_cast<int>(l.scratch_bytes.size());
+  l.scratch_bytes.push_back(bytes);
+  for (KernelLaunch& k : l.launches) {
+    for (KernelBinding& bind : k.bindings) {
+      if (bind.arg == ArgRef::output()) bind.arg = ArgRef::scratch(part);
+    }
+  }
+  const std::string decl =
+      "layout(std430, set = 0, binding = 0) readonly buffer Buffer0 { float part[]; };\n" +
+      glsl::buffer(1, ctx.node.type.dtype, "DW", false);
+  const std::string body = "  float acc = 0.0;\n  for (uint b = 0u; b < " + u(x.batch) +
+                           "; ++b) acc += part[b * " + u(per_image) + " + i];\n  DW_st(i, acc);\n";
+  const glsl::Linear grid = glsl::linear_grid(static_cast<uint64_t>(per_image), ctx.device);
+  KernelLaunch sum;
+  sum.name = "conv1x1_weight_batch_sum";
+  sum.glsl = glsl::elementwise_kernel(decl, body, static_cast<uint64_t>(per_image));
+  sum.workgroup = {grid.local, 1, 1};
+  sum.groups = grid.groups;
+  sum.bindings = {{ArgRef::scratch(part), false}, {ArgRef::output(), true}};
+  l.launches.push_back(std::move(sum));
+  return l;
+}
+
+}  // namespace mn::codegen

@@ -1,0 +1,199 @@
+// 1×1 convolutions (unit stride, no padding, one group) run as matmuls
+// (src/codegen/lower_conv_matmul.cpp): forward with and without bias, the input and weight
+// gradients (one image, and several images summed), conv_transpose2d, against the CPU
+// reference; the matmul kernels are the ones recorded, and other convolutions keep the implicit
+// GEMM.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include <meganeura/autodiff.h>
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+#include <meganeura/reference.h>
+#include <meganeura/session.h>
+
+#include "codegen/kernel.h"
+#include "ir/ops/conv.h"
+#include "support/random_fill.h"
+
+namespace mn {
+namespace {
+
+struct Fixture {
+  Graph g;
+  reference::Feeds feeds;
+  std::vector<Tensor> wrt;
+  std::mt19937_64 rng;
+
+  explicit Fixture(const std::string& name) : rng(testing::rng_for("conv1x1-gpu/" + name)) {}
+
+  Tensor input(const std::string& name, const Shape& shape) {
+    Tensor t = g.input(name, shape);
+    feeds[name] = testing::random_array(rng, {shape, DType::f32}, -1.0, 1.0);
+    wrt.push_back(t);
+    return t;
+  }
+
+  // Outputs `y` and the gradients of sum(y · r) for a random r.
+  void finish(Tensor y) {
+    g.output("y", y);
+    Array r = testing::random_array(rng, y.type(), -1.0, 1.0);
+    auto gs = gradients(sum(y * g.constant(r)), wrt);
+    for (size_t i = 0; i < gs.size(); ++i) g.output("grad" + std::to_string(i), gs[i]);
+  }
+
+  // Runs one step, compares every output with the reference, and returns the kernel names.
+  std::vector<std::string> run_and_compare() {
+    SessionOptions so;
+    so.profile = true;
+    auto session = build_session(g, so);
+    for (const auto& [name, value] : feeds) session->set(name, value);
+    session->step();
+    for (const auto& [name, expected] : reference::evaluate(g, feeds)) {
+      SCOPED_TRACE(name);
+      Array got = session->get(name);
+      EXPECT_EQ(got.shape, expected.shape);
+      if (got.shape == expected.shape) EXPECT_LE(testing::relative_error(got, expected), 2e-5);
+    }
+    std::vector<std::string> names;
+    for (const auto& k : session->profile()) names.push_back(k.name);
+    return names;
+  }
+};
+
+int count(const std::vector<std::string>& names, const std::string& part) {
+  int n = 0;
+  for (const auto& s : names) n += s.find(part) != std::string::npos;
+  return n;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+  std::string s;
+  for (const auto& n : names) s += n + " ";
+  return s;
+}
+
+// Forward with bias and both gradients over a batch of 2, Cin ≠ Cout, a non-square image; no
+// implicit-GEMM kernel runs (the bias gradient is a reduction).
+TEST(Conv1x1Gpu, BatchedWithBiasAndGradients) {
+  Fixture f("batched");
+  Tensor x = f.input("x", {2, 6, 5, 7});
+  Tensor w = f.input("w", {10, 6, 1, 1});
+  Tensor b = f.input("b", {10});
+  f.finish(conv2d(x, w, b));
+  const auto names = f.run_and_compare();
+  EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);
+  EXPECT_EQ(count(names, "conv1x1_weight_batch_sum"), 1) << joined(names);
+  // forward, input gradient, weight gradient (batched product)
+  EXPECT_GE(count(names, "matmul"), 3) << joined(names);
+}
+
+// One image, no bias: the weight gradient is a single product (no batch sum), and the shapes
+// fill 64×64 tiles (M = 96, N = 72 forward) with ragged edges.
+TEST(Conv1x1Gpu, SingleImageWideTiles) {
+  Fixture f("single");
+  Tensor x = f.input("x", {1, 80, 9, 8});
+  Tensor w = f.input("w", {96, 80, 1, 1});
+  f.finish(conv2d(x, w));
+  const auto names = f.run_and_compare();
+  EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);
+  EXPECT_EQ(count(names, "conv1x1_weight_batch_sum"), 0) << joined(names);
+  EXPECT_GE(count(names, "matmul"), 3) << joined(names);
+}
+
+// Unbatched input, two leading batch axes, and one output channel (a matrix-vector product).
+TEST(Conv1x1Gpu, BatchAxesAndSingleChannel) {
+  {
+    Fixture f("unbatched");
+    Tensor x = f.input("x", {5, 3, 4});
+    Tensor w = f.input("w", {7, 5, 1, 1});
+    Tensor b = f.input("b", {7});
+    f.finish(conv2d(x, w, b));
+    const auto names = f.run_and_compare();
+    EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);
+  }
+  {
+    Fixture f("two-axes");
+    Tensor x = f.input("x", {2, 3, 4, 6, 5});
+    Tensor w = f.input("w", {1, 4, 1, 1});
+    f.finish(conv2d(x, w));
+    const auto names = f.run_and_compare();
+    EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);
+    EXPECT_EQ(count(names, "conv1x1_weight_batch_sum"), 1) << joined(names);
+  }
+}
+
+// Dilation does nothing to a 1×1 kernel; conv_transpose2d with bias is the input gradient plus
+// the bias epilogue.
+TEST(Conv1x1Gpu, DilatedAndTransposed) {
+  Fixture f("transposed");
+  Tensor x = f.input("x", {3, 8, 4, 5});
+  Tensor w = f.input("w", {12, 8, 1, 1});
+  Tensor wt = f.input("wt", {12, 6, 1, 1});
+  Tensor bt = f.input("bt", {6});
+  Tensor y = conv2d(x, w, {}, {.dilation = {2, 3}});
+  f.finish(conv_transpose2d(y, wt, bt));
+  const auto names = f.run_and_compare();
+  EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);
+}
+
+// Strided and padded 1×1 convolutions are not plain products: they keep the implicit GEMM, and
+// MN_CONV_NO_MATMUL=1 keeps it for plain ones too.
+TEST(Conv1x1Gpu, OthersKeepImplicitGemm) {
+  {
+    Fixture f("strided");
+    Tensor x = f.input("x", {2, 4, 7, 6});
+    Tensor w = f.input("w", {5, 4, 1, 1});
+    Tensor w2 = f.input("w2", {3, 5, 1, 1});
+    f.finish(conv2d(conv2d(x, w, {}, {.stride = {2, 2}}), w2, {}, {.padding = {1, 0}}));
+    const auto names = f.run_and_compare();
+    EXPECT_EQ(count(names, "matmul"), 0) << joined(names);
+    EXPECT_GE(count(names, "_gemm_"), 6) << joined(names);
+  }
+  {
+    setenv("MN_CONV_NO_MATMUL", "1", 1);
+    Fixture f("disabled");
+    Tensor x = f.input("x", {2, 4, 3, 3});
+    Tensor w = f.input("w", {5, 4, 1, 1});
+    f.finish(conv2d(x, w));
+    const auto names = f.run_and_compare();
+    unsetenv("MN_CONV_NO_MATMUL");
+    EXPECT_EQ(count(names, "matmul"), 0) << joined(names);
+    EXPECT_GE(count(names, "_gemm_"), 3) << joined(names);
+  }
+}
+
+// On a tensor-core device (an H200's traits) ResNet-50's 1×1 convolutions at batch 32 lower to
+// the cooperative-matrix matmul, forward and both gradients.
+TEST(Conv1x1Gpu, TensorCoreKernelsOnNvidiaTraits) {
+  codegen::DeviceTraits t;
+  t.subgroup_size = 32;
+  t.max_workgroup_invocations = 1024;
+  t.max_shared_bytes = 49152;
+  t.storage_16bit = true;
+  t.coop = true;
+  t.multiprocessors = 132;
+  Graph g;
+  Tensor x = g.input("x", {32, 256, 56, 56});
+  Tensor w = g.input("w", {64, 256, 1, 1});
+  Tensor y = conv2d(x, w);
+  Tensor dx = conv2d_backward_input(y, w, Conv2dAttrs{}, 56, 56);
+  Tensor dw = conv2d_backward_weight(x, y, Conv2dAttrs{}, 1, 1);
+  for (Tensor n : {y, dx, dw}) {
+    const Node& node = g.node(n.id());
+    std::vector<TensorType> types;
+    for (NodeId i : node.inputs) types.push_back(g.node(i).type);
+    const codegen::LowerFn* lower = codegen::find_lowering(node.op_name());
+    ASSERT_NE(lower, nullptr);
+    const codegen::Lowering l = (*lower)({node, types, t});
+    std::vector<std::string> names;
+    for (const auto& k : l.launches) names.push_back(k.name);
+    SCOPED_TRACE(std::string(node.op_name()));
+    EXPECT_GE(count(names, "coop"), 1) << joined(names);
+    EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);
+  }
+}
+
+}  // namespace
+}  // namespace mn
