@@ -211,6 +211,11 @@ std::string coop_rejection(const LowerContext& ctx, const MatmulGeometry& g, int
   if (g.m * g.n * g.k < kCoopMinMacs || g.m * g.n < kCoopMinOutputs) {
     return "below the size threshold";
   }
+  // Short K on a medium output: the operands' f16 conversion launches cost more than the
+  // tensor cores save. Measured on an H200 (docs/perf.md): M=256, K=576, N=1536 ran at 5.9
+  // TFLOP/s against the scalar kernel's 7.1, while K=1536 (N=576) and M·N = 12.6M (N=49152)
+  // won 2× and 1.6×.
+  if (g.k < kCoopShortK && g.m * g.n < kCoopShortKMinOutputs) return "short K on a medium output";
   if (!choose_coop_tile(g, batch, d)) return "no tile configuration fits the device";
   return {};
 }

@@ -62,5 +62,8 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
 // workgroup of work and runs faster on the scalar kernel).
 inline constexpr int64_t kCoopMinMacs = int64_t{1} << 24;
 inline constexpr int64_t kCoopMinOutputs = int64_t{1} << 16;
+// Below this K, the cooperative kernel needs at least this many outputs to win.
+inline constexpr int64_t kCoopShortK = 1024;
+inline constexpr int64_t kCoopShortKMinOutputs = int64_t{1} << 20;
 
 }  // namespace mn::codegen

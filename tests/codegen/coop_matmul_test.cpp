@@ -200,6 +200,14 @@ TEST(CoopMatmul, UsedOnlyWhenEnabledAndWorthwhile) {
   EXPECT_EQ((*fn)(tiny->ctx(t)).launches[0].name, "matmul_16x16");
   auto thin = matmul_node({16, 1024}, {1024, 1024}, false, false);  // M below 32
   EXPECT_NE(reason(*thin, t), "");
+  // Short K on a medium output stays scalar (measured slower on tensor cores); the same
+  // product with the long K, or with a large output, does not.
+  auto short_k = matmul_node({256, 576}, {576, 1536}, false, false);
+  EXPECT_EQ(reason(*short_k, t), "short K on a medium output");
+  auto long_k = matmul_node({256, 1536}, {1536, 576}, false, false);
+  EXPECT_EQ(reason(*long_k, t), "");
+  auto head = matmul_node({256, 576}, {576, 49152}, false, false);
+  EXPECT_EQ(reason(*head, t), "");
 }
 
 // The kernel's arithmetic on the CPU: operands rounded to f16 (as packHalf2x16 does, to
