@@ -1,7 +1,7 @@
 // A 1×1 convolution's operands are matmul operands as they lie in memory: x[n] viewed as
 // [C, H·W] is contiguous, and so is w viewed as [O, C]. The lowering therefore lowers a matmul
-// node of those shapes (lower_matmul_fused picks GEMV, scalar tiled or cooperative-matrix
-// kernels) and maps its operand bindings back onto the convolution's inputs.
+// node of those shapes (the matmul's scalar tiled or cooperative-matrix kernels) and maps its
+// operand bindings back onto the convolution's inputs.
 #include "codegen/lower_conv_matmul.h"
 
 #include <cstdlib>
@@ -53,17 +53,23 @@ Image image(const Shape& s) {
 
 bool same_plane(const Image& a, const Image& b) { return a.h == b.h && a.w == b.w; }
 
-// lower_matmul_fused, except that a batch of products on a tensor-core device is judged by its
-// total size: the matmul thresholds (kCoopMinOutputs, the short-K rule) count one batch entry,
-// which suits attention heads but not a convolution over 32 images, whose products are the
-// column blocks (forward, input gradient) or K blocks (weight gradient) of one product.
-Lowering lower(const LowerContext& mctx, const MatmulEpilogue* e) {
+// The matmul kernel for the product, or nullopt where the implicit GEMM serves better.
+//
+// On a tensor-core device a batch of products is judged by its total size: the matmul
+// thresholds (kCoopMinOutputs, the short-K rule) count one batch entry, which suits attention
+// heads but not a convolution over 32 images, whose products are the column blocks (forward,
+// input gradient) or K blocks (weight gradient) of one product. Without the cooperative
+// kernel both paths are scalar f32, and the implicit GEMM picks tiles for skinny products and
+// splits long K where the matmul would fall back to 16×16 tiles or a GEMV: only products that
+// fill the matmul's 64×64 tiles take it.
+std::optional<Lowering> lower(const LowerContext& mctx, const MatmulEpilogue* e) {
   const MatmulGeometry g = geometry(mctx);
   const int64_t batch = numel(g.out_batch);
   const auto limit = static_cast<int64_t>(std::numeric_limits<uint32_t>::max());
-  const bool indexable =
-      batch * g.m * g.k <= limit && batch * g.k * g.n <= limit && batch * g.m * g.n <= limit;
-  if (batch > 1 && g.m >= 32 && g.n >= 32 && indexable) {
+  if (batch * g.m * g.k > limit || batch * g.k * g.n > limit || batch * g.m * g.n > limit) {
+    return std::nullopt;
+  }
+  if (g.m >= 32 && g.n >= 32) {
     MatmulGeometry whole = g;
     whole.n *= batch;
     whole.a_batch = whole.b_batch = whole.out_batch = {};
@@ -74,7 +80,8 @@ Lowering lower(const LowerContext& mctx, const MatmulEpilogue* e) {
       return lower_matmul_coop(mctx, g, batch, t, coop_options_for(t, g, mctx.device), e);
     }
   }
-  return lower_matmul_fused(mctx, e);
+  if (g.m >= 64 && g.n >= 64) return lower_matmul_fused(mctx, e);
+  return std::nullopt;
 }
 
 struct Operand {
@@ -86,16 +93,17 @@ struct Operand {
 // The lowering of `a · b` (with their transpose flags) into a tensor of `out` shape, its
 // bindings of matmul inputs 0 and 1 renamed to the convolution's inputs. The epilogue's own
 // operands must not be inputs 0 or 1 (it only reads a bias, input 2).
-Lowering as_matmul(const LowerContext& ctx, const Operand& a, const Operand& b, const Shape& out,
-                   DType out_dtype, const MatmulEpilogue* e) {
+std::optional<Lowering> as_matmul(const LowerContext& ctx, const Operand& a, const Operand& b,
+                                  const Shape& out, DType out_dtype, const MatmulEpilogue* e) {
   Node node;
   node.op = find_op_def("matmul");
   node.attrs = MatmulAttrs{a.transposed, b.transposed};
   node.type = {out, out_dtype};
   const std::vector<TensorType> in{{a.shape, ctx.inputs[static_cast<size_t>(a.input)].dtype},
                                    {b.shape, ctx.inputs[static_cast<size_t>(b.input)].dtype}};
-  Lowering l = lower(LowerContext{node, in, ctx.device}, e);
-  for (KernelLaunch& k : l.launches) {
+  std::optional<Lowering> l = lower(LowerContext{node, in, ctx.device}, e);
+  if (!l) return l;
+  for (KernelLaunch& k : l->launches) {
     for (KernelBinding& bind : k.bindings) {
       if (bind.arg.kind == ArgRef::Kind::input && bind.arg.index < 2) {
         bind.arg.index = bind.arg.index == 0 ? a.input : b.input;
@@ -115,7 +123,7 @@ MatmulEpilogue row_bias(const LowerContext& ctx) {
 }
 
 // dx (or conv_transpose2d's output, with its bias) = wᵀ · gy per image; inputs (gy, w[, b]).
-Lowering input_gradient(const LowerContext& ctx, const Image& gy, const Image& dx) {
+std::optional<Lowering> input_gradient(const LowerContext& ctx, const Image& gy, const Image& dx) {
   const Shape& w = ctx.inputs[1].shape;
   const bool bias = ctx.inputs.size() == 3;
   const MatmulEpilogue e = bias ? row_bias(ctx) : MatmulEpilogue{};
@@ -171,11 +179,13 @@ std::optional<Lowering> conv1x1_backward_weight(const LowerContext& ctx) {
   const int64_t per_image = o * c;
   const auto bytes = static_cast<uint64_t>(x.batch * per_image) * 4;
   if (bytes > (uint64_t{256} << 20)) return std::nullopt;
-  Lowering l = as_matmul(ctx, {1, {gy.batch, o, hw}, false}, {0, {x.batch, c, hw}, true},
-                         {x.batch, o, c}, DType::f32, nullptr);
-  const int part = static_cast<int>(l.scratch_bytes.size());
-  l.scratch_bytes.push_back(bytes);
-  for (KernelLaunch& k : l.launches) {
+  std::optional<Lowering> l =
+      as_matmul(ctx, {1, {gy.batch, o, hw}, false}, {0, {x.batch, c, hw}, true}, {x.batch, o, c},
+                DType::f32, nullptr);
+  if (!l) return l;
+  const int part = static_cast<int>(l->scratch_bytes.size());
+  l->scratch_bytes.push_back(bytes);
+  for (KernelLaunch& k : l->launches) {
     for (KernelBinding& bind : k.bindings) {
       if (bind.arg == ArgRef::output()) bind.arg = ArgRef::scratch(part);
     }
@@ -192,7 +202,7 @@ std::optional<Lowering> conv1x1_backward_weight(const LowerContext& ctx) {
   sum.workgroup = {grid.local, 1, 1};
   sum.groups = grid.groups;
   sum.bindings = {{ArgRef::scratch(part), false}, {ArgRef::output(), true}};
-  l.launches.push_back(std::move(sum));
+  l->launches.push_back(std::move(sum));
   return l;
 }
 
