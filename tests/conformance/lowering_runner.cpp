@@ -9,6 +9,7 @@
 #include "plan/step_plan.h"
 #include "runtime/device_pool.h"
 #include "runtime/host_tensor.h"
+#include "runtime/plan_options.h"
 #include "vulkan/arena.h"
 #include "vulkan/device.h"
 #include "vulkan/pipeline.h"
@@ -24,19 +25,9 @@ uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 }  // namespace
 
-codegen::DeviceTraits device_traits() {
-  const auto dev = device();
-  const auto& c = dev->capabilities();
-  codegen::DeviceTraits t;
-  t.subgroup_size = std::max(1u, c.compute.subgroup_size);
-  t.max_workgroup_invocations = c.compute.max_workgroup_invocations;
-  t.max_shared_bytes = c.compute.shared_memory_bytes;
-  t.max_group_count = std::min({c.compute.max_workgroup_count[0], c.compute.max_workgroup_count[1],
-                                c.compute.max_workgroup_count[2]});
-  t.storage_16bit = c.types.storage_16bit;
-  t.float_atomics = c.atomics.float32_add_buffer;
-  return t;
-}
+// The device's traits as sessions see them, without the cooperative-matrix self-test (the
+// harness runs one lowering at a time and compares it with the reference).
+codegen::DeviceTraits device_traits() { return runtime::device_traits(device()->capabilities()); }
 
 codegen::Lowering lower_node(const Graph& g, NodeId id, const codegen::DeviceTraits& traits) {
   const Node& n = g.node(id);
