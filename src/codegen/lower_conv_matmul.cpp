@@ -60,8 +60,8 @@ bool same_plane(const Image& a, const Image& b) { return a.h == b.h && a.w == b.
 // heads but not a convolution over 32 images, whose products are the column blocks (forward,
 // input gradient) or K blocks (weight gradient) of one product. Without the cooperative
 // kernel both paths are scalar f32, and the implicit GEMM picks tiles for skinny products and
-// splits long K where the matmul would fall back to 16×16 tiles or a GEMV: only products that
-// fill the matmul's 64×64 tiles take it.
+// splits long K where the matmul would fall back to 16×16 tiles or a GEMV, or leave the device
+// idle: only products that fill the matmul's 64×64 tiles, and enough of them or short K, take it.
 std::optional<Lowering> lower(const LowerContext& mctx, const MatmulEpilogue* e) {
   const MatmulGeometry g = geometry(mctx);
   const int64_t batch = numel(g.out_batch);
@@ -80,7 +80,10 @@ std::optional<Lowering> lower(const LowerContext& mctx, const MatmulEpilogue* e)
       return lower_matmul_coop(mctx, g, batch, t, coop_options_for(t, g, mctx.device), e);
     }
   }
-  if (g.m >= 64 && g.n >= 64) return lower_matmul_fused(mctx, e);
+  // The implicit GEMM splits K past 512 when its grid is under 128 workgroups
+  // (lower_conv_gemm.cpp); the matmul's tiled kernel never does.
+  const int64_t tiles = ((g.m + 63) / 64) * ((g.n + 63) / 64) * batch;
+  if (g.m >= 64 && g.n >= 64 && (tiles >= 128 || g.k < 512)) return lower_matmul_fused(mctx, e);
   return std::nullopt;
 }
 

@@ -176,6 +176,18 @@ TEST(Conv1x1Gpu, OthersKeepImplicitGemm) {
   }
 }
 
+// One image of 32×32: the weight gradient is a 64×64 product over K = 1024, a single tile that
+// the implicit GEMM splits along K; the forward and input gradient (K = 64) take the matmul.
+TEST(Conv1x1Gpu, LongKWeightGradientKeepsImplicitGemm) {
+  Fixture f("long-k");
+  Tensor x = f.input("x", {1, 64, 32, 32});
+  Tensor w = f.input("w", {64, 64, 1, 1});
+  f.finish(conv2d(x, w));
+  const auto names = f.run_and_compare();
+  EXPECT_EQ(count(names, "matmul_64x64"), 2) << joined(names);
+  EXPECT_EQ(count(names, "conv2d_backward_weight_gemm_"), 1) << joined(names);
+}
+
 // On a tensor-core device (an H200's traits) ResNet-50's 1×1 convolutions at batch 32 lower to
 // the cooperative-matrix matmul, forward and both gradients.
 TEST(Conv1x1Gpu, TensorCoreKernelsOnNvidiaTraits) {
