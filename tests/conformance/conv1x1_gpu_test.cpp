@@ -15,6 +15,7 @@
 #include <meganeura/session.h>
 
 #include "codegen/kernel.h"
+#include "codegen/shader_compiler.h"
 #include "ir/ops/conv.h"
 #include "support/random_fill.h"
 
@@ -189,7 +190,8 @@ TEST(Conv1x1Gpu, LongKWeightGradientKeepsImplicitGemm) {
 }
 
 // On a tensor-core device (an H200's traits) ResNet-50's 1×1 convolutions at batch 32 lower to
-// the cooperative-matrix matmul, forward and both gradients.
+// the cooperative-matrix matmul, forward (with a bias epilogue) and both gradients, and every
+// launch compiles (it cannot run here).
 TEST(Conv1x1Gpu, TensorCoreKernelsOnNvidiaTraits) {
   codegen::DeviceTraits t;
   t.subgroup_size = 32;
@@ -205,8 +207,10 @@ TEST(Conv1x1Gpu, TensorCoreKernelsOnNvidiaTraits) {
   for (const auto& [c, o, hw] : {std::tuple{256, 64, 56}, std::tuple{2048, 512, 7}}) {
     Tensor x = g.input("x" + std::to_string(c), {32, c, hw, hw});
     Tensor w = g.input("w" + std::to_string(c), {o, c, 1, 1});
+    Tensor b = g.input("b" + std::to_string(c), {o});
     Tensor y = conv2d(x, w);
     nodes.push_back(y);
+    nodes.push_back(conv2d(x, w, b));
     nodes.push_back(conv2d_backward_input(y, w, Conv2dAttrs{}, hw, hw));
     nodes.push_back(conv2d_backward_weight(x, y, Conv2dAttrs{}, 1, 1));
   }
@@ -222,6 +226,10 @@ TEST(Conv1x1Gpu, TensorCoreKernelsOnNvidiaTraits) {
     SCOPED_TRACE(std::string(node.op_name()));
     EXPECT_GE(count(names, "coop"), 1) << joined(names);
     EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);
+    for (const auto& k : l.launches) {
+      SCOPED_TRACE(k.name);
+      EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, codegen::CompileOptions{}));
+    }
   }
 }
 
