@@ -11,6 +11,7 @@
 #include "codegen/shader_compiler.h"
 #include "runtime/coop_support.h"
 #include "runtime/host_tensor.h"
+#include "runtime/run_lowering.h"
 #include "vulkan/arena.h"
 #include "vulkan/pipeline.h"
 #include "vulkan/recording.h"
@@ -81,8 +82,6 @@ std::vector<double> values(size_t n, uint32_t seed) {
   return v;
 }
 
-uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
-
 // Relative Frobenius error of the kernel's output against the exact product.
 double run_case(vk::Device& dev, const Case& c, const Built& b, const codegen::Lowering& low,
                 const codegen::DeviceTraits& t) {
@@ -91,64 +90,12 @@ double run_case(vk::Device& dev, const Case& c, const Built& b, const codegen::L
   auto bv = values(static_cast<size_t>(b.types[1].numel()), 2);
   for (auto& v : av) v *= c.scale;
   for (auto& v : bv) v *= c.scale;
-  const uint64_t align =
-      std::max<uint64_t>(256, dev.capabilities().buffers.min_storage_buffer_offset_alignment);
-  const uint64_t a_bytes = av.size() * dtype_size(c.dtype),
-                 b_bytes = bv.size() * dtype_size(c.dtype);
-  const uint64_t c_bytes = static_cast<uint64_t>(n.type.numel()) * dtype_size(n.type.dtype);
-  const uint64_t b_at = round_up(a_bytes, align), c_at = b_at + round_up(b_bytes, align);
-  std::vector<std::pair<uint64_t, uint64_t>> scratch;  // offset, bytes
-  uint64_t end = c_at + round_up(c_bytes, align);
-  for (uint64_t bytes : low.scratch_bytes) {
-    scratch.emplace_back(end, std::max<uint64_t>(bytes, 4));
-    end += round_up(std::max<uint64_t>(bytes, 4), align);
-  }
-  vk::Arena arena(dev, end);
-  std::vector<std::byte> bytes(a_bytes);
-  encode(std::span<const double>(av), c.dtype, bytes);
-  arena.write(0, bytes);
-  bytes.assign(b_bytes, std::byte{});
-  encode(std::span<const double>(bv), c.dtype, bytes);
-  arena.write(b_at, bytes);
-
   codegen::CompileOptions co;
   co.target = codegen::target_env_for(dev.capabilities().api_version);
   co.coop_khr = t.coop_khr;
-  std::vector<std::unique_ptr<vk::Pipeline>> pipelines;
-  vk::Recording rec(dev, {false, "coop self-test"});
-  for (const codegen::KernelLaunch& k : low.launches) {
-    co.name = k.name;
-    vk::KernelInterface ki;
-    ki.buffer_count = static_cast<uint32_t>(k.bindings.size());
-    ki.workgroup_size = k.workgroup;
-    pipelines.push_back(
-        std::make_unique<vk::Pipeline>(dev, codegen::compile_glsl(k.glsl, co), ki, k.name));
-    vk::Dispatch d;
-    d.pipeline = pipelines.back().get();
-    for (const codegen::KernelBinding& kb : k.bindings) {
-      std::pair<uint64_t, uint64_t> at;
-      switch (kb.arg.kind) {
-        case codegen::ArgRef::Kind::input:
-          at = kb.arg.index == 0 ? std::pair{uint64_t{0}, a_bytes} : std::pair{b_at, b_bytes};
-          break;
-        case codegen::ArgRef::Kind::output:
-          at = {c_at, c_bytes};
-          break;
-        case codegen::ArgRef::Kind::scratch:
-          at = scratch.at(static_cast<size_t>(kb.arg.index));
-          break;
-      }
-      d.buffers.push_back({arena.range(at.first, at.second),
-                           kb.written ? vk::Access::read_write : vk::Access::read});
-    }
-    d.groups = k.groups;
-    d.label = k.name;
-    rec.dispatch(std::move(d));
-  }
-  rec.run();
-  std::vector<std::byte> out(c_bytes);
-  arena.read(c_at, out);
-  const auto got = decode(out, n.type.dtype, static_cast<size_t>(n.type.numel()));
+  const std::vector<double> operands[] = {av, bv};
+  const DType dtypes[] = {c.dtype, c.dtype};
+  const auto got = run_lowering(dev, low, operands, dtypes, n.type.numel(), n.type.dtype, co);
 
   // The exact product, batch by batch (A may carry a batch that B broadcasts over).
   const int64_t m = c.ta ? c.a[c.a.size() - 1] : c.a[c.a.size() - 2];
