@@ -12,6 +12,7 @@
 
 #include "codegen/glsl.h"
 #include "codegen/kernel.h"
+#include "codegen/lower_conv.h"
 #include "codegen/lower_conv_gemm.h"
 #include "codegen/lower_conv_matmul.h"
 #include "codegen/lower_families.h"
@@ -70,12 +71,18 @@ std::string split_position(const std::string& index, int64_t plane, int64_t widt
          "  uint " + row + " = p / " + u(width) + ", " + col + " = p % " + u(width) + ";\n";
 }
 
-Lowering lower_conv2d(const LowerContext& ctx) {
-  if (auto l = conv1x1_forward(ctx)) return std::move(*l);
+}  // namespace
+
+Lowering lower_conv2d_fused(const LowerContext& ctx, const MatmulEpilogue* e) {
+  const bool bias = ctx.inputs.size() == 3;
+  // The bias is one more epilogue step, so both kernels (and any fused consumers) see it.
+  const MatmulEpilogue with_bias =
+      bias ? with_row_bias(e, ctx.inputs[2].dtype, 2) : (e ? *e : MatmulEpilogue{});
+  const MatmulEpilogue* epi = bias || e ? &with_bias : nullptr;
+  if (auto l = conv1x1_forward(ctx, epi)) return std::move(*l);
   const auto& a = ctx.node.attrs.as<Conv2dAttrs>();
   const Shape& w = ctx.inputs[1].shape;
   const ConvDims d = dims(a, ctx.inputs[0].shape, ctx.node.type.shape, w[2], w[3]);
-  const bool bias = ctx.inputs.size() == 3;
   const int64_t plane = d.oh * d.ow;
 
   ImplicitGemm g;
@@ -87,26 +94,34 @@ Lowering lower_conv2d(const LowerContext& ctx) {
   g.a_k_fast = false;  // x is contiguous along output columns
   g.b_k_fast = true;   // w[o] is contiguous along (c, i, j)
   g.c_n_fast = false;
+  // Bindings as the matmul kernels have them: x, w, y, then the epilogue's operands.
   g.declarations = glsl::buffer(0, ctx.inputs[0].dtype, "X", true) +
-                   glsl::buffer(1, ctx.inputs[1].dtype, "Wt", true);
-  g.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}};
-  if (bias) {
-    g.declarations += glsl::buffer(2, ctx.inputs[2].dtype, "Bias", true);
-    g.bindings.push_back({ArgRef::input(2), false});
+                   glsl::buffer(1, ctx.inputs[1].dtype, "Wt", true) +
+                   glsl::buffer(2, ctx.node.type.dtype, "Y", false);
+  g.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
+  if (epi) {
+    g.declarations += epi->declarations;
+    for (const ArgRef& r : epi->extra) g.bindings.push_back({r, r.kind == ArgRef::Kind::output});
   }
-  g.declarations +=
-      glsl::buffer(static_cast<uint32_t>(g.bindings.size()), ctx.node.type.dtype, "Y", false);
-  g.bindings.push_back({ArgRef::output(), true});
+  g.declarations += epilogue_function(epi);
   g.a_at =
       split_position("m", plane, d.ow, "oh", "ow") + split_tap(d, "k", "c") + read_input(d, "X");
   g.b_at = "  return Wt_ld((g * " + u(d.og()) + " + n) * " + u(g.k) + " + k);\n";
   g.c_store = "  uint b = m / " + u(plane) + ", p = m % " + u(plane) + ";\n";
   g.c_store += "  uint oc = g * " + u(d.og()) + " + n;\n";
-  g.c_store += "  Y_st((b * " + u(d.o) + " + oc) * " + u(plane) + " + p, v" +
-               (bias ? " + Bias_ld(oc)" : "") + ");\n";
+  g.c_store +=
+      "  Y_st((b * " + u(d.o) + " + oc) * " + u(plane) + " + p, mm_epilogue(v, b, oc, p));\n";
   g.split_k = true;
-  return lower_implicit_gemm(g, ctx.device);
+  Lowering l = lower_implicit_gemm(g, ctx.device);
+  if (3 + (epi ? epi->extra.size() : 0) + l.scratch_bytes.size() > ctx.device.max_storage_buffers) {
+    throw Error("conv2d: the fused epilogue binds more buffers than the device allows");
+  }
+  return l;
 }
+
+namespace {
+
+Lowering lower_conv2d(const LowerContext& ctx) { return lower_conv2d_fused(ctx, nullptr); }
 
 // dx = the adjoint of conv2d in x, applied to gy (inputs: gy, w[, bias]); d is the forward
 // convolution whose input dx is.

@@ -104,7 +104,14 @@ std::optional<Lowering> as_matmul(const LowerContext& ctx, const Operand& a, con
   node.type = {out, out_dtype};
   const std::vector<TensorType> in{{a.shape, ctx.inputs[static_cast<size_t>(a.input)].dtype},
                                    {b.shape, ctx.inputs[static_cast<size_t>(b.input)].dtype}};
-  std::optional<Lowering> l = lower(LowerContext{node, in, ctx.device}, e);
+  // The renaming below applies to every binding: the epilogue's own reads of the convolution's
+  // inputs 0 and 1 are spelled in matmul terms first, so they come back as themselves.
+  auto as_operand = [&](int input) { return input == a.input ? 0 : 1; };
+  MatmulEpilogue renamed = e ? *e : MatmulEpilogue{};
+  for (ArgRef& r : renamed.extra) {
+    if (r.kind == ArgRef::Kind::input && r.index < 2) r.index = as_operand(r.index);
+  }
+  std::optional<Lowering> l = lower(LowerContext{node, in, ctx.device}, e ? &renamed : nullptr);
   if (!l) return l;
   for (KernelLaunch& k : l->launches) {
     for (KernelBinding& bind : k.bindings) {
@@ -116,35 +123,24 @@ std::optional<Lowering> as_matmul(const LowerContext& ctx, const Operand& a, con
   return l;
 }
 
-// Adds bias[m] (input 2, one per matmul row = output channel) to every stored value.
-MatmulEpilogue row_bias(const LowerContext& ctx) {
-  MatmulEpilogue e;
-  e.declarations = glsl::buffer(3, ctx.inputs[2].dtype, "Bias", true);
-  e.body = "  return acc + Bias_ld(m);\n";
-  e.extra = {ArgRef::input(2)};
-  return e;
-}
-
 // dx (or conv_transpose2d's output, with its bias) = wᵀ · gy per image; inputs (gy, w[, b]).
 std::optional<Lowering> input_gradient(const LowerContext& ctx, const Image& gy, const Image& dx) {
   const Shape& w = ctx.inputs[1].shape;
   const bool bias = ctx.inputs.size() == 3;
-  const MatmulEpilogue e = bias ? row_bias(ctx) : MatmulEpilogue{};
+  const MatmulEpilogue e = bias ? with_row_bias(nullptr, ctx.inputs[2].dtype, 2) : MatmulEpilogue{};
   return as_matmul(ctx, {1, {w[0], w[1]}, true}, {0, {gy.batch, gy.channels, gy.plane()}, false},
                    {dx.batch, dx.channels, dx.plane()}, ctx.node.type.dtype, bias ? &e : nullptr);
 }
 
 }  // namespace
 
-std::optional<Lowering> conv1x1_forward(const LowerContext& ctx) {
+std::optional<Lowering> conv1x1_forward(const LowerContext& ctx, const MatmulEpilogue* e) {
   const auto& a = ctx.node.attrs.as<Conv2dAttrs>();
   const Shape& w = ctx.inputs[1].shape;
   const Image x = image(ctx.inputs[0].shape), y = image(ctx.node.type.shape);
   if (disabled() || !pointwise(a, w[2], w[3]) || !same_plane(x, y)) return std::nullopt;
-  const bool bias = ctx.inputs.size() == 3;
-  const MatmulEpilogue e = bias ? row_bias(ctx) : MatmulEpilogue{};
   return as_matmul(ctx, {1, {w[0], w[1]}, false}, {0, {x.batch, x.channels, x.plane()}, false},
-                   {y.batch, y.channels, y.plane()}, ctx.node.type.dtype, bias ? &e : nullptr);
+                   {y.batch, y.channels, y.plane()}, ctx.node.type.dtype, e);
 }
 
 std::optional<Lowering> conv1x1_backward_input(const LowerContext& ctx) {

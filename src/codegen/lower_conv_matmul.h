@@ -14,10 +14,12 @@
 #include <optional>
 
 #include "codegen/kernel.h"
+#include "codegen/matmul_epilogue.h"
 
 namespace mn::codegen {
 
-std::optional<Lowering> conv1x1_forward(const LowerContext& ctx);
+// `e`: the forward's whole epilogue, the bias included (codegen/lower_conv.h).
+std::optional<Lowering> conv1x1_forward(const LowerContext& ctx, const MatmulEpilogue* e);
 std::optional<Lowering> conv1x1_backward_input(const LowerContext& ctx);
 std::optional<Lowering> conv1x1_transpose(const LowerContext& ctx);
 std::optional<Lowering> conv1x1_backward_weight(const LowerContext& ctx);

@@ -234,23 +234,44 @@ struct Builder {
 
   // A matmul all of whose consumers are in one pointwise group over the matmul's shape takes
   // that group as its epilogue: output 0 leaves through the matmul's store, the group's other
-  // outputs are stored by the epilogue beside it.
+  // outputs are stored by the epilogue beside it. A conv2d likewise; its value may also be
+  // needed outside the group (the relu gradient's mask reads the pre-activation, which for a
+  // conv is the conv itself, its bias being inside it): it is then one more output of the
+  // epilogue, provided no group reading it leads back into the epilogue's group.
   void fuse_epilogues() {
     for (size_t i = 0; i < n; ++i) {
       const auto m = static_cast<NodeId>(i);
       const Node& mm = node(m);
-      if (!needed[i] || sink[i] || mm.op_name() != "matmul" || consumers[i].empty()) continue;
-      if (mm.type.dtype != DType::f32) continue;
-      const int x = group_of[consumers[i].front()];
-      Work& w = groups[x];
-      if (w.kind != KernelGroup::Kind::pointwise || w.domain != mm.type.shape) continue;
-      if (!std::all_of(consumers[i].begin(), consumers[i].end(),
-                       [&](NodeId c) { return group_of[c] == x; })) {
-        continue;
+      const bool conv = mm.op_name() == "conv2d";
+      const bool anchor =
+          conv ? options.conv_epilogue : options.matmul_epilogue && mm.op_name() == "matmul";
+      if (!needed[i] || !anchor || consumers[i].empty()) continue;
+      if (mm.type.dtype != DType::f32 || (sink[i] && !conv)) continue;
+      // The group reading the matmul most.
+      int x = -1, best = 0;
+      for (NodeId c : consumers[i]) {
+        const int y = group_of[c];
+        if (groups[y].kind != KernelGroup::Kind::pointwise || groups[y].domain != mm.type.shape) {
+          continue;
+        }
+        const auto k = std::count_if(consumers[i].begin(), consumers[i].end(),
+                                     [&](NodeId d) { return group_of[d] == y; });
+        if (k > best) x = y, best = static_cast<int>(k);
       }
-      // A, B and C, then every operand the epilogue reads (A and B again if it reads them) and
-      // its other outputs.
-      size_t bindings = 2 + outputs_of(w.nodes).size();
+      if (x < 0) continue;
+      Work& w = groups[x];
+      bool legal = true;
+      for (NodeId c : consumers[i]) {
+        if (group_of[c] == x) continue;
+        // Only a conv's value is stored beside its epilogue.
+        legal = legal && conv && !reaches(group_of[c], x);
+      }
+      if (!legal) continue;
+      std::vector<NodeId> all = w.nodes;
+      all.push_back(m);
+      // The operands, the output, then every operand the epilogue reads (the operands again if
+      // it reads them) and its other outputs.
+      size_t bindings = mm.inputs.size() + outputs_of(all).size();
       for (NodeId e : external_inputs(w.nodes)) bindings += e == m ? 0 : 1;
       if (bindings > options.max_bindings) continue;
       groups[group_of[m]].alive = false;
@@ -430,7 +451,7 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
       b.new_group(KernelGroup::Kind::single, v);
     }
   }
-  if (options.matmul_epilogue) b.fuse_epilogues();
+  if (options.matmul_epilogue || options.conv_epilogue) b.fuse_epilogues();
   if (options.reduction) {
     b.fuse_prologues();
     b.fuse_reduce_epilogues();

@@ -29,6 +29,10 @@
 //    or gradient-accumulation add, scaling, a whole optimizer update): the group is evaluated
 //    in the matmul's store (codegen/matmul_epilogue.h); its first output leaves through the
 //    matmul's own store, the others are stored by the epilogue at the same element.
+//    A conv2d forward takes an epilogue the same way (bias [C,1,1], activation, residual add
+//    over its output's shape; the epilogue sees the conv as the product [N, O, OH·OW], see
+//    codegen/matmul_epilogue.h), and its own value may be needed outside the group too (the
+//    relu gradient's mask reads it): it is then one more output, stored by the epilogue.
 //  - reduction: a sum/mean/max/min/sum_to with a prologue, the pointwise group computing its
 //    operand when that operand is the group's only output and read by nothing else (sum(x * x):
 //    evaluated in the reduction's loads, never stored), and/or an epilogue, the single-output
@@ -48,6 +52,7 @@ struct FusionOptions {
   bool siblings = true;         // pointwise groups reading one value merge
   bool horizontal = true;       // independent end-of-step pointwise groups in one launch
   bool matmul_epilogue = true;  // pointwise consumers into the matmul's store
+  bool conv_epilogue = true;    // pointwise consumers into the conv2d forward's store
   bool reduction = true;        // pointwise producers and consumers into a reduction
   uint32_t max_bindings = 32;   // storage buffers one kernel may bind
 };
@@ -68,7 +73,7 @@ struct KernelGroup {
   // pointwise: one per index range; matmul_epilogue: the epilogue; reduction: the prologue
   // (domain: the operand's shape) and the epilogue (the reduced shape), either maybe empty.
   std::vector<KernelSegment> segments;
-  NodeId anchor = -1;  // matmul_epilogue: the matmul; reduction: the reduction
+  NodeId anchor = -1;  // matmul_epilogue: the matmul or conv2d; reduction: the reduction
 };
 
 // An f32 constant of one element: fused kernels take its value as a literal, not a binding.

@@ -6,6 +6,7 @@
 #include "codegen/fused_pointwise.h"
 #include "codegen/fused_reduce.h"
 #include "codegen/glsl.h"
+#include "codegen/lower_conv.h"
 #include "codegen/lower_matmul.h"
 #include "ir/op_def.h"
 #include "schedule/fusion.h"
@@ -106,28 +107,49 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
     e.extra.push_back(codegen::ArgRef::output(static_cast<int>(j)));
   }
   e.declarations += codegen::pointwise_math_library();
-  codegen::FusedSegment f = fused_segment(g, seg, inputs, group.outputs);
-  // Element (b, m, n) of the product is element b·M·N + m·N + n of its (row-major) shape.
+  // A conv's own value may be an output too (fusion.h): the accumulator, stored as it is.
+  KernelSegment steps = seg;
+  std::erase(steps.outputs, m);
+  codegen::FusedSegment f = fused_segment(g, steps, inputs, group.outputs);
+  std::vector<std::pair<int, std::string>> stores;
+  for (const auto& [out, step] : f.stores) stores.emplace_back(out, "ep_" + std::to_string(step));
+  const auto own = std::find(group.outputs.begin(), group.outputs.end(), m);
+  if (own != group.outputs.end()) stores.emplace_back(own - group.outputs.begin(), "acc");
   std::vector<TensorType> in_types;
   for (NodeId in : mm.inputs) in_types.push_back(g.node(in).type);
   const codegen::LowerContext ctx{mm, in_types, device};
-  const codegen::MatmulGeometry geo = codegen::geometry(ctx);
-  e.body = "  uint ep_i = b * " + std::to_string(geo.m * geo.n) + "u + m * " +
-           std::to_string(geo.n) + "u + n;\n";
+  const bool conv = mm.op_name() == "conv2d";
+  // Element (b, m, n) of the product is element b·M·N + m·N + n of its (row-major) shape; a
+  // conv's output [N, O, OH, OW] is the product [N, O, OH·OW] (codegen/matmul_epilogue.h).
+  int64_t rows = 0, cols = 0;
+  if (conv) {
+    const Shape& y = mm.type.shape;
+    rows = y[y.size() - 3];
+    cols = y[y.size() - 2] * y[y.size() - 1];
+  } else {
+    const codegen::MatmulGeometry geo = codegen::geometry(ctx);
+    rows = geo.m;
+    cols = geo.n;
+  }
+  e.body = "  uint ep_i = b * " + std::to_string(rows * cols) + "u + m * " + std::to_string(cols) +
+           "u + n;\n";
   e.body += codegen::fused_statements(f, types, exprs, "ep_i", "ep_");
-  int primary = -1;
-  for (const auto& [out, step] : f.stores) {
+  std::string primary;
+  for (const auto& [out, value] : stores) {
     if (out == 0) {
-      primary = step;
+      primary = value;
     } else {
-      e.body += "  eo" + std::to_string(out) + "_st(ep_i, ep_" + std::to_string(step) + ");\n";
+      e.body += "  eo" + std::to_string(out) + "_st(ep_i, " + value + ");\n";
     }
   }
-  e.body += "  return ep_" + std::to_string(primary) + ";\n";
-  if (3 + e.extra.size() > device.max_storage_buffers) {
-    throw Error("fusion: matmul epilogue binds more buffers than the device allows");
+  e.body += "  return " + primary + ";\n";
+  // The conv's bias is bound after the epilogue's operands.
+  if (mm.inputs.size() + 1 + e.extra.size() > device.max_storage_buffers) {
+    throw Error("fusion: " + std::string(mm.op_name()) +
+                " epilogue binds more buffers than the device allows");
   }
-  codegen::Lowering l = codegen::lower_matmul_fused(ctx, &e);
+  codegen::Lowering l =
+      conv ? codegen::lower_conv2d_fused(ctx, &e) : codegen::lower_matmul_fused(ctx, &e);
   l.launches.back().name += "+epilogue[" + op_list(g, seg.nodes) + "]";
   return l;
 }
@@ -191,7 +213,8 @@ std::string group_name(const Graph& g, const KernelGroup& group) {
     case KernelGroup::Kind::single:
       return std::string(g.node(group.nodes.front()).op_name());
     case KernelGroup::Kind::matmul_epilogue:
-      return "matmul+epilogue[" + op_list(g, group.segments.front().nodes) + "]";
+      return std::string(g.node(group.anchor).op_name()) + "+epilogue[" +
+             op_list(g, group.segments.front().nodes) + "]";
     case KernelGroup::Kind::reduction: {
       std::string s(g.node(group.anchor).op_name());
       if (!group.segments.at(0).nodes.empty()) {
