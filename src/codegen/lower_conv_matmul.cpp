@@ -55,7 +55,8 @@ bool same_plane(const Image& a, const Image& b) { return a.h == b.h && a.w == b.
 
 // The matmul kernel for the product, or nullopt where the implicit GEMM serves better.
 //
-// On a tensor-core device a batch of products is judged by its total size: the matmul
+// With MN_CONV_COOP_1X1=1 on a tensor-core device a batch of products is judged by its total
+// size: the matmul
 // thresholds (kCoopMinOutputs, the short-K rule) count one batch entry, which suits attention
 // heads but not a convolution over 32 images, whose products are the column blocks (forward,
 // input gradient) or K blocks (weight gradient) of one product. Without the cooperative
@@ -69,16 +70,27 @@ std::optional<Lowering> lower(const LowerContext& mctx, const MatmulEpilogue* e)
   if (batch * g.m * g.k > limit || batch * g.k * g.n > limit || batch * g.m * g.n > limit) {
     return std::nullopt;
   }
-  if (g.m >= 32 && g.n >= 32) {
-    MatmulGeometry whole = g;
-    whole.n *= batch;
-    whole.a_batch = whole.b_batch = whole.out_batch = {};
-    const std::optional<int> tile = choose_coop_tile(g, batch, mctx.device);
-    if (tile && coop_rejection(mctx, whole, 1).empty()) {
-      glsl::require_storage(mctx);
-      const CoopTile& t = coop_tiles()[static_cast<size_t>(*tile)];
-      return lower_matmul_coop(mctx, g, batch, t, coop_options_for(t, g, mctx.device), e);
+  // On a tensor-core device the routed products ran slower than the implicit GEMM on most of
+  // ResNet-50's 1×1 layers at batch 32 (H200, docs/perf.md: e.g. 64→64 at 56×56 forward 5.4
+  // against 9.6 TFLOP/s; 26 of 38 layer-directions lost), because the f16 packing launches of
+  // the cooperative path cost more than its products save at these sizes. Until the packing
+  // is fused into the producers, tensor-core devices keep the implicit GEMM;
+  // MN_CONV_COOP_1X1=1 routes them to the cooperative kernel anyway (for measurements).
+  if (mctx.device.coop) {
+    const char* force = std::getenv("MN_CONV_COOP_1X1");
+    if (!(force && std::string(force) == "1")) return std::nullopt;
+    if (g.m >= 32 && g.n >= 32) {
+      MatmulGeometry whole = g;
+      whole.n *= batch;
+      whole.a_batch = whole.b_batch = whole.out_batch = {};
+      const std::optional<int> tile = choose_coop_tile(g, batch, mctx.device);
+      if (tile && coop_rejection(mctx, whole, 1).empty()) {
+        glsl::require_storage(mctx);
+        const CoopTile& t = coop_tiles()[static_cast<size_t>(*tile)];
+        return lower_matmul_coop(mctx, g, batch, t, coop_options_for(t, g, mctx.device), e);
+      }
     }
+    return std::nullopt;
   }
   // The implicit GEMM splits K past 512 when its grid is under 128 workgroups
   // (lower_conv_gemm.cpp); the matmul's tiled kernel never does.

@@ -189,9 +189,10 @@ TEST(Conv1x1Gpu, LongKWeightGradientKeepsImplicitGemm) {
   EXPECT_EQ(count(names, "conv2d_backward_weight_gemm_"), 1) << joined(names);
 }
 
-// On a tensor-core device (an H200's traits) ResNet-50's 1×1 convolutions at batch 32 lower to
-// the cooperative-matrix matmul, forward (with a bias epilogue) and both gradients, and every
-// launch compiles (it cannot run here).
+// On a tensor-core device (an H200's traits) ResNet-50's 1×1 convolutions at batch 32 keep the
+// implicit GEMM (measured faster there than the cooperative path); with MN_CONV_COOP_1X1=1 they
+// lower to the cooperative-matrix matmul, forward (with a bias epilogue) and both gradients,
+// and every launch compiles (it cannot run here).
 TEST(Conv1x1Gpu, TensorCoreKernelsOnNvidiaTraits) {
   codegen::DeviceTraits t;
   t.subgroup_size = 32;
@@ -214,23 +215,35 @@ TEST(Conv1x1Gpu, TensorCoreKernelsOnNvidiaTraits) {
     nodes.push_back(conv2d_backward_input(y, w, Conv2dAttrs{}, hw, hw));
     nodes.push_back(conv2d_backward_weight(x, y, Conv2dAttrs{}, 1, 1));
   }
-  for (Tensor n : nodes) {
-    const Node& node = g.node(n.id());
-    std::vector<TensorType> types;
-    for (NodeId i : node.inputs) types.push_back(g.node(i).type);
-    const codegen::LowerFn* lower = codegen::find_lowering(node.op_name());
-    ASSERT_NE(lower, nullptr);
-    const codegen::Lowering l = (*lower)({node, types, t});
-    std::vector<std::string> names;
-    for (const auto& k : l.launches) names.push_back(k.name);
-    SCOPED_TRACE(std::string(node.op_name()));
-    EXPECT_GE(count(names, "coop"), 1) << joined(names);
-    EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);
-    for (const auto& k : l.launches) {
-      SCOPED_TRACE(k.name);
-      EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, codegen::CompileOptions{}));
+  for (const bool forced : {false, true}) {
+    if (forced)
+      setenv("MN_CONV_COOP_1X1", "1", 1);
+    else
+      unsetenv("MN_CONV_COOP_1X1");
+    for (Tensor n : nodes) {
+      const Node& node = g.node(n.id());
+      std::vector<TensorType> types;
+      for (NodeId i : node.inputs) types.push_back(g.node(i).type);
+      const codegen::LowerFn* lower = codegen::find_lowering(node.op_name());
+      ASSERT_NE(lower, nullptr);
+      const codegen::Lowering l = (*lower)({node, types, t});
+      std::vector<std::string> names;
+      for (const auto& k : l.launches) names.push_back(k.name);
+      SCOPED_TRACE(std::string(node.op_name()) + (forced ? " forced" : " default"));
+      if (!forced) {
+        EXPECT_EQ(count(names, "coop"), 0) << joined(names);
+        EXPECT_GE(count(names, "_gemm_"), 1) << joined(names);
+        continue;
+      }
+      EXPECT_GE(count(names, "coop"), 1) << joined(names);
+      EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);
+      for (const auto& k : l.launches) {
+        SCOPED_TRACE(k.name);
+        EXPECT_NO_THROW(codegen::compile_glsl(k.glsl, codegen::CompileOptions{}));
+      }
     }
   }
+  unsetenv("MN_CONV_COOP_1X1");
 }
 
 }  // namespace
