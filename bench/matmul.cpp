@@ -244,8 +244,8 @@ int main(int argc, char** argv) {
                                           std::max(std::abs(scalar.losses[i]), 1e-30));
       }
       // Not ok either when the coop run used no cooperative kernel: nothing was compared.
-      const bool ok = std::isfinite(grad_max) && grad_max <= 1e-2 && loss_max <= 1e-2 &&
-                      coop.coop_kernels > 0;
+      const bool ok =
+          std::isfinite(grad_max) && grad_max <= 1e-2 && loss_max <= 1e-2 && coop.coop_kernels > 0;
       all_ok = all_ok && ok;
       nlohmann::json j{{"bench", "matmul"},
                        {"train", "mlp30_w1024_b256_sgd"},

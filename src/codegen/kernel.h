@@ -18,18 +18,18 @@ struct DeviceTraits {
   uint32_t subgroup_size = 32;
   uint32_t max_workgroup_invocations = 256;
   uint32_t max_shared_bytes = 16384;
-  uint32_t max_group_count = 65535;  // per grid dimension
-  bool storage_16bit = false;        // f16/bf16 tensors need 16-bit storage access
-  bool float_atomics = false;        // atomicAdd on float in storage buffers
+  uint32_t max_group_count = 65535;   // per grid dimension
+  bool storage_16bit = false;         // f16/bf16 tensors need 16-bit storage access
+  bool float_atomics = false;         // atomicAdd on float in storage buffers
   uint32_t max_storage_buffers = 32;  // storage buffers one kernel may bind (per stage)
   // Cooperative matrices (tensor cores), set by the runtime (src/runtime/coop_support.h):
   // f16×f16→f32 16×16×16 subgroup matrices usable through GL_NV_cooperative_matrix, their
   // self-test passed, and MN_DISABLE_COOP unset.
   bool coop = false;
-  bool coop_khr = false;          // compile coop kernels through the SPV_KHR rewrite
-  uint32_t coop_tiles = ~0u;      // bit i: tile configuration i (coop_tiles()) may be used
+  bool coop_khr = false;                // compile coop kernels through the SPV_KHR rewrite
+  uint32_t coop_tiles = ~0u;            // bit i: tile configuration i (coop_tiles()) may be used
   uint32_t max_shared_optin_bytes = 0;  // largest shared memory a kernel may ask for
-  uint32_t multiprocessors = 0;   // 0: unknown
+  uint32_t multiprocessors = 0;         // 0: unknown
 };
 
 // A kernel operand: input i of the node, its output, or scratch buffer i of the lowering.

@@ -52,7 +52,7 @@ TEST(Session, UnknownNamesAndSizesAreErrors) {
   EXPECT_THROW(session->set("nope", std::vector<float>{1, 2, 3, 4}), Error);
   EXPECT_THROW(session->set("x", std::vector<float>{1, 2, 3}), ShapeError);
   EXPECT_THROW(session->set("y", std::vector<float>{1, 2, 3, 4}), Error);  // outputs are read only
-  EXPECT_THROW(session->step(), Error);  // x never set
+  EXPECT_THROW(session->step(), Error);                                    // x never set
   session->set("x", std::vector<float>{1, 2, 3, 4});
   session->step();
   EXPECT_EQ(session->get_f32("y"), (std::vector<float>{2, 4, 6, 8}));

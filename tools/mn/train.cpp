@@ -143,7 +143,8 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--optimizer", a->optimizer, "sgd, adam or adamw")->capture_default_str();
-  cmd->add_option("--lr", a->lr, "learning rate (default: sgd 0.05; adam/adamw 0.001 for mlp, 0.002 for cnn)");
+  cmd->add_option("--lr", a->lr,
+                  "learning rate (default: sgd 0.05; adam/adamw 0.001 for mlp, 0.002 for cnn)");
   cmd->add_option("--momentum", a->momentum, "SGD momentum")->capture_default_str();
   cmd->add_option("--weight-decay", a->weight_decay, "weight decay (default: 0, adamw 0.01)");
   cmd->add_option("--schedule", a->schedule, "constant, step or cosine")->capture_default_str();
