@@ -1,13 +1,16 @@
 // Convolutions as implicit GEMMs (lower_conv_gemm.cpp), one GEMM per group:
 //   conv2d:                 M = N·OH·OW, N = O,            K = C/groups·kh·kw
-//   conv2d_backward_input:  M = N·H·W,   N = C/groups,     K = O/groups·kh·kw (taps that land
-//                           between strided output positions read zero)
+//   conv2d_backward_input:  M = N·H·W,   N = C/groups,     K = O/groups·kh·kw; with stride,
+//                           one GEMM per phase of the input pixels over only the taps that reach
+//                           them (M = N·pixels of the phase, K = O/groups·taps of the phase)
 //   conv2d_backward_weight: M = O/groups, N = C/groups·kh·kw, K = N·OH·OW (split across
 //                           workgroups when the weight alone is too small to fill the device)
 //   conv_transpose2d:       conv2d_backward_input of its attributes, plus bias.
 // 1×1 convolutions with unit stride, no padding and one group are matmuls instead
 // (lower_conv_matmul.cpp).
 // Indices are unsigned: a tap in the padding wraps to a huge value and fails the bounds check.
+#include <vector>
+
 #include <meganeura/error.h>
 
 #include "codegen/glsl.h"
@@ -123,12 +126,15 @@ namespace {
 
 Lowering lower_conv2d(const LowerContext& ctx) { return lower_conv2d_fused(ctx, nullptr); }
 
+Lowering lower_strided_input_gradient(const LowerContext& ctx, const ConvDims& d, const char* name);
+
 // dx = the adjoint of conv2d in x, applied to gy (inputs: gy, w[, bias]); d is the forward
 // convolution whose input dx is.
 Lowering lower_input_gradient(const LowerContext& ctx, const ConvDims& d, const char* name) {
   const bool bias = ctx.inputs.size() == 3;
   const int64_t plane = d.h * d.w;
   const Conv2dAttrs& a = d.a;
+  if (a.stride_h > 1 || a.stride_w > 1) return lower_strided_input_gradient(ctx, d, name);
 
   ImplicitGemm g;
   g.name = name;
@@ -173,6 +179,150 @@ Lowering lower_input_gradient(const LowerContext& ctx, const ConvDims& d, const 
                (bias ? " + Bias_ld(ic)" : "") + ");\n";
   g.split_k = true;
   return lower_implicit_gemm(g, ctx.device);
+}
+
+// One axis of a strided input gradient split by phase: the input rows y ≡ first (mod stride)
+// (count of them) meet output rows only through the taps first_tap + t·tap_step, t < taps, at
+// output row q + base - t·out_step for the q-th row of the phase.
+struct AxisPhase {
+  int64_t first = 0, count = 0, first_tap = 0, taps = 0, tap_step = 1, base = 0, out_step = 0;
+};
+
+// Phase p (0 <= p < stride) of an axis: the rows with (y + pad) % stride == p. A tap i reaches
+// them when i·dilation ≡ p (mod stride); those taps form the progression first_tap + t·stride/gcd
+// (none when gcd(dilation, stride) does not divide p), so every (pixel, tap) pair of the phase's
+// GEMM is a real one.
+AxisPhase axis_phase(int64_t p, int64_t size, int64_t kernel, int64_t stride, int64_t pad,
+                     int64_t dilation) {
+  AxisPhase a;
+  a.first = ((p - pad) % stride + stride) % stride;
+  a.count = a.first < size ? (size - a.first + stride - 1) / stride : 0;
+  std::vector<int64_t> taps;
+  for (int64_t i = 0; i < kernel; ++i) {
+    if (i * dilation % stride == p) taps.push_back(i);
+  }
+  a.taps = static_cast<int64_t>(taps.size());
+  if (a.taps == 0) return a;
+  a.first_tap = taps[0];
+  a.tap_step = a.taps > 1 ? taps[1] - taps[0] : 1;
+  for (int64_t t = 0; t < a.taps; ++t) {
+    if (taps[t] != a.first_tap + t * a.tap_step) {
+      throw Error("conv2d input gradient: the taps of phase " + std::to_string(p) +
+                  " are not evenly spaced");
+    }
+  }
+  // y + pad - i·dilation is a multiple of the stride for every row and tap of the phase.
+  a.base = (a.first + pad - a.first_tap * dilation) / stride;
+  a.out_step = a.tap_step * dilation / stride;
+  return a;
+}
+
+std::string si(int64_t v) { return "(" + std::to_string(v) + ")"; }
+
+// Appends `part` to `l`, renumbering its scratch buffers after those `l` already has.
+void append_lowering(Lowering& l, Lowering part) {
+  const int offset = static_cast<int>(l.scratch_bytes.size());
+  for (KernelLaunch& k : part.launches) {
+    for (KernelBinding& b : k.bindings) {
+      if (b.arg.kind == ArgRef::Kind::scratch) b.arg.index += offset;
+    }
+    l.launches.push_back(std::move(k));
+  }
+  l.scratch_bytes.insert(l.scratch_bytes.end(), part.scratch_bytes.begin(),
+                         part.scratch_bytes.end());
+}
+
+// With stride > 1, a dense implicit GEMM per phase (sub-pixel decomposition): the input pixels
+// of phase (ph, pw) take only the taps that reach them, so no multiply-add is spent on a tap off
+// the stride grid. The phases write disjoint pixels of dx; a phase no tap reaches (a kernel
+// smaller than the stride) is filled with zero (or the bias).
+Lowering lower_strided_input_gradient(const LowerContext& ctx, const ConvDims& d,
+                                      const char* name) {
+  const bool bias = ctx.inputs.size() == 3;
+  const Conv2dAttrs& a = d.a;
+  const int64_t plane = d.h * d.w;
+  Lowering l;
+  for (int64_t ph = 0; ph < a.stride_h; ++ph) {
+    const AxisPhase py = axis_phase(ph, d.h, d.kh, a.stride_h, a.pad_h, a.dilation_h);
+    for (int64_t pw = 0; pw < a.stride_w; ++pw) {
+      const AxisPhase px = axis_phase(pw, d.w, d.kw, a.stride_w, a.pad_w, a.dilation_w);
+      const int64_t pixels = py.count * px.count;
+      if (pixels == 0) continue;
+      const std::string phase_name =
+          std::string(name) + "_phase" + std::to_string(ph) + "x" + std::to_string(pw);
+      // The phase's pixel (b, qy, qx) is dx's (b, first_y + qy·sh, first_x + qx·sw).
+      const std::string position = "  uint b = m / " + u(pixels) + ", p = m % " + u(pixels) +
+                                   ";\n  uint qy = p / " + u(px.count) + ", qx = p % " +
+                                   u(px.count) + ";\n";
+      const std::string dx_index = "(b * " + u(d.c) + " + ic) * " + u(plane) + " + (" +
+                                   u(py.first) + " + qy * " + u(a.stride_h) + ") * " + u(d.w) +
+                                   " + " + u(px.first) + " + qx * " + u(a.stride_w);
+
+      if (py.taps * px.taps == 0) {
+        KernelLaunch fill;
+        fill.name = phase_name + "_zero";
+        const auto total = static_cast<uint64_t>(d.batch * d.c * pixels);
+        const glsl::Linear grid = glsl::linear_grid(total, ctx.device);
+        fill.glsl = glsl::header() + glsl::buffer(0, ctx.node.type.dtype, "DX", false);
+        fill.bindings = {{ArgRef::output(), true}};
+        if (bias) {
+          fill.glsl += glsl::buffer(1, ctx.inputs[2].dtype, "Bias", true);
+          fill.bindings.push_back({ArgRef::input(2), false});
+        }
+        // Element e is (b, ic, pixel) of the phase, so consecutive threads walk its pixels.
+        fill.glsl += glsl::gid_function() + "void main() {\n  uint e = gid();\n  if (e >= " +
+                     u(static_cast<int64_t>(total)) + ") return;\n  uint m = e / " +
+                     u(d.c * pixels) + " * " + u(pixels) + " + e % " + u(pixels) + ", ic = e / " +
+                     u(pixels) + " % " + u(d.c) + ";\n" + position + "  DX_st(" + dx_index + ", " +
+                     (bias ? "Bias_ld(ic)" : "0.0") + ");\n}\n";
+        fill.workgroup = {grid.local, 1, 1};
+        fill.groups = grid.groups;
+        l.launches.push_back(std::move(fill));
+        continue;
+      }
+
+      const int64_t taps = py.taps * px.taps;
+      ImplicitGemm g;
+      g.name = phase_name;
+      g.m = d.batch * pixels;
+      g.n = d.cg();
+      g.k = d.og() * taps;
+      g.groups = a.groups;
+      g.a_k_fast = false;  // gy is contiguous along output columns
+      g.b_k_fast = true;   // w[o, c] is contiguous along (i, j)
+      g.c_n_fast = false;
+      g.declarations = glsl::buffer(0, ctx.inputs[0].dtype, "GY", true) +
+                       glsl::buffer(1, ctx.inputs[1].dtype, "Wt", true);
+      g.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}};
+      if (bias) {
+        g.declarations += glsl::buffer(2, ctx.inputs[2].dtype, "Bias", true);
+        g.bindings.push_back({ArgRef::input(2), false});
+      }
+      g.declarations +=
+          glsl::buffer(static_cast<uint32_t>(g.bindings.size()), ctx.node.type.dtype, "DX", false);
+      g.bindings.push_back({ArgRef::output(), true});
+
+      const std::string tap = "  uint o = k / " + u(taps) + ", t = k % " + u(taps) + ", ti = t / " +
+                              u(px.taps) + ", tj = t % " + u(px.taps) + ";\n";
+      // Exact output coordinates; only the image border is checked (a negative one wraps).
+      std::string at = position + tap;
+      at += "  uint oh = uint(int(qy) + " + si(py.base) + " - int(ti) * " + si(py.out_step) +
+            "), ow = uint(int(qx) + " + si(px.base) + " - int(tj) * " + si(px.out_step) + ");\n";
+      at += "  bool ok = oh < " + u(d.oh) + " && ow < " + u(d.ow) + ";\n";
+      at += "  float v = GY_ld(ok ? ((b * " + u(d.o) + " + g * " + u(d.og()) + " + o) * " +
+            u(d.oh) + " + oh) * " + u(d.ow) + " + ow : 0u);\n";
+      at += "  return ok ? v : 0.0;\n";
+      g.a_at = std::move(at);
+      g.b_at = tap + "  return Wt_ld(((g * " + u(d.og()) + " + o) * " + u(d.cg()) + " + n) * " +
+               u(d.khw()) + " + (" + u(py.first_tap) + " + ti * " + u(py.tap_step) + ") * " +
+               u(d.kw) + " + " + u(px.first_tap) + " + tj * " + u(px.tap_step) + ");\n";
+      g.c_store = position + "  uint ic = g * " + u(d.cg()) + " + n;\n";
+      g.c_store += "  DX_st(" + dx_index + ", v" + (bias ? " + Bias_ld(ic)" : "") + ");\n";
+      g.split_k = true;
+      append_lowering(l, lower_implicit_gemm(g, ctx.device));
+    }
+  }
+  return l;
 }
 
 Lowering lower_backward_input(const LowerContext& ctx) {
