@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include <meganeura/graph.h>
 #include <meganeura/ops.h>
@@ -75,9 +76,27 @@ TEST(ConvPhaseGpu, Stride3AndUnequalStrides) {
   }
 }
 
-// One 2×2 output with 512 channels: each phase's K (512 · taps) is split across workgroups.
+// One 2×2 output with 512 channels: each phase's K (512 · taps) is split across workgroups,
+// each phase with its own scratch buffer.
 TEST(ConvPhaseGpu, SplitK) {
   expect_input_gradient_matches({"splitk", 1, 8, 512, 4, 4, 3, 3, attrs(2, 2, 1, 1)});
+  Graph g;
+  Tensor gy = g.input("gy", {1, 512, 2, 2});
+  Tensor w = g.input("w", {512, 8, 3, 3});
+  Tensor dx = conv2d_backward_input(gy, w, attrs(2, 2, 1, 1), 4, 4);
+  std::vector<TensorType> types{gy.type(), w.type()};
+  codegen::DeviceTraits device;
+  codegen::Lowering l =
+      (*codegen::find_lowering("conv2d_backward_input"))({g.node(dx.id()), types, device});
+  EXPECT_EQ(l.scratch_bytes.size(), 4u);
+  std::vector<int> scratch;
+  for (const codegen::KernelLaunch& k : l.launches) {
+    if (!k.name.ends_with("_splitk")) continue;
+    for (const codegen::KernelBinding& b : k.bindings) {
+      if (b.arg.kind == codegen::ArgRef::Kind::scratch) scratch.push_back(b.arg.index);
+    }
+  }
+  EXPECT_EQ(scratch, (std::vector<int>{0, 1, 2, 3}));
 }
 
 // conv_transpose2d takes the same phases plus its bias, which also fills the phases no tap
