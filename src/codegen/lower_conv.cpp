@@ -156,15 +156,13 @@ Lowering lower_input_gradient(const LowerContext& ctx, const ConvDims& d, const 
       glsl::buffer(static_cast<uint32_t>(g.bindings.size()), ctx.node.type.dtype, "DX", false);
   g.bindings.push_back({ArgRef::output(), true});
 
-  // Input pixel (y, x) meets output (oh, ow) through tap (i, j) when y + pad - i·dilation =
-  // oh·stride: a tap off the stride grid reads zero.
+  // Unit stride (lower_strided_input_gradient takes the others): input pixel (y, x) meets
+  // output (oh, ow) through tap (i, j) when y + pad - i·dilation = oh.
   std::string at = split_position("m", plane, d.w, "y", "x") + split_tap(d, "k", "o");
   at += "  uint th = y + " + u(a.pad_h) + " - i * " + u(a.dilation_h) + ", tw = x + " + u(a.pad_w) +
         " - j * " + u(a.dilation_w) + ";\n";
   at += "  uint oh = th / " + u(a.stride_h) + ", ow = tw / " + u(a.stride_w) + ";\n";
   at += "  bool ok = oh < " + u(d.oh) + " && ow < " + u(d.ow);
-  if (a.stride_h > 1) at += " && th % " + u(a.stride_h) + " == 0u";
-  if (a.stride_w > 1) at += " && tw % " + u(a.stride_w) + " == 0u";
   at += ";\n";
   at += "  float v = GY_ld(ok ? ((b * " + u(d.o) + " + g * " + u(d.og()) + " + o) * " + u(d.oh) +
         " + oh) * " + u(d.ow) + " + ow : 0u);\n";
