@@ -128,20 +128,11 @@ Lowering lower_conv2d(const LowerContext& ctx) { return lower_conv2d_fused(ctx, 
 
 Lowering lower_strided_input_gradient(const LowerContext& ctx, const ConvDims& d, const char* name);
 
-// dx = the adjoint of conv2d in x, applied to gy (inputs: gy, w[, bias]); d is the forward
-// convolution whose input dx is.
-Lowering lower_input_gradient(const LowerContext& ctx, const ConvDims& d, const char* name) {
+// The operands of an input-gradient GEMM (unit stride or one stride phase): gy and w read,
+// the bias when there is one (conv_transpose2d), dx written; their layouts along K.
+void input_gradient_operands(ImplicitGemm& g, const LowerContext& ctx, int64_t groups) {
   const bool bias = ctx.inputs.size() == 3;
-  const int64_t plane = d.h * d.w;
-  const Conv2dAttrs& a = d.a;
-  if (a.stride_h > 1 || a.stride_w > 1) return lower_strided_input_gradient(ctx, d, name);
-
-  ImplicitGemm g;
-  g.name = name;
-  g.m = d.batch * plane;
-  g.n = d.cg();
-  g.k = d.og() * d.khw();
-  g.groups = a.groups;
+  g.groups = groups;
   g.a_k_fast = false;  // gy is contiguous along output columns
   g.b_k_fast = true;   // w[o, c] is contiguous along (i, j)
   g.c_n_fast = false;
@@ -155,6 +146,22 @@ Lowering lower_input_gradient(const LowerContext& ctx, const ConvDims& d, const 
   g.declarations +=
       glsl::buffer(static_cast<uint32_t>(g.bindings.size()), ctx.node.type.dtype, "DX", false);
   g.bindings.push_back({ArgRef::output(), true});
+}
+
+// dx = the adjoint of conv2d in x, applied to gy (inputs: gy, w[, bias]); d is the forward
+// convolution whose input dx is.
+Lowering lower_input_gradient(const LowerContext& ctx, const ConvDims& d, const char* name) {
+  const bool bias = ctx.inputs.size() == 3;
+  const int64_t plane = d.h * d.w;
+  const Conv2dAttrs& a = d.a;
+  if (a.stride_h > 1 || a.stride_w > 1) return lower_strided_input_gradient(ctx, d, name);
+
+  ImplicitGemm g;
+  g.name = name;
+  g.m = d.batch * plane;
+  g.n = d.cg();
+  g.k = d.og() * d.khw();
+  input_gradient_operands(g, ctx, a.groups);
 
   // Unit stride (lower_strided_input_gradient takes the others): input pixel (y, x) meets
   // output (oh, ow) through tap (i, j) when y + pad - i·dilation = oh.
@@ -285,20 +292,7 @@ Lowering lower_strided_input_gradient(const LowerContext& ctx, const ConvDims& d
       g.m = d.batch * pixels;
       g.n = d.cg();
       g.k = d.og() * taps;
-      g.groups = a.groups;
-      g.a_k_fast = false;  // gy is contiguous along output columns
-      g.b_k_fast = true;   // w[o, c] is contiguous along (i, j)
-      g.c_n_fast = false;
-      g.declarations = glsl::buffer(0, ctx.inputs[0].dtype, "GY", true) +
-                       glsl::buffer(1, ctx.inputs[1].dtype, "Wt", true);
-      g.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}};
-      if (bias) {
-        g.declarations += glsl::buffer(2, ctx.inputs[2].dtype, "Bias", true);
-        g.bindings.push_back({ArgRef::input(2), false});
-      }
-      g.declarations +=
-          glsl::buffer(static_cast<uint32_t>(g.bindings.size()), ctx.node.type.dtype, "DX", false);
-      g.bindings.push_back({ArgRef::output(), true});
+      input_gradient_operands(g, ctx, a.groups);
 
       const std::string tap = "  uint o = k / " + u(taps) + ", t = k % " + u(taps) + ", ti = t / " +
                               u(px.taps) + ", tj = t % " + u(px.taps) + ";\n";
