@@ -51,7 +51,7 @@ inline void expect_exact(const Graph& g, const reference::Feeds& feeds) {
     expect_same_values(got.at(name), stored(expected), name);
 }
 
-inline void expect_close(const Graph& g, const reference::Feeds& feeds, double tol) {
+inline void expect_close(const Graph& g, const reference::Feeds& feeds, double tol = 2e-5) {
   auto want = reference::evaluate(g, feeds);
   auto got = run_gpu(g, feeds);
   for (const auto& [name, expected] : want) {

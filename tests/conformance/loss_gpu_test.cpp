@@ -12,30 +12,15 @@
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "gpu_compare.h"
 #include "ir/ops/loss.h"
 #include "support/random_fill.h"
 
 namespace mn {
 namespace {
 
-std::map<std::string, Array> run_gpu(const Graph& g, const reference::Feeds& feeds) {
-  auto session = build_session(g);
-  for (const auto& [name, value] : feeds) session->set(name, value);
-  session->step();
-  std::map<std::string, Array> out;
-  for (const std::string& name : session->output_names()) out[name] = session->get(name);
-  return out;
-}
-
-void expect_close(const Graph& g, const reference::Feeds& feeds, double tol = 2e-5) {
-  auto want = reference::evaluate(g, feeds);
-  auto got = run_gpu(g, feeds);
-  for (const auto& [name, expected] : want) {
-    SCOPED_TRACE(name);
-    ASSERT_EQ(got.at(name).shape, expected.shape);
-    EXPECT_LE(testing::relative_error(got.at(name), expected), tol);
-  }
-}
+using testing::expect_close;
+using testing::run_gpu;
 
 // The loss as an output, and its gradient w.r.t. `wrt` (of sum(loss * weights) if unreduced).
 void add_outputs(Graph& g, const std::string& name, Tensor loss, Tensor wrt, Tensor weights) {

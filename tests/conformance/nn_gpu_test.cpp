@@ -12,29 +12,14 @@
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "gpu_compare.h"
 #include "support/random_fill.h"
 
 namespace mn {
 namespace {
 
-std::map<std::string, Array> run_gpu(const Graph& g, const reference::Feeds& feeds) {
-  auto session = build_session(g);
-  for (const auto& [name, value] : feeds) session->set(name, value);
-  session->step();
-  std::map<std::string, Array> out;
-  for (const std::string& name : session->output_names()) out[name] = session->get(name);
-  return out;
-}
-
-void expect_close(const Graph& g, const reference::Feeds& feeds, double tol = 2e-5) {
-  auto want = reference::evaluate(g, feeds);
-  auto got = run_gpu(g, feeds);
-  for (const auto& [name, expected] : want) {
-    SCOPED_TRACE(name);
-    ASSERT_EQ(got.at(name).shape, expected.shape);
-    EXPECT_LE(testing::relative_error(got.at(name), expected), tol);
-  }
-}
+using testing::expect_close;
+using testing::run_gpu;
 
 // An input x of `shape` with random values in [lo, hi), fed under "x".
 Tensor random_input(Graph& g, reference::Feeds& feeds, const std::string& name, const Shape& shape,
