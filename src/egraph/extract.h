@@ -56,6 +56,11 @@ namespace detail {
 // Greedy tree-cost choices for every class (no_id where none is finite).
 std::vector<Id> greedy_choices(const EGraph& egraph, const TreeCost& cost,
                                std::vector<double>* best = nullptr);
+// Visits, children first, every class reachable from `start` through `choices` (one chosen
+// e-node per class) that `state` does not mark done; `state` (0 unvisited, 1 on the walk,
+// 2 done; one entry per id) carries over between calls. Throws mn::Error for a cycle.
+void post_order(const EGraph& egraph, const std::vector<Id>& choices, Id start,
+                std::vector<uint8_t>& state, const std::function<void(Id)>& visit);
 // Fills roots, choice (reachable only) and order from per-class choices; throws mn::Error for
 // a root without a choice or a cycle among the choices.
 void finish_extraction(const EGraph& egraph, std::span<const Id> roots,

@@ -155,30 +155,12 @@ class DagSearch {
     pos_.assign(n, 0);
     topo_.clear();
     std::vector<uint8_t> state(n, 0);
-    std::vector<std::pair<Id, uint32_t>> stack;
     for (Id root = 0; root < n; ++root) {
       if (!eg_.is_root(root) || choice_[root] == no_id || state[root]) continue;
-      stack.emplace_back(root, 0);
-      state[root] = 1;
-      while (!stack.empty()) {
-        auto& [cls, next] = stack.back();
-        const ENode& node = eg_.node(choice_[cls]);
-        if (next < node.arity()) {
-          Id ch = node.child(next++);
-          if (state[ch] == 1)
-            throw Error("extraction: the chosen e-nodes form a cycle through e-class " +
-                        std::to_string(ch) + " (node costs must be positive)");
-          if (state[ch] == 0) {
-            state[ch] = 1;
-            stack.emplace_back(ch, 0);
-          }
-          continue;
-        }
-        state[cls] = 2;
+      detail::post_order(eg_, choice_, root, state, [&](Id cls) {
         pos_[cls] = static_cast<uint32_t>(topo_.size());
         topo_.push_back(cls);
-        stack.pop_back();
-      }
+      });
     }
   }
 

@@ -80,43 +80,49 @@ std::vector<Id> greedy_choices(const EGraph& eg, const TreeCost& cost, std::vect
   return choice;
 }
 
+void post_order(const EGraph& eg, const std::vector<Id>& choices, Id start,
+                std::vector<uint8_t>& state, const std::function<void(Id)>& visit) {
+  if (state[start] == 2) return;
+  std::vector<std::pair<Id, uint32_t>> stack{{start, 0}};
+  state[start] = 1;
+  while (!stack.empty()) {
+    auto& [cls, next] = stack.back();
+    const ENode& node = eg.node(choices[cls]);
+    if (next < node.arity()) {
+      Id ch = node.child(next++);
+      if (state[ch] == 1)
+        throw Error("extraction: the chosen e-nodes form a cycle through e-class " +
+                    std::to_string(ch) + " (node costs must be positive)");
+      if (state[ch] == 0) {
+        state[ch] = 1;
+        stack.emplace_back(ch, 0);
+      }
+      continue;
+    }
+    const Id done = cls;
+    state[done] = 2;
+    stack.pop_back();
+    visit(done);
+  }
+}
+
 void finish_extraction(const EGraph& eg, std::span<const Id> roots,
                        const std::vector<Id>& all_choices, Extraction& out) {
   size_t n = eg.num_ids();
   out.roots.clear();
   out.order.clear();
   out.choice.assign(n, no_id);
-  // 0 unvisited, 1 on the DFS stack, 2 done.
   std::vector<uint8_t> state(n, 0);
-  std::vector<std::pair<Id, uint32_t>> stack;
   for (Id root : roots) {
     if (root >= n) throw Error("extraction: root id " + std::to_string(root) + " out of range");
     Id r = eg.find(root);
     out.roots.push_back(r);
     if (all_choices[r] == no_id)
       throw Error("extraction: e-class " + std::to_string(r) + " has no finite-cost acyclic term");
-    if (state[r] == 2) continue;
-    stack.emplace_back(r, 0);
-    state[r] = 1;
-    while (!stack.empty()) {
-      auto& [cls, next] = stack.back();
-      const ENode& node = eg.node(all_choices[cls]);
-      if (next < node.arity()) {
-        Id ch = node.child(next++);
-        if (state[ch] == 1)
-          throw Error("extraction: the chosen e-nodes form a cycle through e-class " +
-                      std::to_string(ch) + " (node costs must be positive)");
-        if (state[ch] == 0) {
-          state[ch] = 1;
-          stack.emplace_back(ch, 0);
-        }
-        continue;
-      }
-      state[cls] = 2;
+    post_order(eg, all_choices, r, state, [&](Id cls) {
       out.choice[cls] = all_choices[cls];
       out.order.push_back(cls);
-      stack.pop_back();
-    }
+    });
   }
 }
 
