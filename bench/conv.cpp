@@ -50,6 +50,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
+
 #include <meganeura/graph.h>
 #include <meganeura/ops.h>
 #include <meganeura/session.h>
@@ -83,11 +85,6 @@ struct Geom {
   int64_t flops() const { return 2 * n * o * oh * oh * c * k * k; }
   bool routed() const { return k == 1 && s == 1 && p == 0; }  // lowered as a matmul
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -284,7 +281,7 @@ int main(int argc, char** argv) {
           const bool coop = kernels.find("coop") != std::string::npos;
           const bool ok = std::isfinite(rel) && rel <= (coop ? 1e-2 : 1e-4);
           all_ok = all_ok && ok;
-          const double t = median(ms);
+          const double t = mn::bench::median(ms);
           nlohmann::json j{
               {"bench", "conv"},
               {"layer", L.name},

@@ -32,6 +32,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
+
 #include <meganeura/graph.h>
 #include <meganeura/models.h>
 #include <meganeura/ops.h>
@@ -68,11 +70,6 @@ std::vector<Shape3> shapes(const std::string& which) {
     s.push_back({16, 1024, 1024, "small"});
   }
   return s;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 void set_path_env(const std::string& path) {
@@ -307,7 +304,7 @@ int main(int argc, char** argv) {
         const bool ok =
             std::isfinite(err) && err <= (coop_kernel || dtype_arg == "f16" ? 1e-2 : 1e-4);
         all_ok = all_ok && ok;
-        const double t = median(ms);
+        const double t = mn::bench::median(ms);
         nlohmann::json j{{"bench", "matmul"},
                          {"m", s.m},
                          {"k", s.k},

@@ -16,6 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
+
 #include <meganeura/models.h>
 #include <meganeura/optimizer.h>
 #include <meganeura/session.h>
@@ -41,11 +43,6 @@ mn::Tensor build(mn::Graph& g, const Workload& w) {
     if (!last) h = mn::relu(h);
   }
   return mn::cross_entropy(h, y);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 }  // namespace
@@ -100,23 +97,12 @@ int main(int argc, char** argv) {
           auto t1 = std::chrono::steady_clock::now();
           if (i >= 20) times.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
         }
-        auto mem = s->memory();
-        nlohmann::json j = {{"name", w.name},
-                            {"impl", "meganeura"},
-                            {"optimized", optimized},
-                            {"device", s->device_name()},
-                            {"step_ms_median", median(times)},
-                            {"step_ms_min", *std::min_element(times.begin(), times.end())},
-                            {"steps", steps},
-                            {"final_loss", loss},
-                            {"dispatches", mem.dispatches},
-                            {"barriers", mem.barriers},
-                            {"arena_mib", static_cast<double>(mem.arena_bytes) / (1 << 20)}};
-        if (profile) {
-          double gpu = 0;
-          for (const auto& k : s->profile()) gpu += k.ms;
-          j["gpu_ms"] = gpu;
-        }
+        nlohmann::json j = mn::bench::step_fields(*s, times, profile);
+        j.update({{"name", w.name},
+                  {"impl", "meganeura"},
+                  {"optimized", optimized},
+                  {"steps", steps},
+                  {"final_loss", loss}});
         std::printf("%s\n", j.dump().c_str());
         std::fflush(stdout);
       }

@@ -15,16 +15,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench_util.h"
+
 #include <meganeura/models.h>
 #include <meganeura/optimizer.h>
 #include <meganeura/session.h>
 
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -89,25 +86,14 @@ int main(int argc, char** argv) {
         if (i == 0) first_loss = loss;
         if (i >= 3) times.push_back(seconds_since(t1) * 1e3);
       }
-      auto mem = s->memory();
-      nlohmann::json j = {{"name", name},
-                          {"impl", "meganeura"},
-                          {"optimized", optimized},
-                          {"device", s->device_name()},
-                          {"step_ms_median", median(times)},
-                          {"step_ms_min", *std::min_element(times.begin(), times.end())},
-                          {"steps", steps},
-                          {"compile_s", compile_s},
-                          {"first_loss", first_loss},
-                          {"final_loss", loss},
-                          {"dispatches", mem.dispatches},
-                          {"barriers", mem.barriers},
-                          {"arena_mib", static_cast<double>(mem.arena_bytes) / (1 << 20)}};
-      if (profile) {
-        double gpu = 0;
-        for (const auto& k : s->profile()) gpu += k.ms;
-        j["gpu_ms"] = gpu;
-      }
+      nlohmann::json j = mn::bench::step_fields(*s, times, profile);
+      j.update({{"name", name},
+                {"impl", "meganeura"},
+                {"optimized", optimized},
+                {"steps", steps},
+                {"compile_s", compile_s},
+                {"first_loss", first_loss},
+                {"final_loss", loss}});
       std::printf("%s\n", j.dump().c_str());
       std::fflush(stdout);
     }

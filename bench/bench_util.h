@@ -1,0 +1,39 @@
+#pragma once
+// Pieces the benchmarks share: the median they report, and the fields every training-step
+// benchmark prints about its session.
+#include <algorithm>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <meganeura/session.h>
+
+namespace mn::bench {
+
+// The upper median (the middle element of an odd count); 0 for no samples.
+inline double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Step times (ms, one per timed step) and what the compiled step is: device, dispatches,
+// barriers, arena size, and with profiling the GPU time of the last step.
+inline nlohmann::json step_fields(const Session& s, const std::vector<double>& step_ms,
+                                  bool profile) {
+  const MemorySummary mem = s.memory();
+  nlohmann::json j = {
+      {"device", s.device_name()},
+      {"step_ms_median", median(step_ms)},
+      {"step_ms_min", step_ms.empty() ? 0 : *std::min_element(step_ms.begin(), step_ms.end())},
+      {"dispatches", mem.dispatches},
+      {"barriers", mem.barriers},
+      {"arena_mib", static_cast<double>(mem.arena_bytes) / (1 << 20)}};
+  if (profile) {
+    double gpu = 0;
+    for (const auto& k : s.profile()) gpu += k.ms;
+    j["gpu_ms"] = gpu;
+  }
+  return j;
+}
+
+}  // namespace mn::bench
