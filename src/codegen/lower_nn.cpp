@@ -69,32 +69,31 @@ Lowering lower_softmax(const LowerContext& ctx, bool log) {
   return nn_lowering::lower_rows(ctx, op);
 }
 
-Lowering lower_layer_norm(const LowerContext& ctx) {
-  const auto& a = ctx.node.attrs.as<LayerNormAttrs>();
+// Rows over the trailing `dims` axes of input 0, normalized by `stats`, then scaled and shifted.
+Lowering lower_normalized_rows(const LowerContext& ctx, const char* name, RowStats stats,
+                               double eps, int64_t dims, bool gamma, bool beta) {
   const TensorType& x = ctx.inputs[0];
   RowOp op;
-  op.name = "layer_norm";
-  op.stats = RowStats::centered;
-  op.eps = round_to_dtype(a.eps, x.dtype);
+  op.name = name;
+  op.stats = stats;
+  op.eps = round_to_dtype(eps, x.dtype);
   contiguous_rows(op, static_cast<uint64_t>(x.numel()),
-                  static_cast<uint64_t>(numel(std::span(x.shape).last(a.normalized_dims))));
-  affine_params(op, a.has_gamma, a.has_beta);
-  op.epilogue = affine_epilogue(a.has_gamma, a.has_beta, "j");
+                  static_cast<uint64_t>(numel(std::span(x.shape).last(dims))));
+  affine_params(op, gamma, beta);
+  op.epilogue = affine_epilogue(gamma, beta, "j");
   return nn_lowering::lower_rows(ctx, op);
+}
+
+Lowering lower_layer_norm(const LowerContext& ctx) {
+  const auto& a = ctx.node.attrs.as<LayerNormAttrs>();
+  return lower_normalized_rows(ctx, "layer_norm", RowStats::centered, a.eps, a.normalized_dims,
+                               a.has_gamma, a.has_beta);
 }
 
 Lowering lower_rms_norm(const LowerContext& ctx) {
   const auto& a = ctx.node.attrs.as<RmsNormAttrs>();
-  const TensorType& x = ctx.inputs[0];
-  RowOp op;
-  op.name = "rms_norm";
-  op.stats = RowStats::rms;
-  op.eps = round_to_dtype(a.eps, x.dtype);
-  contiguous_rows(op, static_cast<uint64_t>(x.numel()),
-                  static_cast<uint64_t>(numel(std::span(x.shape).last(a.normalized_dims))));
-  affine_params(op, a.has_gamma, false);
-  op.epilogue = affine_epilogue(a.has_gamma, false, "j");
-  return nn_lowering::lower_rows(ctx, op);
+  return lower_normalized_rows(ctx, "rms_norm", RowStats::rms, a.eps, a.normalized_dims,
+                               a.has_gamma, false);
 }
 
 // x [N, C, spatial...] as its batch, channels and spatial size.
