@@ -16,52 +16,16 @@
 
 #include "codegen/kernel.h"
 #include "codegen/shader_compiler.h"
+#include "conv_fixture.h"
 #include "ir/ops/conv.h"
 #include "support/random_fill.h"
 
 namespace mn {
 namespace {
 
-struct Fixture {
-  Graph g;
-  reference::Feeds feeds;
-  std::vector<Tensor> wrt;
-  std::mt19937_64 rng;
-
-  explicit Fixture(const std::string& name) : rng(testing::rng_for("conv1x1-gpu/" + name)) {}
-
-  Tensor input(const std::string& name, const Shape& shape) {
-    Tensor t = g.input(name, shape);
-    feeds[name] = testing::random_array(rng, {shape, DType::f32}, -1.0, 1.0);
-    wrt.push_back(t);
-    return t;
-  }
-
-  // Outputs `y` and the gradients of sum(y · r) for a random r.
-  void finish(Tensor y) {
-    g.output("y", y);
-    Array r = testing::random_array(rng, y.type(), -1.0, 1.0);
-    auto gs = gradients(sum(y * g.constant(r)), wrt);
-    for (size_t i = 0; i < gs.size(); ++i) g.output("grad" + std::to_string(i), gs[i]);
-  }
-
-  // Runs one step, compares every output with the reference, and returns the kernel names.
-  std::vector<std::string> run_and_compare() {
-    SessionOptions so;
-    so.profile = true;
-    auto session = build_session(g, so);
-    for (const auto& [name, value] : feeds) session->set(name, value);
-    session->step();
-    for (const auto& [name, expected] : reference::evaluate(g, feeds)) {
-      SCOPED_TRACE(name);
-      Array got = session->get(name);
-      EXPECT_EQ(got.shape, expected.shape);
-      if (got.shape == expected.shape) EXPECT_LE(testing::relative_error(got, expected), 2e-5);
-    }
-    std::vector<std::string> names;
-    for (const auto& k : session->profile()) names.push_back(k.name);
-    return names;
-  }
+// The fixture, its random streams named after this file's tests.
+struct Fixture : testing::ConvFixture {
+  explicit Fixture(const std::string& name) : ConvFixture("conv1x1-gpu/" + name) {}
 };
 
 int count(const std::vector<std::string>& names, const std::string& part) {

@@ -14,51 +14,16 @@
 #include <meganeura/session.h>
 
 #include "codegen/kernel.h"
+#include "conv_fixture.h"
 #include "ir/ops/conv.h"
 #include "support/random_fill.h"
 
 namespace mn {
 namespace {
 
-struct Fixture {
-  Graph g;
-  reference::Feeds feeds;
-  std::vector<Tensor> wrt;
-  std::mt19937_64 rng;
-
-  explicit Fixture(const std::string& name) : rng(testing::rng_for("conv-gpu/" + name)) {}
-
-  Tensor input(const std::string& name, const Shape& shape, DType dtype = DType::f32) {
-    Tensor t = g.input(name, shape, dtype);
-    Array a = testing::random_array(rng, {shape, dtype}, -1.0, 1.0);
-    for (double& v : a.data) v = round_to_dtype(v, dtype);
-    feeds[name] = std::move(a);
-    wrt.push_back(t);
-    return t;
-  }
-
-  // Outputs `y` and, with `grads`, the gradients of sum(y · r) for a random r.
-  void finish(Tensor y, bool grads = true) {
-    g.output("y", y);
-    if (!grads) return;
-    Array r = testing::random_array(rng, y.type(), -1.0, 1.0);
-    auto gs = gradients(sum(y * g.constant(r)), wrt);
-    for (size_t i = 0; i < gs.size(); ++i) g.output("grad" + std::to_string(i), gs[i]);
-  }
-
-  void expect_matches_reference(double tol = 2e-5) {
-    auto session = build_session(g);
-    for (const auto& [name, value] : feeds) session->set(name, value);
-    session->step();
-    for (const auto& [name, expected] : reference::evaluate(g, feeds)) {
-      SCOPED_TRACE(name);
-      Array got = session->get(name);
-      ASSERT_EQ(got.shape, expected.shape);
-      Array rounded = expected;
-      for (double& v : rounded.data) v = round_to_dtype(v, expected.dtype);
-      EXPECT_LE(testing::relative_error(got, rounded), tol);
-    }
-  }
+// The fixture, its random streams named after this file's tests.
+struct Fixture : testing::ConvFixture {
+  explicit Fixture(const std::string& name) : ConvFixture("conv-gpu/" + name) {}
 };
 
 // The CNN's two blocks at its training batch: forward K = 9 (a K tile shorter than 16), 256×16
@@ -75,7 +40,7 @@ TEST(ConvGpu, CnnBlocksWithGradients) {
   Conv2dOptions same{.padding = {1, 1}};
   Tensor h = max_pool2d(relu(conv2d(x, w1, b1, same)));
   f.finish(max_pool2d(relu(conv2d(h, w2, b2, same))));
-  f.expect_matches_reference();
+  f.run_and_compare();
 }
 
 // 128×64 tiles per group, with stride, padding and dilation; the input gradient skips taps off
@@ -86,7 +51,7 @@ TEST(ConvGpu, WideTilesWithGroupsStrideDilation) {
   Tensor w = f.input("w", {128, 4, 3, 3});
   Tensor b = f.input("b", {128});
   f.finish(conv2d(x, w, b, {.stride = {2, 2}, .padding = {2, 2}, .dilation = {2, 2}, .groups = 2}));
-  f.expect_matches_reference();
+  f.run_and_compare();
 }
 
 TEST(ConvGpu, TransposedWithBias) {
@@ -95,7 +60,7 @@ TEST(ConvGpu, TransposedWithBias) {
   Tensor w = f.input("w", {64, 16, 4, 4});
   Tensor b = f.input("b", {16});
   f.finish(conv_transpose2d(x, w, b, {.stride = {2, 2}, .padding = {1, 1}}));
-  f.expect_matches_reference();
+  f.run_and_compare();
 }
 
 // A 4×4 output with 256 input channels: one tile, so K = 2304 is split and the bias is added
@@ -106,7 +71,7 @@ TEST(ConvGpu, SplitKForwardWithBias) {
   Tensor w = f.input("w", {64, 256, 3, 3});
   Tensor b = f.input("b", {64});
   f.finish(conv2d(x, w, b, {.padding = {1, 1}}), false);
-  f.expect_matches_reference();
+  f.run_and_compare();
 }
 
 TEST(ConvGpu, HalfPrecisionStorage) {
@@ -114,7 +79,7 @@ TEST(ConvGpu, HalfPrecisionStorage) {
   Tensor x = f.input("x", {2, 8, 10, 10}, DType::f16);
   Tensor w = f.input("w", {32, 8, 3, 3}, DType::f16);
   f.finish(conv2d(x, w, {}, {.padding = {1, 1}}), false);
-  f.expect_matches_reference(2e-3);
+  f.run_and_compare(2e-3);
 }
 
 TEST(PoolGpu, LargerWindowsWithGradients) {
@@ -126,7 +91,7 @@ TEST(PoolGpu, LargerWindowsWithGradients) {
   Tensor up = upsample_bilinear2d(m + a, 23, 21);
   Tensor near = upsample_nearest2d(x, 40, 13);
   f.finish(sum(up, {2, 3}) + sum(adaptive_avg_pool2d(near, 5, 3), {2, 3}));
-  f.expect_matches_reference();
+  f.run_and_compare();
 }
 
 // Windows that cannot overlap take the per-cell backward kernel: with padding, dilation, gaps
@@ -143,7 +108,7 @@ TEST(PoolGpu, DisjointWindowsBackward) {
   Tensor b = max_pool2d(x, {.kernel = {2, 3}, .stride = {3, 4}});
   Tensor c = max_pool2d(x, {.kernel = {3, 2}, .stride = {2, 3}, .padding = {1, 0}});
   f.finish(sum(a, {2, 3}) + sum(b, {2, 3}) + sum(c, {2, 3}));
-  f.expect_matches_reference();
+  f.run_and_compare();
 }
 
 // Past the device's group-count limit the tiles fold into a second grid dimension.
