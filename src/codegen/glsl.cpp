@@ -189,4 +189,17 @@ std::string elementwise_kernel(const std::string& declarations, const std::strin
          body + "}\n";
 }
 
+KernelLaunch elementwise_launch(std::string name, const std::string& declarations,
+                                const std::string& body, uint64_t n, const DeviceTraits& d,
+                                std::vector<KernelBinding> bindings, uint32_t local) {
+  const Linear grid = linear_grid(n, d, local);
+  KernelLaunch k;
+  k.name = std::move(name);
+  k.glsl = elementwise_kernel(declarations, body, n);
+  k.workgroup = {grid.local, 1, 1};
+  k.groups = grid.groups;
+  k.bindings = std::move(bindings);
+  return k;
+}
+
 }  // namespace mn::codegen::glsl

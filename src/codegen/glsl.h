@@ -53,5 +53,9 @@ std::string float_literal(double v);
 // The complete source of a 1-D elementwise kernel: `body` runs for index `i` < n.
 std::string elementwise_kernel(const std::string& declarations, const std::string& body,
                                uint64_t n);
+// That kernel as a launch over its linear grid (`local` threads per group), with its bindings.
+KernelLaunch elementwise_launch(std::string name, const std::string& declarations,
+                                const std::string& body, uint64_t n, const DeviceTraits& d,
+                                std::vector<KernelBinding> bindings = {}, uint32_t local = 256);
 
 }  // namespace mn::codegen::glsl

@@ -348,13 +348,9 @@ KernelLaunch combine_kernel(const LowerContext& ctx, const AttentionShape& g, co
   body += "    float wgt = ms == -mn_inf() ? 0.0 : exp(ms - m);\n";
   body += "    l += part_ld(base + 1u) * wgt;\n    o += part_ld(base + 2u + e) * wgt;\n  }\n";
   body += "  out_st(i, o / l);\n";
-  const glsl::Linear grid = glsl::linear_grid(n, ctx.device);
-  KernelLaunch k;
-  k.name = "attention_combine";
-  k.glsl = glsl::elementwise_kernel(decl, body, n);
-  k.workgroup = {grid.local, 1, 1};
-  k.groups = grid.groups;
-  k.bindings = {{ArgRef::scratch(0), false}, {ArgRef::output(), true}};
+  KernelLaunch k =
+      glsl::elementwise_launch("attention_combine", decl, body, n, ctx.device,
+                               {{ArgRef::scratch(0), false}, {ArgRef::output(), true}});
   return k;
 }
 

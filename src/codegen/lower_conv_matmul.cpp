@@ -206,13 +206,9 @@ std::optional<Lowering> conv1x1_backward_weight(const LowerContext& ctx) {
       glsl::buffer(1, ctx.node.type.dtype, "DW", false);
   const std::string body = "  float acc = 0.0;\n  for (uint b = 0u; b < " + u(x.batch) +
                            "; ++b) acc += part[b * " + u(per_image) + " + i];\n  DW_st(i, acc);\n";
-  const glsl::Linear grid = glsl::linear_grid(static_cast<uint64_t>(per_image), ctx.device);
-  KernelLaunch sum;
-  sum.name = "conv1x1_weight_batch_sum";
-  sum.glsl = glsl::elementwise_kernel(decl, body, static_cast<uint64_t>(per_image));
-  sum.workgroup = {grid.local, 1, 1};
-  sum.groups = grid.groups;
-  sum.bindings = {{ArgRef::scratch(part), false}, {ArgRef::output(), true}};
+  KernelLaunch sum = glsl::elementwise_launch(
+      "conv1x1_weight_batch_sum", decl, body, static_cast<uint64_t>(per_image), ctx.device,
+      {{ArgRef::scratch(part), false}, {ArgRef::output(), true}});
   l->launches.push_back(std::move(sum));
   return l;
 }

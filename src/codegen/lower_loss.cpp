@@ -106,13 +106,10 @@ std::string sum_main(const ItemLosses& items, Reduction reduction, uint32_t loca
 KernelLaunch per_item_kernel(const LowerContext& ctx, const ItemLosses& items, ArgRef dest,
                              DType dest_dtype) {
   const auto k = static_cast<uint32_t>(items.inputs.size());
-  KernelLaunch l;
-  l.name = std::string(ctx.node.op_name()) + "_items";
   const std::string decl = items.declarations + dest_buffer(k, dest_dtype);
-  l.glsl = glsl::elementwise_kernel(decl, "  dst_st(i, item_loss(i));\n", items.items);
-  auto grid = glsl::linear_grid(items.items, ctx.device);
-  l.workgroup = {grid.local, 1, 1};
-  l.groups = grid.groups;
+  KernelLaunch l =
+      glsl::elementwise_launch(std::string(ctx.node.op_name()) + "_items", decl,
+                               "  dst_st(i, item_loss(i));\n", items.items, ctx.device);
   l.bindings = input_bindings(items);
   l.bindings.push_back({dest, true});
   return l;
@@ -263,12 +260,8 @@ Lowering lower_backward(const LowerContext& ctx, PairLoss (*make)(const A&)) {
           (r == Reduction::none ? "i" : "0u") + ");\n";
   if (r == Reduction::mean) body += "  g = g / " + lit(static_cast<double>(n)) + ";\n";
   body += "  out_st(i, g);\n";
-  KernelLaunch k;
-  k.name = std::string(ctx.node.op_name());
-  k.glsl = glsl::elementwise_kernel(decl, body, n);
-  auto grid = glsl::linear_grid(n, ctx.device);
-  k.workgroup = {grid.local, 1, 1};
-  k.groups = grid.groups;
+  KernelLaunch k =
+      glsl::elementwise_launch(std::string(ctx.node.op_name()), decl, body, n, ctx.device);
   k.bindings = {{ArgRef::input(0), false},
                 {ArgRef::input(1), false},
                 {ArgRef::input(2), false},

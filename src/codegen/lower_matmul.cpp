@@ -292,13 +292,9 @@ Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t ba
                            "; ++s) acc += part[s * " + u32(outputs) +
                            " + i];\n  C_st(i, mm_epilogue(acc, " + b_of + ", " +
                            (left ? "0u, " + p_of : p_of + ", 0u") + "));\n";
-  const glsl::Linear grid = glsl::linear_grid(static_cast<uint64_t>(outputs), ctx.device);
-  KernelLaunch c;
-  c.name = "matmul_gemv_combine";
-  c.glsl = glsl::elementwise_kernel(decl, body, static_cast<uint64_t>(outputs));
-  c.workgroup = {grid.local, 1, 1};
-  c.groups = grid.groups;
-  c.bindings = {{ArgRef::scratch(0), false}, {ArgRef::output(), true}};
+  KernelLaunch c =
+      glsl::elementwise_launch("matmul_gemv_combine", decl, body, static_cast<uint64_t>(outputs),
+                               ctx.device, {{ArgRef::scratch(0), false}, {ArgRef::output(), true}});
   if (e) {
     // Binding 2 is unused (the epilogue's operands start at 3, as in the other kernels).
     c.bindings.push_back({ArgRef::scratch(0), false});

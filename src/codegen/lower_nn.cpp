@@ -163,14 +163,14 @@ Lowering lower_batch_norm_eval(const LowerContext& ctx, const BatchNormAttrs& a)
   operands.emplace_back(next++, "rvar");
   std::string decl;
   Lowering low;
-  KernelLaunch k;
+  std::vector<KernelBinding> bindings;
   for (size_t i = 0; i < operands.size(); ++i) {
     decl += glsl::buffer(static_cast<uint32_t>(i), ctx.inputs[operands[i].first].dtype,
                          operands[i].second, true);
-    k.bindings.push_back({ArgRef::input(operands[i].first), false});
+    bindings.push_back({ArgRef::input(operands[i].first), false});
   }
   decl += glsl::buffer(static_cast<uint32_t>(operands.size()), ctx.node.type.dtype, "out", false);
-  k.bindings.push_back({ArgRef::output(), true});
+  bindings.push_back({ArgRef::output(), true});
   std::string body = "  uint c = (i / " + u32(c.spatial) + ") % " + u32(c.channels) + ";\n";
   body += "  float y = (x_ld(i) - rmean_ld(c)) * (1.0 / sqrt(rvar_ld(c) + " +
           glsl::float_literal(round_to_dtype(a.eps, x.dtype)) + "));\n";
@@ -178,12 +178,8 @@ Lowering lower_batch_norm_eval(const LowerContext& ctx, const BatchNormAttrs& a)
   if (a.has_beta) body += "  y += beta_ld(c);\n";
   body += "  out_st(i, y);\n";
   const auto n = static_cast<uint64_t>(x.numel());
-  const glsl::Linear grid = glsl::linear_grid(n, ctx.device);
-  k.name = "batch_norm_eval";
-  k.glsl = glsl::elementwise_kernel(decl, body, n);
-  k.workgroup = {grid.local, 1, 1};
-  k.groups = grid.groups;
-  low.launches.push_back(std::move(k));
+  low.launches.push_back(
+      glsl::elementwise_launch("batch_norm_eval", decl, body, n, ctx.device, std::move(bindings)));
   return low;
 }
 
@@ -234,13 +230,8 @@ Lowering lower_dropout(const LowerContext& ctx) {
       "  const uvec2 base = uvec2(" + u32(base & 0xffffffffu) + ", " + u32(base >> 32) + ");\n";
   body += "  bool keep = mn_random24(base, i) >= " + u32(threshold) + ";\n";
   body += "  out_st(i, keep ? x_ld(i) * " + glsl::float_literal(1.0 / (1.0 - a.p)) + " : 0.0);\n";
-  const glsl::Linear grid = glsl::linear_grid(n, ctx.device);
-  KernelLaunch k;
-  k.name = "dropout";
-  k.glsl = glsl::elementwise_kernel(decl, body, n);
-  k.workgroup = {grid.local, 1, 1};
-  k.groups = grid.groups;
-  k.bindings = {{ArgRef::input(0), false}, {ArgRef::output(), true}};
+  KernelLaunch k = glsl::elementwise_launch("dropout", decl, body, n, ctx.device,
+                                            {{ArgRef::input(0), false}, {ArgRef::output(), true}});
   Lowering low;
   low.launches.push_back(std::move(k));
   return low;

@@ -259,13 +259,9 @@ Lowering split_lowering(const LowerContext& ctx, const RowOp& op, const Plan& p)
         break;
     }
     body += "  st_st(2u * i, a);\n  st_st(2u * i + 1u, b);\n";
-    const glsl::Linear grid = glsl::linear_grid(op.rows, ctx.device, 64);
-    KernelLaunch k;
-    k.name = op.name + "_combine";
-    k.glsl = glsl::elementwise_kernel(decl, body, op.rows);
-    k.workgroup = {grid.local, 1, 1};
-    k.groups = grid.groups;
-    k.bindings = {{ArgRef::scratch(0), false}, {ArgRef::scratch(1), true}};
+    KernelLaunch k =
+        glsl::elementwise_launch(op.name + "_combine", decl, body, op.rows, ctx.device,
+                                 {{ArgRef::scratch(0), false}, {ArgRef::scratch(1), true}}, 64);
     low.launches.push_back(std::move(k));
   }
 
@@ -277,13 +273,8 @@ Lowering split_lowering(const LowerContext& ctx, const RowOp& op, const Plan& p)
     const std::string body =
         "  uint r = row_of(i), j = col_of(i);\n"
         "  out_st(i, epilogue(x_ld(i), r, j, i, st_ld(2u * r), st_ld(2u * r + 1u)));\n";
-    const glsl::Linear grid = glsl::linear_grid(total, ctx.device);
-    KernelLaunch k;
-    k.name = op.name + "_apply";
-    k.glsl = glsl::elementwise_kernel(decl, body, total);
-    k.workgroup = {grid.local, 1, 1};
-    k.groups = grid.groups;
-    k.bindings = io_bindings(op);
+    KernelLaunch k = glsl::elementwise_launch(op.name + "_apply", decl, body, total, ctx.device,
+                                              io_bindings(op));
     k.bindings.push_back({ArgRef::scratch(1), false});
     low.launches.push_back(std::move(k));
   }

@@ -42,13 +42,8 @@ Lowering per_output_kernel(const LowerContext& ctx, const std::string& functions
   std::string prologue = "  uint p = i / " + plane + ", q = i % " + plane + ";\n";
   prologue += "  int oy = int(q / " + ulit(g.out_w) + "), ox = int(q % " + ulit(g.out_w) + ");\n";
 
-  const glsl::Linear grid = glsl::linear_grid(n, ctx.device);
-  KernelLaunch k;
-  k.name = std::string(ctx.node.op_name());
-  k.glsl = glsl::elementwise_kernel(decls + functions, prologue + body, n);
-  k.workgroup = {grid.local, 1, 1};
-  k.groups = grid.groups;
-  k.bindings = std::move(bindings);
+  KernelLaunch k = glsl::elementwise_launch(std::string(ctx.node.op_name()), decls + functions,
+                                            prologue + body, n, ctx.device, std::move(bindings));
   Lowering l;
   l.launches.push_back(std::move(k));
   return l;
@@ -161,13 +156,9 @@ Lowering max_pool2d_backward_cells(const LowerContext& ctx, const MaxPool2dAttrs
   body += "      Y_st(base + uint(at), at == best ? gv : 0.0);\n";
   body += "    }\n  }\n";
 
-  const glsl::Linear grid = glsl::linear_grid(n, ctx.device);
-  KernelLaunch k;
-  k.name = "max_pool2d_backward_cells";
-  k.glsl = glsl::elementwise_kernel(decls, body, n);
-  k.workgroup = {grid.local, 1, 1};
-  k.groups = grid.groups;
-  k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
+  KernelLaunch k = glsl::elementwise_launch(
+      "max_pool2d_backward_cells", decls, body, n, ctx.device,
+      {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}});
   Lowering l;
   l.launches.push_back(std::move(k));
   return l;

@@ -396,13 +396,9 @@ KernelLaunch combine_launch(const LowerContext& ctx, const Reducer& red, const G
         body += "  " + red.store("i", epilogue("acc")) + "\n";
       }
   }
-  const glsl::Linear grid = glsl::linear_grid(g.outputs, ctx.device);
-  KernelLaunch k;
-  k.name = std::string(n.op_name()) + "_combine";
-  k.glsl = glsl::elementwise_kernel(decl, body, g.outputs);
-  k.workgroup = {grid.local, 1, 1};
-  k.groups = grid.groups;
-  k.bindings = {{ArgRef::scratch(0), false}, {ArgRef::output(), true}};
+  KernelLaunch k =
+      glsl::elementwise_launch(std::string(n.op_name()) + "_combine", decl, body, g.outputs,
+                               ctx.device, {{ArgRef::scratch(0), false}, {ArgRef::output(), true}});
   if (p) {
     for (const ArgRef& a : p->extra) k.bindings.push_back({a, false});
   }

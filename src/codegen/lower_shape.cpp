@@ -36,21 +36,16 @@ std::string store_constant(DType t, double value) {
 
 KernelLaunch per_element(const LowerContext& ctx, std::string name, const std::vector<int>& inputs,
                          const std::string& body, uint64_t n) {
-  KernelLaunch k;
-  k.name = std::move(name);
   std::string decl;
+  std::vector<KernelBinding> bindings;
   for (size_t b = 0; b < inputs.size(); ++b) {
     decl += glsl::buffer(static_cast<uint32_t>(b), ctx.inputs[inputs[b]].dtype,
                          "in" + std::to_string(b), true);
-    k.bindings.push_back({ArgRef::input(inputs[b]), false});
+    bindings.push_back({ArgRef::input(inputs[b]), false});
   }
   decl += glsl::buffer(static_cast<uint32_t>(inputs.size()), ctx.node.type.dtype, "out", false);
-  k.bindings.push_back({ArgRef::output(), true});
-  const glsl::Linear grid = glsl::linear_grid(n, ctx.device);
-  k.glsl = glsl::elementwise_kernel(decl, body, n);
-  k.workgroup = {grid.local, 1, 1};
-  k.groups = grid.groups;
-  return k;
+  bindings.push_back({ArgRef::output(), true});
+  return glsl::elementwise_launch(std::move(name), decl, body, n, ctx.device, std::move(bindings));
 }
 
 }  // namespace shape_lowering

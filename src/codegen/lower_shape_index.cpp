@@ -163,15 +163,11 @@ KernelLaunch csr_gather(const LowerContext& ctx, const IndexedView& v) {
       "    acc += upd_ld" + sfx + "((o * " + u(v.k) + " + k) * " + u(v.x.inner) + " + j);\n  }\n";
   body += "  out_st" + sfx + "(i, acc);\n";
   const uint64_t n = static_cast<uint64_t>(ctx.node.type.numel());
-  const glsl::Linear grid = glsl::linear_grid(n, ctx.device);
-  return {"scatter_add",
-          glsl::elementwise_kernel(decl, body, n),
-          {grid.local, 1, 1},
-          grid.groups,
-          {{ArgRef::input(0), false},
-           {ArgRef::input(2), false},
-           {ArgRef::scratch(0), false},
-           {ArgRef::output(), true}}};
+  return glsl::elementwise_launch("scatter_add", decl, body, n, ctx.device,
+                                  {{ArgRef::input(0), false},
+                                   {ArgRef::input(2), false},
+                                   {ArgRef::scratch(0), false},
+                                   {ArgRef::output(), true}});
 }
 
 // out = x, then one thread per update adds it into its row with a float atomic.
@@ -189,16 +185,12 @@ Lowering scatter_add_atomic(const LowerContext& ctx, const IndexedView& v) {
   body += "  atomicAdd(out_data[(o * " + u(v.x.n) + " + uint(row)) * " + u(v.x.inner) +
           " + j], upd_ld(i));\n";
   const uint64_t n = static_cast<uint64_t>(ctx.inputs[2].numel());
-  const glsl::Linear grid = glsl::linear_grid(n, ctx.device);
+  KernelLaunch k = glsl::elementwise_launch(
+      "scatter_add_atomic", decl, body, n, ctx.device,
+      {{ArgRef::input(1), false}, {ArgRef::input(2), false}, {ArgRef::output(), true}});
   // Extensions must precede every declaration: right after the #version line.
-  std::string src = glsl::elementwise_kernel(decl, body, n);
-  src.insert(src.find('\n') + 1, "#extension GL_EXT_shader_atomic_float : require\n");
-  l.launches.push_back(
-      {"scatter_add_atomic",
-       std::move(src),
-       {grid.local, 1, 1},
-       grid.groups,
-       {{ArgRef::input(1), false}, {ArgRef::input(2), false}, {ArgRef::output(), true}}});
+  k.glsl.insert(k.glsl.find('\n') + 1, "#extension GL_EXT_shader_atomic_float : require\n");
+  l.launches.push_back(std::move(k));
   return l;
 }
 
