@@ -63,14 +63,13 @@ void run_inspect(const InspectArgs& a) {
   std::unique_ptr<Graph> graph = build_model(a);
   const std::string device_name = runtime::device_name(a.device);
 
+  const plan::PlanOptions options = runtime::plan_options(a.device);
+  const plan::StepPlan after = plan::make_step_plan(*graph, options);
   // Baseline: the graph as written, one kernel per op.
-  plan::PlanOptions baseline = runtime::plan_options(a.device);
+  plan::PlanOptions baseline = options;
   baseline.optimize.enabled = false;
   baseline.fuse = false;
   const plan::StepPlan before = plan::make_step_plan(*graph, baseline);
-
-  plan::PlanOptions options = runtime::plan_options(a.device);
-  const plan::StepPlan after = plan::make_step_plan(*graph, options);
   const optimize::OptimizeReport& r = after.report;
   const size_t dispatches_before = before.launches.size(), dispatches_after = after.launches.size();
 
