@@ -24,9 +24,10 @@ struct SessionOptions {
   // Debugging the memory plan: overwrite every intermediate with NaNs right after its last use,
   // so a tensor that wrongly shared memory with a dead one would read garbage.
   bool poison_freed = false;
-  // E-graph optimization and kernel fusion; unset: on unless $MN_NO_OPTIMIZE=1. Off, every op
-  // of the graph as written runs as its own kernel(s) (the baseline benchmarks compare against).
-  std::optional<bool> optimize;
+  // E-graph optimization and kernel fusion ($MN_NO_OPTIMIZE=1 turns both off in every session).
+  // Off, every op of the graph as written runs as its own kernel(s), the baseline the
+  // benchmarks compare against.
+  bool optimize = true;
 };
 
 struct MemorySummary {

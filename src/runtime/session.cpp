@@ -98,7 +98,7 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
   const auto& caps = dev.capabilities();
 
   plan::PlanOptions po = runtime::plan_options(dev);
-  if (options.optimize.has_value()) po.optimize.enabled = po.fuse = *options.optimize;
+  po.optimize.enabled = po.fuse = options.optimize;
   impl->plan = plan::make_step_plan(graph, po);
   plan::StepPlan& p = impl->plan;
 
