@@ -27,8 +27,15 @@ struct DeviceTraits {
   // self-test passed, and MN_DISABLE_COOP unset.
   bool coop = false;
   bool coop_khr = false;                // compile coop kernels through the SPV_KHR rewrite
-  uint32_t coop_tiles = ~0u;            // bit i: tile configuration i (coop_tiles()) may be used
+  // Bit i: subgroup tile i (coop_tiles()) may be used; bit kCoopWgTileBit + i: workgroup tile i
+  // (coop_wg_tiles()).
+  uint32_t coop_tiles = ~0u;
   uint32_t max_shared_optin_bytes = 0;  // largest shared memory a kernel may ask for
+  // Workgroup-scope f16·f16+f32 matrices (VK_NV_cooperative_matrix2): the M, N and K
+  // granularities for workgroups of 32·2^i invocations at index i (zeros: not offered), and
+  // the largest dimension.
+  std::array<std::array<uint32_t, 3>, 4> coop_wg_granularity{};
+  uint32_t coop_wg_max_dimension = 0;
   uint32_t multiprocessors = 0;         // 0: unknown
 };
 
@@ -55,6 +62,9 @@ struct KernelLaunch {
   std::array<uint32_t, 3> workgroup{64, 1, 1};
   std::array<uint32_t, 3> groups{1, 1, 1};
   std::vector<KernelBinding> bindings;  // descriptor binding i = bindings[i]
+  // Compile through the SPV_KHR_cooperative_matrix rewrite whatever the device's path:
+  // workgroup-scope matrices exist only as KHR types.
+  bool coop_khr = false;
 };
 
 struct Lowering {

@@ -24,6 +24,7 @@
 #include "codegen/lower_families.h"
 #include "codegen/lower_matmul.h"
 #include "codegen/lower_matmul_coop.h"
+#include "codegen/lower_matmul_coop_wg.h"
 #include "codegen/matmul_epilogue.h"
 #include "ir/ops/matmul.h"
 
@@ -313,6 +314,11 @@ Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e) {
   check_elements(g, batch);
   if (g.m == 1 || g.n == 1) return lower_gemv(ctx, g, batch, e);
   if (coop_rejection(ctx, g, batch).empty()) {
+    if (coop_wg_rejection(ctx, g, batch).empty()) {
+      const CoopWgTile& t =
+          coop_wg_tiles()[static_cast<size_t>(*choose_coop_wg_tile(ctx, g, batch))];
+      return lower_matmul_coop_wg(ctx, g, batch, t, e);
+    }
     const CoopTile& t = coop_tiles()[static_cast<size_t>(*choose_coop_tile(g, batch, ctx.device))];
     return lower_matmul_coop(ctx, g, batch, t, coop_options_for(t, g, ctx.device), e);
   }

@@ -127,7 +127,9 @@ std::string absmax_kernel(uint64_t n, uint64_t parts) {
 // precision instead of underflowing to f16 subnormals or zero, large ones stay finite.
 // Powers of two are exact, and the matmul divides them out of its f32 results. e follows the
 // data (0 when it holds no finite non-zero value), and is stored after the packed halves.
-std::string pack_kernel(uint64_t n, uint64_t parts) {
+// With `pad`, every rows×cols matrix of the operand lands in a zero-filled rows_padded ×
+// cols_padded one.
+std::string pack_kernel(uint64_t n, uint64_t parts, const PackPadding* pad) {
   std::string s = glsl::header() + glsl::buffer(0, DType::f32, "X", true) +
                   glsl::buffer(1, DType::f16, "H", false);
   s += "layout(std430, set = 0, binding = 2) readonly buffer Buffer2 { float part[]; };\n";
@@ -141,16 +143,60 @@ std::string pack_kernel(uint64_t n, uint64_t parts) {
   s += "  if (mx > 0.0 && !isinf(mx) && !isnan(mx)) {\n    int ex;\n    frexp(mx, ex);\n"
        "    e = clamp(15 - ex, -100, 100);\n  }\n";
   s += "  uint i = gid();\n";
-  const std::string at = u32(static_cast<int64_t>(padded_halves(static_cast<int64_t>(n))));
+  const int64_t out = pad ? static_cast<int64_t>(n) / (pad->rows * pad->cols) * pad->rows_padded *
+                                pad->cols_padded
+                          : static_cast<int64_t>(n);
+  const std::string at = u32(static_cast<int64_t>(padded_halves(out)));
   s += "  if (i == 0u) {\n    H_stb(" + at + ", uint(e) & 0xffffu);\n    H_stb(" + at +
        " + 1u, uint(e) >> 16);\n  }\n";
-  s += "  if (i < " + u32(static_cast<int64_t>(n)) + ") H_st(i, X_ld(i) * exp2(float(e)));\n}\n";
+  if (!pad) {
+    s += "  if (i < " + u32(out) + ") H_st(i, X_ld(i) * exp2(float(e)));\n}\n";
+    return s;
+  }
+  const std::string rp = u32(pad->rows_padded), cp = u32(pad->cols_padded);
+  s += "  if (i >= " + u32(out) + ") return;\n";
+  s += "  uint b = i / (" + rp + " * " + cp + "), r = (i / " + cp + ") % " + rp + ", c = i % " +
+       cp + ";\n";
+  s += "  float v = 0.0;\n";
+  s += "  if (r < " + u32(pad->rows) + " && c < " + u32(pad->cols) + ") v = X_ld((b * " +
+       u32(pad->rows) + " + r) * " + u32(pad->cols) + " + c) * exp2(float(e));\n";
+  s += "  H_st(i, v);\n}\n";
   return s;
 }
 
 }  // namespace
 
 std::span<const CoopTile> coop_tiles() { return kTiles; }
+
+uint64_t coop_packed_exponent_index(int64_t halves) { return padded_halves(halves); }
+
+ArgRef pack_coop_operand(const LowerContext& ctx, int i, Lowering& l, int& scratch,
+                         const PackPadding* pad) {
+  const uint64_t n = static_cast<uint64_t>(ctx.inputs[static_cast<size_t>(i)].numel());
+  const uint64_t out = pad ? n / static_cast<uint64_t>(pad->rows * pad->cols) *
+                                 static_cast<uint64_t>(pad->rows_padded * pad->cols_padded)
+                           : n;
+  const ArgRef to = ArgRef::scratch(scratch++), stats = ArgRef::scratch(scratch++);
+  l.scratch_bytes.push_back(padded_halves(static_cast<int64_t>(out)) * 2 + 16);
+  const uint64_t parts = std::min<uint64_t>(1024, (n + 4095) / 4096);
+  l.scratch_bytes.push_back(parts * 4);
+  KernelLaunch m;
+  m.name = "matmul_coop_absmax";
+  m.glsl = absmax_kernel(n, parts);
+  m.workgroup = {256, 1, 1};
+  m.groups = {static_cast<uint32_t>(parts), 1, 1};
+  m.bindings = {{ArgRef::input(i), false}, {stats, true}};
+  l.launches.push_back(std::move(m));
+  const glsl::Linear grid = glsl::linear_grid(out, ctx.device);
+  KernelLaunch c;
+  c.name = "matmul_coop_pack";
+  c.glsl = pack_kernel(n, parts, pad);
+  c.workgroup = {grid.local, 1, 1};
+  c.groups = grid.groups;
+  c.bindings = {{ArgRef::input(i), false}, {to, true}, {stats, false}};
+  l.launches.push_back(std::move(c));
+  return to;
+}
 
 uint32_t coop_shared_bytes(const CoopTile& t, const MatmulGeometry& g, const CoopOptions& o) {
   const auto staging =
@@ -417,28 +463,7 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   Lowering l;
   int scratch = 0;
   auto operand = [&](int i, bool packed) {
-    if (!packed) return ArgRef::input(i);
-    const uint64_t n = static_cast<uint64_t>(ctx.inputs[static_cast<size_t>(i)].numel());
-    const ArgRef to = ArgRef::scratch(scratch++), stats = ArgRef::scratch(scratch++);
-    l.scratch_bytes.push_back(padded_halves(n) * 2 + 16);
-    const uint64_t parts = std::min<uint64_t>(1024, (n + 4095) / 4096);
-    l.scratch_bytes.push_back(parts * 4);
-    KernelLaunch m;
-    m.name = "matmul_coop_absmax";
-    m.glsl = absmax_kernel(n, parts);
-    m.workgroup = {256, 1, 1};
-    m.groups = {static_cast<uint32_t>(parts), 1, 1};
-    m.bindings = {{ArgRef::input(i), false}, {stats, true}};
-    l.launches.push_back(std::move(m));
-    const glsl::Linear grid = glsl::linear_grid(n, ctx.device);
-    KernelLaunch c;
-    c.name = "matmul_coop_pack";
-    c.glsl = pack_kernel(n, parts);
-    c.workgroup = {grid.local, 1, 1};
-    c.groups = grid.groups;
-    c.bindings = {{ArgRef::input(i), false}, {to, true}, {stats, false}};
-    l.launches.push_back(std::move(c));
-    return to;
+    return packed ? pack_coop_operand(ctx, i, l, scratch) : ArgRef::input(i);
   };
   const ArgRef a_arg = operand(0, pack_a), b_arg = operand(1, pack_b);
   k.bindings = {{a_arg, false}, {b_arg, false}, {ArgRef::output(), true}};

@@ -57,6 +57,21 @@ CoopOptions coop_options_for(const CoopTile& t, const MatmulGeometry& g, const D
 Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
                            const CoopTile& t, const CoopOptions& o, const MatmulEpilogue* e);
 
+// Zero padding of an operand's packed copy: each of its rows×cols matrices (in storage
+// order) becomes a rows_padded×cols_padded one.
+struct PackPadding {
+  int64_t rows = 0, cols = 0, rows_padded = 0, cols_padded = 0;
+};
+
+// Appends the two launches that convert f32 input `i` to f16 scaled by a power of two (its
+// largest magnitude mapped near 2^15) in a new scratch buffer, returned; scratch buffers are
+// numbered from `scratch` on. The exponent e (the product is divided by 2^e) follows the
+// packed halves as two 16-bit words, at half index coop_packed_exponent_index(halves), where
+// `halves` is the element count of the packed copy (padding included).
+ArgRef pack_coop_operand(const LowerContext& ctx, int i, Lowering& l, int& scratch,
+                         const PackPadding* pad = nullptr);
+uint64_t coop_packed_exponent_index(int64_t halves);
+
 // Thresholds below which the scalar kernel is used, from H200 measurements (docs/perf.md):
 // multiply-adds M·N·K per batch, and outputs M·N per batch (a 64×64×4096 product has one
 // workgroup of work and runs faster on the scalar kernel).

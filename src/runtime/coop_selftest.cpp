@@ -8,6 +8,7 @@
 #include <meganeura/ops.h>
 
 #include "codegen/lower_matmul_coop.h"
+#include "codegen/lower_matmul_coop_wg.h"
 #include "codegen/shader_compiler.h"
 #include "runtime/coop_support.h"
 #include "runtime/host_tensor.h"
@@ -31,13 +32,44 @@ struct Case {
 // Ragged rows, columns and K steps on every tile; vector loads (contiguous extents multiple of
 // 8) in the first and third, scalar loads and a broadcast batch in the second, tiny values in
 // the last.
-std::vector<Case> cases(const codegen::CoopTile& t, bool f16) {
-  const int64_t m = t.bm + t.bm / 2 + 3, n = t.bn + 8, k = 88;
+// A tile of either kernel: subgroup tile `index` (coop_tiles()) or workgroup tile `index`
+// (coop_wg_tiles()).
+struct TileRef {
+  bool wg = false;
+  int index = 0;
+  int bm() const { return wg ? wg_tile().bm : sg_tile().bm; }
+  int bn() const { return wg ? wg_tile().bn : sg_tile().bn; }
+  int bk() const { return wg ? wg_tile().bk : sg_tile().bk; }
+  const codegen::CoopTile& sg_tile() const { return codegen::coop_tiles()[static_cast<size_t>(index)]; }
+  const codegen::CoopWgTile& wg_tile() const {
+    return codegen::coop_wg_tiles()[static_cast<size_t>(index)];
+  }
+  std::string name() const { return wg ? wg_tile().name : sg_tile().name; }
+  int bit() const { return wg ? codegen::kCoopWgTileBit + index : index; }
+};
+
+std::vector<TileRef> all_tiles() {
+  std::vector<TileRef> r;
+  for (size_t i = 0; i < codegen::coop_tiles().size(); ++i) r.push_back({false, static_cast<int>(i)});
+  for (size_t i = 0; i < codegen::coop_wg_tiles().size(); ++i) r.push_back({true, static_cast<int>(i)});
+  return r;
+}
+
+std::vector<Case> cases(const TileRef& t, bool f16) {
+  const int64_t m = t.bm() + t.bm() / 2 + 3, n = t.bn() + 8, k = 88;
   std::vector<Case> c;
   c.push_back({"nn_vec", {m, k}, {k, n}, false, false, DType::f32});
-  const int64_t m2 = t.bm - 3, n2 = t.bn + 5, k2 = 45;
+  const int64_t m2 = t.bm() - 3, n2 = t.bn() + 5, k2 = 45;
   c.push_back({"tt_scalar_batch", {2, k2, m2}, {n2, k2}, true, true, DType::f32});
-  if (f16) c.push_back({"nt_f16", {m, k}, {n, k}, false, true, DType::f16});
+  if (t.wg) {
+    // f16 operands are read in place by the workgroup kernel: whole tiles. Whole f32 tiles
+    // take its direct store.
+    const int64_t mw = 2 * t.bm(), kw = 2 * t.bk();
+    if (f16) c.push_back({"nt_f16", {mw, kw}, {t.bn(), kw}, false, true, DType::f16});
+    c.push_back({"tn_whole", {kw, mw}, {kw, t.bn()}, true, false, DType::f32});
+  } else if (f16) {
+    c.push_back({"nt_f16", {m, k}, {n, k}, false, true, DType::f16});
+  }
   // Magnitudes of deep-network activations and gradients, below f16's normal range: right
   // only when the packed operands are scaled (exactly, by powers of two).
   c.push_back({"nn_tiny", {m, k}, {k, n}, false, false, DType::f32, std::ldexp(1.0, -30)});
@@ -61,12 +93,13 @@ std::unique_ptr<Built> build(const Case& c) {
   return b;
 }
 
-codegen::Lowering lower(const Built& b, const codegen::CoopTile& tile,
-                        const codegen::DeviceTraits& t) {
+codegen::Lowering lower(const Built& b, const TileRef& tile, const codegen::DeviceTraits& t) {
   const codegen::LowerContext ctx{b.graph.node(b.node), b.types, t};
   const codegen::MatmulGeometry g = codegen::geometry(ctx);
   const int64_t batch = numel(g.out_batch);
-  return codegen::lower_matmul_coop(ctx, g, batch, tile, codegen::coop_options_for(tile, g, t),
+  if (tile.wg) return codegen::lower_matmul_coop_wg(ctx, g, batch, tile.wg_tile(), nullptr);
+  const codegen::CoopTile& st = tile.sg_tile();
+  return codegen::lower_matmul_coop(ctx, g, batch, st, codegen::coop_options_for(st, g, t),
                                     nullptr);
 }
 
@@ -127,10 +160,11 @@ double run_case(vk::Device& dev, const Case& c, const Built& b, const codegen::L
 
 std::string coop_selftest_fingerprint(const codegen::DeviceTraits& t) {
   std::string all;
-  for (const codegen::CoopTile& tile : codegen::coop_tiles()) {
+  for (const TileRef& tile : all_tiles()) {
+    if (tile.wg && !codegen::coop_wg_tile_supported(tile.wg_tile(), t)) continue;
     for (const Case& c : cases(tile, t.storage_16bit)) {
       try {
-        all += lower(*build(c), tile, t).launches.at(0).glsl;
+        for (const auto& k : lower(*build(c), tile, t).launches) all += k.glsl;
       } catch (const Error& e) {
         all += e.what();
       }
@@ -141,14 +175,15 @@ std::string coop_selftest_fingerprint(const codegen::DeviceTraits& t) {
 
 uint32_t run_coop_selftest(vk::Device& dev, const codegen::DeviceTraits& t, std::string* report) {
   uint32_t mask = 0;
-  const auto tiles = codegen::coop_tiles();
-  for (size_t i = 0; i < tiles.size(); ++i) {
+  for (const TileRef& tile : all_tiles()) {
+    // Workgroup tiles the device cannot run are not tested (and never chosen).
+    if (tile.wg && !codegen::coop_wg_tile_supported(tile.wg_tile(), t)) continue;
     bool ok = true;
-    for (const Case& c : cases(tiles[i], t.storage_16bit)) {
-      std::string line = std::string(tiles[i].name) + " " + c.tag + ": ";
+    for (const Case& c : cases(tile, t.storage_16bit)) {
+      std::string line = tile.name() + " " + c.tag + ": ";
       try {
         auto b = build(c);
-        const double err = run_case(dev, c, *b, lower(*b, tiles[i], t), t);
+        const double err = run_case(dev, c, *b, lower(*b, tile, t), t);
         // Exact products, f32 accumulation over K <= 88: anything above 1e-5 is a wrong result
         // (f16 outputs add their own rounding, 2^-11 at most per element).
         const double tol = c.dtype == DType::f16 ? 1e-3 : 1e-5;
@@ -161,7 +196,7 @@ uint32_t run_coop_selftest(vk::Device& dev, const codegen::DeviceTraits& t, std:
       }
       if (report) *report += line + "\n";
     }
-    if (ok) mask |= 1u << i;
+    if (ok) mask |= 1u << tile.bit();
   }
   return mask;
 }

@@ -22,6 +22,21 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
   }
   t.max_shared_optin_bytes = c.compute.shared_memory_optin_bytes;
   t.multiprocessors = c.compute.multiprocessors;
+  const auto& cm = c.cooperative_matrix;
+  if (cm.khr_feature && cm.workgroup_scope && cm.flexible_dimensions) {
+    for (const auto& f : cm.flexible_configs) {
+      if (f.scope != "workgroup" || f.a_type != "f16" || f.b_type != "f16" || f.c_type != "f32" ||
+          f.result_type != "f32" || f.workgroup_invocations > t.max_workgroup_invocations) {
+        continue;
+      }
+      for (size_t i = 0; i < t.coop_wg_granularity.size(); ++i) {
+        if (f.workgroup_invocations == 32u << i) {
+          t.coop_wg_granularity[i] = {f.m_granularity, f.n_granularity, f.k_granularity};
+        }
+      }
+    }
+    t.coop_wg_max_dimension = cm.flexible_dimensions_max_dimension;
+  }
   return t;
 }
 

@@ -47,11 +47,13 @@ std::vector<double> run_lowering(vk::Device& dev, const codegen::Lowering& lower
   vk::Recording rec(dev, {false, "run_lowering"});
   for (const codegen::KernelLaunch& k : lowering.launches) {
     options.name = k.name;
+    codegen::CompileOptions ko = options;
+    ko.coop_khr = options.coop_khr || k.coop_khr;
     vk::KernelInterface ki;
     ki.buffer_count = static_cast<uint32_t>(k.bindings.size());
     ki.workgroup_size = k.workgroup;
     pipelines.push_back(
-        std::make_unique<vk::Pipeline>(dev, codegen::compile_glsl(k.glsl, options), ki, k.name));
+        std::make_unique<vk::Pipeline>(dev, codegen::compile_glsl(k.glsl, ko), ki, k.name));
     vk::Dispatch d;
     d.pipeline = pipelines.back().get();
     for (const codegen::KernelBinding& b : k.bindings) {

@@ -117,6 +117,7 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
   for (const auto& l : p.launches) {
     if (source_index.emplace(l.kernel.glsl, sources.size()).second) {
       co.name = l.kernel.name;
+      co.coop_khr = po.device.coop_khr || l.kernel.coop_khr;
       sources.push_back({l.kernel.glsl, co});
     }
   }

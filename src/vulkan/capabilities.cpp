@@ -141,6 +141,27 @@ void query_cooperative_matrix(VkInstance instance, VkPhysicalDevice device,
   }
 }
 
+void query_flexible_dimensions(VkInstance instance, VkPhysicalDevice device,
+                               DeviceCapabilities::CooperativeMatrix& out) {
+  auto get = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV>(
+      vkGetInstanceProcAddr(instance,
+                            "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV"));
+  if (!get) return;
+  const char* what = "vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV";
+  uint32_t count = 0;
+  check(get(device, &count, nullptr), what);
+  std::vector<VkCooperativeMatrixFlexibleDimensionsPropertiesNV> props(count);
+  for (auto& p : props) p.sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_PROPERTIES_NV;
+  check(get(device, &count, props.data()), what);
+  for (const auto& p : props) {
+    out.flexible_configs.push_back(
+        {p.MGranularity, p.NGranularity, p.KGranularity, component_type_name(p.AType),
+         component_type_name(p.BType), component_type_name(p.CType),
+         component_type_name(p.ResultType), p.saturatingAccumulation == VK_TRUE,
+         scope_name(p.scope), p.workgroupInvocations});
+  }
+}
+
 void query_memory(VkPhysicalDevice device, DeviceCapabilities& caps) {
   VkPhysicalDeviceMemoryProperties mem{};
   vkGetPhysicalDeviceMemoryProperties(device, &mem);
@@ -264,6 +285,7 @@ DeviceCapabilities query_capabilities(VkInstance instance, VkPhysicalDevice devi
   const ExtensionList extensions(device);
   caps.cooperative_matrix.nv_extension = extensions.has(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
   caps.cooperative_matrix.khr_extension = extensions.has(VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  caps.cooperative_matrix.nv2_extension = extensions.has(VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME);
   caps.atomics.float_extension = extensions.has(VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
   caps.atomics.float2_extension = extensions.has(VK_EXT_SHADER_ATOMIC_FLOAT_2_EXTENSION_NAME);
   caps.has_nv_sm_builtins = extensions.has(VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME);
@@ -302,7 +324,19 @@ DeviceCapabilities query_capabilities(VkInstance instance, VkPhysicalDevice devi
     *tail = &sm;
     tail = &sm.pNext;
   }
+  VkPhysicalDeviceCooperativeMatrix2PropertiesNV cm2{
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_PROPERTIES_NV};
+  if (caps.cooperative_matrix.nv2_extension) {
+    *tail = &cm2;
+    tail = &cm2.pNext;
+  }
   vkGetPhysicalDeviceProperties2(device, &props);
+  caps.cooperative_matrix.workgroup_scope_max_workgroup_size =
+      cm2.cooperativeMatrixWorkgroupScopeMaxWorkgroupSize;
+  caps.cooperative_matrix.flexible_dimensions_max_dimension =
+      cm2.cooperativeMatrixFlexibleDimensionsMaxDimension;
+  caps.cooperative_matrix.workgroup_scope_reserved_shared_bytes =
+      cm2.cooperativeMatrixWorkgroupScopeReservedSharedMemory;
 
   c.subgroup_size = p11.subgroupSize;
   const VkSubgroupFeatureFlags ops = (p11.subgroupSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT)
@@ -375,7 +409,14 @@ DeviceCapabilities query_capabilities(VkInstance instance, VkPhysicalDevice devi
   caps.cooperative_matrix.khr_feature = f.has_coopmat_khr && f.coopmat_khr.cooperativeMatrix;
   caps.vulkan_memory_model = f.v12.vulkanMemoryModel;
 
+  if (f.has_coopmat2_nv) {
+    caps.cooperative_matrix.workgroup_scope = f.coopmat2_nv.cooperativeMatrixWorkgroupScope;
+    caps.cooperative_matrix.flexible_dimensions = f.coopmat2_nv.cooperativeMatrixFlexibleDimensions;
+  }
   query_cooperative_matrix(instance, device, caps.cooperative_matrix);
+  if (caps.cooperative_matrix.flexible_dimensions) {
+    query_flexible_dimensions(instance, device, caps.cooperative_matrix);
+  }
   return caps;
 }
 

@@ -17,6 +17,17 @@ struct CooperativeMatrixConfig {
   std::string scope;  // "subgroup", "workgroup", ...
 };
 
+// A family of matrix shapes (VK_NV_cooperative_matrix2's flexible dimensions): any M, N, K
+// that are multiples of the granularities, for a workgroup of `workgroup_invocations`
+// (workgroup scope) or one subgroup.
+struct CooperativeMatrixFlexibleConfig {
+  uint32_t m_granularity = 0, n_granularity = 0, k_granularity = 0;
+  std::string a_type, b_type, c_type, result_type;
+  bool saturating_accumulation = false;
+  std::string scope;
+  uint32_t workgroup_invocations = 0;
+};
+
 struct MemoryHeap {
   uint64_t bytes = 0;
   bool device_local = false;
@@ -98,6 +109,13 @@ struct DeviceCapabilities {
     bool nv_extension = false, khr_extension = false;
     bool nv_feature = false, khr_feature = false;
     std::vector<CooperativeMatrixConfig> nv_configs, khr_configs;
+    // VK_NV_cooperative_matrix2: matrices shared by a whole workgroup, of flexible sizes.
+    bool nv2_extension = false;
+    bool workgroup_scope = false, flexible_dimensions = false;  // features
+    uint32_t workgroup_scope_max_workgroup_size = 0;
+    uint32_t flexible_dimensions_max_dimension = 0;
+    uint32_t workgroup_scope_reserved_shared_bytes = 0;
+    std::vector<CooperativeMatrixFlexibleConfig> flexible_configs;
   } cooperative_matrix;
 
   struct Memory {

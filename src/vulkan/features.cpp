@@ -25,6 +25,7 @@ std::vector<const char*> wanted_device_extensions(uint32_t api, const ExtensionL
   std::vector<const char*> wanted = {
       VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME, VK_EXT_SHADER_ATOMIC_FLOAT_2_EXTENSION_NAME,
       VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME,
+      VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME,
       VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME,
       // The specification requires enabling it wherever it is offered (MoltenVK).
       "VK_KHR_portability_subset"};
@@ -50,6 +51,7 @@ FeatureChain::FeatureChain(uint32_t api, const ExtensionList& ext) {
   atomic_float2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_ATOMIC_FLOAT_2_FEATURES_EXT;
   coopmat_nv.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV;
   coopmat_khr.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR;
+  coopmat2_nv.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV;
   bfloat16.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_BFLOAT16_FEATURES_KHR;
 
   has_v13 = api >= VK_API_VERSION_1_3;
@@ -58,6 +60,8 @@ FeatureChain::FeatureChain(uint32_t api, const ExtensionList& ext) {
   has_atomic_float2 = ext.has(VK_EXT_SHADER_ATOMIC_FLOAT_2_EXTENSION_NAME);
   has_coopmat_nv = ext.has(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
   has_coopmat_khr = ext.has(VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
+  // Workgroup-scope matrices are used through the KHR types, so both are needed.
+  has_coopmat2_nv = has_coopmat_khr && ext.has(VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME);
   has_bfloat16 = ext.has(VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME);
 
   void** tail = &core.pNext;
@@ -73,6 +77,7 @@ FeatureChain::FeatureChain(uint32_t api, const ExtensionList& ext) {
   if (has_atomic_float2) link(atomic_float2);
   if (has_coopmat_nv) link(coopmat_nv);
   if (has_coopmat_khr) link(coopmat_khr);
+  if (has_coopmat2_nv) link(coopmat2_nv);
   if (has_bfloat16) link(bfloat16);
 }
 

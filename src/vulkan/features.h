@@ -43,6 +43,7 @@ struct FeatureChain {
   VkPhysicalDeviceShaderAtomicFloat2FeaturesEXT atomic_float2{};
   VkPhysicalDeviceCooperativeMatrixFeaturesNV coopmat_nv{};
   VkPhysicalDeviceCooperativeMatrixFeaturesKHR coopmat_khr{};
+  VkPhysicalDeviceCooperativeMatrix2FeaturesNV coopmat2_nv{};
   VkPhysicalDeviceShaderBfloat16FeaturesKHR bfloat16{};
 
   bool has_v13 = false;
@@ -51,6 +52,7 @@ struct FeatureChain {
   bool has_atomic_float2 = false;
   bool has_coopmat_nv = false;
   bool has_coopmat_khr = false;
+  bool has_coopmat2_nv = false;
   bool has_bfloat16 = false;
 };
 

@@ -1,6 +1,6 @@
 #pragma once
-// Vulkan declarations that Debian's headers (1.3.239) lack: VK_KHR_cooperative_matrix (1.3.255)
-// and VK_KHR_shader_bfloat16 (1.4.311). Values are copied from the Khronos registry; each block
+// Vulkan declarations that Debian's headers (1.3.239) lack: VK_KHR_cooperative_matrix (1.3.255),
+// VK_NV_cooperative_matrix2 (1.3.300) and VK_KHR_shader_bfloat16 (1.4.311). Values are copied from the Khronos registry; each block
 // steps aside when the installed headers define the extension themselves.
 #include <vulkan/vulkan.h>
 
@@ -88,3 +88,53 @@ typedef struct VkPhysicalDeviceShaderBfloat16FeaturesKHR {
   VkBool32 shaderBFloat16CooperativeMatrix;
 } VkPhysicalDeviceShaderBfloat16FeaturesKHR;
 #endif  // VK_KHR_shader_bfloat16
+
+#ifndef VK_NV_cooperative_matrix2
+#define VK_NV_cooperative_matrix2 1
+#define VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME "VK_NV_cooperative_matrix2"
+#define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV \
+  static_cast<VkStructureType>(1000593000)
+#define VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_FLEXIBLE_DIMENSIONS_PROPERTIES_NV \
+  static_cast<VkStructureType>(1000593001)
+#define VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_PROPERTIES_NV \
+  static_cast<VkStructureType>(1000593002)
+
+typedef struct VkPhysicalDeviceCooperativeMatrix2FeaturesNV {
+  VkStructureType sType;
+  void* pNext;
+  VkBool32 cooperativeMatrixWorkgroupScope;
+  VkBool32 cooperativeMatrixFlexibleDimensions;
+  VkBool32 cooperativeMatrixReductions;
+  VkBool32 cooperativeMatrixConversions;
+  VkBool32 cooperativeMatrixPerElementOperations;
+  VkBool32 cooperativeMatrixTensorAddressing;
+  VkBool32 cooperativeMatrixBlockLoads;
+} VkPhysicalDeviceCooperativeMatrix2FeaturesNV;
+
+typedef struct VkCooperativeMatrixFlexibleDimensionsPropertiesNV {
+  VkStructureType sType;
+  void* pNext;
+  uint32_t MGranularity;
+  uint32_t NGranularity;
+  uint32_t KGranularity;
+  VkComponentTypeKHR AType;
+  VkComponentTypeKHR BType;
+  VkComponentTypeKHR CType;
+  VkComponentTypeKHR ResultType;
+  VkBool32 saturatingAccumulation;
+  VkScopeKHR scope;
+  uint32_t workgroupInvocations;
+} VkCooperativeMatrixFlexibleDimensionsPropertiesNV;
+
+typedef struct VkPhysicalDeviceCooperativeMatrix2PropertiesNV {
+  VkStructureType sType;
+  void* pNext;
+  uint32_t cooperativeMatrixWorkgroupScopeMaxWorkgroupSize;
+  uint32_t cooperativeMatrixFlexibleDimensionsMaxDimension;
+  uint32_t cooperativeMatrixWorkgroupScopeReservedSharedMemory;
+} VkPhysicalDeviceCooperativeMatrix2PropertiesNV;
+
+typedef VkResult(VKAPI_PTR* PFN_vkGetPhysicalDeviceCooperativeMatrixFlexibleDimensionsPropertiesNV)(
+    VkPhysicalDevice physicalDevice, uint32_t* pPropertyCount,
+    VkCooperativeMatrixFlexibleDimensionsPropertiesNV* pProperties);
+#endif  // VK_NV_cooperative_matrix2

@@ -15,6 +15,7 @@
 #include <meganeura/session.h>
 
 #include "codegen/lower_matmul_coop.h"
+#include "codegen/lower_matmul_coop_wg.h"
 #include "codegen/shader_compiler.h"
 #include "runtime/coop_support.h"
 #include "runtime/device_pool.h"
@@ -210,28 +211,42 @@ namespace {
 
 // The launches before the product (largest magnitude, scaled f16 packing) are plain compute
 // kernels: run them on the test device and check the packed operand bit for bit.
-TEST(CoopPack, ScaledF16CopyOnDevice) {
-  auto dev = runtime::shared_device("", std::nullopt);
-  Graph g;
-  Tensor a = g.input("a", {40, 24});
-  Tensor b = g.input("b", {24, 72});
-  Tensor c = matmul(a, b);
-  g.output("c", c);
-  const std::vector<TensorType> types{g.node(a.id()).type, g.node(b.id()).type};
-  DeviceTraits t;
-  t.coop = true;
-  const LowerContext ctx{g.node(c.id()), types, t};
-  const Lowering l =
-      lower_matmul_coop(ctx, geometry(ctx), 1, coop_tiles()[0], CoopOptions{}, nullptr);
-  ASSERT_EQ(l.launches.size(), 5u);
+// Workgroup-scope matrices become traits only for f16·f16+f32 at workgroup scope, per
+// workgroup size, and only with both VK_NV_cooperative_matrix2 features.
+TEST(CoopTraits, WorkgroupScopeGranularitiesFromFlexibleDimensions) {
+  vk::DeviceCapabilities c = runtime::nvidia();
+  c.compute.max_workgroup_invocations = 1024;
+  auto& cm = c.cooperative_matrix;
+  using F = vk::CooperativeMatrixFlexibleConfig;
+  cm.flexible_configs = {F{16, 16, 16, "f16", "f16", "f32", "f32", false, "subgroup", 0},
+                         F{32, 16, 16, "f16", "f16", "f16", "f16", false, "workgroup", 128},
+                         F{32, 16, 16, "f16", "f16", "f32", "f32", false, "workgroup", 128},
+                         F{32, 32, 16, "f16", "f16", "f32", "f32", false, "workgroup", 256},
+                         F{32, 32, 32, "i8", "i8", "i32", "i32", false, "workgroup", 64}};
+  cm.flexible_dimensions_max_dimension = 1024;
+  // Without the features: nothing.
+  EXPECT_EQ(runtime::device_traits(c).coop_wg_granularity[3][0], 0u);
+  cm.workgroup_scope = cm.flexible_dimensions = true;
+  const DeviceTraits t = runtime::device_traits(c);
+  const std::array<uint32_t, 3> none{0, 0, 0}, g128{32, 16, 16}, g256{32, 32, 16};
+  EXPECT_EQ(t.coop_wg_granularity[0], none);
+  EXPECT_EQ(t.coop_wg_granularity[1], none);
+  EXPECT_EQ(t.coop_wg_granularity[2], g128);
+  EXPECT_EQ(t.coop_wg_granularity[3], g256);
+  EXPECT_EQ(t.coop_wg_max_dimension, 1024u);
+  EXPECT_TRUE(coop_wg_tile_supported(coop_wg_tiles()[0], t));
+  EXPECT_TRUE(coop_wg_tile_supported(coop_wg_tiles()[1], t));
+  // A device with smaller workgroups than a tile needs.
+  c.compute.max_workgroup_invocations = 128;
+  EXPECT_EQ(runtime::device_traits(c).coop_wg_granularity[3], none);
+}
 
-  // A holds tiny values (a deep layer's activations): its largest magnitude 3e-6 lies in
-  // [2^-19, 2^-18), so e = 15 + 18 = 33 and the packed values are x·2^33 rounded to f16.
-  const size_t n = 40 * 24;
-  std::vector<float> av(n);
-  for (size_t i = 0; i < n; ++i) av[i] = 3e-6f * (static_cast<float>(i % 13) - 6.0f) / 6.0f;
+// Runs the absmax and pack launches of `l` (the first two) on input `av`; returns the packed
+// scratch buffer's bytes.
+std::vector<std::byte> run_pack(const Lowering& l, const std::vector<float>& av) {
+  auto dev = runtime::shared_device("", std::nullopt);
   const uint64_t packed = l.scratch_bytes[0], parts = l.scratch_bytes[1];
-  const uint64_t align = 256, in_bytes = n * 4;
+  const uint64_t align = 256, in_bytes = av.size() * 4;
   const uint64_t at_packed = (in_bytes + align - 1) / align * align;
   const uint64_t at_parts = at_packed + (packed + align - 1) / align * align;
   vk::Arena arena(*dev, at_parts + (parts + align - 1) / align * align);
@@ -263,6 +278,29 @@ TEST(CoopPack, ScaledF16CopyOnDevice) {
   dev->check_validation("pack test");
   std::vector<std::byte> out(packed);
   arena.read(at_packed, out);
+  return out;
+}
+
+TEST(CoopPack, ScaledF16CopyOnDevice) {
+  Graph g;
+  Tensor a = g.input("a", {40, 24});
+  Tensor b = g.input("b", {24, 72});
+  Tensor c = matmul(a, b);
+  g.output("c", c);
+  const std::vector<TensorType> types{g.node(a.id()).type, g.node(b.id()).type};
+  DeviceTraits t;
+  t.coop = true;
+  const LowerContext ctx{g.node(c.id()), types, t};
+  const Lowering l =
+      lower_matmul_coop(ctx, geometry(ctx), 1, coop_tiles()[0], CoopOptions{}, nullptr);
+  ASSERT_EQ(l.launches.size(), 5u);
+
+  // A holds tiny values (a deep layer's activations): its largest magnitude 3e-6 lies in
+  // [2^-19, 2^-18), so e = 15 + 18 = 33 and the packed values are x·2^33 rounded to f16.
+  const size_t n = 40 * 24;
+  std::vector<float> av(n);
+  for (size_t i = 0; i < n; ++i) av[i] = 3e-6f * (static_cast<float>(i % 13) - 6.0f) / 6.0f;
+  const std::vector<std::byte> out = run_pack(l, av);
   const auto halves = runtime::decode(std::span(out).first(n * 2), DType::f16, n);
   std::vector<double> expect(n);
   for (size_t i = 0; i < n; ++i) expect[i] = std::ldexp(static_cast<double>(av[i]), 33);
@@ -273,6 +311,46 @@ TEST(CoopPack, ScaledF16CopyOnDevice) {
   int32_t e = 0;
   std::memcpy(&e, out.data() + (n + 7) / 8 * 16, 4);
   EXPECT_EQ(e, 33);
+}
+
+// The workgroup-scope kernel reads whole tiles: each matrix of a batched, transposed A
+// (2 × 40 × 24, read as 24 × 40) lands zero-padded in a 64 × 128 one (K to 64, M to 128).
+TEST(CoopPack, PaddedCopyOnDevice) {
+  Graph g;
+  Tensor a = g.input("a", {2, 40, 24});
+  Tensor b = g.input("b", {40, 72});
+  Tensor c = matmul(a, b, true, false);
+  g.output("c", c);
+  const std::vector<TensorType> types{g.node(a.id()).type, g.node(b.id()).type};
+  DeviceTraits t;
+  t.coop = true;
+  t.coop_wg_granularity[2] = {32, 16, 16};
+  const LowerContext ctx{g.node(c.id()), types, t};
+  const CoopWgTile& tile = coop_wg_tiles()[0];
+  ASSERT_EQ(tile.bm, 128);
+  ASSERT_EQ(tile.bk, 64);
+  const Lowering l = lower_matmul_coop_wg(ctx, geometry(ctx), 2, tile, nullptr);
+  ASSERT_EQ(l.launches.size(), 5u);
+  const size_t n = 2 * 40 * 24, rows = 64, cols = 128, padded = 2 * rows * cols;
+  ASSERT_EQ(l.scratch_bytes[0], padded * 2 + 16);
+  std::vector<float> av(n);
+  for (size_t i = 0; i < n; ++i) av[i] = static_cast<float>(static_cast<int>(i % 29) - 14) / 8.0f;
+  const std::vector<std::byte> out = run_pack(l, av);
+  const auto got = runtime::decode(std::span(out).first(padded * 2), DType::f16, padded);
+  // Largest magnitude 1.75 in [2^0, 2^1): e = 15 - 1 = 14.
+  for (size_t z = 0; z < 2; ++z) {
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t col = 0; col < cols; ++col) {
+        const double want =
+            r < 40 && col < 24 ? std::ldexp(static_cast<double>(av[(z * 40 + r) * 24 + col]), 14)
+                               : 0.0;
+        ASSERT_EQ(got[(z * rows + r) * cols + col], want) << z << " " << r << " " << col;
+      }
+    }
+  }
+  int32_t e = 0;
+  std::memcpy(&e, out.data() + padded * 2, 4);
+  EXPECT_EQ(e, 14);
 }
 
 }  // namespace

@@ -118,6 +118,27 @@ Json device_json(const vk::DeviceCapabilities& d) {
                               {{"extension", m.khr_extension},
                                {"feature", m.khr_feature},
                                {"configs", configs_json(m.khr_configs)}}}};
+  Json flexible = Json::array();
+  for (const auto& f : m.flexible_configs) {
+    flexible.push_back({{"m_granularity", f.m_granularity},
+                        {"n_granularity", f.n_granularity},
+                        {"k_granularity", f.k_granularity},
+                        {"a", f.a_type},
+                        {"b", f.b_type},
+                        {"c", f.c_type},
+                        {"result", f.result_type},
+                        {"saturating_accumulation", f.saturating_accumulation},
+                        {"scope", f.scope},
+                        {"workgroup_invocations", f.workgroup_invocations}});
+  }
+  j["cooperative_matrix"]["nv2"] = {
+      {"extension", m.nv2_extension},
+      {"workgroup_scope", m.workgroup_scope},
+      {"flexible_dimensions", m.flexible_dimensions},
+      {"workgroup_scope_max_workgroup_size", m.workgroup_scope_max_workgroup_size},
+      {"flexible_dimensions_max_dimension", m.flexible_dimensions_max_dimension},
+      {"workgroup_scope_reserved_shared_bytes", m.workgroup_scope_reserved_shared_bytes},
+      {"flexible_configs", flexible}};
   Json heaps = Json::array();
   for (const auto& h : d.memory.heaps) {
     heaps.push_back({{"bytes", h.bytes}, {"device_local", h.device_local}});

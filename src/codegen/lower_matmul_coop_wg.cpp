@@ -1,0 +1,240 @@
+// Workgroup-scope cooperative-matrix matmul.
+//
+// The GLSL is written with GL_NV_cooperative_matrix types whose scope is gl_ScopeWorkgroup
+// (Debian's glslang accepts any scope and size there); the launch is marked coop_khr, so the
+// SPIR-V is rewritten to SPV_KHR_cooperative_matrix types, which VK_NV_cooperative_matrix2
+// allows at workgroup scope with flexible dimensions.
+//
+// Every K step loads a bm×bk matrix of A and a bk×bn matrix of B directly from the operands
+// (a transposed operand column-major) and accumulates their product; the driver stages and
+// splits the work among the subgroups. Loads have no bounds: f32 operands are packed into f16
+// copies zero-padded to whole tiles (the zeros in K add nothing), f16 operands must be
+// multiples of the tile. An f32 result without epilogue whose tiles cover it exactly is
+// stored by the matrix store; otherwise the accumulator goes to an f32 scratch slot of the
+// tile (shared memory is too small for it: 48 KiB on NVIDIA), and each invocation reads values
+// from there and stores them through `mm_epilogue` with bounds checks, as the other matmul
+// kernels do.
+#include "codegen/lower_matmul_coop_wg.h"
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+
+#include "codegen/glsl.h"
+#include "codegen/lower_matmul_coop.h"
+
+namespace mn::codegen {
+
+namespace {
+
+// Measured on an H200 (docs/perf.md), f16 operands at 8192³: 128×256×64 with 256 invocations
+// 267 TFLOP/s, 128×128×64 with 128 invocations 242; K steps of 32 or 128, 256-row tiles,
+// 128×512 and 256×256 tiles, and loads one step ahead were all slower.
+constexpr std::array<CoopWgTile, 2> kTiles{{
+    {"w128x128", 128, 128, 64, 128},
+    {"w128x256", 128, 256, 64, 256},
+}};
+
+std::string u32(int64_t v) { return std::to_string(v) + "u"; }
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+}  // namespace
+
+bool coop_wg_tile_supported(const CoopWgTile& t, const DeviceTraits& d) {
+  for (size_t i = 0; i < d.coop_wg_granularity.size(); ++i) {
+    if (t.invocations != 32u << i) continue;
+    const auto& gr = d.coop_wg_granularity[i];
+    if (gr[0] == 0 || t.bm % gr[0] || t.bn % gr[1] || t.bk % gr[2]) return false;
+    const auto mx = static_cast<int>(d.coop_wg_max_dimension);
+    return !(mx && (t.bm > mx || t.bn > mx || t.bk > mx)) &&
+           t.invocations <= d.max_workgroup_invocations;
+  }
+  return false;
+}
+
+namespace {
+
+// f16 operands are read in place: they must be whole tiles.
+bool operands_fit(const CoopWgTile& t, const MatmulGeometry& g, const LowerContext& ctx) {
+  const bool f16_a = ctx.inputs[0].dtype == DType::f16, f16_b = ctx.inputs[1].dtype == DType::f16;
+  if ((f16_a || f16_b) && g.k % t.bk) return false;
+  if (f16_a && g.m % t.bm) return false;
+  if (f16_b && g.n % t.bn) return false;
+  return true;
+}
+
+}  // namespace
+
+std::span<const CoopWgTile> coop_wg_tiles() { return kTiles; }
+
+std::optional<int> choose_coop_wg_tile(const LowerContext& ctx, const MatmulGeometry& g,
+                                       int64_t batch) {
+  const DeviceTraits& d = ctx.device;
+  const char* forced = std::getenv("MN_COOP_WG_TILE");
+  const std::string force = forced ? forced : "";
+  const int64_t want = d.multiprocessors ? d.multiprocessors : 128;
+  std::optional<int> best;
+  for (int i = 0; i < static_cast<int>(kTiles.size()); ++i) {
+    const CoopWgTile& t = kTiles[static_cast<size_t>(i)];
+    if (!(d.coop_tiles >> (kCoopWgTileBit + i) & 1u)) continue;
+    if (!coop_wg_tile_supported(t, d) || !operands_fit(t, g, ctx)) continue;
+    if (!force.empty()) {
+      if (force == t.name) return i;
+      continue;
+    }
+    // Below a full wave the subgroup kernel's smaller tiles are faster (docs/perf.md).
+    const int64_t groups = ((g.m + t.bm - 1) / t.bm) * ((g.n + t.bn - 1) / t.bn) * batch;
+    if (groups >= want) best = i;
+  }
+  return best;
+}
+
+std::string coop_wg_rejection(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch) {
+  const DeviceTraits& d = ctx.device;
+  if (!d.coop) return "the device has no usable cooperative matrices";
+  const char* env = std::getenv("MN_COOP_WG");
+  if (env && std::string(env) == "0") return "workgroup-scope kernel turned off (MN_COOP_WG=0)";
+  for (int i = 0; i < 2; ++i) {
+    const DType dt = ctx.inputs[static_cast<size_t>(i)].dtype;
+    if (dt != DType::f32 && dt != DType::f16) return "operand dtype is neither f32 nor f16";
+  }
+  if (!choose_coop_wg_tile(ctx, g, batch)) return "no workgroup-scope tile fits";
+  return {};
+}
+
+Lowering lower_matmul_coop_wg(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
+                              const CoopWgTile& t, const MatmulEpilogue* e) {
+  const DType in_a = ctx.inputs[0].dtype, in_b = ctx.inputs[1].dtype;
+  if ((in_a != DType::f32 && in_a != DType::f16) || (in_b != DType::f32 && in_b != DType::f16)) {
+    throw Error("matmul (cooperative, workgroup): operands must be f32 or f16");
+  }
+  if (!operands_fit(t, g, ctx)) {
+    throw Error(std::string("matmul (cooperative, workgroup): f16 operands are not whole ") +
+                t.name + " tiles");
+  }
+  const bool pack_a = in_a == DType::f32, pack_b = in_b == DType::f32;
+  const uint32_t threads = t.invocations;
+  // Extents as the kernel reads them: packed copies are padded to whole tiles.
+  const int64_t mp = round_up(g.m, t.bm), np = round_up(g.n, t.bn), kp = round_up(g.k, t.bk);
+  const int64_t col_tiles = np / t.bn, row_tiles = mp / t.bm;
+  const int64_t tiles = col_tiles * row_tiles;
+  const int64_t total = tiles * batch;
+  const int64_t limit = ctx.device.max_group_count;
+  const int64_t gx = std::min(total, limit), gy = (total + gx - 1) / gx;
+  if (gy > limit) throw Error("matmul (cooperative, workgroup): too many tiles for the grid");
+  // Leading dimensions: A is M×K (K×M transposed), B is K×N (N×K transposed).
+  const int64_t lda = g.ta ? mp : kp, ldb = g.tb ? kp : np;
+  const int64_t a_size = mp * kp, b_size = kp * np;
+
+  // f32 results without an epilogue, covered exactly by the tiles, are stored by the matrix
+  // store itself.
+  const bool direct = !e && ctx.node.type.dtype == DType::f32 && mp == g.m && np == g.n;
+  std::string s =
+      "#version 450\n"
+      "#extension GL_EXT_shader_16bit_storage : require\n"
+      "#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require\n"
+      "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
+      "#extension GL_KHR_memory_scope_semantics : require\n"
+      "#extension GL_NV_cooperative_matrix : require\n"
+      "layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;\n";
+  s += "layout(std430, set = 0, binding = 0) readonly buffer Buffer0 { float16_t A[]; };\n";
+  s += "layout(std430, set = 0, binding = 1) readonly buffer Buffer1 { float16_t B[]; };\n";
+  if (direct) {
+    s += "layout(std430, set = 0, binding = 2) writeonly buffer Buffer2 { float C[]; };\n";
+  } else {
+    s += glsl::buffer(2, ctx.node.type.dtype, "C", false);
+    const std::string wb = std::to_string(3 + (e ? e->extra.size() : 0));
+    s += "layout(std430, set = 0, binding = " + wb + ") coherent buffer BufferW { float W[]; };\n";
+    if (e) s += e->declarations;
+    s += epilogue_function(e);
+  }
+  const std::string BM = std::to_string(t.bm), BN = std::to_string(t.bn),
+                    BK = std::to_string(t.bk);
+  s += "#define MA fcoopmatNV<16, gl_ScopeWorkgroup, " + BM + ", " + BK + ">\n";
+  s += "#define MB fcoopmatNV<16, gl_ScopeWorkgroup, " + BK + ", " + BN + ">\n";
+  s += "#define MC fcoopmatNV<32, gl_ScopeWorkgroup, " + BM + ", " + BN + ">\n";
+  s += "void main() {\n";
+  s += "  uint lid = gl_LocalInvocationID.x;\n";
+  s += "  uint wid = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
+  if (gx * gy != total) s += "  if (wid >= " + u32(total) + ") return;\n";
+  s += "  uint bz = wid / " + u32(tiles) + ", tid = wid % " + u32(tiles) + ";\n";
+  // Groups of up to 8 row tiles walk the column tiles together (L2 reuse of B).
+  s += "  uint grp = tid / " + u32(8 * col_tiles) + ";\n";
+  s += "  uint rows_in = min(8u, " + u32(row_tiles) + " - grp * 8u);\n";
+  s += "  uint in_grp = tid % " + u32(8 * col_tiles) + ";\n";
+  s += "  uint row0 = (grp * 8u + in_grp % rows_in) * " + u32(t.bm) +
+       ", col0 = (in_grp / rows_in) * " + u32(t.bn) + ";\n";
+  s += glsl::unravel(g.out_batch, "bz", "q");
+  s += "  uint abase = " + glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " +
+       u32(a_size) + ";\n";
+  s += "  uint bbase = " + glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " +
+       u32(b_size) + ";\n";
+  s += "  MC acc = MC(0.0);\n";
+  s += "  for (uint k = 0u; k < " + u32(kp) + "; k += " + u32(t.bk) + ") {\n";
+  s += "    MA a;\n    MB b;\n";
+  s += "    coopMatLoadNV(a, A, abase + " +
+       (g.ta ? "k * " + u32(lda) + " + row0, " + u32(lda) + ", true"
+             : "row0 * " + u32(lda) + " + k, " + u32(lda) + ", false") +
+       ");\n";
+  s += "    coopMatLoadNV(b, B, bbase + " +
+       (g.tb ? "col0 * " + u32(ldb) + " + k, " + u32(ldb) + ", true"
+             : "k * " + u32(ldb) + " + col0, " + u32(ldb) + ", false") +
+       ");\n";
+  s += "    acc = coopMatMulAddNV(a, b, acc);\n  }\n";
+  // Packed operands were scaled by 2^e (the exponent after the packed halves): undo it.
+  auto exponent = [&](const std::string& name, bool packed, int64_t halves) -> std::string {
+    if (!packed) return "0";
+    const auto at = static_cast<int64_t>(coop_packed_exponent_index(halves));
+    return "int(uint(float16BitsToUint16(" + name + "[" + u32(at) +
+           "])) | (uint(float16BitsToUint16(" + name + "[" + u32(at + 1) + "])) << 16))";
+  };
+  const int64_t a_halves = numel(g.a_batch) * a_size, b_halves = numel(g.b_batch) * b_size;
+  if (pack_a || pack_b) {
+    s += "  acc = acc * exp2(-float(" + exponent("A", pack_a, a_halves) + " + " +
+         exponent("B", pack_b, b_halves) + "));\n";
+  }
+  s += "  uint cbase = bz * " + u32(g.m * g.n) + ";\n";
+  if (direct) {
+    s += "  coopMatStoreNV(acc, C, cbase + row0 * " + u32(g.n) + " + col0, " + u32(g.n) +
+         ", false);\n";
+  } else {
+    // Through the tile's f32 scratch slot, then every invocation stores its values through the
+    // epilogue: no operand of the epilogue is read after C is written.
+    s += "  uint wbase = wid * " + u32(t.bm * t.bn) + ";\n";
+    s += "  coopMatStoreNV(acc, W, wbase, " + u32(t.bn) + ", false);\n";
+    s += "  memoryBarrierBuffer();\n  barrier();\n";
+    s += "  for (uint i = lid; i < " + u32(t.bm * t.bn) + "; i += " + u32(threads) + ") {\n";
+    s += "    uint gm = row0 + i / " + u32(t.bn) + ", gn = col0 + i % " + u32(t.bn) + ";\n";
+    s += "    if (gm < " + u32(g.m) + " && gn < " + u32(g.n) + ") C_st(cbase + gm * " + u32(g.n) +
+         " + gn, mm_epilogue(W[wbase + i], bz, gm, gn));\n";
+    s += "  }\n";
+  }
+  s += "}\n";
+
+  KernelLaunch k;
+  k.name = std::string("matmul_coop_") + t.name;
+  k.glsl = std::move(s);
+  k.workgroup = {threads, 1, 1};
+  k.groups = {static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), 1};
+  k.coop_khr = true;
+  Lowering l;
+  int scratch = 0;
+  // Packed copies in the operands' storage order, padded to whole tiles.
+  PackPadding pa{g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.ta ? kp : mp, g.ta ? mp : kp};
+  PackPadding pb{g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.tb ? np : kp, g.tb ? kp : np};
+  const ArgRef a_arg = pack_a ? pack_coop_operand(ctx, 0, l, scratch, &pa) : ArgRef::input(0);
+  const ArgRef b_arg = pack_b ? pack_coop_operand(ctx, 1, l, scratch, &pb) : ArgRef::input(1);
+  k.bindings = {{a_arg, false}, {b_arg, false}, {ArgRef::output(), true}};
+  if (e) {
+    for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
+  }
+  if (!direct) {
+    k.bindings.push_back({ArgRef::scratch(scratch), true});
+    l.scratch_bytes.push_back(static_cast<uint64_t>(total) * t.bm * t.bn * 4);
+  }
+  l.launches.push_back(std::move(k));
+  return l;
+}
+
+}  // namespace mn::codegen
