@@ -102,6 +102,10 @@ Lowering lower_conv2d_fused(const LowerContext& ctx, const MatmulEpilogue* e) {
                    glsl::buffer(1, ctx.inputs[1].dtype, "Wt", true) +
                    glsl::buffer(2, ctx.node.type.dtype, "Y", false);
   g.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
+  g.a_source = "X";
+  g.a_source_count = ctx.inputs[0].numel();
+  g.b_source = "Wt";
+  g.b_source_count = ctx.inputs[1].numel();
   if (epi) {
     g.declarations += epi->declarations;
     for (const ArgRef& r : epi->extra) g.bindings.push_back({r, r.kind == ArgRef::Kind::output});
@@ -139,6 +143,10 @@ void input_gradient_operands(ImplicitGemm& g, const LowerContext& ctx, int64_t g
   g.declarations = glsl::buffer(0, ctx.inputs[0].dtype, "GY", true) +
                    glsl::buffer(1, ctx.inputs[1].dtype, "Wt", true);
   g.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}};
+  g.a_source = "GY";
+  g.a_source_count = ctx.inputs[0].numel();
+  g.b_source = "Wt";
+  g.b_source_count = ctx.inputs[1].numel();
   if (bias) {
     g.declarations += glsl::buffer(2, ctx.inputs[2].dtype, "Bias", true);
     g.bindings.push_back({ArgRef::input(2), false});
@@ -356,6 +364,10 @@ Lowering lower_backward_weight(const LowerContext& ctx) {
                    glsl::buffer(1, ctx.inputs[1].dtype, "GY", true) +
                    glsl::buffer(2, ctx.node.type.dtype, "DW", false);
   g.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
+  g.a_source = "GY";
+  g.a_source_count = ctx.inputs[1].numel();
+  g.b_source = "X";
+  g.b_source_count = ctx.inputs[0].numel();
   g.a_at = "  uint b = k / " + u(plane) + ", p = k % " + u(plane) + ";\n" + "  return GY_ld((b * " +
            u(d.o) + " + g * " + u(d.og()) + " + m) * " + u(plane) + " + p);\n";
   g.b_at =

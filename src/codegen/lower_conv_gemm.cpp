@@ -8,6 +8,7 @@
 // operand's contiguous axis, so the loads coalesce; a thread's adjacent rows (columns) sit in vec4s
 // of the shared tile and are read as vectors per K step.
 #include "codegen/lower_conv_gemm.h"
+#include "codegen/lower_conv_gemm_coop.h"
 
 #include <algorithm>
 
@@ -174,6 +175,7 @@ void check_grid(const std::string& name, const std::array<uint64_t, 3>& wanted,
 }  // namespace
 
 Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& device) {
+  if (auto coop = lower_implicit_gemm_coop(spec, device)) return std::move(*coop);
   const Tiling t = choose_tiling(spec, device);
   const int64_t tile_m = t.m.tile(), tile_n = t.n.tile(), kt = t.kt;
   const int64_t tiles_m = (spec.m + tile_m - 1) / tile_m, tiles_n = (spec.n + tile_n - 1) / tile_n;

@@ -25,6 +25,12 @@ struct ImplicitGemm {
   // with m < M, n < N, k < K only) and `void c_store(uint g, uint m, uint n, float v)`.
   std::string a_at, b_at, c_store;
   std::vector<KernelBinding> bindings;
+  // The buffer each operand's values are read from (a name declared in `declarations`, read
+  // as <name>_ld, and its element count), when there is one: the tensor-core path
+  // (codegen/lower_conv_gemm_coop.h) then takes the operand's scale from the buffer's largest
+  // magnitude instead of evaluating a_at or b_at over the whole operand. Empty: evaluate.
+  std::string a_source, b_source;
+  int64_t a_source_count = 0, b_source_count = 0;
   // K may be split across workgroups (partial tiles summed by a second deterministic launch) when
   // the M×N tiles alone cannot fill the device.
   bool split_k = false;

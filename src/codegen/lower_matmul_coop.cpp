@@ -109,14 +109,17 @@ const char* kMaxReduce = R"(  red[lid] = m;
   }
 )";
 
-// Largest |x| of each of `parts` strided portions of an f32 operand.
-std::string absmax_kernel(uint64_t n, uint64_t parts) {
-  std::string s = glsl::header() + glsl::buffer(0, DType::f32, "X", true);
-  s += "layout(std430, set = 0, binding = 1) writeonly buffer Buffer1 { float part[]; };\n";
+// Largest |v| of each of `parts` strided portions of the source's values.
+std::string absmax_kernel(const PackSource& src, uint64_t parts) {
+  std::string s = glsl::header() + src.declarations;
+  s += "layout(std430, set = 0, binding = " + std::to_string(src.bindings) +
+       ") writeonly buffer BufferParts { float part[]; };\n";
   s += "shared float red[256];\nvoid main() {\n  uint lid = gl_LocalInvocationID.x;\n";
   s += "  float m = 0.0;\n";
-  s += "  for (uint j = gl_WorkGroupID.x * 256u + lid; j < " + u32(static_cast<int64_t>(n)) +
-       "; j += " + u32(static_cast<int64_t>(parts * 256)) + ") m = max(m, abs(X_ld(j)));\n";
+  s += "  for (uint j = gl_WorkGroupID.x * 256u + lid; j < " +
+       u32(static_cast<int64_t>(src.source_count)) + "; j += " +
+       u32(static_cast<int64_t>(parts * 256)) + ") {\n    float v;\n" + src.source_value +
+       "    m = max(m, abs(v));\n  }\n";
   s += kMaxReduce;
   s += "  if (lid == 0u) part[gl_WorkGroupID.x] = red[0];\n}\n";
   return s;
@@ -127,12 +130,10 @@ std::string absmax_kernel(uint64_t n, uint64_t parts) {
 // precision instead of underflowing to f16 subnormals or zero, large ones stay finite.
 // Powers of two are exact, and the matmul divides them out of its f32 results. e follows the
 // data (0 when it holds no finite non-zero value), and is stored after the packed halves.
-// With `pad`, every rows×cols matrix of the operand lands in a zero-filled rows_padded ×
-// cols_padded one.
-std::string pack_kernel(uint64_t n, uint64_t parts, const PackPadding* pad) {
-  std::string s = glsl::header() + glsl::buffer(0, DType::f32, "X", true) +
-                  glsl::buffer(1, DType::f16, "H", false);
-  s += "layout(std430, set = 0, binding = 2) readonly buffer Buffer2 { float part[]; };\n";
+std::string pack_kernel(const PackSource& src, uint64_t parts) {
+  const std::string hb = std::to_string(src.bindings), pb = std::to_string(src.bindings + 1);
+  std::string s = glsl::header() + src.declarations + glsl::buffer(src.bindings, DType::f16, "H", false);
+  s += "layout(std430, set = 0, binding = " + pb + ") readonly buffer BufferParts { float part[]; };\n";
   s += glsl::gid_function();
   s += "shared float red[256];\nvoid main() {\n  uint lid = gl_LocalInvocationID.x;\n";
   s += "  float m = 0.0;\n";
@@ -143,24 +144,11 @@ std::string pack_kernel(uint64_t n, uint64_t parts, const PackPadding* pad) {
   s += "  if (mx > 0.0 && !isinf(mx) && !isnan(mx)) {\n    int ex;\n    frexp(mx, ex);\n"
        "    e = clamp(15 - ex, -100, 100);\n  }\n";
   s += "  uint i = gid();\n";
-  const int64_t out = pad ? static_cast<int64_t>(n) / (pad->rows * pad->cols) * pad->rows_padded *
-                                pad->cols_padded
-                          : static_cast<int64_t>(n);
-  const std::string at = u32(static_cast<int64_t>(padded_halves(out)));
+  const std::string at = u32(static_cast<int64_t>(padded_halves(static_cast<int64_t>(src.count))));
   s += "  if (i == 0u) {\n    H_stb(" + at + ", uint(e) & 0xffffu);\n    H_stb(" + at +
        " + 1u, uint(e) >> 16);\n  }\n";
-  if (!pad) {
-    s += "  if (i < " + u32(out) + ") H_st(i, X_ld(i) * exp2(float(e)));\n}\n";
-    return s;
-  }
-  const std::string rp = u32(pad->rows_padded), cp = u32(pad->cols_padded);
-  s += "  if (i >= " + u32(out) + ") return;\n";
-  s += "  uint b = i / (" + rp + " * " + cp + "), r = (i / " + cp + ") % " + rp + ", c = i % " +
-       cp + ";\n";
-  s += "  float v = 0.0;\n";
-  s += "  if (r < " + u32(pad->rows) + " && c < " + u32(pad->cols) + ") v = X_ld((b * " +
-       u32(pad->rows) + " + r) * " + u32(pad->cols) + " + c) * exp2(float(e));\n";
-  s += "  H_st(i, v);\n}\n";
+  s += "  if (i >= " + u32(static_cast<int64_t>(src.count)) + ") return;\n";
+  s += "  float v;\n" + src.value + "  H_st(i, v * exp2(float(e)));\n}\n";
   return s;
 }
 
@@ -170,32 +158,57 @@ std::span<const CoopTile> coop_tiles() { return kTiles; }
 
 uint64_t coop_packed_exponent_index(int64_t halves) { return padded_halves(halves); }
 
-ArgRef pack_coop_operand(const LowerContext& ctx, int i, Lowering& l, int& scratch,
-                         const PackPadding* pad) {
-  const uint64_t n = static_cast<uint64_t>(ctx.inputs[static_cast<size_t>(i)].numel());
-  const uint64_t out = pad ? n / static_cast<uint64_t>(pad->rows * pad->cols) *
-                                 static_cast<uint64_t>(pad->rows_padded * pad->cols_padded)
-                           : n;
+ArgRef pack_coop_source(const PackSource& src, std::span<const KernelBinding> reads,
+                        const std::string& name, const DeviceTraits& d, Lowering& l,
+                        int& scratch) {
   const ArgRef to = ArgRef::scratch(scratch++), stats = ArgRef::scratch(scratch++);
-  l.scratch_bytes.push_back(padded_halves(static_cast<int64_t>(out)) * 2 + 16);
-  const uint64_t parts = std::min<uint64_t>(1024, (n + 4095) / 4096);
+  l.scratch_bytes.push_back(padded_halves(static_cast<int64_t>(src.count)) * 2 + 16);
+  const uint64_t parts = std::max<uint64_t>(1, std::min<uint64_t>(1024, (src.source_count + 4095) / 4096));
   l.scratch_bytes.push_back(parts * 4);
   KernelLaunch m;
-  m.name = "matmul_coop_absmax";
-  m.glsl = absmax_kernel(n, parts);
+  m.name = name + "_absmax";
+  m.glsl = absmax_kernel(src, parts);
   m.workgroup = {256, 1, 1};
   m.groups = {static_cast<uint32_t>(parts), 1, 1};
-  m.bindings = {{ArgRef::input(i), false}, {stats, true}};
+  m.bindings.assign(reads.begin(), reads.end());
+  m.bindings.push_back({stats, true});
   l.launches.push_back(std::move(m));
-  const glsl::Linear grid = glsl::linear_grid(out, ctx.device);
+  const glsl::Linear grid = glsl::linear_grid(src.count, d);
   KernelLaunch c;
-  c.name = "matmul_coop_pack";
-  c.glsl = pack_kernel(n, parts, pad);
+  c.name = name + "_pack";
+  c.glsl = pack_kernel(src, parts);
   c.workgroup = {grid.local, 1, 1};
   c.groups = grid.groups;
-  c.bindings = {{ArgRef::input(i), false}, {to, true}, {stats, false}};
+  c.bindings.assign(reads.begin(), reads.end());
+  c.bindings.push_back({to, true});
+  c.bindings.push_back({stats, false});
   l.launches.push_back(std::move(c));
   return to;
+}
+
+ArgRef pack_coop_operand(const LowerContext& ctx, int i, Lowering& l, int& scratch,
+                         const PackPadding* pad) {
+  const auto n = static_cast<uint64_t>(ctx.inputs[static_cast<size_t>(i)].numel());
+  PackSource src;
+  src.declarations = glsl::buffer(0, DType::f32, "X", true);
+  src.bindings = 1;
+  src.source_count = n;
+  src.source_value = "    v = X_ld(j);\n";
+  if (!pad) {
+    src.count = n;
+    src.value = "  v = X_ld(i);\n";
+  } else {
+    // Every rows×cols matrix lands in a zero-filled rows_padded×cols_padded one.
+    src.count = n / static_cast<uint64_t>(pad->rows * pad->cols) *
+                static_cast<uint64_t>(pad->rows_padded * pad->cols_padded);
+    const std::string rp = u32(pad->rows_padded), cp = u32(pad->cols_padded);
+    src.value = "  uint b = i / (" + rp + " * " + cp + "), r = (i / " + cp + ") % " + rp +
+                ", c = i % " + cp + ";\n  v = r < " + u32(pad->rows) + " && c < " +
+                u32(pad->cols) + " ? X_ld((b * " + u32(pad->rows) + " + r) * " + u32(pad->cols) +
+                " + c) : 0.0;\n";
+  }
+  const KernelBinding read{ArgRef::input(i), false};
+  return pack_coop_source(src, std::span(&read, 1), "matmul_coop", ctx.device, l, scratch);
 }
 
 uint32_t coop_shared_bytes(const CoopTile& t, const MatmulGeometry& g, const CoopOptions& o) {

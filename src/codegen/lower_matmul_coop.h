@@ -63,6 +63,27 @@ struct PackPadding {
   int64_t rows = 0, cols = 0, rows_padded = 0, cols_padded = 0;
 };
 
+// An operand to pack, as GLSL: `declarations` (the buffers it reads, bindings 0 ..
+// bindings-1, and helper functions), statements `value` setting `float v` to packed element
+// `uint i` (< count; zero in any padding), and statements `source_value` setting `float v` to
+// source value `uint j` (< source_count): the values whose largest magnitude sets the scale
+// (every value of the packed copy must be among them, or zero).
+struct PackSource {
+  std::string declarations;
+  uint32_t bindings = 0;
+  std::string value;
+  uint64_t count = 0;
+  std::string source_value;
+  uint64_t source_count = 0;
+};
+
+// Appends the largest-magnitude and pack launches of `src` (binding `reads` as its bindings
+// 0 ..) and returns the new scratch buffer holding the scaled f16 copy and its exponent (see
+// pack_coop_operand).
+ArgRef pack_coop_source(const PackSource& src, std::span<const KernelBinding> reads,
+                        const std::string& name, const DeviceTraits& d, Lowering& l,
+                        int& scratch);
+
 // Appends the two launches that convert f32 input `i` to f16 scaled by a power of two (its
 // largest magnitude mapped near 2^15) in a new scratch buffer, returned; scratch buffers are
 // numbered from `scratch` on. The exponent e (the product is divided by 2^e) follows the

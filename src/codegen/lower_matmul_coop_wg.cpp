@@ -64,6 +64,103 @@ bool operands_fit(const CoopWgTile& t, const MatmulGeometry& g, const LowerConte
   return true;
 }
 
+
+}  // namespace
+
+std::string coop_wg_exponent(const std::string& name, int64_t halves) {
+  const auto at = static_cast<int64_t>(coop_packed_exponent_index(halves));
+  return "int(uint(float16BitsToUint16(" + name + "[" + u32(at) +
+         "])) | (uint(float16BitsToUint16(" + name + "[" + u32(at + 1) + "])) << 16))";
+}
+
+std::string coop_wg_product(const CoopWgProduct& p) {
+  const CoopWgTile& t = *p.tile;
+  const int64_t tiles = p.row_tiles * p.col_tiles, total = tiles * p.batches;
+  const std::string BM = std::to_string(t.bm), BN = std::to_string(t.bn),
+                    BK = std::to_string(t.bk);
+  std::string s;
+  s += "#define COOP_A fcoopmatNV<16, gl_ScopeWorkgroup, " + BM + ", " + BK + ">\n";
+  s += "#define COOP_B fcoopmatNV<16, gl_ScopeWorkgroup, " + BK + ", " + BN + ">\n";
+  s += "#define COOP_C fcoopmatNV<32, gl_ScopeWorkgroup, " + BM + ", " + BN + ">\n";
+  s += "void main() {\n";
+  s += "  uint lid = gl_LocalInvocationID.x;\n";
+  s += "  uint wid = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
+  s += "  if (wid >= " + u32(total) + ") return;\n";
+  s += "  uint bz = wid / " + u32(tiles) + ", tid = wid % " + u32(tiles) + ";\n";
+  // Groups of up to 8 row tiles walk the column tiles together (L2 reuse of B).
+  s += "  uint grp = tid / " + u32(8 * p.col_tiles) + ";\n";
+  s += "  uint rows_in = min(8u, " + u32(p.row_tiles) + " - grp * 8u);\n";
+  s += "  uint in_grp = tid % " + u32(8 * p.col_tiles) + ";\n";
+  s += "  uint row0 = (grp * 8u + in_grp % rows_in) * " + u32(t.bm) +
+       ", col0 = (in_grp / rows_in) * " + u32(t.bn) + ";\n";
+  s += p.setup;
+  s += "  COOP_C acc = COOP_C(0.0);\n";
+  s += "  for (uint k = " + p.k_begin + "; k < " + p.k_end + "; k += " + u32(t.bk) + ") {\n";
+  s += "    COOP_A a;\n    COOP_B b;\n";
+  s += "    coopMatLoadNV(a, HA, (" + p.a_base + ") + " +
+       (p.ta ? "k * " + u32(p.lda) + " + row0, " + u32(p.lda) + ", true"
+             : "row0 * " + u32(p.lda) + " + k, " + u32(p.lda) + ", false") +
+       ");\n";
+  s += "    coopMatLoadNV(b, HB, (" + p.b_base + ") + " +
+       (p.tb ? "col0 * " + u32(p.ldb) + " + k, " + u32(p.ldb) + ", true"
+             : "k * " + u32(p.ldb) + " + col0, " + u32(p.ldb) + ", false") +
+       ");\n";
+  s += "    acc = coopMatMulAddNV(a, b, acc);\n  }\n";
+  if (!p.scale.empty()) s += "  acc = acc * (" + p.scale + ");\n";
+  if (!p.direct_offset.empty()) {
+    s += "  coopMatStoreNV(acc, C, " + p.direct_offset + ", " + u32(p.ldc) + ", false);\n}\n";
+    return s;
+  }
+  // The tile's f32 slot in W, at (batch, row tile, column tile).
+  s += "  uint wbase = ((bz * " + u32(p.row_tiles) + " + row0 / " + u32(t.bm) + ") * " +
+       u32(p.col_tiles) + " + col0 / " + u32(t.bn) + ") * " + u32(t.bm * t.bn) + ";\n";
+  s += "  coopMatStoreNV(acc, WS, wbase, " + u32(t.bn) + ", false);\n";
+  if (!p.store.empty()) {
+    // Every invocation stores its values once all of W's tile is written: no operand of the
+    // store is read after C is written.
+    s += "  memoryBarrierBuffer();\n  barrier();\n";
+    s += "  for (uint i = lid; i < " + u32(t.bm * t.bn) + "; i += " + u32(t.invocations) +
+         ") {\n";
+    s += "    uint gm = row0 + i / " + u32(t.bn) + ", gn = col0 + i % " + u32(t.bn) + ";\n";
+    s += "    if (gm < " + u32(p.m) + " && gn < " + u32(p.n) + ") {\n      float v = WS[wbase + i];\n" +
+         p.store + "    }\n  }\n";
+  }
+  s += "}\n";
+  return s;
+}
+
+std::string coop_wg_header() {
+  return "#version 450\n"
+         "#extension GL_EXT_shader_16bit_storage : require\n"
+         "#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require\n"
+         "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
+         "#extension GL_KHR_memory_scope_semantics : require\n"
+         "#extension GL_NV_cooperative_matrix : require\n"
+         "layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;\n";
+}
+
+std::string coop_wg_operand_buffers(uint32_t a_binding, uint32_t w_binding, bool with_w) {
+  const std::string a = std::to_string(a_binding), b = std::to_string(a_binding + 1);
+  std::string s = "layout(std430, set = 0, binding = " + a + ") readonly buffer Buffer" + a +
+                  " { float16_t HA[]; };\n";
+  s += "layout(std430, set = 0, binding = " + b + ") readonly buffer Buffer" + b +
+       " { float16_t HB[]; };\n";
+  if (with_w) {
+    s += "layout(std430, set = 0, binding = " + std::to_string(w_binding) +
+         ") coherent buffer BufferWS { float WS[]; };\n";
+  }
+  return s;
+}
+
+std::array<uint32_t, 3> coop_wg_grid(int64_t groups, const DeviceTraits& d, const char* what) {
+  const int64_t limit = d.max_group_count;
+  const int64_t gx = std::min(groups, limit), gy = (groups + gx - 1) / gx;
+  if (gy > limit) throw Error(std::string(what) + ": too many tiles for the device's grid");
+  return {static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), 1};
+}
+
+namespace {
+
 }  // namespace
 
 std::span<const CoopWgTile> coop_wg_tiles() { return kTiles; }
@@ -114,109 +211,52 @@ Lowering lower_matmul_coop_wg(const LowerContext& ctx, const MatmulGeometry& g, 
                 t.name + " tiles");
   }
   const bool pack_a = in_a == DType::f32, pack_b = in_b == DType::f32;
-  const uint32_t threads = t.invocations;
   // Extents as the kernel reads them: packed copies are padded to whole tiles.
   const int64_t mp = round_up(g.m, t.bm), np = round_up(g.n, t.bn), kp = round_up(g.k, t.bk);
-  const int64_t col_tiles = np / t.bn, row_tiles = mp / t.bm;
-  const int64_t tiles = col_tiles * row_tiles;
-  const int64_t total = tiles * batch;
-  const int64_t limit = ctx.device.max_group_count;
-  const int64_t gx = std::min(total, limit), gy = (total + gx - 1) / gx;
-  if (gy > limit) throw Error("matmul (cooperative, workgroup): too many tiles for the grid");
-  // Leading dimensions: A is M×K (K×M transposed), B is K×N (N×K transposed).
-  const int64_t lda = g.ta ? mp : kp, ldb = g.tb ? kp : np;
   const int64_t a_size = mp * kp, b_size = kp * np;
-
+  CoopWgProduct p;
+  p.tile = &t;
+  p.batches = batch;
+  p.row_tiles = mp / t.bm;
+  p.col_tiles = np / t.bn;
+  p.m = g.m;
+  p.n = g.n;
+  // Leading dimensions: A is M×K (K×M transposed), B is K×N (N×K transposed).
+  p.ta = g.ta;
+  p.tb = g.tb;
+  p.lda = g.ta ? mp : kp;
+  p.ldb = g.tb ? kp : np;
+  p.setup = glsl::unravel(g.out_batch, "bz", "q");
+  p.a_base = glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " + u32(a_size);
+  p.b_base = glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " + u32(b_size);
+  p.k_end = u32(kp);
+  // Packed operands were scaled by 2^e (the exponent after the packed halves): undo it.
+  std::string ea = pack_a ? coop_wg_exponent("HA", numel(g.a_batch) * a_size) : "0";
+  std::string eb = pack_b ? coop_wg_exponent("HB", numel(g.b_batch) * b_size) : "0";
+  if (pack_a || pack_b) p.scale = "exp2(-float(" + ea + " + " + eb + "))";
   // f32 results without an epilogue, covered exactly by the tiles, are stored by the matrix
   // store itself.
   const bool direct = !e && ctx.node.type.dtype == DType::f32 && mp == g.m && np == g.n;
-  std::string s =
-      "#version 450\n"
-      "#extension GL_EXT_shader_16bit_storage : require\n"
-      "#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require\n"
-      "#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require\n"
-      "#extension GL_KHR_memory_scope_semantics : require\n"
-      "#extension GL_NV_cooperative_matrix : require\n"
-      "layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;\n";
-  s += "layout(std430, set = 0, binding = 0) readonly buffer Buffer0 { float16_t A[]; };\n";
-  s += "layout(std430, set = 0, binding = 1) readonly buffer Buffer1 { float16_t B[]; };\n";
+  std::string s = coop_wg_header() + coop_wg_operand_buffers(0, 3 + (e ? e->extra.size() : 0), !direct);
   if (direct) {
     s += "layout(std430, set = 0, binding = 2) writeonly buffer Buffer2 { float C[]; };\n";
+    p.direct_offset = "bz * " + u32(g.m * g.n) + " + row0 * " + u32(g.n) + " + col0";
+    p.ldc = g.n;
   } else {
     s += glsl::buffer(2, ctx.node.type.dtype, "C", false);
-    const std::string wb = std::to_string(3 + (e ? e->extra.size() : 0));
-    s += "layout(std430, set = 0, binding = " + wb + ") coherent buffer BufferW { float W[]; };\n";
     if (e) s += e->declarations;
     s += epilogue_function(e);
+    p.store = "      C_st(bz * " + u32(g.m * g.n) + " + gm * " + u32(g.n) +
+              " + gn, mm_epilogue(v, bz, gm, gn));\n";
   }
-  const std::string BM = std::to_string(t.bm), BN = std::to_string(t.bn),
-                    BK = std::to_string(t.bk);
-  s += "#define MA fcoopmatNV<16, gl_ScopeWorkgroup, " + BM + ", " + BK + ">\n";
-  s += "#define MB fcoopmatNV<16, gl_ScopeWorkgroup, " + BK + ", " + BN + ">\n";
-  s += "#define MC fcoopmatNV<32, gl_ScopeWorkgroup, " + BM + ", " + BN + ">\n";
-  s += "void main() {\n";
-  s += "  uint lid = gl_LocalInvocationID.x;\n";
-  s += "  uint wid = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  if (gx * gy != total) s += "  if (wid >= " + u32(total) + ") return;\n";
-  s += "  uint bz = wid / " + u32(tiles) + ", tid = wid % " + u32(tiles) + ";\n";
-  // Groups of up to 8 row tiles walk the column tiles together (L2 reuse of B).
-  s += "  uint grp = tid / " + u32(8 * col_tiles) + ";\n";
-  s += "  uint rows_in = min(8u, " + u32(row_tiles) + " - grp * 8u);\n";
-  s += "  uint in_grp = tid % " + u32(8 * col_tiles) + ";\n";
-  s += "  uint row0 = (grp * 8u + in_grp % rows_in) * " + u32(t.bm) +
-       ", col0 = (in_grp / rows_in) * " + u32(t.bn) + ";\n";
-  s += glsl::unravel(g.out_batch, "bz", "q");
-  s += "  uint abase = " + glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " +
-       u32(a_size) + ";\n";
-  s += "  uint bbase = " + glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " +
-       u32(b_size) + ";\n";
-  s += "  MC acc = MC(0.0);\n";
-  s += "  for (uint k = 0u; k < " + u32(kp) + "; k += " + u32(t.bk) + ") {\n";
-  s += "    MA a;\n    MB b;\n";
-  s += "    coopMatLoadNV(a, A, abase + " +
-       (g.ta ? "k * " + u32(lda) + " + row0, " + u32(lda) + ", true"
-             : "row0 * " + u32(lda) + " + k, " + u32(lda) + ", false") +
-       ");\n";
-  s += "    coopMatLoadNV(b, B, bbase + " +
-       (g.tb ? "col0 * " + u32(ldb) + " + k, " + u32(ldb) + ", true"
-             : "k * " + u32(ldb) + " + col0, " + u32(ldb) + ", false") +
-       ");\n";
-  s += "    acc = coopMatMulAddNV(a, b, acc);\n  }\n";
-  // Packed operands were scaled by 2^e (the exponent after the packed halves): undo it.
-  auto exponent = [&](const std::string& name, bool packed, int64_t halves) -> std::string {
-    if (!packed) return "0";
-    const auto at = static_cast<int64_t>(coop_packed_exponent_index(halves));
-    return "int(uint(float16BitsToUint16(" + name + "[" + u32(at) +
-           "])) | (uint(float16BitsToUint16(" + name + "[" + u32(at + 1) + "])) << 16))";
-  };
-  const int64_t a_halves = numel(g.a_batch) * a_size, b_halves = numel(g.b_batch) * b_size;
-  if (pack_a || pack_b) {
-    s += "  acc = acc * exp2(-float(" + exponent("A", pack_a, a_halves) + " + " +
-         exponent("B", pack_b, b_halves) + "));\n";
-  }
-  s += "  uint cbase = bz * " + u32(g.m * g.n) + ";\n";
-  if (direct) {
-    s += "  coopMatStoreNV(acc, C, cbase + row0 * " + u32(g.n) + " + col0, " + u32(g.n) +
-         ", false);\n";
-  } else {
-    // Through the tile's f32 scratch slot, then every invocation stores its values through the
-    // epilogue: no operand of the epilogue is read after C is written.
-    s += "  uint wbase = wid * " + u32(t.bm * t.bn) + ";\n";
-    s += "  coopMatStoreNV(acc, W, wbase, " + u32(t.bn) + ", false);\n";
-    s += "  memoryBarrierBuffer();\n  barrier();\n";
-    s += "  for (uint i = lid; i < " + u32(t.bm * t.bn) + "; i += " + u32(threads) + ") {\n";
-    s += "    uint gm = row0 + i / " + u32(t.bn) + ", gn = col0 + i % " + u32(t.bn) + ";\n";
-    s += "    if (gm < " + u32(g.m) + " && gn < " + u32(g.n) + ") C_st(cbase + gm * " + u32(g.n) +
-         " + gn, mm_epilogue(W[wbase + i], bz, gm, gn));\n";
-    s += "  }\n";
-  }
-  s += "}\n";
+  s += coop_wg_product(p);
+  const int64_t total = p.row_tiles * p.col_tiles * batch;
 
   KernelLaunch k;
   k.name = std::string("matmul_coop_") + t.name;
   k.glsl = std::move(s);
-  k.workgroup = {threads, 1, 1};
-  k.groups = {static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), 1};
+  k.workgroup = {t.invocations, 1, 1};
+  k.groups = coop_wg_grid(total, ctx.device, "matmul (cooperative, workgroup)");
   k.coop_khr = true;
   Lowering l;
   int scratch = 0;

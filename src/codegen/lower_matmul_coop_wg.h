@@ -5,6 +5,7 @@
 // the split among subgroups and the pipelining to the driver, which can use instructions a
 // subgroup-scope kernel cannot reach (warpgroup matrix units on Hopper). See
 // docs/tensor-cores.md.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -43,6 +44,35 @@ std::string coop_wg_rejection(const LowerContext& ctx, const MatmulGeometry& g, 
 // MN_COOP_WG_TILE=<name> forces one wherever it fits. None when no tile applies.
 std::optional<int> choose_coop_wg_tile(const LowerContext& ctx, const MatmulGeometry& g,
                                        int64_t batch);
+
+// The product kernel the front ends (matmul, implicit-GEMM convolution) share: its main()
+// and the matrix types, given buffers HA and HB (float16_t[]), C (direct store) or WS (coherent
+// float[]) declared by the caller. Workgroup `wid` computes batch bz's tile at (row0, col0).
+struct CoopWgProduct {
+  const CoopWgTile* tile = nullptr;
+  int64_t batches = 1, row_tiles = 0, col_tiles = 0;
+  int64_t m = 0, n = 0;  // valid extents: values past them are not stored
+  bool ta = false, tb = false;  // A stored K×M (column-major load), B stored N×K
+  int64_t lda = 0, ldb = 0;
+  std::string setup;           // statements after bz is known
+  std::string a_base, b_base;  // offsets (halves) of batch bz's operands
+  std::string k_begin = "0u", k_end;  // K range of the loop (multiples of bk)
+  std::string scale;           // float expression the accumulator is multiplied by, or empty
+  // Direct store: `direct_offset` (of element (row0, col0)) into f32 C of leading dimension ldc.
+  std::string direct_offset;
+  int64_t ldc = 0;
+  // Otherwise the tile goes to WS at ((bz·row_tiles + row) · col_tiles + col) · bm·bn; then, if
+  // non-empty, `store` runs for each in-bounds (bz, gm, gn) with its `float v`.
+  std::string store;
+};
+std::string coop_wg_product(const CoopWgProduct& p);
+std::string coop_wg_header();
+// HA and HB at bindings a_binding, a_binding + 1; WS at w_binding when with_w.
+std::string coop_wg_operand_buffers(uint32_t a_binding, uint32_t w_binding, bool with_w);
+// The exponent of a packed operand of `halves` elements in buffer `name`, as a GLSL int.
+std::string coop_wg_exponent(const std::string& name, int64_t halves);
+// A 2-D grid of `groups` workgroups within the device's limits.
+std::array<uint32_t, 3> coop_wg_grid(int64_t groups, const DeviceTraits& d, const char* what);
 
 // Bindings: A, B, C, the epilogue's extra operands, then (unless the f32 result is stored
 // directly) an f32 scratch of the tiles.

@@ -143,7 +143,8 @@ TEST(CoopWgMatmul, EpilogueGoesThroughTheScratch) {
   EXPECT_TRUE(k.bindings[4].written);
   // One f32 slot per tile: 3 batches × 2 × 2 tiles of 128×128.
   EXPECT_EQ(l.scratch_bytes.back(), 12u * 128 * 128 * 4);
-  EXPECT_NE(k.glsl.find("mm_epilogue(W["), std::string::npos);
+  EXPECT_NE(k.glsl.find("float v = WS[wbase + i]"), std::string::npos);
+  EXPECT_NE(k.glsl.find("mm_epilogue(v, bz, gm, gn)"), std::string::npos);
   CompileOptions co;
   co.coop_khr = true;
   EXPECT_NO_THROW(compile_glsl(k.glsl, co));

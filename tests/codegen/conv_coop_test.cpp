@@ -1,0 +1,203 @@
+// Convolutions on workgroup-scope tensor cores, checked on the CPU side (lavapipe has no
+// cooperative matrices; the products are checked on NVIDIA by bench_conv): which GEMMs take
+// the path, the launches (packing, product, split-K sum) and that they compile, and the
+// packed im2col operand itself, run on this device against the CPU.
+#include <cmath>
+#include <memory>
+
+#include <gtest/gtest.h>
+
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+
+#include "codegen/glsl.h"
+#include "codegen/lower_matmul_coop_wg.h"
+#include "codegen/shader_compiler.h"
+#include "ir/op_def.h"
+#include "ir/ops/conv.h"
+#include "runtime/device_pool.h"
+#include "runtime/run_lowering.h"
+
+namespace mn::codegen {
+namespace {
+
+// An H200 with VK_NV_cooperative_matrix2.
+DeviceTraits wg_traits() {
+  DeviceTraits t;
+  t.subgroup_size = 32;
+  t.max_workgroup_invocations = 1024;
+  t.max_shared_bytes = 49152;
+  t.max_group_count = 65535;
+  t.storage_16bit = true;
+  t.coop = true;
+  t.multiprocessors = 132;
+  t.coop_wg_granularity[2] = {32, 16, 16};
+  t.coop_wg_granularity[3] = {32, 32, 16};
+  t.coop_wg_max_dimension = 1024;
+  return t;
+}
+
+struct Node1 {
+  Graph g;
+  NodeId id = 0;
+  std::vector<TensorType> types;
+  Lowering lower(const DeviceTraits& t) const {
+    const LowerFn* fn = find_lowering(g.node(id).op->name);
+    return (*fn)(LowerContext{g.node(id), types, t});
+  }
+};
+
+// conv2d of x [n, c, h, w] by w [o, c, 3, 3], padding 1.
+std::unique_ptr<Node1> conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o) {
+  auto r = std::make_unique<Node1>();
+  Tensor x = r->g.input("x", {n, c, h, w});
+  Tensor k = r->g.input("w", {o, c, 3, 3});
+  Conv2dOptions opt;
+  opt.padding = {1, 1};
+  Tensor y = conv2d(x, k, {}, opt);
+  r->g.output("y", y);
+  r->id = y.id();
+  r->types = {r->g.node(x.id()).type, r->g.node(k.id()).type};
+  return r;
+}
+
+bool named(const Lowering& l, const std::string& fragment) {
+  for (const KernelLaunch& k : l.launches) {
+    if (k.name.find(fragment) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(ConvCoop, ForwardInputAndWeightGradientsTakeTheTensorCores) {
+  const DeviceTraits t = wg_traits();
+  auto f = conv(4, 256, 16, 16, 256);  // M = 1024 pixels, N = 256 channels, K = 2304
+  const Lowering fwd = f->lower(t);
+  // Absmax and pack for im2col(x) and for w, then the product: 8 tiles of 128×256 leave the
+  // device idle, so K is split in 4 and a last launch sums the partial tiles into c_store.
+  ASSERT_EQ(fwd.launches.size(), 6u);
+  EXPECT_EQ(fwd.launches[0].name, "conv2d_coop_absmax");
+  EXPECT_EQ(fwd.launches[1].name, "conv2d_coop_pack");
+  // No tile or orientation pads anything: the larger tile, as the GEMM is stated.
+  EXPECT_EQ(fwd.launches[4].name, "conv2d_coop_w128x256");
+  EXPECT_TRUE(fwd.launches[4].coop_khr);
+  EXPECT_EQ(fwd.launches[5].name, "conv2d_coop_split_sum");
+  EXPECT_NE(fwd.launches[5].glsl.find("c_store(g, m, n, acc)"), std::string::npos);
+  // The scale comes from x's and w's largest magnitudes, read directly.
+  EXPECT_NE(fwd.launches[0].glsl.find("v = X_ld(j)"), std::string::npos);
+  EXPECT_NE(fwd.launches[2].glsl.find("v = Wt_ld(j)"), std::string::npos);
+  // Packed im2col: M = 1024 by K = 2304, pixels contiguous.
+  EXPECT_EQ(fwd.scratch_bytes[0], 1024u * 2304 * 2 + 16);
+  // Weight gradient: M = 256, N = 2304, K = 1024: 36 tiles, K split in two, then summed.
+  Graph g;
+  Tensor x = g.input("x", {4, 256, 16, 16});
+  Tensor gy = g.input("gy", {4, 256, 16, 16});
+  Conv2dAttrs a;
+  a.pad_h = a.pad_w = 1;
+  Tensor dw = conv2d_backward_weight(x, gy, a, 3, 3);
+  g.output("dw", dw);
+  const std::vector<TensorType> types{g.node(x.id()).type, g.node(gy.id()).type};
+  const Lowering wl = (*find_lowering("conv2d_backward_weight"))(LowerContext{g.node(dw.id()), types, t});
+  EXPECT_TRUE(named(wl, "_coop_w128x"));
+  EXPECT_EQ(wl.launches.back().name, "conv2d_backward_weight_coop_split_sum");
+  // Input gradient (stride 1): M = 1024, N = 256, K = 2304.
+  Tensor gi = conv2d_backward_input(gy, g.input("w", {256, 256, 3, 3}), a, 16, 16);
+  g.output("dx", gi);
+  const std::vector<TensorType> gtypes{g.node(gy.id()).type, {{256, 256, 3, 3}, DType::f32}};
+  const Lowering il = (*find_lowering("conv2d_backward_input"))(LowerContext{g.node(gi.id()), gtypes, t});
+  EXPECT_TRUE(named(il, "_coop_w128x256"));
+  // 128 images fill the device with 256 tiles: no split, the product stores through c_store.
+  const Lowering big = conv(128, 256, 16, 16, 256)->lower(t);
+  ASSERT_EQ(big.launches.size(), 5u);
+  EXPECT_NE(big.launches[4].glsl.find("c_store(g, gm, gn, v)"), std::string::npos);
+  // 384 output channels over 1024 pixels pad least transposed on 128×256 tiles (3 × 4 tiles,
+  // against 1024 × 512 as stated): the product's rows are channels, and the sum of its split
+  // K reads the partial tiles at (channel, pixel).
+  const Lowering tr = conv(4, 256, 16, 16, 384)->lower(t);
+  EXPECT_TRUE(named(tr, "_coop_w128x256t"));
+  EXPECT_NE(tr.launches.back().glsl.find("uint slot = (n / 128u)"), std::string::npos);
+  // Everything compiles; the products through the KHR rewrite.
+  for (const Lowering* l : {&fwd, &wl, &il, &big, &tr}) {
+    for (const KernelLaunch& k : l->launches) {
+      SCOPED_TRACE(k.name);
+      CompileOptions co;
+      co.coop_khr = k.coop_khr;
+      EXPECT_NO_THROW(compile_glsl(k.glsl, co));
+    }
+  }
+}
+
+TEST(ConvCoop, SmallOrNarrowGemmsKeepThePortableKernel) {
+  const DeviceTraits t = wg_traits();
+  // 64 output channels: 1/M + 1/N > 9e-3, the packing would cost more than it saves.
+  EXPECT_FALSE(named(conv(4, 256, 16, 16, 64)->lower(t), "_coop"));
+  // K = 32·9 = 288 < 512.
+  EXPECT_FALSE(named(conv(4, 32, 16, 16, 256)->lower(t), "_coop"));
+  // M·N·K = 64·256·2304 < 2^24.
+  EXPECT_FALSE(named(conv(1, 256, 8, 8, 256)->lower(t), "_coop"));
+  // No workgroup-scope matrices.
+  DeviceTraits none = t;
+  none.coop_wg_granularity = {};
+  EXPECT_FALSE(named(conv(4, 256, 16, 16, 256)->lower(none), "_coop"));
+}
+
+// The packed im2col operand of a forward convolution with stride 2, dilation 2 and padding,
+// run here: every element equals x under its tap scaled by 2^e (zero in the padding and past
+// M and K), and e follows x's largest magnitude.
+TEST(ConvCoop, PackedIm2colOnDevice) {
+  const DeviceTraits t = wg_traits();
+  auto r = std::make_unique<Node1>();
+  const int64_t n = 8, c = 64, h = 21, w = 19, o = 256;
+  Tensor x = r->g.input("x", {n, c, h, w});
+  Tensor k = r->g.input("w", {o, c, 3, 3});
+  Conv2dOptions opt;
+  opt.stride = {2, 2};
+  opt.padding = {2, 1};
+  opt.dilation = {2, 1};
+  Tensor y = conv2d(x, k, {}, opt);
+  r->g.output("y", y);
+  r->id = y.id();
+  r->types = {r->g.node(x.id()).type, r->g.node(k.id()).type};
+  const int64_t oh = conv_out_size(h, 3, 2, 2, 2), ow = conv_out_size(w, 3, 2, 1, 1);
+  const int64_t m = n * oh * ow, kk = c * 9;
+  ASSERT_GE(m * o * kk, int64_t{1} << 24);
+  Lowering l = r->lower(t);
+  ASSERT_EQ(l.launches.size(), 5u);
+  // Keep A's absmax and pack; copy the packed halves (and the exponent) to the output.
+  const int64_t mp = (m + 127) / 128 * 128, kp = (kk + 63) / 64 * 64, count = mp * kp;
+  Lowering only;
+  only.launches = {l.launches[0], l.launches[1]};
+  only.scratch_bytes = {l.scratch_bytes[0], l.scratch_bytes[1]};
+  const std::string decl = glsl::buffer(0, DType::f16, "H", true) + glsl::buffer(1, DType::f32, "O", false);
+  const std::string body = "  O_st(i, i < " + std::to_string(count) + "u ? H_ld(i) : float(int(H_ldb(" +
+                           std::to_string(count) + "u) | (H_ldb(" + std::to_string(count + 1) +
+                           "u) << 16))));\n";
+  only.launches.push_back(glsl::elementwise_launch("copy", decl, body, static_cast<uint64_t>(count + 1), t,
+                                                   {{ArgRef::scratch(0), false}, {ArgRef::output(), true}}));
+  std::vector<double> xv(static_cast<size_t>(n * c * h * w)), wv(static_cast<size_t>(o * c * 9), 0.0);
+  for (size_t i = 0; i < xv.size(); ++i) xv[i] = static_cast<double>(static_cast<int>(i % 37) - 18) / 4.0;
+  auto dev = runtime::shared_device("", std::nullopt);
+  CompileOptions co;
+  co.target = target_env_for(dev->capabilities().api_version);
+  const std::vector<double> operands[] = {xv, wv};
+  const DType dtypes[] = {DType::f32, DType::f32};
+  const auto got = runtime::run_lowering(*dev, only, operands, dtypes, count + 1, DType::f32, co);
+  // Largest |x| = 4.5 in [2^2, 2^3): e = 15 - 3 = 12. Pixels are contiguous (K×M layout).
+  EXPECT_EQ(got[static_cast<size_t>(count)], 12.0);
+  for (int64_t kq = 0; kq < kp; ++kq) {
+    for (int64_t mq = 0; mq < mp; ++mq) {
+      double want = 0;
+      if (mq < m && kq < kk) {
+        const int64_t b = mq / (oh * ow), p = mq % (oh * ow), yy = p / ow, xx = p % ow;
+        const int64_t ch = kq / 9, i = kq % 9 / 3, j = kq % 3;
+        const int64_t ih = yy * 2 + i * 2 - 2, iw = xx * 2 + j - 1;
+        if (ih >= 0 && ih < h && iw >= 0 && iw < w) {
+          want = std::ldexp(xv[static_cast<size_t>(((b * c + ch) * h + ih) * w + iw)], 12);
+        }
+      }
+      ASSERT_EQ(got[static_cast<size_t>(kq * mp + mq)], want) << "k " << kq << " m " << mq;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mn::codegen
