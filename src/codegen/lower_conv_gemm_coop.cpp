@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 #include <string>
 
 #include "codegen/glsl.h"
@@ -123,6 +124,12 @@ std::optional<Lowering> lower_implicit_gemm_coop(const ImplicitGemm& spec, const
   }
   const int64_t k_split = round_up((kp + splits - 1) / splits, t.bk);
   splits = (kp + k_split - 1) / k_split;
+  // The kernels index the packed copies and the tile scratch with 32-bit integers.
+  const int64_t u32_max = std::numeric_limits<uint32_t>::max() - 16;
+  if (spec.groups * mp * kp > u32_max || spec.groups * np * kp > u32_max ||
+      row_tiles * col_tiles * spec.groups * splits * t.bm * t.bn > u32_max) {
+    return std::nullopt;
+  }
 
   Lowering l;
   int scratch = 0;

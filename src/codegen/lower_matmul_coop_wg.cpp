@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <limits>
 
 #include "codegen/glsl.h"
 #include "codegen/lower_matmul_coop.h"
@@ -39,6 +40,19 @@ std::string u32(int64_t v) { return std::to_string(v) + "u"; }
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
+// f16 operands are read in place: they must be whole tiles. The padded copies and the tile
+// scratch must stay within 32-bit indices.
+bool operands_fit(const CoopWgTile& t, const MatmulGeometry& g, const LowerContext& ctx) {
+  const bool f16_a = ctx.inputs[0].dtype == DType::f16, f16_b = ctx.inputs[1].dtype == DType::f16;
+  if ((f16_a || f16_b) && g.k % t.bk) return false;
+  if (f16_a && g.m % t.bm) return false;
+  if (f16_b && g.n % t.bn) return false;
+  const int64_t mp = round_up(g.m, t.bm), np = round_up(g.n, t.bn), kp = round_up(g.k, t.bk);
+  const int64_t u32_max = std::numeric_limits<uint32_t>::max() - 16;
+  return numel(g.a_batch) * mp * kp <= u32_max && numel(g.b_batch) * kp * np <= u32_max &&
+         numel(g.out_batch) * mp * np <= u32_max;
+}
+
 }  // namespace
 
 bool coop_wg_tile_supported(const CoopWgTile& t, const DeviceTraits& d) {
@@ -52,20 +66,6 @@ bool coop_wg_tile_supported(const CoopWgTile& t, const DeviceTraits& d) {
   }
   return false;
 }
-
-namespace {
-
-// f16 operands are read in place: they must be whole tiles.
-bool operands_fit(const CoopWgTile& t, const MatmulGeometry& g, const LowerContext& ctx) {
-  const bool f16_a = ctx.inputs[0].dtype == DType::f16, f16_b = ctx.inputs[1].dtype == DType::f16;
-  if ((f16_a || f16_b) && g.k % t.bk) return false;
-  if (f16_a && g.m % t.bm) return false;
-  if (f16_b && g.n % t.bn) return false;
-  return true;
-}
-
-
-}  // namespace
 
 std::string coop_wg_exponent(const std::string& name, int64_t halves) {
   const auto at = static_cast<int64_t>(coop_packed_exponent_index(halves));
@@ -158,10 +158,6 @@ std::array<uint32_t, 3> coop_wg_grid(int64_t groups, const DeviceTraits& d, cons
   if (gy > limit) throw Error(std::string(what) + ": too many tiles for the device's grid");
   return {static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), 1};
 }
-
-namespace {
-
-}  // namespace
 
 std::span<const CoopWgTile> coop_wg_tiles() { return kTiles; }
 
