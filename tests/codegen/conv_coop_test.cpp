@@ -10,6 +10,7 @@
 #include <meganeura/graph.h>
 #include <meganeura/ops.h>
 
+#include "codegen/coop_fixture.h"
 #include "codegen/glsl.h"
 #include "codegen/lower_matmul_coop_wg.h"
 #include "codegen/shader_compiler.h"
@@ -21,31 +22,9 @@
 namespace mn::codegen {
 namespace {
 
-// An H200 with VK_NV_cooperative_matrix2.
-DeviceTraits wg_traits() {
-  DeviceTraits t;
-  t.subgroup_size = 32;
-  t.max_workgroup_invocations = 1024;
-  t.max_shared_bytes = 49152;
-  t.max_group_count = 65535;
-  t.storage_16bit = true;
-  t.coop = true;
-  t.multiprocessors = 132;
-  t.coop_wg_granularity[2] = {32, 16, 16};
-  t.coop_wg_granularity[3] = {32, 32, 16};
-  t.coop_wg_max_dimension = 1024;
-  return t;
-}
+DeviceTraits wg_traits() { return testing::h200_wg_traits(); }
 
-struct Node1 {
-  Graph g;
-  NodeId id = 0;
-  std::vector<TensorType> types;
-  Lowering lower(const DeviceTraits& t) const {
-    const LowerFn* fn = find_lowering(g.node(id).op->name);
-    return (*fn)(LowerContext{g.node(id), types, t});
-  }
-};
+using Node1 = testing::OneNode;
 
 // conv2d of x [n, c, h, w] by w [o, c, 3, 3], padding 1.
 std::unique_ptr<Node1> conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o) {

@@ -12,6 +12,7 @@
 #include <meganeura/graph.h>
 #include <meganeura/ops.h>
 
+#include "codegen/coop_fixture.h"
 #include "codegen/glsl.h"
 #include "codegen/lower_matmul_coop.h"
 #include "codegen/matmul_epilogue.h"
@@ -22,36 +23,10 @@
 namespace mn::codegen {
 namespace {
 
-struct Mm {
-  Graph g;
-  NodeId id = 0;
-  std::vector<TensorType> types;
-  LowerContext ctx(const DeviceTraits& t) const { return {g.node(id), types, t}; }
-};
+using testing::matmul_node;
+using Mm = testing::OneNode;
 
-std::unique_ptr<Mm> matmul_node(Shape a, Shape b, bool ta, bool tb, DType dt = DType::f32) {
-  auto m = std::make_unique<Mm>();
-  Tensor x = m->g.input("a", std::move(a), dt);
-  Tensor y = m->g.input("b", std::move(b), dt);
-  Tensor c = matmul(x, y, ta, tb);
-  m->g.output("c", c);
-  m->id = c.id();
-  m->types = {m->g.node(x.id()).type, m->g.node(y.id()).type};
-  return m;
-}
-
-// An H200 as the runtime describes it.
-DeviceTraits nv_traits() {
-  DeviceTraits t;
-  t.subgroup_size = 32;
-  t.max_workgroup_invocations = 1024;
-  t.max_shared_bytes = 49152;
-  t.max_group_count = 65535;
-  t.storage_16bit = true;
-  t.coop = true;
-  t.multiprocessors = 132;
-  return t;
-}
+DeviceTraits nv_traits() { return testing::h200_traits(); }
 
 int tile_index(const char* name) {
   const auto tiles = coop_tiles();

@@ -10,6 +10,7 @@
 #include <meganeura/graph.h>
 #include <meganeura/ops.h>
 
+#include "codegen/coop_fixture.h"
 #include "codegen/glsl.h"
 #include "codegen/lower_matmul_coop_wg.h"
 #include "codegen/shader_compiler.h"
@@ -18,41 +19,9 @@
 namespace mn::codegen {
 namespace {
 
-struct Mm {
-  Graph g;
-  NodeId id = 0;
-  std::vector<TensorType> types;
-  LowerContext ctx(const DeviceTraits& t) const { return {g.node(id), types, t}; }
-};
+using testing::matmul_node;
 
-std::unique_ptr<Mm> matmul_node(Shape a, Shape b, bool ta, bool tb, DType dt) {
-  auto m = std::make_unique<Mm>();
-  Tensor x = m->g.input("a", std::move(a), dt);
-  Tensor y = m->g.input("b", std::move(b), dt);
-  Tensor c = matmul(x, y, ta, tb);
-  m->g.output("c", c);
-  m->id = c.id();
-  m->types = {m->g.node(x.id()).type, m->g.node(y.id()).type};
-  return m;
-}
-
-// An H200 with VK_NV_cooperative_matrix2, as the runtime describes it.
-DeviceTraits wg_traits() {
-  DeviceTraits t;
-  t.subgroup_size = 32;
-  t.max_workgroup_invocations = 1024;
-  t.max_shared_bytes = 49152;
-  t.max_shared_optin_bytes = 232448;
-  t.max_group_count = 65535;
-  t.storage_16bit = true;
-  t.coop = true;
-  t.multiprocessors = 132;
-  // As the driver lists them: 128 invocations (32, 16, 16), 256 invocations (32, 32, 16).
-  t.coop_wg_granularity[2] = {32, 16, 16};
-  t.coop_wg_granularity[3] = {32, 32, 16};
-  t.coop_wg_max_dimension = 1024;
-  return t;
-}
+DeviceTraits wg_traits() { return testing::h200_wg_traits(); }
 
 // Words of the first instruction with this opcode, or empty.
 std::vector<std::vector<uint32_t>> instructions_with(const std::vector<uint32_t>& spirv,
