@@ -14,6 +14,7 @@
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "codegen/coop_fixture.h"
 #include "codegen/kernel.h"
 #include "codegen/shader_compiler.h"
 #include "conv_fixture.h"
@@ -158,13 +159,7 @@ TEST(Conv1x1Gpu, LongKWeightGradientKeepsImplicitGemm) {
 // lower to the cooperative-matrix matmul, forward (with a bias epilogue) and both gradients,
 // and every launch compiles (it cannot run here).
 TEST(Conv1x1Gpu, TensorCoreKernelsOnNvidiaTraits) {
-  codegen::DeviceTraits t;
-  t.subgroup_size = 32;
-  t.max_workgroup_invocations = 1024;
-  t.max_shared_bytes = 49152;
-  t.storage_16bit = true;
-  t.coop = true;
-  t.multiprocessors = 132;
+  const codegen::DeviceTraits t = codegen::testing::h200_traits();
   // layer1's 256 -> 64 at 56×56 and layer4's 2048 -> 512 at 7×7 (49 columns per image: by
   // itself below the matmul's thresholds).
   Graph g;
