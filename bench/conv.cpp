@@ -21,7 +21,8 @@
 //   l4_1x1_down  layer4 blocks 2-3 conv1   2048   512   1  1  0    7        7
 //   l4_1x1_up    layer4 conv3               512  2048   1  1  0    7        7
 //
-// One JSON line per (layer, direction, path). Paths: "default" (what a session selects: 1×1
+// One JSON line per (layer, direction, path); "kernel_ms" holds each launch's median time, in
+// the order of "kernels". Paths: "default" (what a session selects: 1×1
 // unit-stride convolutions as matmuls, cooperative-matrix kernels where the device has them,
 // the f32 implicit GEMM otherwise) and "implicit" (MN_CONV_NO_MATMUL=1: the implicit GEMM for
 // the 1×1 layers too; only run for layers the routing applies to). "ms_median" sums the GPU
@@ -254,17 +255,23 @@ int main(int argc, char** argv) {
             ++warm;
           }
           std::vector<double> ms;
+          std::vector<std::vector<double>> per_kernel;  // [launch][rep]
           std::string kernels;
           for (int r = 0; r < reps; ++r) {
             session->step();
             double t = 0;
             kernels.clear();
-            for (const auto& k : session->profile()) {
-              t += k.ms;
-              kernels += (kernels.empty() ? "" : " ") + k.name;
+            const auto prof = session->profile();
+            per_kernel.resize(prof.size());
+            for (size_t i = 0; i < prof.size(); ++i) {
+              t += prof[i].ms;
+              kernels += (kernels.empty() ? "" : " ") + prof[i].name;
+              per_kernel[i].push_back(prof[i].ms);
             }
             ms.push_back(t);
           }
+          std::vector<double> kernel_ms;
+          for (const auto& v : per_kernel) kernel_ms.push_back(mn::bench::median(v));
           const std::vector<float> got = session->get_f32("out");
           double err = 0, norm = 0;
           const auto count = static_cast<int64_t>(got.size());
@@ -296,6 +303,7 @@ int main(int argc, char** argv) {
               {"h", g.h},
               {"oh", g.oh},
               {"kernels", kernels},
+              {"kernel_ms", kernel_ms},
               {"ms_median", t},
               {"tflops", t > 0 ? static_cast<double>(g.flops()) / (t * 1e-3) / 1e12 : 0.0},
               {"rel_err", rel},
