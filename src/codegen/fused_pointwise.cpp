@@ -8,7 +8,7 @@ namespace mn::codegen {
 
 namespace {
 
-std::string u32(uint64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
@@ -104,8 +104,8 @@ Lowering lower_fused_pointwise(const FusedPointwise& f, const DeviceTraits& devi
     }
     decl += "}\n";
     const uint64_t end = start + count;
-    main += "  if (i < " + u32(end) + ") { " + fn + "(i" +
-            (start == 0 ? std::string() : " - " + u32(start)) + "); return; }\n";
+    main += "  if (i < " + ulit(end) + ") { " + fn + "(i" +
+            (start == 0 ? std::string() : " - " + ulit(start)) + "); return; }\n";
     start = end;
   }
   main += "}\n";

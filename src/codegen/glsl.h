@@ -14,6 +14,9 @@ namespace mn::codegen::glsl {
 // "#version 450" plus the extensions every kernel may use.
 std::string header();
 
+// `v` as a GLSL uint literal: "123u".
+inline std::string ulit(int64_t v) { return std::to_string(v) + "u"; }
+
 // A storage buffer `name` at `binding` holding `dtype`, plus helpers
 //   float <name>_ld(uint i); void <name>_st(uint i, float v)   (any dtype; ints convert)
 //   int <name>_ldi(uint i); void <name>_sti(uint i, int v)      (i32/u32 buffers)

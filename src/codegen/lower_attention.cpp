@@ -22,7 +22,7 @@ namespace mn::codegen {
 
 namespace {
 
-std::string u32(uint64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 
 Shape pad_to(const Shape& s, size_t rank) {
   Shape p(rank - s.size(), 1);
@@ -73,8 +73,8 @@ std::string declarations(const LowerContext& ctx, const AttentionShape& g, bool 
     s += glsl::buffer(operands, ctx.node.type.dtype, "out", false);
     bindings.push_back({ArgRef::output(), true});
   }
-  s += "const uint HQ = " + u32(g.hq) + ", LQ = " + u32(g.lq) + ", D = " + u32(g.d) +
-       ", LK = " + u32(g.lk) + ", DV = " + u32(g.dv) + ", GROUP = " + u32(g.hq / g.hkv) + ";\n";
+  s += "const uint HQ = " + ulit(g.hq) + ", LQ = " + ulit(g.lq) + ", D = " + ulit(g.d) +
+       ", LK = " + ulit(g.lk) + ", DV = " + ulit(g.dv) + ", GROUP = " + ulit(g.hq / g.hkv) + ";\n";
   s += "float mn_inf() { return uintBitsToFloat(0x7f800000u); }\n";
   return s;
 }
@@ -86,7 +86,7 @@ std::string head_offsets(const AttentionShape& g, bool has_mask, const std::stri
   const size_t R = g.rank;
   std::string s = "  uint hk = h / GROUP;\n" + glsl::unravel(g.batch, "b", "c");
   const auto batch_offset = [&](const Shape& padded, uint64_t block) {
-    return "(" + glsl::broadcast_offset(leading(padded), g.batch, "c") + ") * " + u32(block);
+    return "(" + glsl::broadcast_offset(leading(padded), g.batch, "c") + ") * " + ulit(block);
   };
   s += "  uint qb = " + batch_offset(g.q, g.hq * g.lq * g.d) + " + h * LQ * D;\n";
   s += "  uint kb = " + batch_offset(g.k, g.hkv * g.lk * g.d) + " + hk * LK * D;\n";
@@ -107,7 +107,7 @@ std::string score_expr(const LowerContext& ctx, const AttentionShape& g, const A
                       ? "dot * " + glsl::float_literal(round_to_dtype(a.scale, ctx.node.type.dtype))
                       : "dot / " + glsl::float_literal(std::sqrt(static_cast<double>(g.d)));
   if (a.has_mask) {
-    s += " + mask_ld(mb + " + jj + " * " + u32(g.mask[g.rank - 1] == 1 ? 0 : 1) + ")";
+    s += " + mask_ld(mb + " + jj + " * " + ulit(g.mask[g.rank - 1] == 1 ? 0 : 1) + ")";
   }
   return s;
 }
@@ -150,22 +150,22 @@ KernelLaunch tiled_kernel(const LowerContext& ctx, const AttentionShape& g, cons
   std::string s = declarations(ctx, g, a.has_mask, k.bindings);
   const uint32_t threads = t.rows * kRowLanes;
   const uint64_t tiles = (g.lq + t.rows - 1) / t.rows;
-  const std::string BQ = u32(t.rows), BK = u32(t.keys), NT = u32(threads), LR = u32(kRowLanes);
-  const std::string QS = u32(g.d + 1), PS = u32(t.keys + 1), COLS = u32(t.cols);
-  const std::string KPL = u32(t.keys / kRowLanes);
-  s += "shared float q_sh[" + u32(t.rows * (g.d + 1)) + "];\n";
-  s += "shared float k_sh[" + u32(t.keys * (g.d + 1)) + "];\n";
-  s += "shared float v_sh[" + u32(std::max<uint64_t>(t.keys * g.dv, 1)) + "];\n";
-  s += "shared float p_sh[" + u32(t.rows * (t.keys + 1)) + "];\n";
+  const std::string BQ = ulit(t.rows), BK = ulit(t.keys), NT = ulit(threads), LR = ulit(kRowLanes);
+  const std::string QS = ulit(g.d + 1), PS = ulit(t.keys + 1), COLS = ulit(t.cols);
+  const std::string KPL = ulit(t.keys / kRowLanes);
+  s += "shared float q_sh[" + ulit(t.rows * (g.d + 1)) + "];\n";
+  s += "shared float k_sh[" + ulit(t.keys * (g.d + 1)) + "];\n";
+  s += "shared float v_sh[" + ulit(std::max<uint64_t>(t.keys * g.dv, 1)) + "];\n";
+  s += "shared float p_sh[" + ulit(t.rows * (t.keys + 1)) + "];\n";
   s += "void main() {\n";
   s += "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  s += "  if (g >= " + u32(g.heads() * tiles) + ") return;\n";
+  s += "  if (g >= " + ulit(g.heads() * tiles) + ") return;\n";
   s += "  uint tid = gl_LocalInvocationID.x, rr = tid / " + LR + ", t = tid % " + LR + ";\n";
-  s += "  uint bh = g / " + u32(tiles) + ", i0 = (g % " + u32(tiles) + ") * " + BQ + ";\n";
+  s += "  uint bh = g / " + ulit(tiles) + ", i0 = (g % " + ulit(tiles) + ") * " + BQ + ";\n";
   s += "  uint h = bh % HQ, b = bh / HQ;\n";
   s += "  uint i = i0 + rr;\n  bool valid = i < LQ;\n";
   s += head_offsets(g, a.has_mask, "(valid ? i : 0u)");
-  s += "  for (uint x = tid; x < " + u32(t.rows * g.d) + "; x += " + NT + ") {\n";
+  s += "  for (uint x = tid; x < " + ulit(t.rows * g.d) + "; x += " + NT + ") {\n";
   s += "    uint r = x / D, e = x % D;\n";
   s += "    q_sh[r * " + QS + " + e] = i0 + r < LQ ? q_ld(qb + (i0 + r) * D + e) : 0.0;\n  }\n";
   s +=
@@ -177,10 +177,10 @@ KernelLaunch tiled_kernel(const LowerContext& ctx, const AttentionShape& g, cons
   s += "  for (uint c = 0u; c < " + COLS + "; ++c) acc[c] = 0.0;\n";
   s += "  for (uint j0 = 0u; j0 < reach; j0 += " + BK + ") {\n";
   s += "    barrier();\n";  // the previous block's readers are done (and q_sh is written)
-  s += "    for (uint x = tid; x < " + u32(t.keys * g.d) + "; x += " + NT + ") {\n";
+  s += "    for (uint x = tid; x < " + ulit(t.keys * g.d) + "; x += " + NT + ") {\n";
   s += "      uint j = x / D, e = x % D;\n";
   s += "      k_sh[j * " + QS + " + e] = j0 + j < LK ? k_ld(kb + (j0 + j) * D + e) : 0.0;\n    }\n";
-  s += "    for (uint x = tid; x < " + u32(t.keys * g.dv) + "; x += " + NT + ") {\n";
+  s += "    for (uint x = tid; x < " + ulit(t.keys * g.dv) + "; x += " + NT + ") {\n";
   s += "      uint j = x / DV;\n";
   s += "      v_sh[x] = j0 + j < LK ? v_ld(vb + (j0 + j) * DV + x % DV) : 0.0;\n    }\n";
   s += "    barrier();\n";
@@ -261,26 +261,26 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
   const uint64_t cols = (g.dv + lanes - 1) / lanes;
   // q's row in shared memory when it fits beside the block buffers.
   const bool q_shared = g.d > 0 && (g.d + 2 * lanes) * sizeof(float) <= dev.max_shared_bytes;
-  const std::string L = u32(lanes), COLS = u32(cols);
+  const std::string L = ulit(lanes), COLS = ulit(cols);
   const uint64_t rows = g.heads() * g.lq;
 
   KernelLaunch k;
   std::string s = declarations(ctx, g, a.has_mask, k.bindings, split);
   s += "shared float p_sh[" + L + "];\nshared float red[" + L + "];\n";
-  if (q_shared) s += "shared float q_sh[" + u32(g.d) + "];\n";
+  if (q_shared) s += "shared float q_sh[" + ulit(g.d) + "];\n";
   // Workgroup sum and max (the max ignores NaN as the reference's std::max does).
   for (const auto& [name, comb] :
        {std::pair{"wg_sum", "x + y"}, std::pair{"wg_max", "y > x ? y : x"}}) {
     s += std::string("float ") + name + "(float v) {\n  uint t = gl_LocalInvocationID.x;\n";
     s += "  red[t] = v;\n  barrier();\n";
-    s += "  for (uint h = " + u32(lanes / 2) + "; h > 0u; h >>= 1) {\n";
+    s += "  for (uint h = " + ulit(lanes / 2) + "; h > 0u; h >>= 1) {\n";
     s += "    if (t < h) { float x = red[t], y = red[t + h]; red[t] = " + std::string(comb) +
          "; }\n    barrier();\n  }\n  float r = red[0];\n  barrier();\n  return r;\n}\n";
   }
   s += "void main() {\n";
   s += "  uint w = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  s += "  if (w >= " + u32(rows * ks.splits) + ") return;\n";
-  s += "  uint g = w / " + u32(ks.splits) + ", part_index = w % " + u32(ks.splits) + ";\n";
+  s += "  if (w >= " + ulit(rows * ks.splits) + ") return;\n";
+  s += "  uint g = w / " + ulit(ks.splits) + ", part_index = w % " + ulit(ks.splits) + ";\n";
   s += "  uint lane = gl_LocalInvocationID.x;\n";
   s += "  uint i = g % LQ, h = (g / LQ) % HQ, b = g / (LQ * HQ);\n";
   s += head_offsets(g, a.has_mask, "i");
@@ -292,7 +292,7 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
   }
   s += std::string("  uint visible = ") + (a.causal ? "min(LK, i + 1u)" : "LK") + ";\n";
   // This workgroup's keys: [jb, je), possibly empty.
-  s += "  uint jb = part_index * " + u32(ks.chunk) + ", je = min(visible, jb + " + u32(ks.chunk) +
+  s += "  uint jb = part_index * " + ulit(ks.chunk) + ", je = min(visible, jb + " + ulit(ks.chunk) +
        ");\n";
   s += "  float m = -mn_inf(), l = 0.0;\n  float acc[" + COLS + "];\n";
   s += "  for (uint t = 0u; t < " + COLS + "; ++t) acc[t] = 0.0;\n";
@@ -312,7 +312,7 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
   s += "        for (uint u = 0u; u < cnt; ++u) o += p_sh[u] * v_ld(vb + (j0 + u) * DV + e);\n";
   s += "        acc[t] = o;\n      }\n    }\n    barrier();\n  }\n";
   if (split) {
-    const std::string P = u32(partial_floats(g));
+    const std::string P = ulit(partial_floats(g));
     s += "  uint base = w * " + P + ";\n";
     s += "  if (lane == 0u) {\n    part_st(base, m);\n    part_st(base + 1u, l);\n  }\n";
     s += "  for (uint t = 0u; t < " + COLS + "; ++t) {\n";
@@ -333,11 +333,11 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
 // One thread per output element: the partials of its row, rescaled to their common max.
 KernelLaunch combine_kernel(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks) {
   const uint64_t n = g.heads() * g.lq * g.dv;
-  const std::string S = u32(ks.splits), P = u32(partial_floats(g));
+  const std::string S = ulit(ks.splits), P = ulit(partial_floats(g));
   std::string decl = glsl::buffer(0, DType::f32, "part", true) +
                      glsl::buffer(1, ctx.node.type.dtype, "out", false) +
                      "float mn_inf() { return uintBitsToFloat(0x7f800000u); }\n";
-  std::string body = "  uint row = i / " + u32(g.dv) + ", e = i % " + u32(g.dv) + ";\n";
+  std::string body = "  uint row = i / " + ulit(g.dv) + ", e = i % " + ulit(g.dv) + ";\n";
   body += "  uint first = row * " + S + ";\n  float m = -mn_inf();\n";
   body += "  for (uint s = 0u; s < " + S + "; ++s) {\n";
   body += "    float ms = part_ld((first + s) * " + P + ");\n    m = ms > m ? ms : m;\n  }\n";

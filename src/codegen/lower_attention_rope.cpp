@@ -18,7 +18,7 @@ namespace mn::codegen::attention_lowering {
 
 namespace {
 
-std::string u32(uint64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 
 // `precise` keeps compilers from fusing or reassociating the error-free transformations.
 const char* kTurn = R"(
@@ -101,7 +101,7 @@ Lowering lower_rope(const LowerContext& ctx, bool backward) {
   for (size_t i = 0; i < stores.size(); ++i) {
     if (i % per_writer == 0) {
       fill += std::string(i ? "  }\n" : "") +
-              "  if (gl_LocalInvocationID.x == " + u32(i / per_writer * 32) + ") {\n";
+              "  if (gl_LocalInvocationID.x == " + ulit(i / per_writer * 32) + ") {\n";
     }
     fill += "    " + stores[i] + "\n";
   }
@@ -109,17 +109,17 @@ Lowering lower_rope(const LowerContext& ctx, bool backward) {
 
   std::string s = glsl::header() + glsl::buffer(0, ctx.inputs[0].dtype, "x", true) +
                   glsl::buffer(1, ctx.node.type.dtype, "out", false);
-  s += "shared float U_HI[" + u32(nu) + "], U_LO[" + u32(nu) + "], V_HI[" + u32(nv) + "], V_LO[" +
-       u32(nv) + "];\n";
+  s += "shared float U_HI[" + ulit(nu) + "], U_LO[" + ulit(nu) + "], V_HI[" + ulit(nv) +
+       "], V_LO[" + ulit(nv) + "];\n";
   s += kTurn + glsl::gid_function() + "void main() {\n" + fill;
-  s += "  uint i = gid();\n  if (i >= " + u32(pairs) + ") return;\n";
-  s += "  uint row = i / " + u32(half) + ", k = i % " + u32(half) + ";\n";
+  s += "  uint i = gid();\n  if (i >= " + ulit(pairs) + ") return;\n";
+  s += "  uint row = i / " + ulit(half) + ", k = i % " + ulit(half) + ";\n";
   // Positions are exact in f32 below 2^24; the offset can be negative.
-  s += "  float p = float(row % " + u32(length) + ") + " +
+  s += "  float p = float(row % " + ulit(length) + ") + " +
        glsl::float_literal(static_cast<double>(a.position_offset)) + ";\n";
   s += "  float wh, wl, c, s;\n  mn_frequency(k, wh, wl);\n  mn_turn(p, wh, wl, c, s);\n";
   if (backward) s += "  s = -s;\n";
-  s += "  uint e1 = row * " + u32(dim) + " + k, e2 = e1 + " + u32(half) + ";\n";
+  s += "  uint e1 = row * " + ulit(dim) + " + k, e2 = e1 + " + ulit(half) + ";\n";
   s += "  float x1 = x_ld(e1), x2 = x_ld(e2);\n";
   s += "  out_st(e1, x1 * c - x2 * s);\n  out_st(e2, x2 * c + x1 * s);\n}\n";
   KernelLaunch k;

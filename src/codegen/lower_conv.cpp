@@ -25,7 +25,7 @@ namespace mn::codegen {
 
 namespace {
 
-std::string u(int64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 
 // A convolution in the terms of the forward conv2d: input [batch, c, h, w], weight
 // [o, c/groups, kh, kw], output [batch, o, oh, ow].
@@ -51,27 +51,28 @@ ConvDims dims(const Conv2dAttrs& a, const Shape& x, const Shape& y, int64_t kh, 
 
 // Statements splitting `k` (or another index) into channel `c`, kernel row `i` and column `j`.
 std::string split_tap(const ConvDims& d, const std::string& index, const std::string& channel) {
-  return "  uint " + channel + " = " + index + " / " + u(d.khw()) + ", r = " + index + " % " +
-         u(d.khw()) + ", i = r / " + u(d.kw) + ", j = r % " + u(d.kw) + ";\n";
+  return "  uint " + channel + " = " + index + " / " + ulit(d.khw()) + ", r = " + index + " % " +
+         ulit(d.khw()) + ", i = r / " + ulit(d.kw) + ", j = r % " + ulit(d.kw) + ";\n";
 }
 
 // The forward input element under output position (oh, ow), tap (c, i, j) of group g, or zero
 // in the padding.
 std::string read_input(const ConvDims& d, const std::string& buf) {
-  std::string s = "  uint ih = oh * " + u(d.a.stride_h) + " + i * " + u(d.a.dilation_h) + " - " +
-                  u(d.a.pad_h) + ", iw = ow * " + u(d.a.stride_w) + " + j * " + u(d.a.dilation_w) +
-                  " - " + u(d.a.pad_w) + ";\n";
-  s += "  bool ok = ih < " + u(d.h) + " && iw < " + u(d.w) + ";\n";
-  s += "  float v = " + buf + "_ld(ok ? ((b * " + u(d.c) + " + g * " + u(d.cg()) + " + c) * " +
-       u(d.h) + " + ih) * " + u(d.w) + " + iw : 0u);\n";
+  std::string s = "  uint ih = oh * " + ulit(d.a.stride_h) + " + i * " + ulit(d.a.dilation_h) +
+                  " - " + ulit(d.a.pad_h) + ", iw = ow * " + ulit(d.a.stride_w) + " + j * " +
+                  ulit(d.a.dilation_w) + " - " + ulit(d.a.pad_w) + ";\n";
+  s += "  bool ok = ih < " + ulit(d.h) + " && iw < " + ulit(d.w) + ";\n";
+  s += "  float v = " + buf + "_ld(ok ? ((b * " + ulit(d.c) + " + g * " + ulit(d.cg()) +
+       " + c) * " + ulit(d.h) + " + ih) * " + ulit(d.w) + " + iw : 0u);\n";
   s += "  return ok ? v : 0.0;\n";
   return s;
 }
 
 std::string split_position(const std::string& index, int64_t plane, int64_t width,
                            const std::string& row, const std::string& col) {
-  return "  uint b = " + index + " / " + u(plane) + ", p = " + index + " % " + u(plane) + ";\n" +
-         "  uint " + row + " = p / " + u(width) + ", " + col + " = p % " + u(width) + ";\n";
+  return "  uint b = " + index + " / " + ulit(plane) + ", p = " + index + " % " + ulit(plane) +
+         ";\n" + "  uint " + row + " = p / " + ulit(width) + ", " + col + " = p % " + ulit(width) +
+         ";\n";
 }
 
 }  // namespace
@@ -113,11 +114,11 @@ Lowering lower_conv2d_fused(const LowerContext& ctx, const MatmulEpilogue* e) {
   g.declarations += epilogue_function(epi);
   g.a_at =
       split_position("m", plane, d.ow, "oh", "ow") + split_tap(d, "k", "c") + read_input(d, "X");
-  g.b_at = "  return Wt_ld((g * " + u(d.og()) + " + n) * " + u(g.k) + " + k);\n";
-  g.c_store = "  uint b = m / " + u(plane) + ", p = m % " + u(plane) + ";\n";
-  g.c_store += "  uint oc = g * " + u(d.og()) + " + n;\n";
+  g.b_at = "  return Wt_ld((g * " + ulit(d.og()) + " + n) * " + ulit(g.k) + " + k);\n";
+  g.c_store = "  uint b = m / " + ulit(plane) + ", p = m % " + ulit(plane) + ";\n";
+  g.c_store += "  uint oc = g * " + ulit(d.og()) + " + n;\n";
   g.c_store +=
-      "  Y_st((b * " + u(d.o) + " + oc) * " + u(plane) + " + p, mm_epilogue(v, b, oc, p));\n";
+      "  Y_st((b * " + ulit(d.o) + " + oc) * " + ulit(plane) + " + p, mm_epilogue(v, b, oc, p));\n";
   g.split_k = true;
   Lowering l = lower_implicit_gemm(g, ctx.device);
   if (3 + (epi ? epi->extra.size() : 0) + l.scratch_bytes.size() > ctx.device.max_storage_buffers) {
@@ -174,21 +175,21 @@ Lowering lower_input_gradient(const LowerContext& ctx, const ConvDims& d, const 
   // Unit stride (lower_strided_input_gradient takes the others): input pixel (y, x) meets
   // output (oh, ow) through tap (i, j) when y + pad - i·dilation = oh.
   std::string at = split_position("m", plane, d.w, "y", "x") + split_tap(d, "k", "o");
-  at += "  uint th = y + " + u(a.pad_h) + " - i * " + u(a.dilation_h) + ", tw = x + " + u(a.pad_w) +
-        " - j * " + u(a.dilation_w) + ";\n";
-  at += "  uint oh = th / " + u(a.stride_h) + ", ow = tw / " + u(a.stride_w) + ";\n";
-  at += "  bool ok = oh < " + u(d.oh) + " && ow < " + u(d.ow);
+  at += "  uint th = y + " + ulit(a.pad_h) + " - i * " + ulit(a.dilation_h) + ", tw = x + " +
+        ulit(a.pad_w) + " - j * " + ulit(a.dilation_w) + ";\n";
+  at += "  uint oh = th / " + ulit(a.stride_h) + ", ow = tw / " + ulit(a.stride_w) + ";\n";
+  at += "  bool ok = oh < " + ulit(d.oh) + " && ow < " + ulit(d.ow);
   at += ";\n";
-  at += "  float v = GY_ld(ok ? ((b * " + u(d.o) + " + g * " + u(d.og()) + " + o) * " + u(d.oh) +
-        " + oh) * " + u(d.ow) + " + ow : 0u);\n";
+  at += "  float v = GY_ld(ok ? ((b * " + ulit(d.o) + " + g * " + ulit(d.og()) + " + o) * " +
+        ulit(d.oh) + " + oh) * " + ulit(d.ow) + " + ow : 0u);\n";
   at += "  return ok ? v : 0.0;\n";
   g.a_at = std::move(at);
-  g.b_at = "  uint o = k / " + u(d.khw()) + ", r = k % " + u(d.khw()) + ";\n" +
-           "  return Wt_ld(((g * " + u(d.og()) + " + o) * " + u(d.cg()) + " + n) * " + u(d.khw()) +
-           " + r);\n";
-  g.c_store = "  uint b = m / " + u(plane) + ", p = m % " + u(plane) + ";\n";
-  g.c_store += "  uint ic = g * " + u(d.cg()) + " + n;\n";
-  g.c_store += "  DX_st((b * " + u(d.c) + " + ic) * " + u(plane) + " + p, v" +
+  g.b_at = "  uint o = k / " + ulit(d.khw()) + ", r = k % " + ulit(d.khw()) + ";\n" +
+           "  return Wt_ld(((g * " + ulit(d.og()) + " + o) * " + ulit(d.cg()) + " + n) * " +
+           ulit(d.khw()) + " + r);\n";
+  g.c_store = "  uint b = m / " + ulit(plane) + ", p = m % " + ulit(plane) + ";\n";
+  g.c_store += "  uint ic = g * " + ulit(d.cg()) + " + n;\n";
+  g.c_store += "  DX_st((b * " + ulit(d.c) + " + ic) * " + ulit(plane) + " + p, v" +
                (bias ? " + Bias_ld(ic)" : "") + ");\n";
   g.split_k = true;
   return lower_implicit_gemm(g, ctx.device);
@@ -264,12 +265,13 @@ Lowering lower_strided_input_gradient(const LowerContext& ctx, const ConvDims& d
       const std::string phase_name =
           std::string(name) + "_phase" + std::to_string(ph) + "x" + std::to_string(pw);
       // The phase's pixel (b, qy, qx) is dx's (b, first_y + qy·sh, first_x + qx·sw).
-      const std::string position = "  uint b = m / " + u(pixels) + ", p = m % " + u(pixels) +
-                                   ";\n  uint qy = p / " + u(px.count) + ", qx = p % " +
-                                   u(px.count) + ";\n";
-      const std::string dx_index = "(b * " + u(d.c) + " + ic) * " + u(plane) + " + (" +
-                                   u(py.first) + " + qy * " + u(a.stride_h) + ") * " + u(d.w) +
-                                   " + " + u(px.first) + " + qx * " + u(a.stride_w);
+      const std::string position = "  uint b = m / " + ulit(pixels) + ", p = m % " + ulit(pixels) +
+                                   ";\n  uint qy = p / " + ulit(px.count) + ", qx = p % " +
+                                   ulit(px.count) + ";\n";
+      const std::string dx_index = "(b * " + ulit(d.c) + " + ic) * " + ulit(plane) + " + (" +
+                                   ulit(py.first) + " + qy * " + ulit(a.stride_h) + ") * " +
+                                   ulit(d.w) + " + " + ulit(px.first) + " + qx * " +
+                                   ulit(a.stride_w);
 
       if (py.taps * px.taps == 0) {
         KernelLaunch fill;
@@ -284,10 +286,10 @@ Lowering lower_strided_input_gradient(const LowerContext& ctx, const ConvDims& d
         }
         // Element e is (b, ic, pixel) of the phase, so consecutive threads walk its pixels.
         fill.glsl += glsl::gid_function() + "void main() {\n  uint e = gid();\n  if (e >= " +
-                     u(static_cast<int64_t>(total)) + ") return;\n  uint m = e / " +
-                     u(d.c * pixels) + " * " + u(pixels) + " + e % " + u(pixels) + ", ic = e / " +
-                     u(pixels) + " % " + u(d.c) + ";\n" + position + "  DX_st(" + dx_index + ", " +
-                     (bias ? "Bias_ld(ic)" : "0.0") + ");\n}\n";
+                     ulit(static_cast<int64_t>(total)) + ") return;\n  uint m = e / " +
+                     ulit(d.c * pixels) + " * " + ulit(pixels) + " + e % " + ulit(pixels) +
+                     ", ic = e / " + ulit(pixels) + " % " + ulit(d.c) + ";\n" + position +
+                     "  DX_st(" + dx_index + ", " + (bias ? "Bias_ld(ic)" : "0.0") + ");\n}\n";
         fill.workgroup = {grid.local, 1, 1};
         fill.groups = grid.groups;
         l.launches.push_back(std::move(fill));
@@ -302,21 +304,22 @@ Lowering lower_strided_input_gradient(const LowerContext& ctx, const ConvDims& d
       g.k = d.og() * taps;
       input_gradient_operands(g, ctx, a.groups);
 
-      const std::string tap = "  uint o = k / " + u(taps) + ", t = k % " + u(taps) + ", ti = t / " +
-                              u(px.taps) + ", tj = t % " + u(px.taps) + ";\n";
+      const std::string tap = "  uint o = k / " + ulit(taps) + ", t = k % " + ulit(taps) +
+                              ", ti = t / " + ulit(px.taps) + ", tj = t % " + ulit(px.taps) + ";\n";
       // Exact output coordinates; only the image border is checked (a negative one wraps).
       std::string at = position + tap;
       at += "  uint oh = uint(int(qy) + " + si(py.base) + " - int(ti) * " + si(py.out_step) +
             "), ow = uint(int(qx) + " + si(px.base) + " - int(tj) * " + si(px.out_step) + ");\n";
-      at += "  bool ok = oh < " + u(d.oh) + " && ow < " + u(d.ow) + ";\n";
-      at += "  float v = GY_ld(ok ? ((b * " + u(d.o) + " + g * " + u(d.og()) + " + o) * " +
-            u(d.oh) + " + oh) * " + u(d.ow) + " + ow : 0u);\n";
+      at += "  bool ok = oh < " + ulit(d.oh) + " && ow < " + ulit(d.ow) + ";\n";
+      at += "  float v = GY_ld(ok ? ((b * " + ulit(d.o) + " + g * " + ulit(d.og()) + " + o) * " +
+            ulit(d.oh) + " + oh) * " + ulit(d.ow) + " + ow : 0u);\n";
       at += "  return ok ? v : 0.0;\n";
       g.a_at = std::move(at);
-      g.b_at = tap + "  return Wt_ld(((g * " + u(d.og()) + " + o) * " + u(d.cg()) + " + n) * " +
-               u(d.khw()) + " + (" + u(py.first_tap) + " + ti * " + u(py.tap_step) + ") * " +
-               u(d.kw) + " + " + u(px.first_tap) + " + tj * " + u(px.tap_step) + ");\n";
-      g.c_store = position + "  uint ic = g * " + u(d.cg()) + " + n;\n";
+      g.b_at = tap + "  return Wt_ld(((g * " + ulit(d.og()) + " + o) * " + ulit(d.cg()) +
+               " + n) * " + ulit(d.khw()) + " + (" + ulit(py.first_tap) + " + ti * " +
+               ulit(py.tap_step) + ") * " + ulit(d.kw) + " + " + ulit(px.first_tap) + " + tj * " +
+               ulit(px.tap_step) + ");\n";
+      g.c_store = position + "  uint ic = g * " + ulit(d.cg()) + " + n;\n";
       g.c_store += "  DX_st(" + dx_index + ", v" + (bias ? " + Bias_ld(ic)" : "") + ");\n";
       g.split_k = true;
       append_lowering(l, lower_implicit_gemm(g, ctx.device));
@@ -368,11 +371,12 @@ Lowering lower_backward_weight(const LowerContext& ctx) {
   g.a_source_count = ctx.inputs[1].numel();
   g.b_source = "X";
   g.b_source_count = ctx.inputs[0].numel();
-  g.a_at = "  uint b = k / " + u(plane) + ", p = k % " + u(plane) + ";\n" + "  return GY_ld((b * " +
-           u(d.o) + " + g * " + u(d.og()) + " + m) * " + u(plane) + " + p);\n";
+  g.a_at = "  uint b = k / " + ulit(plane) + ", p = k % " + ulit(plane) + ";\n" +
+           "  return GY_ld((b * " + ulit(d.o) + " + g * " + ulit(d.og()) + " + m) * " +
+           ulit(plane) + " + p);\n";
   g.b_at =
       split_position("k", plane, d.ow, "oh", "ow") + split_tap(d, "n", "c") + read_input(d, "X");
-  g.c_store = "  DW_st((g * " + u(d.og()) + " + m) * " + u(g.n) + " + n, v);\n";
+  g.c_store = "  DW_st((g * " + ulit(d.og()) + " + m) * " + ulit(g.n) + " + n, v);\n";
   g.split_k = true;
   return lower_implicit_gemm(g, ctx.device);
 }

@@ -30,7 +30,7 @@ constexpr int64_t target_groups = 128;
 // The least K a split keeps, so the partial sums stay cheap next to the GEMM itself.
 constexpr int64_t min_split_k = 256;
 
-std::string u(int64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 std::string n(int64_t v) { return std::to_string(v); }
 
 std::string vec_type(int64_t w) { return w == 1 ? "float" : "vec" + std::to_string(w); }
@@ -109,23 +109,23 @@ std::string load_tile(const std::string& tile, const Side& side, int64_t kt, int
   const int64_t w = side.width(), units = side.tile() / w;
   const int64_t count = units * kt;
   const int64_t iters = (count + threads - 1) / threads;
-  std::string s = "    for (uint e = 0u; e < " + u(iters) + "; ++e) {\n";
+  std::string s = "    for (uint e = 0u; e < " + ulit(iters) + "; ++e) {\n";
   // With the fast axis dividing the thread count, each thread keeps one fast index for the whole
   // kernel; spelling it from lid alone lets the compiler see it is loop-invariant.
   if (!k_fast && threads % units == 0) {
-    s += "      uint vv = lid % " + u(units) + ", kk = lid / " + u(units) + " + e * " +
-         u(threads / units) + ";\n";
+    s += "      uint vv = lid % " + ulit(units) + ", kk = lid / " + ulit(units) + " + e * " +
+         ulit(threads / units) + ";\n";
   } else if (k_fast && threads % kt == 0) {
-    s += "      uint kk = lid % " + u(kt) + ", vv = lid / " + u(kt) + " + e * " + u(threads / kt) +
-         ";\n";
+    s += "      uint kk = lid % " + ulit(kt) + ", vv = lid / " + ulit(kt) + " + e * " +
+         ulit(threads / kt) + ";\n";
   } else {
-    s += "      uint idx = lid + e * " + u(threads) + ";\n";
-    s += k_fast ? "      uint kk = idx % " + u(kt) + ", vv = idx / " + u(kt) + ";\n"
-                : "      uint vv = idx % " + u(units) + ", kk = idx / " + u(units) + ";\n";
+    s += "      uint idx = lid + e * " + ulit(threads) + ";\n";
+    s += k_fast ? "      uint kk = idx % " + ulit(kt) + ", vv = idx / " + ulit(kt) + ";\n"
+                : "      uint vv = idx % " + ulit(units) + ", kk = idx / " + ulit(units) + ";\n";
   }
   const bool exact = count % threads == 0;
-  s += std::string("      ") + (exact ? "" : "if (kk < " + u(kt) + " && vv < " + u(units) + ") ") +
-       "{\n";
+  s += std::string("      ") +
+       (exact ? "" : "if (kk < " + ulit(kt) + " && vv < " + ulit(units) + ") ") + "{\n";
   // Out-of-range elements read a clamped in-range one and are zeroed after: straight-line code
   // with a select (lavapipe runs branches under masks, so skipping the load saves nothing).
   s += "        uint gk = k0 + kk;\n        bool kin = gk < kend;\n        gk = min(gk, kend - "
@@ -133,9 +133,9 @@ std::string load_tile(const std::string& tile, const Side& side, int64_t kt, int
   s += "        " + vec_type(w) + " t;\n";
   for (int64_t c = 0; c < w; ++c) {
     const std::string comp = w == 1 ? "t" : "t[" + n(c) + "]";
-    s += "        {\n          uint gx = " + x0 + " + vv * " + u(w) + " + " + u(c) + ";\n";
-    s += "          bool inside = kin && gx < " + u(extent) + ";\n";
-    s += "          gx = min(gx, " + u(extent - 1) + ");\n";
+    s += "        {\n          uint gx = " + x0 + " + vv * " + ulit(w) + " + " + ulit(c) + ";\n";
+    s += "          bool inside = kin && gx < " + ulit(extent) + ";\n";
+    s += "          gx = min(gx, " + ulit(extent - 1) + ");\n";
     s += "          float v = " + read + ";\n";
     s += "          " + comp + " = inside ? v : 0.0;\n        }\n";
   }
@@ -148,10 +148,10 @@ std::string load_tile(const std::string& tile, const Side& side, int64_t kt, int
 std::string operand_values(const std::string& name, const std::string& tile, const Side& side,
                            const std::string& thread) {
   const std::string type = "      " + vec_type(side.width()) + " " + name;
-  const std::string row = " = " + tile + "[kk][" + thread + " * " + u(side.vectors()) + " + ";
+  const std::string row = " = " + tile + "[kk][" + thread + " * " + ulit(side.vectors()) + " + ";
   std::string s;
   for (int64_t q = 0; q < side.vectors(); ++q)
-    s.append(type).append(n(q)).append(row).append(u(q)).append("];\n");
+    s.append(type).append(n(q)).append(row).append(ulit(q)).append("];\n");
   return s;
 }
 
@@ -197,7 +197,7 @@ Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& devic
   const int64_t grid_y = (tiles + grid_x - 1) / grid_x;
 
   const int scratch_binding = static_cast<int>(spec.bindings.size());
-  const std::string mnk = u(spec.m * spec.n * spec.groups);
+  const std::string mnk = ulit(spec.m * spec.n * spec.groups);
   std::string common = glsl::header() + spec.declarations;
   if (splits > 1) common += glsl::buffer(scratch_binding, DType::f32, "P", false);
   common += "float a_at(uint g, uint m, uint k) {\n" + spec.a_at + "}\n";
@@ -214,27 +214,27 @@ Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& devic
   // The thread's position along M and N: the fast thread index follows C's contiguous axis so
   // the epilogue's stores coalesce.
   if (spec.c_n_fast) {
-    s += "  uint rm = lid / " + u(t.n.threads) + ", rn = lid % " + u(t.n.threads) + ";\n";
+    s += "  uint rm = lid / " + ulit(t.n.threads) + ", rn = lid % " + ulit(t.n.threads) + ";\n";
   } else {
-    s += "  uint rm = lid % " + u(t.m.threads) + ", rn = lid / " + u(t.m.threads) + ";\n";
+    s += "  uint rm = lid % " + ulit(t.m.threads) + ", rn = lid / " + ulit(t.m.threads) + ";\n";
   }
-  s += "  uint tile = gl_WorkGroupID.y * " + u(grid_x) + " + gl_WorkGroupID.x;\n";
-  s += "  if (tile >= " + u(tiles) + ") return;\n";
-  s += "  uint row0 = tile / " + u(tiles_n) + " * " + u(tile_m) + ", col0 = tile % " + u(tiles_n) +
-       " * " + u(tile_n) + ";\n";
-  s += "  uint g = gl_WorkGroupID.z % " + u(spec.groups) + ", s = gl_WorkGroupID.z / " +
-       u(spec.groups) + ";\n";
-  s += "  uint kbeg = s * " + u(k_split) + ", kend = min(kbeg + " + u(k_split) + ", " + u(spec.k) +
-       ");\n";
+  s += "  uint tile = gl_WorkGroupID.y * " + ulit(grid_x) + " + gl_WorkGroupID.x;\n";
+  s += "  if (tile >= " + ulit(tiles) + ") return;\n";
+  s += "  uint row0 = tile / " + ulit(tiles_n) + " * " + ulit(tile_m) + ", col0 = tile % " +
+       ulit(tiles_n) + " * " + ulit(tile_n) + ";\n";
+  s += "  uint g = gl_WorkGroupID.z % " + ulit(spec.groups) + ", s = gl_WorkGroupID.z / " +
+       ulit(spec.groups) + ";\n";
+  s += "  uint kbeg = s * " + ulit(k_split) + ", kend = min(kbeg + " + ulit(k_split) + ", " +
+       ulit(spec.k) + ");\n";
   const int64_t nb = t.n.vectors();
   const std::string acc_type = vec_type(t.n.width());
   s += "  " + acc_type + " acc[" + n(t.m.per * nb) + "];\n";
   for (int64_t i = 0; i < t.m.per * nb; ++i) s += "  acc[" + n(i) + "] = " + acc_type + "(0.0);\n";
-  s += "  for (uint k0 = kbeg; k0 < kend; k0 += " + u(kt) + ") {\n";
+  s += "  for (uint k0 = kbeg; k0 < kend; k0 += " + ulit(kt) + ") {\n";
   s += load_tile("As", t.m, kt, t.threads(), spec.m, spec.a_k_fast, "row0", "a_at(g, gx, gk)");
   s += load_tile("Bs", t.n, kt, t.threads(), spec.n, spec.b_k_fast, "col0", "b_at(g, gk, gx)");
   s += "    barrier();\n";
-  s += "    for (uint kk = 0u; kk < " + u(kt) + "; ++kk) {\n";
+  s += "    for (uint kk = 0u; kk < " + ulit(kt) + "; ++kk) {\n";
   s += operand_values("a", "As", t.m, "rm");
   s += operand_values("b", "Bs", t.n, "rn");
   for (int64_t i = 0; i < t.m.per; ++i) {
@@ -248,13 +248,14 @@ Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& devic
   const int64_t bw = t.n.width();
   for (int64_t i = 0; i < t.m.per; ++i) {
     for (int64_t j = 0; j < t.n.per; ++j) {
-      s += "  {\n    uint gm = row0 + rm * " + u(t.m.per) + " + " + u(i) + ", gn = col0 + rn * " +
-           u(t.n.per) + " + " + u(j) + ";\n";
+      s += "  {\n    uint gm = row0 + rm * " + ulit(t.m.per) + " + " + ulit(i) +
+           ", gn = col0 + rn * " + ulit(t.n.per) + " + " + ulit(j) + ";\n";
       s += "    float v = acc[" + n(i * nb + j / bw) + "]" + (bw > 1 ? "[" + n(j % bw) + "]" : "") +
            ";\n";
-      s += "    if (gm < " + u(spec.m) + " && gn < " + u(spec.n) + ") ";
+      s += "    if (gm < " + ulit(spec.m) + " && gn < " + ulit(spec.n) + ") ";
       if (splits > 1) {
-        s += "P_st(s * " + mnk + " + (g * " + u(spec.m) + " + gm) * " + u(spec.n) + " + gn, v);\n";
+        s += "P_st(s * " + mnk + " + (g * " + ulit(spec.m) + " + gm) * " + ulit(spec.n) +
+             " + gn, v);\n";
       } else {
         s += "c_store(g, gm, gn, v);\n";
       }
@@ -292,14 +293,13 @@ Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& devic
   const glsl::Linear grid = glsl::linear_grid(total, device);
   std::string body;
   body += "  float v = 0.0;\n";
-  body += "  for (uint s = 0u; s < " + u(splits) + "; ++s) v += P_ld(s * " + mnk + " + i);\n";
-  body += "  uint g = i / " + u(spec.m * spec.n) + ", r = i % " + u(spec.m * spec.n) + ";\n";
-  body += "  c_store(g, r / " + u(spec.n) + ", r % " + u(spec.n) + ", v);\n";
+  body += "  for (uint s = 0u; s < " + ulit(splits) + "; ++s) v += P_ld(s * " + mnk + " + i);\n";
+  body += "  uint g = i / " + ulit(spec.m * spec.n) + ", r = i % " + ulit(spec.m * spec.n) + ";\n";
+  body += "  c_store(g, r / " + ulit(spec.n) + ", r % " + ulit(spec.n) + ", v);\n";
   KernelLaunch finish;
   finish.name = spec.name + "_splitk_sum";
-  finish.glsl = common + glsl::gid_function() +
-                "void main() {\n  uint i = gid();\n  if (i >= " + u(static_cast<int64_t>(total)) +
-                ") return;\n" + body + "}\n";
+  finish.glsl = common + glsl::gid_function() + "void main() {\n  uint i = gid();\n  if (i >= " +
+                ulit(static_cast<int64_t>(total)) + ") return;\n" + body + "}\n";
   finish.workgroup = {grid.local, 1, 1};
   finish.groups = grid.groups;
   finish.bindings = spec.bindings;

@@ -21,7 +21,7 @@ namespace mn::codegen {
 
 namespace {
 
-std::string u(int64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -50,13 +50,14 @@ PackSource pack_source(const ImplicitGemm& spec, const std::string& fn, const st
   // Storage order: K contiguous when k_fast. For A (rows M, cols K) that is row-major; for B
   // (rows K, cols N) column-major.
   const bool row_major = p.k_fast == p.k_is_cols;
-  const int64_t outer_p = row_major ? p.rows_p : p.cols_p, inner_p = row_major ? p.cols_p : p.rows_p;
+  const int64_t outer_p = row_major ? p.rows_p : p.cols_p,
+                inner_p = row_major ? p.cols_p : p.rows_p;
   const int64_t outer = row_major ? p.rows : p.cols, inner = row_major ? p.cols : p.rows;
   const std::string call = fn + (row_major ? "(g, o, n_)" : "(g, n_, o)");
   src.count = static_cast<uint64_t>(spec.groups * outer_p * inner_p);
-  src.value = "  uint g = i / " + u(outer_p * inner_p) + ", r = i % " + u(outer_p * inner_p) +
-              ", o = r / " + u(inner_p) + ", n_ = r % " + u(inner_p) + ";\n  v = o < " +
-              u(outer) + " && n_ < " + u(inner) + " ? " + call + " : 0.0;\n";
+  src.value = "  uint g = i / " + ulit(outer_p * inner_p) + ", r = i % " + ulit(outer_p * inner_p) +
+              ", o = r / " + ulit(inner_p) + ", n_ = r % " + ulit(inner_p) + ";\n  v = o < " +
+              ulit(outer) + " && n_ < " + ulit(inner) + " ? " + call + " : 0.0;\n";
   if (!source.empty()) {
     // Every packed value is one of the source's (or zero): its largest magnitude bounds them.
     src.source_count = static_cast<uint64_t>(source_count);
@@ -64,9 +65,9 @@ PackSource pack_source(const ImplicitGemm& spec, const std::string& fn, const st
     return src;
   }
   src.source_count = static_cast<uint64_t>(spec.groups * outer * inner);
-  src.source_value = "    uint g = j / " + u(outer * inner) + ", r = j % " + u(outer * inner) +
-                     ", o = r / " + u(inner) + ", n_ = r % " + u(inner) + ";\n    v = " + call +
-                     ";\n";
+  src.source_value = "    uint g = j / " + ulit(outer * inner) + ", r = j % " +
+                     ulit(outer * inner) + ", o = r / " + ulit(inner) + ", n_ = r % " +
+                     ulit(inner) + ";\n    v = " + call + ";\n";
   return src;
 }
 
@@ -81,8 +82,8 @@ std::optional<Lowering> lower_implicit_gemm_coop(const ImplicitGemm& spec, const
   // batch 32, 48 GEMMs against the f32 implicit GEMM): the tensor cores won where
   // 1/M + 1/N < 9e-3 and K >= 512, and lost up to 2.9x elsewhere (64-channel layers over
   // 100k pixels, short-K 1x1 layers, long-K weight gradients of narrow layers).
-  if (spec.k < kMinK || 1.0 / static_cast<double>(spec.m) + 1.0 / static_cast<double>(spec.n) >=
-                            kMaxPackPerMac) {
+  if (spec.k < kMinK ||
+      1.0 / static_cast<double>(spec.m) + 1.0 / static_cast<double>(spec.n) >= kMaxPackPerMac) {
     return std::nullopt;
   }
   // Bindings: the spec's, then the product's two packed operands and the tile scratch.
@@ -115,12 +116,14 @@ std::optional<Lowering> lower_implicit_gemm_coop(const ImplicitGemm& spec, const
   const int64_t mp = round_up(spec.m, transposed ? t.bn : t.bm);
   const int64_t np = round_up(spec.n, transposed ? t.bm : t.bn);
   const int64_t kp = round_up(spec.k, t.bk);
-  const int64_t row_tiles = (transposed ? np : mp) / t.bm, col_tiles = (transposed ? mp : np) / t.bn;
+  const int64_t row_tiles = (transposed ? np : mp) / t.bm,
+                col_tiles = (transposed ? mp : np) / t.bn;
   const int64_t want = d.multiprocessors ? d.multiprocessors : 128;
   const int64_t base = row_tiles * col_tiles * spec.groups;
   int64_t splits = 1;
   if (base < want) {
-    splits = std::clamp<int64_t>((2 * want + base - 1) / base, 1, std::max<int64_t>(1, kp / kMinSplitK));
+    splits =
+        std::clamp<int64_t>((2 * want + base - 1) / base, 1, std::max<int64_t>(1, kp / kMinSplitK));
   }
   const int64_t k_split = round_up((kp + splits - 1) / splits, t.bk);
   splits = (kp + k_split - 1) / k_split;
@@ -136,12 +139,12 @@ std::optional<Lowering> lower_implicit_gemm_coop(const ImplicitGemm& spec, const
   const Packed pa{spec.m, spec.k, mp, kp, spec.a_k_fast, true};
   const Packed pb{spec.k, spec.n, kp, np, spec.b_k_fast, false};
   const std::string name = spec.name + "_coop";
-  const ArgRef a = pack_coop_source(
-      pack_source(spec, "a_at", spec.a_at, pa, spec.a_source, spec.a_source_count), spec.bindings,
-      name, d, l, scratch);
-  const ArgRef b = pack_coop_source(
-      pack_source(spec, "b_at", spec.b_at, pb, spec.b_source, spec.b_source_count), spec.bindings,
-      name, d, l, scratch);
+  const ArgRef a =
+      pack_coop_source(pack_source(spec, "a_at", spec.a_at, pa, spec.a_source, spec.a_source_count),
+                       spec.bindings, name, d, l, scratch);
+  const ArgRef b =
+      pack_coop_source(pack_source(spec, "b_at", spec.b_at, pb, spec.b_source, spec.b_source_count),
+                       spec.bindings, name, d, l, scratch);
   const int64_t a_size = mp * kp, b_size = kp * np;
 
   // The product's operands. A is packed M×K (K×M unless a_k_fast), B K×N (N×K when
@@ -164,16 +167,19 @@ std::optional<Lowering> lower_implicit_gemm_coop(const ImplicitGemm& spec, const
     p.tb = spec.a_k_fast;
     p.ldb = spec.a_k_fast ? kp : mp;
   }
-  const int64_t first_size = transposed ? b_size : a_size, second_size = transposed ? a_size : b_size;
-  p.setup = "  uint g = bz / " + u(splits) + ", s = bz % " + u(splits) + ";\n";
-  p.a_base = "g * " + u(first_size);
-  p.b_base = "g * " + u(second_size);
-  p.k_begin = "s * " + u(k_split);
-  p.k_end = "min(s * " + u(k_split) + " + " + u(k_split) + ", " + u(kp) + ")";
+  const int64_t first_size = transposed ? b_size : a_size,
+                second_size = transposed ? a_size : b_size;
+  p.setup = "  uint g = bz / " + ulit(splits) + ", s = bz % " + ulit(splits) + ";\n";
+  p.a_base = "g * " + ulit(first_size);
+  p.b_base = "g * " + ulit(second_size);
+  p.k_begin = "s * " + ulit(k_split);
+  p.k_end = "min(s * " + ulit(k_split) + " + " + ulit(k_split) + ", " + ulit(kp) + ")";
   p.scale = "exp2(-float(" + coop_wg_exponent("HA", spec.groups * first_size) + " + " +
             coop_wg_exponent("HB", spec.groups * second_size) + "))";
-  const std::string store_fn = "void c_store(uint g, uint m, uint n, float v) {\n" + spec.c_store + "}\n";
-  if (splits == 1) p.store = transposed ? "      c_store(g, gn, gm, v);\n" : "      c_store(g, gm, gn, v);\n";
+  const std::string store_fn =
+      "void c_store(uint g, uint m, uint n, float v) {\n" + spec.c_store + "}\n";
+  if (splits == 1)
+    p.store = transposed ? "      c_store(g, gn, gm, v);\n" : "      c_store(g, gm, gn, v);\n";
   KernelLaunch k;
   k.name = name + "_" + t.name + (transposed ? "t" : "");
   k.glsl = coop_wg_header() + spec.declarations + coop_wg_operand_buffers(nb, nb + 2, true) +
@@ -186,30 +192,32 @@ std::optional<Lowering> lower_implicit_gemm_coop(const ImplicitGemm& spec, const
   k.bindings.push_back({transposed ? a : b, false});
   const ArgRef w = ArgRef::scratch(scratch++);
   k.bindings.push_back({w, true});
-  l.scratch_bytes.push_back(static_cast<uint64_t>(row_tiles * col_tiles * p.batches) * t.bm * t.bn * 4);
+  l.scratch_bytes.push_back(static_cast<uint64_t>(row_tiles * col_tiles * p.batches) * t.bm * t.bn *
+                            4);
   l.launches.push_back(std::move(k));
   if (splits == 1) return l;
 
   // The partial tiles of every split, summed in split order, stored through c_store. Threads
   // walk C's fast axis.
   const int64_t mn = spec.m * spec.n;
-  std::string body = "  uint g = i / " + u(mn) + ", r = i % " + u(mn) + ";\n";
-  body += spec.c_n_fast ? "  uint m = r / " + u(spec.n) + ", n = r % " + u(spec.n) + ";\n"
-                        : "  uint n = r / " + u(spec.m) + ", m = r % " + u(spec.m) + ";\n";
+  std::string body = "  uint g = i / " + ulit(mn) + ", r = i % " + ulit(mn) + ";\n";
+  body += spec.c_n_fast ? "  uint m = r / " + ulit(spec.n) + ", n = r % " + ulit(spec.n) + ";\n"
+                        : "  uint n = r / " + ulit(spec.m) + ", m = r % " + ulit(spec.m) + ";\n";
   // The product's row and column of (m, n).
   const std::string pr = transposed ? "n" : "m", pc = transposed ? "m" : "n";
-  body += "  uint slot = (" + pr + " / " + u(t.bm) + ") * " + u(col_tiles) + " + " + pc + " / " +
-          u(t.bn) + ", at = (" + pr + " % " + u(t.bm) + ") * " + u(t.bn) + " + " + pc + " % " +
-          u(t.bn) + ";\n";
+  body += "  uint slot = (" + pr + " / " + ulit(t.bm) + ") * " + ulit(col_tiles) + " + " + pc +
+          " / " + ulit(t.bn) + ", at = (" + pr + " % " + ulit(t.bm) + ") * " + ulit(t.bn) + " + " +
+          pc + " % " + ulit(t.bn) + ";\n";
   body += "  float acc = 0.0;\n";
-  body += "  for (uint s = 0u; s < " + u(splits) + "; ++s) acc += WS[((g * " + u(splits) +
-          " + s) * " + u(row_tiles * col_tiles) + " + slot) * " + u(t.bm * t.bn) + " + at];\n";
+  body += "  for (uint s = 0u; s < " + ulit(splits) + "; ++s) acc += WS[((g * " + ulit(splits) +
+          " + s) * " + ulit(row_tiles * col_tiles) + " + slot) * " + ulit(t.bm * t.bn) +
+          " + at];\n";
   body += "  c_store(g, m, n, acc);\n";
   std::vector<KernelBinding> sum_bindings = spec.bindings;
   sum_bindings.push_back({w, false});
-  const std::string decl = spec.declarations + "layout(std430, set = 0, binding = " +
-                           std::to_string(nb) + ") readonly buffer BufferWS { float WS[]; };\n" +
-                           store_fn;
+  const std::string decl = spec.declarations +
+                           "layout(std430, set = 0, binding = " + std::to_string(nb) +
+                           ") readonly buffer BufferWS { float WS[]; };\n" + store_fn;
   l.launches.push_back(glsl::elementwise_launch(name + "_split_sum", decl, body,
                                                 static_cast<uint64_t>(spec.groups * mn), d,
                                                 std::move(sum_bindings)));

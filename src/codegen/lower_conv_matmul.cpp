@@ -21,7 +21,7 @@ namespace mn::codegen {
 
 namespace {
 
-std::string u(int64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 
 bool disabled() {
   const char* v = std::getenv("MN_CONV_NO_MATMUL");
@@ -204,8 +204,9 @@ std::optional<Lowering> conv1x1_backward_weight(const LowerContext& ctx) {
   const std::string decl =
       "layout(std430, set = 0, binding = 0) readonly buffer Buffer0 { float part[]; };\n" +
       glsl::buffer(1, ctx.node.type.dtype, "DW", false);
-  const std::string body = "  float acc = 0.0;\n  for (uint b = 0u; b < " + u(x.batch) +
-                           "; ++b) acc += part[b * " + u(per_image) + " + i];\n  DW_st(i, acc);\n";
+  const std::string body = "  float acc = 0.0;\n  for (uint b = 0u; b < " + ulit(x.batch) +
+                           "; ++b) acc += part[b * " + ulit(per_image) +
+                           " + i];\n  DW_st(i, acc);\n";
   KernelLaunch sum = glsl::elementwise_launch(
       "conv1x1_weight_batch_sum", decl, body, static_cast<uint64_t>(per_image), ctx.device,
       {{ArgRef::scratch(part), false}, {ArgRef::output(), true}});

@@ -32,15 +32,15 @@ namespace mn::codegen {
 
 namespace {
 
-std::string u32(int64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 
 // Statements declaring abase and bbase, the operands' offsets for output batch `bz`.
 std::string batch_bases(const MatmulGeometry& g) {
   std::string s = glsl::unravel(g.out_batch, "bz", "q");
   s += "  uint abase = " + glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " +
-       u32(g.m * g.k) + ";\n";
+       ulit(g.m * g.k) + ";\n";
   s += "  uint bbase = " + glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " +
-       u32(g.k * g.n) + ";\n";
+       ulit(g.k * g.n) + ";\n";
   return s;
 }
 
@@ -65,7 +65,7 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   // 64×64 tiles with 4×4 per thread once both sides fill them; 16×16 tiles otherwise.
   const int64_t t = (g.m >= 64 && g.n >= 64) ? 4 : 1;
   const int64_t tile = 16 * t;
-  const std::string M = u32(g.m), N = u32(g.n), K = u32(g.k), T = u32(t), TILE = u32(tile);
+  const std::string M = ulit(g.m), N = ulit(g.n), K = ulit(g.k), T = ulit(t), TILE = ulit(tile);
   // Bounds checks only where the shape does not divide into whole tiles.
   const bool check_m = g.m % tile != 0, check_n = g.n % tile != 0, check_k = g.k % 16 != 0;
   auto guard = [](std::initializer_list<std::pair<bool, std::string>> conds) {
@@ -107,9 +107,9 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   s += "void main() {\n";
   s += "  uint lid = gl_LocalInvocationID.x, tx = lid % 16u, ty = lid / 16u;\n";
   s += "  uint yz = gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y;\n";
-  if (gy * gz != rows_total) s += "  if (yz >= " + u32(rows_total) + ") return;\n";
-  s += "  uint bz = yz / " + u32(row_tiles) + ";\n";
-  s += "  uint row0 = (yz % " + u32(row_tiles) + ") * " + TILE + ", col0 = gl_WorkGroupID.x * " +
+  if (gy * gz != rows_total) s += "  if (yz >= " + ulit(rows_total) + ") return;\n";
+  s += "  uint bz = yz / " + ulit(row_tiles) + ";\n";
+  s += "  uint row0 = (yz % " + ulit(row_tiles) + ") * " + TILE + ", col0 = gl_WorkGroupID.x * " +
        TILE + ";\n";
   s += batch_bases(g);
   if (vec) {
@@ -121,7 +121,7 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   }
   s += "  for (uint k0 = 0u; k0 < " + K + "; k0 += 16u) {\n";
   // 16×TILE elements per operand, 256 threads: `per_thread` rounds.
-  s += "    for (uint e = 0u; e < " + u32(16 * tile / 256) + "; ++e) {\n";
+  s += "    for (uint e = 0u; e < " + ulit(16 * tile / 256) + "; ++e) {\n";
   s += "      uint idx = lid + e * 256u;\n";
   if (g.ta) {  // A stored [K, M]: M is contiguous
     s += "      uint mm = idx % " + TILE + ", kk = idx / " + TILE + ";\n";
@@ -160,7 +160,7 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
          "; ++j) acc[i][j] += a[i] * b[j];\n";
   }
   s += "    }\n    barrier();\n  }\n";
-  s += "  uint cbase = bz * " + u32(g.m * g.n) + ";\n";
+  s += "  uint cbase = bz * " + ulit(g.m * g.n) + ";\n";
   s += "  for (uint i = 0u; i < " + T + "; ++i) for (uint j = 0u; j < " + T + "; ++j) {\n";
   s += vec ? "    uint gm = row0 + ty * 4u + i, gn = col0 + tx * 4u + j;\n"
            : "    uint gm = row0 + ty + 16u * i, gn = col0 + tx + 16u * j;\n";
@@ -228,7 +228,7 @@ Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t ba
     split = (g.k + chunk - 1) / chunk;
   }
   const int64_t total = blocks * batch * split;
-  const std::string LX = u32(lx), L = std::to_string(lx * ly);
+  const std::string LX = ulit(lx), L = std::to_string(lx * ly);
 
   std::string s = glsl::header() + glsl::buffer(0, ctx.inputs[0].dtype, "A", true) +
                   glsl::buffer(1, ctx.inputs[1].dtype, "B", true);
@@ -240,30 +240,31 @@ Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t ba
   s += "void main() {\n";
   s += "  uint lx = gl_LocalInvocationID.x, ly = gl_LocalInvocationID.y;\n";
   s += "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  s += "  if (g >= " + u32(total) + ") return;\n";  // uniform per group
-  s += "  uint s = g / " + u32(blocks * batch) + ", gb = g % " + u32(blocks * batch) + ";\n";
-  s += "  uint bz = gb / " + u32(blocks) + ", p = (gb % " + u32(blocks) + ") * " + LX + " + lx;\n";
+  s += "  if (g >= " + ulit(total) + ") return;\n";  // uniform per group
+  s += "  uint s = g / " + ulit(blocks * batch) + ", gb = g % " + ulit(blocks * batch) + ";\n";
+  s +=
+      "  uint bz = gb / " + ulit(blocks) + ", p = (gb % " + ulit(blocks) + ") * " + LX + " + lx;\n";
   s += batch_bases(g);
-  s += "  bool live = p < " + u32(p_count) + ";\n";
-  s += "  uint k1 = min((s + 1u) * " + u32(chunk) + ", " + u32(g.k) + ");\n";
+  s += "  bool live = p < " + ulit(p_count) + ";\n";
+  s += "  uint k1 = min((s + 1u) * " + ulit(chunk) + ", " + ulit(g.k) + ");\n";
   const std::string vec = left ? "A_ld(abase + k)" : "B_ld(bbase + k)";
-  const std::string mat = left ? "B_ld(bbase + p * " + u32(sp) + " + k * " + u32(sk) + ")"
-                               : "A_ld(abase + p * " + u32(sp) + " + k * " + u32(sk) + ")";
+  const std::string mat = left ? "B_ld(bbase + p * " + ulit(sp) + " + k * " + ulit(sk) + ")"
+                               : "A_ld(abase + p * " + ulit(sp) + " + k * " + ulit(sk) + ")";
   s += "  float acc = 0.0;\n";
-  s += "  if (live) for (uint k = s * " + u32(chunk) + " + ly; k < k1; k += " + u32(ly) +
+  s += "  if (live) for (uint k = s * " + ulit(chunk) + " + ly; k < k1; k += " + ulit(ly) +
        ") acc += " + vec + " * " + mat + ";\n";
   if (ly > 1) {
     s += "  s_acc[ly * " + LX + " + lx] = acc;\n  barrier();\n";
-    s += "  for (uint h = " + u32(ly / 2) + "; h > 0u; h >>= 1) {\n";
+    s += "  for (uint h = " + ulit(ly / 2) + "; h > 0u; h >>= 1) {\n";
     s += "    if (ly < h) s_acc[ly * " + LX + " + lx] += s_acc[(ly + h) * " + LX + " + lx];\n";
     s += "    barrier();\n  }\n";
     s += "  acc = s_acc[lx];\n";
   }
-  const std::string o = "bz * " + u32(p_count) + " + p";
+  const std::string o = "bz * " + ulit(p_count) + " + p";
   s += split == 1
            ? "  if (ly == 0u && live) C_st(" + o + ", mm_epilogue(acc, bz, " +
                  (left ? "0u, p" : "p, 0u") + "));\n}\n"
-           : "  if (ly == 0u && live) part[s * " + u32(outputs) + " + " + o + "] = acc;\n}\n";
+           : "  if (ly == 0u && live) part[s * " + ulit(outputs) + " + " + o + "] = acc;\n}\n";
 
   KernelLaunch k;
   k.name = split == 1 ? "matmul_gemv" : "matmul_gemv_partial";
@@ -288,9 +289,9 @@ Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t ba
       glsl::buffer(1, ctx.node.type.dtype, "C", false) + (e ? e->declarations : std::string()) +
       epilogue_function(e);
   // Output i is batch i / p_count, element p = i % p_count: (m, n) = (0, p) or (p, 0).
-  const std::string p_of = "i % " + u32(p_count), b_of = "i / " + u32(p_count);
-  const std::string body = "  float acc = 0.0;\n  for (uint s = 0u; s < " + u32(split) +
-                           "; ++s) acc += part[s * " + u32(outputs) +
+  const std::string p_of = "i % " + ulit(p_count), b_of = "i / " + ulit(p_count);
+  const std::string body = "  float acc = 0.0;\n  for (uint s = 0u; s < " + ulit(split) +
+                           "; ++s) acc += part[s * " + ulit(outputs) +
                            " + i];\n  C_st(i, mm_epilogue(acc, " + b_of + ", " +
                            (left ? "0u, " + p_of : p_of + ", 0u") + "));\n";
   KernelLaunch c =

@@ -36,7 +36,7 @@ constexpr std::array<CoopTile, 3> kTiles{{
     {"l", 128, 256, 32, 64, 64},
 }};
 
-std::string u32(int64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 
 int env_int(const char* name) {
   const char* v = std::getenv(name);
@@ -63,7 +63,7 @@ bool vector_dtype(DType d) { return d == DType::f32 || d == DType::f16; }
 // a rows×cols matrix with leading dimension ld, at <name>base; zeros past the edges.
 std::string loader(const std::string& name, DType dtype, int64_t rows, int64_t cols, bool vec_ok) {
   const std::string base = name == "A" ? "abase" : "bbase";
-  const std::string R = u32(rows), C = u32(cols);
+  const std::string R = ulit(rows), C = ulit(cols);
   std::string s = "uvec4 ld" + name + "(uint r, uint c) {\n";
   if (vec_ok) {
     // cols % 8 == 0: a unit that starts inside a row lies wholly inside it.
@@ -117,9 +117,9 @@ std::string absmax_kernel(const PackSource& src, uint64_t parts) {
   s += "shared float red[256];\nvoid main() {\n  uint lid = gl_LocalInvocationID.x;\n";
   s += "  float m = 0.0;\n";
   s += "  for (uint j = gl_WorkGroupID.x * 256u + lid; j < " +
-       u32(static_cast<int64_t>(src.source_count)) + "; j += " +
-       u32(static_cast<int64_t>(parts * 256)) + ") {\n    float v;\n" + src.source_value +
-       "    m = max(m, abs(v));\n  }\n";
+       ulit(static_cast<int64_t>(src.source_count)) +
+       "; j += " + ulit(static_cast<int64_t>(parts * 256)) + ") {\n    float v;\n" +
+       src.source_value + "    m = max(m, abs(v));\n  }\n";
   s += kMaxReduce;
   s += "  if (lid == 0u) part[gl_WorkGroupID.x] = red[0];\n}\n";
   return s;
@@ -132,22 +132,24 @@ std::string absmax_kernel(const PackSource& src, uint64_t parts) {
 // data (0 when it holds no finite non-zero value), and is stored after the packed halves.
 std::string pack_kernel(const PackSource& src, uint64_t parts) {
   const std::string hb = std::to_string(src.bindings), pb = std::to_string(src.bindings + 1);
-  std::string s = glsl::header() + src.declarations + glsl::buffer(src.bindings, DType::f16, "H", false);
-  s += "layout(std430, set = 0, binding = " + pb + ") readonly buffer BufferParts { float part[]; };\n";
+  std::string s =
+      glsl::header() + src.declarations + glsl::buffer(src.bindings, DType::f16, "H", false);
+  s += "layout(std430, set = 0, binding = " + pb +
+       ") readonly buffer BufferParts { float part[]; };\n";
   s += glsl::gid_function();
   s += "shared float red[256];\nvoid main() {\n  uint lid = gl_LocalInvocationID.x;\n";
   s += "  float m = 0.0;\n";
-  s += "  for (uint j = lid; j < " + u32(static_cast<int64_t>(parts)) +
+  s += "  for (uint j = lid; j < " + ulit(static_cast<int64_t>(parts)) +
        "; j += 256u) m = max(m, part[j]);\n";
   s += kMaxReduce;
   s += "  float mx = red[0];\n  int e = 0;\n";
   s += "  if (mx > 0.0 && !isinf(mx) && !isnan(mx)) {\n    int ex;\n    frexp(mx, ex);\n"
        "    e = clamp(15 - ex, -100, 100);\n  }\n";
   s += "  uint i = gid();\n";
-  const std::string at = u32(static_cast<int64_t>(padded_halves(static_cast<int64_t>(src.count))));
+  const std::string at = ulit(static_cast<int64_t>(padded_halves(static_cast<int64_t>(src.count))));
   s += "  if (i == 0u) {\n    H_stb(" + at + ", uint(e) & 0xffffu);\n    H_stb(" + at +
        " + 1u, uint(e) >> 16);\n  }\n";
-  s += "  if (i >= " + u32(static_cast<int64_t>(src.count)) + ") return;\n";
+  s += "  if (i >= " + ulit(static_cast<int64_t>(src.count)) + ") return;\n";
   s += "  float v;\n" + src.value + "  H_st(i, v * exp2(float(e)));\n}\n";
   return s;
 }
@@ -159,11 +161,11 @@ std::span<const CoopTile> coop_tiles() { return kTiles; }
 uint64_t coop_packed_exponent_index(int64_t halves) { return padded_halves(halves); }
 
 ArgRef pack_coop_source(const PackSource& src, std::span<const KernelBinding> reads,
-                        const std::string& name, const DeviceTraits& d, Lowering& l,
-                        int& scratch) {
+                        const std::string& name, const DeviceTraits& d, Lowering& l, int& scratch) {
   const ArgRef to = ArgRef::scratch(scratch++), stats = ArgRef::scratch(scratch++);
   l.scratch_bytes.push_back(padded_halves(static_cast<int64_t>(src.count)) * 2 + 16);
-  const uint64_t parts = std::max<uint64_t>(1, std::min<uint64_t>(1024, (src.source_count + 4095) / 4096));
+  const uint64_t parts =
+      std::max<uint64_t>(1, std::min<uint64_t>(1024, (src.source_count + 4095) / 4096));
   l.scratch_bytes.push_back(parts * 4);
   KernelLaunch m;
   m.name = name + "_absmax";
@@ -201,10 +203,10 @@ ArgRef pack_coop_operand(const LowerContext& ctx, int i, Lowering& l, int& scrat
     // Every rows×cols matrix lands in a zero-filled rows_padded×cols_padded one.
     src.count = n / static_cast<uint64_t>(pad->rows * pad->cols) *
                 static_cast<uint64_t>(pad->rows_padded * pad->cols_padded);
-    const std::string rp = u32(pad->rows_padded), cp = u32(pad->cols_padded);
+    const std::string rp = ulit(pad->rows_padded), cp = ulit(pad->cols_padded);
     src.value = "  uint b = i / (" + rp + " * " + cp + "), r = (i / " + cp + ") % " + rp +
-                ", c = i % " + cp + ";\n  v = r < " + u32(pad->rows) + " && c < " +
-                u32(pad->cols) + " ? X_ld((b * " + u32(pad->rows) + " + r) * " + u32(pad->cols) +
+                ", c = i % " + cp + ";\n  v = r < " + ulit(pad->rows) + " && c < " +
+                ulit(pad->cols) + " ? X_ld((b * " + ulit(pad->rows) + " + r) * " + ulit(pad->cols) +
                 " + c) : 0.0;\n";
   }
   const KernelBinding read{ArgRef::input(i), false};
@@ -334,25 +336,25 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   s += "void main() {\n";
   s += "  uint lid = gl_LocalInvocationID.x, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;\n";
   s += "  uint wid = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  if (gx * gy != total) s += "  if (wid >= " + u32(total) + ") return;\n";
-  s += "  uint bz = wid / " + u32(tiles) + ", tid = wid % " + u32(tiles) + ";\n";
+  if (gx * gy != total) s += "  if (wid >= " + ulit(total) + ") return;\n";
+  s += "  uint bz = wid / " + ulit(tiles) + ", tid = wid % " + ulit(tiles) + ";\n";
   // Groups of up to 8 row tiles walk the column tiles together, so the workgroups running at
   // one time share B slabs in L2 (and A slabs across each group).
   const int64_t group_rows = o.swizzle ? 8 : 1;
-  s += "  uint grp = tid / " + u32(group_rows * col_tiles) + ";\n";
-  s += "  uint rows_in = min(" + u32(group_rows) + ", " + u32(row_tiles) + " - grp * " +
-       u32(group_rows) + ");\n";
-  s += "  uint in_grp = tid % " + u32(group_rows * col_tiles) + ";\n";
-  s += "  uint row0 = (grp * " + u32(group_rows) + " + in_grp % rows_in) * " + u32(t.bm) +
-       ", col0 = (in_grp / rows_in) * " + u32(t.bn) + ";\n";
+  s += "  uint grp = tid / " + ulit(group_rows * col_tiles) + ";\n";
+  s += "  uint rows_in = min(" + ulit(group_rows) + ", " + ulit(row_tiles) + " - grp * " +
+       ulit(group_rows) + ");\n";
+  s += "  uint in_grp = tid % " + ulit(group_rows * col_tiles) + ";\n";
+  s += "  uint row0 = (grp * " + ulit(group_rows) + " + in_grp % rows_in) * " + ulit(t.bm) +
+       ", col0 = (in_grp / rows_in) * " + ulit(t.bn) + ";\n";
   s += glsl::unravel(g.out_batch, "bz", "q");
-  s += "  abase = " + glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " + u32(g.m * g.k) +
-       ";\n";
-  s += "  bbase = " + glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " + u32(g.k * g.n) +
-       ";\n";
+  s += "  abase = " + glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " +
+       ulit(g.m * g.k) + ";\n";
+  s += "  bbase = " + glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " +
+       ulit(g.k * g.n) + ";\n";
   const int wcols = t.bn / t.wn;
-  s += "  uint wm0 = (sg / " + u32(wcols) + ") * " + u32(t.wm) + ", wn0 = (sg % " + u32(wcols) +
-       ") * " + u32(t.wn) + ";\n";
+  s += "  uint wm0 = (sg / " + ulit(wcols) + ") * " + ulit(t.wm) + ", wn0 = (sg % " + ulit(wcols) +
+       ") * " + ulit(t.wn) + ";\n";
   // Fragments are named variables, every loop over them unrolled here: arrays of cooperative
   // matrices indexed in loops may be placed in local memory by a driver's compiler.
   auto acc = [](int i, int j) { return "acc" + std::to_string(i) + "_" + std::to_string(j); };
@@ -366,15 +368,15 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   auto fetch = [&](const std::string& k0) {
     std::string f;
     for (int e2 = 0; e2 < ua; ++e2) {
-      const std::string u = "(lid + " + u32(e2 * static_cast<int>(threads)) + ")";
-      const std::string r = u + " / " + u32(upr_a), c = (u + " % " + u32(upr_a)) + " * 8u";
+      const std::string u = "(lid + " + ulit(e2 * static_cast<int>(threads)) + ")";
+      const std::string r = u + " / " + ulit(upr_a), c = (u + " % " + ulit(upr_a)) + " * 8u";
       f += "    ra[" + std::to_string(e2) + "] = ldA(" +
            (g.ta ? k0 + " + " + r + ", row0 + " + c : "row0 + " + r + ", " + k0 + " + " + c) +
            ");\n";
     }
     for (int e2 = 0; e2 < ub; ++e2) {
-      const std::string u = "(lid + " + u32(e2 * static_cast<int>(threads)) + ")";
-      const std::string r = u + " / " + u32(upr_b), c = (u + " % " + u32(upr_b)) + " * 8u";
+      const std::string u = "(lid + " + ulit(e2 * static_cast<int>(threads)) + ")";
+      const std::string r = u + " / " + ulit(upr_b), c = (u + " % " + ulit(upr_b)) + " * 8u";
       f += "    rb[" + std::to_string(e2) + "] = ldB(" +
            (g.tb ? "col0 + " + r + ", " + k0 + " + " + c : k0 + " + " + r + ", col0 + " + c) +
            ");\n";
@@ -384,44 +386,44 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   auto stash = [&](const std::string& stage) {
     std::string f;
     for (int e2 = 0; e2 < ua; ++e2) {
-      const std::string u = "(lid + " + u32(e2 * static_cast<int>(threads)) + ")";
-      f += "    S[" + stage + " * " + u32(stage_units) + " + (" + u + " / " + u32(upr_a) + ") * " +
-           u32(sa.stride_units()) + " + " + u + " % " + u32(upr_a) + "] = ra[" +
+      const std::string u = "(lid + " + ulit(e2 * static_cast<int>(threads)) + ")";
+      f += "    S[" + stage + " * " + ulit(stage_units) + " + (" + u + " / " + ulit(upr_a) +
+           ") * " + ulit(sa.stride_units()) + " + " + u + " % " + ulit(upr_a) + "] = ra[" +
            std::to_string(e2) + "];\n";
     }
     for (int e2 = 0; e2 < ub; ++e2) {
-      const std::string u = "(lid + " + u32(e2 * static_cast<int>(threads)) + ")";
-      f += "    S[" + stage + " * " + u32(stage_units) + " + " + u32(sa.units()) + " + (" + u +
-           " / " + u32(upr_b) + ") * " + u32(sb.stride_units()) + " + " + u + " % " + u32(upr_b) +
-           "] = rb[" + std::to_string(e2) + "];\n";
+      const std::string u = "(lid + " + ulit(e2 * static_cast<int>(threads)) + ")";
+      f += "    S[" + stage + " * " + ulit(stage_units) + " + " + ulit(sa.units()) + " + (" + u +
+           " / " + ulit(upr_b) + ") * " + ulit(sb.stride_units()) + " + " + u + " % " +
+           ulit(upr_b) + "] = rb[" + std::to_string(e2) + "];\n";
     }
     return f;
   };
 
   const int64_t steps = (g.k + t.bk - 1) / t.bk;
   s += "  {\n" + fetch("0u") + stash("0u") + "  }\n  barrier();\n";
-  s += "  for (uint st = 0u; st < " + u32(steps) + "; ++st) {\n";
+  s += "  for (uint st = 0u; st < " + ulit(steps) + "; ++st) {\n";
   s += "    uint cur = " + std::string(o.stages == 2 ? "st & 1u" : "0u") + ";\n";
-  s += "    bool more = st + 1u < " + u32(steps) + ";\n";
-  s += "    if (more) {\n  uint k1 = (st + 1u) * " + u32(t.bk) + ";\n" + fetch("k1") + "    }\n";
-  s += "    uint abuf = cur * " + u32(stage_units) + ", bbuf = abuf + " + u32(sa.units()) + ";\n";
-  const std::string SA = u32(sa.stride_units()), SB = u32(sb.stride_units());
+  s += "    bool more = st + 1u < " + ulit(steps) + ";\n";
+  s += "    if (more) {\n  uint k1 = (st + 1u) * " + ulit(t.bk) + ";\n" + fetch("k1") + "    }\n";
+  s += "    uint abuf = cur * " + ulit(stage_units) + ", bbuf = abuf + " + ulit(sa.units()) + ";\n";
+  const std::string SA = ulit(sa.stride_units()), SB = ulit(sb.stride_units());
   for (int kk = 0; kk < t.bk; kk += 16) {
-    const std::string KK = u32(kk);
+    const std::string KK = ulit(kk);
     s += "    {\n";
     for (int i = 0; i < fm; ++i) {
-      const std::string mo = "(wm0 + " + u32(i * 16) + ")";
+      const std::string mo = "(wm0 + " + ulit(i * 16) + ")";
       s += "    F16 fa" + std::to_string(i) + ";\n    coopMatLoadNV(fa" + std::to_string(i) +
            ", S, abuf + " +
            (g.ta ? KK + " * " + SA + " + " + mo + " / 8u, " + SA + ", true"
-                 : mo + " * " + SA + " + " + u32(kk / 8) + ", " + SA + ", false") +
+                 : mo + " * " + SA + " + " + ulit(kk / 8) + ", " + SA + ", false") +
            ");\n";
     }
     for (int j = 0; j < fn; ++j) {
-      const std::string no = "(wn0 + " + u32(j * 16) + ")";
+      const std::string no = "(wn0 + " + ulit(j * 16) + ")";
       s += "    F16 fb" + std::to_string(j) + ";\n    coopMatLoadNV(fb" + std::to_string(j) +
            ", S, bbuf + " +
-           (g.tb ? no + " * " + SB + " + " + u32(kk / 8) + ", " + SB + ", true"
+           (g.tb ? no + " * " + SB + " + " + ulit(kk / 8) + ", " + SB + ", true"
                  : KK + " * " + SB + " + " + no + " / 8u, " + SB + ", false") +
            ");\n";
     }
@@ -441,16 +443,16 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   s += "  }\n";
 
   // Store: one fragment at a time through the subgroup's scratch.
-  const std::string M = u32(g.m), N = u32(g.n);
-  s += "  uint cbase = bz * " + u32(g.m * g.n) + ", scr = sg * 256u;\n";
+  const std::string M = ulit(g.m), N = ulit(g.n);
+  s += "  uint cbase = bz * " + ulit(g.m * g.n) + ", scr = sg * 256u;\n";
   s += "  uint r = lane >> 1, c0 = (lane & 1u) * 8u;\n";
   // Packed operands were scaled by 2^e (their exponent stored after the data): undo it.
   auto exponent = [&](const std::string& name, int i, bool packed, bool vec) -> std::string {
     if (!packed) return "0";
     const uint64_t at = padded_halves(ctx.inputs[static_cast<size_t>(i)].numel());
-    if (vec) return "int(" + name + "8[" + u32(static_cast<int64_t>(at / 8)) + "].x)";
-    return "int(" + name + "_ldb(" + u32(static_cast<int64_t>(at)) + ") | (" + name + "_ldb(" +
-           u32(static_cast<int64_t>(at + 1)) + ") << 16))";
+    if (vec) return "int(" + name + "8[" + ulit(static_cast<int64_t>(at / 8)) + "].x)";
+    return "int(" + name + "_ldb(" + ulit(static_cast<int64_t>(at)) + ") | (" + name + "_ldb(" +
+           ulit(static_cast<int64_t>(at + 1)) + ") << 16))";
   };
   s += "  float sa = exp2(-float(" + exponent("A", 0, pack_a, vec_a) + ")), sb = exp2(-float(" +
        exponent("B", 1, pack_b, vec_b) + "));\n";
@@ -458,8 +460,8 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
     for (int j = 0; j < fn; ++j) {
       s += "  {\n    coopMatStoreNV(" + acc(i, j) + ", Cs, scr, 16u, false);\n";
       s += "    subgroupBarrier();\n";
-      s += "    uint gm = row0 + wm0 + " + u32(i * 16) + " + r, gn = col0 + wn0 + " + u32(j * 16) +
-           " + c0;\n";
+      s += "    uint gm = row0 + wm0 + " + ulit(i * 16) + " + r, gn = col0 + wn0 + " +
+           ulit(j * 16) + " + c0;\n";
       s += "    if (gm < " + M + ") for (uint e = 0u; e < 8u; ++e) {\n";
       s += "      if (gn + e < " + N + ") C_st(cbase + gm * " + N +
            " + gn + e, mm_epilogue(Cs[scr + r * 16u + c0 + e] * sa * sb, bz, gm, gn + e));\n";

@@ -36,7 +36,7 @@ constexpr std::array<CoopWgTile, 2> kTiles{{
     {"w128x256", 128, 256, 64, 256},
 }};
 
-std::string u32(int64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
@@ -69,15 +69,14 @@ bool coop_wg_tile_supported(const CoopWgTile& t, const DeviceTraits& d) {
 
 std::string coop_wg_exponent(const std::string& name, int64_t halves) {
   const auto at = static_cast<int64_t>(coop_packed_exponent_index(halves));
-  return "int(uint(float16BitsToUint16(" + name + "[" + u32(at) +
-         "])) | (uint(float16BitsToUint16(" + name + "[" + u32(at + 1) + "])) << 16))";
+  return "int(uint(float16BitsToUint16(" + name + "[" + ulit(at) +
+         "])) | (uint(float16BitsToUint16(" + name + "[" + ulit(at + 1) + "])) << 16))";
 }
 
 std::string coop_wg_product(const CoopWgProduct& p) {
   const CoopWgTile& t = *p.tile;
   const int64_t tiles = p.row_tiles * p.col_tiles, total = tiles * p.batches;
-  const std::string BM = std::to_string(t.bm), BN = std::to_string(t.bn),
-                    BK = std::to_string(t.bk);
+  const std::string BM = std::to_string(t.bm), BN = std::to_string(t.bn), BK = std::to_string(t.bk);
   std::string s;
   s += "#define COOP_A fcoopmatNV<16, gl_ScopeWorkgroup, " + BM + ", " + BK + ">\n";
   s += "#define COOP_B fcoopmatNV<16, gl_ScopeWorkgroup, " + BK + ", " + BN + ">\n";
@@ -85,45 +84,45 @@ std::string coop_wg_product(const CoopWgProduct& p) {
   s += "void main() {\n";
   s += "  uint lid = gl_LocalInvocationID.x;\n";
   s += "  uint wid = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  s += "  if (wid >= " + u32(total) + ") return;\n";
-  s += "  uint bz = wid / " + u32(tiles) + ", tid = wid % " + u32(tiles) + ";\n";
+  s += "  if (wid >= " + ulit(total) + ") return;\n";
+  s += "  uint bz = wid / " + ulit(tiles) + ", tid = wid % " + ulit(tiles) + ";\n";
   // Groups of up to 8 row tiles walk the column tiles together (L2 reuse of B).
-  s += "  uint grp = tid / " + u32(8 * p.col_tiles) + ";\n";
-  s += "  uint rows_in = min(8u, " + u32(p.row_tiles) + " - grp * 8u);\n";
-  s += "  uint in_grp = tid % " + u32(8 * p.col_tiles) + ";\n";
-  s += "  uint row0 = (grp * 8u + in_grp % rows_in) * " + u32(t.bm) +
-       ", col0 = (in_grp / rows_in) * " + u32(t.bn) + ";\n";
+  s += "  uint grp = tid / " + ulit(8 * p.col_tiles) + ";\n";
+  s += "  uint rows_in = min(8u, " + ulit(p.row_tiles) + " - grp * 8u);\n";
+  s += "  uint in_grp = tid % " + ulit(8 * p.col_tiles) + ";\n";
+  s += "  uint row0 = (grp * 8u + in_grp % rows_in) * " + ulit(t.bm) +
+       ", col0 = (in_grp / rows_in) * " + ulit(t.bn) + ";\n";
   s += p.setup;
   s += "  COOP_C acc = COOP_C(0.0);\n";
-  s += "  for (uint k = " + p.k_begin + "; k < " + p.k_end + "; k += " + u32(t.bk) + ") {\n";
+  s += "  for (uint k = " + p.k_begin + "; k < " + p.k_end + "; k += " + ulit(t.bk) + ") {\n";
   s += "    COOP_A a;\n    COOP_B b;\n";
   s += "    coopMatLoadNV(a, HA, (" + p.a_base + ") + " +
-       (p.ta ? "k * " + u32(p.lda) + " + row0, " + u32(p.lda) + ", true"
-             : "row0 * " + u32(p.lda) + " + k, " + u32(p.lda) + ", false") +
+       (p.ta ? "k * " + ulit(p.lda) + " + row0, " + ulit(p.lda) + ", true"
+             : "row0 * " + ulit(p.lda) + " + k, " + ulit(p.lda) + ", false") +
        ");\n";
   s += "    coopMatLoadNV(b, HB, (" + p.b_base + ") + " +
-       (p.tb ? "col0 * " + u32(p.ldb) + " + k, " + u32(p.ldb) + ", true"
-             : "k * " + u32(p.ldb) + " + col0, " + u32(p.ldb) + ", false") +
+       (p.tb ? "col0 * " + ulit(p.ldb) + " + k, " + ulit(p.ldb) + ", true"
+             : "k * " + ulit(p.ldb) + " + col0, " + ulit(p.ldb) + ", false") +
        ");\n";
   s += "    acc = coopMatMulAddNV(a, b, acc);\n  }\n";
   if (!p.scale.empty()) s += "  acc = acc * (" + p.scale + ");\n";
   if (!p.direct_offset.empty()) {
-    s += "  coopMatStoreNV(acc, C, " + p.direct_offset + ", " + u32(p.ldc) + ", false);\n}\n";
+    s += "  coopMatStoreNV(acc, C, " + p.direct_offset + ", " + ulit(p.ldc) + ", false);\n}\n";
     return s;
   }
   // The tile's f32 slot in W, at (batch, row tile, column tile).
-  s += "  uint wbase = ((bz * " + u32(p.row_tiles) + " + row0 / " + u32(t.bm) + ") * " +
-       u32(p.col_tiles) + " + col0 / " + u32(t.bn) + ") * " + u32(t.bm * t.bn) + ";\n";
-  s += "  coopMatStoreNV(acc, WS, wbase, " + u32(t.bn) + ", false);\n";
+  s += "  uint wbase = ((bz * " + ulit(p.row_tiles) + " + row0 / " + ulit(t.bm) + ") * " +
+       ulit(p.col_tiles) + " + col0 / " + ulit(t.bn) + ") * " + ulit(t.bm * t.bn) + ";\n";
+  s += "  coopMatStoreNV(acc, WS, wbase, " + ulit(t.bn) + ", false);\n";
   if (!p.store.empty()) {
     // Every invocation stores its values once all of W's tile is written: no operand of the
     // store is read after C is written.
     s += "  memoryBarrierBuffer();\n  barrier();\n";
-    s += "  for (uint i = lid; i < " + u32(t.bm * t.bn) + "; i += " + u32(t.invocations) +
-         ") {\n";
-    s += "    uint gm = row0 + i / " + u32(t.bn) + ", gn = col0 + i % " + u32(t.bn) + ";\n";
-    s += "    if (gm < " + u32(p.m) + " && gn < " + u32(p.n) + ") {\n      float v = WS[wbase + i];\n" +
-         p.store + "    }\n  }\n";
+    s +=
+        "  for (uint i = lid; i < " + ulit(t.bm * t.bn) + "; i += " + ulit(t.invocations) + ") {\n";
+    s += "    uint gm = row0 + i / " + ulit(t.bn) + ", gn = col0 + i % " + ulit(t.bn) + ";\n";
+    s += "    if (gm < " + ulit(p.m) + " && gn < " + ulit(p.n) +
+         ") {\n      float v = WS[wbase + i];\n" + p.store + "    }\n  }\n";
   }
   s += "}\n";
   return s;
@@ -223,9 +222,9 @@ Lowering lower_matmul_coop_wg(const LowerContext& ctx, const MatmulGeometry& g, 
   p.lda = g.ta ? mp : kp;
   p.ldb = g.tb ? kp : np;
   p.setup = glsl::unravel(g.out_batch, "bz", "q");
-  p.a_base = glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " + u32(a_size);
-  p.b_base = glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " + u32(b_size);
-  p.k_end = u32(kp);
+  p.a_base = glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " + ulit(a_size);
+  p.b_base = glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " + ulit(b_size);
+  p.k_end = ulit(kp);
   // Packed operands were scaled by 2^e (the exponent after the packed halves): undo it.
   std::string ea = pack_a ? coop_wg_exponent("HA", numel(g.a_batch) * a_size) : "0";
   std::string eb = pack_b ? coop_wg_exponent("HB", numel(g.b_batch) * b_size) : "0";
@@ -233,16 +232,17 @@ Lowering lower_matmul_coop_wg(const LowerContext& ctx, const MatmulGeometry& g, 
   // f32 results without an epilogue, covered exactly by the tiles, are stored by the matrix
   // store itself.
   const bool direct = !e && ctx.node.type.dtype == DType::f32 && mp == g.m && np == g.n;
-  std::string s = coop_wg_header() + coop_wg_operand_buffers(0, 3 + (e ? e->extra.size() : 0), !direct);
+  std::string s =
+      coop_wg_header() + coop_wg_operand_buffers(0, 3 + (e ? e->extra.size() : 0), !direct);
   if (direct) {
     s += "layout(std430, set = 0, binding = 2) writeonly buffer Buffer2 { float C[]; };\n";
-    p.direct_offset = "bz * " + u32(g.m * g.n) + " + row0 * " + u32(g.n) + " + col0";
+    p.direct_offset = "bz * " + ulit(g.m * g.n) + " + row0 * " + ulit(g.n) + " + col0";
     p.ldc = g.n;
   } else {
     s += glsl::buffer(2, ctx.node.type.dtype, "C", false);
     if (e) s += e->declarations;
     s += epilogue_function(e);
-    p.store = "      C_st(bz * " + u32(g.m * g.n) + " + gm * " + u32(g.n) +
+    p.store = "      C_st(bz * " + ulit(g.m * g.n) + " + gm * " + ulit(g.n) +
               " + gn, mm_epilogue(v, bz, gm, gn));\n";
   }
   s += coop_wg_product(p);

@@ -18,15 +18,15 @@ namespace {
 using nn_lowering::RowOp;
 using nn_lowering::RowStats;
 
-std::string u32(uint64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 
 // Rows of n contiguous elements.
 void contiguous_rows(RowOp& op, uint64_t total, uint64_t n) {
   op.n = n;
   op.rows = n == 0 ? 0 : total / n;
-  op.elem = "r * " + u32(n) + " + j";
-  op.row_of = "e / " + u32(std::max<uint64_t>(n, 1));
-  op.col_of = "e % " + u32(std::max<uint64_t>(n, 1));
+  op.elem = "r * " + ulit(n) + " + j";
+  op.row_of = "e / " + ulit(std::max<uint64_t>(n, 1));
+  op.col_of = "e % " + ulit(std::max<uint64_t>(n, 1));
 }
 
 // (x - a) * b, then times gamma and plus beta at index `index` where present.
@@ -55,7 +55,7 @@ Lowering lower_softmax(const LowerContext& ctx, bool log) {
   op.rows = static_cast<uint64_t>(s.outer * s.inner);
   op.n = static_cast<uint64_t>(s.n);
   op.contiguous = s.inner == 1;
-  const std::string N = u32(op.n), I = u32(s.inner), NI = u32(s.n * s.inner);
+  const std::string N = ulit(op.n), I = ulit(s.inner), NI = ulit(s.n * s.inner);
   if (s.inner == 1) {
     op.elem = "r * " + N + " + j";
     op.row_of = "e / " + N;
@@ -120,7 +120,7 @@ Lowering lower_group_norm(const LowerContext& ctx) {
   contiguous_rows(op, static_cast<uint64_t>(x.numel()), per_group * c.spatial);
   affine_params(op, a.has_gamma, a.has_beta);
   const std::string channel =
-      "(r % " + u32(groups) + ") * " + u32(per_group) + " + j / " + u32(c.spatial);
+      "(r % " + ulit(groups) + ") * " + ulit(per_group) + " + j / " + ulit(c.spatial);
   op.epilogue = affine_epilogue(a.has_gamma, a.has_beta, channel);
   return nn_lowering::lower_rows(ctx, op);
 }
@@ -129,7 +129,7 @@ Lowering lower_group_norm(const LowerContext& ctx) {
 Lowering lower_batch_norm_training(const LowerContext& ctx, const BatchNormAttrs& a) {
   const TensorType& x = ctx.inputs[0];
   const Channels c(x);
-  const std::string C = u32(c.channels), SP = u32(c.spatial), SPC = u32(c.spatial * c.channels);
+  const std::string C = ulit(c.channels), SP = ulit(c.spatial), SPC = ulit(c.spatial * c.channels);
   RowOp op;
   op.name = "batch_norm";
   op.stats = RowStats::centered;
@@ -171,7 +171,7 @@ Lowering lower_batch_norm_eval(const LowerContext& ctx, const BatchNormAttrs& a)
   }
   decl += glsl::buffer(static_cast<uint32_t>(operands.size()), ctx.node.type.dtype, "out", false);
   bindings.push_back({ArgRef::output(), true});
-  std::string body = "  uint c = (i / " + u32(c.spatial) + ") % " + u32(c.channels) + ";\n";
+  std::string body = "  uint c = (i / " + ulit(c.spatial) + ") % " + ulit(c.channels) + ";\n";
   body += "  float y = (x_ld(i) - rmean_ld(c)) * (1.0 / sqrt(rvar_ld(c) + " +
           glsl::float_literal(round_to_dtype(a.eps, x.dtype)) + "));\n";
   if (a.has_gamma) body += "  y *= gamma_ld(c);\n";
@@ -227,8 +227,8 @@ Lowering lower_dropout(const LowerContext& ctx) {
   std::string decl = glsl::buffer(0, ctx.inputs[0].dtype, "x", true) +
                      glsl::buffer(1, ctx.node.type.dtype, "out", false) + kRandomBits;
   std::string body =
-      "  const uvec2 base = uvec2(" + u32(base & 0xffffffffu) + ", " + u32(base >> 32) + ");\n";
-  body += "  bool keep = mn_random24(base, i) >= " + u32(threshold) + ";\n";
+      "  const uvec2 base = uvec2(" + ulit(base & 0xffffffffu) + ", " + ulit(base >> 32) + ");\n";
+  body += "  bool keep = mn_random24(base, i) >= " + ulit(threshold) + ";\n";
   body += "  out_st(i, keep ? x_ld(i) * " + glsl::float_literal(1.0 / (1.0 - a.p)) + " : 0.0);\n";
   KernelLaunch k = glsl::elementwise_launch("dropout", decl, body, n, ctx.device,
                                             {{ArgRef::input(0), false}, {ArgRef::output(), true}});

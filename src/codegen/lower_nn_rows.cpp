@@ -12,7 +12,7 @@ namespace mn::codegen::nn_lowering {
 
 namespace {
 
-std::string u32(uint64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 
 enum class Mode { thread, group, split };
 
@@ -60,13 +60,13 @@ Plan plan_for(const RowOp& op, const DeviceTraits& d) {
 // Sum and max over a workgroup of `lanes` threads, in a fixed order (called in uniform control
 // flow). The max keeps the first operand when the second is NaN, as the reference's std::max.
 std::string workgroup_functions(uint32_t lanes) {
-  const std::string L = u32(lanes);
+  const std::string L = ulit(lanes);
   std::string s = "shared float mn_red[" + L + "];\n";
   for (const auto& [name, comb] :
        {std::pair{"wg_sum", "a + b"}, std::pair{"wg_max", "b > a ? b : a"}}) {
     s += std::string("float ") + name + "(float v) {\n";
     s += "  uint t = gl_LocalInvocationID.x;\n  mn_red[t] = v;\n  barrier();\n";
-    s += "  for (uint h = " + u32(lanes / 2) + "; h > 0u; h >>= 1) {\n";
+    s += "  for (uint h = " + ulit(lanes / 2) + "; h > 0u; h >>= 1) {\n";
     s += "    if (t < h) { float a = mn_red[t], b = mn_red[t + h]; mn_red[t] = " +
          std::string(comb) + "; }\n    barrier();\n  }\n";
     s += "  float r = mn_red[0];\n  barrier();\n  return r;\n}\n";
@@ -84,18 +84,18 @@ struct Walk {
 
   std::string load_cache() const {
     if (cached == 0) return "";
-    return "  float xv[" + u32(cached) + "];\n  for (uint k = 0u; k < " + u32(cached) +
-           "; ++k) {\n    uint j = lane + k * " + u32(lanes) +
+    return "  float xv[" + ulit(cached) + "];\n  for (uint k = 0u; k < " + ulit(cached) +
+           "; ++k) {\n    uint j = lane + k * " + ulit(lanes) +
            ";\n    xv[k] = j < MN_N ? x_ld(elem(r, j)) : 0.0;\n  }\n";
   }
   std::string each(const std::string& body) const {
     if (cached != 0) {
-      return "  for (uint k = 0u; k < " + u32(cached) + "; ++k) {\n    uint j = lane + k * " +
-             u32(lanes) + ";\n    if (j < MN_N) {\n      float x = xv[k];\n" + body +
+      return "  for (uint k = 0u; k < " + ulit(cached) + "; ++k) {\n    uint j = lane + k * " +
+             ulit(lanes) + ";\n    if (j < MN_N) {\n      float x = xv[k];\n" + body +
              "    }\n  }\n";
     }
     const std::string start = group ? begin + " + lane" : begin;
-    return "  for (uint j = " + start + "; j < " + end + "; j += " + u32(group ? lanes : 1) +
+    return "  for (uint j = " + start + "; j < " + end + "; j += " + ulit(group ? lanes : 1) +
            ") {\n    float x = x_ld(elem(r, j));\n" + body + "  }\n";
   }
   std::string sum(const std::string& v) const {
@@ -133,7 +133,7 @@ std::string statistics(const RowOp& op, const Walk& w, bool final) {
 }
 
 std::string common_functions(const RowOp& op) {
-  std::string s = "const uint MN_ROWS = " + u32(op.rows) + ";\nconst uint MN_N = " + u32(op.n) +
+  std::string s = "const uint MN_ROWS = " + ulit(op.rows) + ";\nconst uint MN_N = " + ulit(op.n) +
                   ";\nfloat mn_inf() { return uintBitsToFloat(0x7f800000u); }\n";
   s += "uint elem(uint r, uint j) { return " + op.elem + "; }\n";
   s += "uint row_of(uint e) { return " + op.row_of + "; }\n";
@@ -203,9 +203,9 @@ Lowering split_lowering(const LowerContext& ctx, const RowOp& op, const Plan& p)
                     glsl::buffer(1, DType::f32, "part", false) + common_functions(op) +
                     workgroup_functions(p.local);
     s += "void main() {\n  uint g = " + std::string(kGroupIndex) + ";\n";
-    s += "  if (g >= " + u32(parts) + ") return;\n";
-    s += "  uint r = g / " + u32(p.split) + ", c = g % " + u32(p.split) + ";\n";
-    s += "  uint j0 = c * " + u32(p.chunk) + ", j1 = min(j0 + " + u32(p.chunk) + ", MN_N);\n";
+    s += "  if (g >= " + ulit(parts) + ") return;\n";
+    s += "  uint r = g / " + ulit(p.split) + ", c = g % " + ulit(p.split) + ";\n";
+    s += "  uint j0 = c * " + ulit(p.chunk) + ", j1 = min(j0 + " + ulit(p.chunk) + ", MN_N);\n";
     s += "  uint lane = gl_LocalInvocationID.x;\n  float cnt = float(j1 - j0);\n";
     s += statistics(op, w, false);
     s += "  if (lane == 0u) {\n    part_st(2u * g, a);\n    part_st(2u * g + 1u, b);\n  }\n}\n";
@@ -219,7 +219,7 @@ Lowering split_lowering(const LowerContext& ctx, const RowOp& op, const Plan& p)
   }
 
   {
-    const std::string S = u32(p.split);
+    const std::string S = ulit(p.split);
     const std::string N = glsl::float_literal(static_cast<double>(op.n));
     const std::string eps = glsl::float_literal(op.eps);
     std::string decl = glsl::buffer(0, DType::f32, "part", true) +

@@ -3,6 +3,7 @@
 // lower_pool_resample.cpp): every kernel runs one thread per output element of the node.
 #include <string>
 
+#include "codegen/glsl.h"
 #include "codegen/kernel.h"
 
 namespace mn::codegen::pool {
@@ -19,9 +20,9 @@ Planes planes_of(const LowerContext& ctx);
 Lowering per_output_kernel(const LowerContext& ctx, const std::string& functions,
                            const std::string& body);
 
-// "123" as a GLSL int literal, "123u" as a uint one.
+// "123" as a GLSL int literal (glsl::ulit makes "123u").
 inline std::string ilit(int64_t v) { return std::to_string(v); }
-inline std::string ulit(int64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 
 void register_resample_lowerings(LoweringRegistry& r);  // lower_pool_resample.cpp
 

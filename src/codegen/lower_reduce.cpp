@@ -75,7 +75,7 @@ std::string offset_expr(const Shape& strides, const std::string& prefix) {
   return s.empty() ? "0u" : s;
 }
 
-std::string u32(uint64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 
 // The launch shape: lx outputs × ly lanes per group, the reduced range cut into `split` chunks
 // of `chunk` elements.
@@ -199,7 +199,7 @@ struct Reducer {
 std::string reduced_offset(const Geometry& g) {
   if (g.reduced_dims.size() == 1) {
     return g.reduced_strides[0] == 1 ? "    uint off = r;\n"
-                                     : "    uint off = r * " + u32(g.reduced_strides[0]) + ";\n";
+                                     : "    uint off = r * " + ulit(g.reduced_strides[0]) + ";\n";
   }
   return glsl::unravel(g.reduced_dims, "r", "r") +
          "    uint off = " + offset_expr(g.reduced_strides, "r") + ";\n";
@@ -216,7 +216,7 @@ KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geom
     return p && p->epilogue ? "mn_reduce_epilogue(" + v + ", " + o + ")" : v;
   };
   const std::string L = std::to_string(l.lx * l.ly);
-  const std::string LX = u32(l.lx);
+  const std::string LX = ulit(l.lx);
   const uint64_t total = l.blocks * l.split;
 
   std::string s = glsl::header();
@@ -235,25 +235,25 @@ KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geom
   s += "void main() {\n";
   s += "  uint lx = gl_LocalInvocationID.x, ly = gl_LocalInvocationID.y;\n";
   s += "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  s += "  if (g >= " + u32(total) + ") return;\n";  // the folded grid's tail; uniform per group
-  s += "  uint blk = g % " + u32(l.blocks) + ", s = g / " + u32(l.blocks) + ";\n";
+  s += "  if (g >= " + ulit(total) + ") return;\n";  // the folded grid's tail; uniform per group
+  s += "  uint blk = g % " + ulit(l.blocks) + ", s = g / " + ulit(l.blocks) + ";\n";
   s += "  uint o = blk * " + LX + " + lx;\n";
-  s += "  bool live = o < " + u32(g.outputs) + ";\n";
+  s += "  bool live = o < " + ulit(g.outputs) + ";\n";
   s += "  uint oc = live ? o : 0u;\n";
   s += glsl::unravel(g.kept_dims, "oc", "k");
   s += "  uint base = " + offset_expr(g.kept_strides, "k") + ";\n";
-  s += "  uint r0 = s * " + u32(l.chunk) + ", r1 = min(r0 + " + u32(l.chunk) + ", " +
-       u32(g.reduced) + ");\n";
+  s += "  uint r0 = s * " + ulit(l.chunk) + ", r1 = min(r0 + " + ulit(l.chunk) + ", " +
+       ulit(g.reduced) + ");\n";
   s += "  uint r_begin = live ? r0 + ly : r1;\n";
   const std::string loop =
-      "  for (uint r = r_begin; r < r1; r += " + u32(l.ly) + ") {\n" + reduced_offset(g);
+      "  for (uint r = r_begin; r < r1; r += " + ulit(l.ly) + ") {\n" + reduced_offset(g);
   // The tree over the ly lanes of each output; afterwards lane 0's slot holds the result.
   auto tree = [&](const std::string& var) {
     if (l.ly == 1) return std::string();
     std::string t = "  s_val[ly * " + LX + " + lx] = " + var + ";\n";
     if (red.kind == Kind::argmax) t += "  s_idx[ly * " + LX + " + lx] = besti;\n";
     t += "  barrier();\n";
-    t += "  for (uint h = " + u32(l.ly / 2) + "; h > 0u; h >>= 1) {\n";
+    t += "  for (uint h = " + ulit(l.ly / 2) + "; h > 0u; h >>= 1) {\n";
     t +=
         "    if (ly < h) {\n      uint a = ly * " + LX + " + lx, b = (ly + h) * " + LX + " + lx;\n";
     if (red.kind == Kind::argmax) {
@@ -308,7 +308,7 @@ KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geom
         s += "  " + red.store("o", epilogue("acc", "o")) + "\n";
     }
   } else {
-    const std::string slot = "s * " + u32(g.outputs) + " + o";
+    const std::string slot = "s * " + ulit(g.outputs) + " + o";
     switch (red.kind) {
       case Kind::argmax:
         s += "  part[2u * (" + slot + ")] = " + red.encode("best") + ";\n";
@@ -350,7 +350,7 @@ KernelLaunch combine_launch(const LowerContext& ctx, const Reducer& red, const G
   auto epilogue = [p](const std::string& v) {
     return p && p->epilogue ? "mn_reduce_epilogue(" + v + ", i)" : v;
   };
-  const std::string S = u32(l.split), O = u32(g.outputs);
+  const std::string S = ulit(l.split), O = ulit(g.outputs);
   std::string body;
   switch (red.kind) {
     case Kind::argmax:

@@ -55,13 +55,13 @@ namespace {
 using namespace shape_lowering;
 using namespace ops::shape_detail;
 
-std::string u(int64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 
 // `term * stride` as GLSL, or nothing for a zero stride.
 void add_term(std::string& sum, const std::string& term, int64_t stride) {
   if (stride == 0) return;
   if (!sum.empty()) sum += " + ";
-  sum += stride == 1 ? term : term + " * " + u(stride);
+  sum += stride == 1 ? term : term + " * " + ulit(stride);
 }
 
 Lowering single(KernelLaunch k) {
@@ -92,7 +92,7 @@ Lowering strided_gather(const LowerContext& ctx, const Shape& strides, int64_t b
       st.push_back(strides[d]);
     }
   }
-  std::string offset = base != 0 ? u(base) : "";
+  std::string offset = base != 0 ? ulit(base) : "";
   std::string body;
   if (dims.size() == 1) {
     add_term(offset, "i", st[0]);
@@ -175,14 +175,14 @@ Lowering placed_copy(const LowerContext& ctx, const std::vector<Placement>& axes
     }
     // Unsigned wrap-around below start fails the upper-bound test, so one comparison covers
     // both sides.
-    const std::string rel = a.start == 0 ? c : "(" + c + " - " + u(a.start) + ")";
+    const std::string rel = a.start == 0 ? c : "(" + c + " - " + ulit(a.start) + ")";
     if (a.step == 1) {
-      all(rel + " < " + u(a.size));
+      all(rel + " < " + ulit(a.size));
       add_term(offset, rel, in_strides[d]);
     } else {
-      all(rel + " < " + u(a.size * a.step));
-      all(rel + " % " + u(a.step) + " == 0u");
-      add_term(offset, "(" + rel + " / " + u(a.step) + ")", in_strides[d]);
+      all(rel + " < " + ulit(a.size * a.step));
+      all(rel + " % " + ulit(a.step) + " == 0u");
+      add_term(offset, "(" + rel + " / " + ulit(a.step) + ")", in_strides[d]);
     }
   }
   if (offset.empty()) offset = "0u";
@@ -239,24 +239,24 @@ Lowering lower_concat(const LowerContext& ctx) {
     std::string body;
     // o: outer index, q: position within the output row.
     if (s.outer == 1) {
-      body += "  uint o = 0u;\n  uint q = i + " + u(begin[m0]) + ";\n";
+      body += "  uint o = 0u;\n  uint q = i + " + ulit(begin[m0]) + ";\n";
     } else {
-      body += "  uint o = i / " + u(span) + ";\n  uint q = i % " + u(span) + " + " + u(begin[m0]) +
-              ";\n";
+      body += "  uint o = i / " + ulit(span) + ";\n  uint q = i % " + ulit(span) + " + " +
+              ulit(begin[m0]) + ";\n";
     }
     // The group's threads cover only its span of each row: write at the row position.
-    body += "  uint dst = o * " + u(row) + " + q;\n";
+    body += "  uint dst = o * " + ulit(row) + " + q;\n";
     std::vector<int> inputs;
     for (size_t m = m0; m < m1; ++m) {
       const int b = static_cast<int>(m - m0);
       inputs.push_back(static_cast<int>(m));
       const int64_t len = begin[m + 1] - begin[m];
-      const std::string src = "o * " + u(len) + " + q - " + u(begin[m]);
+      const std::string src = "o * " + ulit(len) + " + q - " + ulit(begin[m]);
       const std::string copy = copy_to_out(t, "in" + std::to_string(b), src, "dst");
       if (m + 1 == m1) {
         body += m == m0 ? copy : "  else {\n  " + copy + "  }\n";
       } else {
-        body += std::string(m == m0 ? "  if" : "  else if") + " (q < " + u(begin[m + 1]) +
+        body += std::string(m == m0 ? "  if" : "  else if") + " (q < " + ulit(begin[m + 1]) +
                 ") {\n  " + copy + "  }\n";
       }
     }

@@ -18,7 +18,7 @@ namespace {
 
 using namespace ops::shape_detail;
 
-std::string u(int64_t v) { return std::to_string(v) + "u"; }
+using glsl::ulit;
 
 // Declares `uint <name>` coordinates of element i of an [outer, middle, inner] view, skipping
 // the divisions that extents of 1 make needless.
@@ -29,14 +29,14 @@ std::string coordinates(int64_t outer, int64_t middle, int64_t inner, const std:
   if (inner == 1) {
     s += "  uint " + j + " = 0u;\n";
   } else {
-    s += "  uint " + j + " = i % " + u(inner) + ";\n";
-    rest = "(i / " + u(inner) + ")";
+    s += "  uint " + j + " = i % " + ulit(inner) + ";\n";
+    rest = "(i / " + ulit(inner) + ")";
   }
   if (outer == 1) {
     s += "  uint " + m + " = " + rest + ";\n  uint " + o + " = 0u;\n";
   } else {
-    s += "  uint " + m + " = " + rest + " % " + u(middle) + ";\n";
-    s += "  uint " + o + " = " + rest + " / " + u(middle) + ";\n";
+    s += "  uint " + m + " = " + rest + " % " + ulit(middle) + ";\n";
+    s += "  uint " + o + " = " + rest + " / " + ulit(middle) + ";\n";
   }
   return s;
 }
@@ -57,7 +57,8 @@ Lowering lower_take(const LowerContext& ctx) {
   std::string body = coordinates(v.x.outer, v.k, v.x.inner, "o", "k", "j");
   body += "  int row = in1_ldi(k);\n";
   body += "  if (row >= 0 && row < " + std::to_string(v.x.n) + ") {\n  ";
-  body += copy_to_out(t, "in0", "(o * " + u(v.x.n) + " + uint(row)) * " + u(v.x.inner) + " + j");
+  body +=
+      copy_to_out(t, "in0", "(o * " + ulit(v.x.n) + " + uint(row)) * " + ulit(v.x.inner) + " + j");
   body += "  } else {\n  " + store_constant(t, 0.0) + "  }\n";
   Lowering l;
   l.launches.push_back(
@@ -67,8 +68,8 @@ Lowering lower_take(const LowerContext& ctx) {
 
 Lowering lower_one_hot(const LowerContext& ctx) {
   const int64_t depth = ctx.node.attrs.as<OneHotAttrs>().depth;
-  std::string body = "  int d = int(i % " + u(depth) + ");\n";
-  body += "  out_st(i, in0_ldi(i / " + u(depth) + ") == d ? 1.0 : 0.0);\n";
+  std::string body = "  int d = int(i % " + ulit(depth) + ");\n";
+  body += "  out_st(i, in0_ldi(i / " + ulit(depth) + ") == d ? 1.0 : 0.0);\n";
   Lowering l;
   l.launches.push_back(
       per_element(ctx, "one_hot", {0}, body, static_cast<uint64_t>(ctx.node.type.numel())));
@@ -86,7 +87,7 @@ constexpr uint32_t kBuildThreads = 256;
 // the equal ones of its chunk, so the list comes out in index order whatever the scheduling.
 // One workgroup: the phases meet at workgroup barriers.
 KernelLaunch csr_build(const IndexedView& v) {
-  const std::string N = u(v.x.n), K = u(v.k), L = u(kBuildThreads);
+  const std::string N = ulit(v.x.n), K = ulit(v.k), L = ulit(kBuildThreads);
   std::string g = glsl::header();
   g += "layout(std430, set = 0, binding = 0) readonly buffer Buffer0 { int idx[]; };\n";
   g += "layout(std430, set = 0, binding = 1) coherent buffer Buffer1 { int s[]; };\n";
@@ -158,9 +159,9 @@ KernelLaunch csr_gather(const LowerContext& ctx, const IndexedView& v) {
   body += std::string("  ") + (ints ? "int" : "float") + " acc = x_ld" + sfx + "(i);\n";
   body += "  uint e = uint(s[r + 1u]);\n";
   body += "  for (uint p = uint(s[r]); p < e; ++p) {\n";
-  body += "    uint k = uint(s[" + u(2 * v.x.n + 1) + " + p]);\n";
-  body +=
-      "    acc += upd_ld" + sfx + "((o * " + u(v.k) + " + k) * " + u(v.x.inner) + " + j);\n  }\n";
+  body += "    uint k = uint(s[" + ulit(2 * v.x.n + 1) + " + p]);\n";
+  body += "    acc += upd_ld" + sfx + "((o * " + ulit(v.k) + " + k) * " + ulit(v.x.inner) +
+          " + j);\n  }\n";
   body += "  out_st" + sfx + "(i, acc);\n";
   const uint64_t n = static_cast<uint64_t>(ctx.node.type.numel());
   return glsl::elementwise_launch("scatter_add", decl, body, n, ctx.device,
@@ -182,7 +183,7 @@ Lowering scatter_add_atomic(const LowerContext& ctx, const IndexedView& v) {
   std::string body = coordinates(v.x.outer, v.k, v.x.inner, "o", "k", "j");
   body += "  int row = idx_ldi(k);\n";
   body += "  if (row < 0 || row >= " + std::to_string(v.x.n) + ") return;\n";
-  body += "  atomicAdd(out_data[(o * " + u(v.x.n) + " + uint(row)) * " + u(v.x.inner) +
+  body += "  atomicAdd(out_data[(o * " + ulit(v.x.n) + " + uint(row)) * " + ulit(v.x.inner) +
           " + j], upd_ld(i));\n";
   const uint64_t n = static_cast<uint64_t>(ctx.inputs[2].numel());
   KernelLaunch k = glsl::elementwise_launch(
