@@ -26,7 +26,7 @@ struct DeviceTraits {
   // f16×f16→f32 16×16×16 subgroup matrices usable through GL_NV_cooperative_matrix, their
   // self-test passed, and MN_DISABLE_COOP unset.
   bool coop = false;
-  bool coop_khr = false;                // compile coop kernels through the SPV_KHR rewrite
+  bool coop_khr = false;  // compile coop kernels through the SPV_KHR rewrite
   // Bit i: subgroup tile i (coop_tiles()) may be used; bit kCoopWgTileBit + i: workgroup tile i
   // (coop_wg_tiles()).
   uint32_t coop_tiles = ~0u;
@@ -36,7 +36,10 @@ struct DeviceTraits {
   // the largest dimension.
   std::array<std::array<uint32_t, 3>, 4> coop_wg_granularity{};
   uint32_t coop_wg_max_dimension = 0;
-  uint32_t multiprocessors = 0;         // 0: unknown
+  uint32_t multiprocessors = 0;  // 0: unknown
+  // Workgroups that give every multiprocessor one (a large GPU's count when unknown): the grid
+  // size below which tile choices prefer smaller tiles or split K.
+  int64_t groups_to_fill() const { return multiprocessors ? multiprocessors : 128; }
 };
 
 // A kernel operand: input i of the node, its output, or scratch buffer i of the lowering.

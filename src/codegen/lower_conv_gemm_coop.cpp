@@ -76,7 +76,7 @@ PackSource pack_source(const ImplicitGemm& spec, const std::string& fn, const st
 std::optional<Lowering> lower_implicit_gemm_coop(const ImplicitGemm& spec, const DeviceTraits& d) {
   if (!d.coop) return std::nullopt;
   if (const char* v = std::getenv("MN_CONV_COOP"); v && std::string(v) == "0") return std::nullopt;
-  if (spec.m * spec.n * spec.k * spec.groups < (int64_t{1} << 24)) return std::nullopt;
+  if (spec.m * spec.n * spec.k * spec.groups < kCoopMinMacs) return std::nullopt;
   // The packing moves M·K + K·N elements for M·N·K multiply-adds, and every result makes a
   // round trip through the f32 tile scratch. Measured on an H200 (docs/perf.md, ResNet-50 at
   // batch 32, 48 GEMMs against the f32 implicit GEMM): the tensor cores won where
@@ -97,9 +97,8 @@ std::optional<Lowering> lower_implicit_gemm_coop(const ImplicitGemm& spec, const
   int64_t best_work = 0;
   const auto tiles_all = coop_wg_tiles();
   for (size_t i = 0; i < tiles_all.size(); ++i) {
+    if (!coop_wg_tile_usable(i, d)) continue;
     const CoopWgTile& t = tiles_all[i];
-    if (!(d.coop_tiles >> (kCoopWgTileBit + static_cast<int>(i)) & 1u)) continue;
-    if (!coop_wg_tile_supported(t, d)) continue;
     for (bool tr : {false, true}) {
       const int64_t rows = tr ? spec.n : spec.m, cols = tr ? spec.m : spec.n;
       const int64_t work = round_up(rows, t.bm) * round_up(cols, t.bn);
@@ -118,7 +117,7 @@ std::optional<Lowering> lower_implicit_gemm_coop(const ImplicitGemm& spec, const
   const int64_t kp = round_up(spec.k, t.bk);
   const int64_t row_tiles = (transposed ? np : mp) / t.bm,
                 col_tiles = (transposed ? mp : np) / t.bn;
-  const int64_t want = d.multiprocessors ? d.multiprocessors : 128;
+  const int64_t want = d.groups_to_fill();
   const int64_t base = row_tiles * col_tiles * spec.groups;
   int64_t splits = 1;
   if (base < want) {

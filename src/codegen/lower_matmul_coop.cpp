@@ -232,8 +232,7 @@ std::optional<int> choose_coop_tile(const MatmulGeometry& g, int64_t batch, cons
   const uint32_t limit = std::max(d.max_shared_bytes, d.max_shared_optin_bytes);
   const char* forced = std::getenv("MN_COOP_TILE");  // measuring one tile everywhere
   const std::string force = forced ? forced : "";
-  // Enough workgroups to give every multiprocessor one; unknown counts assume a large GPU.
-  const int64_t want = d.multiprocessors ? d.multiprocessors : 128;
+  const int64_t want = d.groups_to_fill();
   std::optional<int> best;
   for (int i = 0; i < static_cast<int>(kTiles.size()); ++i) {
     const CoopTile& t = kTiles[static_cast<size_t>(i)];

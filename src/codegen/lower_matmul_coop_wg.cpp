@@ -160,17 +160,21 @@ std::array<uint32_t, 3> coop_wg_grid(int64_t groups, const DeviceTraits& d, cons
 
 std::span<const CoopWgTile> coop_wg_tiles() { return kTiles; }
 
+bool coop_wg_tile_usable(size_t i, const DeviceTraits& d) {
+  return (d.coop_tiles >> (kCoopWgTileBit + static_cast<int>(i)) & 1u) &&
+         coop_wg_tile_supported(kTiles.at(i), d);
+}
+
 std::optional<int> choose_coop_wg_tile(const LowerContext& ctx, const MatmulGeometry& g,
                                        int64_t batch) {
   const DeviceTraits& d = ctx.device;
   const char* forced = std::getenv("MN_COOP_WG_TILE");
   const std::string force = forced ? forced : "";
-  const int64_t want = d.multiprocessors ? d.multiprocessors : 128;
+  const int64_t want = d.groups_to_fill();
   std::optional<int> best;
   for (int i = 0; i < static_cast<int>(kTiles.size()); ++i) {
     const CoopWgTile& t = kTiles[static_cast<size_t>(i)];
-    if (!(d.coop_tiles >> (kCoopWgTileBit + i) & 1u)) continue;
-    if (!coop_wg_tile_supported(t, d) || !operands_fit(t, g, ctx)) continue;
+    if (!coop_wg_tile_usable(static_cast<size_t>(i), d) || !operands_fit(t, g, ctx)) continue;
     if (!force.empty()) {
       if (force == t.name) return i;
       continue;

@@ -32,6 +32,8 @@ inline constexpr int kCoopWgTileBit = 8;
 // The device offers workgroup-scope matrices for the tile's workgroup size, with
 // granularities that divide the tile.
 bool coop_wg_tile_supported(const CoopWgTile& t, const DeviceTraits& d);
+// Workgroup tile i is supported and passed the device's self-test.
+bool coop_wg_tile_usable(size_t i, const DeviceTraits& d);
 
 // Why the workgroup-scope kernel is not used for this node (empty: it is): the device must
 // offer workgroup-scope f16·f16+f32 matrices for a tile's workgroup size and granularities
@@ -51,13 +53,13 @@ std::optional<int> choose_coop_wg_tile(const LowerContext& ctx, const MatmulGeom
 struct CoopWgProduct {
   const CoopWgTile* tile = nullptr;
   int64_t batches = 1, row_tiles = 0, col_tiles = 0;
-  int64_t m = 0, n = 0;  // valid extents: values past them are not stored
+  int64_t m = 0, n = 0;         // valid extents: values past them are not stored
   bool ta = false, tb = false;  // A stored K×M (column-major load), B stored N×K
   int64_t lda = 0, ldb = 0;
-  std::string setup;           // statements after bz is known
-  std::string a_base, b_base;  // offsets (halves) of batch bz's operands
+  std::string setup;                  // statements after bz is known
+  std::string a_base, b_base;         // offsets (halves) of batch bz's operands
   std::string k_begin = "0u", k_end;  // K range of the loop (multiples of bk)
-  std::string scale;           // float expression the accumulator is multiplied by, or empty
+  std::string scale;                  // float expression the accumulator is multiplied by, or empty
   // Direct store: `direct_offset` (of element (row0, col0)) into f32 C of leading dimension ldc.
   std::string direct_offset;
   int64_t ldc = 0;
