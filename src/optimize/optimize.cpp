@@ -7,6 +7,7 @@
 #include "egraph/extract.h"
 #include "egraph/runner.h"
 #include "egraph/scheduler.h"
+#include "ir/graph_rewrite.h"
 #include "ir/op_def.h"
 #include "optimize/cost_model.h"
 #include "optimize/rules_algebra.h"
@@ -16,36 +17,6 @@
 namespace mn::optimize {
 
 namespace {
-
-// The graph as it is (same nodes, names, assignments): what a disabled optimizer returns.
-Graph copy_graph(const Graph& g) {
-  Graph out;
-  std::vector<NodeId> map(g.size(), -1);
-  for (size_t i = 0; i < g.size(); ++i) {
-    const Node& n = g.node(static_cast<NodeId>(i));
-    const std::string_view op = n.op_name();
-    Tensor t;
-    if (op == "input") {
-      t = out.input(n.name, n.type.shape, n.type.dtype);
-    } else if (op == "parameter") {
-      t = out.parameter(n.name, n.type.shape, n.attrs.as<ParameterAttrs>().init, n.type.dtype);
-    } else if (op == "state") {
-      t = out.state(n.name, n.type.shape, n.attrs.as<StateAttrs>().init, n.type.dtype);
-    } else if (op == "constant") {
-      t = out.constant(*n.attrs.as<ConstantAttrs>().value.array);
-    } else {
-      std::vector<NodeId> ins;
-      for (NodeId in : n.inputs) ins.push_back(map[static_cast<size_t>(in)]);
-      t = out.apply(*n.op, n.attrs, ins);
-    }
-    map[i] = t.id();
-  }
-  for (const auto& [name, id] : g.outputs()) out.output(name, out.tensor(map[id]));
-  for (const auto& [target, value] : g.assignments()) {
-    out.assign(out.tensor(map[target]), out.tensor(map[value]));
-  }
-  return out;
-}
 
 double seconds_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();

@@ -6,6 +6,8 @@
 
 #include <meganeura/error.h>
 
+#include "ir/graph_rewrite.h"
+
 namespace mn::optimize {
 
 using egraph::DidMerge;
@@ -291,16 +293,7 @@ Graph TensorEGraph::to_graph(const Graph& original, const GraphRoots& roots,
   std::unordered_map<std::string, Tensor> sources;
   for (NodeId id : roots.sources) {
     const Node& n = original.node(id);
-    const std::string_view op = n.op_name();
-    Tensor t;
-    if (op == "input") {
-      t = out.input(n.name, n.type.shape, n.type.dtype);
-    } else if (op == "parameter") {
-      t = out.parameter(n.name, n.type.shape, n.attrs.as<ParameterAttrs>().init, n.type.dtype);
-    } else {
-      t = out.state(n.name, n.type.shape, n.attrs.as<StateAttrs>().init, n.type.dtype);
-    }
-    sources.emplace(n.name, t);
+    sources.emplace(n.name, copy_leaf(out, n));
   }
   std::vector<Tensor> value(egraph_.num_ids());
   std::vector<NodeId> operands;

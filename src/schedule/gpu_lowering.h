@@ -1,9 +1,6 @@
 #pragma once
 // Rewrites a graph into ops the GPU backend has kernels for: composites without a kernel of
 // their own are replaced by their decompositions (from the op table) until every op lowers.
-#include <functional>
-#include <span>
-
 #include <meganeura/graph.h>
 
 namespace mn::schedule {
@@ -12,11 +9,5 @@ namespace mn::schedule {
 // output names), containing only ops with a GPU lowering. mn::Error names an op that has
 // neither a lowering nor a decomposition.
 Graph lower_for_gpu(const Graph& g);
-
-// Copies `g` node by node; `rewrite` may return a replacement built in `out` from the mapped
-// operands, or an invalid Tensor to copy the node as it is.
-using NodeRewrite =
-    std::function<Tensor(Graph& out, const Node& node, std::span<const Tensor> operands)>;
-Graph rewrite_graph(const Graph& g, const NodeRewrite& rewrite);
 
 }  // namespace mn::schedule
