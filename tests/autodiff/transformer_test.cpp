@@ -9,23 +9,12 @@
 #include <meganeura/reference.h>
 
 #include "support/random_fill.h"
+#include "support/small_transformer.h"
 
 namespace mn {
 namespace {
 
-TransformerSpec tiny() {
-  TransformerSpec s;
-  s.layers = 2;
-  s.hidden = 16;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.ffn = 24;
-  s.vocab = 11;
-  s.sequence = 5;
-  s.batch = 2;
-  s.seed = 3;
-  return s;
-}
+TransformerSpec tiny() { return testing::small_transformer(2, 16, 11, 5, 3); }
 
 reference::Feeds feeds_for(const LanguageModel& m, std::mt19937_64& rng) {
   reference::Feeds f = reference::initial_parameters(*m.graph);

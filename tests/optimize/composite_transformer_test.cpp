@@ -13,22 +13,12 @@
 #include "composite_test_util.h"
 #include "ir/ops/nn.h"
 #include "optimize/optimize.h"
+#include "support/small_transformer.h"
 
 namespace mn::testing {
 namespace {
 
-TransformerSpec small_spec(int64_t layers) {
-  TransformerSpec s;
-  s.layers = layers;
-  s.hidden = 32;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.ffn = 48;
-  s.vocab = 64;
-  s.sequence = 8;
-  s.batch = 2;
-  return s;
-}
+TransformerSpec small_spec(int64_t layers) { return small_transformer(layers, 32, 64, 8, 0); }
 
 // The training step's differentiable part: the loss and every parameter's gradient as outputs.
 void add_gradients(LanguageModel& m) {

@@ -11,23 +11,12 @@
 
 #include "optimize/optimize.h"
 #include "support/random_fill.h"
+#include "support/small_transformer.h"
 
 namespace mn {
 namespace {
 
-TransformerSpec small(int64_t layers) {
-  TransformerSpec s;
-  s.layers = layers;
-  s.hidden = 16;
-  s.heads = 4;
-  s.kv_heads = 2;
-  s.ffn = 24;
-  s.vocab = 13;
-  s.sequence = 6;
-  s.batch = 2;
-  s.seed = 4;
-  return s;
-}
+TransformerSpec small(int64_t layers) { return testing::small_transformer(layers, 16, 13, 6, 4); }
 
 std::map<std::string, int> op_counts(const Graph& g) {
   std::map<std::string, int> n;

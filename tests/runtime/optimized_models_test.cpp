@@ -9,6 +9,7 @@
 #include <meganeura/session.h>
 
 #include "support/random_fill.h"
+#include "support/small_transformer.h"
 
 namespace mn {
 namespace {
@@ -37,16 +38,7 @@ Built classifier(ModelKind kind) {
 }
 
 Built transformer() {
-  TransformerSpec spec;
-  spec.layers = 2;
-  spec.hidden = 32;
-  spec.heads = 4;
-  spec.kv_heads = 2;
-  spec.ffn = 48;
-  spec.vocab = 50;
-  spec.sequence = 8;
-  spec.batch = 2;
-  spec.seed = 9;
+  const TransformerSpec spec = testing::small_transformer(2, 32, 50, 8, 9);
   LanguageModel m = build_transformer(spec);
   Built b{std::move(m.graph), m.loss, {}};
   const TensorType t = m.tokens.type();
