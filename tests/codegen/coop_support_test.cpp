@@ -21,6 +21,7 @@
 #include "runtime/device_pool.h"
 #include "runtime/host_tensor.h"
 #include "runtime/plan_options.h"
+#include "support/scoped_env.h"
 #include "vulkan/arena.h"
 #include "vulkan/pipeline.h"
 #include "vulkan/recording.h"
@@ -44,29 +45,7 @@ vk::DeviceCapabilities nvidia() {
   return c;
 }
 
-// Sets or clears an environment variable for one scope.
-class EnvVar {
- public:
-  EnvVar(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~EnvVar() {
-    if (old_) {
-      setenv(name_, old_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using EnvVar = testing::ScopedEnv;
 
 TEST(CoopSupport, CandidateFromReportedConfigurations) {
   auto c = nvidia();
@@ -341,9 +320,9 @@ TEST(CoopPack, PaddedCopyOnDevice) {
   for (size_t z = 0; z < 2; ++z) {
     for (size_t r = 0; r < rows; ++r) {
       for (size_t col = 0; col < cols; ++col) {
-        const double want =
-            r < 40 && col < 24 ? std::ldexp(static_cast<double>(av[(z * 40 + r) * 24 + col]), 14)
-                               : 0.0;
+        const double want = r < 40 && col < 24
+                                ? std::ldexp(static_cast<double>(av[(z * 40 + r) * 24 + col]), 14)
+                                : 0.0;
         ASSERT_EQ(got[(z * rows + r) * cols + col], want) << z << " " << r << " " << col;
       }
     }

@@ -15,6 +15,7 @@
 #include "codegen/lower_matmul_coop_wg.h"
 #include "codegen/shader_compiler.h"
 #include "codegen/spirv_coop_khr.h"
+#include "support/scoped_env.h"
 
 namespace mn::codegen {
 namespace {
@@ -48,8 +49,8 @@ TEST(CoopWgMatmul, CompilesToWorkgroupScopeKhrTypes) {
                        " tb=" + std::to_string(tb) + " " + std::string(dtype_name(dt)) +
                        (ragged ? " ragged" : ""));
           const int64_t m = ragged ? 300 : 512, n = ragged ? 520 : 512, k = ragged ? 100 : 256;
-          auto mm = matmul_node(ta ? Shape{k, m} : Shape{m, k}, tb ? Shape{n, k} : Shape{k, n},
-                                ta, tb, dt);
+          auto mm = matmul_node(ta ? Shape{k, m} : Shape{m, k}, tb ? Shape{n, k} : Shape{k, n}, ta,
+                                tb, dt);
           const auto ctx = mm->ctx(t);
           const Lowering l = lower_matmul_coop_wg(ctx, geometry(ctx), 1, tile, nullptr);
           ASSERT_EQ(l.launches.size(), dt == DType::f32 ? 5u : 1u);
@@ -125,13 +126,15 @@ TEST(CoopWgMatmul, UsedOnlyWhereTheDeviceAndShapeAllow) {
   auto ctx = big->ctx(t);
   EXPECT_EQ(coop_wg_rejection(ctx, geometry(ctx), 1), "");
   // The largest tile whose grid fills the 132 multiprocessors: 32×16 tiles of 128×256.
-  EXPECT_STREQ(coop_wg_tiles()[static_cast<size_t>(*choose_coop_wg_tile(ctx, geometry(ctx), 1))].name,
-               "w128x256");
+  EXPECT_STREQ(
+      coop_wg_tiles()[static_cast<size_t>(*choose_coop_wg_tile(ctx, geometry(ctx), 1))].name,
+      "w128x256");
   // 2048²: 128×256 gives 128 workgroups, 128×128 gives 256.
   auto mid = matmul_node({2048, 2048}, {2048, 2048}, false, false, DType::f32);
   auto mctx = mid->ctx(t);
-  EXPECT_STREQ(coop_wg_tiles()[static_cast<size_t>(*choose_coop_wg_tile(mctx, geometry(mctx), 1))].name,
-               "w128x128");
+  EXPECT_STREQ(
+      coop_wg_tiles()[static_cast<size_t>(*choose_coop_wg_tile(mctx, geometry(mctx), 1))].name,
+      "w128x128");
   // 1024²: no tile fills the device, the subgroup kernel's smaller tiles are faster.
   auto small = matmul_node({1024, 1024}, {1024, 1024}, false, false, DType::f32);
   auto sctx = small->ctx(t);
@@ -159,9 +162,8 @@ TEST(CoopWgMatmul, UsedOnlyWhereTheDeviceAndShapeAllow) {
   auto fctx = big->ctx(failed);
   EXPECT_NE(coop_wg_rejection(fctx, geometry(fctx), 1), "");
   // MN_COOP_WG=0 turns it off.
-  setenv("MN_COOP_WG", "0", 1);
+  mn::testing::ScopedEnv off("MN_COOP_WG", "0");
   EXPECT_NE(coop_wg_rejection(ctx, geometry(ctx), 1), "");
-  unsetenv("MN_COOP_WG");
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "conv_fixture.h"
 #include "ir/ops/conv.h"
 #include "support/random_fill.h"
+#include "support/scoped_env.h"
 
 namespace mn {
 namespace {
@@ -130,13 +131,12 @@ TEST(Conv1x1Gpu, OthersKeepImplicitGemm) {
     EXPECT_GE(count(names, "_gemm_"), 3) << joined(names);
   }
   {
-    setenv("MN_CONV_NO_MATMUL", "1", 1);
+    testing::ScopedEnv off("MN_CONV_NO_MATMUL", "1");
     Fixture f("disabled");
     Tensor x = f.input("x", {2, 64, 8, 8});
     Tensor w = f.input("w", {64, 64, 1, 1});
     f.finish(conv2d(x, w));
     const auto names = f.run_and_compare();
-    unsetenv("MN_CONV_NO_MATMUL");
     EXPECT_EQ(count(names, "matmul"), 0) << joined(names);
     EXPECT_GE(count(names, "_gemm_"), 3) << joined(names);
   }
@@ -175,10 +175,7 @@ TEST(Conv1x1Gpu, TensorCoreKernelsOnNvidiaTraits) {
     nodes.push_back(conv2d_backward_weight(x, y, Conv2dAttrs{}, 1, 1));
   }
   for (const bool forced : {false, true}) {
-    if (forced)
-      setenv("MN_CONV_COOP_1X1", "1", 1);
-    else
-      unsetenv("MN_CONV_COOP_1X1");
+    const testing::ScopedEnv route("MN_CONV_COOP_1X1", forced ? "1" : nullptr);
     for (Tensor n : nodes) {
       const Node& node = g.node(n.id());
       std::vector<TensorType> types;
@@ -202,7 +199,6 @@ TEST(Conv1x1Gpu, TensorCoreKernelsOnNvidiaTraits) {
       }
     }
   }
-  unsetenv("MN_CONV_COOP_1X1");
 }
 
 }  // namespace

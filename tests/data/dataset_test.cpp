@@ -8,6 +8,7 @@
 #include <meganeura/error.h>
 
 #include "data/test_util.h"
+#include "support/scoped_env.h"
 
 namespace mn {
 namespace {
@@ -15,25 +16,7 @@ namespace {
 using test::expect_format_error;
 using test::ScratchDir;
 
-// Sets an environment variable for the scope of a test.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    ::setenv(name, value.c_str(), 1);
-  }
-  ~ScopedEnv() {
-    if (old_) {
-      ::setenv(name_, old_->c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 // A tiny MNIST-format pair: n images of rows x cols with pixel (i, p) = (i * 31 + p) % 256.
 void write_tiny(const std::filesystem::path& dir, const std::string& prefix, int64_t n,

@@ -17,6 +17,7 @@
 #include "schedule/fusion.h"
 #include "schedule/gpu_lowering.h"
 #include "support/random_fill.h"
+#include "support/scoped_env.h"
 
 namespace mn {
 namespace {
@@ -123,12 +124,9 @@ TEST(ConvEpilogue, CnnTrainingStepNeedsFewerLaunches) {
 
 // GPU: fused against unfused against the reference.
 
-class FusionOff {
- public:
-  FusionOff() { ::setenv("MN_FUSION", "0", 1); }
-  ~FusionOff() { ::unsetenv("MN_FUSION"); }
-  FusionOff(const FusionOff&) = delete;
-  FusionOff& operator=(const FusionOff&) = delete;
+// Sessions built with fusion off for the duration of a scope.
+struct FusionOff {
+  testing::ScopedEnv env{"MN_FUSION", "0"};
 };
 
 struct StepResult {

@@ -13,17 +13,14 @@
 #include <meganeura/session.h>
 
 #include "support/random_fill.h"
+#include "support/scoped_env.h"
 
 namespace mn {
 namespace {
 
-// Sessions built with fusion off (MN_FUSION=0) for the duration of a scope.
-class FusionOff {
- public:
-  FusionOff() { ::setenv("MN_FUSION", "0", 1); }
-  ~FusionOff() { ::unsetenv("MN_FUSION"); }
-  FusionOff(const FusionOff&) = delete;
-  FusionOff& operator=(const FusionOff&) = delete;
+// Sessions built with fusion off for the duration of a scope.
+struct FusionOff {
+  testing::ScopedEnv env{"MN_FUSION", "0"};
 };
 
 using Feeds = reference::Feeds;
