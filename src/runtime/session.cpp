@@ -113,10 +113,11 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
   std::map<std::string, size_t> source_index;
   codegen::CompileOptions co;
   co.target = codegen::target_env_for(caps.api_version);
-  co.coop_khr = po.device.coop_khr;  // cooperative-matrix kernels through the KHR rewrite
   for (const auto& l : p.launches) {
     if (source_index.emplace(l.kernel.glsl, sources.size()).second) {
       co.name = l.kernel.name;
+      // Cooperative-matrix kernels through the KHR rewrite: the device's path, or the kernel's
+      // own need (workgroup-scope matrices exist only as KHR types).
       co.coop_khr = po.device.coop_khr || l.kernel.coop_khr;
       sources.push_back({l.kernel.glsl, co});
     }
