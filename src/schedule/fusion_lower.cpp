@@ -183,19 +183,22 @@ codegen::Lowering lower_reduction(const Graph& g, const KernelGroup& group,
   if (at == std::string::npos) throw Error("fusion: unexpected pointwise math library");
   library.erase(at, isnan_line.size());
   f.declarations += library;
+  // A segment as a GLSL function returning its one stored value, at index `index`.
+  auto segment_function = [&](const KernelSegment& seg, const std::vector<NodeId>& outputs,
+                              const std::string& signature, const char* index,
+                              const std::string& prefix) {
+    const codegen::FusedSegment s = fused_segment(g, seg, inputs, outputs);
+    return signature + " {\n" + codegen::fused_statements(s, types, exprs, index, prefix) +
+           "  return " + prefix + std::to_string(s.stores.front().second) + ";\n}\n";
+  };
   if (!pro.nodes.empty()) {
     f.prologue = true;
-    const codegen::FusedSegment s = fused_segment(g, pro, inputs, pro.outputs);
-    f.declarations += "float in_ld(uint i) {\n" +
-                      codegen::fused_statements(s, types, exprs, "i", "pr_") + "  return pr_" +
-                      std::to_string(s.stores.front().second) + ";\n}\n";
+    f.declarations += segment_function(pro, pro.outputs, "float in_ld(uint i)", "i", "pr_");
   }
   if (!epi.nodes.empty()) {
     f.epilogue = true;
-    const codegen::FusedSegment s = fused_segment(g, epi, inputs, group.outputs);
-    f.declarations += "float mn_reduce_epilogue(float v, uint o) {\n" +
-                      codegen::fused_statements(s, types, exprs, "o", "re_") + "  return re_" +
-                      std::to_string(s.stores.front().second) + ";\n}\n";
+    f.declarations += segment_function(epi, group.outputs,
+                                       "float mn_reduce_epilogue(float v, uint o)", "o", "re_");
   }
   const Node& red = g.node(r);
   const std::vector<TensorType> in_types{g.node(red.inputs.front()).type};
