@@ -295,19 +295,10 @@ class Rewriter {
       const Inst& in = insts_[i];
       const auto& w = in.w;
       switch (in.opcode) {
-        case spv::OpLoad:
-          if (coop_value(id_at(i, 2))) link(i, 3, w[2]);
-          break;
         case spv::OpStore:
         case spv::OpCopyMemory:
         case spv::OpCopyMemorySized:
           if (coop_value(id_at(i, 1))) link(i, 2, w[1]);
-          break;
-        case spv::OpAccessChain:
-        case spv::OpInBoundsAccessChain:
-        case spv::OpPtrAccessChain:
-        case spv::OpInBoundsPtrAccessChain:
-          if (coop_value(id_at(i, 2))) link(i, 3, w[2]);
           break;
         case spv::OpVariable:
           if (w.size() > 4 && coop_value(id_at(i, 2))) link(i, 4, w[2]);
@@ -328,16 +319,21 @@ class Rewriter {
             for (size_t p = 3; p < w.size(); ++p) link(i, p, w[2]);  // scalars of a fill: no-op
           }
           break;
-        case spv::OpCompositeExtract:
-          // An element of a matrix is a scalar; a matrix out of an array shares its use.
-          if (coop_value(id_at(i, 2))) link(i, 3, w[2]);
-          break;
         case spv::OpCompositeInsert:
           if (coop_value(id_at(i, 2))) {
             link(i, 3, w[2]);
             link(i, 4, w[2]);
           }
           break;
+        // A result and its first operand share a use: loads, access chains into arrays of
+        // matrices, a matrix out of an array (an element of a matrix is a scalar), copies,
+        // conversions, negation and scaling.
+        case spv::OpLoad:
+        case spv::OpAccessChain:
+        case spv::OpInBoundsAccessChain:
+        case spv::OpPtrAccessChain:
+        case spv::OpInBoundsPtrAccessChain:
+        case spv::OpCompositeExtract:
         case spv::OpCopyObject:
         case spv::OpCopyLogical:
         case spv::OpFNegate:
