@@ -1,0 +1,82 @@
+#pragma once
+// Text generation with a KV cache: prompts are run through the model in blocks (prefill), then
+// one token per step (decode); each step samples the next token of every sequence on the device.
+//
+// The loop (generate) is written against TokenModel, the model as a cache-keeping next-token
+// sampler, so it runs the same on a GPU session and on the CPU reference.
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace mn {
+
+// Hugging Face's order: temperature, then top-k, then top-p. temperature 0 is greedy (argmax).
+struct SamplingOptions {
+  double temperature = 0.0;
+  int64_t top_k = 0;   // 0: off
+  double top_p = 1.0;  // 1: off
+  uint64_t seed = 0;
+};
+
+struct StopOptions {
+  int64_t max_new_tokens = 128;
+  std::vector<int32_t> stop_ids;         // eos and end-of-turn tokens; the token itself is kept
+  std::vector<std::string> stop_strings;  // generated text ends before the first occurrence
+};
+
+// A model that appends the keys and values of a block of tokens to its cache and samples the
+// token that follows a chosen position of each sequence.
+class TokenModel {
+ public:
+  virtual ~TokenModel() = default;
+  virtual int64_t batch() const = 0;
+  virtual int64_t max_context() const = 0;
+  // Tokens per sequence in one prefill call (decode calls take one).
+  virtual int64_t prefill_block() const = 0;
+  // tokens, positions: [batch, block] row-major (block = prefill_block() or 1); `last` holds per
+  // sequence the index inside the block whose next token is sampled. `counter` varies the random
+  // stream from call to call. Returns one sampled token per sequence.
+  virtual std::vector<int32_t> run(std::span<const int32_t> tokens,
+                                   std::span<const int32_t> positions,
+                                   std::span<const int32_t> last, const SamplingOptions& sampling,
+                                   uint64_t counter) = 0;
+};
+
+enum class FinishReason : uint8_t { stop_token, stop_string, length };
+const char* finish_reason_name(FinishReason r);
+
+struct GeneratedSequence {
+  std::vector<int32_t> tokens;  // generated tokens (a stop token included)
+  std::string text;             // their text, cut before a stop string
+  FinishReason finish = FinishReason::length;
+};
+
+struct GenerateCallbacks {
+  // Decodes generated tokens to text (the tokenizer); required for stop strings and on_text.
+  std::function<std::string(std::span<const int32_t>)> decode;
+  // Text of sequence `index` as it becomes final (never a partial UTF-8 character, never a
+  // prefix of a stop string that may still complete).
+  std::function<void(int64_t index, std::string_view text)> on_text;
+};
+
+struct GenerateStats {
+  int64_t prompt_tokens = 0;  // summed over the sequences
+  int64_t generated_tokens = 0;
+  double prefill_ms = 0;
+  double decode_ms = 0;
+  int64_t decode_steps = 0;
+};
+
+// Generates after each prompt (at most model.batch() of them, each non-empty). `start[i]` is the
+// position the prompt begins at in sequence i's cache (0 for a fresh sequence; a conversation
+// continues where its last turn ended). Throws mn::Error when a prompt does not fit the context.
+std::vector<GeneratedSequence> generate(TokenModel& model,
+                                        const std::vector<std::vector<int32_t>>& prompts,
+                                        const SamplingOptions& sampling, const StopOptions& stop,
+                                        const GenerateCallbacks& callbacks = {},
+                                        std::span<const int64_t> start = {},
+                                        GenerateStats* stats = nullptr);
+
+}  // namespace mn
