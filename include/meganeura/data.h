@@ -168,6 +168,12 @@ inline TensorView view(std::string name, const RawTensor& t) {
 // rename): a failure or crash leaves either the old file or the complete new one.
 void write_safetensors(const std::filesystem::path& path, std::span<const TensorView> tensors,
                        const std::map<std::string, std::string>& metadata = {});
+// The same, with each tensor's bytes produced when written: fill(i, out) stores tensor i's
+// numel * elem_type_size bytes into `out`, so only one tensor is held at a time. The views'
+// `bytes` may be left empty.
+void write_safetensors(const std::filesystem::path& path, std::span<const TensorView> tensors,
+                       const std::map<std::string, std::string>& metadata,
+                       const std::function<void(size_t, std::span<uint8_t>)>& fill);
 // Arrays are written in their own dtype (see elem_type_for).
 void save_safetensors(const std::filesystem::path& path, const std::map<std::string, Array>& arrays,
                       const std::map<std::string, std::string>& metadata = {});

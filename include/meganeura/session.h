@@ -58,6 +58,10 @@ class Session {
   void set(std::string_view name, std::span<const float> values);
   void set(std::string_view name, std::span<const int32_t> values);
   void set_scalar(std::string_view name, double value);
+  // Sets a tensor from little-endian elements of dtype `source` (e.g. a checkpoint's f32, f16
+  // or bf16 data), converted element by element into the tensor's dtype without an Array of
+  // the whole tensor. ShapeError when the byte count is not the tensor's element count.
+  void set_raw(std::string_view name, DType source, std::span<const std::byte> bytes);
 
   // An output of the last step, or the current value of a parameter or state.
   Array get(std::string_view name) const;

@@ -277,12 +277,19 @@ Array SafetensorsReader::array(const std::string& name) const {
   return to_array(raw(name), impl_->name + ": tensor '" + name + "'");
 }
 
-void write_safetensors(const std::filesystem::path& path, std::span<const TensorView> tensors,
-                       const std::map<std::string, std::string>& metadata) {
+namespace {
+
+using Fill = std::function<void(size_t, std::span<uint8_t>)>;
+
+// With bytes_given, every view's bytes must hold its tensor; else fill() produces them.
+void write_tensors(const std::filesystem::path& path, std::span<const TensorView> tensors,
+                   const std::map<std::string, std::string>& metadata, const Fill& fill,
+                   bool bytes_given) {
   const std::string file = "write_safetensors '" + path.string() + "'";
   json header = json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
+  std::vector<uint64_t> sizes;
   for (const TensorView& t : tensors) {
     if (t.name == "__metadata__")
       throw Error(file + ": '__metadata__' is reserved, not a tensor name");
@@ -294,14 +301,15 @@ void write_safetensors(const std::filesystem::path& path, std::span<const Tensor
       }
     }
     if (count > UINT64_MAX / elem_type_size(t.type) ||
-        count * elem_type_size(t.type) != t.bytes.size()) {
+        (bytes_given && count * elem_type_size(t.type) != t.bytes.size())) {
       throw Error(file + ": tensor '" + t.name + "' has " + std::to_string(t.bytes.size()) +
                   " bytes for " + elem_type_name(t.type) + " " + shape_str(t.shape));
     }
+    sizes.push_back(count * elem_type_size(t.type));
     header[t.name] = {{"dtype", elem_type_name(t.type)},
                       {"shape", t.shape},
-                      {"data_offsets", {offset, offset + t.bytes.size()}}};
-    offset += t.bytes.size();
+                      {"data_offsets", {offset, offset + sizes.back()}}};
+    offset += sizes.back();
   }
   std::string text;
   try {
@@ -317,8 +325,28 @@ void write_safetensors(const std::filesystem::path& path, std::span<const Tensor
   data::AtomicFile out(path);
   out.write(len, sizeof len);
   out.write(text.data(), text.size());
-  for (const TensorView& t : tensors) out.write(t.bytes.data(), t.bytes.size());
+  std::vector<uint8_t> buffer;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    buffer.assign(sizes[i], 0);
+    fill(i, buffer);
+    out.write(buffer.data(), buffer.size());
+  }
   out.commit();
+}
+
+}  // namespace
+
+void write_safetensors(const std::filesystem::path& path, std::span<const TensorView> tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  auto copy = [&](size_t i, std::span<uint8_t> out) {
+    std::memcpy(out.data(), tensors[i].bytes.data(), out.size());
+  };
+  write_tensors(path, tensors, metadata, copy, /*bytes_given=*/true);
+}
+
+void write_safetensors(const std::filesystem::path& path, std::span<const TensorView> tensors,
+                       const std::map<std::string, std::string>& metadata, const Fill& fill) {
+  write_tensors(path, tensors, metadata, fill, /*bytes_given=*/false);
 }
 
 void save_safetensors(const std::filesystem::path& path, const std::map<std::string, Array>& arrays,

@@ -6,6 +6,7 @@
 #include "codegen/shader_cache.h"
 #include "ir/op_def.h"
 #include "plan/step_plan.h"
+#include "runtime/convert_raw.h"
 #include "runtime/device_pool.h"
 #include "runtime/host_tensor.h"
 #include "runtime/plan_options.h"
@@ -256,6 +257,20 @@ void Session::set_scalar(std::string_view name, double value) {
     throw ShapeError("Session::set_scalar '" + std::string(name) + "': tensor is " + n.type.str());
   }
   set(name, Array(n.type.shape, n.type.dtype, {value}));
+}
+
+void Session::set_raw(std::string_view name, DType source, std::span<const std::byte> bytes) {
+  const Node& n = impl_->node_named(name, "Session::set_raw");
+  const uint64_t count = static_cast<uint64_t>(n.type.numel());
+  if (bytes.size() != count * dtype_size(source)) {
+    throw ShapeError("Session::set_raw '" + std::string(name) + "': expected " +
+                     std::to_string(count) + " " + dtype_name(source) + " elements (" +
+                     std::to_string(count * dtype_size(source)) + " bytes) for " + n.type.str() +
+                     ", got " + std::to_string(bytes.size()) + " bytes");
+  }
+  std::vector<std::byte> converted(count * dtype_size(n.type.dtype));
+  runtime::convert_elements(bytes, source, converted, n.type.dtype);
+  impl_->write_tensor(name, converted);
 }
 
 Array Session::get(std::string_view name) const {

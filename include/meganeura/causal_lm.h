@@ -1,0 +1,44 @@
+#pragma once
+// Decoder-only language models of the Llama family (Llama, Qwen2, Qwen3) built from an
+// LmConfig, with Hugging Face's parameter names and [out, in] weight layout, so a checkpoint
+// loads one to one (see <meganeura/hf.h>).
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <meganeura/graph.h>
+#include <meganeura/hf.h>
+
+namespace mn {
+
+struct CausalLmOptions {
+  int64_t batch = 1;
+  int64_t sequence = 128;
+  // Storage dtype of the parameters (f32, f16 or bf16); activations are computed in f32.
+  DType dtype = DType::f32;
+  // Adds the input "labels" (i32 [batch, sequence], -100 ignored) and the output "loss": the
+  // mean cross-entropy of the logits at position i against labels[i + 1], as transformers
+  // computes it when given labels (the shift happens inside: pass labels = input_ids).
+  bool with_loss = false;
+  // Adds the input "positions" (i32 [batch, sequence]) giving each token's position for the
+  // rotary embedding; without it, positions are 0 .. sequence-1.
+  bool with_positions = false;
+  // Initialization of parameters not loaded from a checkpoint (normal(0, 0.02) matrices, norms
+  // of ones, zero biases, as transformers initializes them).
+  uint64_t seed = 0;
+};
+
+// Inputs "input_ids" (i32 [batch, sequence]) and the optional "positions" and "labels"; output
+// "logits" (f32 [batch, sequence, vocab]) and, with the loss, "loss".
+struct CausalLm {
+  std::unique_ptr<Graph> graph;  // owned here: the tensors below point into it
+  Tensor input_ids, positions, labels, logits, loss;
+};
+
+CausalLm build_causal_lm(const LmConfig& config, const CausalLmOptions& options);
+
+// The rotary inverse frequencies theta^(-2i/head_dim), i < head_dim/2, with Llama 3's rescaling
+// applied when the config has it (in double; transformers computes them in f32).
+std::vector<double> rope_inv_freq(const LmConfig& config);
+
+}  // namespace mn

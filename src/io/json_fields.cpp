@@ -1,0 +1,109 @@
+#include "io/json_fields.h"
+
+#include <meganeura/error.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace mn::io {
+
+using json = nlohmann::json;
+
+std::string read_text_file(const std::filesystem::path& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw FormatError(path.string() + ": cannot open: " + std::strerror(errno));
+  std::ostringstream out;
+  out << f.rdbuf();
+  if (f.bad()) throw FormatError(path.string() + ": read error");
+  return out.str();
+}
+
+JsonFields::JsonFields(const std::string& text, std::string file) : file_(std::move(file)) {
+  try {
+    j_ = json::parse(text);
+  } catch (const json::exception& err) {
+    throw FormatError(file_ + ": invalid JSON: " + err.what());
+  }
+  if (!j_.is_object()) throw FormatError(file_ + ": the top level is not a JSON object");
+}
+
+JsonFields::JsonFields(json object, std::string file, std::string prefix)
+    : j_(std::move(object)), file_(std::move(file)), prefix_(std::move(prefix)) {}
+
+void JsonFields::fail(const std::string& key, const std::string& what) const {
+  throw FormatError(file_ + ": field \"" + prefix_ + key + "\" " + what);
+}
+
+const json* JsonFields::find(const std::string& key) const {
+  auto it = j_.find(key);
+  if (it == j_.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+bool JsonFields::has(const std::string& key) const { return find(key) != nullptr; }
+
+int64_t JsonFields::as_int(const std::string& key, const json& v) const {
+  if (v.is_number_integer()) return v.get<int64_t>();
+  // Some writers emit integral floats (e.g. 8192.0).
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+  }
+  fail(key, "must be an integer, got " + v.dump());
+}
+
+int64_t JsonFields::required_int(const std::string& key) const {
+  const json* v = find(key);
+  if (!v) fail(key, "is missing");
+  return as_int(key, *v);
+}
+
+std::optional<int64_t> JsonFields::optional_int(const std::string& key) const {
+  const json* v = find(key);
+  if (!v) return std::nullopt;
+  return as_int(key, *v);
+}
+
+std::optional<double> JsonFields::optional_number(const std::string& key) const {
+  const json* v = find(key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) fail(key, "must be a number, got " + v->dump());
+  return v->get<double>();
+}
+
+std::optional<bool> JsonFields::optional_bool(const std::string& key) const {
+  const json* v = find(key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) fail(key, "must be true or false, got " + v->dump());
+  return v->get<bool>();
+}
+
+std::optional<std::string> JsonFields::optional_string(const std::string& key) const {
+  const json* v = find(key);
+  if (!v) return std::nullopt;
+  if (!v->is_string()) fail(key, "must be a string, got " + v->dump());
+  return v->get<std::string>();
+}
+
+std::vector<int64_t> JsonFields::int_or_list(const std::string& key) const {
+  const json* v = find(key);
+  if (!v) return {};
+  if (!v->is_array()) return {as_int(key, *v)};
+  std::vector<int64_t> out;
+  for (const json& e : *v) {
+    if (!e.is_number_integer()) fail(key, "must be an integer or a list of integers");
+    out.push_back(e.get<int64_t>());
+  }
+  return out;
+}
+
+std::optional<JsonFields> JsonFields::optional_object(const std::string& key) const {
+  const json* v = find(key);
+  if (!v) return std::nullopt;
+  if (!v->is_object()) fail(key, "must be an object or null, got " + v->dump());
+  return JsonFields(*v, file_, prefix_ + key + ".");
+}
+
+}  // namespace mn::io

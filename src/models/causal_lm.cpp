@@ -1,0 +1,187 @@
+// Llama, Qwen2 and Qwen3 decoders with the library's composite ops: rms_norm, grouped-query
+// causal scaled_dot_product_attention, silu; RoPE from host-computed inverse frequencies (so
+// Llama 3's rescaling needs no op of its own).
+#include <cmath>
+#include <numbers>
+#include <string>
+
+#include <meganeura/causal_lm.h>
+#include <meganeura/ops.h>
+
+#include "models/causal_lm_blocks.h"
+
+namespace mn {
+
+std::vector<double> rope_inv_freq(const LmConfig& c) {
+  const int64_t half = c.head_dim / 2;
+  std::vector<double> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    inv[static_cast<size_t>(i)] =
+        1.0 / std::pow(c.rope_theta, static_cast<double>(2 * i) / static_cast<double>(c.head_dim));
+  }
+  if (!c.rope_scaling) return inv;
+  // Llama 3: long wavelengths slowed by `factor`, short ones kept, a smooth blend between.
+  const Llama3RopeScaling& s = *c.rope_scaling;
+  const double old_len = static_cast<double>(s.original_max_position_embeddings);
+  const double low_wavelen = old_len / s.low_freq_factor;
+  const double high_wavelen = old_len / s.high_freq_factor;
+  for (double& f : inv) {
+    const double wavelen = 2.0 * std::numbers::pi / f;
+    if (wavelen > low_wavelen) {
+      f /= s.factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth =
+          (old_len / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+      f = (1.0 - smooth) * f / s.factor + smooth * f;
+    }
+  }
+  return inv;
+}
+
+namespace models {
+
+CausalLmBlocks::CausalLmBlocks(Graph& g, const LmConfig& config, const CausalLmOptions& options)
+    : g_(g), c_(config), o_(options) {}
+
+Tensor CausalLmBlocks::param(const std::string& name, Shape shape, Init init) {
+  return cast(g_.parameter(name, std::move(shape), init, o_.dtype), DType::f32);
+}
+
+Tensor CausalLmBlocks::linear(Tensor x, int64_t out, const std::string& name, bool bias) {
+  Tensor w = param(name + ".weight", {out, x.dim(-1)}, Init::normal(0.0, 0.02, o_.seed + seed_++));
+  Tensor y = matmul(x, w, false, true);
+  if (bias) y = y + param(name + ".bias", {out}, Init::zeros());
+  return y;
+}
+
+Tensor CausalLmBlocks::norm(Tensor x, const std::string& name) {
+  return rms_norm(x, param(name + ".weight", {x.dim(-1)}, Init::ones()), c_.rms_norm_eps);
+}
+
+Tensor CausalLmBlocks::embed(Tensor input_ids) {
+  embedding_ = param("model.embed_tokens.weight", {c_.vocab_size, c_.hidden_size},
+                     Init::normal(0.0, 0.02, o_.seed + seed_++));
+  return take(embedding_, input_ids, 0);
+}
+
+Rotary CausalLmBlocks::rotary(Tensor positions) {
+  const std::vector<double> inv = rope_inv_freq(c_);
+  const int64_t half = static_cast<int64_t>(inv.size()), D = 2 * half;
+  if (positions.valid()) {
+    // [B, L, 1] · [half] -> angles [B, 1, L, D] (the heads axis broadcast).
+    Tensor pos = unsqueeze(cast(positions, DType::f32), -1);
+    Tensor freqs = pos * g_.constant(Array({half}, DType::f32, inv));
+    Tensor angle = unsqueeze(concat({freqs, freqs}, -1), 1);
+    return {cos(angle), sin(angle)};
+  }
+  const int64_t L = o_.sequence;
+  Array c({L, D}, DType::f32), s({L, D}, DType::f32);
+  for (int64_t l = 0; l < L; ++l) {
+    for (int64_t i = 0; i < D; ++i) {
+      const double a = static_cast<double>(l) * inv[static_cast<size_t>(i % half)];
+      c.data[static_cast<size_t>(l * D + i)] = std::cos(a);
+      s.data[static_cast<size_t>(l * D + i)] = std::sin(a);
+    }
+  }
+  return {g_.constant(std::move(c)), g_.constant(std::move(s))};
+}
+
+Tensor CausalLmBlocks::apply_rotary(Tensor x, const Rotary& r) {
+  const int64_t D = x.dim(-1), half = D / 2;
+  Tensor rotated = concat({-slice(x, -1, half, D), slice(x, -1, 0, half)}, -1);
+  return x * r.cos + rotated * r.sin;
+}
+
+Tensor CausalLmBlocks::heads(Tensor t, int64_t n) {
+  return permute(reshape(t, {o_.batch, o_.sequence, n, c_.head_dim}), {0, 2, 1, 3});
+}
+
+Tensor CausalLmBlocks::attend(Tensor q, Tensor k, Tensor v) {
+  return scaled_dot_product_attention(q, k, v, {}, /*causal=*/true);
+}
+
+Tensor CausalLmBlocks::attention_block(Tensor x, const std::string& p, const Rotary& r) {
+  const int64_t H = c_.num_attention_heads, Hkv = c_.num_key_value_heads, D = c_.head_dim;
+  Tensor q = heads(linear(x, H * D, p + "q_proj", c_.qkv_bias()), H);
+  Tensor k = heads(linear(x, Hkv * D, p + "k_proj", c_.qkv_bias()), Hkv);
+  Tensor v = heads(linear(x, Hkv * D, p + "v_proj", c_.qkv_bias()), Hkv);
+  if (c_.qk_norm()) {  // Qwen3: RMSNorm over each head's vector, before the rotation
+    q = norm(q, p + "q_norm");
+    k = norm(k, p + "k_norm");
+  }
+  Tensor o = attend(apply_rotary(q, r), apply_rotary(k, r), v);
+  o = reshape(permute(o, {0, 2, 1, 3}), {o_.batch, o_.sequence, H * D});
+  return linear(o, c_.hidden_size, p + "o_proj", c_.o_bias());
+}
+
+Tensor CausalLmBlocks::mlp_block(Tensor x, const std::string& p) {
+  const int64_t F = c_.intermediate_size;
+  Tensor gate = linear(x, F, p + "gate_proj", c_.mlp_bias);
+  Tensor up = linear(x, F, p + "up_proj", c_.mlp_bias);
+  return linear(silu(gate) * up, c_.hidden_size, p + "down_proj", c_.mlp_bias);
+}
+
+Tensor CausalLmBlocks::decoder_layer(Tensor h, int64_t layer, const Rotary& r) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  h = h + attention_block(norm(h, p + "input_layernorm"), p + "self_attn.", r);
+  return h + mlp_block(norm(h, p + "post_attention_layernorm"), p + "mlp.");
+}
+
+Tensor CausalLmBlocks::final_logits(Tensor h) {
+  h = norm(h, "model.norm");
+  if (c_.tie_word_embeddings) return matmul(h, embedding_, false, true);
+  return linear(h, c_.vocab_size, "lm_head", false);
+}
+
+}  // namespace models
+
+namespace {
+
+void check_options(const LmConfig& c, const CausalLmOptions& o) {
+  auto positive = [](int64_t v, const char* what) {
+    if (v <= 0)
+      throw Error(std::string("build_causal_lm: ") + what + " must be positive, got " +
+                  std::to_string(v));
+  };
+  positive(o.batch, "batch");
+  positive(o.sequence, "sequence");
+  if (!is_float(o.dtype))
+    throw Error(std::string("build_causal_lm: the parameter dtype must be f32, f16 or bf16, got ") +
+                dtype_name(o.dtype));
+  if (o.with_loss && o.sequence < 2)
+    throw Error("build_causal_lm: the loss needs a sequence of at least 2 tokens");
+}
+
+// Mean cross-entropy of logits [B, L, V] at positions 0..L-2 against labels at 1..L-1.
+Tensor shifted_loss(Tensor logits, Tensor labels) {
+  const int64_t B = logits.dim(0), L = logits.dim(1), V = logits.dim(2);
+  Tensor x = reshape(slice(logits, 1, 0, L - 1), {B * (L - 1), V});
+  Tensor t = reshape(slice(labels, 1, 1, L), {B * (L - 1)});
+  return cross_entropy(x, t);
+}
+
+}  // namespace
+
+CausalLm build_causal_lm(const LmConfig& config, const CausalLmOptions& options) {
+  check_options(config, options);
+  CausalLm m;
+  m.graph = std::make_unique<Graph>();
+  Graph& g = *m.graph;
+  models::CausalLmBlocks b(g, config, options);
+  const Shape ids_shape{options.batch, options.sequence};
+  m.input_ids = g.input("input_ids", ids_shape, DType::i32);
+  if (options.with_positions) m.positions = g.input("positions", ids_shape, DType::i32);
+  Tensor h = b.embed(m.input_ids);
+  const models::Rotary r = b.rotary(m.positions);
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) h = b.decoder_layer(h, l, r);
+  m.logits = b.final_logits(h);
+  g.output("logits", m.logits);
+  if (options.with_loss) {
+    m.labels = g.input("labels", ids_shape, DType::i32);
+    m.loss = shifted_loss(m.logits, m.labels);
+    g.output("loss", m.loss);
+  }
+  return m;
+}
+
+}  // namespace mn

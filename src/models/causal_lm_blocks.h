@@ -1,0 +1,51 @@
+#pragma once
+// The blocks of the Llama-family decoder, one function each, so that other graph builders
+// (a prefill or decode step over a KV cache) can assemble the same layers differently: the
+// attention block ends in attend(q, k, v), which a cached variant replaces.
+#include <cstdint>
+#include <string>
+
+#include <meganeura/causal_lm.h>
+
+namespace mn::models {
+
+// cos and sin of the rotary angles, broadcastable against [batch, heads, sequence, head_dim].
+struct Rotary {
+  Tensor cos, sin;
+};
+
+class CausalLmBlocks {
+ public:
+  CausalLmBlocks(Graph& g, const LmConfig& config, const CausalLmOptions& options);
+
+  // A parameter of the storage dtype, read as f32.
+  Tensor param(const std::string& name, Shape shape, Init init);
+  // y = x·wᵀ (+ b) with w [out, in] as Hugging Face's Linear stores it.
+  Tensor linear(Tensor x, int64_t out, const std::string& name, bool bias);
+  // RMSNorm over the last axis with weight "<name>.weight".
+  Tensor norm(Tensor x, const std::string& name);
+
+  Tensor embed(Tensor input_ids);  // [B, L] -> [B, L, hidden]
+  // Angles of positions 0..L-1 (constants) or of a positions input (i32 [B, L]).
+  Rotary rotary(Tensor positions = {});
+  static Tensor apply_rotary(Tensor x, const Rotary& r);  // rotate-half convention
+
+  Tensor decoder_layer(Tensor h, int64_t layer, const Rotary& r);
+  // Projections, Qwen3's per-head q/k norms, RoPE, attend, output projection.
+  Tensor attention_block(Tensor x, const std::string& prefix, const Rotary& r);
+  // Causal grouped-query attention: q [B, H, L, D], k and v [B, Hkv, L, D] -> [B, H, L, D].
+  static Tensor attend(Tensor q, Tensor k, Tensor v);
+  Tensor mlp_block(Tensor x, const std::string& prefix);  // SwiGLU
+  Tensor final_logits(Tensor h);                          // final norm and (tied) head
+
+ private:
+  Tensor heads(Tensor t, int64_t n);  // [B, L, n*D] -> [B, n, L, D]
+
+  Graph& g_;
+  const LmConfig& c_;
+  const CausalLmOptions& o_;
+  uint64_t seed_ = 0;
+  Tensor embedding_;  // f32 view of the embedding, shared with a tied head
+};
+
+}  // namespace mn::models
