@@ -103,7 +103,7 @@ struct HfModel {
   std::filesystem::path dir;
   LmConfig config;
   GenerationConfig generation;
-  std::map<std::string, HfTensor> tensors;      // by Hugging Face name
+  std::map<std::string, HfTensor> tensors;          // by Hugging Face name
   std::vector<std::filesystem::path> weight_files;  // the files searched, in order
 };
 
@@ -119,7 +119,7 @@ HfModel load_hf_model(const std::filesystem::path& dir);
 void load_weights(Session& session, const HfModel& model);
 
 struct HfSaveOptions {
-  DType dtype = DType::f32;  // the dtype of model.safetensors (f32, f16 or bf16)
+  DType dtype = DType::f32;                    // the dtype of model.safetensors (f32, f16 or bf16)
   std::optional<GenerationConfig> generation;  // written when given
   // Where the tokenizer files (tokenizer.json, tokenizer_config.json, ...) are copied from.
   std::filesystem::path tokenizer_dir;

@@ -31,8 +31,8 @@ LmArchitecture parse_architecture(const JsonFields& f) {
     if (name == n) return a;
     supported += (supported.empty() ? "" : ", ") + std::string(n);
   }
-  f.fail("architectures", "names '" + name + "', which is not supported (supported: " +
-                              supported + ")");
+  f.fail("architectures",
+         "names '" + name + "', which is not supported (supported: " + supported + ")");
 }
 
 Llama3RopeScaling parse_llama3(const JsonFields& r) {
@@ -101,8 +101,8 @@ void parse_sizes(const JsonFields& f, LmConfig& c) {
   c.head_dim = positive(f, "head_dim", c.hidden_size / c.num_attention_heads);
   if (c.head_dim % 2 != 0)
     f.fail("head_dim", "must be even for the rotary embedding, got " + std::to_string(c.head_dim));
-  c.max_position_embeddings = positive(
-      f, "max_position_embeddings", c.architecture == LmArchitecture::llama ? 2048 : 32768);
+  c.max_position_embeddings = positive(f, "max_position_embeddings",
+                                       c.architecture == LmArchitecture::llama ? 2048 : 32768);
 }
 
 void parse_unsupported(const JsonFields& f) {
@@ -137,7 +137,8 @@ LmConfig parse_lm_config(const std::string& json_text, const std::string& file) 
     c.attention_bias = f.optional_bool("attention_bias").value_or(false);
   if (c.architecture == LmArchitecture::llama)
     c.mlp_bias = f.optional_bool("mlp_bias").value_or(false);
-  c.torch_dtype = f.optional_string("torch_dtype").value_or(f.optional_string("dtype").value_or(""));
+  c.torch_dtype =
+      f.optional_string("torch_dtype").value_or(f.optional_string("dtype").value_or(""));
   c.bos_token_id = f.int_or_list("bos_token_id");
   c.eos_token_id = f.int_or_list("eos_token_id");
   return c;

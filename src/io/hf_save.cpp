@@ -22,9 +22,15 @@ namespace {
 
 // The files of a tokenizer that transformers and tokenizers read, whichever exist.
 constexpr const char* kTokenizerFiles[] = {
-    "tokenizer.json",     "tokenizer_config.json", "special_tokens_map.json",
-    "added_tokens.json",  "vocab.json",            "merges.txt",
-    "tokenizer.model",    "chat_template.jinja",   "chat_template.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
 };
 
 const char* torch_dtype_name(DType t) {
@@ -94,8 +100,8 @@ void swap_into_place(const fs::path& staged, const fs::path& target) {
 void save_hf_model(const fs::path& out_dir, const Session& session, const LmConfig& config,
                    const HfSaveOptions& options) {
   const fs::path target = fs::absolute(out_dir).lexically_normal();
-  const fs::path staged = target.parent_path() / ("." + target.filename().string() + ".tmp-" +
-                                                  std::to_string(::getpid()));
+  const fs::path staged = target.parent_path() /
+                          ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()));
   LmConfig saved = config;
   saved.torch_dtype = torch_dtype_name(options.dtype);
   try {

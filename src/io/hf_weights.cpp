@@ -114,8 +114,9 @@ void check_against_config(const HfModel& m) {
   }
   for (const auto& [name, t] : m.tensors) {
     if (expected.count(name)) continue;
-    std::string why = "not a parameter of " + std::string(architecture_name(m.config.architecture)) +
-                      " as " + config + " describes it";
+    std::string why = "not a parameter of " +
+                      std::string(architecture_name(m.config.architecture)) + " as " + config +
+                      " describes it";
     if (name == "lm_head.weight") why += " (tie_word_embeddings is true)";
     throw FormatError(t.file.string() + ": unexpected tensor '" + name + "': " + why);
   }
@@ -129,7 +130,8 @@ HfModel load_hf_model(const fs::path& dir) {
   m.dir = dir;
   m.config = load_lm_config(dir / "config.json");
   const fs::path gen = dir / "generation_config.json";
-  if (fs::exists(gen)) m.generation = parse_generation_config(io::read_text_file(gen), gen.string());
+  if (fs::exists(gen))
+    m.generation = parse_generation_config(io::read_text_file(gen), gen.string());
   if (fs::exists(dir / kIndex)) {
     add_sharded(m, dir / kIndex);
   } else if (fs::exists(dir / kSingle)) {

@@ -145,6 +145,18 @@ void check_options(const LmConfig& c, const CausalLmOptions& o) {
   };
   positive(o.batch, "batch");
   positive(o.sequence, "sequence");
+  positive(c.vocab_size, "vocab_size");
+  positive(c.hidden_size, "hidden_size");
+  positive(c.intermediate_size, "intermediate_size");
+  positive(c.num_hidden_layers, "num_hidden_layers");
+  positive(c.num_attention_heads, "num_attention_heads");
+  positive(c.num_key_value_heads, "num_key_value_heads");
+  positive(c.head_dim, "head_dim");
+  if (c.num_attention_heads % c.num_key_value_heads != 0 || c.head_dim % 2 != 0) {
+    throw Error("build_causal_lm: num_key_value_heads (" + std::to_string(c.num_key_value_heads) +
+                ") must divide num_attention_heads (" + std::to_string(c.num_attention_heads) +
+                ") and head_dim (" + std::to_string(c.head_dim) + ") must be even");
+  }
   if (!is_float(o.dtype))
     throw Error(std::string("build_causal_lm: the parameter dtype must be f32, f16 or bf16, got ") +
                 dtype_name(o.dtype));

@@ -42,8 +42,8 @@ float as_f32(const std::byte* p, DType from) {
   }
 }
 
-void float_to_float(std::span<const std::byte> in, DType from, std::span<std::byte> out,
-                    DType to, size_t n) {
+void float_to_float(std::span<const std::byte> in, DType from, std::span<std::byte> out, DType to,
+                    size_t n) {
   const size_t wi = dtype_size(from), wo = dtype_size(to);
   for (size_t i = 0; i < n; ++i) {
     const float v = as_f32(in.data() + i * wi, from);
@@ -64,9 +64,8 @@ void convert_elements(std::span<const std::byte> in, DType from, std::span<std::
                       DType to) {
   const size_t n = in.size() / dtype_size(from);
   if (in.size() % dtype_size(from) != 0 || out.size() != n * dtype_size(to)) {
-    throw Error("convert_elements: " + std::to_string(in.size()) + " bytes of " +
-                dtype_name(from) + " do not fill " + std::to_string(out.size()) + " bytes of " +
-                dtype_name(to));
+    throw Error("convert_elements: " + std::to_string(in.size()) + " bytes of " + dtype_name(from) +
+                " do not fill " + std::to_string(out.size()) + " bytes of " + dtype_name(to));
   }
   if (from == to) {
     std::memcpy(out.data(), in.data(), in.size());

@@ -71,9 +71,15 @@ void expect_step_matches_reference(const LmConfig& config, DType dtype, const st
   }
 }
 
-TEST(CausalLmTraining, LlamaStep) { expect_step_matches_reference(tiny("LlamaForCausalLM"), DType::f32, "llama"); }
-TEST(CausalLmTraining, Qwen2Step) { expect_step_matches_reference(tiny("Qwen2ForCausalLM"), DType::f32, "qwen2"); }
-TEST(CausalLmTraining, Qwen3Step) { expect_step_matches_reference(tiny("Qwen3ForCausalLM"), DType::f32, "qwen3"); }
+TEST(CausalLmTraining, LlamaStep) {
+  expect_step_matches_reference(tiny("LlamaForCausalLM"), DType::f32, "llama");
+}
+TEST(CausalLmTraining, Qwen2Step) {
+  expect_step_matches_reference(tiny("Qwen2ForCausalLM"), DType::f32, "qwen2");
+}
+TEST(CausalLmTraining, Qwen3Step) {
+  expect_step_matches_reference(tiny("Qwen3ForCausalLM"), DType::f32, "qwen3");
+}
 TEST(CausalLmTraining, Bf16StorageStep) {
   expect_step_matches_reference(tiny("Qwen3ForCausalLM"), DType::bf16, "qwen3-bf16");
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <numbers>
 #include <string>
 #include <vector>
@@ -42,7 +43,8 @@ void expect_error(const json& j, const std::vector<std::string>& parts) {
     parse(j);
     ADD_FAILURE() << "no error for " << j.dump();
   } catch (const FormatError& e) {
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
+    for (const auto& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
   }
 }
 
@@ -145,8 +147,8 @@ TEST(HfConfig, Llama3InverseFrequencies) {
 TEST(HfConfig, UnknownArchitectureListsTheSupportedOnes) {
   json j = llama();
   j["architectures"] = {"MistralForCausalLM"};
-  expect_error(j, {"dir/config.json", "MistralForCausalLM", "LlamaForCausalLM",
-                   "Qwen2ForCausalLM", "Qwen3ForCausalLM"});
+  expect_error(j, {"dir/config.json", "MistralForCausalLM", "LlamaForCausalLM", "Qwen2ForCausalLM",
+                   "Qwen3ForCausalLM"});
 }
 
 TEST(HfConfig, MissingOrMistypedFieldsNameFileAndField) {
@@ -238,22 +240,65 @@ TEST(HfConfig, ParameterNamesAndShapes) {
   j["num_hidden_layers"] = 1;
   std::vector<std::string> names;
   for (const auto& p : lm_parameters(parse(j))) names.push_back(p.name);
-  const std::vector<std::string> want{
-      "model.embed_tokens.weight",
-      "model.layers.0.self_attn.q_proj.weight",
-      "model.layers.0.self_attn.k_proj.weight",
-      "model.layers.0.self_attn.v_proj.weight",
-      "model.layers.0.self_attn.o_proj.weight",
-      "model.layers.0.self_attn.q_norm.weight",
-      "model.layers.0.self_attn.k_norm.weight",
-      "model.layers.0.mlp.gate_proj.weight",
-      "model.layers.0.mlp.up_proj.weight",
-      "model.layers.0.mlp.down_proj.weight",
-      "model.layers.0.input_layernorm.weight",
-      "model.layers.0.post_attention_layernorm.weight",
-      "model.norm.weight",
-      "lm_head.weight"};
+  const std::vector<std::string> want{"model.embed_tokens.weight",
+                                      "model.layers.0.self_attn.q_proj.weight",
+                                      "model.layers.0.self_attn.k_proj.weight",
+                                      "model.layers.0.self_attn.v_proj.weight",
+                                      "model.layers.0.self_attn.o_proj.weight",
+                                      "model.layers.0.self_attn.q_norm.weight",
+                                      "model.layers.0.self_attn.k_norm.weight",
+                                      "model.layers.0.mlp.gate_proj.weight",
+                                      "model.layers.0.mlp.up_proj.weight",
+                                      "model.layers.0.mlp.down_proj.weight",
+                                      "model.layers.0.input_layernorm.weight",
+                                      "model.layers.0.post_attention_layernorm.weight",
+                                      "model.norm.weight",
+                                      "lm_head.weight"};
   EXPECT_EQ(names, want);
+}
+
+}  // namespace
+}  // namespace mn
+
+namespace mn {
+namespace {
+
+TEST(CausalLmBuilder, ParametersAreExactlyTheConfigs) {
+  for (const char* arch : {"LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}) {
+    json j = llama();
+    j["architectures"] = {arch};
+    j["tie_word_embeddings"] = std::string(arch) != "Qwen2ForCausalLM";
+    const LmConfig c = parse(j);
+    CausalLmOptions o;
+    o.sequence = 3;
+    o.dtype = DType::bf16;
+    CausalLm lm = build_causal_lm(c, o);
+    std::map<std::string, TensorType> have;
+    for (NodeId id : lm.graph->parameters()) {
+      const Node& n = lm.graph->node(id);
+      have[n.name] = n.type;
+    }
+    std::map<std::string, TensorType> want;
+    for (const ParameterSpec& p : lm_parameters(c)) want[p.name] = {p.shape, DType::bf16};
+    EXPECT_EQ(have, want) << arch;
+    EXPECT_EQ(lm.logits.type(), (TensorType{{1, 3, 100}, DType::f32}));
+  }
+}
+
+TEST(CausalLmBuilder, RejectsBadOptions) {
+  const LmConfig c = parse(llama());
+  CausalLmOptions o;
+  o.sequence = 0;
+  EXPECT_THROW(build_causal_lm(c, o), Error);
+  o.sequence = 1;
+  o.with_loss = true;  // no next token to predict
+  EXPECT_THROW(build_causal_lm(c, o), Error);
+  o.with_loss = false;
+  o.dtype = DType::i32;
+  EXPECT_THROW(build_causal_lm(c, o), Error);
+  LmConfig bad = c;
+  bad.num_key_value_heads = 3;
+  EXPECT_THROW(build_causal_lm(bad, {}), Error);
 }
 
 }  // namespace

@@ -40,9 +40,9 @@ class ModelCopy {
     test::write_bytes(dir_ / "config.json", {text.begin(), text.end()});
   }
   // Rewrites a safetensors file after `edit` changed its tensors.
-  void rewrite(const std::string& file,
-               const std::function<void(std::vector<std::string>&, std::vector<RawTensor>&)>& edit)
-      const {
+  void rewrite(
+      const std::string& file,
+      const std::function<void(std::vector<std::string>&, std::vector<RawTensor>&)>& edit) const {
     SafetensorsReader r(dir_ / file);
     std::vector<std::string> names;
     std::vector<RawTensor> raws;
@@ -126,10 +126,11 @@ TEST(HfModel, ShapeDisagreeingWithConfig) {
   json c = m.config();
   c["intermediate_size"] = c["intermediate_size"].get<int>() + 2;
   m.set_config(c);
-  expect_format_error([&] { load_hf_model(m.dir()); },
-                      {"model.safetensors", "model.layers.0.mlp.gate_proj.weight", "has shape [" +
-                       std::to_string(c["intermediate_size"].get<int>() - 2) + ", 64]",
-                       "gives [" + std::to_string(c["intermediate_size"].get<int>()) + ", 64]"});
+  expect_format_error(
+      [&] { load_hf_model(m.dir()); },
+      {"model.safetensors", "model.layers.0.mlp.gate_proj.weight",
+       "has shape [" + std::to_string(c["intermediate_size"].get<int>() - 2) + ", 64]",
+       "gives [" + std::to_string(c["intermediate_size"].get<int>()) + ", 64]"});
 }
 
 TEST(HfModel, ExtraTensorsAreErrors) {
@@ -138,9 +139,9 @@ TEST(HfModel, ExtraTensorsAreErrors) {
     names.push_back("lm_head.weight");
     raws.push_back(raws.front());  // an untied head beside tied embeddings
   });
-  expect_format_error([&] { load_hf_model(m.dir()); },
-                      {"model.safetensors", "unexpected tensor 'lm_head.weight'",
-                       "tie_word_embeddings"});
+  expect_format_error(
+      [&] { load_hf_model(m.dir()); },
+      {"model.safetensors", "unexpected tensor 'lm_head.weight'", "tie_word_embeddings"});
   ModelCopy q("qwen3_tiny");
   q.rewrite("model.safetensors", [](auto& names, auto& raws) {
     names.push_back("model.layers.0.self_attn.rotary_emb.inv_freq");
@@ -162,9 +163,9 @@ TEST(HfModel, TruncatedShardNamesFileAndOffset) {
 TEST(HfModel, IndexPointingAtMissingShard) {
   ModelCopy m("llama_bf16_sharded");
   fs::remove(m / "model-00002-of-00003.safetensors");
-  expect_format_error([&] { load_hf_model(m.dir()); },
-                      {"model.safetensors.index.json", "missing shard",
-                       "model-00002-of-00003.safetensors"});
+  expect_format_error(
+      [&] { load_hf_model(m.dir()); },
+      {"model.safetensors.index.json", "missing shard", "model-00002-of-00003.safetensors"});
 }
 
 TEST(HfModel, NoWeightsAtAll) {
@@ -220,8 +221,8 @@ TEST(HfModel, StorageDtypesRoundFileValuesOnce) {
 // A bf16 checkpoint kept in bf16 (and an f16 one in f16) computes what transformers computes in
 // f32 from the same values.
 TEST(HfModel, NarrowStorageMatchesTransformers) {
-  for (const auto& [name, dtype] : {std::pair{"llama_bf16_sharded", DType::bf16},
-                                    std::pair{"qwen3_tiny", DType::f16}}) {
+  for (const auto& [name, dtype] :
+       {std::pair{"llama_bf16_sharded", DType::bf16}, std::pair{"qwen3_tiny", DType::f16}}) {
     const HfModel model = load_hf_model(kLm / "models" / name);
     const Array ids = reference_array(name, "input_ids");
     CausalLmOptions o;
