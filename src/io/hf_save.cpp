@@ -99,7 +99,8 @@ void swap_into_place(const fs::path& staged, const fs::path& target) {
 
 void save_hf_model(const fs::path& out_dir, const Session& session, const LmConfig& config,
                    const HfSaveOptions& options) {
-  const fs::path target = fs::absolute(out_dir).lexically_normal();
+  fs::path target = fs::absolute(out_dir).lexically_normal();
+  if (target.filename().empty()) target = target.parent_path();  // "out/" names "out"
   const fs::path staged = target.parent_path() /
                           ("." + target.filename().string() + ".tmp-" + std::to_string(::getpid()));
   LmConfig saved = config;

@@ -42,7 +42,7 @@ fs::path shard_path(const io::JsonFields& index, const std::string& tensor,
   const fs::path p(shard);
   if (shard.empty() || p.has_parent_path() || p.is_absolute() || shard == "." || shard == "..")
     index.fail("weight_map." + tensor, "names '" + shard + "', not a file beside the index");
-  const fs::path full = fs::path(index.file()).parent_path() / p;
+  fs::path full = fs::path(index.file()).parent_path() / p;
   if (!fs::is_regular_file(full)) {
     throw FormatError(index.file() + ": weight_map points tensor '" + tensor +
                       "' at the missing shard " + full.string());

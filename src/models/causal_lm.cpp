@@ -43,8 +43,12 @@ namespace models {
 CausalLmBlocks::CausalLmBlocks(Graph& g, const LmConfig& config, const CausalLmOptions& options)
     : g_(g), c_(config), o_(options) {}
 
+Tensor CausalLmBlocks::stored(const std::string& name, Shape shape, Init init) {
+  return g_.parameter(name, std::move(shape), init, o_.dtype);
+}
+
 Tensor CausalLmBlocks::param(const std::string& name, Shape shape, Init init) {
-  return cast(g_.parameter(name, std::move(shape), init, o_.dtype), DType::f32);
+  return cast(stored(name, std::move(shape), init), DType::f32);
 }
 
 Tensor CausalLmBlocks::linear(Tensor x, int64_t out, const std::string& name, bool bias) {
@@ -59,9 +63,11 @@ Tensor CausalLmBlocks::norm(Tensor x, const std::string& name) {
 }
 
 Tensor CausalLmBlocks::embed(Tensor input_ids) {
-  embedding_ = param("model.embed_tokens.weight", {c_.vocab_size, c_.hidden_size},
-                     Init::normal(0.0, 0.02, o_.seed + seed_++));
-  return take(embedding_, input_ids, 0);
+  embedding_ = stored("model.embed_tokens.weight", {c_.vocab_size, c_.hidden_size},
+                      Init::normal(0.0, 0.02, o_.seed + seed_++));
+  // Gathered after widening, so that the gradient scatter accumulates in f32 even when the
+  // table is stored in bf16 or f16.
+  return take(cast(embedding_, DType::f32), input_ids, 0);
 }
 
 Rotary CausalLmBlocks::rotary(Tensor positions) {
@@ -129,7 +135,7 @@ Tensor CausalLmBlocks::decoder_layer(Tensor h, int64_t layer, const Rotary& r) {
 
 Tensor CausalLmBlocks::final_logits(Tensor h) {
   h = norm(h, "model.norm");
-  if (c_.tie_word_embeddings) return matmul(h, embedding_, false, true);
+  if (c_.tie_word_embeddings) return matmul(h, cast(embedding_, DType::f32), false, true);
   return linear(h, c_.vocab_size, "lm_head", false);
 }
 

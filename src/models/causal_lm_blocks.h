@@ -18,7 +18,8 @@ class CausalLmBlocks {
  public:
   CausalLmBlocks(Graph& g, const LmConfig& config, const CausalLmOptions& options);
 
-  // A parameter of the storage dtype, read as f32.
+  // A parameter of the storage dtype, as stored and read as f32.
+  Tensor stored(const std::string& name, Shape shape, Init init);
   Tensor param(const std::string& name, Shape shape, Init init);
   // y = x·wᵀ (+ b) with w [out, in] as Hugging Face's Linear stores it.
   Tensor linear(Tensor x, int64_t out, const std::string& name, bool bias);
@@ -45,7 +46,7 @@ class CausalLmBlocks {
   const LmConfig& c_;
   const CausalLmOptions& o_;
   uint64_t seed_ = 0;
-  Tensor embedding_;  // f32 view of the embedding, shared with a tied head
+  Tensor embedding_;  // the stored embedding, shared with a tied head
 };
 
 }  // namespace mn::models

@@ -310,7 +310,7 @@ TEST(HfModel, FailedSaveLeavesThePreviousDirectory) {
   EXPECT_THROW(save_hf_model(out, *session, model.config, so), Error);
   EXPECT_EQ(test::read_bytes(out / "model.safetensors"), before);
   EXPECT_EQ(scratch.listing(), std::vector<std::string>{"saved"});
-  save_hf_model(out, *session, model.config);  // replaces it
+  save_hf_model(out.string() + "/", *session, model.config);  // replaces it
   EXPECT_NE(test::read_bytes(out / "model.safetensors"), before);
   EXPECT_EQ(scratch.listing(), std::vector<std::string>{"saved"});
 }
