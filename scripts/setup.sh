@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build pkg-config
   libvulkan-dev vulkan-validationlayers mesa-vulkan-drivers
   libshaderc-dev glslang-dev spirv-tools
-  nlohmann-json3-dev libfmt-dev libcli11-dev zlib1g-dev
+  nlohmann-json3-dev libfmt-dev libcli11-dev zlib1g-dev libicu-dev
   libgtest-dev libbenchmark-dev dataset-fashion-mnist)
 if [[ "${1:-}" == "--tests" ]]; then
   # PyTorch on the CPU and numpy give reference values that we did not compute ourselves.

@@ -1,0 +1,161 @@
+// Encoding and decoding against Hugging Face `tokenizers` on the fixture tokenizers.
+#include <gtest/gtest.h>
+
+#include <meganeura/tokenizer.h>
+
+#include "io/tokenizer_cases.h"
+
+namespace mn {
+namespace {
+
+using test::parse_ids;
+using test::tokenizer_cases;
+using test::tokenizer_dir;
+
+class TokenizerCases : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TokenizerCases, EncodeMatchesHuggingFace) {
+  const Tokenizer tok = Tokenizer::from_dir(tokenizer_dir(GetParam()));
+  const auto& lines = tokenizer_cases()["lines"];
+  const auto& ids = tokenizer_cases()[GetParam()]["ids"];
+  ASSERT_GE(lines.size(), 1000u);
+  int failures = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string line = lines[i].get<std::string>();
+    const std::vector<int32_t> got = tok.encode(line), want = parse_ids(ids[i].get<std::string>());
+    if (got != want && ++failures <= 10) {
+      ADD_FAILURE() << GetParam() << " line " << i << ": \"" << line << "\"\n got  "
+                    << ::testing::PrintToString(got) << "\n want " << ::testing::PrintToString(want);
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+TEST_P(TokenizerCases, DecodeMatchesHuggingFace) {
+  const Tokenizer tok = Tokenizer::from_dir(tokenizer_dir(GetParam()));
+  const auto& cases = tokenizer_cases()[GetParam()];
+  const auto& lines = tokenizer_cases()["lines"];
+  const std::string prefix = tok.decode(tok.encode(""));
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string key = std::to_string(i), line = lines[i].get<std::string>();
+    const std::vector<int32_t> ids = parse_ids(cases["ids"][i].get<std::string>());
+    const std::string want = cases["decoded"].contains(key)
+                                 ? cases["decoded"][key].get<std::string>() : prefix + line;
+    const std::string want_skip = cases["decoded_skip"].contains(key)
+                                      ? cases["decoded_skip"][key].get<std::string>() : line;
+    EXPECT_EQ(tok.decode(ids), want) << GetParam() << " line " << i;
+    EXPECT_EQ(tok.decode(ids, true), want_skip) << GetParam() << " line " << i;
+  }
+}
+
+TEST_P(TokenizerCases, ChatMatchesTemplate) {
+  const Tokenizer tok = Tokenizer::from_dir(tokenizer_dir(GetParam()));
+  for (const auto& c : tokenizer_cases()[GetParam()]["chats"]) {
+    std::vector<ChatMessage> messages;
+    for (const auto& m : c["messages"]) {
+      messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+    }
+    const bool gen = c["add_generation_prompt"].get<bool>();
+    EXPECT_EQ(tok.format_chat(messages, gen), c["text"].get<std::string>());
+    EXPECT_EQ(tok.encode_chat(messages, gen), c["ids"].get<std::vector<int32_t>>());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerCases, ::testing::Values("gpt2", "llama3", "qwen"));
+
+TEST(Tokenizer, SpecialTokensFromConfig) {
+  const Tokenizer gpt2 = Tokenizer::from_dir(tokenizer_dir("gpt2"));
+  EXPECT_EQ(gpt2.bos_id(), gpt2.token_id("<|im_start|>"));
+  EXPECT_EQ(gpt2.eos_id(), gpt2.token_id("<|im_end|>"));
+  EXPECT_EQ(gpt2.pad_id(), gpt2.token_id("<|im_end|>"));
+  EXPECT_FALSE(gpt2.add_bos_token());
+  const std::vector<int32_t> gpt2_stops = {*gpt2.token_id("<|endoftext|>"),
+                                           *gpt2.token_id("<|im_end|>")};
+  EXPECT_EQ(gpt2.stop_ids(), gpt2_stops);
+
+  const Tokenizer llama = Tokenizer::from_dir(tokenizer_dir("llama3"));
+  EXPECT_EQ(llama.bos_id(), llama.token_id("<|begin_of_text|>"));
+  EXPECT_EQ(llama.eos_id(), llama.token_id("<|eot_id|>"));
+  EXPECT_TRUE(llama.add_bos_token());
+  const std::vector<int32_t> llama_stops = {*llama.token_id("<|end_of_text|>"),
+                                            *llama.token_id("<|eot_id|>")};
+  EXPECT_EQ(llama.stop_ids(), llama_stops);
+  EXPECT_EQ(llama.encode("hi").front(), *llama.bos_id());
+  EXPECT_NE(llama.encode("hi", false).front(), *llama.bos_id());
+
+  const Tokenizer qwen = Tokenizer::from_dir(tokenizer_dir("qwen"));
+  EXPECT_FALSE(qwen.bos_id().has_value());
+  EXPECT_EQ(qwen.vocab_size(), 700);
+  EXPECT_TRUE(qwen.is_special(*qwen.token_id("<|im_end|>")));
+  EXPECT_FALSE(qwen.is_special(*qwen.token_id("a")));
+  EXPECT_EQ(qwen.token(*qwen.token_id("<|im_end|>")), "<|im_end|>");
+  EXPECT_FALSE(qwen.token(100000).has_value());
+}
+
+TEST(Tokenizer, WithoutConfigThereAreNoSpecialRoles) {
+  const Tokenizer tok = Tokenizer::from_file(tokenizer_dir("gpt2") / "tokenizer.json");
+  EXPECT_FALSE(tok.bos_id().has_value());
+  EXPECT_FALSE(tok.eos_id().has_value());
+  const std::vector<ChatMessage> chat = {{"user", "hi"}};
+  EXPECT_THROW(tok.format_chat(chat, true), UnsupportedTokenizerError);
+}
+
+TEST(Tokenizer, DecodeRejectsUnknownIds) {
+  const Tokenizer tok = Tokenizer::from_dir(tokenizer_dir("gpt2"));
+  const std::vector<int32_t> bad = {5, 700};
+  EXPECT_THROW(tok.decode(bad), Error);
+  const std::vector<int32_t> negative = {-1};
+  EXPECT_THROW(tok.decode(negative), Error);
+}
+
+TEST(Tokenizer, EncodeRejectsInvalidUtf8) {
+  const Tokenizer tok = Tokenizer::from_dir(tokenizer_dir("gpt2"));
+  EXPECT_THROW(tok.encode("ab\xC3"), FormatError);
+  EXPECT_THROW(tok.encode("\xFF"), FormatError);
+}
+
+// Streaming: the concatenated pieces are the whole decode, and no piece ends inside a UTF-8
+// sequence even though byte-level tokens split multi-byte characters.
+TEST(TokenStream, StreamsCompleteCharacters) {
+  for (const std::string style : {"gpt2", "llama3", "qwen"}) {
+    const Tokenizer tok = Tokenizer::from_dir(tokenizer_dir(style));
+    const std::string text = "Émoji 👨‍👩‍👧‍👦 and 日本語 with 👍🏽, done.";
+    const std::vector<int32_t> ids = tok.encode(text, false);
+    TokenStream stream(tok);
+    std::string joined;
+    bool split_seen = false;
+    for (int32_t id : ids) {
+      const std::string piece = stream.push(id);
+      const int32_t one[1] = {id};
+      if (tok.decode_bytes(one).size() != piece.size()) split_seen = true;
+      EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos) << style;
+      joined += piece;
+    }
+    joined += stream.flush();
+    EXPECT_EQ(joined, text) << style;
+    EXPECT_TRUE(split_seen) << style << ": the text should split characters across tokens";
+  }
+}
+
+TEST(TokenStream, FlushReplacesAnIncompleteTail) {
+  const Tokenizer tok = Tokenizer::from_dir(tokenizer_dir("gpt2"));
+  // The first byte of "é" (C3) alone: held back, then replaced at the end.
+  const auto c3 = tok.token_id("Ã");
+  ASSERT_TRUE(c3.has_value());
+  TokenStream stream(tok);
+  EXPECT_EQ(stream.push(*c3), "");
+  EXPECT_EQ(stream.flush(), "\xEF\xBF\xBD");
+  const std::vector<int32_t> one = {*c3};
+  EXPECT_EQ(tok.decode(one), "\xEF\xBF\xBD");
+}
+
+TEST(TokenStream, SkipsSpecialTokens) {
+  const Tokenizer tok = Tokenizer::from_dir(tokenizer_dir("qwen"));
+  TokenStream skipping(tok), keeping(tok, false);
+  const int32_t end = *tok.token_id("<|im_end|>");
+  EXPECT_EQ(skipping.push(end), "");
+  EXPECT_EQ(keeping.push(end), "<|im_end|>");
+}
+
+}  // namespace
+}  // namespace mn
