@@ -41,4 +41,21 @@ CausalLm build_causal_lm(const LmConfig& config, const CausalLmOptions& options)
 // applied when the config has it (in double; transformers computes them in f32).
 std::vector<double> rope_inv_freq(const LmConfig& config);
 
+// One inference step over a KV cache: a block of tokens per sequence (a prompt chunk, or one
+// token while decoding) attends over everything its sequence has cached so far, appends its own
+// keys and values to the cache, and samples the token after one chosen position.
+struct LmStepOptions {
+  int64_t batch = 1;
+  int64_t block = 1;         // tokens per sequence in one step
+  int64_t max_context = 0;   // cache rows per sequence
+  DType dtype = DType::f32;  // storage of the parameters
+};
+
+// Inputs: "input_ids" and "positions" (i32 [batch, block]: each token's cache row, which is
+// also its rotary position; a query sees the rows up to its own), "last" (i32 [batch]: the
+// index in the block whose next token is wanted). States "model.layers.N.self_attn.k_cache" and
+// ".v_cache" ([batch, kv_heads, max_context, head_dim]) persist between steps. Outputs "logits"
+// (f32 [batch, vocab], at `last`) and "next" (i32 [batch], the most likely token).
+CausalLm build_lm_step(const LmConfig& config, const LmStepOptions& options);
+
 }  // namespace mn

@@ -115,7 +115,9 @@ Tensor CausalLmBlocks::attention_block(Tensor x, const std::string& p, const Rot
     q = norm(q, p + "q_norm");
     k = norm(k, p + "k_norm");
   }
-  Tensor o = attend(apply_rotary(q, r), apply_rotary(k, r), v);
+  q = apply_rotary(q, r);
+  k = apply_rotary(k, r);
+  Tensor o = attend_ ? attend_(q, k, v, p) : attend(q, k, v);
   o = reshape(permute(o, {0, 2, 1, 3}), {o_.batch, o_.sequence, H * D});
   return linear(o, c_.hidden_size, p + "o_proj", c_.o_bias());
 }

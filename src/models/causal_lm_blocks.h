@@ -3,6 +3,7 @@
 // (a prefill or decode step over a KV cache) can assemble the same layers differently: the
 // attention block ends in attend(q, k, v), which a cached variant replaces.
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include <meganeura/causal_lm.h>
@@ -36,6 +37,10 @@ class CausalLmBlocks {
   Tensor attention_block(Tensor x, const std::string& prefix, const Rotary& r);
   // Causal grouped-query attention: q [B, H, L, D], k and v [B, Hkv, L, D] -> [B, H, L, D].
   static Tensor attend(Tensor q, Tensor k, Tensor v);
+  // Replaces attend(q, k, v) in every layer (a KV-cache step attends over its cache); `prefix`
+  // is the layer's "model.layers.N.self_attn.".
+  using AttendFn = std::function<Tensor(Tensor q, Tensor k, Tensor v, const std::string& prefix)>;
+  void set_attend(AttendFn f) { attend_ = std::move(f); }
   Tensor mlp_block(Tensor x, const std::string& prefix);  // SwiGLU
   Tensor final_logits(Tensor h);                          // final norm and (tied) head
 
@@ -46,7 +51,8 @@ class CausalLmBlocks {
   const LmConfig& c_;
   const CausalLmOptions& o_;
   uint64_t seed_ = 0;
-  Tensor embedding_;  // the stored embedding, shared with a tied head
+  Tensor embedding_;
+  AttendFn attend_;  // the stored embedding, shared with a tied head
 };
 
 }  // namespace mn::models

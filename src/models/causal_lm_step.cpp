@@ -1,0 +1,108 @@
+// The KV-cache step of the Llama-family decoder: the layers of build_causal_lm with attention
+// over per-layer key/value caches kept as graph states.
+#include <limits>
+
+#include <meganeura/causal_lm.h>
+#include <meganeura/ops.h>
+
+#include "models/causal_lm_blocks.h"
+
+namespace mn {
+
+namespace {
+
+void check_step_options(const LmConfig& c, const LmStepOptions& o) {
+  auto positive = [](int64_t v, const char* what) {
+    if (v <= 0) {
+      throw Error(std::string("build_lm_step: ") + what + " must be positive, got " +
+                  std::to_string(v));
+    }
+  };
+  positive(o.batch, "batch");
+  positive(o.block, "block");
+  positive(o.max_context, "max_context");
+  if (o.block > o.max_context) {
+    throw Error("build_lm_step: a block of " + std::to_string(o.block) +
+                " tokens does not fit a context of " + std::to_string(o.max_context));
+  }
+}
+
+// The cache of one layer: rows at `positions` replaced by the block's keys (or values), and
+// what a query at each position may see of it.
+class LayerCache {
+ public:
+  LayerCache(Graph& g, const LmConfig& c, const LmStepOptions& o, Tensor positions)
+      : g_(g), c_(c), o_(o), positions_(positions) {
+    const int64_t T = o.max_context;
+    // one_hot(positions) [B, L, T]: row i of the block goes to cache row positions[b, i].
+    Tensor onehot = one_hot(positions, T);
+    scatter_ = unsqueeze(transpose(onehot), 1);                           // [B, 1, T, L]
+    written_ = unsqueeze(unsqueeze(sum(onehot, {1}), 1), -1);             // [B, 1, T, 1]
+    Array rows({T}, DType::f32);
+    for (int64_t j = 0; j < T; ++j) rows.data[static_cast<size_t>(j)] = static_cast<double>(j);
+    Tensor keep = le(g.constant(std::move(rows)), unsqueeze(cast(positions, DType::f32), -1));
+    mask_ = unsqueeze(where(keep, g.scalar(0.0), g.scalar(-std::numeric_limits<double>::infinity())),
+                      1);                                                 // [B, 1, L, T]
+  }
+
+  // Appends `x` ([B, Hkv, L, D]) to the cache state `name`; returns the updated cache.
+  Tensor append(const std::string& name, Tensor x) {
+    Tensor state = g_.state(name, {o_.batch, c_.num_key_value_heads, o_.max_context, c_.head_dim});
+    Tensor updated = state * (1.0 - written_) + matmul(scatter_, x);
+    g_.assign(state, updated);
+    return updated;
+  }
+
+  Tensor attend(Tensor q, Tensor k, Tensor v, const std::string& prefix) {
+    Tensor keys = append(prefix + "k_cache", k);
+    Tensor values = append(prefix + "v_cache", v);
+    return scaled_dot_product_attention(q, keys, values, mask_);
+  }
+
+ private:
+  Graph& g_;
+  const LmConfig& c_;
+  const LmStepOptions& o_;
+  Tensor positions_, scatter_, written_, mask_;
+};
+
+// Rows `last[b]` of h [B, L, hidden] -> [B, hidden].
+Tensor rows_at(Graph& g, Tensor h, Tensor last) {
+  const int64_t B = h.dim(0), L = h.dim(1);
+  Array base({B}, DType::i32);
+  for (int64_t b = 0; b < B; ++b) base.data[static_cast<size_t>(b)] = static_cast<double>(b * L);
+  Tensor flat = reshape(h, {B * L, h.dim(2)});
+  return take(flat, last + g.constant(std::move(base)), 0);
+}
+
+}  // namespace
+
+CausalLm build_lm_step(const LmConfig& config, const LmStepOptions& options) {
+  check_step_options(config, options);
+  CausalLmOptions lm;
+  lm.batch = options.batch;
+  lm.sequence = options.block;
+  lm.dtype = options.dtype;
+  lm.with_positions = true;
+  CausalLm m;
+  m.graph = std::make_unique<Graph>();
+  Graph& g = *m.graph;
+  models::CausalLmBlocks b(g, config, lm);
+  const Shape ids_shape{options.batch, options.block};
+  m.input_ids = g.input("input_ids", ids_shape, DType::i32);
+  m.positions = g.input("positions", ids_shape, DType::i32);
+  Tensor last = g.input("last", {options.batch}, DType::i32);
+  LayerCache cache(g, config, options, m.positions);
+  b.set_attend([&cache](Tensor q, Tensor k, Tensor v, const std::string& prefix) {
+    return cache.attend(q, k, v, prefix);
+  });
+  Tensor h = b.embed(m.input_ids);
+  const models::Rotary r = b.rotary(m.positions);
+  for (int64_t l = 0; l < config.num_hidden_layers; ++l) h = b.decoder_layer(h, l, r);
+  m.logits = b.final_logits(rows_at(g, h, last));
+  g.output("logits", m.logits);
+  g.output("next", argmax(m.logits, -1));
+  return m;
+}
+
+}  // namespace mn
