@@ -6,11 +6,16 @@
 // sampler, so it runs the same on a GPU session and on the CPU reference.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
+#include <meganeura/dtype.h>
+
 namespace mn {
+
+struct HfModel;
 
 // Hugging Face's order: temperature, then top-k, then top-p. temperature 0 is greedy (argmax).
 struct SamplingOptions {
@@ -78,5 +83,23 @@ std::vector<GeneratedSequence> generate(TokenModel& model,
                                         const GenerateCallbacks& callbacks = {},
                                         std::span<const int64_t> start = {},
                                         GenerateStats* stats = nullptr);
+
+// A Hugging Face causal LM on a device: one session with two recorded programs over the same
+// weights and KV cache (a prefill block of several tokens, and a one-token decode step), each
+// ending in the sampling kernel, so a step reads back one token id per sequence.
+struct LmRunnerOptions {
+  int64_t batch = 1;
+  int64_t max_context = 0;    // cache rows per sequence; 0: min(max_position_embeddings, 2048)
+  int64_t prefill_block = 0;  // tokens per prefill call; 0: min(128, max_context)
+  DType dtype = DType::f32;   // storage of the weights and the cache (f32, f16, bf16)
+  std::string device;         // as SessionOptions::device
+};
+
+class LmRunner : public TokenModel {
+ public:
+  static std::unique_ptr<LmRunner> create(const HfModel& model, const LmRunnerOptions& options);
+  virtual const std::string& device_name() const = 0;
+  virtual double build_seconds() const = 0;  // compiling both programs and uploading weights
+};
 
 }  // namespace mn

@@ -1,0 +1,129 @@
+// Generation with a KV cache on the GPU against transformers: the four fixture models (made by
+// tests/fixtures/lm/make_models.py) continue two prompts greedily exactly as transformers'
+// generate() did, alone and batched, and the cached step's logits equal full recomputation.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <meganeura/causal_lm.h>
+#include <meganeura/data.h>
+#include <meganeura/generate.h>
+#include <meganeura/hf.h>
+#include <meganeura/session.h>
+#include <meganeura/tokenizer.h>
+
+namespace mn {
+namespace {
+
+const std::filesystem::path kLm = std::filesystem::path(MN_SOURCE_DIR) / "tests/fixtures/lm";
+
+std::vector<int32_t> ids_of(const Array& a) {
+  std::vector<int32_t> v;
+  for (double x : a.data) v.push_back(static_cast<int32_t>(x));
+  return v;
+}
+
+struct Case {
+  std::vector<int32_t> prompt, continuation;
+  std::string text;
+};
+
+std::vector<Case> cases_of(const std::string& name) {
+  SafetensorsReader r(kLm / "reference" / (name + ".safetensors"));
+  std::vector<Case> out;
+  for (int i = 0; i < 2; ++i) {
+    const std::string k = std::to_string(i);
+    Case c{ids_of(r.array("prompt_" + k)), ids_of(r.array("greedy_" + k)),
+           r.metadata().at("prompt_text_" + k)};
+    c.continuation.erase(c.continuation.begin(), c.continuation.begin() + c.prompt.size());
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
+// transformers stops after the eos token of generation_config.json, as we are asked to.
+StopOptions stop_for(const HfModel& m) {
+  StopOptions stop;
+  stop.max_new_tokens = 16;
+  for (int64_t id : m.generation.eos_token_id) stop.stop_ids.push_back(static_cast<int32_t>(id));
+  return stop;
+}
+
+std::unique_ptr<LmRunner> runner_for(const HfModel& m, int64_t batch, int64_t block) {
+  LmRunnerOptions o;
+  o.batch = batch;
+  o.max_context = 64;
+  o.prefill_block = block;
+  return LmRunner::create(m, o);
+}
+
+class LmGenerate : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(LmGenerate, TokenizerEncodesThePromptsAsTransformers) {
+  const Tokenizer tok = Tokenizer::from_dir(kLm / "models" / GetParam());
+  for (const Case& c : cases_of(GetParam())) EXPECT_EQ(tok.encode(c.text), c.prompt) << c.text;
+}
+
+TEST_P(LmGenerate, GreedyMatchesTransformersTokenForToken) {
+  const HfModel model = load_hf_model(kLm / "models" / GetParam());
+  // A block shorter than the prompts: the prompt runs in several prefill calls.
+  auto runner = runner_for(model, 1, 8);
+  for (const Case& c : cases_of(GetParam())) {
+    const auto out = generate(*runner, {c.prompt}, {}, stop_for(model));
+    EXPECT_EQ(out[0].tokens, c.continuation) << c.text;
+  }
+}
+
+TEST_P(LmGenerate, PromptsOfDifferentLengthsInOneBatch) {
+  const HfModel model = load_hf_model(kLm / "models" / GetParam());
+  auto runner = runner_for(model, 2, 16);
+  const std::vector<Case> cases = cases_of(GetParam());
+  ASSERT_NE(cases[0].prompt.size(), cases[1].prompt.size());
+  const auto out =
+      generate(*runner, {cases[0].prompt, cases[1].prompt}, {}, stop_for(model));
+  EXPECT_EQ(out[0].tokens, cases[0].continuation);
+  EXPECT_EQ(out[1].tokens, cases[1].continuation);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, LmGenerate,
+                         ::testing::Values("llama_tied", "llama_bf16_sharded", "qwen2_tiny",
+                                           "qwen3_tiny"));
+
+// The cached step's logits after each token equal the logits of the whole sequence computed at
+// once (no cache), position by position.
+TEST(LmStep, CachedLogitsEqualFullRecomputation) {
+  const HfModel model = load_hf_model(kLm / "models" / "qwen3_tiny");
+  const std::vector<int32_t> seq = {5, 17, 300, 42, 9, 600, 77, 3, 250, 11};
+  const auto L = static_cast<int64_t>(seq.size());
+  CausalLmOptions full;
+  full.sequence = L;
+  CausalLm whole = build_causal_lm(model.config, full);
+  auto s = build_session(*whole.graph);
+  load_weights(*s, model);
+  s->set("input_ids", seq);
+  s->step();
+  const Array expected = s->get("logits");  // [1, L, V]
+  const int64_t V = model.config.vocab_size;
+
+  LmStepOptions o;
+  o.max_context = 16;
+  CausalLm step = build_lm_step(model.config, o);
+  auto d = build_session(*step.graph);
+  load_weights(*d, model);
+  double scale = 0;
+  for (double x : expected.data) scale = std::max(scale, std::abs(x));
+  for (int64_t i = 0; i < L; ++i) {
+    d->set("input_ids", std::vector<int32_t>{seq[i]});
+    d->set("positions", std::vector<int32_t>{static_cast<int32_t>(i)});
+    d->set("last", std::vector<int32_t>{0});
+    d->step();
+    const Array got = d->get("logits");
+    double err = 0;
+    for (int64_t v = 0; v < V; ++v) err = std::max(err, std::abs(got.data[v] - expected.data[i * V + v]));
+    EXPECT_LE(err / scale, 1e-5) << "position " << i;
+  }
+}
+
+}  // namespace
+}  // namespace mn
