@@ -7,4 +7,6 @@ void add_devices_command(CLI::App& app);  // devices.cpp
 void add_ops_command(CLI::App& app);      // ops.cpp
 void add_train_command(CLI::App& app);    // train.cpp
 void add_inspect_command(CLI::App& app);  // inspect.cpp
+void add_generate_command(CLI::App& app);  // generate.cpp
+void add_chat_command(CLI::App& app);      // chat.cpp
 }  // namespace mn::cli

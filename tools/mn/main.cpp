@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   mn::cli::add_ops_command(app);
   mn::cli::add_train_command(app);
   mn::cli::add_inspect_command(app);
+  mn::cli::add_generate_command(app);
+  mn::cli::add_chat_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

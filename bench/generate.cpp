@@ -1,0 +1,103 @@
+// Prefill and KV-cache decoding of a Hugging Face causal LM (the directory bench/generate.py
+// --make writes, so both run the same weights): batch 1, greedy. Prints one JSON line.
+// PyTorch counterpart: bench/generate.py.
+//
+// Usage: bench_generate MODEL_DIR [--dtype f32|f16|bf16] [--prompt-tokens 256]
+//                       [--new-tokens 64] [--prefill-tokens 512] [--device D]
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench_util.h"
+
+#include <meganeura/generate.h>
+#include <meganeura/hf.h>
+
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> pick(0, static_cast<int32_t>(vocab - 1));
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = pick(rng);
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: bench_generate MODEL_DIR [options]\n");
+    return 2;
+  }
+  std::string dir = argv[1], dtype = "f32", device;
+  int64_t prompt_tokens = 256, new_tokens = 64, prefill_tokens = 512;
+  for (int i = 2; i < argc; ++i) {
+    auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
+    if (!std::strcmp(argv[i], "--dtype"))
+      dtype = next();
+    else if (!std::strcmp(argv[i], "--prompt-tokens"))
+      prompt_tokens = std::atoll(next());
+    else if (!std::strcmp(argv[i], "--new-tokens"))
+      new_tokens = std::atoll(next());
+    else if (!std::strcmp(argv[i], "--prefill-tokens"))
+      prefill_tokens = std::atoll(next());
+    else if (!std::strcmp(argv[i], "--device"))
+      device = next();
+    else
+      throw mn::Error(std::string("bench_generate: unknown option ") + argv[i]);
+  }
+  const mn::HfModel model = mn::load_hf_model(dir);
+  mn::LmRunnerOptions o;
+  o.dtype = mn::dtype_from_name(dtype);
+  o.device = device;
+  o.max_context = std::max(prefill_tokens, prompt_tokens + new_tokens);
+  o.prefill_block = prefill_tokens;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto runner = mn::LmRunner::create(model, o);
+  const double build_ms = ms_since(t0);
+  const int64_t vocab = model.config.vocab_size;
+
+  // Prefill: one block of prefill_tokens tokens, timed over repetitions.
+  std::vector<double> prefill_ms;
+  const auto block = random_tokens(prefill_tokens, vocab, 1);
+  for (int r = 0; r < 12; ++r) {
+    mn::StopOptions one;
+    one.max_new_tokens = 1;
+    mn::GenerateStats st;
+    mn::generate(*runner, {block}, {}, one, {}, {}, &st);
+    if (r >= 2) prefill_ms.push_back(st.prefill_ms);
+  }
+  // Decoding after a prompt of prompt_tokens tokens.
+  mn::StopOptions stop;
+  stop.max_new_tokens = new_tokens;
+  mn::GenerateStats st;
+  mn::generate(*runner, {random_tokens(prompt_tokens, vocab, 2)}, {}, stop, {}, {}, &st);
+  const double per_token = st.decode_ms / static_cast<double>(std::max<int64_t>(1, st.decode_steps));
+  nlohmann::json j = {{"name", "generate_" + std::filesystem::path(dir).filename().string()},
+                      {"impl", "meganeura"},
+                      {"precision", dtype},
+                      {"prompt_tokens", prompt_tokens},
+                      {"generated_tokens", st.generated_tokens},
+                      {"prefill_tokens", prefill_tokens},
+                      {"prefill_ms", mn::bench::median(prefill_ms)},
+                      {"ms_per_token", per_token},
+                      {"tokens_per_second", 1e3 / per_token},
+                      {"build_ms", build_ms},
+                      {"device", runner->device_name()}};
+  std::cout << j.dump() << std::endl;
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_generate: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,35 @@
+#pragma once
+// Options shared by the language-model commands (generate, chat): the model directory, the
+// device and storage dtype, the context, and sampling, whose defaults come from the model's
+// generation_config.json when the command line leaves them out.
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+
+#include <meganeura/generate.h>
+#include <meganeura/hf.h>
+#include <meganeura/tokenizer.h>
+
+namespace mn::cli {
+
+struct LmArgs {
+  std::string model_dir;
+  std::string dtype = "f32";
+  std::string device;
+  int64_t max_context = 0;
+  int64_t max_tokens = 0;  // 0: generation_config's max_new_tokens, else 256
+  std::optional<double> temperature, top_p;
+  std::optional<int64_t> top_k;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;
+};
+
+void add_lm_options(CLI::App& cmd, LmArgs& a);
+
+// What the arguments and the model's generation_config.json ask for; throws mn::Error naming
+// the option for a value out of range.
+SamplingOptions sampling_options(const LmArgs& a, const GenerationConfig& g);
+StopOptions stop_options(const LmArgs& a, const GenerationConfig& g, const Tokenizer& tokenizer);
+LmRunnerOptions runner_options(const LmArgs& a, int64_t batch);
+
+}  // namespace mn::cli
