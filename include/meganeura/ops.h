@@ -95,6 +95,13 @@ inline Tensor gather(Tensor x, Tensor indices, int64_t axis = 0) { return take(x
 // out = x, then out[..., indices[i], ...] += updates[..., i, ...] along `axis` (adjoint of take).
 Tensor scatter_add(Tensor x, Tensor indices, Tensor updates, int64_t axis = 0);
 Tensor one_hot(Tensor indices, int64_t depth, DType dtype = DType::f32);
+// KV-cache update (src/ir/ops/cache.cpp): cache [..., T, D], update [..., L, D] with the same
+// leading axes, positions i32 [lead[:k]..., L] (a prefix of the leading axes: [L] shared, [B, L]
+// per batch, [B, H, L] per head). Returns cache with row positions[.., i] replaced by
+// update[..., i, :] (a repeated position keeps the last). A position outside [0, T) is an error
+// in the reference; the GPU skips it. assign(state, cache_write(state, ...)) updates the state's
+// buffer in place. Not differentiable.
+Tensor cache_write(Tensor cache, Tensor update, Tensor positions);
 
 // ---- normalization, activations with a reduction, regularization (src/ir/ops/nn.cpp) ----
 Tensor softmax(Tensor x, int64_t axis = -1);

@@ -2,6 +2,11 @@
 // Running a graph on a Vulkan device. A Session compiles the graph once (lowering, kernels,
 // memory plan) and records the whole step — input uploads, every kernel, assignments (the
 // optimizer update), output readbacks — into one command buffer; step() is one submission.
+//
+// A session may run several programs (graphs) over the same weights and state, e.g. the
+// prefill and decode graphs of generation: parameters and states with the same name are one
+// buffer shared by every program, each program has its own recorded command buffer, inputs and
+// outputs, and the intermediates of all programs share memory (one program runs at a time).
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -30,6 +35,24 @@ struct SessionOptions {
   bool optimize = true;
 };
 
+// One program of a multi-program session.
+struct SessionProgram {
+  std::string name;
+  const Graph* graph = nullptr;
+  // The outputs copied to host memory at the end of every step, when the device's memory is not
+  // host-visible (unset: all). get() of another output copies it from device memory on demand,
+  // so a large output read only now and then costs no readback per step.
+  std::optional<std::vector<std::string>> read_back;
+};
+
+struct ProgramMemory {
+  std::string name;
+  uint64_t own_bytes = 0;        // its inputs, outputs and constants
+  uint64_t transient_bytes = 0;  // its intermediates (the region all programs share)
+  size_t dispatches = 0;
+  size_t barriers = 0;
+};
+
 struct MemorySummary {
   uint64_t arena_bytes = 0;       // one device allocation holding every tensor
   uint64_t persistent_bytes = 0;  // parameters, state, inputs, outputs, constants
@@ -37,6 +60,8 @@ struct MemorySummary {
   size_t tensors = 0;
   size_t dispatches = 0;
   size_t barriers = 0;
+  uint64_t shared_bytes = 0;            // parameters and states (one buffer each, all programs)
+  std::vector<ProgramMemory> programs;  // one per program (one for a one-graph session)
 };
 
 struct KernelTime {
@@ -73,6 +98,17 @@ class Session {
   void submit();
   void wait();
 
+  // Multi-program sessions. The unnamed forms above and below address a program's inputs and
+  // outputs when the name belongs to one program only; step() and submit() need the program
+  // when there are several.
+  void step(std::string_view program);
+  void submit(std::string_view program);
+  void set(std::string_view program, std::string_view name, const Array& value);
+  Array get(std::string_view program, std::string_view name) const;
+  std::vector<std::string> program_names() const;
+  std::vector<std::string> input_names(std::string_view program) const;
+  std::vector<std::string> output_names(std::string_view program) const;
+
   std::vector<std::string> input_names() const;
   std::vector<std::string> output_names() const;
   std::vector<std::string> parameter_names() const;
@@ -91,6 +127,12 @@ class Session {
 };
 
 std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions& options = {});
+// Several programs in one session. mn::Error for duplicate or empty program names, a parameter
+// or state whose type (or kind) differs between programs (naming it and both types), or a
+// read_back entry that is not an output. A shared tensor takes its initial value from the first
+// program that has it.
+std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& programs,
+                                       const SessionOptions& options = {});
 
 // Names of the Vulkan devices, one per line with their index and type (for `mn devices`).
 std::string list_devices();

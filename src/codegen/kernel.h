@@ -81,6 +81,9 @@ struct LowerContext {
   const Node& node;
   std::span<const TensorType> inputs;
   const DeviceTraits& device;
+  // Ops with OpDef::updates_input0_in_place: the output binding is input 0's own buffer, so
+  // only the changed elements are stored (the planner decided no one reads the old value).
+  bool in_place = false;
 };
 
 using LowerFn = std::function<Lowering(const LowerContext&)>;

@@ -64,6 +64,11 @@ struct OpDef {
   SamplesFn samples;      // conformance/gradcheck cases; required for every public op
   std::string summary;    // one line for `mn ops`
   bool internal = false;  // helper ops produced by vjps/decompositions, not in the public API
+  // The result is input 0 with some elements replaced (cache_write), and the GPU lowering can
+  // write those elements into input 0's own buffer (LowerContext::in_place). The planner does so
+  // when the result is assigned back to the state that is input 0 and no other kernel reads
+  // the old value afterwards (plan/in_place.h); else the lowering copies input 0 first.
+  bool updates_input0_in_place = false;
 };
 
 // The table. Lookups throw mn::Error naming an unknown op.

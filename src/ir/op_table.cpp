@@ -64,6 +64,7 @@ const Table& table() {
     register_pool_ops(t.registry);
     register_attention_ops(t.registry);
     register_loss_ops(t.registry);
+    register_cache_ops(t.registry);
     for (const auto& d : t.registry.defs) {
       t.by_name.emplace(d->name, d.get());
       t.ordered.push_back(d.get());

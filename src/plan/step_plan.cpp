@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "ir/op_def.h"
+#include "plan/in_place.h"
 #include "schedule/fusion.h"
 #include "schedule/gpu_lowering.h"
 
@@ -33,6 +34,7 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
   // Past a few hundred bindings a launch saves nothing more (and descriptor sets grow).
   fo.max_bindings = std::min<uint32_t>(options.device.max_storage_buffers, 256);
   p.groups = fuse ? schedule::fuse(g, fo) : schedule::unfused_groups(g);
+  const std::vector<char> in_place = plan_in_place(g, p.groups);
 
   p.node_buffer.assign(n, -1);
   auto new_buffer = [&](uint64_t bytes, bool persistent, NodeId node) {
@@ -72,14 +74,16 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
       }
       return b;
     };
-    codegen::Lowering l = schedule::lower_group(g, group, options.device);
+    codegen::Lowering l = schedule::lower_group(g, group, options.device, in_place[gi] != 0);
     if (l.alias_input0) {
       p.node_buffer[group.outputs.at(0)] = buffer_of(group.inputs.at(0));
       continue;
     }
     std::vector<int> outs;
     for (NodeId o : group.outputs) {
-      outs.push_back(new_buffer(device_bytes(g.node(o).type), false, o));
+      // In place: the output is input 0's buffer, and its assignment needs no copy.
+      outs.push_back(in_place[gi] ? buffer_of(group.inputs.at(0))
+                                  : new_buffer(device_bytes(g.node(o).type), false, o));
       p.node_buffer[o] = outs.back();
     }
     std::vector<int> scratch;

@@ -1,10 +1,13 @@
 #include <meganeura/session.h>
 
+#include <algorithm>
 #include <bit>
 #include <map>
+#include <set>
 
 #include "codegen/shader_cache.h"
 #include "ir/op_def.h"
+#include "plan/program_layout.h"
 #include "plan/step_plan.h"
 #include "runtime/convert_raw.h"
 #include "runtime/device_pool.h"
@@ -18,26 +21,57 @@
 
 namespace mn {
 
-struct Session::Impl {
-  std::shared_ptr<vk::Device> device;
+// One compiled graph of the session: its plan (offsets in the shared arena), its recorded
+// step, and its staging buffers when the host does not map the arena.
+struct Program {
+  std::string name;
   plan::StepPlan plan;
-  std::unique_ptr<vk::Arena> arena;
   std::unique_ptr<vk::StagingBuffer> upload, readback;
   std::map<std::string, uint64_t, std::less<>> upload_offset, readback_offset;  // by name
-  std::map<std::string, std::unique_ptr<vk::Pipeline>> pipelines;               // by GLSL source
   std::unique_ptr<vk::Recording> recording;
   std::map<std::string, bool, std::less<>> input_set;
-  bool pending = false;
 
-  const Node& node_named(std::string_view name, const char* what) const;
   const plan::PlannedBuffer& buffer_of(NodeId id) const {
     return plan.buffers[static_cast<size_t>(plan.node_buffer[id])];
   }
-  void write_tensor(std::string_view name, std::span<const std::byte> bytes);
+  const Node* find(std::string_view name) const {
+    for (const auto* m : {&plan.inputs, &plan.persistents, &plan.outputs}) {
+      auto it = m->find(name);
+      if (it != m->end()) return &plan.graph.node(it->second);
+    }
+    return nullptr;
+  }
+  NodeId id_of(std::string_view name) const {
+    for (const auto* m : {&plan.outputs, &plan.persistents, &plan.inputs}) {
+      auto it = m->find(name);
+      if (it != m->end()) return it->second;
+    }
+    throw Error("Session: program '" + this->name + "' has no tensor '" + std::string(name) + "'");
+  }
+};
+
+struct Session::Impl {
+  std::shared_ptr<vk::Device> device;
+  std::unique_ptr<vk::Arena> arena;
+  std::map<std::string, std::unique_ptr<vk::Pipeline>> pipelines;  // by GLSL source
+  std::vector<Program> programs;
+  plan::ProgramsLayout layout;
+  int pending = -1;  // the program whose submission may still run
+
+  Program& program(std::string_view name, const char* what);
+  // The program owning `name`: any one that has it for a shared parameter or state, the only
+  // one that has it otherwise.
+  Program& owner(std::string_view name, const char* what);
+  const Node& node_named(std::string_view name, const char* what) {
+    return *owner(name, what).find(name);
+  }
+  void write_tensor(Program& p, std::string_view name, std::span<const std::byte> bytes);
+  Array read_tensor(const Program& p, std::string_view name);
   void finish_pending() {
-    if (pending) {
-      pending = false;
-      recording->wait();
+    if (pending >= 0) {
+      const int p = pending;
+      pending = -1;
+      programs[static_cast<size_t>(p)].recording->wait();
     }
   }
 };
@@ -50,136 +84,170 @@ std::vector<std::byte> host_bytes(const Array& a, DType dtype) {
   return bytes;
 }
 
-}  // namespace
-
-const Node& Session::Impl::node_named(std::string_view name, const char* what) const {
-  for (const auto* m : {&plan.inputs, &plan.persistents, &plan.outputs}) {
-    auto it = m->find(name);
-    if (it != m->end()) return plan.graph.node(it->second);
-  }
+std::string known_names(const Program& p) {
   std::string known;
-  for (const auto* m : {&plan.inputs, &plan.persistents, &plan.outputs}) {
+  for (const auto* m : {&p.plan.inputs, &p.plan.persistents, &p.plan.outputs}) {
     for (const auto& [n, id] : *m) known += (known.empty() ? "" : ", ") + n;
   }
-  throw Error(std::string(what) + ": no input, parameter, state or output named '" +
-              std::string(name) + "' (have: " + known + ")");
+  return known;
 }
 
-void Session::Impl::write_tensor(std::string_view name, std::span<const std::byte> bytes) {
-  if (!plan.inputs.count(name) && !plan.persistents.count(name)) {
+}  // namespace
+
+Program& Session::Impl::program(std::string_view name, const char* what) {
+  std::string known;
+  for (Program& p : programs) {
+    if (p.name == name) return p;
+    known += (known.empty() ? "" : ", ") + p.name;
+  }
+  throw Error(std::string(what) + ": no program named '" + std::string(name) + "' (have: " +
+              known + ")");
+}
+
+Program& Session::Impl::owner(std::string_view name, const char* what) {
+  std::vector<Program*> found;
+  for (Program& p : programs) {
+    if (p.plan.persistents.count(name)) return p;
+    if (p.find(name)) found.push_back(&p);
+  }
+  if (found.size() == 1) return *found.front();
+  if (found.empty()) {
+    std::string known;
+    for (const Program& p : programs) known += (known.empty() ? "" : "; ") + known_names(p);
+    throw Error(std::string(what) + ": no input, parameter, state or output named '" +
+                std::string(name) + "' (have: " + known + ")");
+  }
+  std::string which;
+  for (const Program* p : found) which += (which.empty() ? "" : ", ") + p->name;
+  throw Error(std::string(what) + ": '" + std::string(name) + "' belongs to programs " + which +
+              "; name the program");
+}
+
+void Session::Impl::write_tensor(Program& p, std::string_view name,
+                                 std::span<const std::byte> bytes) {
+  if (!p.plan.inputs.count(name) && !p.plan.persistents.count(name)) {
     throw Error("Session::set: '" + std::string(name) +
                 "' is an output; outputs are read, not set");
   }
   finish_pending();
-  if (auto it = upload_offset.find(name); it != upload_offset.end()) {
-    upload->write(it->second, bytes);  // copied into the arena by the recorded step
-    input_set[std::string(name)] = true;
+  if (auto it = p.upload_offset.find(name); it != p.upload_offset.end()) {
+    p.upload->write(it->second, bytes);  // copied into the arena by the recorded step
+    p.input_set[std::string(name)] = true;
     return;
   }
-  auto id = plan.inputs.count(name) ? plan.inputs.find(name)->second
-                                    : plan.persistents.find(name)->second;
-  arena->write(buffer_of(id).offset, bytes);
-  if (plan.inputs.count(name)) input_set[std::string(name)] = true;
+  auto id = p.plan.inputs.count(name) ? p.plan.inputs.find(name)->second
+                                      : p.plan.persistents.find(name)->second;
+  arena->write(p.buffer_of(id).offset, bytes);
+  if (p.plan.inputs.count(name)) p.input_set[std::string(name)] = true;
+}
+
+Array Session::Impl::read_tensor(const Program& p, std::string_view name) {
+  finish_pending();
+  const Node& n = *p.find(name);
+  std::vector<std::byte> bytes(static_cast<size_t>(n.type.numel()) * dtype_size(n.type.dtype));
+  auto staged = p.readback_offset.find(name);
+  if (staged != p.readback_offset.end()) {
+    p.readback->read(staged->second, bytes);
+  } else {  // host-mapped arena, or an output not read back every step: on demand
+    arena->read(p.buffer_of(p.id_of(name)).offset, bytes);
+  }
+  return Array(n.type.shape, n.type.dtype,
+               runtime::decode(bytes, n.type.dtype, static_cast<size_t>(n.type.numel())));
 }
 
 Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() {
-  if (impl_ && impl_->pending) {
+  if (impl_ && impl_->pending >= 0) {
     try {
-      impl_->recording->wait();
+      impl_->programs[static_cast<size_t>(impl_->pending)].recording->wait();
     } catch (...) {  // NOLINT(bugprone-empty-catch): destructors must not throw
     }
   }
 }
 
-std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions& options) {
-  auto impl = std::make_unique<Session::Impl>();
-  impl->device = runtime::shared_device(options.device, options.validation);
-  vk::Device& dev = *impl->device;
-  const auto& caps = dev.capabilities();
+namespace {
 
-  plan::PlanOptions po = runtime::plan_options(dev);
-  po.optimize.enabled = po.fuse = options.optimize;
-  impl->plan = plan::make_step_plan(graph, po);
-  plan::StepPlan& p = impl->plan;
-
-  vk::ArenaOptions ao;
-  ao.chunk_bytes = po.chunk_bytes;
-  impl->arena = std::make_unique<vk::Arena>(dev, std::max<uint64_t>(p.arena_bytes, 256), ao);
-  vk::Arena& arena = *impl->arena;
-
-  // Kernels: compile every distinct shader (in parallel, cached on disk), one pipeline each.
+// Compiles every distinct shader of every program (in parallel, cached on disk), one pipeline
+// each.
+void build_pipelines(Session::Impl& impl, const plan::PlanOptions& po) {
   static codegen::ShaderCache cache;
   std::vector<codegen::ShaderSource> sources;
   std::map<std::string, size_t> source_index;
   codegen::CompileOptions co;
-  co.target = codegen::target_env_for(caps.api_version);
-  for (const auto& l : p.launches) {
-    if (source_index.emplace(l.kernel.glsl, sources.size()).second) {
-      co.name = l.kernel.name;
-      // Cooperative-matrix kernels through the KHR rewrite: the device's path, or the kernel's
-      // own need (workgroup-scope matrices exist only as KHR types).
-      co.coop_khr = po.device.coop_khr || l.kernel.coop_khr;
-      sources.push_back({l.kernel.glsl, co});
+  co.target = codegen::target_env_for(impl.device->capabilities().api_version);
+  for (const Program& p : impl.programs) {
+    for (const auto& l : p.plan.launches) {
+      if (source_index.emplace(l.kernel.glsl, sources.size()).second) {
+        co.name = l.kernel.name;
+        // Cooperative-matrix kernels through the KHR rewrite: the device's path, or the
+        // kernel's own need (workgroup-scope matrices exist only as KHR types).
+        co.coop_khr = po.device.coop_khr || l.kernel.coop_khr;
+        sources.push_back({l.kernel.glsl, co});
+      }
     }
   }
   auto spirv = cache.get_batch(sources);
-  for (const auto& l : p.launches) {
-    auto& slot = impl->pipelines[l.kernel.glsl];
-    if (slot) continue;
-    vk::KernelInterface ki;
-    ki.buffer_count = static_cast<uint32_t>(l.kernel.bindings.size());
-    ki.workgroup_size = l.kernel.workgroup;
-    slot =
-        std::make_unique<vk::Pipeline>(dev, spirv[source_index[l.kernel.glsl]], ki, l.kernel.name);
+  for (const Program& p : impl.programs) {
+    for (const auto& l : p.plan.launches) {
+      auto& slot = impl.pipelines[l.kernel.glsl];
+      if (slot) continue;
+      vk::KernelInterface ki;
+      ki.buffer_count = static_cast<uint32_t>(l.kernel.bindings.size());
+      ki.workgroup_size = l.kernel.workgroup;
+      slot = std::make_unique<vk::Pipeline>(*impl.device, spirv[source_index[l.kernel.glsl]], ki,
+                                            l.kernel.name);
+    }
   }
+}
 
-  // Host-side staging for inputs and outputs, unless the host maps the arena itself.
-  const bool direct = arena.host_mapped();
+// Host-side staging for inputs and the outputs read back every step.
+void build_staging(vk::Device& dev, Program& p, const SessionProgram& spec) {
   uint64_t up_bytes = 0, down_bytes = 0;
-  if (!direct) {
-    for (const auto& [name, id] : p.inputs) {
-      impl->upload_offset[name] = up_bytes;
-      up_bytes += (impl->buffer_of(id).bytes + 15) / 16 * 16;
-    }
-    for (const auto& [name, id] : p.outputs) {
-      impl->readback_offset[name] = down_bytes;
-      down_bytes += (impl->buffer_of(id).bytes + 15) / 16 * 16;
-    }
-    impl->upload =
-        std::make_unique<vk::StagingBuffer>(dev, std::max<uint64_t>(up_bytes, 16), false);
-    impl->readback =
-        std::make_unique<vk::StagingBuffer>(dev, std::max<uint64_t>(down_bytes, 16), true);
+  for (const auto& [name, id] : p.plan.inputs) {
+    p.upload_offset[name] = up_bytes;
+    up_bytes += (p.buffer_of(id).bytes + 15) / 16 * 16;
   }
+  for (const auto& [name, id] : p.plan.outputs) {
+    if (spec.read_back &&
+        std::find(spec.read_back->begin(), spec.read_back->end(), name) == spec.read_back->end())
+      continue;
+    p.readback_offset[name] = down_bytes;
+    down_bytes += (p.buffer_of(id).bytes + 15) / 16 * 16;
+  }
+  p.upload = std::make_unique<vk::StagingBuffer>(dev, std::max<uint64_t>(up_bytes, 16), false);
+  p.readback = std::make_unique<vk::StagingBuffer>(dev, std::max<uint64_t>(down_bytes, 16), true);
+}
 
-  // Initial values: parameters and states from their initializers, constants as given.
-  for (size_t i = 0; i < p.graph.size(); ++i) {
-    const Node& n = p.graph.node(static_cast<NodeId>(i));
-    if (p.node_buffer[i] < 0) continue;
-    const plan::PlannedBuffer& b = p.buffers[static_cast<size_t>(p.node_buffer[i])];
+// Parameters and states from their initializers (a shared one once), constants as given.
+void write_initial_values(vk::Arena& arena, const Program& p, std::set<std::string>& written) {
+  for (size_t i = 0; i < p.plan.graph.size(); ++i) {
+    const Node& n = p.plan.graph.node(static_cast<NodeId>(i));
+    if (p.plan.node_buffer[i] < 0) continue;
     std::optional<Array> value;
-    if (n.op_name() == "parameter")
+    if (n.op_name() == "parameter" && written.insert(n.name).second)
       value = initialize(n.attrs.as<ParameterAttrs>().init, n.type.shape, n.type.dtype);
-    if (n.op_name() == "state")
+    if (n.op_name() == "state" && written.insert(n.name).second)
       value = initialize(n.attrs.as<StateAttrs>().init, n.type.shape, n.type.dtype);
     if (n.op_name() == "constant") value = *n.attrs.as<ConstantAttrs>().value.array;
-    if (value) arena.write(b.offset, host_bytes(*value, n.type.dtype));
+    if (value) arena.write(p.buffer_of(static_cast<NodeId>(i)).offset, host_bytes(*value, n.type.dtype));
   }
+}
 
-  // The step: uploads, kernels, assignment copies, readbacks.
+// The step: uploads, kernels, assignment copies, readbacks.
+void record_step(Session::Impl& impl, Program& prog, const SessionOptions& options) {
+  const plan::StepPlan& p = prog.plan;
+  vk::Arena& arena = *impl.arena;
   vk::RecordingOptions ro;
   ro.timestamps = options.profile;
-  ro.label = "step";
-  impl->recording = std::make_unique<vk::Recording>(dev, ro);
-  vk::Recording& rec = *impl->recording;
+  ro.label = prog.name;
+  prog.recording = std::make_unique<vk::Recording>(*impl.device, ro);
+  vk::Recording& rec = *prog.recording;
   auto range_of = [&](int buffer) {
     const plan::PlannedBuffer& b = p.buffers[static_cast<size_t>(buffer)];
     return arena.range(b.offset, b.bytes);
   };
-  if (!direct) {
-    for (const auto& [name, id] : p.inputs) {
-      rec.upload(*impl->upload, impl->upload_offset[name], range_of(p.node_buffer[id]));
-    }
+  for (const auto& [name, offset] : prog.upload_offset) {
+    rec.upload(*prog.upload, offset, range_of(p.node_buffer[p.inputs.find(name)->second]));
   }
   // Intermediates whose last reader is launch i, for poisoning.
   std::vector<std::vector<int>> dead_after(p.launches.size());
@@ -194,7 +262,7 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
   for (size_t li = 0; li < p.launches.size(); ++li) {
     const auto& l = p.launches[li];
     vk::Dispatch d;
-    d.pipeline = impl->pipelines[l.kernel.glsl].get();
+    d.pipeline = impl.pipelines[l.kernel.glsl].get();
     for (size_t k = 0; k < l.buffers.size(); ++k) {
       d.buffers.push_back({range_of(l.buffers[k]),
                            l.kernel.bindings[k].written ? vk::Access::write : vk::Access::read});
@@ -208,26 +276,84 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
     }
   }
   for (const auto& [from, to] : p.assignment_copies) rec.copy(range_of(from), range_of(to));
-  if (!direct) {
-    for (const auto& [name, id] : p.outputs) {
-      rec.download(range_of(p.node_buffer[id]), *impl->readback, impl->readback_offset[name]);
-    }
+  for (const auto& [name, offset] : prog.readback_offset) {
+    rec.download(range_of(p.node_buffer[p.outputs.find(name)->second]), *prog.readback, offset);
   }
   rec.finish();
+}
+
+void check_programs(const std::vector<SessionProgram>& specs) {
+  if (specs.empty()) throw Error("build_session: no programs");
+  std::set<std::string> names;
+  for (const SessionProgram& s : specs) {
+    if (s.name.empty() || !s.graph) {
+      throw Error("build_session: every program needs a name and a graph");
+    }
+    if (!names.insert(s.name).second) {
+      throw Error("build_session: two programs named '" + s.name + "'");
+    }
+    for (const std::string& out : s.read_back.value_or(std::vector<std::string>{})) {
+      if (!s.graph->find_output(out)) {
+        throw Error("build_session: program '" + s.name + "' reads back '" + out +
+                    "', which is not one of its outputs");
+      }
+    }
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& specs,
+                                       const SessionOptions& options) {
+  check_programs(specs);
+  auto impl = std::make_unique<Session::Impl>();
+  impl->device = runtime::shared_device(options.device, options.validation);
+  vk::Device& dev = *impl->device;
+
+  plan::PlanOptions po = runtime::plan_options(dev);
+  po.optimize.enabled = po.fuse = options.optimize;
+  std::vector<plan::StepPlan*> plans;
+  std::vector<std::string> names;
+  impl->programs.resize(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    impl->programs[i].name = specs[i].name;
+    impl->programs[i].plan = plan::make_step_plan(*specs[i].graph, po);
+    plans.push_back(&impl->programs[i].plan);
+    names.push_back(specs[i].name);
+  }
+  impl->layout = plan::place_programs(plans, names, po.alignment, po.chunk_bytes);
+
+  vk::ArenaOptions ao;
+  ao.chunk_bytes = po.chunk_bytes;
+  impl->arena =
+      std::make_unique<vk::Arena>(dev, std::max<uint64_t>(impl->layout.arena_bytes, 256), ao);
+  build_pipelines(*impl, po);
+  std::set<std::string> initialized;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    Program& p = impl->programs[i];
+    // The host maps the arena itself on some devices: no staging then.
+    if (!impl->arena->host_mapped()) build_staging(dev, p, specs[i]);
+    write_initial_values(*impl->arena, p, initialized);
+    record_step(*impl, p, options);
+  }
   dev.check_validation("building the session");
   return std::make_unique<Session>(std::move(impl));
 }
 
-void Session::set(std::string_view name, const Array& value) {
-  const Node& n = impl_->node_named(name, "Session::set");
+std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions& options) {
+  return build_session(std::vector<SessionProgram>{{"step", &graph, std::nullopt}}, options);
+}
+
+namespace {
+// Checks a host value against the tensor's type and encodes it.
+std::vector<std::byte> array_bytes(const Node& n, std::string_view name, const Array& value) {
   if (value.shape != n.type.shape && value.numel() != n.type.numel()) {
     throw ShapeError("Session::set '" + std::string(name) + "': expected " + n.type.str() +
                      ", got shape " + shape_str(value.shape));
   }
-  impl_->write_tensor(name, host_bytes(value, n.type.dtype));
+  return host_bytes(value, n.type.dtype);
 }
 
-namespace {
 // Encodes host values of any element type into the tensor's dtype after checking the count.
 template <class T>
 std::vector<std::byte> checked_bytes(const Node& n, std::string_view name,
@@ -243,12 +369,29 @@ std::vector<std::byte> checked_bytes(const Node& n, std::string_view name,
 }
 }  // namespace
 
+void Session::set(std::string_view name, const Array& value) {
+  Program& p = impl_->owner(name, "Session::set");
+  impl_->write_tensor(p, name, array_bytes(*p.find(name), name, value));
+}
+
+void Session::set(std::string_view program, std::string_view name, const Array& value) {
+  Program& p = impl_->program(program, "Session::set");
+  const Node* n = p.find(name);
+  if (!n) {
+    throw Error("Session::set: program '" + p.name + "' has no input, parameter or state named '" +
+                std::string(name) + "' (have: " + known_names(p) + ")");
+  }
+  impl_->write_tensor(p, name, array_bytes(*n, name, value));
+}
+
 void Session::set(std::string_view name, std::span<const float> values) {
-  impl_->write_tensor(name, checked_bytes(impl_->node_named(name, "Session::set"), name, values));
+  Program& p = impl_->owner(name, "Session::set");
+  impl_->write_tensor(p, name, checked_bytes(*p.find(name), name, values));
 }
 
 void Session::set(std::string_view name, std::span<const int32_t> values) {
-  impl_->write_tensor(name, checked_bytes(impl_->node_named(name, "Session::set"), name, values));
+  Program& p = impl_->owner(name, "Session::set");
+  impl_->write_tensor(p, name, checked_bytes(*p.find(name), name, values));
 }
 
 void Session::set_scalar(std::string_view name, double value) {
@@ -274,43 +417,42 @@ void Session::set_raw(std::string_view name, DType source, std::span<const std::
 }
 
 Array Session::get(std::string_view name) const {
-  impl_->finish_pending();
-  const Node& n = impl_->node_named(name, "Session::get");
-  std::vector<std::byte> bytes(static_cast<size_t>(n.type.numel()) * dtype_size(n.type.dtype));
-  auto out = impl_->plan.outputs.find(name);
-  if (out != impl_->plan.outputs.end() && impl_->readback) {
-    impl_->readback->read(impl_->readback_offset.at(std::string(name)), bytes);
-  } else {
-    NodeId id = out != impl_->plan.outputs.end()      ? out->second
-                : impl_->plan.persistents.count(name) ? impl_->plan.persistents.find(name)->second
-                                                      : impl_->plan.inputs.find(name)->second;
-    impl_->arena->read(impl_->buffer_of(id).offset, bytes);
+  return impl_->read_tensor(impl_->owner(name, "Session::get"), name);
+}
+
+Array Session::get(std::string_view program, std::string_view name) const {
+  const Program& p = impl_->program(program, "Session::get");
+  if (!p.find(name)) {
+    throw Error("Session::get: program '" + p.name + "' has no tensor named '" +
+                std::string(name) + "' (have: " + known_names(p) + ")");
   }
-  return Array(n.type.shape, n.type.dtype,
-               runtime::decode(bytes, n.type.dtype, static_cast<size_t>(n.type.numel())));
+  return impl_->read_tensor(p, name);
 }
 
 std::vector<float> Session::get_f32(std::string_view name) const { return get(name).to_f32(); }
 
-void Session::submit() {
+void Session::submit(std::string_view program) {
+  Program& p = impl_->program(program, "Session::submit");
   impl_->finish_pending();
   std::string missing;
-  for (const auto& [name, id] : impl_->plan.inputs) {
-    if (!impl_->input_set[name]) missing += (missing.empty() ? "" : ", ") + name;
+  for (const auto& [name, id] : p.plan.inputs) {
+    if (!p.input_set[name]) missing += (missing.empty() ? "" : ", ") + name;
   }
   if (!missing.empty()) throw Error("Session::step: inputs never set: " + missing);
-  impl_->recording->submit();
-  impl_->pending = true;
-}
-
-void Session::wait() { impl_->finish_pending(); }
-
-void Session::step() {
-  submit();
-  wait();
+  p.recording->submit();
+  impl_->pending = static_cast<int>(&p - impl_->programs.data());
 }
 
 namespace {
+const std::string& only_program(const std::vector<Program>& programs, const char* what) {
+  if (programs.size() != 1) {
+    std::string names;
+    for (const Program& p : programs) names += (names.empty() ? "" : ", ") + p.name;
+    throw Error(std::string(what) + ": the session runs programs " + names + "; name one");
+  }
+  return programs.front().name;
+}
+
 std::vector<std::string> keys(const std::map<std::string, NodeId, std::less<>>& m) {
   std::vector<std::string> out;
   for (const auto& [k, v] : m) out.push_back(k);
@@ -318,17 +460,56 @@ std::vector<std::string> keys(const std::map<std::string, NodeId, std::less<>>& 
 }
 }  // namespace
 
-std::vector<std::string> Session::input_names() const { return keys(impl_->plan.inputs); }
-std::vector<std::string> Session::output_names() const { return keys(impl_->plan.outputs); }
-std::vector<std::string> Session::parameter_names() const {
+void Session::submit() { submit(only_program(impl_->programs, "Session::submit")); }
+
+void Session::wait() { impl_->finish_pending(); }
+
+void Session::step() { step(only_program(impl_->programs, "Session::step")); }
+
+void Session::step(std::string_view program) {
+  submit(program);
+  wait();
+}
+
+std::vector<std::string> Session::program_names() const {
   std::vector<std::string> out;
-  for (NodeId id : impl_->plan.graph.parameters()) out.push_back(impl_->plan.graph.node(id).name);
+  for (const Program& p : impl_->programs) out.push_back(p.name);
   return out;
 }
-std::vector<std::string> Session::state_names() const {
+
+std::vector<std::string> Session::input_names() const {
+  return keys(impl_->programs.front().plan.inputs);
+}
+std::vector<std::string> Session::output_names() const {
+  return keys(impl_->programs.front().plan.outputs);
+}
+std::vector<std::string> Session::input_names(std::string_view program) const {
+  return keys(impl_->program(program, "Session::input_names").plan.inputs);
+}
+std::vector<std::string> Session::output_names(std::string_view program) const {
+  return keys(impl_->program(program, "Session::output_names").plan.outputs);
+}
+
+namespace {
+// Parameters or states of every program, each name once.
+std::vector<std::string> persistent_names(const std::vector<Program>& programs, bool states) {
   std::vector<std::string> out;
-  for (NodeId id : impl_->plan.graph.states()) out.push_back(impl_->plan.graph.node(id).name);
+  for (const Program& p : programs) {
+    const Graph& g = p.plan.graph;
+    for (NodeId id : states ? g.states() : g.parameters()) {
+      const std::string& name = g.node(id).name;
+      if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+    }
+  }
   return out;
+}
+}  // namespace
+
+std::vector<std::string> Session::parameter_names() const {
+  return persistent_names(impl_->programs, false);
+}
+std::vector<std::string> Session::state_names() const {
+  return persistent_names(impl_->programs, true);
 }
 TensorType Session::type_of(std::string_view name) const {
   return impl_->node_named(name, "Session::type_of").type;
@@ -338,22 +519,32 @@ const std::string& Session::device_name() const { return impl_->device->capabili
 
 MemorySummary Session::memory() const {
   MemorySummary m;
-  m.arena_bytes = impl_->plan.arena_bytes;
-  m.persistent_bytes = impl_->plan.memory.persistent_bytes;
-  m.naive_bytes = impl_->plan.memory.naive_bytes;
-  m.tensors = impl_->plan.buffers.size();
-  m.dispatches = impl_->recording->dispatch_count();
-  m.barriers = impl_->recording->barrier_count();
+  m.arena_bytes = impl_->layout.arena_bytes;
+  m.shared_bytes = impl_->layout.shared_bytes;
+  m.persistent_bytes = m.shared_bytes;
+  for (size_t i = 0; i < impl_->programs.size(); ++i) {
+    const Program& p = impl_->programs[i];
+    ProgramMemory pm{p.name, impl_->layout.own_bytes[i], impl_->layout.transient_bytes[i],
+                     p.recording->dispatch_count(), p.recording->barrier_count()};
+    m.persistent_bytes += pm.own_bytes;
+    m.naive_bytes += p.plan.memory.naive_bytes;
+    m.tensors += p.plan.buffers.size();
+    m.dispatches += pm.dispatches;
+    m.barriers += pm.barriers;
+    m.programs.push_back(std::move(pm));
+  }
   return m;
 }
 
 std::vector<KernelTime> Session::profile() const {
   impl_->finish_pending();
   std::vector<KernelTime> out;
-  for (const auto& t : impl_->recording->timings()) out.push_back({t.label, t.ms});
+  for (const Program& p : impl_->programs) {
+    for (const auto& t : p.recording->timings()) out.push_back({t.label, t.ms});
+  }
   return out;
 }
 
-const Graph& Session::compiled_graph() const { return impl_->plan.graph; }
+const Graph& Session::compiled_graph() const { return impl_->programs.front().plan.graph; }
 
 }  // namespace mn

@@ -91,8 +91,10 @@ std::vector<KernelGroup> fuse(const Graph& lowered, const FusionOptions& options
 std::vector<KernelGroup> unfused_groups(const Graph& lowered);
 
 // The kernels of a group, its ArgRefs relative to the group's inputs and outputs.
+// in_place: a single group of an op with OpDef::updates_input0_in_place whose output will be
+// input 0's buffer (plan/in_place.h).
 codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
-                              const codegen::DeviceTraits& device);
+                              const codegen::DeviceTraits& device, bool in_place = false);
 
 // "fused_pointwise[add,mul,relu]", "optimizer_update[12 segments]"... for profiles.
 std::string group_name(const Graph& g, const KernelGroup& group);

@@ -12,4 +12,5 @@ void register_conv_ops(OpRegistry& r);         // conv.cpp
 void register_pool_ops(OpRegistry& r);         // pool.cpp: pooling, upsampling
 void register_attention_ops(OpRegistry& r);    // attention.cpp: sdpa, rope
 void register_loss_ops(OpRegistry& r);         // loss.cpp
+void register_cache_ops(OpRegistry& r);        // cache.cpp: cache_write
 }  // namespace mn

@@ -1,0 +1,54 @@
+// cache_write on the GPU: one thread per element of the update stores it into its cache row.
+// In place (LowerContext::in_place, the planner's choice) that is the only launch and the
+// output binding is the cache's own buffer; otherwise a copy of the cache into the output runs
+// first. A position outside [0, T) skips its row (the reference throws; a kernel cannot). A
+// thread whose position repeats later in its row of positions stores nothing, so the last
+// update wins whatever the scheduling, as in the reference (the scan is free for a decode step,
+// L = 1).
+#include "codegen/glsl.h"
+#include "codegen/lower_families.h"
+#include "codegen/lower_shape.h"
+#include "ir/ops/cache.h"
+
+namespace mn::codegen {
+
+namespace {
+
+using glsl::ulit;
+using shape_lowering::copy_to_out;
+using shape_lowering::per_element;
+
+KernelLaunch row_writes(const LowerContext& ctx) {
+  const auto v = ops::cache_detail::cache_write_view(ctx.inputs);
+  const std::string L = ulit(v.l), D = ulit(v.d);
+  // Bindings: in0 = update, in1 = positions, out = the cache.
+  std::string body = "  uint j = i % " + D + ";\n  uint q = i / " + D + ";\n";
+  body += "  uint li = q % " + L + ";\n  uint r = q / " + L + ";\n";
+  body += "  uint prow = (r / " + ulit(v.rows_per_position_row) + ") * " + L + ";\n";
+  body += "  int t = in1_ldi(prow + li);\n";
+  body += "  if (t < 0 || t >= " + std::to_string(v.t) + ") return;\n";
+  if (v.l > 1) {
+    body += "  for (uint k = li + 1u; k < " + L + "; ++k) {\n";
+    body += "    if (in1_ldi(prow + k) == t) return;\n  }\n";
+  }
+  body += copy_to_out(ctx.node.type.dtype, "in0", "i",
+                      "(r * " + ulit(v.t) + " + uint(t)) * " + D + " + j");
+  return per_element(ctx, "cache_write", {1, 2}, body, static_cast<uint64_t>(ctx.inputs[1].numel()));
+}
+
+Lowering lower_cache_write(const LowerContext& ctx) {
+  Lowering l;
+  if (!ctx.in_place) {
+    l.launches.push_back(per_element(ctx, "cache_write_copy", {0},
+                                     copy_to_out(ctx.node.type.dtype, "in0", "i"),
+                                     static_cast<uint64_t>(ctx.node.type.numel())));
+  }
+  l.launches.push_back(row_writes(ctx));
+  return l;
+}
+
+}  // namespace
+
+void register_cache_lowerings(LoweringRegistry& r) { r.add("cache_write", lower_cache_write); }
+
+}  // namespace mn::codegen

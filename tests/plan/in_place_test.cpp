@@ -1,0 +1,101 @@
+// In-place cache updates in the step plan: assign(state, cache_write(state, ...)) writes the
+// state's own buffer (no second cache buffer, no assignment copy); readers of the old value run
+// before the write, or the write falls back to the copying form.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+
+#include "plan/step_plan.h"
+
+namespace mn {
+namespace {
+
+constexpr int64_t kT = 8, kD = 4;
+const Shape kCache{1, 2, kT, kD};
+
+struct CacheGraph {
+  Graph g;
+  Tensor cache, next;
+  CacheGraph() {
+    cache = g.state("cache", kCache);
+    Tensor update = g.input("update", {1, 2, 1, kD});
+    Tensor pos = g.input("pos", {1}, DType::i32);
+    next = cache_write(cache, update, pos);
+    g.assign(cache, next);
+  }
+};
+
+size_t cache_sized_buffers(const plan::StepPlan& p) {
+  const uint64_t bytes = plan::device_bytes({kCache, DType::f32});
+  return static_cast<size_t>(std::count_if(p.buffers.begin(), p.buffers.end(),
+                                           [&](const auto& b) { return b.bytes == bytes; }));
+}
+
+size_t launches_named(const plan::StepPlan& p, std::string_view name) {
+  return static_cast<size_t>(std::count_if(p.launches.begin(), p.launches.end(),
+                                           [&](const auto& l) { return l.kernel.name == name; }));
+}
+
+TEST(InPlace, AssignedCacheWriteUsesTheStateBuffer) {
+  for (bool optimize : {true, false}) {
+    CacheGraph c;
+    c.g.output("total", sum(c.next));  // the updated cache is read after the write
+    plan::PlanOptions po;
+    po.optimize.enabled = po.fuse = optimize;
+    const plan::StepPlan p = plan::make_step_plan(c.g, po);
+    EXPECT_TRUE(p.assignment_copies.empty()) << "optimize=" << optimize;
+    EXPECT_EQ(cache_sized_buffers(p), 1u) << "optimize=" << optimize;
+    EXPECT_EQ(launches_named(p, "cache_write_copy"), 0u);
+    EXPECT_EQ(launches_named(p, "cache_write"), 1u);
+  }
+}
+
+TEST(InPlace, ReaderOfTheOldValueIsOrderedFirst) {
+  CacheGraph c;
+  c.g.output("old", sum(c.cache * c.cache));
+  c.g.output("new", sum(c.next));
+  const plan::StepPlan p = plan::make_step_plan(c.g, {});
+  EXPECT_TRUE(p.assignment_copies.empty());
+  EXPECT_EQ(cache_sized_buffers(p), 1u);
+  const NodeId state = p.persistents.at("cache");
+  size_t write = p.launches.size();
+  for (size_t i = 0; i < p.launches.size(); ++i) {
+    if (p.launches[i].kernel.name == "cache_write") write = i;
+  }
+  ASSERT_LT(write, p.launches.size());
+  size_t old_readers = 0;
+  for (size_t i = 0; i < p.launches.size(); ++i) {
+    if (i == write) continue;
+    for (NodeId n : p.launches[i].nodes) {
+      const auto& ins = p.graph.node(n).inputs;
+      if (std::find(ins.begin(), ins.end(), state) == ins.end()) continue;
+      ++old_readers;
+      EXPECT_LT(i, write) << p.launches[i].kernel.name << " reads the old cache after the write";
+    }
+  }
+  EXPECT_GE(old_readers, 1u);
+}
+
+TEST(InPlace, ReaderNeedingBothValuesFallsBackToACopy) {
+  CacheGraph c;
+  c.g.output("mixed", sum(c.cache * c.next));  // one kernel reads the old and the new value
+  plan::PlanOptions po;
+  const plan::StepPlan p = plan::make_step_plan(c.g, po);
+  EXPECT_EQ(launches_named(p, "cache_write_copy"), 1u);
+  EXPECT_EQ(p.assignment_copies.size(), 1u);
+  EXPECT_EQ(cache_sized_buffers(p), 2u);
+}
+
+TEST(InPlace, OtherAssignmentOfTheOldValueFallsBackToACopy) {
+  CacheGraph c;
+  Tensor previous = c.g.state("previous", kCache);
+  c.g.assign(previous, c.cache);
+  const plan::StepPlan p = plan::make_step_plan(c.g, {});
+  EXPECT_EQ(launches_named(p, "cache_write_copy"), 1u);
+}
+
+}  // namespace
+}  // namespace mn
