@@ -403,7 +403,8 @@ void Session::set_scalar(std::string_view name, double value) {
 }
 
 void Session::set_raw(std::string_view name, DType source, std::span<const std::byte> bytes) {
-  const Node& n = impl_->node_named(name, "Session::set_raw");
+  Program& p = impl_->owner(name, "Session::set_raw");
+  const Node& n = *p.find(name);
   const uint64_t count = static_cast<uint64_t>(n.type.numel());
   if (bytes.size() != count * dtype_size(source)) {
     throw ShapeError("Session::set_raw '" + std::string(name) + "': expected " +
@@ -413,7 +414,7 @@ void Session::set_raw(std::string_view name, DType source, std::span<const std::
   }
   std::vector<std::byte> converted(count * dtype_size(n.type.dtype));
   runtime::convert_elements(bytes, source, converted, n.type.dtype);
-  impl_->write_tensor(name, converted);
+  impl_->write_tensor(p, name, converted);
 }
 
 Array Session::get(std::string_view name) const {
