@@ -10,6 +10,10 @@
 
 namespace mn {
 
+// The text of generated ids: special tokens skipped, and ids past the tokenizer's vocabulary
+// (models pad their embedding beyond it) decoding to nothing, as Hugging Face's decode does.
+std::string generated_text(const Tokenizer& tokenizer, std::span<const int32_t> ids);
+
 class Conversation {
  public:
   // `model` must have batch 1 and outlive the conversation.

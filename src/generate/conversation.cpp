@@ -1,6 +1,18 @@
 #include <meganeura/chat.h>
 
+#include <algorithm>
+
 namespace mn {
+
+std::string generated_text(const Tokenizer& tokenizer, std::span<const int32_t> ids) {
+  const int32_t vocab = tokenizer.vocab_size();
+  std::vector<int32_t> known;
+  known.reserve(ids.size());
+  for (int32_t id : ids) {
+    if (id >= 0 && id < vocab) known.push_back(id);
+  }
+  return tokenizer.decode(known, true);
+}
 
 Conversation::Conversation(TokenModel& model, Tokenizer tokenizer, std::string system)
     : model_(model), tokenizer_(std::move(tokenizer)) {
@@ -52,7 +64,7 @@ GeneratedSequence Conversation::reply(const std::string& user, const SamplingOpt
   }
   GenerateCallbacks cb = callbacks;
   if (!cb.decode) {
-    cb.decode = [this](std::span<const int32_t> ids) { return tokenizer_.decode(ids, true); };
+    cb.decode = [this](std::span<const int32_t> ids) { return generated_text(tokenizer_, ids); };
   }
   const int64_t starts[1] = {start};
   std::vector<GeneratedSequence> out = generate(model_, {turn}, sampling, stop, cb, starts);
@@ -63,19 +75,23 @@ GeneratedSequence Conversation::reply(const std::string& user, const SamplingOpt
   last_new_ = static_cast<int64_t>(turn.size());
   cached_ = start + static_cast<int64_t>(turn.size() + r.tokens.size()) - 1;
   pending_ = {r.tokens.back()};
+  const bool spellable = std::all_of(r.tokens.begin(), r.tokens.end(), [&](int32_t id) {
+    return id >= 0 && id < tokenizer_.vocab_size();
+  });
+  if (r.finish == FinishReason::stop_string || !spellable) {
+    // Tokens past a stop string are in the cache but not in the conversation, and ids past the
+    // vocabulary have no text to continue from: the next turn runs the conversation again.
+    cached_ = 0;
+    pending_.clear();
+    cached_text_.clear();
+    return r;
+  }
   // What the cache holds: the prompt up to the reply, then the reply's tokens as generated
   // (its stop token, still pending, spelled out).
   cached_text_ = tokenizer_.format_chat(std::vector<ChatMessage>(messages_.begin(),
                                                                  messages_.end() - 1),
                                         true) +
                  tokenizer_.decode(r.tokens, false);
-  if (r.finish == FinishReason::stop_string) {
-    // The tokens past the stop string are in the cache but not in the conversation: start over
-    // next turn rather than let the model see text the user never saw.
-    cached_ = 0;
-    pending_.clear();
-    cached_text_.clear();
-  }
   return r;
 }
 

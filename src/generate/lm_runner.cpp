@@ -26,17 +26,20 @@ class SessionLmRunner : public LmRunner {
     }
     SessionOptions so;
     so.device = o.device;
-    for (int64_t block : {block_, int64_t{1}}) {
+    // Two programs over one set of weights and caches; a step reads back only the sampled ids.
+    std::vector<CausalLm> graphs;
+    std::vector<SessionProgram> programs;
+    for (const auto& [name, block] : {std::pair{"prefill", block_}, std::pair{"decode", int64_t{1}}}) {
       LmStepOptions s;
       s.batch = batch_;
       s.block = block;
       s.max_context = context_;
       s.dtype = o.dtype;
-      CausalLm lm = build_lm_step(model.config, s);
-      programs_.push_back(build_session(*lm.graph, so));
-      load_weights(*programs_.back(), model);
+      graphs.push_back(build_lm_step(model.config, s));
+      programs.push_back({name, graphs.back().graph.get(), std::vector<std::string>{"next"}});
     }
-    for (const std::string& name : programs_[0]->state_names()) cache_names_.push_back(name);
+    session_ = build_session(programs, so);
+    load_weights(*session_, model);
     build_seconds_ =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -44,7 +47,7 @@ class SessionLmRunner : public LmRunner {
   int64_t batch() const override { return batch_; }
   int64_t max_context() const override { return context_; }
   int64_t prefill_block() const override { return block_; }
-  const std::string& device_name() const override { return programs_[0]->device_name(); }
+  const std::string& device_name() const override { return session_->device_name(); }
   double build_seconds() const override { return build_seconds_; }
 
   std::vector<int32_t> run(std::span<const int32_t> tokens, std::span<const int32_t> positions,
@@ -54,35 +57,28 @@ class SessionLmRunner : public LmRunner {
       throw Error("LmRunner: only greedy decoding (temperature 0) is available");
     }
     const int64_t block = static_cast<int64_t>(tokens.size()) / batch_;
-    const size_t p = block == 1 ? 1 : 0;
-    if (block != (p == 1 ? 1 : block_)) {
-      throw Error("LmRunner: a call of " + std::to_string(block) + " tokens per sequence");
+    if (block != 1 && block != block_) {
+      throw Error("LmRunner: a call of " + std::to_string(block) + " tokens per sequence (the " +
+                  "prefill block is " + std::to_string(block_) + ", decoding takes 1)");
     }
-    sync_cache(p);
-    Session& s = *programs_[p];
-    s.set("input_ids", tokens);
-    s.set("positions", positions);
-    s.set("last", last);
-    s.step();
-    const Array next = s.get("next");
+    const std::string_view program = block == 1 ? "decode" : "prefill";
+    Session& s = *session_;
+    s.set(program, "input_ids", Array({batch_, block}, DType::i32, ints(tokens)));
+    s.set(program, "positions", Array({batch_, block}, DType::i32, ints(positions)));
+    s.set(program, "last", Array({batch_}, DType::i32, ints(last)));
+    s.step(program);
+    const Array next = s.get(program, "next");
     std::vector<int32_t> out(next.data.size());
     for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int32_t>(next.data[i]);
     return out;
   }
 
  private:
-  // The two programs keep separate caches: bring the one about to run up to date.
-  void sync_cache(size_t p) {
-    if (current_ == p) return;
-    for (const std::string& name : cache_names_) programs_[p]->set(name, programs_[current_]->get(name));
-    current_ = p;
-  }
+  static std::vector<double> ints(std::span<const int32_t> v) { return {v.begin(), v.end()}; }
 
   LmConfig config_;
   int64_t batch_ = 1, context_ = 0, block_ = 0;
-  std::vector<std::unique_ptr<Session>> programs_;
-  std::vector<std::string> cache_names_;
-  size_t current_ = 0;
+  std::unique_ptr<Session> session_;
   double build_seconds_ = 0;
 };
 

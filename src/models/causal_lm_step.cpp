@@ -27,28 +27,24 @@ void check_step_options(const LmConfig& c, const LmStepOptions& o) {
   }
 }
 
-// The cache of one layer: rows at `positions` replaced by the block's keys (or values), and
-// what a query at each position may see of it.
+// The caches of every layer: the block's keys and values written at `positions` (in place: the
+// state is assigned the cache_write of itself), and what a query at each position may see.
 class LayerCache {
  public:
   LayerCache(Graph& g, const LmConfig& c, const LmStepOptions& o, Tensor positions)
       : g_(g), c_(c), o_(o), positions_(positions) {
     const int64_t T = o.max_context;
-    // one_hot(positions) [B, L, T]: row i of the block goes to cache row positions[b, i].
-    Tensor onehot = one_hot(positions, T);
-    scatter_ = unsqueeze(transpose(onehot), 1);                           // [B, 1, T, L]
-    written_ = unsqueeze(unsqueeze(sum(onehot, {1}), 1), -1);             // [B, 1, T, 1]
     Array rows({T}, DType::f32);
     for (int64_t j = 0; j < T; ++j) rows.data[static_cast<size_t>(j)] = static_cast<double>(j);
     Tensor keep = le(g.constant(std::move(rows)), unsqueeze(cast(positions, DType::f32), -1));
     mask_ = unsqueeze(where(keep, g.scalar(0.0), g.scalar(-std::numeric_limits<double>::infinity())),
-                      1);                                                 // [B, 1, L, T]
+                      1);  // [B, 1, L, T]
   }
 
-  // Appends `x` ([B, Hkv, L, D]) to the cache state `name`; returns the updated cache.
+  // Writes `x` ([B, Hkv, L, D]) into the cache state `name`; returns the updated cache.
   Tensor append(const std::string& name, Tensor x) {
     Tensor state = g_.state(name, {o_.batch, c_.num_key_value_heads, o_.max_context, c_.head_dim});
-    Tensor updated = state * (1.0 - written_) + matmul(scatter_, x);
+    Tensor updated = cache_write(state, x, positions_);
     g_.assign(state, updated);
     return updated;
   }
@@ -63,7 +59,7 @@ class LayerCache {
   Graph& g_;
   const LmConfig& c_;
   const LmStepOptions& o_;
-  Tensor positions_, scatter_, written_, mask_;
+  Tensor positions_, mask_;
 };
 
 // Rows `last[b]` of h [B, L, hidden] -> [B, hidden].

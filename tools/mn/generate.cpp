@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <meganeura/chat.h>
+
 #include "commands.h"
 #include "lm_options.h"
 
@@ -44,7 +46,7 @@ void run_generate(const GenerateArgs& a) {
   auto runner = LmRunner::create(model, runner_options(a.lm, batch));
 
   GenerateCallbacks cb;
-  cb.decode = [&tok](std::span<const int32_t> ids) { return tok.decode(ids, true); };
+  cb.decode = [&tok](std::span<const int32_t> ids) { return generated_text(tok, ids); };
   // One prompt streams its text; several print theirs when all are done.
   if (batch == 1) {
     cb.on_text = [](int64_t, std::string_view text) {
