@@ -23,8 +23,9 @@ void run_chat(const ChatArgs& a) {
   const HfModel model = load_hf_model(a.lm.model_dir);
   const Tokenizer tok = Tokenizer::from_dir(a.lm.model_dir);
   const SamplingOptions sampling = sampling_options(a.lm, model.generation);
-  const StopOptions stop = stop_options(a.lm, model.generation, tok);
   auto runner = LmRunner::create(model, runner_options(a.lm, 1));
+  // A reply may take at most half the context by default, leaving room for the conversation.
+  const StopOptions stop = stop_options(a.lm, model.generation, tok, runner->max_context() / 2);
   Conversation chat(*runner, tok, a.system);
 
   const bool terminal = isatty(fileno(stdin)) != 0;

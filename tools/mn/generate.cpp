@@ -1,4 +1,5 @@
 // `mn generate`: text from a Hugging Face causal LM, printed as it is generated.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -36,14 +37,17 @@ void run_generate(const GenerateArgs& a) {
   const HfModel model = load_hf_model(a.lm.model_dir);
   const Tokenizer tok = Tokenizer::from_dir(a.lm.model_dir);
   const SamplingOptions sampling = sampling_options(a.lm, model.generation);
-  const StopOptions stop = stop_options(a.lm, model.generation, tok);
   std::vector<std::vector<int32_t>> prompts;
+  size_t longest = 0;
   for (const std::string& p : a.prompts) {
     if (p.empty()) throw Error("mn generate: a --prompt is empty");
     prompts.push_back(encode_prompt(tok, a, p));
+    longest = std::max(longest, prompts.back().size());
   }
   const auto batch = static_cast<int64_t>(prompts.size());
   auto runner = LmRunner::create(model, runner_options(a.lm, batch));
+  const StopOptions stop = stop_options(a.lm, model.generation, tok,
+                                        runner->max_context() - static_cast<int64_t>(longest) + 1);
 
   GenerateCallbacks cb;
   cb.decode = [&tok](std::span<const int32_t> ids) { return generated_text(tok, ids); };

@@ -41,12 +41,15 @@ SamplingOptions sampling_options(const LmArgs& a, const GenerationConfig& g) {
   return s;
 }
 
-StopOptions stop_options(const LmArgs& a, const GenerationConfig& g, const Tokenizer& tokenizer) {
+StopOptions stop_options(const LmArgs& a, const GenerationConfig& g, const Tokenizer& tokenizer,
+                         int64_t room) {
   StopOptions s;
   if (a.max_tokens < 0) {
     throw Error("--max-tokens must be positive (got " + std::to_string(a.max_tokens) + ")");
   }
-  s.max_new_tokens = a.max_tokens > 0 ? a.max_tokens : g.max_new_tokens.value_or(256);
+  s.max_new_tokens = a.max_tokens > 0
+                         ? a.max_tokens
+                         : g.max_new_tokens.value_or(std::clamp<int64_t>(room, 1, 256));
   s.stop_ids = tokenizer.stop_ids();
   for (int64_t id : g.eos_token_id) s.stop_ids.push_back(static_cast<int32_t>(id));
   std::sort(s.stop_ids.begin(), s.stop_ids.end());

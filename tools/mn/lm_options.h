@@ -29,7 +29,10 @@ void add_lm_options(CLI::App& cmd, LmArgs& a);
 // What the arguments and the model's generation_config.json ask for; throws mn::Error naming
 // the option for a value out of range.
 SamplingOptions sampling_options(const LmArgs& a, const GenerationConfig& g);
-StopOptions stop_options(const LmArgs& a, const GenerationConfig& g, const Tokenizer& tokenizer);
+// Without --max-tokens (and no max_new_tokens in generation_config.json) as many tokens as
+// `room` leaves in the context, at most 256.
+StopOptions stop_options(const LmArgs& a, const GenerationConfig& g, const Tokenizer& tokenizer,
+                         int64_t room);
 LmRunnerOptions runner_options(const LmArgs& a, int64_t batch);
 
 }  // namespace mn::cli

@@ -1,0 +1,97 @@
+// `mn generate` and `mn chat` run as a user runs them, on the tiny fixture models: the text and
+// JSON they print, and the errors (exit code 1, a message naming what is wrong) for bad input.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <meganeura/data.h>
+#include <meganeura/tokenizer.h>
+
+#include "support/run_command.h"
+
+namespace mn {
+namespace {
+
+const std::string kModels = std::string(MN_SOURCE_DIR) + "/tests/fixtures/lm/models/";
+
+TEST(GenerateCli, PrintsTransformersGreedyContinuationAndJson) {
+  const std::string model = kModels + "llama_tied";
+  auto r = test::run_mn("generate " + model + " --prompt 'The Zen of Python, by' --max-tokens 16 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The reference continuation (transformers' greedy generate), decoded by our tokenizer.
+  SafetensorsReader ref(std::string(MN_SOURCE_DIR) +
+                        "/tests/fixtures/lm/reference/llama_tied.safetensors");
+  const Array prompt = ref.array("prompt_0"), greedy = ref.array("greedy_0");
+  std::vector<int32_t> continuation;
+  for (size_t i = prompt.data.size(); i < greedy.data.size(); ++i)
+    continuation.push_back(static_cast<int32_t>(greedy.data[i]));
+  const std::string text = Tokenizer::from_dir(model).decode(continuation, true);
+  EXPECT_EQ(r.out.substr(0, text.size()), text);
+  const auto j = nlohmann::json::parse(test::last_line(r.out));
+  EXPECT_EQ(j.at("prompt_tokens").get<int64_t>(), static_cast<int64_t>(prompt.data.size()));
+  EXPECT_EQ(j.at("generated_tokens").get<int64_t>(), static_cast<int64_t>(continuation.size()));
+  for (const char* key : {"prefill_ms", "ms_per_token", "tokens_per_second", "device"})
+    EXPECT_TRUE(j.contains(key)) << key;
+}
+
+TEST(GenerateCli, ChatTemplateAndBatchOfPrompts) {
+  auto r = test::run_mn("generate " + kModels + "qwen3_tiny --chat --system 'Be brief.' "
+                        "--prompt 'Hello' --prompt 'What is flat?' --max-tokens 5 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("--- 0: Hello"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--- 1: What is flat?"), std::string::npos) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(test::last_line(r.out)).at("batch").get<int>(), 2);
+}
+
+TEST(GenerateCli, StopStringEndsTheText) {
+  const std::string model = kModels + "llama_tied";
+  auto full = test::run_mn("generate " + model + " --prompt 'The Zen of Python, by'");
+  ASSERT_EQ(full.exit_code, 0) << full.err;
+  ASSERT_GT(full.out.size(), 6u);
+  const std::string stop = full.out.substr(3, 2);
+  auto cut = test::run_mn("generate " + model + " --prompt 'The Zen of Python, by' --stop '" +
+                          stop + "' --json");
+  ASSERT_EQ(cut.exit_code, 0) << cut.err;
+  EXPECT_EQ(cut.out.substr(0, full.out.find(stop)) + "\n",
+            cut.out.substr(0, full.out.find(stop) + 1));
+  EXPECT_EQ(nlohmann::json::parse(test::last_line(cut.out)).at("finish")[0], "stop_string");
+}
+
+TEST(ChatCli, TwoTurnsFromStandardInput) {
+  auto r = test::run_mn("chat " + kModels + "llama_bf16_sharded --max-tokens 4",
+                        "Hello there\n/reset\nHow are you?\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
+}
+
+struct BadInput {
+  std::string args, message;
+};
+
+class GenerateCliErrors : public ::testing::TestWithParam<BadInput> {};
+
+TEST_P(GenerateCliErrors, ExitOneAndSayWhat) {
+  auto r = test::run_mn(GetParam().args);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.err.find(GetParam().message), std::string::npos) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BadInputs, GenerateCliErrors,
+    ::testing::Values(
+        BadInput{"generate /nonexistent/model --prompt hi", "/nonexistent/model"},
+        BadInput{"generate " + kModels + "llama_tied --prompt hi --temperature -1",
+                 "--temperature"},
+        BadInput{"generate " + kModels + "llama_tied --prompt hi --top-p 0", "--top-p"},
+        BadInput{"generate " + kModels + "llama_tied --prompt hi --top-k -2", "--top-k"},
+        BadInput{"generate " + kModels + "llama_tied --prompt hi --max-tokens -3",
+                 "--max-tokens"},
+        BadInput{"generate " + kModels + "llama_tied --prompt hi --dtype i32", "--dtype"},
+        BadInput{"generate " + kModels + "llama_tied --prompt hi --stop ''", "--stop"},
+        BadInput{"generate " + kModels + "llama_tied --prompt ''", "empty"},
+        BadInput{"generate " + kModels + "llama_tied --prompt hi --max-context 8 "
+                 "--max-tokens 16",
+                 "exceeds the context of 8"}));
+
+}  // namespace
+}  // namespace mn

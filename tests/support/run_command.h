@@ -1,0 +1,59 @@
+#pragma once
+// Runs the `mn` command line as a user would, for tests of its exit codes and output.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+namespace mn::test {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;  // standard output
+  std::string err;  // standard error
+};
+
+// Runs `build/bin/mn <args>` through the shell (args are shell words: quote them) with
+// `stdin_text` on standard input. Standard error is captured through a temporary file.
+inline CommandResult run_mn(const std::string& args, const std::string& stdin_text = {}) {
+  char err_path[] = "/tmp/mn_test_stderr_XXXXXX";
+  const int fd = mkstemp(err_path);
+  if (fd >= 0) close(fd);
+  char in_path[] = "/tmp/mn_test_stdin_XXXXXX";
+  const int in_fd = mkstemp(in_path);
+  if (in_fd >= 0) {
+    if (write(in_fd, stdin_text.data(), stdin_text.size()) < 0) {}
+    close(in_fd);
+  }
+  const std::string command = std::string(MN_BINARY_DIR) + "/mn " + args + " <" + in_path +
+                              " 2>" + err_path;
+  CommandResult r;
+  if (FILE* p = popen(command.c_str(), "r")) {
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+    const int status = pclose(p);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  if (FILE* f = std::fopen(err_path, "rb")) {
+    std::array<char, 4096> buf;
+    size_t n;
+    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) r.err.append(buf.data(), n);
+    std::fclose(f);
+  }
+  std::remove(err_path);
+  std::remove(in_path);
+  return r;
+}
+
+// The last line of a command's standard output (its JSON summary).
+inline std::string last_line(const std::string& out) {
+  std::string s = out;
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  const size_t nl = s.rfind('\n');
+  return nl == std::string::npos ? s : s.substr(nl + 1);
+}
+
+}  // namespace mn::test
