@@ -106,6 +106,9 @@ class TokenizerJsonParser {
       t.id = f_.id(f_.required(a[i], path, "id"), path + ".id");
       t.content = f_.string(f_.required(a[i], path, "content"), path + ".content");
       if (t.content.empty()) f_.fail(path + ".content", "empty token");
+      // As in `tokenizers`: content that the model's vocabulary has keeps the vocabulary's id.
+      auto in_vocab = out_.bpe->vocab().find(t.content);
+      if (in_vocab != out_.bpe->vocab().end()) t.id = in_vocab->second;
       t.special = f_.boolean(a[i], path, "special", false);
       t.single_word = f_.boolean(a[i], path, "single_word", false);
       t.lstrip = f_.boolean(a[i], path, "lstrip", false);
@@ -270,10 +273,9 @@ class TokenizerJsonParser {
       out_.bytes[id] = byte_level_decode(tok);
       out_.known[id] = 1;
     }
-    // Added tokens decode to their content as written, not through the byte-level decoder.
     for (const auto& t : added_) {
       out_.spelling[t.id] = t.content;
-      out_.bytes[t.id] = t.content;
+      out_.bytes[t.id] = byte_level_decode(t.content);
       out_.known[t.id] = 1;
       out_.special[t.id] = t.special;
       out_.added_by_content[t.content] = t.id;

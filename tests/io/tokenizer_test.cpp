@@ -63,6 +63,21 @@ TEST_P(TokenizerCases, ChatMatchesTemplate) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerCases, ::testing::Values("gpt2", "llama3", "qwen"));
 
+// What the three fixtures leave out ("a b" merges, ignore_merges, lstrip/rstrip/single_word and
+// normalized added tokens, a String split, add_prefix_space, a Sequence post-processor).
+TEST(Tokenizer, FeaturesMatchHuggingFace) {
+  const Tokenizer tok = Tokenizer::from_file(tokenizer_dir("features") / "tokenizer.json");
+  const auto& c = tokenizer_cases()["features"];
+  for (size_t i = 0; i < c["lines"].size(); ++i) {
+    const std::string line = c["lines"][i].get<std::string>();
+    const std::vector<int32_t> ids = tok.encode(line);
+    EXPECT_EQ(ids, parse_ids(c["ids"][i].get<std::string>())) << "line " << i << ": " << line;
+    if (i < c["decoded"].size()) {
+      EXPECT_EQ(tok.decode(ids), c["decoded"][i].get<std::string>()) << "line " << i;
+    }
+  }
+}
+
 TEST(Tokenizer, SpecialTokensFromConfig) {
   const Tokenizer gpt2 = Tokenizer::from_dir(tokenizer_dir("gpt2"));
   EXPECT_EQ(gpt2.bos_id(), gpt2.token_id("<|im_start|>"));
