@@ -164,13 +164,19 @@ class TokenizerJsonParser {
       }
     } else if (type == "Split") {
       parse_split(p, path);
+    } else if (type == "Digits") {
+      // Numeric characters (Rust's char::is_numeric: the N categories) isolated one by one or
+      // in runs (SmolLM2 and StarCoder isolate each digit).
+      const bool individual = f_.boolean(p, path, "individual_digits", false);
+      out_.pre_tokenizer.push_back(
+          {PreTokenizerStep::Kind::split, compile(individual ? "\\p{N}" : "\\p{N}+", path)});
     } else if (type == "ByteLevel") {
       PreTokenizerStep s{PreTokenizerStep::Kind::byte_level};
       s.add_prefix_space = f_.boolean(p, path, "add_prefix_space", true);
       if (f_.boolean(p, path, "use_regex", true)) s.regex = compile(kGpt2Pattern, path);
       out_.pre_tokenizer.push_back(std::move(s));
     } else {
-      unsupported(path + ".type", "\"" + type + "\" (only ByteLevel, Split and Sequence)");
+      unsupported(path + ".type", "\"" + type + "\" (only ByteLevel, Split, Digits and Sequence)");
     }
   }
 
