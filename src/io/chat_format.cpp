@@ -11,6 +11,9 @@ std::string Tokenizer::format_chat(std::span<const ChatMessage> messages,
   std::string out;
   switch (c.chat_style) {
     case io::ChatStyle::chatml:
+      if (c.default_system && !messages.empty() && messages.front().role != "system") {
+        out += "<|im_start|>system\n" + *c.default_system + "<|im_end|>\n";
+      }
       for (const auto& m : messages) {
         out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
       }

@@ -34,6 +34,8 @@ struct TokenizerConfig {
   std::string chat_template;
   ChatStyle chat_style = ChatStyle::none;
   bool template_writes_bos = false;
+  // The system message a ChatML template writes when the conversation starts without one.
+  std::optional<std::string> default_system;
 };
 
 // Parsing entry points over bytes (no file access), so that they can be fuzzed.

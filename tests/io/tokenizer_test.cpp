@@ -63,6 +63,28 @@ TEST_P(TokenizerCases, ChatMatchesTemplate) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerCases, ::testing::Values("gpt2", "llama3", "qwen"));
 
+// Template layouts of released models: a default system message written when the conversation
+// has none, and a Llama 3 template that leaves bos out.
+TEST(Tokenizer, ChatTemplateVariantsMatchJinja) {
+  for (const auto& t : tokenizer_cases()["templates"]) {
+    const std::string name = t["name"].get<std::string>();
+    const std::string style = name.rfind("llama3", 0) == 0 ? "llama3" : "gpt2";
+    const nlohmann::json config = {{"chat_template", t["template"]}};
+    const Tokenizer tok = Tokenizer::from_json(
+        test::read_text(tokenizer_dir(style) / "tokenizer.json"), config.dump(),
+        (tokenizer_dir(style) / "tokenizer.json").string());
+    for (const auto& c : t["cases"]) {
+      std::vector<ChatMessage> messages;
+      for (const auto& m : c["messages"]) {
+        messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+      }
+      EXPECT_EQ(tok.format_chat(messages, c["add_generation_prompt"].get<bool>()),
+                c["text"].get<std::string>())
+          << name;
+    }
+  }
+}
+
 // What the three fixtures leave out ("a b" merges, ignore_merges, lstrip/rstrip/single_word and
 // normalized added tokens, a String split, add_prefix_space, a Sequence post-processor).
 TEST(Tokenizer, FeaturesMatchHuggingFace) {
