@@ -64,12 +64,8 @@ class TokenizerJsonParser {
     vocab.reserve(v.size());
     for (const auto& [tok, id] : v.items()) vocab.emplace(tok, f_.id(id, "model.vocab[\"" + tok + "\"]"));
 
-    std::optional<int32_t> unk;
-    if (const json* u = f_.optional(model, "unk_token")) {
-      auto it = vocab.find(f_.string(*u, "model.unk_token"));
-      if (it == vocab.end()) f_.fail("model.unk_token", "\"" + u->get<std::string>() + "\" is not in model.vocab");
-      unk = it->second;
-    }
+    std::optional<std::string> unk;
+    if (const json* u = f_.optional(model, "unk_token")) unk = f_.string(*u, "model.unk_token");
     out_.bpe = std::make_unique<Bpe>(std::move(vocab), parse_merges(model), ignore_merges, unk,
                                      f_.source());
   }

@@ -89,5 +89,12 @@ TEST(Regex, RejectsUnsupportedSyntaxWithPosition) {
   }
 }
 
+TEST(Regex, CatastrophicBacktrackingIsRefused) {
+  const Regex re = Regex::compile("(?:a|a)+b");
+  const CodePoints cps = decode_utf8(std::string(40, 'a'), "test");
+  std::vector<std::pair<uint32_t, uint32_t>> spans;
+  EXPECT_THROW(re.find_all(cps.cps, spans), RegexError);
+}
+
 }  // namespace
 }  // namespace mn::io

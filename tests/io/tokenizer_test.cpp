@@ -1,6 +1,9 @@
 // Encoding and decoding against Hugging Face `tokenizers` on the fixture tokenizers.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include <meganeura/tokenizer.h>
 
 #include "io/tokenizer_cases.h"
@@ -135,6 +138,55 @@ TEST(Tokenizer, WithoutConfigThereAreNoSpecialRoles) {
   EXPECT_FALSE(tok.eos_id().has_value());
   const std::vector<ChatMessage> chat = {{"user", "hi"}};
   EXPECT_THROW(tok.format_chat(chat, true), UnsupportedTokenizerError);
+}
+
+// A byte without a token (an incomplete alphabet, made here by removing NUL's "Ā"): dropped
+// without unk_token, unk_token with one, an error when unk_token is not in the vocabulary.
+TEST(Tokenizer, ByteWithoutToken) {
+  nlohmann::json j = nlohmann::json::parse(test::read_text(tokenizer_dir("gpt2") / "tokenizer.json"));
+  ASSERT_EQ(j["model"]["vocab"].erase("\u0100"), 1u);
+  const Tokenizer plain = Tokenizer::from_json(j.dump());
+  std::vector<int32_t> a = plain.encode("a"), b = plain.encode("b"), ab = a;
+  ab.insert(ab.end(), b.begin(), b.end());
+  EXPECT_EQ(plain.encode(std::string("a\0b", 3)), ab);
+
+  j["model"]["unk_token"] = "<|endoftext|>";
+  const Tokenizer with_unk = Tokenizer::from_json(j.dump());
+  std::vector<int32_t> a_unk_b = a;
+  a_unk_b.push_back(*with_unk.token_id("<|endoftext|>"));
+  a_unk_b.insert(a_unk_b.end(), b.begin(), b.end());
+  EXPECT_EQ(with_unk.encode(std::string("a\0b", 3)), a_unk_b);
+
+  j["model"]["unk_token"] = "<unk>";
+  const Tokenizer bad_unk = Tokenizer::from_json(j.dump(), {}, "/m/tokenizer.json");
+  EXPECT_EQ(bad_unk.encode("ab"), plain.encode("ab"));
+  try {
+    bad_unk.encode(std::string("a\0b", 3));
+    ADD_FAILURE() << "no exception";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("/m/tokenizer.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("<unk>"), std::string::npos) << e.what();
+  }
+}
+
+// One tokenizer shared by threads (the word cache is shared): the same ids as alone.
+TEST(Tokenizer, ConcurrentEncoding) {
+  const Tokenizer tok = Tokenizer::from_dir(tokenizer_dir("qwen"));
+  const auto& lines = tokenizer_cases()["lines"];
+  const auto& ids = tokenizer_cases()["qwen"]["ids"];
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t i = t; i < lines.size(); i += 2) {
+        if (tok.encode(lines[i].get<std::string>()) != parse_ids(ids[i].get<std::string>())) {
+          ++mismatches;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(Tokenizer, DecodeRejectsUnknownIds) {
