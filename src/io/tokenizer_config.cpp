@@ -39,43 +39,6 @@ std::string chat_template(const JsonFields& f, const json& cfg) {
   f.fail("chat_template", "no template named \"default\"");
 }
 
-// The text between `from` and the next "<|im_end|>" if it is the inside of one Jinja string
-// literal (no quote, no expression), with its escapes resolved.
-std::optional<std::string> literal_until_im_end(const std::string& t, size_t from) {
-  const size_t end = t.find("<|im_end|>", from);
-  if (end == std::string::npos) return std::nullopt;
-  std::string out;
-  for (size_t i = from; i < end; ++i) {
-    const char c = t[i];
-    if (c == '\'' || c == '"' || c == '{' || c == '}') return std::nullopt;
-    if (c == '\\' && i + 1 < end) {
-      const char e = t[++i];
-      out += e == 'n' ? '\n' : e == 't' ? '\t' : e;
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
-// ChatML templates of SmolLM2-Instruct and Qwen 2.5 write a fixed system message when the
-// conversation has none: '<|im_start|>system\n<text><|im_end|>' as one string literal.
-std::optional<std::string> default_system_prompt(const std::string& t) {
-  const std::string head = "<|im_start|>system";
-  for (size_t at = t.find(head); at != std::string::npos; at = t.find(head, at + 1)) {
-    size_t text = at + head.size();
-    if (t.compare(text, 1, "\n") == 0) {
-      text += 1;
-    } else if (t.compare(text, 2, "\\n") == 0) {
-      text += 2;
-    } else {
-      continue;
-    }
-    if (auto literal = literal_until_im_end(t, text)) return literal;
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 void parse_tokenizer_config(std::string_view text, const std::string& source,
@@ -90,17 +53,7 @@ void parse_tokenizer_config(std::string_view text, const std::string& source,
   c.pad_id = token_id(f, cfg, "pad_token", out);
   c.bos_text = token_text(f, cfg, "bos_token").value_or("");
   c.add_bos_token = f.boolean(cfg, "(root)", "add_bos_token", false);
-  c.chat_template = chat_template(f, cfg);
-  const std::string& t = c.chat_template;
-  if (t.find("<|start_header_id|>") != std::string::npos &&
-      t.find("<|end_header_id|>") != std::string::npos && t.find("<|eot_id|>") != std::string::npos) {
-    c.chat_style = ChatStyle::llama3;
-  } else if (t.find("<|im_start|>") != std::string::npos &&
-             t.find("<|im_end|>") != std::string::npos) {
-    c.chat_style = ChatStyle::chatml;
-    c.default_system = default_system_prompt(t);
-  }
-  c.template_writes_bos = t.find("bos_token") != std::string::npos;
+  c.chat = analyze_chat_template(chat_template(f, cfg));
 }
 
 }  // namespace mn::io

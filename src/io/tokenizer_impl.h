@@ -11,6 +11,7 @@
 
 #include "io/added_tokens.h"
 #include "io/bpe.h"
+#include "io/chat_template.h"
 #include "io/regex.h"
 
 namespace mn::io {
@@ -24,18 +25,12 @@ struct PreTokenizerStep {
   bool add_prefix_space = false;
 };
 
-enum class ChatStyle { none, chatml, llama3 };
-
 struct TokenizerConfig {
   std::string source;  // the file, for messages; empty without one
   std::optional<int32_t> bos_id, eos_id, pad_id;
   std::string bos_text;  // what {{ bos_token }} writes
   bool add_bos_token = false;
-  std::string chat_template;
-  ChatStyle chat_style = ChatStyle::none;
-  bool template_writes_bos = false;
-  // The system message a ChatML template writes when the conversation starts without one.
-  std::optional<std::string> default_system;
+  ChatTemplate chat;
 };
 
 // Parsing entry points over bytes (no file access), so that they can be fuzzed.

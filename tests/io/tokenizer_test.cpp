@@ -67,12 +67,15 @@ TEST_P(TokenizerCases, ChatMatchesTemplate) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerCases, ::testing::Values("gpt2", "llama3", "qwen"));
 
 // Template layouts of released models: a default system message written when the conversation
-// has none, and a Llama 3 template that leaves bos out.
+// has none, Llama 3's trimmed contents, Llama 3.1's system header with the knowledge cutoff and
+// date, and a Llama 3 template that leaves bos out.
 TEST(Tokenizer, ChatTemplateVariantsMatchJinja) {
   for (const auto& t : tokenizer_cases()["templates"]) {
     const std::string name = t["name"].get<std::string>();
-    const std::string style = name.rfind("llama3", 0) == 0 ? "llama3" : "gpt2";
-    const nlohmann::json config = {{"chat_template", t["template"]}};
+    const bool llama = name.rfind("llama3", 0) == 0;
+    const std::string style = llama ? "llama3" : "gpt2";
+    nlohmann::json config = {{"chat_template", t["template"]}};
+    if (llama) config["bos_token"] = "<|begin_of_text|>";
     const Tokenizer tok = Tokenizer::from_json(
         test::read_text(tokenizer_dir(style) / "tokenizer.json"), config.dump(),
         (tokenizer_dir(style) / "tokenizer.json").string());
