@@ -60,9 +60,12 @@ int main(int argc, char** argv) {
   std::filesystem::path dir = "build/bench-tokenizer", text_file;
   int repeats = 5;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--tokenizer") && i + 1 < argc) dir = argv[++i];
-    else if (!std::strcmp(argv[i], "--text") && i + 1 < argc) text_file = argv[++i];
-    else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = std::max(1, std::atoi(argv[++i]));
+    if (!std::strcmp(argv[i], "--tokenizer") && i + 1 < argc)
+      dir = argv[++i];
+    else if (!std::strcmp(argv[i], "--text") && i + 1 < argc)
+      text_file = argv[++i];
+    else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc)
+      repeats = std::max(1, std::atoi(argv[++i]));
   }
   try {
     const std::string text = text_file.empty() ? default_text() : read_file(text_file);
@@ -84,7 +87,8 @@ int main(int argc, char** argv) {
         tokens += v.size();
         back += tok.decode(v);
       }
-      if (back != text) throw mn::Error("bench_tokenizer: decode(encode(text)) differs from the text");
+      if (back != text)
+        throw mn::Error("bench_tokenizer: decode(encode(text)) differs from the text");
     }
     nlohmann::json j = {{"implementation", "meganeura"},
                         {"vocab_size", vocab},

@@ -12,7 +12,9 @@ namespace mn::io {
 Bpe::Bpe(std::unordered_map<std::string, int32_t> vocab,
          const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges,
          std::optional<std::string> unk_token, const std::string& source)
-    : vocab_(std::move(vocab)), ignore_merges_(ignore_merges), unk_token_(std::move(unk_token)),
+    : vocab_(std::move(vocab)),
+      ignore_merges_(ignore_merges),
+      unk_token_(std::move(unk_token)),
       source_(source) {
   if (unk_token_) {
     auto it = vocab_.find(*unk_token_);
@@ -34,7 +36,8 @@ Bpe::Bpe(std::unordered_map<std::string, int32_t> vocab,
                         "\" refers to \"" + missing + "\", which is not in model.vocab");
     }
     // A repeated merge keeps its first (best) rank.
-    merges_.try_emplace(key(ia->second, ib->second), BpeMerge{static_cast<uint32_t>(r), im->second});
+    merges_.try_emplace(key(ia->second, ib->second),
+                        BpeMerge{static_cast<uint32_t>(r), im->second});
   }
 }
 

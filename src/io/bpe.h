@@ -21,8 +21,9 @@ class Bpe {
  public:
   // `vocab`: byte-level spelling -> id. `unk_token` stands for a byte without a token (never
   // needed with a complete byte-level alphabet; as in Hugging Face, such a byte is dropped when
-  // there is no unk_token, and an unk_token missing from the vocabulary is an error only then). `merges`: pairs of spellings in rank order; a merge
-  // naming a token outside the vocabulary throws FormatError naming `source` and the merge.
+  // there is no unk_token, and an unk_token missing from the vocabulary is an error only then).
+  // `merges`: pairs of spellings in rank order; a merge naming a token outside the vocabulary
+  // throws FormatError naming `source` and the merge.
   Bpe(std::unordered_map<std::string, int32_t> vocab,
       const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges,
       std::optional<std::string> unk_token, const std::string& source);

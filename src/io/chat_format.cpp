@@ -55,8 +55,9 @@ std::string llama3(const ChatTemplate& t, const std::string& bos,
       system = trim(messages.front().content);
       messages = messages.subspan(1);
     }
-    out += header("system") + "Cutting Knowledge Date: " + *t.knowledge_cutoff + "\nToday Date: " +
-           (t.date_from_clock ? today() : t.date_default) + "\n\n" + system + "<|eot_id|>";
+    out += header("system") + "Cutting Knowledge Date: " + *t.knowledge_cutoff +
+           "\nToday Date: " + (t.date_from_clock ? today() : t.date_default) + "\n\n" + system +
+           "<|eot_id|>";
   }
   for (const auto& m : messages) {
     out += header(m.role) + (t.trim_content ? trim(m.content) : m.content) + "<|eot_id|>";
@@ -70,9 +71,12 @@ std::string llama3(const ChatTemplate& t, const std::string& bos,
 std::string render_chat(const ChatTemplate& t, const std::string& bos,
                         std::span<const ChatMessage> messages, bool add_generation_prompt) {
   switch (t.style) {
-    case ChatStyle::chatml: return chatml(t, messages, add_generation_prompt);
-    case ChatStyle::llama3: return llama3(t, bos, messages, add_generation_prompt);
-    case ChatStyle::none: break;
+    case ChatStyle::chatml:
+      return chatml(t, messages, add_generation_prompt);
+    case ChatStyle::llama3:
+      return llama3(t, bos, messages, add_generation_prompt);
+    case ChatStyle::none:
+      break;
   }
   return {};
 }

@@ -64,7 +64,10 @@ class Matcher {
  public:
   Matcher(const Regex& re, const std::vector<RegexInst>& prog,
           const std::vector<CharClass>& classes, std::span<const char32_t> text)
-      : re_(re), prog_(prog), classes_(classes), t_(text),
+      : re_(re),
+        prog_(prog),
+        classes_(classes),
+        t_(text),
         // Tokenizer patterns backtrack a bounded amount per character; a pattern that needs far
         // more (nested quantifiers on a hostile text) is refused instead of hanging.
         budget_(1'000'000 + 1'000 * static_cast<uint64_t>(text.size())) {}
@@ -76,24 +79,40 @@ class Matcher {
     const uint32_t n = static_cast<uint32_t>(t_.size());
     while (true) {
       if (--budget_ == 0) {
-        throw RegexError("regex \"" + re_.pattern() + "\": backtracking limit exceeded at text position " +
-                         std::to_string(pos));
+        throw RegexError("regex \"" + re_.pattern() +
+                         "\": backtracking limit exceeded at text position " + std::to_string(pos));
       }
       const RegexInst& in = prog_[pc];
       bool ok = true;
       switch (in.op) {
-        case Op::character: ok = pos < n && t_[pos] == in.x; break;
-        case Op::character_fold: ok = pos < n && fold_case(t_[pos]) == in.x; break;
-        case Op::klass: ok = pos < n && classes_[in.x].matches(t_[pos]); break;
-        case Op::any: ok = pos < n && t_[pos] != '\n'; break;
-        case Op::begin: ok = pos == 0; break;
-        case Op::end: ok = pos == n; break;
+        case Op::character:
+          ok = pos < n && t_[pos] == in.x;
+          break;
+        case Op::character_fold:
+          ok = pos < n && fold_case(t_[pos]) == in.x;
+          break;
+        case Op::klass:
+          ok = pos < n && classes_[in.x].matches(t_[pos]);
+          break;
+        case Op::any:
+          ok = pos < n && t_[pos] != '\n';
+          break;
+        case Op::begin:
+          ok = pos == 0;
+          break;
+        case Op::end:
+          ok = pos == n;
+          break;
         case Op::split:
           stack_.push_back({in.y, pos});
           pc = in.x;
           continue;
-        case Op::jump: pc = in.x; continue;
-        case Op::match: stack_.resize(base); return pos;
+        case Op::jump:
+          pc = in.x;
+          continue;
+        case Op::match:
+          stack_.resize(base);
+          return pos;
         case Op::lookahead:
         case Op::negative_lookahead: {
           const bool found = run(pc + 1, pos) >= 0;

@@ -11,7 +11,8 @@ using nlohmann::json;
 std::optional<std::string> token_text(const JsonFields& f, const json& cfg, const char* name) {
   const json* t = f.optional(cfg, name);
   if (!t) return std::nullopt;
-  if (t->is_object()) return f.string(f.required(*t, name, "content"), std::string(name) + ".content");
+  if (t->is_object())
+    return f.string(f.required(*t, name, "content"), std::string(name) + ".content");
   return f.string(*t, name);
 }
 

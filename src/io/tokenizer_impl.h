@@ -34,10 +34,8 @@ struct TokenizerConfig {
 };
 
 // Parsing entry points over bytes (no file access), so that they can be fuzzed.
-void parse_tokenizer_json(std::string_view json, const std::string& source,
-                          Tokenizer::Impl& out);
-void parse_tokenizer_config(std::string_view json, const std::string& source,
-                            Tokenizer::Impl& out);
+void parse_tokenizer_json(std::string_view json, const std::string& source, Tokenizer::Impl& out);
+void parse_tokenizer_config(std::string_view json, const std::string& source, Tokenizer::Impl& out);
 
 }  // namespace mn::io
 

@@ -33,8 +33,7 @@ class TokenizerJsonParser {
 
  private:
   [[noreturn]] void unsupported(const std::string& path, const std::string& what) const {
-    throw UnsupportedTokenizerError(f_.source() + ": " + path + " " + what +
-                                    " is not supported");
+    throw UnsupportedTokenizerError(f_.source() + ": " + path + " " + what + " is not supported");
   }
 
   std::string type_of(const json& j, const std::string& path) const {
@@ -56,13 +55,15 @@ class TokenizerJsonParser {
         unsupported(std::string("model.") + affix, "\"" + a->get<std::string>() + "\"");
       }
     }
-    if (f_.boolean(model, "model", "byte_fallback", false)) unsupported("model.byte_fallback", "true");
+    if (f_.boolean(model, "model", "byte_fallback", false))
+      unsupported("model.byte_fallback", "true");
     const bool ignore_merges = f_.boolean(model, "model", "ignore_merges", false);
 
     std::unordered_map<std::string, int32_t> vocab;
     const json& v = f_.object(f_.required(model, "model", "vocab"), "model.vocab");
     vocab.reserve(v.size());
-    for (const auto& [tok, id] : v.items()) vocab.emplace(tok, f_.id(id, "model.vocab[\"" + tok + "\"]"));
+    for (const auto& [tok, id] : v.items())
+      vocab.emplace(tok, f_.id(id, "model.vocab[\"" + tok + "\"]"));
 
     std::optional<std::string> unk;
     if (const json* u = f_.optional(model, "unk_token")) unk = f_.string(*u, "model.unk_token");
@@ -187,9 +188,11 @@ class TokenizerJsonParser {
       f_.fail(path + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
     }
     const std::string behavior = f_.string(f_.required(p, path, "behavior"), path + ".behavior");
-    if (behavior != "Isolated") unsupported(path + ".behavior", "\"" + behavior + "\" (only Isolated)");
+    if (behavior != "Isolated")
+      unsupported(path + ".behavior", "\"" + behavior + "\" (only Isolated)");
     if (f_.boolean(p, path, "invert", false)) unsupported(path + ".invert", "true");
-    out_.pre_tokenizer.push_back({PreTokenizerStep::Kind::split, compile(regex, path + ".pattern")});
+    out_.pre_tokenizer.push_back(
+        {PreTokenizerStep::Kind::split, compile(regex, path + ".pattern")});
   }
 
   void parse_pre_tokenizer(const json& root) {
@@ -224,7 +227,8 @@ class TokenizerJsonParser {
     for (size_t i = 0; i < single.size(); ++i) {
       const std::string ipath = path + ".single[" + std::to_string(i) + "]";
       if (const json* s = f_.optional(f_.object(single[i], ipath), "SpecialToken")) {
-        const std::string name = f_.string(f_.required(*s, ipath + ".SpecialToken", "id"), ipath + ".SpecialToken.id");
+        const std::string name =
+            f_.string(f_.required(*s, ipath + ".SpecialToken", "id"), ipath + ".SpecialToken.id");
         if (!specials) f_.fail(path + ".special_tokens", "missing field");
         (seen_a ? after : before).push_back(special_id(*specials, name, path));
       } else if (f_.optional(single[i], "Sequence")) {
@@ -252,7 +256,8 @@ class TokenizerJsonParser {
       }
       return;
     }
-    unsupported(path + ".type", "\"" + type + "\" (only ByteLevel, TemplateProcessing and Sequence)");
+    unsupported(path + ".type",
+                "\"" + type + "\" (only ByteLevel, TemplateProcessing and Sequence)");
   }
 
   void parse_decoder(const json& root) {
@@ -299,8 +304,7 @@ class TokenizerJsonParser {
 
 }  // namespace
 
-void parse_tokenizer_json(std::string_view json, const std::string& source,
-                          Tokenizer::Impl& out) {
+void parse_tokenizer_json(std::string_view json, const std::string& source, Tokenizer::Impl& out) {
   out.source = source;
   TokenizerJsonParser(source, out).parse(json);
 }

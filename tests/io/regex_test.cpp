@@ -39,7 +39,7 @@ TEST(Regex, Quantifiers) {
   EXPECT_EQ(matches("\\d{2}", "12345"), V({"12", "34"}));
   EXPECT_EQ(matches("x\\d{2,}", "x1 x12 x12345"), V({"x12", "x12345"}));
   EXPECT_EQ(matches("a*ab", "aaab"), V({"aaab"}));  // greedy gives back
-  EXPECT_TRUE(matches("a*+ab", "aaab").empty());     // possessive does not
+  EXPECT_TRUE(matches("a*+ab", "aaab").empty());    // possessive does not
   EXPECT_TRUE(matches("(?>a*)ab", "aaab").empty());
   EXPECT_EQ(matches("a{2", "a{2"), V({"a{2"}));  // not a quantifier: literal brace
 }
@@ -73,11 +73,11 @@ TEST(Regex, RejectsUnsupportedSyntaxWithPosition) {
     const char* pattern;
     const char* message;
   };
-  for (const Bad& b : {Bad{"(?<=a)b", "position 2"}, Bad{"a\\bc", "position 1"},
-                       Bad{"[[:alpha:]]", "position 1"}, Bad{"(ab", "position 0"},
-                       Bad{"ab)", "position 2"}, Bad{"\\p{Greek}", "Greek"}, Bad{"*a", "position 0"},
-                       Bad{"(?:a*)*", "position 6"}, Bad{"a{3,1}", "position 1"},
-                       Bad{"x\\", "trailing"}}) {
+  for (const Bad& b :
+       {Bad{"(?<=a)b", "position 2"}, Bad{"a\\bc", "position 1"}, Bad{"[[:alpha:]]", "position 1"},
+        Bad{"(ab", "position 0"}, Bad{"ab)", "position 2"}, Bad{"\\p{Greek}", "Greek"},
+        Bad{"*a", "position 0"}, Bad{"(?:a*)*", "position 6"}, Bad{"a{3,1}", "position 1"},
+        Bad{"x\\", "trailing"}}) {
     try {
       Regex::compile(b.pattern);
       ADD_FAILURE() << b.pattern << " compiled";

@@ -74,7 +74,8 @@ TEST(TokenizerErrors, UnknownNormalizer) {
   json j = fixture();
   j["normalizer"] = {{"type", "Lowercase"}};
   expect_json_error<UnsupportedTokenizerError>(j, {"normalizer.type", "Lowercase"});
-  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "NFKD"}}}}};
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers", {{{"type", "NFC"}}, {{"type", "NFKD"}}}}};
   expect_json_error<UnsupportedTokenizerError>(j, {"normalizer.normalizers[1].type", "NFKD"});
 }
 
@@ -87,7 +88,8 @@ TEST(TokenizerErrors, UnsupportedPipelineSteps) {
   expect_json_error<UnsupportedTokenizerError>(j, {"pre_tokenizer", "ByteLevel"});
   j = fixture("llama3");
   j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";
-  expect_json_error<UnsupportedTokenizerError>(j, {"pre_tokenizer.pretokenizers[0].behavior", "Removed"});
+  expect_json_error<UnsupportedTokenizerError>(
+      j, {"pre_tokenizer.pretokenizers[0].behavior", "Removed"});
   j = fixture();
   j["post_processor"] = {{"type", "RobertaProcessing"}};
   expect_json_error<UnsupportedTokenizerError>(j, {"post_processor.type", "RobertaProcessing"});
@@ -99,8 +101,8 @@ TEST(TokenizerErrors, UnsupportedPipelineSteps) {
 TEST(TokenizerErrors, BadRegex) {
   json j = fixture("qwen");
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "\\p{L}+|(?<=x)y";
-  expect_json_error<RegexError>(j, {"pre_tokenizer.pretokenizers[0].pattern", "(?<=x)y",
-                                    "position 9"});
+  expect_json_error<RegexError>(
+      j, {"pre_tokenizer.pretokenizers[0].pattern", "(?<=x)y", "position 9"});
   j["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "[a-z";
   expect_json_error<RegexError>(j, {"missing ']'", "position 0"});
 }
@@ -166,7 +168,8 @@ TEST(TokenizerErrors, BadConfig) {
   dir.write("tokenizer_config.json", R"({"bos_token": "<s>"})");
   expect_error<FormatError>([&] { Tokenizer::from_dir(dir.path()); }, {config, "bos_token", "<s>"});
   dir.write("tokenizer_config.json", R"({"eos_token": {"lstrip": false}})");
-  expect_error<FormatError>([&] { Tokenizer::from_dir(dir.path()); }, {config, "eos_token.content"});
+  expect_error<FormatError>([&] { Tokenizer::from_dir(dir.path()); },
+                            {config, "eos_token.content"});
   dir.write("tokenizer_config.json", R"([1, 2])");
   expect_error<FormatError>([&] { Tokenizer::from_dir(dir.path()); }, {config});
   dir.write("tokenizer_config.json", R"({"eos_token": {"content": "<|im_end|>"},

@@ -28,7 +28,8 @@ TEST_P(TokenizerCases, EncodeMatchesHuggingFace) {
     const std::vector<int32_t> got = tok.encode(line), want = parse_ids(ids[i].get<std::string>());
     if (got != want && ++failures <= 10) {
       ADD_FAILURE() << GetParam() << " line " << i << ": \"" << line << "\"\n got  "
-                    << ::testing::PrintToString(got) << "\n want " << ::testing::PrintToString(want);
+                    << ::testing::PrintToString(got) << "\n want "
+                    << ::testing::PrintToString(want);
     }
   }
   EXPECT_EQ(failures, 0);
@@ -42,10 +43,10 @@ TEST_P(TokenizerCases, DecodeMatchesHuggingFace) {
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string key = std::to_string(i), line = lines[i].get<std::string>();
     const std::vector<int32_t> ids = parse_ids(cases["ids"][i].get<std::string>());
-    const std::string want = cases["decoded"].contains(key)
-                                 ? cases["decoded"][key].get<std::string>() : prefix + line;
-    const std::string want_skip = cases["decoded_skip"].contains(key)
-                                      ? cases["decoded_skip"][key].get<std::string>() : line;
+    const std::string want =
+        cases["decoded"].contains(key) ? cases["decoded"][key].get<std::string>() : prefix + line;
+    const std::string want_skip =
+        cases["decoded_skip"].contains(key) ? cases["decoded_skip"][key].get<std::string>() : line;
     EXPECT_EQ(tok.decode(ids), want) << GetParam() << " line " << i;
     EXPECT_EQ(tok.decode(ids, true), want_skip) << GetParam() << " line " << i;
   }
@@ -76,9 +77,9 @@ TEST(Tokenizer, ChatTemplateVariantsMatchJinja) {
     const std::string style = llama ? "llama3" : "gpt2";
     nlohmann::json config = {{"chat_template", t["template"]}};
     if (llama) config["bos_token"] = "<|begin_of_text|>";
-    const Tokenizer tok = Tokenizer::from_json(
-        test::read_text(tokenizer_dir(style) / "tokenizer.json"), config.dump(),
-        (tokenizer_dir(style) / "tokenizer.json").string());
+    const Tokenizer tok =
+        Tokenizer::from_json(test::read_text(tokenizer_dir(style) / "tokenizer.json"),
+                             config.dump(), (tokenizer_dir(style) / "tokenizer.json").string());
     for (const auto& c : t["cases"]) {
       std::vector<ChatMessage> messages;
       for (const auto& m : c["messages"]) {
@@ -146,7 +147,8 @@ TEST(Tokenizer, WithoutConfigThereAreNoSpecialRoles) {
 // A byte without a token (an incomplete alphabet, made here by removing NUL's "Ā"): dropped
 // without unk_token, unk_token with one, an error when unk_token is not in the vocabulary.
 TEST(Tokenizer, ByteWithoutToken) {
-  nlohmann::json j = nlohmann::json::parse(test::read_text(tokenizer_dir("gpt2") / "tokenizer.json"));
+  nlohmann::json j =
+      nlohmann::json::parse(test::read_text(tokenizer_dir("gpt2") / "tokenizer.json"));
   ASSERT_EQ(j["model"]["vocab"].erase("\u0100"), 1u);
   const Tokenizer plain = Tokenizer::from_json(j.dump());
   std::vector<int32_t> a = plain.encode("a"), b = plain.encode("b"), ab = a;

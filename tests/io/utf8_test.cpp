@@ -13,12 +13,15 @@ namespace {
 const std::string R = "\xEF\xBF\xBD";  // U+FFFD
 
 TEST(Utf8, LossyReplacesMaximalSubparts) {
-  EXPECT_EQ(utf8_lossy("a\xF1\x80\x80\xE1\x80\xC2" "b\x80" "c\x80\xBF" "d"),
+  EXPECT_EQ(utf8_lossy("a\xF1\x80\x80\xE1\x80\xC2"
+                       "b\x80"
+                       "c\x80\xBF"
+                       "d"),
             "a" + R + R + R + "b" + R + "c" + R + R + "d");
-  EXPECT_EQ(utf8_lossy("\xED\xA0\x80"), R + R + R);  // a surrogate
-  EXPECT_EQ(utf8_lossy("\xC0\xAF"), R + R);          // overlong
+  EXPECT_EQ(utf8_lossy("\xED\xA0\x80"), R + R + R);          // a surrogate
+  EXPECT_EQ(utf8_lossy("\xC0\xAF"), R + R);                  // overlong
   EXPECT_EQ(utf8_lossy("\xF4\x90\x80\x80"), R + R + R + R);  // above U+10FFFF
-  EXPECT_EQ(utf8_lossy("\xE6\x97"), R);              // cut at the end
+  EXPECT_EQ(utf8_lossy("\xE6\x97"), R);                      // cut at the end
   EXPECT_EQ(utf8_lossy("a\xF0\x9F\x91x"), "a" + R + "x");
   EXPECT_EQ(utf8_lossy("日本 👍🏽"), "日本 👍🏽");
 }
