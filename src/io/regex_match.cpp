@@ -32,12 +32,10 @@ bool CharClass::contains(char32_t c) const {
 bool CharClass::slow_matches(char32_t c) const {
   bool in = contains(c);
   if (!in && fold) {
+    // Under (?i) a class accepts a character whose case variants it holds ([A-Z] takes 'k' and
+    // the Kelvin sign, whose folding is 'k').
     const char32_t f = fold_case(c);
-    in = (f != c && contains(f));
-    // A class given in upper case ([A-Z]) under (?i) must accept the lower case too.
-    for (const auto& [lo, hi] : ranges) {
-      for (char32_t k = lo; !in && k <= hi && k - lo < 256; ++k) in = fold_case(k) == f;
-    }
+    in = contains(f) || contains(to_upper(c)) || contains(to_lower(c)) || contains(to_upper(f));
   }
   return in != negated;
 }

@@ -139,6 +139,13 @@ char32_t fold_case(char32_t cp) {
   return static_cast<char32_t>(u_foldCase(static_cast<UChar32>(cp), U_FOLD_CASE_DEFAULT));
 }
 
+char32_t to_upper(char32_t cp) {
+  return static_cast<char32_t>(u_toupper(static_cast<UChar32>(cp)));
+}
+char32_t to_lower(char32_t cp) {
+  return static_cast<char32_t>(u_tolower(static_cast<UChar32>(cp)));
+}
+
 std::string nfc(std::string_view text) {
   bool ascii = true;
   for (char c : text) ascii = ascii && static_cast<uint8_t>(c) < 0x80;

@@ -54,6 +54,9 @@ TEST(Regex, CaseInsensitiveGroup) {
   EXPECT_EQ(matches("(?i:'s|'ll)", "'S 'Ll 's"), V({"'S", "'Ll", "'s"}));
   EXPECT_EQ(matches("(?i:x)y", "XY Xy"), V({"Xy"}));  // the flag ends with its group
   EXPECT_EQ(matches("(?i)[a-c]+", "AbC"), V({"AbC"}));
+  EXPECT_EQ(matches("(?i)[A-Z]+", "k\u212A\u00e9"), V({"k\u212A"}));  // Kelvin sign folds to k
+  EXPECT_EQ(matches("(?i)[\u00e0-\u00ff]+", "\u00c9\u00e9"), V({"\u00c9\u00e9"}));
+  EXPECT_EQ(matches("(?i:\u00e9)", "\u00c9"), V({"\u00c9"}));
 }
 
 TEST(Regex, UnicodeClasses) {
