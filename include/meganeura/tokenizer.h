@@ -49,7 +49,8 @@ class Tokenizer {
   // Special tokens written in the text are always recognized; add_special_tokens applies the
   // post-processor (Llama 3 prepends <|begin_of_text|>).
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
-  // Invalid UTF-8 (a sequence cut between tokens) becomes U+FFFD as Hugging Face does.
+  // The text as `tokenizers` decodes it: invalid UTF-8 (a sequence cut between tokens) becomes
+  // U+FFFD; transformers' clean_up_tokenization_spaces (" ." -> ".") is not applied.
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
   // The raw bytes the ids stand for, before any UTF-8 repair.
   std::string decode_bytes(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
@@ -72,7 +73,9 @@ class Tokenizer {
   const std::vector<int32_t>& stop_ids() const;
 
   // The chat template's text for a conversation, for the two template families in use: ChatML
-  // (<|im_start|>role\ncontent<|im_end|>\n; SmolLM2, Qwen) and Llama 3 headers. Encode it with
+  // (<|im_start|>role\ncontent<|im_end|>\n; SmolLM2, Qwen; with the template's default system
+  // message when the conversation has none) and Llama 3 headers (contents trimmed where the
+  // template trims them; Llama 3.1's system header with knowledge cutoff and date). Encode it with
   // add_special_tokens = false (the template already holds bos), or call encode_chat.
   // Throws UnsupportedTokenizerError for a template of neither kind or none.
   std::string format_chat(std::span<const ChatMessage> messages, bool add_generation_prompt) const;

@@ -46,8 +46,7 @@ AddedTokenMatcher::AddedTokenMatcher(std::vector<AddedToken> tokens) : tokens_(s
   }
 }
 
-bool AddedTokenMatcher::word_boundaries_ok(std::string_view text, size_t begin,
-                                           size_t end) const {
+bool AddedTokenMatcher::word_boundaries_ok(std::string_view text, size_t begin, size_t end) const {
   const char32_t before = cp_before(text, begin), after = cp_at(text, end);
   return !(before && is_word_char(before)) && !(after && is_word_char(after));
 }

@@ -11,8 +11,15 @@ namespace mn::io {
 
 Bpe::Bpe(std::unordered_map<std::string, int32_t> vocab,
          const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges,
-         std::optional<int32_t> unk_id, const std::string& source)
-    : vocab_(std::move(vocab)), ignore_merges_(ignore_merges), unk_id_(unk_id) {
+         std::optional<std::string> unk_token, const std::string& source)
+    : vocab_(std::move(vocab)),
+      ignore_merges_(ignore_merges),
+      unk_token_(std::move(unk_token)),
+      source_(source) {
+  if (unk_token_) {
+    auto it = vocab_.find(*unk_token_);
+    if (it != vocab_.end()) unk_id_ = it->second;
+  }
   for (int b = 0; b < 256; ++b) {
     std::string s;
     append_utf8(s, byte_to_char(static_cast<uint8_t>(b)));
@@ -29,7 +36,8 @@ Bpe::Bpe(std::unordered_map<std::string, int32_t> vocab,
                         "\" refers to \"" + missing + "\", which is not in model.vocab");
     }
     // A repeated merge keeps its first (best) rank.
-    merges_.try_emplace(key(ia->second, ib->second), BpeMerge{static_cast<uint32_t>(r), im->second});
+    merges_.try_emplace(key(ia->second, ib->second),
+                        BpeMerge{static_cast<uint32_t>(r), im->second});
   }
 }
 
@@ -87,7 +95,11 @@ void Bpe::encode_piece(std::string_view bytes, std::vector<int32_t>& out) const 
       if (id >= 0) {
         ids.push_back(id);
       } else if (unk_id_) {
-        ids.push_back(*unk_id_);  // as Hugging Face: an unknown byte is unk when there is one
+        ids.push_back(*unk_id_);
+      } else if (unk_token_) {
+        throw FormatError(source_ + ": byte " + std::to_string(static_cast<uint8_t>(c)) +
+                          " has no token and model.unk_token \"" + *unk_token_ +
+                          "\" is not in model.vocab");
       }
     }
     merge(ids);

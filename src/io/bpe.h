@@ -19,11 +19,14 @@ struct BpeMerge {
 
 class Bpe {
  public:
-  // `vocab`: byte-level spelling -> id. `merges`: pairs of spellings in rank order; a merge
-  // naming a token outside the vocabulary throws FormatError naming `source` and the merge.
+  // `vocab`: byte-level spelling -> id. `unk_token` stands for a byte without a token (never
+  // needed with a complete byte-level alphabet; as in Hugging Face, such a byte is dropped when
+  // there is no unk_token, and an unk_token missing from the vocabulary is an error only then).
+  // `merges`: pairs of spellings in rank order; a merge naming a token outside the vocabulary
+  // throws FormatError naming `source` and the merge.
   Bpe(std::unordered_map<std::string, int32_t> vocab,
       const std::vector<std::pair<std::string, std::string>>& merges, bool ignore_merges,
-      std::optional<int32_t> unk_id, const std::string& source);
+      std::optional<std::string> unk_token, const std::string& source);
 
   // Appends the ids of one pre-tokenized piece (raw bytes, not yet byte-level spelled).
   void encode_piece(std::string_view bytes, std::vector<int32_t>& out) const;
@@ -40,7 +43,9 @@ class Bpe {
   std::unordered_map<uint64_t, BpeMerge> merges_;
   std::array<int32_t, 256> byte_ids_{};  // -1: the byte's spelling is not in the vocabulary
   bool ignore_merges_;
-  std::optional<int32_t> unk_id_;
+  std::optional<std::string> unk_token_;
+  std::optional<int32_t> unk_id_;  // unk_token's id, when the vocabulary has it
+  std::string source_;
 
   static constexpr size_t kCacheLimit = 100000;
   mutable std::mutex cache_mutex_;

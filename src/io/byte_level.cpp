@@ -52,13 +52,10 @@ std::string byte_level_encode(std::string_view bytes) {
 std::string byte_level_decode(std::string_view spelled) {
   std::string out;
   out.reserve(spelled.size());
-  const CodePoints cps = decode_utf8(spelled, "byte-level token");
-  for (size_t k = 0; k < cps.cps.size(); ++k) {
-    if (auto b = char_to_byte(cps.cps[k])) {
-      out.push_back(static_cast<char>(*b));
-    } else {
-      out.append(spelled.substr(cps.offsets[k], cps.offsets[k + 1] - cps.offsets[k]));
-    }
+  for (char32_t c : decode_utf8(spelled, "byte-level token").cps) {
+    auto b = char_to_byte(c);
+    if (!b) return std::string(spelled);
+    out.push_back(static_cast<char>(*b));
   }
   return out;
 }

@@ -16,8 +16,8 @@ std::optional<uint8_t> char_to_byte(char32_t c);
 
 // The byte-level spelling (UTF-8) of raw bytes.
 std::string byte_level_encode(std::string_view bytes);
-// The raw bytes of a byte-level spelling; code points outside the alphabet keep their UTF-8
-// bytes (as Hugging Face's ByteLevel decoder does).
+// The raw bytes of a byte-level spelling; a token with any code point outside the alphabet is
+// kept as written, whole (as Hugging Face's ByteLevel decoder does, for added tokens mostly).
 std::string byte_level_decode(std::string_view spelled);
 
 }  // namespace mn::io

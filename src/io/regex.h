@@ -39,8 +39,20 @@ struct CharClass {
 };
 
 struct RegexInst {
-  enum class Op : uint8_t { character, character_fold, klass, any, split, jump, match, lookahead,
-                            negative_lookahead, atomic, begin, end };
+  enum class Op : uint8_t {
+    character,
+    character_fold,
+    klass,
+    any,
+    split,
+    jump,
+    match,
+    lookahead,
+    negative_lookahead,
+    atomic,
+    begin,
+    end
+  };
   Op op;
   uint32_t x = 0;  // character, class index, first target, or continuation
   uint32_t y = 0;  // second target of split

@@ -11,8 +11,20 @@
 namespace mn::io {
 
 struct RegexNode {
-  enum class Kind { empty, character, klass, any, concat, alternation, repeat, lookahead,
-                    negative_lookahead, atomic, begin, end };
+  enum class Kind {
+    empty,
+    character,
+    klass,
+    any,
+    concat,
+    alternation,
+    repeat,
+    lookahead,
+    negative_lookahead,
+    atomic,
+    begin,
+    end
+  };
   Kind kind = Kind::empty;
   char32_t cp = 0;
   bool fold = false;
@@ -39,7 +51,8 @@ bool can_be_empty(const RegexNode& n) {
   switch (n.kind) {
     case RegexNode::Kind::character:
     case RegexNode::Kind::klass:
-    case RegexNode::Kind::any: return false;
+    case RegexNode::Kind::any:
+      return false;
     case RegexNode::Kind::concat:
       for (const auto& c : n.children) {
         if (!can_be_empty(*c)) return false;
@@ -50,9 +63,12 @@ bool can_be_empty(const RegexNode& n) {
         if (can_be_empty(*c)) return true;
       }
       return false;
-    case RegexNode::Kind::repeat: return n.min == 0 || can_be_empty(*n.children[0]);
-    case RegexNode::Kind::atomic: return can_be_empty(*n.children[0]);
-    default: return true;
+    case RegexNode::Kind::repeat:
+      return n.min == 0 || can_be_empty(*n.children[0]);
+    case RegexNode::Kind::atomic:
+      return can_be_empty(*n.children[0]);
+    default:
+      return true;
   }
 }
 
@@ -210,8 +226,7 @@ class RegexCompiler {
           } else if (eat('i')) {
             fold_ = on;
           } else {
-            fail("unsupported group flag or syntax '(?" + std::string(1, char(peek())) + "'",
-                 pos_);
+            fail("unsupported group flag or syntax '(?" + std::string(1, char(peek())) + "'", pos_);
           }
         }
         if (eat(')')) return nullptr;  // (?i): applies to the rest of the enclosing group
@@ -249,20 +264,27 @@ class RegexCompiler {
     const size_t at = pos_;
     const char32_t c = p_[pos_++];
     switch (c) {
-      case '(': return parse_group();
-      case '[': return class_node(parse_class(at));
-      case '.': return node(RegexNode::Kind::any);
-      case '^': return node(RegexNode::Kind::begin);
-      case '$': return node(RegexNode::Kind::end);
+      case '(':
+        return parse_group();
+      case '[':
+        return class_node(parse_class(at));
+      case '.':
+        return node(RegexNode::Kind::any);
+      case '^':
+        return node(RegexNode::Kind::begin);
+      case '$':
+        return node(RegexNode::Kind::end);
       case '*':
       case '+':
-      case '?': fail("quantifier without an operand", at);
+      case '?':
+        fail("quantifier without an operand", at);
       case '\\': {
         CharClass cls;
         if (parse_class_escape(cls)) return class_node(std::move(cls));
         return char_node(parse_char_escape(at));
       }
-      default: return char_node(c);
+      default:
+        return char_node(c);
     }
   }
 
@@ -271,9 +293,10 @@ class RegexCompiler {
     for (size_t i = 0; i < digits; ++i) {
       if (done()) fail("truncated hexadecimal escape", at);
       char32_t h = p_[pos_++];
-      int d = h >= '0' && h <= '9' ? int(h - '0')
+      int d = h >= '0' && h <= '9'   ? int(h - '0')
               : h >= 'a' && h <= 'f' ? int(h - 'a' + 10)
-              : h >= 'A' && h <= 'F' ? int(h - 'A' + 10) : -1;
+              : h >= 'A' && h <= 'F' ? int(h - 'A' + 10)
+                                     : -1;
       if (d < 0) fail("bad hexadecimal digit", pos_ - 1);
       v = v * 16 + static_cast<uint32_t>(d);
     }
@@ -285,15 +308,24 @@ class RegexCompiler {
     if (done()) fail("trailing backslash", at);
     const char32_t c = p_[pos_++];
     switch (c) {
-      case 'n': return '\n';
-      case 'r': return '\r';
-      case 't': return '\t';
-      case 'f': return '\f';
-      case 'v': return '\v';
-      case 'a': return '\a';
-      case 'e': return 0x1B;
-      case '0': return 0;
-      case 'u': return parse_hex(4, at);
+      case 'n':
+        return '\n';
+      case 'r':
+        return '\r';
+      case 't':
+        return '\t';
+      case 'f':
+        return '\f';
+      case 'v':
+        return '\v';
+      case 'a':
+        return '\a';
+      case 'e':
+        return 0x1B;
+      case '0':
+        return 0;
+      case 'u':
+        return parse_hex(4, at);
       case 'x': {
         if (!eat('{')) return parse_hex(2, at);
         uint32_t v = 0;
@@ -306,8 +338,8 @@ class RegexCompiler {
         return v;
       }
       default:
-        if (c < 128 && !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-                         (c >= '0' && c <= '9'))) {
+        if (c < 128 &&
+            !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))) {
           return c;  // an escaped punctuation character stands for itself
         }
         fail("unsupported escape '\\" + std::string(1, char(c < 128 ? c : '?')) + "'", at);
@@ -320,12 +352,24 @@ class RegexCompiler {
     if (done()) return false;
     const size_t at = pos_ - 1;
     switch (p_[pos_]) {
-      case 's': cls.space = true; break;
-      case 'S': cls.not_space = true; break;
-      case 'd': cls.digit = true; break;
-      case 'D': cls.not_digit = true; break;
-      case 'w': cls.word = true; break;
-      case 'W': cls.not_word = true; break;
+      case 's':
+        cls.space = true;
+        break;
+      case 'S':
+        cls.not_space = true;
+        break;
+      case 'd':
+        cls.digit = true;
+        break;
+      case 'D':
+        cls.not_digit = true;
+        break;
+      case 'w':
+        cls.word = true;
+        break;
+      case 'W':
+        cls.not_word = true;
+        break;
       case 'p':
       case 'P': {
         const bool negate = p_[pos_] == 'P';
@@ -343,7 +387,8 @@ class RegexCompiler {
         (negate != caret ? cls.not_categories : cls.categories) |= *mask;
         return true;
       }
-      default: return false;
+      default:
+        return false;
     }
     ++pos_;
     return true;
@@ -398,17 +443,32 @@ class RegexCompiler {
     using K = RegexNode::Kind;
     using Op = RegexInst::Op;
     switch (n.kind) {
-      case K::empty: break;
-      case K::character: emit(n.fold ? Op::character_fold : Op::character, n.cp); break;
-      case K::klass: emit(Op::klass, n.klass); break;
-      case K::any: emit(Op::any); break;
-      case K::begin: emit(Op::begin); break;
-      case K::end: emit(Op::end); break;
+      case K::empty:
+        break;
+      case K::character:
+        emit(n.fold ? Op::character_fold : Op::character, n.cp);
+        break;
+      case K::klass:
+        emit(Op::klass, n.klass);
+        break;
+      case K::any:
+        emit(Op::any);
+        break;
+      case K::begin:
+        emit(Op::begin);
+        break;
+      case K::end:
+        emit(Op::end);
+        break;
       case K::concat:
         for (const auto& c : n.children) emit_node(*c);
         break;
-      case K::alternation: emit_alternation(n); break;
-      case K::repeat: emit_repeat(n); break;
+      case K::alternation:
+        emit_alternation(n);
+        break;
+      case K::repeat:
+        emit_repeat(n);
+        break;
       case K::lookahead:
       case K::negative_lookahead:
       case K::atomic: {

@@ -101,7 +101,8 @@ Tokenizer Tokenizer::from_file(const std::filesystem::path& tokenizer_json,
 
 Tokenizer Tokenizer::from_dir(const std::filesystem::path& dir) {
   if (!std::filesystem::is_directory(dir)) {
-    throw FormatError(dir.string() + ": not a directory (expected a model directory with tokenizer.json)");
+    throw FormatError(dir.string() +
+                      ": not a directory (expected a model directory with tokenizer.json)");
   }
   const auto config = dir / "tokenizer_config.json";
   return from_file(dir / "tokenizer.json",

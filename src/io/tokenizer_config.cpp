@@ -11,7 +11,8 @@ using nlohmann::json;
 std::optional<std::string> token_text(const JsonWalker& f, const json& cfg, const char* name) {
   const json* t = f.optional(cfg, name);
   if (!t) return std::nullopt;
-  if (t->is_object()) return f.string(f.required(*t, name, "content"), std::string(name) + ".content");
+  if (t->is_object())
+    return f.string(f.required(*t, name, "content"), std::string(name) + ".content");
   return f.string(*t, name);
 }
 
@@ -53,16 +54,7 @@ void parse_tokenizer_config(std::string_view text, const std::string& source,
   c.pad_id = token_id(f, cfg, "pad_token", out);
   c.bos_text = token_text(f, cfg, "bos_token").value_or("");
   c.add_bos_token = f.boolean(cfg, "(root)", "add_bos_token", false);
-  c.chat_template = chat_template(f, cfg);
-  const std::string& t = c.chat_template;
-  if (t.find("<|start_header_id|>") != std::string::npos &&
-      t.find("<|end_header_id|>") != std::string::npos && t.find("<|eot_id|>") != std::string::npos) {
-    c.chat_style = ChatStyle::llama3;
-  } else if (t.find("<|im_start|>") != std::string::npos &&
-             t.find("<|im_end|>") != std::string::npos) {
-    c.chat_style = ChatStyle::chatml;
-  }
-  c.template_writes_bos = t.find("bos_token") != std::string::npos;
+  c.chat = analyze_chat_template(chat_template(f, cfg));
 }
 
 }  // namespace mn::io

@@ -5,12 +5,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <meganeura/tokenizer.h>
 
 #include "io/added_tokens.h"
 #include "io/bpe.h"
+#include "io/chat_template.h"
 #include "io/regex.h"
 
 namespace mn::io {
@@ -24,23 +26,17 @@ struct PreTokenizerStep {
   bool add_prefix_space = false;
 };
 
-enum class ChatStyle { none, chatml, llama3 };
-
 struct TokenizerConfig {
   std::string source;  // the file, for messages; empty without one
   std::optional<int32_t> bos_id, eos_id, pad_id;
   std::string bos_text;  // what {{ bos_token }} writes
   bool add_bos_token = false;
-  std::string chat_template;
-  ChatStyle chat_style = ChatStyle::none;
-  bool template_writes_bos = false;
+  ChatTemplate chat;
 };
 
 // Parsing entry points over bytes (no file access), so that they can be fuzzed.
-void parse_tokenizer_json(std::string_view json, const std::string& source,
-                          Tokenizer::Impl& out);
-void parse_tokenizer_config(std::string_view json, const std::string& source,
-                            Tokenizer::Impl& out);
+void parse_tokenizer_json(std::string_view json, const std::string& source, Tokenizer::Impl& out);
+void parse_tokenizer_config(std::string_view json, const std::string& source, Tokenizer::Impl& out);
 
 }  // namespace mn::io
 

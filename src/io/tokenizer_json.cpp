@@ -33,8 +33,7 @@ class TokenizerJsonParser {
 
  private:
   [[noreturn]] void unsupported(const std::string& path, const std::string& what) const {
-    throw UnsupportedTokenizerError(f_.source() + ": " + path + " " + what +
-                                    " is not supported");
+    throw UnsupportedTokenizerError(f_.source() + ": " + path + " " + what + " is not supported");
   }
 
   std::string type_of(const json& j, const std::string& path) const {
@@ -56,20 +55,18 @@ class TokenizerJsonParser {
         unsupported(std::string("model.") + affix, "\"" + a->get<std::string>() + "\"");
       }
     }
-    if (f_.boolean(model, "model", "byte_fallback", false)) unsupported("model.byte_fallback", "true");
+    if (f_.boolean(model, "model", "byte_fallback", false))
+      unsupported("model.byte_fallback", "true");
     const bool ignore_merges = f_.boolean(model, "model", "ignore_merges", false);
 
     std::unordered_map<std::string, int32_t> vocab;
     const json& v = f_.object(f_.required(model, "model", "vocab"), "model.vocab");
     vocab.reserve(v.size());
-    for (const auto& [tok, id] : v.items()) vocab.emplace(tok, f_.id(id, "model.vocab[\"" + tok + "\"]"));
+    for (const auto& [tok, id] : v.items())
+      vocab.emplace(tok, f_.id(id, "model.vocab[\"" + tok + "\"]"));
 
-    std::optional<int32_t> unk;
-    if (const json* u = f_.optional(model, "unk_token")) {
-      auto it = vocab.find(f_.string(*u, "model.unk_token"));
-      if (it == vocab.end()) f_.fail("model.unk_token", "\"" + u->get<std::string>() + "\" is not in model.vocab");
-      unk = it->second;
-    }
+    std::optional<std::string> unk;
+    if (const json* u = f_.optional(model, "unk_token")) unk = f_.string(*u, "model.unk_token");
     out_.bpe = std::make_unique<Bpe>(std::move(vocab), parse_merges(model), ignore_merges, unk,
                                      f_.source());
   }
@@ -106,6 +103,9 @@ class TokenizerJsonParser {
       t.id = f_.id(f_.required(a[i], path, "id"), path + ".id");
       t.content = f_.string(f_.required(a[i], path, "content"), path + ".content");
       if (t.content.empty()) f_.fail(path + ".content", "empty token");
+      // As in `tokenizers`: content that the model's vocabulary has keeps the vocabulary's id.
+      auto in_vocab = out_.bpe->vocab().find(t.content);
+      if (in_vocab != out_.bpe->vocab().end()) t.id = in_vocab->second;
       t.special = f_.boolean(a[i], path, "special", false);
       t.single_word = f_.boolean(a[i], path, "single_word", false);
       t.lstrip = f_.boolean(a[i], path, "lstrip", false);
@@ -161,13 +161,19 @@ class TokenizerJsonParser {
       }
     } else if (type == "Split") {
       parse_split(p, path);
+    } else if (type == "Digits") {
+      // Numeric characters (Rust's char::is_numeric: the N categories) isolated one by one or
+      // in runs (SmolLM2 and StarCoder isolate each digit).
+      const bool individual = f_.boolean(p, path, "individual_digits", false);
+      out_.pre_tokenizer.push_back(
+          {PreTokenizerStep::Kind::split, compile(individual ? "\\p{N}" : "\\p{N}+", path)});
     } else if (type == "ByteLevel") {
       PreTokenizerStep s{PreTokenizerStep::Kind::byte_level};
       s.add_prefix_space = f_.boolean(p, path, "add_prefix_space", true);
       if (f_.boolean(p, path, "use_regex", true)) s.regex = compile(kGpt2Pattern, path);
       out_.pre_tokenizer.push_back(std::move(s));
     } else {
-      unsupported(path + ".type", "\"" + type + "\" (only ByteLevel, Split and Sequence)");
+      unsupported(path + ".type", "\"" + type + "\" (only ByteLevel, Split, Digits and Sequence)");
     }
   }
 
@@ -182,9 +188,11 @@ class TokenizerJsonParser {
       f_.fail(path + ".pattern", "expected {\"Regex\": ...} or {\"String\": ...}");
     }
     const std::string behavior = f_.string(f_.required(p, path, "behavior"), path + ".behavior");
-    if (behavior != "Isolated") unsupported(path + ".behavior", "\"" + behavior + "\" (only Isolated)");
+    if (behavior != "Isolated")
+      unsupported(path + ".behavior", "\"" + behavior + "\" (only Isolated)");
     if (f_.boolean(p, path, "invert", false)) unsupported(path + ".invert", "true");
-    out_.pre_tokenizer.push_back({PreTokenizerStep::Kind::split, compile(regex, path + ".pattern")});
+    out_.pre_tokenizer.push_back(
+        {PreTokenizerStep::Kind::split, compile(regex, path + ".pattern")});
   }
 
   void parse_pre_tokenizer(const json& root) {
@@ -219,7 +227,8 @@ class TokenizerJsonParser {
     for (size_t i = 0; i < single.size(); ++i) {
       const std::string ipath = path + ".single[" + std::to_string(i) + "]";
       if (const json* s = f_.optional(f_.object(single[i], ipath), "SpecialToken")) {
-        const std::string name = f_.string(f_.required(*s, ipath + ".SpecialToken", "id"), ipath + ".SpecialToken.id");
+        const std::string name =
+            f_.string(f_.required(*s, ipath + ".SpecialToken", "id"), ipath + ".SpecialToken.id");
         if (!specials) f_.fail(path + ".special_tokens", "missing field");
         (seen_a ? after : before).push_back(special_id(*specials, name, path));
       } else if (f_.optional(single[i], "Sequence")) {
@@ -247,7 +256,8 @@ class TokenizerJsonParser {
       }
       return;
     }
-    unsupported(path + ".type", "\"" + type + "\" (only ByteLevel, TemplateProcessing and Sequence)");
+    unsupported(path + ".type",
+                "\"" + type + "\" (only ByteLevel, TemplateProcessing and Sequence)");
   }
 
   void parse_decoder(const json& root) {
@@ -270,10 +280,9 @@ class TokenizerJsonParser {
       out_.bytes[id] = byte_level_decode(tok);
       out_.known[id] = 1;
     }
-    // Added tokens decode to their content as written, not through the byte-level decoder.
     for (const auto& t : added_) {
       out_.spelling[t.id] = t.content;
-      out_.bytes[t.id] = t.content;
+      out_.bytes[t.id] = byte_level_decode(t.content);
       out_.known[t.id] = 1;
       out_.special[t.id] = t.special;
       out_.added_by_content[t.content] = t.id;
@@ -295,8 +304,7 @@ class TokenizerJsonParser {
 
 }  // namespace
 
-void parse_tokenizer_json(std::string_view json, const std::string& source,
-                          Tokenizer::Impl& out) {
+void parse_tokenizer_json(std::string_view json, const std::string& source, Tokenizer::Impl& out) {
   out.source = source;
   TokenizerJsonParser(source, out).parse(json);
 }

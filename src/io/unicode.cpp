@@ -34,8 +34,7 @@ CategoryMask punctuation() {
          bit(U_FINAL_PUNCTUATION);
 }
 CategoryMask symbols() {
-  return bit(U_MATH_SYMBOL) | bit(U_CURRENCY_SYMBOL) | bit(U_MODIFIER_SYMBOL) |
-         bit(U_OTHER_SYMBOL);
+  return bit(U_MATH_SYMBOL) | bit(U_CURRENCY_SYMBOL) | bit(U_MODIFIER_SYMBOL) | bit(U_OTHER_SYMBOL);
 }
 CategoryMask separators() {
   return bit(U_SPACE_SEPARATOR) | bit(U_LINE_SEPARATOR) | bit(U_PARAGRAPH_SEPARATOR);
@@ -47,25 +46,50 @@ CategoryMask others() {
 
 const std::array<NamedMask, 52>& named_masks() {
   static const std::array<NamedMask, 52> table = {{
-      {"L", letters()}, {"Letter", letters()}, {"Lu", bit(U_UPPERCASE_LETTER)},
-      {"Ll", bit(U_LOWERCASE_LETTER)}, {"Lt", bit(U_TITLECASE_LETTER)},
-      {"Lm", bit(U_MODIFIER_LETTER)}, {"Lo", bit(U_OTHER_LETTER)},
+      {"L", letters()},
+      {"Letter", letters()},
+      {"Lu", bit(U_UPPERCASE_LETTER)},
+      {"Ll", bit(U_LOWERCASE_LETTER)},
+      {"Lt", bit(U_TITLECASE_LETTER)},
+      {"Lm", bit(U_MODIFIER_LETTER)},
+      {"Lo", bit(U_OTHER_LETTER)},
       {"LC", bit(U_UPPERCASE_LETTER) | bit(U_LOWERCASE_LETTER) | bit(U_TITLECASE_LETTER)},
-      {"M", marks()}, {"Mark", marks()}, {"Mn", bit(U_NON_SPACING_MARK)},
-      {"Mc", bit(U_COMBINING_SPACING_MARK)}, {"Me", bit(U_ENCLOSING_MARK)},
-      {"N", numbers()}, {"Number", numbers()}, {"Nd", bit(U_DECIMAL_DIGIT_NUMBER)},
-      {"Nl", bit(U_LETTER_NUMBER)}, {"No", bit(U_OTHER_NUMBER)},
-      {"P", punctuation()}, {"Punctuation", punctuation()}, {"Pd", bit(U_DASH_PUNCTUATION)},
-      {"Ps", bit(U_START_PUNCTUATION)}, {"Pe", bit(U_END_PUNCTUATION)},
-      {"Pc", bit(U_CONNECTOR_PUNCTUATION)}, {"Po", bit(U_OTHER_PUNCTUATION)},
-      {"Pi", bit(U_INITIAL_PUNCTUATION)}, {"Pf", bit(U_FINAL_PUNCTUATION)},
-      {"S", symbols()}, {"Symbol", symbols()}, {"Sm", bit(U_MATH_SYMBOL)},
-      {"Sc", bit(U_CURRENCY_SYMBOL)}, {"Sk", bit(U_MODIFIER_SYMBOL)},
+      {"M", marks()},
+      {"Mark", marks()},
+      {"Mn", bit(U_NON_SPACING_MARK)},
+      {"Mc", bit(U_COMBINING_SPACING_MARK)},
+      {"Me", bit(U_ENCLOSING_MARK)},
+      {"N", numbers()},
+      {"Number", numbers()},
+      {"Nd", bit(U_DECIMAL_DIGIT_NUMBER)},
+      {"Nl", bit(U_LETTER_NUMBER)},
+      {"No", bit(U_OTHER_NUMBER)},
+      {"P", punctuation()},
+      {"Punctuation", punctuation()},
+      {"Pd", bit(U_DASH_PUNCTUATION)},
+      {"Ps", bit(U_START_PUNCTUATION)},
+      {"Pe", bit(U_END_PUNCTUATION)},
+      {"Pc", bit(U_CONNECTOR_PUNCTUATION)},
+      {"Po", bit(U_OTHER_PUNCTUATION)},
+      {"Pi", bit(U_INITIAL_PUNCTUATION)},
+      {"Pf", bit(U_FINAL_PUNCTUATION)},
+      {"S", symbols()},
+      {"Symbol", symbols()},
+      {"Sm", bit(U_MATH_SYMBOL)},
+      {"Sc", bit(U_CURRENCY_SYMBOL)},
+      {"Sk", bit(U_MODIFIER_SYMBOL)},
       {"So", bit(U_OTHER_SYMBOL)},
-      {"Z", separators()}, {"Separator", separators()}, {"Zs", bit(U_SPACE_SEPARATOR)},
-      {"Zl", bit(U_LINE_SEPARATOR)}, {"Zp", bit(U_PARAGRAPH_SEPARATOR)},
-      {"C", others()}, {"Other", others()}, {"Cc", bit(U_CONTROL_CHAR)},
-      {"Cf", bit(U_FORMAT_CHAR)}, {"Co", bit(U_PRIVATE_USE_CHAR)}, {"Cs", bit(U_SURROGATE)},
+      {"Z", separators()},
+      {"Separator", separators()},
+      {"Zs", bit(U_SPACE_SEPARATOR)},
+      {"Zl", bit(U_LINE_SEPARATOR)},
+      {"Zp", bit(U_PARAGRAPH_SEPARATOR)},
+      {"C", others()},
+      {"Other", others()},
+      {"Cc", bit(U_CONTROL_CHAR)},
+      {"Cf", bit(U_FORMAT_CHAR)},
+      {"Co", bit(U_PRIVATE_USE_CHAR)},
+      {"Cs", bit(U_SURROGATE)},
       {"Cn", bit(U_GENERAL_OTHER_TYPES)},
       {"Lowercase_Letter", bit(U_LOWERCASE_LETTER)},
       {"Uppercase_Letter", bit(U_UPPERCASE_LETTER)},
@@ -106,13 +130,20 @@ bool is_word_char(char32_t cp) {
     return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9') ||
            cp == '_';
   }
-  return (category_bit(cp) & (letters() | marks() | bit(U_DECIMAL_DIGIT_NUMBER) |
-                              bit(U_CONNECTOR_PUNCTUATION))) != 0;
+  return (category_bit(cp) &
+          (letters() | marks() | bit(U_DECIMAL_DIGIT_NUMBER) | bit(U_CONNECTOR_PUNCTUATION))) != 0;
 }
 
 char32_t fold_case(char32_t cp) {
   if (cp < 0x80) return (cp >= 'A' && cp <= 'Z') ? cp + 32 : cp;
   return static_cast<char32_t>(u_foldCase(static_cast<UChar32>(cp), U_FOLD_CASE_DEFAULT));
+}
+
+char32_t to_upper(char32_t cp) {
+  return static_cast<char32_t>(u_toupper(static_cast<UChar32>(cp)));
+}
+char32_t to_lower(char32_t cp) {
+  return static_cast<char32_t>(u_tolower(static_cast<UChar32>(cp)));
 }
 
 std::string nfc(std::string_view text) {
@@ -121,7 +152,8 @@ std::string nfc(std::string_view text) {
   if (ascii) return std::string(text);  // ASCII is its own NFC
   UErrorCode err = U_ZERO_ERROR;
   const icu::Normalizer2* norm = icu::Normalizer2::getNFCInstance(err);
-  if (U_FAILURE(err)) throw Error(std::string("NFC: ICU normalizer unavailable: ") + u_errorName(err));
+  if (U_FAILURE(err))
+    throw Error(std::string("NFC: ICU normalizer unavailable: ") + u_errorName(err));
   icu::UnicodeString in = icu::UnicodeString::fromUTF8(
       icu::StringPiece(text.data(), static_cast<int32_t>(text.size())));
   if (norm->isNormalized(in, err) && U_SUCCESS(err)) return std::string(text);

@@ -21,6 +21,9 @@ bool is_decimal_digit(char32_t cp);  // \d: Nd
 bool is_word_char(char32_t cp);      // \w: letters, marks, digits, connector punctuation
 // Simple case folding, for (?i).
 char32_t fold_case(char32_t cp);
+// Simple (one code point) upper and lower case mappings.
+char32_t to_upper(char32_t cp);
+char32_t to_lower(char32_t cp);
 
 // NFC of valid UTF-8.
 std::string nfc(std::string_view text);

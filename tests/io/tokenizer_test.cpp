@@ -1,6 +1,9 @@
 // Encoding and decoding against Hugging Face `tokenizers` on the fixture tokenizers.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include <meganeura/tokenizer.h>
 
 #include "io/tokenizer_cases.h"
@@ -25,7 +28,8 @@ TEST_P(TokenizerCases, EncodeMatchesHuggingFace) {
     const std::vector<int32_t> got = tok.encode(line), want = parse_ids(ids[i].get<std::string>());
     if (got != want && ++failures <= 10) {
       ADD_FAILURE() << GetParam() << " line " << i << ": \"" << line << "\"\n got  "
-                    << ::testing::PrintToString(got) << "\n want " << ::testing::PrintToString(want);
+                    << ::testing::PrintToString(got) << "\n want "
+                    << ::testing::PrintToString(want);
     }
   }
   EXPECT_EQ(failures, 0);
@@ -39,10 +43,10 @@ TEST_P(TokenizerCases, DecodeMatchesHuggingFace) {
   for (size_t i = 0; i < lines.size(); ++i) {
     const std::string key = std::to_string(i), line = lines[i].get<std::string>();
     const std::vector<int32_t> ids = parse_ids(cases["ids"][i].get<std::string>());
-    const std::string want = cases["decoded"].contains(key)
-                                 ? cases["decoded"][key].get<std::string>() : prefix + line;
-    const std::string want_skip = cases["decoded_skip"].contains(key)
-                                      ? cases["decoded_skip"][key].get<std::string>() : line;
+    const std::string want =
+        cases["decoded"].contains(key) ? cases["decoded"][key].get<std::string>() : prefix + line;
+    const std::string want_skip =
+        cases["decoded_skip"].contains(key) ? cases["decoded_skip"][key].get<std::string>() : line;
     EXPECT_EQ(tok.decode(ids), want) << GetParam() << " line " << i;
     EXPECT_EQ(tok.decode(ids, true), want_skip) << GetParam() << " line " << i;
   }
@@ -62,6 +66,46 @@ TEST_P(TokenizerCases, ChatMatchesTemplate) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerCases, ::testing::Values("gpt2", "llama3", "qwen"));
+
+// Template layouts of released models: a default system message written when the conversation
+// has none, Llama 3's trimmed contents, Llama 3.1's system header with the knowledge cutoff and
+// date, and a Llama 3 template that leaves bos out.
+TEST(Tokenizer, ChatTemplateVariantsMatchJinja) {
+  for (const auto& t : tokenizer_cases()["templates"]) {
+    const std::string name = t["name"].get<std::string>();
+    const bool llama = name.rfind("llama3", 0) == 0;
+    const std::string style = llama ? "llama3" : "gpt2";
+    nlohmann::json config = {{"chat_template", t["template"]}};
+    if (llama) config["bos_token"] = "<|begin_of_text|>";
+    const Tokenizer tok =
+        Tokenizer::from_json(test::read_text(tokenizer_dir(style) / "tokenizer.json"),
+                             config.dump(), (tokenizer_dir(style) / "tokenizer.json").string());
+    for (const auto& c : t["cases"]) {
+      std::vector<ChatMessage> messages;
+      for (const auto& m : c["messages"]) {
+        messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
+      }
+      EXPECT_EQ(tok.format_chat(messages, c["add_generation_prompt"].get<bool>()),
+                c["text"].get<std::string>())
+          << name;
+    }
+  }
+}
+
+// What the three fixtures leave out ("a b" merges, ignore_merges, lstrip/rstrip/single_word and
+// normalized added tokens, a String split, add_prefix_space, a Sequence post-processor).
+TEST(Tokenizer, FeaturesMatchHuggingFace) {
+  const Tokenizer tok = Tokenizer::from_file(tokenizer_dir("features") / "tokenizer.json");
+  const auto& c = tokenizer_cases()["features"];
+  for (size_t i = 0; i < c["lines"].size(); ++i) {
+    const std::string line = c["lines"][i].get<std::string>();
+    const std::vector<int32_t> ids = tok.encode(line);
+    EXPECT_EQ(ids, parse_ids(c["ids"][i].get<std::string>())) << "line " << i << ": " << line;
+    if (i < c["decoded"].size()) {
+      EXPECT_EQ(tok.decode(ids), c["decoded"][i].get<std::string>()) << "line " << i;
+    }
+  }
+}
 
 TEST(Tokenizer, SpecialTokensFromConfig) {
   const Tokenizer gpt2 = Tokenizer::from_dir(tokenizer_dir("gpt2"));
@@ -98,6 +142,56 @@ TEST(Tokenizer, WithoutConfigThereAreNoSpecialRoles) {
   EXPECT_FALSE(tok.eos_id().has_value());
   const std::vector<ChatMessage> chat = {{"user", "hi"}};
   EXPECT_THROW(tok.format_chat(chat, true), UnsupportedTokenizerError);
+}
+
+// A byte without a token (an incomplete alphabet, made here by removing NUL's "Ā"): dropped
+// without unk_token, unk_token with one, an error when unk_token is not in the vocabulary.
+TEST(Tokenizer, ByteWithoutToken) {
+  nlohmann::json j =
+      nlohmann::json::parse(test::read_text(tokenizer_dir("gpt2") / "tokenizer.json"));
+  ASSERT_EQ(j["model"]["vocab"].erase("\u0100"), 1u);
+  const Tokenizer plain = Tokenizer::from_json(j.dump());
+  std::vector<int32_t> a = plain.encode("a"), b = plain.encode("b"), ab = a;
+  ab.insert(ab.end(), b.begin(), b.end());
+  EXPECT_EQ(plain.encode(std::string("a\0b", 3)), ab);
+
+  j["model"]["unk_token"] = "<|endoftext|>";
+  const Tokenizer with_unk = Tokenizer::from_json(j.dump());
+  std::vector<int32_t> a_unk_b = a;
+  a_unk_b.push_back(*with_unk.token_id("<|endoftext|>"));
+  a_unk_b.insert(a_unk_b.end(), b.begin(), b.end());
+  EXPECT_EQ(with_unk.encode(std::string("a\0b", 3)), a_unk_b);
+
+  j["model"]["unk_token"] = "<unk>";
+  const Tokenizer bad_unk = Tokenizer::from_json(j.dump(), {}, "/m/tokenizer.json");
+  EXPECT_EQ(bad_unk.encode("ab"), plain.encode("ab"));
+  try {
+    bad_unk.encode(std::string("a\0b", 3));
+    ADD_FAILURE() << "no exception";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("/m/tokenizer.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("<unk>"), std::string::npos) << e.what();
+  }
+}
+
+// One tokenizer shared by threads (the word cache is shared): the same ids as alone.
+TEST(Tokenizer, ConcurrentEncoding) {
+  const Tokenizer tok = Tokenizer::from_dir(tokenizer_dir("qwen"));
+  const auto& lines = tokenizer_cases()["lines"];
+  const auto& ids = tokenizer_cases()["qwen"]["ids"];
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (size_t i = t; i < lines.size(); i += 2) {
+        if (tok.encode(lines[i].get<std::string>()) != parse_ids(ids[i].get<std::string>())) {
+          ++mismatches;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 TEST(Tokenizer, DecodeRejectsUnknownIds) {
