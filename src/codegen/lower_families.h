@@ -12,4 +12,5 @@ void register_conv_lowerings(LoweringRegistry& r);       // lower_conv.cpp
 void register_pool_lowerings(LoweringRegistry& r);       // lower_pool.cpp
 void register_attention_lowerings(LoweringRegistry& r);  // lower_attention.cpp
 void register_loss_lowerings(LoweringRegistry& r);       // lower_loss.cpp
+void register_sampling_lowerings(LoweringRegistry& r);   // lower_sampling.cpp
 }  // namespace mn::codegen
