@@ -22,7 +22,7 @@ std::vector<double> rope_inv_freq(const LmConfig& c) {
   if (!c.rope_scaling) return inv;
   // Llama 3: long wavelengths slowed by `factor`, short ones kept, a smooth blend between.
   const Llama3RopeScaling& s = *c.rope_scaling;
-  const double old_len = static_cast<double>(s.original_max_position_embeddings);
+  const double old_len = static_cast<double>(s.original_max_position);
   const double low_wavelen = old_len / s.low_freq_factor;
   const double high_wavelen = old_len / s.high_freq_factor;
   for (double& f : inv) {
