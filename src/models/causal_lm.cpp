@@ -92,7 +92,13 @@ Rotary CausalLmBlocks::rotary(Tensor positions) {
   return {g_.constant(std::move(c)), g_.constant(std::move(s))};
 }
 
-Tensor CausalLmBlocks::apply_rotary(Tensor x, const Rotary& r) {
+Rotary CausalLmBlocks::rotary_op(Tensor positions) { return {{}, {}, unsqueeze(positions, 1)}; }
+
+Tensor CausalLmBlocks::apply_rotary(Tensor x, const Rotary& r) const {
+  if (r.positions.valid()) {
+    return c_.rope_scaling ? rope_positions(x, r.positions, c_.rope_theta, *c_.rope_scaling)
+                           : rope_positions(x, r.positions, c_.rope_theta);
+  }
   const int64_t D = x.dim(-1), half = D / 2;
   Tensor rotated = concat({-slice(x, -1, half, D), slice(x, -1, 0, half)}, -1);
   return x * r.cos + rotated * r.sin;
