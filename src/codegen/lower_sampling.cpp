@@ -1,9 +1,10 @@
 // GPU lowering of sample_tokens: one workgroup per row of logits, no sorting.
 //
 // The kept tokens of top-k and top-p are those whose value's order-preserving 32-bit key is at
-// least a threshold, and each threshold is found bit by bit from the top (32 passes over the
-// row, each a workgroup count or sum): top-k's is the largest key with at least k keys >= it,
-// top-p's the largest key whose kept keys >= it hold at least top_p of the kept probability.
+// least a threshold, and each threshold is found 4 bits at a time from the top (8 passes over
+// the row, each weighing 16 bins by workgroup sums): top-k's is the largest key with at least k
+// keys >= it, top-p's the largest key whose kept keys >= it hold at least top_p of the kept
+// probability.
 // Then the Gumbel-max draw is a workgroup argmax. Ties break to the lowest index, as the
 // reference's.
 #include <algorithm>
@@ -48,18 +49,6 @@ float wg_max(float v) {
     barrier();
   }
   float r = red_f[0];
-  barrier();
-  return r;
-}
-uint wg_count(uint v) {
-  uint t = gl_LocalInvocationID.x;
-  red_u[t] = v;
-  barrier();
-  for (uint h = NT / 2u; h > 0u; h >>= 1) {
-    if (t < h) red_u[t] += red_u[t + h];
-    barrier();
-  }
-  uint r = red_u[0];
   barrier();
   return r;
 }
@@ -111,6 +100,40 @@ float logit(uint base, uint t) {
   float x = logits_ld(base + t);
   return isnan(x) ? -mn_inf() : x;
 }
+// The largest key tau such that the kept values (key >= lo) with keys >= tau weigh at least
+// `need` (weight 1 each, or exp(v - m) with `mass`), found 4 bits a pass from the top: a pass
+// weighs the 16 values of the next digit among the keys that share the digits found so far.
+// Where no digit reaches `need` (rounding), the digit is 0, as a failed bisection step.
+uint threshold(uint base, float T, uint lo, bool mass, float m, float need) {
+  uint lane = gl_LocalInvocationID.x, prefix = 0u;
+  float above = 0.0;  // the weight of the keys above the prefix's range
+  for (int shift = 28; shift >= 0; shift -= 4) {
+    float acc[16];
+    for (int b = 0; b < 16; ++b) acc[b] = 0.0;
+    uint high = shift == 28 ? 0u : 0xffffffffu << uint(shift + 4);
+    for (uint t = lane; t < V; t += NT) {
+      float v = logit(base, t) / T;
+      uint key = key_of(v);
+      if (key < lo || (key & high) != prefix) continue;
+      acc[(key >> uint(shift)) & 15u] += mass ? exp(v - m) : 1.0;
+    }
+    uint digit = 0u;
+    float sum = above;
+    bool found = false;
+    for (int b = 15; b >= 0; --b) {
+      float w = wg_sum(acc[b]);
+      if (found) continue;
+      if (sum + w >= need) {
+        digit = uint(b);
+        found = true;
+        above = sum;
+      }
+      sum += w;
+    }
+    prefix |= digit << uint(shift);
+  }
+  return prefix;
+}
 )";
 
 // The kernel's main: *_ROWS says whether a parameter has one element per row or one in all.
@@ -134,15 +157,7 @@ std::string main_body() {
   int k = topk_ldi(TOPK_ROWS ? row : 0u);
   float p = topp_ld(TOPP_ROWS ? row : 0u);
   uint lo = 0u;  // kept: key >= lo
-  if (k > 0 && uint(k) < V) {
-    uint tau = 0u;
-    for (int bit = 31; bit >= 0; --bit) {
-      uint cand = tau | (1u << uint(bit)), count = 0u;
-      for (uint t = lane; t < V; t += NT) count += key_of(logit(base, t) / T) >= cand ? 1u : 0u;
-      if (wg_count(count) >= uint(k)) tau = cand;
-    }
-    lo = tau;
-  }
+  if (k > 0 && uint(k) < V) lo = threshold(base, T, 0u, false, 0.0, float(k));
   if (p < 1.0) {
     float m = -mn_inf();
     for (uint t = lane; t < V; t += NT) {
@@ -155,17 +170,7 @@ std::string main_body() {
       float v = logit(base, t) / T;
       if (key_of(v) >= lo) z += exp(v - m);
     }
-    float target = p * wg_sum(z);
-    uint tau = 0u;
-    for (int bit = 31; bit >= 0; --bit) {
-      uint cand = tau | (1u << uint(bit)), from = max(cand, lo);
-      float mass = 0.0;
-      for (uint t = lane; t < V; t += NT) {
-        float v = logit(base, t) / T;
-        if (key_of(v) >= from) mass += exp(v - m);
-      }
-      if (wg_sum(mass) >= target) tau = cand;
-    }
+    uint tau = threshold(base, T, lo, true, m, p * wg_sum(z));
     lo = max(lo, min(tau, key_of(m)));  // the most probable tokens always stay
   }
   uint seed = uint(seed_ldi(0u)), step = uint(step_ldi(0u));

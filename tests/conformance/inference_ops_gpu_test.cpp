@@ -70,12 +70,13 @@ TEST(InferenceGpu, RopePositionsLlama3LargePositions) {
 // ---- cached_attention ----
 
 // Decoding one token per sequence at positions spread over a 2048-slot cache (the row kernel
-// splits the keys over several workgroups and combines them). Cache slots past every position
-// are NaN on the GPU and zero in the reference, which never reads them either.
+// splits the keys over several workgroups and combines them; a negative position sees no key).
+// Cache slots past every position are NaN on the GPU and zero in the reference, which never reads
+// them either.
 TEST(InferenceGpu, CachedAttentionDecodeReadsOnlyVisibleKeys) {
   auto rng = testing::rng_for("inference-gpu/decode");
   const int64_t B = 4, Hq = 4, Hkv = 2, T = 2048, D = 16;
-  const std::vector<double> positions{0, 5, 256, 1500};
+  const std::vector<double> positions{-1, 5, 256, 1500};  // -1: an empty sequence, output 0
   Graph g;
   reference::Feeds feeds;
   Tensor q = random_input(g, feeds, "q", {B, Hq, 1, D}, rng);

@@ -105,9 +105,10 @@ Array eval_rope_positions(const Node& n, const Array& x, const Array& positions,
 }
 
 std::vector<OpSample> rope_positions_samples() {
-  auto s = [](std::string label, Shape x, Shape positions, RopePositionsAttrs a, double high) {
+  auto s = [](std::string label, Shape x, Shape positions, RopePositionsAttrs a, double high,
+              DType dtype = DType::f32) {
     return OpSample{.label = std::move(label),
-                    .inputs = {{std::move(x), DType::f32}, {std::move(positions), DType::i32}},
+                    .inputs = {{std::move(x), dtype}, {std::move(positions), DType::i32}},
                     .attrs = a,
                     .ranges = {{-2.0, 2.0}, {0.0, high}},
                     .no_grad = {false, true}};
@@ -117,7 +118,8 @@ std::vector<OpSample> rope_positions_samples() {
   const RopePositionsAttrs llama3{10000.0, true, 8.0, 1.0, 4.0, 64};
   return {s("per_row", {2, 2, 3, 6}, {2, 1, 3}, {100.0}, 50.0), s("shared", {3, 4}, {3}, {}, 20.0),
           s("decode_llama3", {2, 4, 1, 16}, {2, 1, 1}, llama3, 3000.0),
-          s("prefill_llama3", {1, 2, 5, 16}, {5}, llama3, 200.0)};
+          s("prefill_llama3", {1, 2, 5, 16}, {5}, llama3, 200.0),
+          s("f16", {2, 3, 8}, {2, 3}, {}, 500.0, DType::f16)};
 }
 
 // ---- cached_attention ----
@@ -190,10 +192,10 @@ std::vector<Tensor> cached_vjp(const Node& n, std::span<const Tensor> in, Tensor
 
 std::vector<OpSample> cached_samples() {
   auto s = [](std::string label, std::vector<Shape> qkv, Shape positions, double high,
-              double scale = 0.0) {
+              double scale = 0.0, DType dtype = DType::f32) {
     OpSample o{.label = std::move(label), .attrs = CachedAttentionAttrs{scale}};
     for (auto& shape : qkv) {
-      o.inputs.push_back({std::move(shape), DType::f32});
+      o.inputs.push_back({std::move(shape), dtype});
       o.ranges.push_back({-1.0, 1.0});
       o.no_grad.push_back(false);
     }
@@ -208,6 +210,7 @@ std::vector<OpSample> cached_samples() {
       s("per_head", {{1, 2, 2, 4}, {1, 2, 5, 4}, {1, 2, 5, 3}}, {1, 2, 2}, 5.0, 0.5),
       s("tiled_prefill", {{1, 1, 9, 4}, {1, 1, 12, 4}, {1, 1, 12, 4}}, {9}, 12.0),
       s("single_head_2d", {{2, 4}, {6, 4}, {6, 2}}, {2}, 6.0),
+      s("f16_decode", {{1, 2, 1, 8}, {1, 1, 30, 8}, {1, 1, 30, 8}}, {1}, 30.0, 0.0, DType::f16),
   };
 }
 
