@@ -49,6 +49,7 @@ class SessionLmRunner : public LmRunner {
   int64_t prefill_block() const override { return block_; }
   const std::string& device_name() const override { return session_->device_name(); }
   double build_seconds() const override { return build_seconds_; }
+  MemorySummary memory() const override { return session_->memory(); }
 
   std::vector<int32_t> run(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                            std::span<const int32_t> last, const SamplingOptions& sampling,
