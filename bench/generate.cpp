@@ -3,11 +3,13 @@
 // PyTorch counterpart: bench/generate.py.
 //
 // Usage: bench_generate MODEL_DIR [--dtype f32|f16|bf16] [--prompt-tokens 256]
-//                       [--new-tokens 64] [--prefill-tokens 512] [--device D]
+//                       [--new-tokens 64] [--prefill-tokens 512] [--device D] [--profile]
+// --profile adds the GPU time of the last decode step's kernels, summed by kernel name.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -42,6 +44,7 @@ int main(int argc, char** argv) try {
   }
   std::string dir = argv[1], dtype = "f32", device;
   int64_t prompt_tokens = 256, new_tokens = 64, prefill_tokens = 512;
+  bool profile = false;
   for (int i = 2; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
     if (!std::strcmp(argv[i], "--dtype"))
@@ -54,6 +57,8 @@ int main(int argc, char** argv) try {
       prefill_tokens = std::atoll(next());
     else if (!std::strcmp(argv[i], "--device"))
       device = next();
+    else if (!std::strcmp(argv[i], "--profile"))
+      profile = true;
     else
       throw mn::Error(std::string("bench_generate: unknown option ") + argv[i]);
   }
@@ -61,6 +66,7 @@ int main(int argc, char** argv) try {
   mn::LmRunnerOptions o;
   o.dtype = mn::dtype_from_name(dtype);
   o.device = device;
+  o.profile = profile;
   o.max_context = std::max(prefill_tokens, prompt_tokens + new_tokens);
   o.prefill_block = prefill_tokens;
   const auto t0 = std::chrono::steady_clock::now();
@@ -99,6 +105,21 @@ int main(int argc, char** argv) try {
   for (const mn::ProgramMemory& p : runner->memory().programs) {
     j["dispatches_" + p.name] = p.dispatches;
     j["barriers_" + p.name] = p.barriers;
+  }
+  if (profile) {
+    // The last step was a decode step: its kernels by name, largest total first.
+    std::map<std::string, std::pair<double, int>> by_name;
+    double total = 0;
+    for (const mn::KernelTime& k : runner->profile()) {
+      by_name[k.name].first += k.ms;
+      by_name[k.name].second += 1;
+      total += k.ms;
+    }
+    std::vector<std::pair<std::string, std::pair<double, int>>> rows(by_name.begin(), by_name.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    j["decode_gpu_ms"] = total;
+    for (const auto& [name, v] : rows) j["decode_kernels"].push_back({name, v.first, v.second});
   }
   std::cout << j.dump() << std::endl;
   return 0;

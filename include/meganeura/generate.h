@@ -94,14 +94,24 @@ struct LmRunnerOptions {
   int64_t prefill_block = 0;  // tokens per prefill call; 0: min(128, max_context)
   DType dtype = DType::f32;   // storage of the weights and the cache (f32, f16, bf16)
   std::string device;         // as SessionOptions::device
+  bool profile = false;       // GPU timestamps around every kernel (LmRunner::profile)
 };
 
 class LmRunner : public TokenModel {
  public:
   static std::unique_ptr<LmRunner> create(const HfModel& model, const LmRunnerOptions& options);
   virtual const std::string& device_name() const = 0;
-  virtual double build_seconds() const = 0;  // compiling both programs and uploading weights
+  // Seconds spent building the graphs, compiling the session (plan, shaders, pipelines) and
+  // uploading the weights.
+  struct BuildTimes {
+    double graphs = 0, session = 0, weights = 0;
+    double total() const { return graphs + session + weights; }
+  };
+  virtual const BuildTimes& build_times() const = 0;
+  double build_seconds() const { return build_times().total(); }
   virtual MemorySummary memory() const = 0;  // of the session (per program: dispatches, bytes)
+  // With LmRunnerOptions::profile, the kernels of the last decode step and their GPU times.
+  virtual std::vector<KernelTime> profile() const = 0;
 };
 
 }  // namespace mn

@@ -119,6 +119,8 @@ class Session {
   MemorySummary memory() const;
   // Per-kernel GPU times of the last step (SessionOptions::profile).
   std::vector<KernelTime> profile() const;
+  // The same for one program's last run.
+  std::vector<KernelTime> profile(std::string_view program) const;
   // The graph as compiled (composites decomposed for the GPU).
   const Graph& compiled_graph() const;
 

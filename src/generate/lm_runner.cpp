@@ -14,7 +14,13 @@ namespace {
 class SessionLmRunner : public LmRunner {
  public:
   SessionLmRunner(const HfModel& model, const LmRunnerOptions& o) : config_(model.config) {
-    const auto t0 = std::chrono::steady_clock::now();
+    auto t0 = std::chrono::steady_clock::now();
+    auto lap = [&t0] {
+      const auto now = std::chrono::steady_clock::now();
+      const double s = std::chrono::duration<double>(now - t0).count();
+      t0 = now;
+      return s;
+    };
     batch_ = o.batch;
     context_ = o.max_context > 0 ? o.max_context
                                  : std::min<int64_t>(model.config.max_position_embeddings, 2048);
@@ -26,6 +32,7 @@ class SessionLmRunner : public LmRunner {
     }
     SessionOptions so;
     so.device = o.device;
+    so.profile = o.profile;
     // Two programs over one set of weights and caches; a step reads back only the sampled ids.
     std::vector<CausalLm> graphs;
     std::vector<SessionProgram> programs;
@@ -38,18 +45,20 @@ class SessionLmRunner : public LmRunner {
       graphs.push_back(build_lm_step(model.config, s));
       programs.push_back({name, graphs.back().graph.get(), std::vector<std::string>{"next"}});
     }
+    times_.graphs = lap();
     session_ = build_session(programs, so);
+    times_.session = lap();
     load_weights(*session_, model);
-    build_seconds_ =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    times_.weights = lap();
   }
 
   int64_t batch() const override { return batch_; }
   int64_t max_context() const override { return context_; }
   int64_t prefill_block() const override { return block_; }
   const std::string& device_name() const override { return session_->device_name(); }
-  double build_seconds() const override { return build_seconds_; }
+  const BuildTimes& build_times() const override { return times_; }
   MemorySummary memory() const override { return session_->memory(); }
+  std::vector<KernelTime> profile() const override { return session_->profile("decode"); }
 
   std::vector<int32_t> run(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                            std::span<const int32_t> last, const SamplingOptions& sampling,
@@ -83,7 +92,7 @@ class SessionLmRunner : public LmRunner {
   LmConfig config_;
   int64_t batch_ = 1, context_ = 0, block_ = 0;
   std::unique_ptr<Session> session_;
-  double build_seconds_ = 0;
+  BuildTimes times_;
 };
 
 }  // namespace

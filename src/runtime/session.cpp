@@ -546,6 +546,15 @@ std::vector<KernelTime> Session::profile() const {
   return out;
 }
 
+std::vector<KernelTime> Session::profile(std::string_view program) const {
+  impl_->finish_pending();
+  std::vector<KernelTime> out;
+  for (const auto& t : impl_->program(program, "Session::profile").recording->timings()) {
+    out.push_back({t.label, t.ms});
+  }
+  return out;
+}
+
 const Graph& Session::compiled_graph() const { return impl_->programs.front().plan.graph; }
 
 }  // namespace mn

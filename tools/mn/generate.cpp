@@ -80,6 +80,9 @@ void run_generate(const GenerateArgs& a) {
                         {"batch", batch},
                         {"finish", finish},
                         {"build_seconds", runner->build_seconds()},
+                        {"build_graphs_seconds", runner->build_times().graphs},
+                        {"build_session_seconds", runner->build_times().session},
+                        {"load_weights_seconds", runner->build_times().weights},
                         {"device", runner->device_name()}};
     std::cout << j.dump() << std::endl;
   }
