@@ -32,7 +32,9 @@ struct LmExamples {
   int64_t sequence = 0;
   std::vector<int32_t> input_ids;  // [count, sequence]
   std::vector<int32_t> labels;     // [count, sequence]
-  int64_t count() const { return sequence > 0 ? static_cast<int64_t>(input_ids.size()) / sequence : 0; }
+  int64_t count() const {
+    return sequence > 0 ? static_cast<int64_t>(input_ids.size()) / sequence : 0;
+  }
 };
 
 // Plain text. Documents are separated by blank lines: each is encoded on its own (with the
@@ -65,7 +67,7 @@ std::vector<int64_t> epoch_order(int64_t count, uint64_t seed, int64_t epoch);
 
 struct FinetuneOptions {
   std::filesystem::path model_dir;
-  std::filesystem::path text;   // one of text and jsonl
+  std::filesystem::path text;  // one of text and jsonl
   std::filesystem::path jsonl;
   int64_t sequence = 128;
   int64_t batch = 1;
@@ -75,9 +77,9 @@ struct FinetuneOptions {
   LrSchedule schedule;
   Optimizer optimizer = Optimizer::adamw(0.0);  // accumulate and clip_grad_norm live here
   DType dtype = DType::f32;
-  LoraOptions lora;          // rank 0: full fine-tuning
-  bool merge_lora = false;   // save W + (alpha/r)·B·A as a full model instead of the adapters
-  std::filesystem::path save;        // Hugging Face directory or adapter directory
+  LoraOptions lora;            // rank 0: full fine-tuning
+  bool merge_lora = false;     // save W + (alpha/r)·B·A as a full model instead of the adapters
+  std::filesystem::path save;  // Hugging Face directory or adapter directory
   std::filesystem::path checkpoint;  // written every checkpoint_every updates and at the end
   int64_t checkpoint_every = 0;      // 0: only at the end
   std::filesystem::path resume;
@@ -91,10 +93,10 @@ struct FinetuneOptions {
 };
 
 struct FinetuneResult {
-  int64_t steps = 0;               // updates made in this run's life (resumed ones included)
-  double final_loss = 0;           // loss of the last update
-  std::vector<double> losses;      // loss of every update this run made
-  double tokens_per_second = 0;    // trained (non-ignored) tokens per second
+  int64_t steps = 0;             // updates made in this run's life (resumed ones included)
+  double final_loss = 0;         // loss of the last update
+  std::vector<double> losses;    // loss of every update this run made
+  double tokens_per_second = 0;  // trained (non-ignored) tokens per second
   std::string device;
 };
 

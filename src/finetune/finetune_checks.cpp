@@ -16,7 +16,9 @@ namespace {
 constexpr const char* kFormat = "meganeura-finetune-1";
 
 void positive(int64_t v, const char* option) {
-  if (v <= 0) throw Error(std::string("fine-tuning: ") + option + " must be positive, got " + std::to_string(v));
+  if (v <= 0)
+    throw Error(std::string("fine-tuning: ") + option + " must be positive, got " +
+                std::to_string(v));
 }
 
 // The nearest existing directory at or above `path` must accept a new file: a probe is created
@@ -32,8 +34,8 @@ void check_writable(const fs::path& path, const char* option, bool is_dir) {
   while (!fs::exists(dir, ec) && dir.has_parent_path() && dir != dir.parent_path())
     dir = dir.parent_path();
   if (!fs::is_directory(dir, ec)) {
-    throw Error(std::string("fine-tuning: ") + option + " " + path.string() + " cannot be written: " +
-                dir.string() + " is not a directory");
+    throw Error(std::string("fine-tuning: ") + option + " " + path.string() +
+                " cannot be written: " + dir.string() + " is not a directory");
   }
   const fs::path probe = dir / (".mn-write-probe-" + std::to_string(::getpid()));
   {
@@ -63,28 +65,36 @@ void check_options(const FinetuneOptions& o) {
   }
   positive(o.batch, "--batch");
   positive(o.epochs, "--epochs");
-  if (o.steps < 0) throw Error("fine-tuning: --steps must be positive, got " + std::to_string(o.steps));
+  if (o.steps < 0)
+    throw Error("fine-tuning: --steps must be positive, got " + std::to_string(o.steps));
   if (o.checkpoint_every < 0)
-    throw Error("fine-tuning: --checkpoint-every must be positive, got " + std::to_string(o.checkpoint_every));
+    throw Error("fine-tuning: --checkpoint-every must be positive, got " +
+                std::to_string(o.checkpoint_every));
   positive(o.optimizer.accumulate, "--accumulate");
-  if (!(o.lr > 0) || !std::isfinite(o.lr)) throw Error("fine-tuning: --lr must be positive, got " + number(o.lr));
+  if (!(o.lr > 0) || !std::isfinite(o.lr))
+    throw Error("fine-tuning: --lr must be positive, got " + number(o.lr));
   if (o.schedule.warmup < 0)
-    throw Error("fine-tuning: --warmup must not be negative, got " + std::to_string(o.schedule.warmup));
+    throw Error("fine-tuning: --warmup must not be negative, got " +
+                std::to_string(o.schedule.warmup));
   if (!(o.optimizer.weight_decay >= 0))
-    throw Error("fine-tuning: --weight-decay must not be negative, got " + number(o.optimizer.weight_decay));
+    throw Error("fine-tuning: --weight-decay must not be negative, got " +
+                number(o.optimizer.weight_decay));
   if (!(o.optimizer.clip_grad_norm >= 0))
-    throw Error("fine-tuning: --clip-grad-norm must not be negative, got " + number(o.optimizer.clip_grad_norm));
+    throw Error("fine-tuning: --clip-grad-norm must not be negative, got " +
+                number(o.optimizer.clip_grad_norm));
   if (o.lora.rank < 0)
     throw Error("fine-tuning: --lora-rank must be positive, got " + std::to_string(o.lora.rank));
   if (o.merge_lora && !o.lora.enabled()) throw Error("fine-tuning: --merge-lora needs --lora-rank");
   if (o.dtype != DType::f32 && o.dtype != DType::bf16)
-    throw Error(std::string("fine-tuning: --dtype must be f32 or bf16, got ") + dtype_name(o.dtype));
+    throw Error(std::string("fine-tuning: --dtype must be f32 or bf16, got ") +
+                dtype_name(o.dtype));
   if (!o.save.empty()) check_writable(o.save, "--save", true);
   if (!o.checkpoint.empty()) check_writable(o.checkpoint, "--checkpoint", false);
 }
 
-std::map<std::string, std::string> resume_fields(const FinetuneOptions& o, const LmConfig& c,
-                                                 int64_t examples) {
+std::vector<std::pair<std::string, std::string>> resume_fields(const FinetuneOptions& o,
+                                                               const LmConfig& c,
+                                                               int64_t examples) {
   std::string targets;
   for (const std::string& t : o.lora.targets) targets += (targets.empty() ? "" : ",") + t;
   const std::string model = std::string(architecture_name(c.architecture)) +
@@ -109,7 +119,7 @@ std::map<std::string, std::string> resume_fields(const FinetuneOptions& o, const
 }
 
 void check_resume_fields(const fs::path& file, const std::map<std::string, std::string>& saved,
-                         const std::map<std::string, std::string>& now) {
+                         const std::vector<std::pair<std::string, std::string>>& now) {
   auto format = saved.find("format");
   if (format == saved.end() || format->second != kFormat) {
     throw FormatError(file.string() + ": not a meganeura fine-tuning checkpoint (format " +
@@ -118,7 +128,8 @@ void check_resume_fields(const fs::path& file, const std::map<std::string, std::
   }
   for (const auto& [key, value] : now) {
     auto it = saved.find(key);
-    if (it == saved.end()) throw FormatError(file.string() + ": checkpoint metadata lacks '" + key + "'");
+    if (it == saved.end())
+      throw FormatError(file.string() + ": checkpoint metadata lacks '" + key + "'");
     if (it->second != value) {
       throw Error(file.string() + ": cannot resume: '" + key + "' is '" + it->second +
                   "' in the checkpoint but '" + value + "' in this run");

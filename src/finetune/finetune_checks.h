@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <meganeura/finetune.h>
 
@@ -13,12 +15,13 @@ namespace mn::finetune {
 // (--save, --checkpoint) that cannot be written.
 void check_options(const FinetuneOptions& o);
 
-// The fields a checkpoint must agree on with the run that resumes it.
-std::map<std::string, std::string> resume_fields(const FinetuneOptions& o, const LmConfig& config,
-                                                 int64_t examples);
+// The fields a checkpoint must agree on with the run that resumes it, checked in this order.
+std::vector<std::pair<std::string, std::string>> resume_fields(const FinetuneOptions& o,
+                                                               const LmConfig& config,
+                                                               int64_t examples);
 // Throws mn::Error naming the first field whose value differs (checkpoint vs now).
 void check_resume_fields(const std::filesystem::path& file,
                          const std::map<std::string, std::string>& saved,
-                         const std::map<std::string, std::string>& now);
+                         const std::vector<std::pair<std::string, std::string>>& now);
 
 }  // namespace mn::finetune

@@ -40,7 +40,8 @@ struct Finetuner::Impl {
                           : load_text_examples(o.text, tok, o.sequence);
     build();
     const int64_t batches = (data.count() + o.batch - 1) / o.batch;
-    total = o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs * batches / o.optimizer.accumulate);
+    total =
+        o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs * batches / o.optimizer.accumulate);
     if (!o.resume.empty()) resume(o.resume);
   }
 
@@ -115,7 +116,8 @@ struct Finetuner::Impl {
       session->set_scalar(StepInputs::lr, lr);
       if (has_input(StepInputs::step))
         session->set_scalar(StepInputs::step, static_cast<double>(global_step + 1));
-      if (has_input(StepInputs::apply)) session->set_scalar(StepInputs::apply, micro == k - 1 ? 1.0 : 0.0);
+      if (has_input(StepInputs::apply))
+        session->set_scalar(StepInputs::apply, micro == k - 1 ? 1.0 : 0.0);
       session->step();
       loss += session->get("loss").data[0];
     }
@@ -127,7 +129,9 @@ struct Finetuner::Impl {
     std::map<std::string, Array> arrays;
     for (const std::string& n : trained) arrays[n] = session->get(n);
     for (const std::string& n : session->state_names()) arrays[n] = session->get(n);
-    auto meta = finetune::resume_fields(o, model.config, data.count());
+    std::map<std::string, std::string> meta;
+    for (const auto& [key, value] : finetune::resume_fields(o, model.config, data.count()))
+      meta[key] = value;
     meta["global_step"] = std::to_string(global_step);
     meta["next_epoch"] = std::to_string(pos.epoch);
     meta["next_index"] = std::to_string(pos.index);
@@ -137,7 +141,8 @@ struct Finetuner::Impl {
   static int64_t meta_int(const std::map<std::string, std::string>& meta, const std::string& key,
                           const fs::path& file) {
     auto it = meta.find(key);
-    if (it == meta.end()) throw FormatError(file.string() + ": checkpoint metadata lacks '" + key + "'");
+    if (it == meta.end())
+      throw FormatError(file.string() + ": checkpoint metadata lacks '" + key + "'");
     try {
       size_t used = 0;
       const int64_t v = std::stoll(it->second, &used);
@@ -151,7 +156,8 @@ struct Finetuner::Impl {
   void resume(const fs::path& file) {
     SafetensorsReader reader(file);
     const auto& meta = reader.metadata();
-    finetune::check_resume_fields(file, meta, finetune::resume_fields(o, model.config, data.count()));
+    finetune::check_resume_fields(file, meta,
+                                  finetune::resume_fields(o, model.config, data.count()));
     std::vector<std::string> names = trained;
     for (const std::string& n : session->state_names()) names.push_back(n);
     for (const std::string& n : names) {
@@ -182,7 +188,8 @@ struct Finetuner::Impl {
     SessionOptions so;
     so.device = o.device;
     auto s = build_session(*plain.graph, so);
-    for (auto& [name, value] : merged_lora_parameters(*session, model.config, o.lora)) s->set(name, value);
+    for (auto& [name, value] : merged_lora_parameters(*session, model.config, o.lora))
+      s->set(name, value);
     save_hf_model(dir, *s, model.config, saving());
   }
 
@@ -220,9 +227,10 @@ FinetuneResult Finetuner::run() {
     r.losses.push_back(loss);
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     r.tokens_per_second = seconds > 0 ? static_cast<double>(m.tokens - tokens0) / seconds : 0.0;
-    if (m.o.on_progress) m.o.on_progress({m.global_step, m.total, loss, lr, r.tokens_per_second, seconds});
-    if (!m.o.checkpoint.empty() && m.o.checkpoint_every > 0 && m.global_step % m.o.checkpoint_every == 0 &&
-        m.global_step < m.total)
+    if (m.o.on_progress)
+      m.o.on_progress({m.global_step, m.total, loss, lr, r.tokens_per_second, seconds});
+    if (!m.o.checkpoint.empty() && m.o.checkpoint_every > 0 &&
+        m.global_step % m.o.checkpoint_every == 0 && m.global_step < m.total)
       m.save_checkpoint(m.o.checkpoint);
   }
   if (!m.o.checkpoint.empty()) m.save_checkpoint(m.o.checkpoint);

@@ -19,8 +19,10 @@ namespace {
 
 void check_sequence(int64_t sequence) {
   if (sequence < 2) {
-    throw Error("fine-tuning: the sequence must hold at least 2 tokens (one to predict from), got " +
-                std::to_string(sequence));
+    throw Error(
+        "fine-tuning: the sequence must hold at least 2 tokens (one to predict from and one to "
+        "predict), got " +
+        std::to_string(sequence));
   }
 }
 
@@ -69,21 +71,23 @@ std::vector<std::string> documents(const std::string& text) {
   return docs;
 }
 
-[[noreturn]] void line_error(const std::filesystem::path& file, size_t line, const std::string& what) {
+[[noreturn]] void line_error(const std::filesystem::path& file, size_t line,
+                             const std::string& what) {
   throw FormatError(file.string() + ":" + std::to_string(line) + ": " + what);
 }
 
-std::string string_field(const nlohmann::json& o, const char* key, const std::filesystem::path& file,
-                         size_t line, const std::string& where) {
+std::string string_field(const nlohmann::json& o, const char* key,
+                         const std::filesystem::path& file, size_t line, const std::string& where) {
   auto it = o.find(key);
   if (it == o.end() || !it->is_string())
     line_error(file, line, where + "'" + key + "' must be a string");
   return it->get<std::string>();
 }
 
-std::vector<ChatMessage> chat_messages(const nlohmann::json& list, const std::filesystem::path& file,
-                                       size_t line) {
-  if (!list.is_array() || list.empty()) line_error(file, line, "'messages' must be a non-empty list");
+std::vector<ChatMessage> chat_messages(const nlohmann::json& list,
+                                       const std::filesystem::path& file, size_t line) {
+  if (!list.is_array() || list.empty())
+    line_error(file, line, "'messages' must be a non-empty list");
   std::vector<ChatMessage> messages;
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string where = "messages[" + std::to_string(i) + "]: ";
@@ -172,8 +176,7 @@ LmExamples load_jsonl_examples(const std::filesystem::path& file, const Tokenize
     }
     append_example(out, std::move(ids), std::move(labels), pad);
   }
-  if (out.count() == 0)
-    throw FormatError(file.string() + ": no example with a token to train on");
+  if (out.count() == 0) throw FormatError(file.string() + ": no example with a token to train on");
   return out;
 }
 

@@ -23,7 +23,8 @@ std::vector<std::string> adapted_projections(const Session& session) {
   std::vector<std::string> out;
   const std::string tail = ".lora_A.weight";
   for (const std::string& name : session.parameter_names()) {
-    if (name.size() > tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0)
+    if (name.size() > tail.size() &&
+        name.compare(name.size() - tail.size(), tail.size(), tail) == 0)
       out.push_back(name.substr(0, name.size() - tail.size()));
   }
   if (out.empty()) throw Error("LoRA: the session has no adapters");

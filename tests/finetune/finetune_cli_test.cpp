@@ -18,8 +18,8 @@ using testing::ScratchDir;
 TEST(FinetuneCli, TwoStepsWithJsonSummary) {
   ScratchDir dir("cli");
   const auto text = dir.write("t.txt", testing::training_text());
-  const auto r = test::run_mn("finetune " + lm_fixture("llama_tied").string() + " --text " + text.string() +
-                              " --seq 16 --batch 2 --steps 2 --lr 1e-3 --save " +
+  const auto r = test::run_mn("finetune " + lm_fixture("llama_tied").string() + " --text " +
+                              text.string() + " --seq 16 --batch 2 --steps 2 --lr 1e-3 --save " +
                               (dir.path() / "out").string() + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(test::last_line(r.out));
@@ -35,7 +35,8 @@ TEST(FinetuneCli, TwoStepsWithJsonSummary) {
 TEST(FinetuneCli, BadOptionsFail) {
   ScratchDir dir("cli_bad");
   const auto text = dir.write("t.txt", testing::training_text());
-  const std::string base = "finetune " + lm_fixture("llama_tied").string() + " --text " + text.string() + " ";
+  const std::string base =
+      "finetune " + lm_fixture("llama_tied").string() + " --text " + text.string() + " ";
   struct Case {
     std::string args, expect;
   };

@@ -120,7 +120,8 @@ TEST(FinetuneData, MalformedLinesNamed) {
       {"{\"text\": 5}", ":3: 'text' must be a string"},
       {"{\"messages\": []}", ":3: 'messages' must be a non-empty list"},
       {"{\"messages\": [{\"role\": \"user\"}]}", ":3: messages[0]: 'content' must be a string"},
-      {"{\"messages\": [{\"role\": \"bot\", \"content\": \"x\"}]}", ":3: messages[0]: unknown role 'bot'"},
+      {"{\"messages\": [{\"role\": \"bot\", \"content\": \"x\"}]}",
+       ":3: messages[0]: unknown role 'bot'"},
   };
   for (const Case& c : cases) {
     const auto file = dir.write("b.jsonl", "{\"text\": \"fine\"}\n\n" + c.line + "\n");
@@ -134,7 +135,9 @@ TEST(FinetuneData, MissingEmptyAndTooShort) {
   ScratchDir dir("empty");
   const Tokenizer tok = chatml();
   const auto missing = dir.path() / "nope.txt";
-  EXPECT_NE(error_of([&] { load_text_examples(missing, tok, 8); }).find(missing.string() + ": cannot open"),
+  EXPECT_NE(error_of([&] {
+              load_text_examples(missing, tok, 8);
+            }).find(missing.string() + ": cannot open"),
             std::string::npos);
   EXPECT_THROW(load_jsonl_examples(missing, tok, 8), FormatError);
   const auto empty = dir.write("e.txt", "\n  \n\n");
@@ -144,10 +147,13 @@ TEST(FinetuneData, MissingEmptyAndTooShort) {
   EXPECT_NE(error_of([&] { load_jsonl_examples(blank, tok, 8); }).find("no example"),
             std::string::npos);
   // A chat without an assistant reply has nothing to learn.
-  const auto no_reply = dir.write("u.jsonl", R"({"messages": [{"role": "user", "content": "hi"}]})");
+  const auto no_reply =
+      dir.write("u.jsonl", R"({"messages": [{"role": "user", "content": "hi"}]})");
   EXPECT_THROW(load_jsonl_examples(no_reply, tok, 64), FormatError);
   const auto text = dir.write("t.txt", "some text");
-  EXPECT_NE(error_of([&] { load_text_examples(text, tok, 1); }).find("at least 2 tokens (one to predict from and one to predict), got 1"),
+  EXPECT_NE(error_of([&] {
+              load_text_examples(text, tok, 1);
+            }).find("at least 2 tokens (one to predict from and one to predict), got 1"),
             std::string::npos);
 }
 

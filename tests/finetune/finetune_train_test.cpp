@@ -36,13 +36,15 @@ std::string error_of(Fn&& fn) {
 
 TEST(Finetune, LossFallsOnRepeatedText) {
   ScratchDir dir("falls");
-  FinetuneOptions o = testing::small_options(lm_fixture("llama_tied"), dir.write("t.txt", testing::training_text()));
+  FinetuneOptions o = testing::small_options(lm_fixture("llama_tied"),
+                                             dir.write("t.txt", testing::training_text()));
   o.steps = 12;
   Finetuner t(o);
   const FinetuneResult r = t.run();
   ASSERT_EQ(r.losses.size(), 12u);
   EXPECT_EQ(r.steps, 12);
-  EXPECT_LT(r.losses.back(), r.losses.front() - 1.0) << r.losses.front() << " -> " << r.losses.back();
+  EXPECT_LT(r.losses.back(), r.losses.front() - 1.0)
+      << r.losses.front() << " -> " << r.losses.back();
 }
 
 // One update with clipping and weight decay equals the reference's on the same batch (the
@@ -65,7 +67,8 @@ void expect_full_step_matches_reference(Optimizer opt, double tolerance) {
     }
   }
   reference::Feeds persistent;
-  for (auto& [name, value] : load_safetensors(model / "model.safetensors")) persistent[name] = value;
+  for (auto& [name, value] : load_safetensors(model / "model.safetensors"))
+    persistent[name] = value;
   const double loss = t.step();
 
   CausalLmOptions lo;
@@ -96,7 +99,8 @@ TEST(Finetune, FullAdamwStepMatchesReference) {
 }
 
 FinetuneOptions lora_options(const ScratchDir& dir, const std::string& model) {
-  FinetuneOptions o = testing::small_options(lm_fixture(model), dir.write("t.txt", testing::training_text()));
+  FinetuneOptions o =
+      testing::small_options(lm_fixture(model), dir.write("t.txt", testing::training_text()));
   o.lora.rank = 4;
   o.lora.alpha = 8;
   o.lr = 1e-2;
@@ -133,7 +137,8 @@ TEST(Finetune, LoraAdapterSavedInPeftLayout) {
   o.save = dir.path() / "adapter";
   Finetuner t(o);
   t.run();
-  const io::JsonFields cfg(io::read_text_file(o.save / "adapter_config.json"), "adapter_config.json");
+  const io::JsonFields cfg(io::read_text_file(o.save / "adapter_config.json"),
+                           "adapter_config.json");
   EXPECT_EQ(cfg.object().at("peft_type"), "LORA");
   EXPECT_EQ(cfg.object().at("task_type"), "CAUSAL_LM");
   EXPECT_EQ(cfg.object().at("r"), 4);
@@ -162,7 +167,8 @@ TEST(Finetune, MergedLoraLogitsEqualAdapterLogits) {
   o.save = dir.path() / "merged";
   Finetuner t(o);
   t.run();
-  const Array adapted = testing::logits_with(t.config(), testing::parameters_of(t.session()), o.lora);
+  const Array adapted =
+      testing::logits_with(t.config(), testing::parameters_of(t.session()), o.lora);
   const HfModel merged = load_hf_model(o.save);
   CausalLmOptions lo;
   lo.sequence = 16;
@@ -181,7 +187,8 @@ TEST(Finetune, MergedLoraLogitsEqualAdapterLogits) {
 
 TEST(Finetune, SavedModelLoadsToTheTrainedLogits) {
   ScratchDir dir("save");
-  FinetuneOptions o = testing::small_options(lm_fixture("qwen2_tiny"), dir.write("t.txt", testing::training_text()));
+  FinetuneOptions o = testing::small_options(lm_fixture("qwen2_tiny"),
+                                             dir.write("t.txt", testing::training_text()));
   o.save = dir.path() / "out";
   Finetuner t(o);
   t.run();
@@ -224,7 +231,9 @@ void expect_resume_exact(FinetuneOptions o, const ScratchDir& dir) {
 
 TEST(Finetune, ResumeIsExactFull) {
   ScratchDir dir("resume_full");
-  expect_resume_exact(testing::small_options(lm_fixture("llama_tied"), dir.write("t.txt", testing::training_text())), dir);
+  expect_resume_exact(testing::small_options(lm_fixture("llama_tied"),
+                                             dir.write("t.txt", testing::training_text())),
+                      dir);
 }
 
 TEST(Finetune, ResumeIsExactLoraBf16) {
@@ -248,10 +257,12 @@ TEST(Finetune, ResumeMismatchNamesTheField) {
       {[](FinetuneOptions& x) { x.lora.rank = 2; }, "'lora_rank' is '4' in the checkpoint but '2'"},
       {[](FinetuneOptions& x) { x.sequence = 12; }, "'seq' is '16' in the checkpoint but '12'"},
       {[](FinetuneOptions& x) { x.batch = 1; }, "'batch' is '2' in the checkpoint but '1'"},
-      {[](FinetuneOptions& x) { x.dtype = DType::bf16; }, "'dtype' is 'f32' in the checkpoint but 'bf16'"},
+      {[](FinetuneOptions& x) { x.dtype = DType::bf16; },
+       "'dtype' is 'f32' in the checkpoint but 'bf16'"},
       {[](FinetuneOptions& x) { x.optimizer.kind = Optimizer::Kind::adam; },
        "'optimizer' is 'adamw' in the checkpoint but 'adam'"},
-      {[](FinetuneOptions& x) { x.model_dir = lm_fixture("qwen3_tiny"); }, "'model' is 'LlamaForCausalLM"},
+      {[](FinetuneOptions& x) { x.model_dir = lm_fixture("qwen3_tiny"); },
+       "'model' is 'LlamaForCausalLM"},
   };
   for (const Case& c : cases) {
     FinetuneOptions r = o;
@@ -259,17 +270,20 @@ TEST(Finetune, ResumeMismatchNamesTheField) {
     r.resume = o.checkpoint;
     c.change(r);
     const std::string msg = error_of([&] { Finetuner t(r); });
-    EXPECT_NE(msg.find(o.checkpoint.string() + ": cannot resume: " + c.expect), std::string::npos) << msg;
+    EXPECT_NE(msg.find(o.checkpoint.string() + ": cannot resume: " + c.expect), std::string::npos)
+        << msg;
   }
   // Not a fine-tuning checkpoint at all: the format is named.
   FinetuneOptions r = o;
   r.resume = lm_fixture("llama_tied") / "model.safetensors";
-  EXPECT_NE(error_of([&] { Finetuner t(r); }).find("not a meganeura fine-tuning checkpoint"), std::string::npos);
+  EXPECT_NE(error_of([&] { Finetuner t(r); }).find("not a meganeura fine-tuning checkpoint"),
+            std::string::npos);
 }
 
 TEST(Finetune, BadOptionsNamed) {
   ScratchDir dir("options");
-  const FinetuneOptions base = testing::small_options(lm_fixture("llama_tied"), dir.write("t.txt", testing::training_text()));
+  const FinetuneOptions base = testing::small_options(lm_fixture("llama_tied"),
+                                                      dir.write("t.txt", testing::training_text()));
   const auto blocker = dir.write("file", "x");
   struct Case {
     std::function<void(FinetuneOptions&)> change;
@@ -285,13 +299,17 @@ TEST(Finetune, BadOptionsNamed) {
        "unknown LoRA target 'qkv_proj'"},
       {[](FinetuneOptions& x) { x.merge_lora = true; }, "--merge-lora needs --lora-rank"},
       {[&](FinetuneOptions& x) { x.save = blocker / "out"; },
-       "--save " + (blocker / "out").string() + " cannot be written: " + blocker.string() + " is not a directory"},
+       "--save " + (blocker / "out").string() + " cannot be written: " + blocker.string() +
+           " is not a directory"},
       {[&](FinetuneOptions& x) { x.save = blocker; }, "exists and is not a directory"},
-      {[&](FinetuneOptions& x) { x.checkpoint = dir.path(); }, "--checkpoint " + dir.path().string() + " exists and is a directory"},
-      {[&](FinetuneOptions& x) { x.text = dir.path() / "missing.txt"; }, (dir.path() / "missing.txt").string() + ": cannot open"},
+      {[&](FinetuneOptions& x) { x.checkpoint = dir.path(); },
+       "--checkpoint " + dir.path().string() + " exists and is a directory"},
+      {[&](FinetuneOptions& x) { x.text = dir.path() / "missing.txt"; },
+       (dir.path() / "missing.txt").string() + ": cannot open"},
       {[&](FinetuneOptions& x) { x.jsonl = dir.path() / "d.jsonl"; }, "exactly one data file"},
       {[&](FinetuneOptions& x) { x.model_dir = dir.path(); }, "config.json"},
-      {[](FinetuneOptions& x) { x.optimizer.accumulate = 0; }, "--accumulate must be positive, got 0"},
+      {[](FinetuneOptions& x) { x.optimizer.accumulate = 0; },
+       "--accumulate must be positive, got 0"},
       {[](FinetuneOptions& x) { x.lr = 0; }, "--lr must be positive"},
   };
   for (const Case& c : cases) {

@@ -88,7 +88,8 @@ void add_finetune_command(CLI::App& app) {
   text->excludes(jsonl);
   cmd->add_option("--seq", o.sequence, "tokens per example")->capture_default_str();
   cmd->add_option("--batch", o.batch, "examples per micro-batch")->capture_default_str();
-  auto* epochs = cmd->add_option("--epochs", o.epochs, "passes over the data")->capture_default_str();
+  auto* epochs =
+      cmd->add_option("--epochs", o.epochs, "passes over the data")->capture_default_str();
   auto* steps = cmd->add_option("--steps", o.steps, "optimizer updates (instead of --epochs)");
   epochs->excludes(steps);
   cmd->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
