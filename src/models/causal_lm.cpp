@@ -41,7 +41,8 @@ std::vector<double> rope_inv_freq(const LmConfig& c) {
 
 bool is_lora_parameter(const std::string& name) {
   auto ends_with = [&name](const std::string& tail) {
-    return name.size() >= tail.size() && name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
   };
   return ends_with(".lora_A.weight") || ends_with(".lora_B.weight");
 }

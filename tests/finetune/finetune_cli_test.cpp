@@ -32,6 +32,27 @@ TEST(FinetuneCli, TwoStepsWithJsonSummary) {
   EXPECT_TRUE(std::filesystem::exists(dir.path() / "out/model.safetensors"));
 }
 
+// Four steps in one run, or two, a checkpoint, and two more after --resume: the same last loss.
+TEST(FinetuneCli, ResumeContinuesExactly) {
+  ScratchDir dir("cli_resume");
+  const auto text = dir.write("t.txt", testing::training_text());
+  const auto ck = dir.path() / "ck.safetensors";
+  const std::string base = "finetune " + lm_fixture("qwen2_tiny").string() + " --text " +
+                           text.string() + " --seq 16 --batch 3 --lr 1e-3 --json ";
+  const auto whole = test::run_mn(base + "--steps 4");
+  const auto first = test::run_mn(base + "--steps 2 --checkpoint " + ck.string());
+  const auto rest = test::run_mn(base + "--steps 4 --resume " + ck.string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  ASSERT_EQ(rest.exit_code, 0) << rest.err;
+  const auto a = nlohmann::json::parse(test::last_line(whole.out));
+  const auto b = nlohmann::json::parse(test::last_line(rest.out));
+  EXPECT_EQ(b.at("steps"), 4);
+  EXPECT_EQ(a.at("final_loss").get<double>(), b.at("final_loss").get<double>());
+  EXPECT_NE(rest.err.find("step 3/4"), std::string::npos) << rest.err;
+  EXPECT_EQ(rest.err.find("step 1/4"), std::string::npos) << rest.err;
+}
+
 TEST(FinetuneCli, BadOptionsFail) {
   ScratchDir dir("cli_bad");
   const auto text = dir.write("t.txt", testing::training_text());
