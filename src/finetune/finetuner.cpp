@@ -38,11 +38,24 @@ struct Finetuner::Impl {
     const Tokenizer tok = Tokenizer::from_dir(o.model_dir);
     data = o.text.empty() ? load_jsonl_examples(o.jsonl, tok, o.sequence)
                           : load_text_examples(o.text, tok, o.sequence);
+    check_vocabulary();
     build();
     const int64_t batches = (data.count() + o.batch - 1) / o.batch;
     total =
         o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs * batches / o.optimizer.accumulate);
     if (!o.resume.empty()) resume(o.resume);
+  }
+
+  // A tokenizer with more ids than the embedding has rows would index past the table.
+  void check_vocabulary() const {
+    const auto largest = std::max_element(data.input_ids.begin(), data.input_ids.end());
+    if (*largest >= model.config.vocab_size) {
+      const fs::path& file = o.text.empty() ? o.jsonl : o.text;
+      throw FormatError(file.string() + ": token id " + std::to_string(*largest) +
+                        " is outside the model's vocabulary of " +
+                        std::to_string(model.config.vocab_size) + " (" +
+                        (o.model_dir / "config.json").string() + ")");
+    }
   }
 
   void build() {

@@ -243,6 +243,25 @@ TEST(Finetune, ResumeIsExactLoraBf16) {
   expect_resume_exact(o, dir);
 }
 
+// --checkpoint-every: by the third update the file holds the second's state.
+TEST(Finetune, CheckpointEveryWritesOnTheWay) {
+  ScratchDir dir("every");
+  FinetuneOptions o = testing::small_options(lm_fixture("llama_tied"),
+                                             dir.write("t.txt", testing::training_text()));
+  o.steps = 4;
+  o.checkpoint = dir.path() / "ck.safetensors";
+  o.checkpoint_every = 2;
+  std::vector<std::string> seen;
+  o.on_progress = [&](const FinetuneOptions::Progress& p) {
+    if (std::filesystem::exists(o.checkpoint))
+      seen.push_back(std::to_string(p.step) + ":" +
+                     SafetensorsReader(o.checkpoint).metadata().at("global_step"));
+  };
+  Finetuner(o).run();
+  EXPECT_EQ(seen, (std::vector<std::string>{"3:2", "4:2"}));
+  EXPECT_EQ(SafetensorsReader(o.checkpoint).metadata().at("global_step"), "4");
+}
+
 TEST(Finetune, ResumeMismatchNamesTheField) {
   ScratchDir dir("mismatch");
   FinetuneOptions o = lora_options(dir, "llama_tied");
@@ -278,6 +297,21 @@ TEST(Finetune, ResumeMismatchNamesTheField) {
   r.resume = lm_fixture("llama_tied") / "model.safetensors";
   EXPECT_NE(error_of([&] { Finetuner t(r); }).find("not a meganeura fine-tuning checkpoint"),
             std::string::npos);
+}
+
+// A tokenizer whose ids reach past the embedding table is refused before any step.
+TEST(Finetune, TokenIdsOutsideTheVocabulary) {
+  ScratchDir dir("vocab");
+  const auto model = dir.path() / "model";
+  std::filesystem::copy(lm_fixture("llama_tied"), model);
+  std::filesystem::remove(model / "tokenizer_config.json");
+  std::filesystem::copy_file(
+      std::filesystem::path(MN_SOURCE_DIR) / "tests/fixtures/lm/tokenizers/features/tokenizer.json",
+      model / "tokenizer.json", std::filesystem::copy_options::overwrite_existing);
+  const auto text = dir.write("t.txt", "a cat is not a dog, but a [MASK] is a mask\n");
+  const std::string msg = error_of([&] { Finetuner t(testing::small_options(model, text)); });
+  EXPECT_NE(msg.find(text.string() + ": token id 70"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("outside the model's vocabulary of 700"), std::string::npos) << msg;
 }
 
 TEST(Finetune, BadOptionsNamed) {
