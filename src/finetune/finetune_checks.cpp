@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 
 #include <meganeura/error.h>
@@ -54,6 +55,26 @@ std::string number(double v) {
   return buf;
 }
 
+// The examples' count and an FNV-1a hash of their ids and labels: a checkpoint's data position
+// means something only over the same examples.
+std::string data_digest(const LmExamples& data) {
+  uint64_t h = 14695981039346656037ULL;
+  auto mix = [&h](const std::vector<int32_t>& v) {
+    for (int32_t x : v) {
+      for (int byte = 0; byte < 4; ++byte) {
+        h ^= (static_cast<uint32_t>(x) >> (8 * byte)) & 0xFFu;
+        h *= 1099511628211ULL;
+      }
+    }
+  };
+  mix(data.input_ids);
+  mix(data.labels);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return std::to_string(data.count()) + " examples of " + std::to_string(data.sequence) +
+         " tokens, hash " + hex;
+}
+
 }  // namespace
 
 void check_options(const FinetuneOptions& o) {
@@ -94,7 +115,7 @@ void check_options(const FinetuneOptions& o) {
 
 std::vector<std::pair<std::string, std::string>> resume_fields(const FinetuneOptions& o,
                                                                const LmConfig& c,
-                                                               int64_t examples) {
+                                                               const LmExamples& data) {
   std::string targets;
   for (const std::string& t : o.lora.targets) targets += (targets.empty() ? "" : ",") + t;
   const std::string model = std::string(architecture_name(c.architecture)) +
@@ -114,7 +135,7 @@ std::vector<std::pair<std::string, std::string>> resume_fields(const FinetuneOpt
       {"accumulate", std::to_string(o.optimizer.accumulate)},
       {"dtype", dtype_name(o.dtype)},
       {"seed", std::to_string(o.seed)},
-      {"examples", std::to_string(examples)},
+      {"data", data_digest(data)},
   };
 }
 

@@ -18,7 +18,7 @@ void check_options(const FinetuneOptions& o);
 // The fields a checkpoint must agree on with the run that resumes it, checked in this order.
 std::vector<std::pair<std::string, std::string>> resume_fields(const FinetuneOptions& o,
                                                                const LmConfig& config,
-                                                               int64_t examples);
+                                                               const LmExamples& data);
 // Throws mn::Error naming the first field whose value differs (checkpoint vs now).
 void check_resume_fields(const std::filesystem::path& file,
                          const std::map<std::string, std::string>& saved,

@@ -143,7 +143,7 @@ struct Finetuner::Impl {
     for (const std::string& n : trained) arrays[n] = session->get(n);
     for (const std::string& n : session->state_names()) arrays[n] = session->get(n);
     std::map<std::string, std::string> meta;
-    for (const auto& [key, value] : finetune::resume_fields(o, model.config, data.count()))
+    for (const auto& [key, value] : finetune::resume_fields(o, model.config, data))
       meta[key] = value;
     meta["global_step"] = std::to_string(global_step);
     meta["next_epoch"] = std::to_string(pos.epoch);
@@ -169,8 +169,7 @@ struct Finetuner::Impl {
   void resume(const fs::path& file) {
     SafetensorsReader reader(file);
     const auto& meta = reader.metadata();
-    finetune::check_resume_fields(file, meta,
-                                  finetune::resume_fields(o, model.config, data.count()));
+    finetune::check_resume_fields(file, meta, finetune::resume_fields(o, model.config, data));
     std::vector<std::string> names = trained;
     for (const std::string& n : session->state_names()) names.push_back(n);
     for (const std::string& n : names) {

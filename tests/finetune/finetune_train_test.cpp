@@ -292,6 +292,15 @@ TEST(Finetune, ResumeMismatchNamesTheField) {
     EXPECT_NE(msg.find(o.checkpoint.string() + ": cannot resume: " + c.expect), std::string::npos)
         << msg;
   }
+  // Other data (the same number of examples): the position would mean other examples.
+  FinetuneOptions other = o;
+  other.checkpoint.clear();
+  other.resume = o.checkpoint;
+  std::string changed = testing::training_text();
+  changed[4] = 'Q';
+  other.text = dir.write("other.txt", changed);
+  const std::string msg = error_of([&] { Finetuner t(other); });
+  EXPECT_NE(msg.find("cannot resume: 'data' is '"), std::string::npos) << msg;
   // Not a fine-tuning checkpoint at all: the format is named.
   FinetuneOptions r = o;
   r.resume = lm_fixture("llama_tied") / "model.safetensors";
