@@ -140,6 +140,13 @@ void save_lora_adapter(const std::filesystem::path& dir, const Session& session,
                        const LmConfig& config, const LoraOptions& lora,
                        const std::string& base_model);
 
+// adapter_config.json of a PEFT LoRA directory (r, lora_alpha, target_modules as a list);
+// FormatError naming the file and field otherwise.
+LoraOptions load_lora_config(const std::filesystem::path& dir);
+// Uploads adapter_model.safetensors into a session whose graph was built with that
+// configuration (CausalLmOptions::lora): every adapter present with its shape, no other tensor.
+void load_lora_adapter(Session& session, const std::filesystem::path& dir);
+
 // W + (alpha/r)·B·A for every adapted projection, with every other parameter as the session
 // holds it, by Hugging Face name (f32 values).
 std::map<std::string, Array> merged_lora_parameters(const Session& session, const LmConfig& config,

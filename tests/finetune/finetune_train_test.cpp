@@ -157,6 +157,29 @@ TEST(Finetune, LoraAdapterSavedInPeftLayout) {
   EXPECT_EQ(tensors.at(p + "mlp.down_proj.lora_B.weight").shape, (Shape{c.hidden_size, 4}));
   EXPECT_EQ(tensors.at(p + "mlp.down_proj.lora_B.weight").data,
             t.session().get("model.layers.1.mlp.down_proj.lora_B.weight").data);
+
+  // Loaded back over the base model: the trained model's logits.
+  const LoraOptions loaded = load_lora_config(o.save);
+  EXPECT_EQ(loaded.rank, 4);
+  EXPECT_EQ(loaded.alpha, 8.0);
+  EXPECT_EQ(loaded.targets, o.lora.targets);
+  CausalLmOptions lo;
+  lo.sequence = 16;
+  lo.lora = loaded;
+  CausalLm lm = build_causal_lm(c, lo);
+  auto s = build_session(*lm.graph);
+  load_weights(*s, load_hf_model(o.model_dir));
+  load_lora_adapter(*s, o.save);
+  s->set("input_ids", testing::probe_ids());
+  s->step();
+  EXPECT_EQ(s->get("logits").data,
+            testing::logits_with(c, testing::parameters_of(t.session()), o.lora).data);
+  // An adapter of another rank does not fit: the tensor and both shapes are named.
+  lo.lora.rank = 2;
+  CausalLm other = build_causal_lm(c, lo);
+  auto s2 = build_session(*other.graph);
+  EXPECT_NE(error_of([&] { load_lora_adapter(*s2, o.save); }).find("has shape [4, 64], but"),
+            std::string::npos);
 }
 
 // The merged directory, loaded as a plain model, gives the adapted model's logits.

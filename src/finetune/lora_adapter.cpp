@@ -1,5 +1,5 @@
-// LoRA adapters out of a training session: PEFT's adapter directory, or the base weights with
-// the adapters merged in.
+// LoRA adapters and PEFT's adapter directory: saving a session's adapters, loading them back,
+// and the base weights with the adapters merged in.
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -9,6 +9,7 @@
 #include <meganeura/session.h>
 
 #include "data/atomic_file.h"
+#include "io/json_fields.h"
 
 namespace mn {
 
@@ -73,6 +74,51 @@ void save_lora_adapter(const fs::path& dir, const Session& session, const LmConf
   }
   write_text(dir / "adapter_config.json", cfg.dump(2) + "\n");
   save_safetensors(dir / "adapter_model.safetensors", tensors, {{"format", "pt"}});
+}
+
+LoraOptions load_lora_config(const fs::path& dir) {
+  const fs::path file = dir / "adapter_config.json";
+  const io::JsonFields cfg(io::read_text_file(file), file.string());
+  const auto type = cfg.optional_string("peft_type");
+  if (type != "LORA") cfg.fail("peft_type", "must be \"LORA\", got " + type.value_or("nothing"));
+  LoraOptions lora;
+  lora.rank = cfg.required_int("r");
+  if (lora.rank <= 0) cfg.fail("r", "must be positive, got " + std::to_string(lora.rank));
+  lora.alpha = cfg.optional_number("lora_alpha").value_or(8.0);  // PEFT's default
+  const nlohmann::json& targets = cfg.object().value("target_modules", nlohmann::json());
+  if (!targets.is_array() || targets.empty())
+    cfg.fail("target_modules", "must be a non-empty list of projection names");
+  lora.targets.clear();
+  for (const auto& t : targets) {
+    if (!t.is_string()) cfg.fail("target_modules", "must hold strings");
+    lora.targets.push_back(t.get<std::string>());
+  }
+  return lora;
+}
+
+void load_lora_adapter(Session& session, const fs::path& dir) {
+  const fs::path file = dir / "adapter_model.safetensors";
+  SafetensorsReader reader(file);
+  std::vector<std::string> wanted;
+  for (const std::string& n : session.parameter_names()) {
+    if (is_lora_parameter(n)) wanted.push_back(n);
+  }
+  if (wanted.empty()) throw Error("load_lora_adapter: the session has no LoRA adapters");
+  if (reader.entries().size() != wanted.size()) {
+    throw FormatError(file.string() + ": holds " + std::to_string(reader.entries().size()) +
+                      " tensors, the session has " + std::to_string(wanted.size()) + " adapters");
+  }
+  for (const std::string& n : wanted) {
+    const std::string peft = kPeftPrefix + n;
+    if (!reader.contains(peft)) throw FormatError(file.string() + ": lacks tensor '" + peft + "'");
+    const Shape& shape = reader.entry(peft).shape;
+    const TensorType want = session.type_of(n);
+    if (shape != want.shape) {
+      throw FormatError(file.string() + ": tensor '" + peft + "' has shape " + shape_str(shape) +
+                        ", but the session's adapter is " + want.str());
+    }
+    session.set(n, reader.array(peft));
+  }
 }
 
 std::map<std::string, Array> merged_lora_parameters(const Session& session, const LmConfig& config,
