@@ -32,6 +32,9 @@ struct LmExamples {
   int64_t sequence = 0;
   std::vector<int32_t> input_ids;  // [count, sequence]
   std::vector<int32_t> labels;     // [count, sequence]
+  // Examples dropped because no label had a token before it within `sequence` tokens (a chat
+  // whose replies were truncated away, a one-token window).
+  int64_t skipped = 0;
   int64_t count() const {
     return sequence > 0 ? static_cast<int64_t>(input_ids.size()) / sequence : 0;
   }

@@ -2,6 +2,7 @@
 // chats (loss on the assistant replies only), and the per-epoch shuffled order.
 #include <algorithm>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -39,8 +40,10 @@ bool append_example(LmExamples& out, std::vector<int32_t> ids, std::vector<int32
   const auto L = static_cast<size_t>(out.sequence);
   ids.resize(L, pad);
   labels.resize(L, kIgnoreLabel);
-  if (std::all_of(labels.begin() + 1, labels.end(), [](int32_t l) { return l == kIgnoreLabel; }))
+  if (std::all_of(labels.begin() + 1, labels.end(), [](int32_t l) { return l == kIgnoreLabel; })) {
+    ++out.skipped;
     return false;
+  }
   out.input_ids.insert(out.input_ids.end(), ids.begin(), ids.end());
   out.labels.insert(out.labels.end(), labels.begin(), labels.end());
   return true;

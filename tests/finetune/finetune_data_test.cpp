@@ -63,6 +63,7 @@ TEST(FinetuneData, JsonlTextsTruncatedOrPadded) {
                                              std::string(200, 'x') + " long\"}\n");
   const LmExamples ex = load_jsonl_examples(file, tok, 8);
   ASSERT_EQ(ex.count(), 2);
+  EXPECT_EQ(ex.skipped, 0);
   const auto first = tok.encode("a short one", true);
   ASSERT_LT(first.size(), 8u);
   for (size_t i = 0; i < 8; ++i)
@@ -105,6 +106,21 @@ TEST(FinetuneData, ChatLabelsOnlyOnAssistantReplies) {
   EXPECT_NE(ignored.find("Hello?"), std::string::npos);
   EXPECT_NE(ignored.find("Be brief."), std::string::npos);
   EXPECT_NE(ignored.find("<|im_start|>assistant\n"), std::string::npos);
+}
+
+// A chat whose reply lies past --seq tokens has nothing to train: skipped and counted.
+TEST(FinetuneData, TruncatedAwayRepliesSkipped) {
+  ScratchDir dir("skip");
+  const auto file =
+      dir.write("s.jsonl",
+                "{\"text\": \"kept text\"}\n"
+                R"({"messages": [{"role": "system", "content": "A long system message here."}, )"
+                R"({"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})"
+                "\n");
+  const LmExamples ex = load_jsonl_examples(file, chatml(), 8);
+  EXPECT_EQ(ex.count(), 1);
+  EXPECT_EQ(ex.skipped, 1);
+  EXPECT_EQ(load_jsonl_examples(file, chatml(), 64).skipped, 0);
 }
 
 TEST(FinetuneData, MalformedLinesNamed) {

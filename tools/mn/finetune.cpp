@@ -64,6 +64,14 @@ void run_finetune(FinetuneArgs& a) {
                  p.tokens_per_second);
   };
   Finetuner tuner(o);
+  const LmExamples& data = tuner.examples();
+  std::fprintf(stderr, "%lld examples of %lld tokens, %lld steps\n",
+               static_cast<long long>(data.count()), static_cast<long long>(data.sequence),
+               static_cast<long long>(tuner.total_steps()));
+  if (data.skipped > 0) {
+    std::fprintf(stderr, "skipped %lld examples with nothing to train within --seq %lld tokens\n",
+                 static_cast<long long>(data.skipped), static_cast<long long>(data.sequence));
+  }
   const FinetuneResult r = tuner.run();
   if (!o.save.empty()) std::fprintf(stderr, "saved %s\n", o.save.string().c_str());
   if (a.json) {
