@@ -260,6 +260,40 @@ TEST(Finetune, ResumeIsExactFull) {
                       dir);
 }
 
+TEST(Finetune, ResumeIsExactFullBf16) {
+  ScratchDir dir("resume_bf16");
+  FinetuneOptions o = testing::small_options(lm_fixture("qwen2_tiny"),
+                                             dir.write("t.txt", testing::training_text()));
+  o.dtype = DType::bf16;
+  expect_resume_exact(o, dir);
+}
+
+// Two micro-batches of one example accumulated make the update one batch of both makes (every
+// example full, so each micro-batch's mean is over as many tokens).
+TEST(Finetune, AccumulationEqualsTheLargerBatch) {
+  ScratchDir dir("accumulate");
+  std::string lines;
+  for (int i = 0; i < 4; ++i)
+    lines +=
+        "{\"text\": \"line " + std::to_string(i) + " of text long enough to fill a window\"}\n";
+  FinetuneOptions o = testing::small_options(lm_fixture("llama_tied"), {});
+  o.text.clear();
+  o.jsonl = dir.write("d.jsonl", lines);
+  o.sequence = 8;
+  o.optimizer = Optimizer::sgd(0.9);
+  o.lr = 0.1;
+  Finetuner big(o);
+  o.batch = 1;
+  o.optimizer.accumulate = 2;
+  Finetuner acc(o);
+  for (int64_t i = 0; i < big.examples().count() * o.sequence; ++i)
+    ASSERT_NE(big.examples().labels[static_cast<size_t>(i)], kIgnoreLabel);
+  EXPECT_NEAR(big.step(), acc.step(), 1e-6);
+  for (const std::string& n : big.trained_parameters()) {
+    EXPECT_LE(testing::relative_error(acc.session().get(n), big.session().get(n)), 1e-6) << n;
+  }
+}
+
 TEST(Finetune, ResumeIsExactLoraBf16) {
   ScratchDir dir("resume_lora");
   FinetuneOptions o = lora_options(dir, "qwen3_tiny");
