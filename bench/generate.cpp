@@ -94,7 +94,12 @@ int main(int argc, char** argv) try {
                       {"ms_per_token", per_token},
                       {"tokens_per_second", 1e3 / per_token},
                       {"build_ms", build_ms},
+                      {"arena_mib", static_cast<double>(runner->memory().arena_bytes) / (1 << 20)},
                       {"device", runner->device_name()}};
+  for (const mn::ProgramMemory& p : runner->memory().programs) {
+    j["dispatches_" + p.name] = p.dispatches;
+    j["barriers_" + p.name] = p.barriers;
+  }
   std::cout << j.dump() << std::endl;
   return 0;
 } catch (const std::exception& e) {

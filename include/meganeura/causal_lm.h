@@ -79,8 +79,10 @@ struct LmStepOptions {
 // Inputs: "input_ids" and "positions" (i32 [batch, block]: each token's cache row, which is
 // also its rotary position; a query sees the rows up to its own), "last" (i32 [batch]: the
 // index in the block whose next token is wanted). States "model.layers.N.self_attn.k_cache" and
-// ".v_cache" ([batch, kv_heads, max_context, head_dim]) persist between steps. Outputs "logits"
-// (f32 [batch, vocab], at `last`) and "next" (i32 [batch], the most likely token).
+// ".v_cache" ([batch, kv_heads, max_context, head_dim]) persist between steps and are written in
+// place. Sampling inputs (scalars): "temperature" (f32, 0 greedy), "top_k" (i32, 0 off), "top_p"
+// (f32, 1 off), "seed" and "step" (u32: the random draw depends only on them and the row).
+// Outputs "logits" (f32 [batch, vocab], at `last`) and "next" (i32 [batch], the sampled token).
 CausalLm build_lm_step(const LmConfig& config, const LmStepOptions& options);
 
 }  // namespace mn

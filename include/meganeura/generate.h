@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <meganeura/dtype.h>
+#include <meganeura/session.h>
 
 namespace mn {
 
@@ -100,6 +101,7 @@ class LmRunner : public TokenModel {
   static std::unique_ptr<LmRunner> create(const HfModel& model, const LmRunnerOptions& options);
   virtual const std::string& device_name() const = 0;
   virtual double build_seconds() const = 0;  // compiling both programs and uploading weights
+  virtual MemorySummary memory() const = 0;  // of the session (per program: dispatches, bytes)
 };
 
 }  // namespace mn

@@ -15,6 +15,7 @@
 
 #include <meganeura/data.h>
 #include <meganeura/dtype.h>
+#include <meganeura/graph.h>  // ops.h: Llama3RopeScaling
 
 namespace mn {
 
@@ -23,14 +24,6 @@ class Session;
 enum class LmArchitecture : uint8_t { llama, qwen2, qwen3 };
 // "LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM".
 const char* architecture_name(LmArchitecture a);
-
-// Llama 3's frequency-dependent rescaling of the rotary inverse frequencies.
-struct Llama3RopeScaling {
-  double factor = 8.0;
-  double low_freq_factor = 1.0;
-  double high_freq_factor = 4.0;
-  int64_t original_max_position_embeddings = 8192;
-};
 
 // config.json of a causal language model. Fields absent from the file take the value
 // transformers' config class gives them (noted below); the sizes and the architecture must be

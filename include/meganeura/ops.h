@@ -167,6 +167,32 @@ Tensor scaled_dot_product_attention(Tensor q, Tensor k, Tensor v, Tensor mask = 
 // Rotary embedding, Hugging Face half-split convention: x: [..., L, D] with positions
 // position_offset + [0, L).
 Tensor rope(Tensor x, double theta = 10000.0, int64_t position_offset = 0);
+// Rotary embedding at runtime positions (i32, broadcastable to x's shape without its last
+// axis: x [B, H, L, D] with positions [B, 1, L] or [L]), half-split convention as rope.
+Tensor rope_positions(Tensor x, Tensor positions, double theta = 10000.0);
+// Llama 3's frequency rescaling (config.json rope_scaling with rope_type "llama3").
+struct Llama3RopeScaling {
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position = 8192;  // original_max_position_embeddings
+};
+Tensor rope_positions(Tensor x, Tensor positions, double theta, const Llama3RopeScaling& scaling);
+// Attention over a KV cache: q [..., Hq, Lq, D], k [..., Hkv, T, D], v [..., Hkv, T, Dv] with T
+// the cache's slots; query i sees keys j <= positions[..., i] (i32, broadcastable to
+// [..., Hq, Lq], e.g. [B, 1, Lq]); a negative position sees no key and gives 0. Prefill passes
+// positions 0..L-1 (or per sequence), decoding Lq = 1 at the number of tokens so far.
+Tensor cached_attention(Tensor q, Tensor k, Tensor v, Tensor positions, double scale = 0.0);
+
+// ---- sampling (src/ir/ops/sampling.cpp) ----
+// The next token id of each row of logits [B, V] (i32 [B]), as Hugging Face's sampling with its
+// warpers in order: temperature, top_k, top_p. temperature (float), top_k (i32) and top_p
+// (float) are [] or [B]: temperature <= 0 is greedy (the first largest logit), top_k <= 0 or
+// >= V and top_p >= 1 keep everything; ties with the last kept value stay. seed and step are
+// u32 or i32 scalars: the draw is a function of (seed, step, row) only, so one recorded step
+// serves every token by advancing `step`.
+Tensor sample_tokens(Tensor logits, Tensor temperature, Tensor top_k, Tensor top_p, Tensor seed,
+                     Tensor step);
 
 // ---- losses (src/ir/ops/loss.cpp) ----
 enum class Reduction : uint8_t { none, mean, sum };

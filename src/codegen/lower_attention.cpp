@@ -31,14 +31,24 @@ Shape pad_to(const Shape& s, size_t rank) {
 }
 Shape leading(const Shape& s) { return Shape(s.begin(), s.end() - 3); }
 
-// The operands padded to a common rank R >= 3 and the sizes the kernel bakes in (the op's
-// inference has validated them).
+// The operands padded to a common rank R >= 3, the sizes the kernel bakes in (the op's
+// inference has validated them) and the form: scaled_dot_product_attention's attributes, or
+// cached_attention's as those of its unmasked, non-causal form plus the positions operand.
 struct AttentionShape {
   size_t rank = 3;
   Shape q, k, v, mask, batch, scores;
+  Shape positions, rows;  // positions padded to rank R - 1, broadcast to rows = batch + [Hq, Lq]
   uint64_t hq = 1, hkv = 1, lq = 1, lk = 1, d = 1, dv = 1;
+  AttentionAttrs attrs;
+  bool has_positions = false;
 
-  AttentionShape(std::span<const TensorType> in, bool has_mask) {
+  explicit AttentionShape(const LowerContext& ctx) {
+    const Attrs& a = ctx.node.attrs;
+    has_positions = a.is<CachedAttentionAttrs>();
+    attrs = has_positions ? AttentionAttrs{false, a.as<CachedAttentionAttrs>().scale, false}
+                          : a.as<AttentionAttrs>();
+    const std::span<const TensorType> in = ctx.inputs;
+    const bool has_mask = attrs.has_mask;
     for (int i = 0; i < 3; ++i) rank = std::max(rank, in[i].shape.size());
     q = pad_to(in[0].shape, rank);
     k = pad_to(in[1].shape, rank);
@@ -51,6 +61,10 @@ struct AttentionShape {
     scores.insert(scores.end(),
                   {static_cast<int64_t>(hq), static_cast<int64_t>(lq), static_cast<int64_t>(lk)});
     if (has_mask) mask = pad_to(in[3].shape, rank);
+    if (has_positions) {
+      rows = Shape(scores.begin(), scores.end() - 1);
+      positions = pad_to(in[3].shape, rank - 1);
+    }
   }
   uint64_t heads() const { return static_cast<uint64_t>(numel(batch)) * hq; }
 };
@@ -60,8 +74,8 @@ struct AttentionShape {
 std::string declarations(const LowerContext& ctx, const AttentionShape& g, bool has_mask,
                          std::vector<KernelBinding>& bindings, bool partials = false) {
   std::string s = glsl::header();
-  const char* names[] = {"q", "k", "v", "mask"};
-  const uint32_t operands = has_mask ? 4 : 3;
+  const char* names[] = {"q", "k", "v", g.has_positions ? "pos" : "mask"};
+  const uint32_t operands = has_mask || g.has_positions ? 4 : 3;
   for (uint32_t i = 0; i < operands; ++i) {
     s += glsl::buffer(i, ctx.inputs[i].dtype, names[i], true);
     bindings.push_back({ArgRef::input(static_cast<int>(i)), false});
@@ -96,7 +110,21 @@ std::string head_offsets(const AttentionShape& g, bool has_mask, const std::stri
          ", c" + std::to_string(R - 1) + " = 0u;\n";
     s += "  uint mb = " + glsl::broadcast_offset(g.mask, g.scores, "c") + ";\n";
   }
+  if (g.has_positions) {
+    s += "  uint c" + std::to_string(R - 3) + " = h, c" + std::to_string(R - 2) + " = 0u;\n";
+    s += "  uint pb = " + glsl::broadcast_offset(g.positions, g.rows, "c") + ";\n";
+  }
   return s;
+}
+
+// The keys query row `row` sees (a GLSL uint expression): all, the causal prefix, or those up
+// to its position (none when negative). head_offsets defines pb for the positions.
+std::string visible_expr(const AttentionShape& g, const std::string& row) {
+  if (g.has_positions) {
+    const std::string stride = g.positions[g.rank - 2] == 1 ? "0u" : "1u";
+    return "min(LK, uint(max(pos_ldi(pb + (" + row + ") * " + stride + "), -1) + 1))";
+  }
+  return g.attrs.causal ? "min(LK, " + row + " + 1u)" : "LK";
 }
 
 // The score of key `jj` from `dot` (q . k): scaled, plus the mask.
@@ -145,7 +173,7 @@ std::optional<Tiling> tiling_for(const AttentionShape& g, const DeviceTraits& d)
 }
 
 KernelLaunch tiled_kernel(const LowerContext& ctx, const AttentionShape& g, const Tiling& t) {
-  const auto& a = ctx.node.attrs.as<AttentionAttrs>();
+  const AttentionAttrs& a = g.attrs;
   KernelLaunch k;
   std::string s = declarations(ctx, g, a.has_mask, k.bindings);
   const uint32_t threads = t.rows * kRowLanes;
@@ -168,11 +196,16 @@ KernelLaunch tiled_kernel(const LowerContext& ctx, const AttentionShape& g, cons
   s += "  for (uint x = tid; x < " + ulit(t.rows * g.d) + "; x += " + NT + ") {\n";
   s += "    uint r = x / D, e = x % D;\n";
   s += "    q_sh[r * " + QS + " + e] = i0 + r < LQ ? q_ld(qb + (i0 + r) * D + e) : 0.0;\n  }\n";
-  s +=
-      std::string("  uint visible = valid ? ") + (a.causal ? "min(LK, i + 1u)" : "LK") + " : 0u;\n";
+  s += "  uint visible = valid ? " + visible_expr(g, "i") + " : 0u;\n";
   // The keys some row of the tile sees.
-  s += std::string("  uint reach = ") + (a.causal ? "min(LK, min(i0 + " + BQ + ", LQ))" : "LK") +
-       ";\n";
+  if (g.has_positions) {
+    s += "  uint reach = 0u;\n";
+    s += "  for (uint r = i0; r < min(i0 + " + BQ + ", LQ); ++r) reach = max(reach, " +
+         visible_expr(g, "r") + ");\n";
+  } else {
+    s += std::string("  uint reach = ") + (a.causal ? "min(LK, min(i0 + " + BQ + ", LQ))" : "LK") +
+         ";\n";
+  }
   s += "  float m = -mn_inf(), l = 0.0;\n  float acc[" + COLS + "];\n";
   s += "  for (uint c = 0u; c < " + COLS + "; ++c) acc[c] = 0.0;\n";
   s += "  for (uint j0 = 0u; j0 < reach; j0 += " + BK + ") {\n";
@@ -250,7 +283,7 @@ KeySplit key_split(const AttentionShape& g) {
 uint64_t partial_floats(const AttentionShape& g) { return 2 + g.dv; }
 
 KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks) {
-  const auto& a = ctx.node.attrs.as<AttentionAttrs>();
+  const AttentionAttrs& a = g.attrs;
   const DeviceTraits& dev = ctx.device;
   const bool split = ks.splits > 1;
   // One key per lane per block; wide value rows take more lanes so that each keeps at most 8
@@ -290,7 +323,7 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
     s += "  for (uint e = lane; e < D; e += " + L + ") q_sh[e] = q_ld(qb + e);\n  barrier();\n";
     q_at = "q_sh[e]";
   }
-  s += std::string("  uint visible = ") + (a.causal ? "min(LK, i + 1u)" : "LK") + ";\n";
+  s += "  uint visible = " + visible_expr(g, "i") + ";\n";
   // This workgroup's keys: [jb, je), possibly empty.
   s += "  uint jb = part_index * " + ulit(ks.chunk) + ", je = min(visible, jb + " + ulit(ks.chunk) +
        ");\n";
@@ -347,7 +380,9 @@ KernelLaunch combine_kernel(const LowerContext& ctx, const AttentionShape& g, co
   // Empty or fully masked ranges (max -inf) hold l = 0 and no values: they add nothing.
   body += "    float wgt = ms == -mn_inf() ? 0.0 : exp(ms - m);\n";
   body += "    l += part_ld(base + 1u) * wgt;\n    o += part_ld(base + 2u + e) * wgt;\n  }\n";
-  body += "  out_st(i, o / l);\n";
+  // cached_attention: a query that sees no key (negative position) gets 0, as the reference's
+  // sum over nothing; otherwise l >= 1 (the largest score's own term).
+  body += g.has_positions ? "  out_st(i, l == 0.0 ? 0.0 : o / l);\n" : "  out_st(i, o / l);\n";
   KernelLaunch k =
       glsl::elementwise_launch("attention_combine", decl, body, n, ctx.device,
                                {{ArgRef::scratch(0), false}, {ArgRef::output(), true}});
@@ -356,8 +391,7 @@ KernelLaunch combine_kernel(const LowerContext& ctx, const AttentionShape& g, co
 
 Lowering lower_attention(const LowerContext& ctx) {
   glsl::require_storage(ctx);
-  const auto& a = ctx.node.attrs.as<AttentionAttrs>();
-  const AttentionShape g(ctx.inputs, a.has_mask);
+  const AttentionShape g(ctx);
   if (ctx.node.type.numel() == 0) return {};
   Lowering low;
   if (const std::optional<Tiling> t = tiling_for(g, ctx.device)) {
@@ -380,6 +414,13 @@ void register_attention_lowerings(LoweringRegistry& r) {
   r.add("rope", [](const LowerContext& ctx) { return attention_lowering::lower_rope(ctx, false); });
   r.add("rope_backward",
         [](const LowerContext& ctx) { return attention_lowering::lower_rope(ctx, true); });
+  r.add("cached_attention", lower_attention);
+  r.add("rope_positions", [](const LowerContext& ctx) {
+    return attention_lowering::lower_rope_positions(ctx, false);
+  });
+  r.add("rope_positions_backward", [](const LowerContext& ctx) {
+    return attention_lowering::lower_rope_positions(ctx, true);
+  });
 }
 
 }  // namespace mn::codegen

@@ -6,5 +6,7 @@ namespace mn::codegen::attention_lowering {
 
 // rope (backward = false) and rope_backward (lower_attention_rope.cpp).
 Lowering lower_rope(const LowerContext& ctx, bool backward);
+// rope_positions and rope_positions_backward (lower_attention_rope.cpp).
+Lowering lower_rope_positions(const LowerContext& ctx, bool backward);
 
 }  // namespace mn::codegen::attention_lowering

@@ -45,6 +45,8 @@ void mn_turn(float p, float hi, float lo, out float c, out float s) {
   c = cos(angle);
   s = sin(angle);
 }
+)";
+const char* kFrequency = R"(
 // w_k = U_k/32 V_k%32 as hi + lo.
 void mn_frequency(uint k, out float hi, out float lo) {
   uint a = k / 32u, b = k % 32u;
@@ -60,6 +62,22 @@ void mn_frequency(uint k, out float hi, out float lo) {
 std::pair<std::string, std::string> split_literal(double v) {
   const auto hi = static_cast<float>(v);
   return {glsl::float_literal(hi), glsl::float_literal(v - static_cast<double>(hi))};
+}
+
+// Statements filling shared tables (`stores`) before a barrier: one lane of each 32 writes a
+// share of them.
+std::string table_fill(const std::vector<std::string>& stores, const glsl::Linear& grid) {
+  const uint64_t writers = std::max<uint32_t>(grid.local / 32, 1);
+  const uint64_t per_writer = (stores.size() + writers - 1) / writers;
+  std::string fill;
+  for (size_t i = 0; i < stores.size(); ++i) {
+    if (i % per_writer == 0) {
+      fill += std::string(i ? "  }\n" : "") +
+              "  if (gl_LocalInvocationID.x == " + ulit(i / per_writer * 32) + ") {\n";
+    }
+    fill += "    " + stores[i] + "\n";
+  }
+  return fill + "  }\n  barrier();\n";
 }
 
 }  // namespace
@@ -93,25 +111,14 @@ Lowering lower_rope(const LowerContext& ctx, bool backward) {
     stores.push_back("V_HI[" + std::to_string(i) + "] = " + h + "; V_LO[" + std::to_string(i) +
                      "] = " + l + ";");
   }
-  // One lane of each 32 writes a share of the tables.
   const glsl::Linear grid = glsl::linear_grid(pairs, ctx.device);
-  const uint64_t writers = std::max<uint32_t>(grid.local / 32, 1);
-  const uint64_t per_writer = (stores.size() + writers - 1) / writers;
-  std::string fill;
-  for (size_t i = 0; i < stores.size(); ++i) {
-    if (i % per_writer == 0) {
-      fill += std::string(i ? "  }\n" : "") +
-              "  if (gl_LocalInvocationID.x == " + ulit(i / per_writer * 32) + ") {\n";
-    }
-    fill += "    " + stores[i] + "\n";
-  }
-  fill += "  }\n  barrier();\n";
+  const std::string fill = table_fill(stores, grid);
 
   std::string s = glsl::header() + glsl::buffer(0, ctx.inputs[0].dtype, "x", true) +
                   glsl::buffer(1, ctx.node.type.dtype, "out", false);
   s += "shared float U_HI[" + ulit(nu) + "], U_LO[" + ulit(nu) + "], V_HI[" + ulit(nv) +
        "], V_LO[" + ulit(nv) + "];\n";
-  s += kTurn + glsl::gid_function() + "void main() {\n" + fill;
+  s += kTurn + std::string(kFrequency) + glsl::gid_function() + "void main() {\n" + fill;
   s += "  uint i = gid();\n  if (i >= " + ulit(pairs) + ") return;\n";
   s += "  uint row = i / " + ulit(half) + ", k = i % " + ulit(half) + ";\n";
   // Positions are exact in f32 below 2^24; the offset can be negative.
@@ -128,6 +135,55 @@ Lowering lower_rope(const LowerContext& ctx, bool backward) {
   k.workgroup = {grid.local, 1, 1};
   k.groups = grid.groups;
   k.bindings = {{ArgRef::input(0), false}, {ArgRef::output(), true}};
+  Lowering low;
+  low.launches.push_back(std::move(k));
+  return low;
+}
+
+// rope_positions: as rope with the position of each row read from the i32 positions operand,
+// and the frequencies (possibly llama3-rescaled, so not a product of two tables) in one shared
+// table of w_i = inv_freq_i / (2 pi) as hi + lo.
+Lowering lower_rope_positions(const LowerContext& ctx, bool backward) {
+  glsl::require_storage(ctx);
+  const auto& a = ctx.node.attrs.as<RopePositionsAttrs>();
+  const Shape& shape = ctx.inputs[0].shape;
+  const auto dim = static_cast<uint64_t>(shape.back());
+  const uint64_t half = dim / 2;
+  const uint64_t pairs = static_cast<uint64_t>(ctx.inputs[0].numel()) / 2;
+  if (pairs == 0) return {};
+  const Shape rows(shape.begin(), shape.end() - 1);
+  Shape positions = ctx.inputs[1].shape;
+  positions.insert(positions.begin(), rows.size() - positions.size(), 1);
+
+  const std::vector<double> inv_freq = ops::rope_inv_freq(a, static_cast<int64_t>(dim));
+  std::vector<std::string> stores;
+  for (uint64_t i = 0; i < half; ++i) {
+    auto [h, l] = split_literal(inv_freq[i] / (2.0 * std::numbers::pi));
+    stores.push_back("W_HI[" + std::to_string(i) + "] = " + h + "; W_LO[" + std::to_string(i) +
+                     "] = " + l + ";");
+  }
+  const glsl::Linear grid = glsl::linear_grid(pairs, ctx.device);
+  std::string s = glsl::header() + glsl::buffer(0, ctx.inputs[0].dtype, "x", true) +
+                  glsl::buffer(1, DType::i32, "pos", true) +
+                  glsl::buffer(2, ctx.node.type.dtype, "out", false);
+  s += "shared float W_HI[" + ulit(half) + "], W_LO[" + ulit(half) + "];\n";
+  s += kTurn + glsl::gid_function() + "void main() {\n" + table_fill(stores, grid);
+  s += "  uint i = gid();\n  if (i >= " + ulit(pairs) + ") return;\n";
+  s += "  uint row = i / " + ulit(half) + ", k = i % " + ulit(half) + ";\n";
+  s += glsl::unravel(rows, "row", "c");
+  // Positions are exact in f32 below 2^24 in magnitude.
+  s += "  float p = float(pos_ldi(" + glsl::broadcast_offset(positions, rows, "c") + "));\n";
+  s += "  float c, s;\n  mn_turn(p, W_HI[k], W_LO[k], c, s);\n";
+  if (backward) s += "  s = -s;\n";
+  s += "  uint e1 = row * " + ulit(dim) + " + k, e2 = e1 + " + ulit(half) + ";\n";
+  s += "  float x1 = x_ld(e1), x2 = x_ld(e2);\n";
+  s += "  out_st(e1, x1 * c - x2 * s);\n  out_st(e2, x2 * c + x1 * s);\n}\n";
+  KernelLaunch k;
+  k.name = backward ? "rope_positions_backward" : "rope_positions";
+  k.glsl = std::move(s);
+  k.workgroup = {grid.local, 1, 1};
+  k.groups = grid.groups;
+  k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
   Lowering low;
   low.launches.push_back(std::move(k));
   return low;

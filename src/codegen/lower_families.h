@@ -13,4 +13,5 @@ void register_pool_lowerings(LoweringRegistry& r);       // lower_pool.cpp
 void register_attention_lowerings(LoweringRegistry& r);  // lower_attention.cpp
 void register_loss_lowerings(LoweringRegistry& r);       // lower_loss.cpp
 void register_cache_lowerings(LoweringRegistry& r);      // lower_cache.cpp
+void register_sampling_lowerings(LoweringRegistry& r);   // lower_sampling.cpp
 }  // namespace mn::codegen

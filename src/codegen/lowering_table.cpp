@@ -29,6 +29,7 @@ const std::map<std::string, LowerFn, std::less<>>& table() {
     register_attention_lowerings(r);
     register_loss_lowerings(r);
     register_cache_lowerings(r);
+    register_sampling_lowerings(r);
     std::map<std::string, LowerFn, std::less<>> m;
     for (auto& [name, fn] : r.entries) m.emplace(name, std::move(fn));
     return m;

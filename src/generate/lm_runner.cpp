@@ -49,13 +49,11 @@ class SessionLmRunner : public LmRunner {
   int64_t prefill_block() const override { return block_; }
   const std::string& device_name() const override { return session_->device_name(); }
   double build_seconds() const override { return build_seconds_; }
+  MemorySummary memory() const override { return session_->memory(); }
 
   std::vector<int32_t> run(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                            std::span<const int32_t> last, const SamplingOptions& sampling,
-                           uint64_t) override {
-    if (sampling.temperature != 0.0) {
-      throw Error("LmRunner: only greedy decoding (temperature 0) is available");
-    }
+                           uint64_t counter) override {
     const int64_t block = static_cast<int64_t>(tokens.size()) / batch_;
     if (block != 1 && block != block_) {
       throw Error("LmRunner: a call of " + std::to_string(block) + " tokens per sequence (the " +
@@ -66,6 +64,12 @@ class SessionLmRunner : public LmRunner {
     s.set(program, "input_ids", Array({batch_, block}, DType::i32, ints(tokens)));
     s.set(program, "positions", Array({batch_, block}, DType::i32, ints(positions)));
     s.set(program, "last", Array({batch_}, DType::i32, ints(last)));
+    s.set(program, "temperature", Array::scalar(sampling.temperature));
+    s.set(program, "top_k", Array::scalar(static_cast<double>(sampling.top_k), DType::i32));
+    s.set(program, "top_p", Array::scalar(sampling.top_p));
+    // The u32 inputs hold the low 32 bits: seeds and counters past them repeat streams.
+    s.set(program, "seed", Array::scalar(static_cast<double>(sampling.seed & 0xffffffffu), DType::u32));
+    s.set(program, "step", Array::scalar(static_cast<double>(counter & 0xffffffffu), DType::u32));
     s.step(program);
     const Array next = s.get(program, "next");
     std::vector<int32_t> out(next.data.size());

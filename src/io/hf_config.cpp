@@ -46,7 +46,7 @@ Llama3RopeScaling parse_llama3(const JsonFields& r) {
   s.factor = number("factor");
   s.low_freq_factor = number("low_freq_factor");
   s.high_freq_factor = number("high_freq_factor");
-  s.original_max_position_embeddings =
+  s.original_max_position =
       static_cast<int64_t>(number("original_max_position_embeddings"));
   if (!(s.high_freq_factor > s.low_freq_factor))
     r.fail("high_freq_factor", "must exceed low_freq_factor");
@@ -187,7 +187,7 @@ std::string lm_config_json(const LmConfig& c) {
                {"factor", s.factor},
                {"low_freq_factor", s.low_freq_factor},
                {"high_freq_factor", s.high_freq_factor},
-               {"original_max_position_embeddings", s.original_max_position_embeddings}};
+               {"original_max_position_embeddings", s.original_max_position}};
   }
   if (j.contains("rope_parameters")) {
     json p = scaling.is_null() ? json{{"rope_type", "default"}} : scaling;

@@ -63,6 +63,8 @@ const Table& table() {
     register_conv_ops(t.registry);
     register_pool_ops(t.registry);
     register_attention_ops(t.registry);
+    register_attention_position_ops(t.registry);
+    register_sampling_ops(t.registry);
     register_loss_ops(t.registry);
     register_cache_ops(t.registry);
     for (const auto& d : t.registry.defs) {

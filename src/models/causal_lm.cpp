@@ -23,7 +23,7 @@ std::vector<double> rope_inv_freq(const LmConfig& c) {
   if (!c.rope_scaling) return inv;
   // Llama 3: long wavelengths slowed by `factor`, short ones kept, a smooth blend between.
   const Llama3RopeScaling& s = *c.rope_scaling;
-  const double old_len = static_cast<double>(s.original_max_position_embeddings);
+  const double old_len = static_cast<double>(s.original_max_position);
   const double low_wavelen = old_len / s.low_freq_factor;
   const double high_wavelen = old_len / s.high_freq_factor;
   for (double& f : inv) {
@@ -120,7 +120,13 @@ Rotary CausalLmBlocks::rotary(Tensor positions) {
   return {g_.constant(std::move(c)), g_.constant(std::move(s))};
 }
 
-Tensor CausalLmBlocks::apply_rotary(Tensor x, const Rotary& r) {
+Rotary CausalLmBlocks::rotary_op(Tensor positions) { return {{}, {}, unsqueeze(positions, 1)}; }
+
+Tensor CausalLmBlocks::apply_rotary(Tensor x, const Rotary& r) const {
+  if (r.positions.valid()) {
+    return c_.rope_scaling ? rope_positions(x, r.positions, c_.rope_theta, *c_.rope_scaling)
+                           : rope_positions(x, r.positions, c_.rope_theta);
+  }
   const int64_t D = x.dim(-1), half = D / 2;
   Tensor rotated = concat({-slice(x, -1, half, D), slice(x, -1, 0, half)}, -1);
   return x * r.cos + rotated * r.sin;

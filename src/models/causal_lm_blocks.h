@@ -10,9 +10,12 @@
 
 namespace mn::models {
 
-// cos and sin of the rotary angles, broadcastable against [batch, heads, sequence, head_dim].
+// The rotary embedding of a graph: cos and sin of the angles, broadcastable against
+// [batch, heads, sequence, head_dim]; or the positions (i32 [batch, 1, sequence]) that the
+// rope_positions op rotates by.
 struct Rotary {
   Tensor cos, sin;
+  Tensor positions;
 };
 
 class CausalLmBlocks {
@@ -30,7 +33,9 @@ class CausalLmBlocks {
   Tensor embed(Tensor input_ids);  // [B, L] -> [B, L, hidden]
   // Angles of positions 0..L-1 (constants) or of a positions input (i32 [B, L]).
   Rotary rotary(Tensor positions = {});
-  static Tensor apply_rotary(Tensor x, const Rotary& r);  // rotate-half convention
+  // The rope_positions op at a positions input (one kernel per rotation).
+  static Rotary rotary_op(Tensor positions);
+  Tensor apply_rotary(Tensor x, const Rotary& r) const;  // rotate-half convention
 
   Tensor decoder_layer(Tensor h, int64_t layer, const Rotary& r);
   // Projections, Qwen3's per-head q/k norms, RoPE, attend, output projection.

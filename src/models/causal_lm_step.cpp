@@ -1,6 +1,5 @@
 // The KV-cache step of the Llama-family decoder: the layers of build_causal_lm with attention
 // over per-layer key/value caches kept as graph states.
-#include <limits>
 
 #include <meganeura/causal_lm.h>
 #include <meganeura/ops.h>
@@ -28,18 +27,11 @@ void check_step_options(const LmConfig& c, const LmStepOptions& o) {
 }
 
 // The caches of every layer: the block's keys and values written at `positions` (in place: the
-// state is assigned the cache_write of itself), and what a query at each position may see.
+// state is assigned the cache_write of itself), attended up to each query's position.
 class LayerCache {
  public:
   LayerCache(Graph& g, const LmConfig& c, const LmStepOptions& o, Tensor positions)
-      : g_(g), c_(c), o_(o), positions_(positions) {
-    const int64_t T = o.max_context;
-    Array rows({T}, DType::f32);
-    for (int64_t j = 0; j < T; ++j) rows.data[static_cast<size_t>(j)] = static_cast<double>(j);
-    Tensor keep = le(g.constant(std::move(rows)), unsqueeze(cast(positions, DType::f32), -1));
-    mask_ = unsqueeze(where(keep, g.scalar(0.0), g.scalar(-std::numeric_limits<double>::infinity())),
-                      1);  // [B, 1, L, T]
-  }
+      : g_(g), c_(c), o_(o), positions_(positions), query_positions_(unsqueeze(positions, 1)) {}
 
   // Writes `x` ([B, Hkv, L, D]) into the cache state `name`; returns the updated cache.
   Tensor append(const std::string& name, Tensor x) {
@@ -52,14 +44,15 @@ class LayerCache {
   Tensor attend(Tensor q, Tensor k, Tensor v, const std::string& prefix) {
     Tensor keys = append(prefix + "k_cache", k);
     Tensor values = append(prefix + "v_cache", v);
-    return scaled_dot_product_attention(q, keys, values, mask_);
+    return cached_attention(q, keys, values, query_positions_);
   }
 
  private:
   Graph& g_;
   const LmConfig& c_;
   const LmStepOptions& o_;
-  Tensor positions_, mask_;
+  Tensor positions_;        // [B, L]
+  Tensor query_positions_;  // [B, 1, L]
 };
 
 // Rows `last[b]` of h [B, L, hidden] -> [B, hidden].
@@ -93,11 +86,15 @@ CausalLm build_lm_step(const LmConfig& config, const LmStepOptions& options) {
     return cache.attend(q, k, v, prefix);
   });
   Tensor h = b.embed(m.input_ids);
-  const models::Rotary r = b.rotary(m.positions);
+  const models::Rotary r = models::CausalLmBlocks::rotary_op(m.positions);
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) h = b.decoder_layer(h, l, r);
   m.logits = b.final_logits(rows_at(g, h, last));
   g.output("logits", m.logits);
-  g.output("next", argmax(m.logits, -1));
+  // Sampling parameters are inputs, so one recorded step serves every token and setting.
+  Tensor next = sample_tokens(m.logits, g.input("temperature", {}), g.input("top_k", {}, DType::i32),
+                              g.input("top_p", {}), g.input("seed", {}, DType::u32),
+                              g.input("step", {}, DType::u32));
+  g.output("next", next);
   return m;
 }
 

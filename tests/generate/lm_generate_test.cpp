@@ -117,12 +117,37 @@ TEST(LmStep, CachedLogitsEqualFullRecomputation) {
     d->set("input_ids", std::vector<int32_t>{seq[i]});
     d->set("positions", std::vector<int32_t>{static_cast<int32_t>(i)});
     d->set("last", std::vector<int32_t>{0});
+    d->set_scalar("temperature", 0.0);
+    d->set_scalar("top_k", 0);
+    d->set_scalar("top_p", 1.0);
+    d->set_scalar("seed", 0);
+    d->set_scalar("step", 0);
     d->step();
     const Array got = d->get("logits");
     double err = 0;
     for (int64_t v = 0; v < V; ++v) err = std::max(err, std::abs(got.data[v] - expected.data[i * V + v]));
     EXPECT_LE(err / scale, 1e-5) << "position " << i;
+    // Greedy sampling on the device picks the largest logit.
+    const auto top = std::max_element(got.data.begin(), got.data.end()) - got.data.begin();
+    EXPECT_EQ(d->get("next").data[0], static_cast<double>(top));
   }
+}
+
+// Sampling on the device: seeded runs repeat, seeds differ, top_k = 1 is greedy.
+TEST(LmSampling, SeededTopKTopP) {
+  const HfModel model = load_hf_model(kLm / "models" / "llama_tied");
+  auto runner = runner_for(model, 1, 8);
+  const std::vector<int32_t> prompt = {5, 17, 300, 42};
+  StopOptions stop;
+  stop.max_new_tokens = 12;
+  auto run = [&](SamplingOptions s) { return generate(*runner, {prompt}, s, stop)[0].tokens; };
+  const auto greedy = run({});
+  const SamplingOptions hot{.temperature = 1.5, .top_k = 0, .top_p = 1.0, .seed = 7};
+  EXPECT_EQ(run(hot), run(hot));
+  EXPECT_NE(run(hot), run({.temperature = 1.5, .seed = 8}));
+  EXPECT_NE(run(hot), greedy);
+  EXPECT_EQ(run({.temperature = 1.5, .top_k = 1, .seed = 7}), greedy);
+  EXPECT_EQ(run({.temperature = 1.5, .top_p = 1e-6, .seed = 7}), greedy);
 }
 
 }  // namespace

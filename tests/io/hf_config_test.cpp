@@ -105,7 +105,7 @@ TEST(HfConfig, ReadsLlama3ScalingInBothSpellings) {
     const LmConfig c = parse(j);
     ASSERT_TRUE(c.rope_scaling);
     EXPECT_DOUBLE_EQ(c.rope_scaling->factor, 8.0);
-    EXPECT_EQ(c.rope_scaling->original_max_position_embeddings, 8192);
+    EXPECT_EQ(c.rope_scaling->original_max_position, 8192);
     EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
   }
 }

@@ -4,6 +4,7 @@
 // [..., Hkv, G, Lq, D] and k, v become [..., Hkv, 1, Lk, *], so one broadcasting matmul serves
 // every group, and summing the gradients of k and v back over G is sum_to.
 #include "ir/ops/attention.h"
+#include "ir/ops/attention_internal.h"
 
 #include <algorithm>
 #include <cmath>
@@ -54,16 +55,17 @@ struct Geometry {
   int64_t group() const { return hq / hkv; }
 };
 
-Geometry geometry(std::span<const TensorType> in, const AttentionAttrs& a) {
+Geometry geometry(std::span<const TensorType> in, const AttentionAttrs& a,
+                  std::string_view op = kSdpa) {
   const size_t expected = a.has_mask ? 4 : 3;
   if (in.size() != expected) {
-    shape_fail(kSdpa, in, a.has_mask ? "operands q, k, v, mask" : "operands q, k, v");
+    shape_fail(op, in, a.has_mask ? "operands q, k, v, mask" : "operands q, k, v");
   }
-  require_same_float(kSdpa, in);
-  if (!std::isfinite(a.scale)) shape_fail(kSdpa, in, "a finite scale");
+  require_same_float(op, in);
+  if (!std::isfinite(a.scale)) shape_fail(op, in, "a finite scale");
   int r = 0;
   for (int i = 0; i < 3; ++i) {
-    if (in[i].rank() < 2) shape_fail(kSdpa, in, "q, k, v of shape [..., H, L, D] or [L, D]");
+    if (in[i].rank() < 2) shape_fail(op, in, "q, k, v of shape [..., H, L, D] or [L, D]");
     r = std::max(r, in[i].rank());
   }
   Geometry g;
@@ -75,12 +77,12 @@ Geometry geometry(std::span<const TensorType> in, const AttentionAttrs& a) {
   g.v = pad_to(in[2].shape, R);
   g.hq = g.q[R - 3], g.lq = g.q[R - 2], g.d = g.q[R - 1];
   g.hkv = g.k[R - 3], g.lk = g.k[R - 2], g.dv = g.v[R - 1];
-  if (g.k[R - 1] != g.d) shape_fail(kSdpa, in, "q and k with the same last dimension D");
+  if (g.k[R - 1] != g.d) shape_fail(op, in, "q and k with the same last dimension D");
   if (g.v[R - 3] != g.hkv || g.v[R - 2] != g.lk) {
-    shape_fail(kSdpa, in, "k and v with the same heads and length ([..., Hkv, Lk, *])");
+    shape_fail(op, in, "k and v with the same heads and length ([..., Hkv, Lk, *])");
   }
   if (g.hq % g.hkv != 0) {
-    shape_fail(kSdpa, in,
+    shape_fail(op, in,
                "query heads (" + std::to_string(g.hq) + ") a multiple of key/value heads (" +
                    std::to_string(g.hkv) + ")");
   }
@@ -88,7 +90,7 @@ Geometry geometry(std::span<const TensorType> in, const AttentionAttrs& a) {
     g.batch = broadcast_shapes(leading(g.q, 3), leading(g.k, 3));
     g.batch = broadcast_shapes(g.batch, leading(g.v, 3));
   } catch (const ShapeError&) {
-    shape_fail(kSdpa, in, "leading (batch) axes of q, k, v that broadcast");
+    shape_fail(op, in, "leading (batch) axes of q, k, v that broadcast");
   }
   g.out = g.heads ? concat_shape(g.batch, {g.hq, g.lq, g.dv}) : Shape{g.lq, g.dv};
   g.scores = concat_shape(g.batch, {g.hq, g.lq, g.lk});
@@ -102,7 +104,7 @@ Geometry geometry(std::span<const TensorType> in, const AttentionAttrs& a) {
         ok = false;
       }
     }
-    if (!ok) shape_fail(kSdpa, in, "a mask broadcastable to the scores " + shape_str(user_scores));
+    if (!ok) shape_fail(op, in, "a mask broadcastable to the scores " + shape_str(user_scores));
     g.mask = pad_to(in[3].shape, R);
   }
   return g;
@@ -221,8 +223,8 @@ Tensor sdpa_decompose(const Node& n, std::span<const Tensor> in) {
 
 // Flash-attention's backward in graph ops: P is recomputed from q and k, and the softmax term
 // rowsum(dP * P) equals rowsum(dO * O), which is cheaper (Lq x Dv instead of Lq x Lk).
-std::vector<Tensor> sdpa_vjp(const Node& n, std::span<const Tensor> in, Tensor out, Tensor dout) {
-  const auto& a = n.attrs.as<AttentionAttrs>();
+std::vector<Tensor> sdpa_vjp_of(const AttentionAttrs& a, std::span<const Tensor> in, Tensor out,
+                                Tensor dout) {
   const Geometry g = geometry_of(in, a);
   const Grouped t = grouped(g, in, a.has_mask);
   Tensor p = softmax(scores(g, t, a), -1);
@@ -243,6 +245,10 @@ std::vector<Tensor> sdpa_vjp(const Node& n, std::span<const Tensor> in, Tensor o
   grads[2] = grad_of(matmul(p, d_o, true, false), t.v, in[2]);
   if (a.has_mask) grads[3] = grad_of(ds, t.mask, in[3]);
   return grads;
+}
+
+std::vector<Tensor> sdpa_vjp(const Node& n, std::span<const Tensor> in, Tensor out, Tensor dout) {
+  return sdpa_vjp_of(n.attrs.as<AttentionAttrs>(), in, out, dout);
 }
 
 std::vector<OpSample> sdpa_samples() {
@@ -358,6 +364,16 @@ std::vector<OpSample> rope_samples() {
 }
 
 }  // namespace
+}  // namespace ops
+
+namespace ops {
+Shape attention_output_shape(std::string_view op, std::span<const TensorType> qkv, double scale) {
+  return geometry(qkv, AttentionAttrs{false, scale, false}, op).out;
+}
+std::vector<Tensor> attention_vjp_masked(double scale, std::span<const Tensor> qkv_mask, Tensor out,
+                                         Tensor dout) {
+  return sdpa_vjp_of(AttentionAttrs{false, scale, true}, qkv_mask, out, dout);
+}
 }  // namespace ops
 
 void register_attention_ops(OpRegistry& r) {

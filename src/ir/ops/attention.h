@@ -3,6 +3,7 @@
 #include <array>
 #include <cstdint>
 #include <tuple>
+#include <vector>
 
 #include <meganeura/graph.h>
 
@@ -33,5 +34,47 @@ struct RopeAttrs {
   auto fields() const { return std::tie(theta, position_offset); }
   static constexpr std::array<const char*, 2> names{"theta", "position_offset"};
 };
+
+}  // namespace mn
+
+namespace mn {
+
+// rope_positions (and its internal transpose rope_positions_backward): x [..., L, D], D even,
+// positions i32 broadcastable to x's shape without D ([..., L]); row r turns pair i by
+// positions[r] * inv_freq_i (half-split layout as rope). inv_freq_i = theta^(-2i/D), rescaled
+// when llama3 as transformers' rope_type "llama3": wavelengths 2 pi / inv_freq longer than
+// original_max_position / low_freq_factor are divided by factor, shorter than
+// original_max_position / high_freq_factor kept, and those between interpolated.
+struct RopePositionsAttrs {
+  double theta = 10000.0;
+  bool llama3 = false;
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position = 8192;
+  bool operator==(const RopePositionsAttrs&) const = default;
+  auto fields() const {
+    return std::tie(theta, llama3, factor, low_freq_factor, high_freq_factor,
+                    original_max_position);
+  }
+  static constexpr std::array<const char*, 6> names{
+      "theta", "llama3", "factor", "low_freq_factor", "high_freq_factor", "original_max_position"};
+};
+
+// cached_attention: q [..., Hq, Lq, D], k [..., Hkv, T, D], v [..., Hkv, T, Dv] (a KV cache of
+// T slots), positions i32 broadcastable to [..., Hq, Lq]: query i sees keys j <= positions[i]
+// (none when negative). Grouped-query heads and the scale as scaled_dot_product_attention.
+struct CachedAttentionAttrs {
+  double scale = 0.0;
+  bool operator==(const CachedAttentionAttrs&) const = default;
+  auto fields() const { return std::tie(scale); }
+  static constexpr std::array<const char*, 1> names{"scale"};
+};
+
+namespace ops {
+// The inverse frequencies inv_freq_i, i < dim / 2, of rope_positions (shared by the reference
+// and the GPU lowering, so both turn by the same angles).
+std::vector<double> rope_inv_freq(const RopePositionsAttrs& a, int64_t dim);
+}  // namespace ops
 
 }  // namespace mn

@@ -1,0 +1,196 @@
+// GPU behaviour of the inference ops beyond the op table's samples: rope_positions against rope
+// at the same positions and at Llama 3.1 sizes with large positions; cached_attention decoding
+// (Lq = 1) at several positions of a large cache whose slots past the positions hold NaN (a
+// kernel that read them would turn its output NaN), right-padded prefill through the tiled
+// kernel, grouped-query heads; sample_tokens equal to the reference over many (seed, step) pairs
+// of one recorded session, per-row parameters, greedy on a Qwen-sized vocabulary.
+#include <cmath>
+#include <limits>
+
+#include <gtest/gtest.h>
+
+#include <meganeura/autodiff.h>
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+#include <meganeura/reference.h>
+#include <meganeura/session.h>
+
+#include "gpu_compare.h"
+#include "support/random_fill.h"
+
+namespace mn {
+namespace {
+
+using testing::expect_close;
+using testing::expect_same_values;
+using testing::run_gpu;
+
+Tensor random_input(Graph& g, reference::Feeds& feeds, const std::string& name, const Shape& shape,
+                    std::mt19937_64& rng, double lo = -1.0, double hi = 1.0) {
+  feeds[name] = testing::random_array(rng, {shape, DType::f32}, lo, hi);
+  return g.input(name, shape);
+}
+Tensor int_input(Graph& g, reference::Feeds& feeds, const std::string& name, const Shape& shape,
+                 std::vector<double> values) {
+  feeds[name] = Array(shape, DType::i32, std::move(values));
+  return g.input(name, shape, DType::i32);
+}
+
+// ---- rope_positions ----
+
+TEST(InferenceGpu, RopePositionsEqualsRopeAtOffsets) {
+  auto rng = testing::rng_for("inference-gpu/rope-offsets");
+  Graph g;
+  reference::Feeds feeds;
+  Tensor x = random_input(g, feeds, "x", {2, 3, 6, 16}, rng, -2.0, 2.0);
+  std::vector<double> p;
+  for (int i = 0; i < 6; ++i) p.push_back(1000 + i);
+  Tensor pos = int_input(g, feeds, "pos", {6}, p);
+  g.output("at_positions", rope_positions(x, pos, 10000.0));
+  g.output("at_offset", rope(x, 10000.0, 1000));
+  auto got = run_gpu(g, feeds);
+  EXPECT_LE(testing::relative_error(got.at("at_positions"), got.at("at_offset")), 2e-6);
+  expect_close(g, feeds);
+}
+
+TEST(InferenceGpu, RopePositionsLlama3LargePositions) {
+  auto rng = testing::rng_for("inference-gpu/rope-llama3");
+  Graph g;
+  reference::Feeds feeds;
+  Tensor x = random_input(g, feeds, "x", {2, 4, 3, 128}, rng, -2.0, 2.0);
+  Tensor pos = int_input(g, feeds, "pos", {2, 1, 3}, {0, 1, 8191, 30000, 100000, 131071});
+  Tensor y = rope_positions(x, pos, 500000.0, Llama3RopeScaling{});
+  g.output("y", y);
+  g.output("dx", gradients(sum(y * y.graph().constant(
+                                       testing::random_array(rng, {{2, 4, 3, 128}, DType::f32}))),
+                           {x})[0]);
+  expect_close(g, feeds);
+}
+
+// ---- cached_attention ----
+
+// Decoding one token per sequence at positions spread over a 2048-slot cache (the row kernel
+// splits the keys over several workgroups and combines them; a negative position sees no key).
+// Cache slots past every position are NaN on the GPU and zero in the reference, which never reads
+// them either.
+TEST(InferenceGpu, CachedAttentionDecodeReadsOnlyVisibleKeys) {
+  auto rng = testing::rng_for("inference-gpu/decode");
+  const int64_t B = 4, Hq = 4, Hkv = 2, T = 2048, D = 16;
+  const std::vector<double> positions{-1, 5, 256, 1500};  // -1: an empty sequence, output 0
+  Graph g;
+  reference::Feeds feeds;
+  Tensor q = random_input(g, feeds, "q", {B, Hq, 1, D}, rng);
+  Tensor k = random_input(g, feeds, "k", {B, Hkv, T, D}, rng);
+  Tensor v = random_input(g, feeds, "v", {B, Hkv, T, D}, rng);
+  Tensor pos = int_input(g, feeds, "pos", {B, 1, 1}, positions);
+  g.output("out", cached_attention(q, k, v, pos));
+  reference::Feeds poisoned = feeds;
+  for (const char* name : {"k", "v"}) {
+    Array& cache = poisoned[name];
+    Array& zeroed = feeds[name];
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < Hkv; ++h) {
+        for (auto j = static_cast<int64_t>(positions[b]) + 1; j < T; ++j) {
+          for (int64_t e = 0; e < D; ++e) {
+            const int64_t at = ((b * Hkv + h) * T + j) * D + e;
+            cache.data[at] = std::numeric_limits<double>::quiet_NaN();
+            zeroed.data[at] = 0.0;
+          }
+        }
+      }
+    }
+  }
+  const Array want = reference::evaluate(g, feeds).at("out");
+  const Array got = run_gpu(g, poisoned).at("out");
+  EXPECT_LE(testing::relative_error(got, want), 2e-5);
+}
+
+// Right-padded prompts of lengths 24 and 17 prefilled at once (the tiled kernel): the padding
+// queries of the second sit at position -1 and give 0. The first equals causal attention.
+TEST(InferenceGpu, CachedAttentionPrefillRightPadded) {
+  auto rng = testing::rng_for("inference-gpu/prefill");
+  const int64_t L = 24, T = 40;
+  Graph g;
+  reference::Feeds feeds;
+  Tensor q = random_input(g, feeds, "q", {2, 6, L, 8}, rng);
+  Tensor k = random_input(g, feeds, "k", {2, 3, T, 8}, rng);
+  Tensor v = random_input(g, feeds, "v", {2, 3, T, 8}, rng);
+  std::vector<double> p;
+  for (int64_t i = 0; i < L; ++i) p.push_back(static_cast<double>(i));
+  for (int64_t i = 0; i < L; ++i) p.push_back(i < 17 ? static_cast<double>(i) : -1.0);
+  Tensor pos = int_input(g, feeds, "pos", {2, 1, L}, p);
+  Tensor out = cached_attention(q, k, v, pos);
+  g.output("out", out);
+  g.output("causal",
+           scaled_dot_product_attention(slice(q, 0, 0, 1), slice(slice(k, 0, 0, 1), 2, 0, L),
+                                        slice(slice(v, 0, 0, 1), 2, 0, L), {}, true));
+  auto got = run_gpu(g, feeds);
+  expect_close(g, feeds);
+  const Array& o = got.at("out");
+  const Array& c = got.at("causal");
+  for (int64_t i = 0; i < c.numel(); ++i) EXPECT_NEAR(o.data[i], c.data[i], 2e-6) << i;
+  const int64_t row = 8;  // values per query row
+  for (int64_t h = 0; h < 6; ++h) {
+    for (int64_t i = 17; i < L; ++i) {
+      for (int64_t e = 0; e < row; ++e) EXPECT_EQ(o.data[((6 + h) * L + i) * row + e], 0.0);
+    }
+  }
+}
+
+// ---- sample_tokens ----
+
+struct SamplingGraph {
+  Graph g;
+  reference::Feeds feeds;
+  SamplingGraph(Array logits, Array t, Array k, Array p) {
+    const Shape shape = logits.shape;
+    feeds["logits"] = std::move(logits);
+    feeds["t"] = t;
+    feeds["k"] = k;
+    feeds["p"] = p;
+    g.output("tokens",
+             sample_tokens(g.input("logits", shape, feeds["logits"].dtype), g.input("t", t.shape),
+                           g.input("k", k.shape, DType::i32), g.input("p", p.shape),
+                           g.input("seed", {}, DType::u32), g.input("step", {}, DType::u32)));
+  }
+};
+
+// One recorded session serves every (seed, step): only the scalar inputs change.
+void expect_reference_draws(SamplingGraph& s, int seeds, int steps) {
+  auto session = build_session(s.g);
+  for (const auto& [name, value] : s.feeds) session->set(name, value);
+  for (int seed = 0; seed < seeds; ++seed) {
+    for (int step = 0; step < steps; ++step) {
+      s.feeds["seed"] = Array({}, DType::u32, {1000.0 * seed + 17});
+      s.feeds["step"] = Array({}, DType::u32, {static_cast<double>(step)});
+      session->set("seed", s.feeds["seed"]);
+      session->set("step", s.feeds["step"]);
+      session->step();
+      expect_same_values(session->get("tokens"), reference::evaluate(s.g, s.feeds).at("tokens"),
+                         "seed " + std::to_string(seed) + " step " + std::to_string(step));
+    }
+  }
+}
+
+TEST(InferenceGpu, SampleTokensPerRowParametersMatchReference) {
+  auto rng = testing::rng_for("inference-gpu/sample-rows");
+  SamplingGraph s(testing::random_array(rng, {{5, 700}, DType::f32}, -6.0, 6.0),
+                  Array({5}, DType::f32, {0.0, 0.7, 1.0, 1.3, 1.0}),
+                  Array({5}, DType::i32, {3, 0, 40, 1, 700}),
+                  Array({5}, DType::f32, {0.9, 0.8, 1.0, 0.5, 0.3}));
+  expect_reference_draws(s, 3, 8);
+}
+
+TEST(InferenceGpu, SampleTokensVocabularyOfQwenSize) {
+  auto rng = testing::rng_for("inference-gpu/sample-qwen");
+  SamplingGraph s(testing::random_array(rng, {{2, 151936}, DType::f16}, -10.0, 10.0),
+                  Array({}, DType::f32, {0.8}), Array({}, DType::i32, {50}),
+                  Array({}, DType::f32, {0.95}));
+  expect_reference_draws(s, 1, 2);
+  SamplingGraph greedy(s.feeds["logits"], Array({}, DType::f32, {0.0}), Array({}, DType::i32, {0}),
+                       Array({}, DType::f32, {1.0}));
+  expect_reference_draws(greedy, 1, 1);
+}
+
+}  // namespace
+}  // namespace mn
