@@ -4,12 +4,36 @@
 // loads one to one (see <meganeura/hf.h>).
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <meganeura/graph.h>
 #include <meganeura/hf.h>
 
 namespace mn {
+
+// Low-rank adapters (LoRA) around the projections of every decoder layer:
+// y = x·Wᵀ + (alpha/rank)·(x·Aᵀ)·Bᵀ, with A [rank, in] initialized as PEFT does
+// (kaiming-uniform with a = sqrt(5), i.e. uniform ±1/sqrt(in)) and B [out, rank] zeros, so the
+// model starts as the base model. The adapters are f32 parameters named
+// "<projection>.lora_A.weight" and "<projection>.lora_B.weight" (e.g.
+// "model.layers.0.self_attn.q_proj.lora_A.weight"); the base parameters keep their names.
+struct LoraOptions {
+  int64_t rank = 0;  // 0: no adapters
+  double alpha = 16.0;
+  // Projection names (q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj).
+  std::vector<std::string> targets = default_targets();
+  uint64_t seed = 0;  // initialization of the A matrices
+
+  bool enabled() const { return rank > 0; }
+  double scale() const { return alpha / static_cast<double>(rank); }
+  static std::vector<std::string> default_targets() {
+    return {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+  }
+};
+
+// ".lora_A.weight" / ".lora_B.weight": whether a parameter name is an adapter's.
+bool is_lora_parameter(const std::string& name);
 
 struct CausalLmOptions {
   int64_t batch = 1;
@@ -26,6 +50,7 @@ struct CausalLmOptions {
   // Initialization of parameters not loaded from a checkpoint (normal(0, 0.02) matrices, norms
   // of ones, zero biases, as transformers initializes them).
   uint64_t seed = 0;
+  LoraOptions lora;
 };
 
 // Inputs "input_ids" (i32 [batch, sequence]) and the optional "positions" and "labels"; output

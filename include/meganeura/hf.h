@@ -108,7 +108,7 @@ HfModel load_hf_model(const std::filesystem::path& dir);
 // Uploads every parameter of the session's graph from the model's files, converting the file
 // dtype to the parameter's storage dtype one tensor at a time. Throws FormatError for a
 // parameter the files lack or whose shape differs, mn::Error when the session has no such
-// parameter as a file tensor names.
+// parameter as a file tensor names. LoRA adapters (see is_lora_parameter) are left as they are.
 void load_weights(Session& session, const HfModel& model);
 
 struct HfSaveOptions {

@@ -1,6 +1,7 @@
 // The weights of a Hugging Face directory: model.safetensors or the shards that
 // model.safetensors.index.json maps tensors to, checked against the config, and uploaded into
 // a Session one tensor at a time.
+#include <meganeura/causal_lm.h>
 #include <meganeura/error.h>
 #include <meganeura/hf.h>
 #include <meganeura/session.h>
@@ -154,6 +155,7 @@ void load_weights(Session& session, const HfModel& model) {
     }
   }
   for (const std::string& name : names) {
+    if (is_lora_parameter(name)) continue;  // adapters start from their own initialization
     auto it = model.tensors.find(name);
     if (it == model.tensors.end()) missing(model, name);
     const HfTensor& t = it->second;

@@ -1,6 +1,7 @@
 // Llama, Qwen2 and Qwen3 decoders with the library's composite ops: rms_norm, grouped-query
 // causal scaled_dot_product_attention, silu; RoPE from host-computed inverse frequencies (so
 // Llama 3's rescaling needs no op of its own).
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <string>
@@ -38,6 +39,14 @@ std::vector<double> rope_inv_freq(const LmConfig& c) {
   return inv;
 }
 
+bool is_lora_parameter(const std::string& name) {
+  auto ends_with = [&name](const std::string& tail) {
+    return name.size() >= tail.size() &&
+           name.compare(name.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  return ends_with(".lora_A.weight") || ends_with(".lora_B.weight");
+}
+
 namespace models {
 
 CausalLmBlocks::CausalLmBlocks(Graph& g, const LmConfig& config, const CausalLmOptions& options)
@@ -55,7 +64,26 @@ Tensor CausalLmBlocks::linear(Tensor x, int64_t out, const std::string& name, bo
   Tensor w = param(name + ".weight", {out, x.dim(-1)}, Init::normal(0.0, 0.02, o_.seed + seed_++));
   Tensor y = matmul(x, w, false, true);
   if (bias) y = y + param(name + ".bias", {out}, Init::zeros());
+  if (has_adapter(name)) y = y + adapter(x, out, name);
   return y;
+}
+
+bool CausalLmBlocks::has_adapter(const std::string& name) const {
+  if (!o_.lora.enabled() || name.rfind("model.layers.", 0) != 0) return false;
+  const std::string module = name.substr(name.rfind('.') + 1);
+  const auto& t = o_.lora.targets;
+  return std::find(t.begin(), t.end(), module) != t.end();
+}
+
+Tensor CausalLmBlocks::adapter(Tensor x, int64_t out, const std::string& name) {
+  const int64_t in = x.dim(-1), r = o_.lora.rank;
+  // PEFT: kaiming_uniform_(a=sqrt(5)) over fan_in = in gives the bound 1/sqrt(in).
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in));
+  const uint64_t seed = o_.lora.seed * 1000003 + lora_count_++;
+  Tensor a = g_.parameter(name + ".lora_A.weight", {r, in}, Init::uniform(-bound, bound, seed));
+  Tensor b = g_.parameter(name + ".lora_B.weight", {out, r}, Init::zeros());
+  Tensor low = matmul(matmul(x, a, false, true), b, false, true);
+  return low * g_.scalar(o_.lora.scale());
 }
 
 Tensor CausalLmBlocks::norm(Tensor x, const std::string& name) {
@@ -151,6 +179,23 @@ Tensor CausalLmBlocks::final_logits(Tensor h) {
 
 namespace {
 
+void check_lora(const LoraOptions& l) {
+  if (l.rank < 0)
+    throw Error("build_causal_lm: the LoRA rank must be positive, got " + std::to_string(l.rank));
+  if (!l.enabled()) return;
+  if (!(l.alpha > 0) || !std::isfinite(l.alpha))
+    throw Error("build_causal_lm: the LoRA alpha must be positive, got " + std::to_string(l.alpha));
+  if (l.targets.empty()) throw Error("build_causal_lm: LoRA without target projections");
+  const auto known = LoraOptions::default_targets();
+  for (const std::string& t : l.targets) {
+    if (std::find(known.begin(), known.end(), t) == known.end()) {
+      std::string list;
+      for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+      throw Error("build_causal_lm: unknown LoRA target '" + t + "' (known: " + list + ")");
+    }
+  }
+}
+
 void check_options(const LmConfig& c, const CausalLmOptions& o) {
   auto positive = [](int64_t v, const char* what) {
     if (v <= 0)
@@ -174,6 +219,7 @@ void check_options(const LmConfig& c, const CausalLmOptions& o) {
   if (!is_float(o.dtype))
     throw Error(std::string("build_causal_lm: the parameter dtype must be f32, f16 or bf16, got ") +
                 dtype_name(o.dtype));
+  check_lora(o.lora);
   if (o.with_loss && o.sequence < 2)
     throw Error("build_causal_lm: the loss needs a sequence of at least 2 tokens");
 }

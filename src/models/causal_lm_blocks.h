@@ -51,11 +51,15 @@ class CausalLmBlocks {
 
  private:
   Tensor heads(Tensor t, int64_t n);  // [B, L, n*D] -> [B, n, L, D]
+  // Whether the projection `name` carries a LoRA adapter, and the adapter's term.
+  bool has_adapter(const std::string& name) const;
+  Tensor adapter(Tensor x, int64_t out, const std::string& name);
 
   Graph& g_;
   const LmConfig& c_;
   const CausalLmOptions& o_;
   uint64_t seed_ = 0;
+  uint64_t lora_count_ = 0;
   Tensor embedding_;
   AttendFn attend_;  // the stored embedding, shared with a tied head
 };

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   mn::cli::add_inspect_command(app);
   mn::cli::add_generate_command(app);
   mn::cli::add_chat_command(app);
+  mn::cli::add_finetune_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

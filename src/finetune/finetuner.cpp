@@ -1,0 +1,255 @@
+// The fine-tuning loop: a causal LM with its loss and optimizer update in one session, fed
+// shuffled batches of token examples; checkpoints hold what exact resume needs (the trained
+// parameters, the optimizer state, the update count and the data position).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <meganeura/error.h>
+#include <meganeura/finetune.h>
+#include <meganeura/session.h>
+#include <meganeura/tokenizer.h>
+
+#include "finetune/finetune_checks.h"
+
+namespace mn {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct Finetuner::Impl {
+  FinetuneOptions o;
+  HfModel model;
+  LmExamples data;
+  CausalLm lm;
+  std::unique_ptr<Session> session;
+  std::vector<std::string> trained;  // parameters the optimizer updates
+  std::vector<std::string> inputs;   // of the session
+  int64_t global_step = 0;
+  int64_t total = 0;
+  ExamplePosition pos;
+  std::vector<int64_t> order;  // of pos.epoch
+  int64_t order_epoch = -1;
+  int64_t tokens = 0;  // trained tokens fed so far by this object
+
+  explicit Impl(FinetuneOptions options) : o(std::move(options)) {
+    finetune::check_options(o);
+    model = load_hf_model(o.model_dir);
+    const Tokenizer tok = Tokenizer::from_dir(o.model_dir);
+    data = o.text.empty() ? load_jsonl_examples(o.jsonl, tok, o.sequence)
+                          : load_text_examples(o.text, tok, o.sequence);
+    check_vocabulary();
+    build();
+    const int64_t batches = (data.count() + o.batch - 1) / o.batch;
+    total =
+        o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs * batches / o.optimizer.accumulate);
+    if (!o.resume.empty()) resume(o.resume);
+  }
+
+  // A tokenizer with more ids than the embedding has rows would index past the table.
+  void check_vocabulary() const {
+    const auto largest = std::max_element(data.input_ids.begin(), data.input_ids.end());
+    if (*largest >= model.config.vocab_size) {
+      const fs::path& file = o.text.empty() ? o.jsonl : o.text;
+      throw FormatError(file.string() + ": token id " + std::to_string(*largest) +
+                        " is outside the model's vocabulary of " +
+                        std::to_string(model.config.vocab_size) + " (" +
+                        (o.model_dir / "config.json").string() + ")");
+    }
+  }
+
+  void build() {
+    CausalLmOptions lo;
+    lo.batch = o.batch;
+    lo.sequence = o.sequence;
+    lo.dtype = o.dtype;
+    lo.with_loss = true;
+    lo.seed = o.seed;
+    lo.lora = o.lora;
+    lo.lora.seed = o.seed;
+    lm = build_causal_lm(model.config, lo);
+    std::vector<Tensor> params;  // empty: all of them
+    if (o.lora.enabled()) {
+      for (NodeId id : lm.graph->parameters()) {
+        if (is_lora_parameter(lm.graph->node(id).name)) params.push_back(lm.graph->tensor(id));
+      }
+    }
+    add_training_step(lm.loss, o.optimizer, params);
+    SessionOptions so;
+    so.device = o.device;
+    session = build_session(*lm.graph, so);
+    load_weights(*session, model);
+    for (const std::string& n : session->parameter_names()) {
+      if (!o.lora.enabled() || is_lora_parameter(n)) trained.push_back(n);
+    }
+    inputs = session->input_names();
+  }
+
+  bool has_input(const std::string& name) const {
+    return std::find(inputs.begin(), inputs.end(), name) != inputs.end();
+  }
+
+  // The next micro-batch: examples in the epoch's order; the epoch's last batch is completed
+  // with ignored rows (padding labels) rather than examples of the next epoch.
+  void next_batch(std::vector<int32_t>& ids, std::vector<int32_t>& labels) {
+    const auto L = static_cast<size_t>(o.sequence);
+    ids.assign(static_cast<size_t>(o.batch) * L, data.input_ids[0]);
+    labels.assign(ids.size(), kIgnoreLabel);
+    if (order_epoch != pos.epoch) {
+      order = epoch_order(data.count(), o.seed, pos.epoch);
+      order_epoch = pos.epoch;
+    }
+    for (int64_t row = 0; row < o.batch && pos.index < data.count(); ++row, ++pos.index) {
+      const auto src = static_cast<size_t>(order[static_cast<size_t>(pos.index)]) * L;
+      std::copy_n(data.input_ids.begin() + static_cast<std::ptrdiff_t>(src), L,
+                  ids.begin() + static_cast<std::ptrdiff_t>(row * L));
+      std::copy_n(data.labels.begin() + static_cast<std::ptrdiff_t>(src), L,
+                  labels.begin() + static_cast<std::ptrdiff_t>(row * L));
+    }
+    if (pos.index >= data.count()) pos = {pos.epoch + 1, 0};
+  }
+
+  static int64_t trained_tokens(const std::vector<int32_t>& labels, int64_t sequence) {
+    int64_t n = 0;
+    for (size_t i = 0; i < labels.size(); ++i)
+      n += labels[i] != kIgnoreLabel && static_cast<int64_t>(i) % sequence != 0;
+    return n;
+  }
+
+  double step() {
+    const int k = o.optimizer.accumulate;
+    const double lr = o.schedule.lr_at(o.lr, global_step, total);
+    std::vector<int32_t> ids, labels;
+    double loss = 0;
+    for (int micro = 0; micro < k; ++micro) {
+      next_batch(ids, labels);
+      tokens += trained_tokens(labels, o.sequence);
+      session->set("input_ids", ids);
+      session->set("labels", labels);
+      session->set_scalar(StepInputs::lr, lr);
+      if (has_input(StepInputs::step))
+        session->set_scalar(StepInputs::step, static_cast<double>(global_step + 1));
+      if (has_input(StepInputs::apply))
+        session->set_scalar(StepInputs::apply, micro == k - 1 ? 1.0 : 0.0);
+      session->step();
+      loss += session->get("loss").data[0];
+    }
+    ++global_step;
+    return loss / k;
+  }
+
+  void save_checkpoint(const fs::path& file) const {
+    std::map<std::string, Array> arrays;
+    for (const std::string& n : trained) arrays[n] = session->get(n);
+    for (const std::string& n : session->state_names()) arrays[n] = session->get(n);
+    std::map<std::string, std::string> meta;
+    for (const auto& [key, value] : finetune::resume_fields(o, model.config, data))
+      meta[key] = value;
+    meta["global_step"] = std::to_string(global_step);
+    meta["next_epoch"] = std::to_string(pos.epoch);
+    meta["next_index"] = std::to_string(pos.index);
+    save_safetensors(file, arrays, meta);
+  }
+
+  static int64_t meta_int(const std::map<std::string, std::string>& meta, const std::string& key,
+                          const fs::path& file) {
+    auto it = meta.find(key);
+    if (it == meta.end())
+      throw FormatError(file.string() + ": checkpoint metadata lacks '" + key + "'");
+    try {
+      size_t used = 0;
+      const int64_t v = std::stoll(it->second, &used);
+      if (used == it->second.size() && v >= 0) return v;
+    } catch (const std::exception&) {
+    }
+    throw FormatError(file.string() + ": checkpoint metadata '" + key + "' is not a count: '" +
+                      it->second + "'");
+  }
+
+  void resume(const fs::path& file) {
+    SafetensorsReader reader(file);
+    const auto& meta = reader.metadata();
+    finetune::check_resume_fields(file, meta, finetune::resume_fields(o, model.config, data));
+    std::vector<std::string> names = trained;
+    for (const std::string& n : session->state_names()) names.push_back(n);
+    for (const std::string& n : names) {
+      if (!reader.contains(n))
+        throw FormatError(file.string() + ": checkpoint lacks tensor '" + n + "'");
+      session->set(n, reader.array(n));
+    }
+    global_step = meta_int(meta, "global_step", file);
+    pos = {meta_int(meta, "next_epoch", file), meta_int(meta, "next_index", file)};
+    if (pos.index >= data.count())
+      throw FormatError(file.string() + ": checkpoint data position is past the data's end");
+  }
+
+  void save(const fs::path& dir) const {
+    if (!o.lora.enabled()) {
+      save_hf_model(dir, *session, model.config, saving());
+      return;
+    }
+    if (!o.merge_lora) {
+      save_lora_adapter(dir, *session, model.config, o.lora, fs::absolute(o.model_dir).string());
+      return;
+    }
+    // The merged weights go through a plain model's session, which save_hf_model reads.
+    CausalLmOptions lo;
+    lo.sequence = 2;
+    lo.dtype = o.dtype;
+    CausalLm plain = build_causal_lm(model.config, lo);
+    SessionOptions so;
+    so.device = o.device;
+    auto s = build_session(*plain.graph, so);
+    for (auto& [name, value] : merged_lora_parameters(*session, model.config, o.lora))
+      s->set(name, value);
+    save_hf_model(dir, *s, model.config, saving());
+  }
+
+  HfSaveOptions saving() const {
+    HfSaveOptions so;
+    so.dtype = o.dtype;
+    if (!model.generation.json_text.empty()) so.generation = model.generation;
+    so.tokenizer_dir = o.model_dir;
+    return so;
+  }
+};
+
+Finetuner::Finetuner(FinetuneOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Finetuner::~Finetuner() = default;
+
+double Finetuner::step() { return impl_->step(); }
+void Finetuner::save_checkpoint(const fs::path& file) const { impl_->save_checkpoint(file); }
+void Finetuner::save(const fs::path& dir) const { impl_->save(dir); }
+int64_t Finetuner::global_step() const { return impl_->global_step; }
+int64_t Finetuner::total_steps() const { return impl_->total; }
+const LmConfig& Finetuner::config() const { return impl_->model.config; }
+const LmExamples& Finetuner::examples() const { return impl_->data; }
+Session& Finetuner::session() { return *impl_->session; }
+std::vector<std::string> Finetuner::trained_parameters() const { return impl_->trained; }
+
+FinetuneResult Finetuner::run() {
+  Impl& m = *impl_;
+  FinetuneResult r;
+  r.device = m.session->device_name();
+  const auto t0 = Clock::now();
+  const int64_t tokens0 = m.tokens;
+  while (m.global_step < m.total) {
+    const double lr = m.o.schedule.lr_at(m.o.lr, m.global_step, m.total);
+    const double loss = m.step();
+    r.losses.push_back(loss);
+    const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    r.tokens_per_second = seconds > 0 ? static_cast<double>(m.tokens - tokens0) / seconds : 0.0;
+    if (m.o.on_progress)
+      m.o.on_progress({m.global_step, m.total, loss, lr, r.tokens_per_second, seconds});
+    if (!m.o.checkpoint.empty() && m.o.checkpoint_every > 0 &&
+        m.global_step % m.o.checkpoint_every == 0 && m.global_step < m.total)
+      m.save_checkpoint(m.o.checkpoint);
+  }
+  if (!m.o.checkpoint.empty()) m.save_checkpoint(m.o.checkpoint);
+  if (!m.o.save.empty()) m.save(m.o.save);
+  r.steps = m.global_step;
+  r.final_loss = r.losses.empty() ? 0.0 : r.losses.back();
+  return r;
+}
+
+}  // namespace mn
