@@ -1,3 +1,6 @@
+#include <cmath>
+#include <string>
+
 #include <meganeura/autodiff.h>
 #include <meganeura/optimizer.h>
 
@@ -23,6 +26,33 @@ Optimizer::Kind optimizer_from_name(const std::string& name) {
 }
 
 namespace {
+
+// Every hyperparameter must mean what it says: a NaN or out-of-range value is an error, never a
+// silent "off" (a NaN clip threshold would disable clipping, a NaN momentum poison the state).
+void check_hyperparameters(const Optimizer& o) {
+  auto require = [](bool ok, const char* field, double value, const char* range) {
+    if (!ok) {
+      throw Error("add_training_step: Optimizer::" + std::string(field) + " is " +
+                  std::to_string(value) + ", expected " + range);
+    }
+  };
+  const auto finite = [](double v) { return std::isfinite(v); };
+  require(finite(o.momentum) && o.momentum >= 0 && o.momentum < 1, "momentum", o.momentum,
+          "a number in [0, 1)");
+  require(finite(o.dampening) && o.dampening >= 0 && o.dampening <= 1, "dampening", o.dampening,
+          "a number in [0, 1]");
+  require(finite(o.beta1) && o.beta1 >= 0 && o.beta1 < 1, "beta1", o.beta1, "a number in [0, 1)");
+  require(finite(o.beta2) && o.beta2 >= 0 && o.beta2 < 1, "beta2", o.beta2, "a number in [0, 1)");
+  require(finite(o.eps) && o.eps > 0, "eps", o.eps, "a positive finite number");
+  require(finite(o.weight_decay) && o.weight_decay >= 0, "weight_decay", o.weight_decay,
+          "a finite number >= 0");
+  require(finite(o.clip_grad_norm) && o.clip_grad_norm >= 0, "clip_grad_norm", o.clip_grad_norm,
+          "a finite number >= 0 (0: off)");
+  if (o.accumulate < 1) {
+    throw Error("add_training_step: Optimizer::accumulate is " + std::to_string(o.accumulate) +
+                ", expected >= 1");
+  }
+}
 
 struct StepScalars {
   Tensor lr, step, apply;
@@ -86,7 +116,7 @@ TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Te
   if (loss.numel() != 1) {
     throw ShapeError("add_training_step: the loss must have one element, got " + loss.type().str());
   }
-  if (opt.accumulate < 1) throw Error("add_training_step: accumulate must be >= 1");
+  check_hyperparameters(opt);
   if (parameters.empty()) {
     for (NodeId id : g.parameters()) parameters.push_back(g.tensor(id));
   }
