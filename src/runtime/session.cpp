@@ -30,6 +30,7 @@ struct Program {
   std::map<std::string, uint64_t, std::less<>> upload_offset, readback_offset;  // by name
   std::unique_ptr<vk::Recording> recording;
   std::map<std::string, bool, std::less<>> input_set;
+  bool stepped = false;  // outputs hold nothing before the first submission
 
   const plan::PlannedBuffer& buffer_of(NodeId id) const {
     return plan.buffers[static_cast<size_t>(plan.node_buffer[id])];
@@ -142,6 +143,10 @@ void Session::Impl::write_tensor(Program& p, std::string_view name,
 }
 
 Array Session::Impl::read_tensor(const Program& p, std::string_view name) {
+  if (!p.stepped && !p.plan.inputs.count(name) && !p.plan.persistents.count(name)) {
+    throw Error("Session::get '" + std::string(name) + "': an output of program '" + p.name +
+                "', which has not run a step yet");
+  }
   finish_pending();
   const Node& n = *p.find(name);
   std::vector<std::byte> bytes(static_cast<size_t>(n.type.numel()) * dtype_size(n.type.dtype));
@@ -347,7 +352,7 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
 namespace {
 // Checks a host value against the tensor's type and encodes it.
 std::vector<std::byte> array_bytes(const Node& n, std::string_view name, const Array& value) {
-  if (value.shape != n.type.shape && value.numel() != n.type.numel()) {
+  if (value.shape != n.type.shape) {
     throw ShapeError("Session::set '" + std::string(name) + "': expected " + n.type.str() +
                      ", got shape " + shape_str(value.shape));
   }
@@ -441,6 +446,7 @@ void Session::submit(std::string_view program) {
   }
   if (!missing.empty()) throw Error("Session::step: inputs never set: " + missing);
   p.recording->submit();
+  p.stepped = true;
   impl_->pending = static_cast<int>(&p - impl_->programs.data());
 }
 
