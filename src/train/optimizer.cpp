@@ -56,6 +56,7 @@ void check_hyperparameters(const Optimizer& o) {
 
 struct StepScalars {
   Tensor lr, step, apply;
+  Tensor bias_correction1, bias_correction2;  // Adam, AdamW
 };
 
 // Keeps `old` unless this micro-batch applies the update.
@@ -96,11 +97,9 @@ void update_parameter(Graph& g, const Optimizer& opt, const StepScalars& s, Tens
       Tensor v_new = v * opt.beta2 + gf * gf * (1.0 - opt.beta2);
       g.assign(m, gated(opt, s, m_new, m));
       g.assign(v, gated(opt, s, v_new, v));
-      Tensor bc1 = 1.0 - pow(g.scalar(opt.beta1), s.step);
-      Tensor bc2 = 1.0 - pow(g.scalar(opt.beta2), s.step);
       // lr / bc1 and sqrt(bc2) are scalars: computed once, not per element.
-      Tensor step_size = s.lr / bc1;
-      next = pf - step_size * m_new / (sqrt(v_new) / sqrt(bc2) + opt.eps);
+      Tensor step_size = s.lr / s.bias_correction1;
+      next = pf - step_size * m_new / (sqrt(v_new) / sqrt(s.bias_correction2) + opt.eps);
       break;
     }
   }
@@ -109,6 +108,18 @@ void update_parameter(Graph& g, const Optimizer& opt, const StepScalars& s, Tens
 }
 
 }  // namespace
+
+std::map<std::string, double> step_scalars(const Optimizer& opt, double lr, int64_t step) {
+  if (step < 1) throw Error("step_scalars: step is " + std::to_string(step) + ", expected >= 1");
+  std::map<std::string, double> out = {{StepInputs::lr, lr},
+                                       {StepInputs::step, static_cast<double>(step)}};
+  if (opt.kind != Optimizer::Kind::sgd) {
+    const double t = static_cast<double>(step);
+    out[StepInputs::bias_correction1] = 1.0 - std::pow(opt.beta1, t);
+    out[StepInputs::bias_correction2] = 1.0 - std::pow(opt.beta2, t);
+  }
+  return out;
+}
 
 TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Tensor> parameters,
                                bool output_gradients) {
@@ -128,6 +139,10 @@ TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Te
 
   StepScalars s{g.input(StepInputs::lr, {}), g.input(StepInputs::step, {}), {}};
   if (opt.accumulate > 1) s.apply = g.input(StepInputs::apply, {});
+  if (opt.kind != Optimizer::Kind::sgd) {
+    s.bias_correction1 = g.input(StepInputs::bias_correction1, {});
+    s.bias_correction2 = g.input(StepInputs::bias_correction2, {});
+  }
 
   std::vector<Tensor> grads = out.gradients;
   if (opt.accumulate > 1) {

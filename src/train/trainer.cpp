@@ -173,8 +173,9 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train,
     // and the schedule and bias correction count updates.
     const int64_t acc = std::max(1, o.optimizer.accumulate);
     const int64_t update = global_step / acc;
-    session->set_scalar(StepInputs::lr, o.schedule.lr_at(o.lr, update, (total + acc - 1) / acc));
-    session->set_scalar(StepInputs::step, static_cast<double>(update + 1));
+    const double lr = o.schedule.lr_at(o.lr, update, (total + acc - 1) / acc);
+    for (const auto& [name, value] : step_scalars(o.optimizer, lr, update + 1))
+      session->set_scalar(name, value);
     if (acc > 1) session->set_scalar(StepInputs::apply, (global_step + 1) % acc == 0 ? 1.0 : 0.0);
     session->step();
     ++global_step;
