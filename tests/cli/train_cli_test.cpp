@@ -16,6 +16,8 @@
 
 #include <meganeura/data.h>
 
+#include "data/test_util.h"
+
 namespace mn {
 namespace {
 
@@ -164,6 +166,30 @@ TEST(Cli, TrainSavesThroughASymlinkKeepingPermissions) {
               "--resume", (dir / "link.safetensors").string(), "--json"});
   EXPECT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("\"steps\":4"), std::string::npos) << r.output;
+}
+
+// Files declaring two million images but holding 40: --limit reads the first 32 and no more.
+TEST(Cli, LimitReadsOnlyTheSamplesItUses) {
+  TempDir dir;
+  write_tiny_fashion_mnist(dir.path(), 40);
+  for (const std::string split : {"train", "t10k"}) {
+    for (const std::string kind : {"images-idx3", "labels-idx1"}) {
+      const fs::path p = dir / (split + "-" + kind + "-ubyte.gz");
+      RawTensor t = read_idx(p);
+      // The same content under a header whose count is raised to 2,000,000.
+      std::vector<uint8_t> bytes = {0, 0, 0x08, static_cast<uint8_t>(t.shape.size())};
+      for (size_t i = 0; i < t.shape.size(); ++i) {
+        const uint32_t d = i == 0 ? 2'000'000u : static_cast<uint32_t>(t.shape[i]);
+        for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<uint8_t>(d >> shift));
+      }
+      bytes.insert(bytes.end(), t.bytes.begin(), t.bytes.end());
+      test::write_bytes(p, test::gzip(bytes));
+    }
+  }
+  Result r = run_mn({"train", "--data", dir.path().string(), "--batch", "16", "--limit", "32"});
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("(32 train, 32 test)"), std::string::npos) << r.output;
+  expect_failure({"train", "--data", dir.path().string(), "--batch", "16"}, {"truncated"});
 }
 
 }  // namespace

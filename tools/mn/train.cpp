@@ -6,6 +6,7 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -144,12 +145,12 @@ void run_train(const TrainArgs& a, const CLI::App& cmd) {
   o.shuffle_seed = a.seed;
 
   const ImageLayout layout = o.model.kind == ModelKind::cnn ? ImageLayout::nchw : ImageLayout::flat;
-  auto train = std::make_shared<Dataset>(load_fashion_mnist(Split::train, layout, a.data));
-  auto test = std::make_shared<Dataset>(load_fashion_mnist(Split::test, layout, a.data));
-  if (given(cmd, "--limit")) {
-    *train = train->slice(0, std::min(a.limit, train->size()));
-    *test = test->slice(0, std::min(a.limit, test->size()));
-  }
+  // --limit applies while reading: nothing past the first N samples is read or decompressed.
+  std::optional<int64_t> limit;
+  if (given(cmd, "--limit")) limit = a.limit;
+  auto train =
+      std::make_shared<Dataset>(load_fashion_mnist(Split::train, layout, a.data, limit));
+  auto test = std::make_shared<Dataset>(load_fashion_mnist(Split::test, layout, a.data, limit));
   check_run(a, cmd, train->size());
   const bool terminal = isatty(fileno(stderr)) != 0;
   o.on_progress = [terminal](const TrainOptions::Progress& p) {
