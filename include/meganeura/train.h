@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <meganeura/data.h>
@@ -33,6 +34,7 @@ struct TrainOptions {
   double lr = 1e-3;
   LrSchedule schedule;
   std::string device;             // see SessionOptions::device
+  std::optional<bool> check_numerics;  // see SessionOptions::check_numerics
   std::filesystem::path save;     // checkpoint written after every epoch (and at the end)
   std::filesystem::path resume;   // checkpoint to continue from
   int64_t stop_after_steps = -1;  // stop early (after saving) once this many updates ran

@@ -12,6 +12,7 @@
 #include "runtime/convert_raw.h"
 #include "runtime/device_pool.h"
 #include "runtime/host_tensor.h"
+#include "runtime/numerics_check.h"
 #include "runtime/plan_options.h"
 #include "vulkan/arena.h"
 #include "vulkan/buffer.h"
@@ -31,6 +32,7 @@ struct Program {
   std::unique_ptr<vk::Recording> recording;
   std::map<std::string, bool, std::less<>> input_set;
   bool stepped = false;  // outputs hold nothing before the first submission
+  std::optional<runtime::NumericsCheck> numerics;  // SessionOptions::check_numerics
 
   const plan::PlannedBuffer& buffer_of(NodeId id) const {
     return plan.buffers[static_cast<size_t>(plan.node_buffer[id])];
@@ -72,7 +74,9 @@ struct Session::Impl {
     if (pending >= 0) {
       const int p = pending;
       pending = -1;
-      programs[static_cast<size_t>(p)].recording->wait();
+      Program& prog = programs[static_cast<size_t>(p)];
+      prog.recording->wait();
+      if (prog.numerics) runtime::check_numerics(*prog.numerics, prog.plan, prog.name);
     }
   }
 };
@@ -275,6 +279,12 @@ void record_step(Session::Impl& impl, Program& prog, const SessionOptions& optio
     d.groups = l.kernel.groups;
     d.label = l.kernel.name;
     rec.dispatch(std::move(d));
+    if (prog.numerics) {  // copied before a later kernel may reuse the bytes
+      for (const runtime::NumericsProbe& probe : prog.numerics->probes) {
+        if (probe.launch != li) continue;
+        rec.download(range_of(probe.buffer), *prog.numerics->staging, probe.staging_offset);
+      }
+    }
     for (int b : dead_after[li]) {
       const plan::PlannedBuffer& buf = p.buffers[static_cast<size_t>(b)];
       rec.fill(arena.range(buf.offset, (buf.bytes + 3) / 4 * 4), 0x7fc00000u);  // quiet NaN
@@ -338,6 +348,8 @@ std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& specs,
     Program& p = impl->programs[i];
     // The host maps the arena itself on some devices: no staging then.
     if (!impl->arena->host_mapped()) build_staging(dev, p, specs[i]);
+    if (options.check_numerics.value_or(runtime::check_numerics_from_env()))
+      p.numerics = runtime::plan_numerics_check(dev, p.plan);
     write_initial_values(*impl->arena, p, initialized);
     record_step(*impl, p, options);
   }

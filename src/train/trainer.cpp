@@ -131,6 +131,7 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train,
   add_training_step(net.loss, o.optimizer);
   SessionOptions so;
   so.device = o.device;
+  so.check_numerics = o.check_numerics;
   auto session = build_session(*net.graph, so);
 
   Evaluator eval;

@@ -37,6 +37,7 @@ struct TrainArgs {
   double clip = 0;
   uint64_t seed = 0;
   bool json = false;
+  bool check_numerics = false;
 };
 
 std::string format_duration(double s) {
@@ -140,6 +141,7 @@ void run_train(const TrainArgs& a, const CLI::App& cmd) {
   o.schedule.kind = schedule_from_name(a.schedule);
   o.schedule.warmup = a.warmup;
   o.device = a.device;
+  if (a.check_numerics) o.check_numerics = true;
   o.save = a.save;
   o.resume = a.resume;
   o.shuffle_seed = a.seed;
@@ -208,6 +210,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--limit", a->limit, "use only the first N samples of each split");
   cmd->add_option("--seed", a->seed, "initialization and shuffling seed")->capture_default_str();
   cmd->add_flag("--json", a->json, "print one JSON object as the last line");
+  cmd->add_flag("--check-numerics", a->check_numerics,
+                "after every step, name the first graph node that produced a NaN or Inf "
+                "(slow; also $MN_CHECK_NUMERICS=1)");
   cmd->callback([a, cmd] { run_train(*a, *cmd); });
 }
 
