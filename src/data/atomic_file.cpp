@@ -111,14 +111,14 @@ AtomicFile::AtomicFile(std::filesystem::path path) : path_(std::move(path)) {
   // copy starts private and takes the target's permission bits before any byte is written.
   const mode_t create_mode = exists ? 0600 : 0666;
   for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
-    temp_ = dir / ("." + target_.filename().string() + ".tmp-" + std::to_string(::getpid()) +
-                   "-" + std::to_string(g_temp_counter.fetch_add(1)));
+    temp_ = dir / ("." + target_.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
+                   std::to_string(g_temp_counter.fetch_add(1)));
     fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, create_mode);
     if (fd_ < 0 && errno != EEXIST) break;
   }
   if (fd_ < 0) {
-    refuse(path_, "cannot create a temporary file in '" + dir.string() + "': " +
-                      std::strerror(errno));
+    refuse(path_,
+           "cannot create a temporary file in '" + dir.string() + "': " + std::strerror(errno));
   }
   if (exists) {
     // Ownership follows where we may change it (root); otherwise the file becomes ours, as

@@ -91,7 +91,7 @@ namespace {
 
 // An IDX header, checked against the file's size where that is known without reading it.
 struct IdxHeader {
-  RawTensor tensor;   // type and shape, no bytes
+  RawTensor tensor;     // type and shape, no bytes
   uint64_t header = 0;  // bytes before the data
   uint64_t need = 0;    // data bytes the dimensions describe
   std::string what;     // "dims [..] of U8", for messages

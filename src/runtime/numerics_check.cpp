@@ -12,7 +12,6 @@ namespace mn::runtime {
 
 namespace {
 
-
 std::string describe_node(const plan::StepPlan& plan, NodeId id) {
   const Node& n = plan.graph.node(id);
   std::string s = "node " + std::to_string(id);
@@ -55,14 +54,14 @@ void check_numerics(const NumericsCheck& check, const plan::StepPlan& plan,
     const TensorType& type = plan.graph.node(b.node).type;
     bytes.resize(static_cast<size_t>(type.numel()) * dtype_size(type.dtype));
     check.staging->read(probe.staging_offset, bytes);
-    const std::vector<double> values =
-        decode(bytes, type.dtype, static_cast<size_t>(type.numel()));
+    const std::vector<double> values = decode(bytes, type.dtype, static_cast<size_t>(type.numel()));
     for (size_t i = 0; i < values.size(); ++i) {
       if (std::isfinite(values[i])) continue;
       const plan::PlannedLaunch& l = plan.launches[probe.launch];
       std::string fused;
       for (NodeId id : l.nodes) {
-        if (id != b.node) fused += (fused.empty() ? "" : ", ") + std::string(plan.graph.node(id).op_name());
+        if (id != b.node)
+          fused += (fused.empty() ? "" : ", ") + std::string(plan.graph.node(id).op_name());
       }
       throw Error("check_numerics: program '" + program + "': " + describe_node(plan, b.node) +
                   " is the first to hold a non-finite value: " + std::to_string(values[i]) +

@@ -14,8 +14,8 @@
 namespace mn::runtime {
 
 struct NumericsProbe {
-  size_t launch = 0;        // the launch that wrote it
-  int buffer = -1;          // index into StepPlan::buffers
+  size_t launch = 0;  // the launch that wrote it
+  int buffer = -1;    // index into StepPlan::buffers
   uint64_t staging_offset = 0;
 };
 

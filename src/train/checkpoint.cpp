@@ -19,8 +19,8 @@ using Meta = std::map<std::string, std::string>;
 const std::string& meta_field(const Meta& meta, const TrainOptions& o, const std::string& key) {
   auto it = meta.find(key);
   if (it == meta.end()) {
-    throw FormatError("cannot resume from '" + o.resume.string() + "': checkpoint metadata lacks '" +
-                      key + "'");
+    throw FormatError("cannot resume from '" + o.resume.string() +
+                      "': checkpoint metadata lacks '" + key + "'");
   }
   return it->second;
 }
@@ -41,8 +41,8 @@ void expect_field(const Meta& meta, const TrainOptions& o, const std::string& ke
                   const std::string& expected) {
   const std::string& found = meta_field(meta, o, key);
   if (found != expected) {
-    mismatch(o, "'" + key + "' is '" + found + "' in the checkpoint, this run has '" + expected +
-                    "'");
+    mismatch(o,
+             "'" + key + "' is '" + found + "' in the checkpoint, this run has '" + expected + "'");
   }
 }
 
@@ -123,9 +123,8 @@ ResumePoint load_checkpoint(Session& s, const TrainOptions& o, int64_t per_epoch
   if (r.next.epoch < 0 || r.next.step < 0 || r.next.step >= per_epoch ||
       r.next.epoch * per_epoch + r.next.step != r.global_step) {
     mismatch(o, "the data position (epoch " + std::to_string(r.next.epoch) + ", batch " +
-                    std::to_string(r.next.step) + ") is not step " +
-                    std::to_string(r.global_step) + " of a data set of " +
-                    std::to_string(per_epoch) +
+                    std::to_string(r.next.step) + ") is not step " + std::to_string(r.global_step) +
+                    " of a data set of " + std::to_string(per_epoch) +
                     " batches per epoch (was it saved with another data set size?)");
   }
   if (r.global_step >= total) {

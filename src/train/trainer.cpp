@@ -78,8 +78,7 @@ struct Evaluator {
 // Every option means what it says: out-of-range values are errors, never replaced.
 void check_options(const TrainOptions& o) {
   auto fail = [](const std::string& field, const std::string& value, const std::string& want) {
-    throw Error("train_classifier: TrainOptions::" + field + " is " + value + ", expected " +
-                want);
+    throw Error("train_classifier: TrainOptions::" + field + " is " + value + ", expected " + want);
   };
   if (o.epochs < 1) fail("epochs", std::to_string(o.epochs), ">= 1");
   if (o.model.batch < 1) fail("model.batch", std::to_string(o.model.batch), ">= 1");
@@ -105,8 +104,10 @@ void check_run_length(const TrainOptions& o, int64_t per_epoch) {
   const int64_t total = per_epoch * o.epochs;
   if (o.optimizer.accumulate > total) {
     throw Error("train_classifier: Optimizer::accumulate is " +
-                std::to_string(o.optimizer.accumulate) + " micro-batches per update, but the run "
-                "has only " + std::to_string(total) + " batches: no update would ever happen");
+                std::to_string(o.optimizer.accumulate) +
+                " micro-batches per update, but the run "
+                "has only " +
+                std::to_string(total) + " batches: no update would ever happen");
   }
 }
 
@@ -216,7 +217,8 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train,
       result.test_loss = e.test_loss;
       p.epoch_done = true;
       p.test_accuracy = e.test_accuracy;
-      if (!o.save.empty()) train::save_checkpoint(o.save, *session, o, global_step, loader.position());
+      if (!o.save.empty())
+        train::save_checkpoint(o.save, *session, o, global_step, loader.position());
     }
     if (o.on_progress) o.on_progress(p);
     if (epoch_done) {
@@ -224,7 +226,8 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train,
       epoch_loss = 0;
     }
     if (stopping) {
-      if (!o.save.empty()) train::save_checkpoint(o.save, *session, o, global_step, loader.position());
+      if (!o.save.empty())
+        train::save_checkpoint(o.save, *session, o, global_step, loader.position());
       break;
     }
   }

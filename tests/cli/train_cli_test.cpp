@@ -3,6 +3,7 @@
 // training, and a checkpoint is written through a symlink with the target's permissions.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -55,7 +56,8 @@ void expect_failure(const std::vector<std::string>& args, const std::vector<std:
   for (const auto& a : args) line += a + " ";
   EXPECT_EQ(r.rc, 1) << line << "\n" << r.output;
   for (const auto& p : parts)
-    EXPECT_NE(r.output.find(p), std::string::npos) << line << ": '" << p << "' not in\n" << r.output;
+    EXPECT_NE(r.output.find(p), std::string::npos) << line << ": '" << p << "' not in\n"
+                                                   << r.output;
   EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
 }
 
@@ -97,17 +99,26 @@ TEST(Cli, UnknownCommandIsNamed) {
 }
 
 TEST(Cli, BadTrainOptionValuesAreErrors) {
-  const std::vector<std::pair<std::string, std::string>> bad = {
-      {"--lr", "nan"},           {"--lr", "0"},
-      {"--lr", "-1"},            {"--lr", "inf"},
-      {"--lr", "1e300"},         {"--weight-decay", "nan"},
-      {"--weight-decay", "-0.5"}, {"--clip-grad-norm", "-1"},
-      {"--clip-grad-norm", "nan"}, {"--limit", "0"},
-      {"--limit", "-1"},         {"--warmup", "-5"},
-      {"--momentum", "1"},       {"--momentum", "nan"},
-      {"--momentum", "-0.1"},    {"--epochs", "0"},
-      {"--batch", "0"},          {"--accumulate", "0"}};
-  for (const auto& [option, value] : bad) expect_failure({"train", option, value}, {option + " " + value});
+  const std::vector<std::pair<std::string, std::string>> bad = {{"--lr", "nan"},
+                                                                {"--lr", "0"},
+                                                                {"--lr", "-1"},
+                                                                {"--lr", "inf"},
+                                                                {"--lr", "1e300"},
+                                                                {"--weight-decay", "nan"},
+                                                                {"--weight-decay", "-0.5"},
+                                                                {"--clip-grad-norm", "-1"},
+                                                                {"--clip-grad-norm", "nan"},
+                                                                {"--limit", "0"},
+                                                                {"--limit", "-1"},
+                                                                {"--warmup", "-5"},
+                                                                {"--momentum", "1"},
+                                                                {"--momentum", "nan"},
+                                                                {"--momentum", "-0.1"},
+                                                                {"--epochs", "0"},
+                                                                {"--batch", "0"},
+                                                                {"--accumulate", "0"}};
+  for (const auto& [option, value] : bad)
+    expect_failure({"train", option, value}, {option + " " + value});
 }
 
 TEST(Cli, BadInspectOptionValuesAreErrors) {
@@ -123,7 +134,12 @@ TEST(Cli, SaveDestinationIsCheckedBeforeLoadingData) {
   expect_failure({"train", "--data", no_data, "--save", (dir / "fifo").string()}, {"is a FIFO"});
   EXPECT_TRUE(fs::is_fifo(dir / "fifo"));
   expect_failure({"train", "--data", no_data, "--save", (dir / "none/c").string()}, {"none"});
-  expect_failure({"train", "--data", no_data, "--save", "/dev/null"}, {"character device"});
+  // A null device of our own where we may make one (root), so that a regression cannot replace
+  // the system's /dev/null; a process that cannot make devices cannot replace /dev/null either.
+  fs::path device = dir / "null";
+  if (::mknod(device.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) device = "/dev/null";
+  expect_failure({"train", "--data", no_data, "--save", device.string()}, {"character device"});
+  EXPECT_TRUE(fs::is_character_file(device));
 }
 
 TEST(Cli, RunLengthChecksNeedTheDataSize) {
@@ -162,8 +178,8 @@ TEST(Cli, TrainSavesThroughASymlinkKeepingPermissions) {
   expect_failure({"train", "--data", dir.path().string(), "--batch", "16", "--resume",
                   (dir / "link.safetensors").string()},
                  {"nothing left to train"});
-  r = run_mn({"train", "--data", dir.path().string(), "--batch", "16", "--epochs", "2",
-              "--resume", (dir / "link.safetensors").string(), "--json"});
+  r = run_mn({"train", "--data", dir.path().string(), "--batch", "16", "--epochs", "2", "--resume",
+              (dir / "link.safetensors").string(), "--json"});
   EXPECT_EQ(r.rc, 0) << r.output;
   EXPECT_NE(r.output.find("\"steps\":4"), std::string::npos) << r.output;
 }
@@ -180,7 +196,8 @@ TEST(Cli, LimitReadsOnlyTheSamplesItUses) {
       std::vector<uint8_t> bytes = {0, 0, 0x08, static_cast<uint8_t>(t.shape.size())};
       for (size_t i = 0; i < t.shape.size(); ++i) {
         const uint32_t d = i == 0 ? 2'000'000u : static_cast<uint32_t>(t.shape[i]);
-        for (int shift = 24; shift >= 0; shift -= 8) bytes.push_back(static_cast<uint8_t>(d >> shift));
+        for (int shift = 24; shift >= 0; shift -= 8)
+          bytes.push_back(static_cast<uint8_t>(d >> shift));
       }
       bytes.insert(bytes.end(), t.bytes.begin(), t.bytes.end());
       test::write_bytes(p, test::gzip(bytes));

@@ -15,7 +15,8 @@ void expect_message(const std::function<void()>& f, const std::vector<std::strin
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     for (const auto& p : parts)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << "'" << p << "' not in " << e.what();
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+          << "'" << p << "' not in " << e.what();
   }
 }
 
@@ -30,8 +31,11 @@ TEST(SessionChecks, SetWithTheRightCountButAnotherShapeIsAShapeError) {
     expect_message([&] { s->set("x", Array(wrong, DType::f32, std::vector<double>(6, 1.0))); },
                    {"'x'", "[2, 3]", shape_str(wrong)});
   }
-  expect_message([&] { s->set("w", Array({2, 3}, DType::f32, std::vector<double>(6, 1.0))); },
-                 {"'w'", "[3, 2]", "[2, 3]"});
+  expect_message(
+      [&] {
+        s->set("w", Array({2, 3}, DType::f32, std::vector<double>(6, 1.0)));
+      },
+      {"'w'", "[3, 2]", "[2, 3]"});
   s->set("x", Array({2, 3}, DType::f32, std::vector<double>(6, 1.0)));  // the right shape
   s->set("w", Array({3, 2}, DType::f32, std::vector<double>(6, 0.5)));
   s->step();

@@ -95,7 +95,8 @@ TEST(Optimizer, AccumulationEqualsLargeBatch) {
     reference::Feeds in{{"x", Array({8, 4}, DType::f32, xs)},
                         {"y", Array({8, 3}, DType::f32, ys)},
                         {"lr", Array::scalar(0.1)}};
-    for (const auto& [n, v] : step_scalars(Optimizer::adamw(0.1), 0.1, step)) in[n] = Array::scalar(v);
+    for (const auto& [n, v] : step_scalars(Optimizer::adamw(0.1), 0.1, step))
+      in[n] = Array::scalar(v);
     reference::run_step(*big, in, pb);
     for (int half = 0; half < 2; ++half) {
       std::vector<double> hx(xs.begin() + half * 16, xs.begin() + half * 16 + 16);
@@ -103,7 +104,8 @@ TEST(Optimizer, AccumulationEqualsLargeBatch) {
       reference::Feeds hin{{"x", Array({4, 4}, DType::f32, hx)},
                            {"y", Array({4, 3}, DType::f32, hy)},
                            {"apply", Array::scalar(half == 1 ? 1.0 : 0.0)}};
-      for (const auto& [n, v] : step_scalars(Optimizer::adamw(0.1), 0.1, step)) hin[n] = Array::scalar(v);
+      for (const auto& [n, v] : step_scalars(Optimizer::adamw(0.1), 0.1, step))
+        hin[n] = Array::scalar(v);
       reference::run_step(*small, hin, ps);
       if (half == 0) {
         // No update before the last micro-batch.

@@ -66,7 +66,8 @@ void expect_error(const std::function<void()>& f, const std::vector<std::string>
     ADD_FAILURE() << "no error; expected one mentioning '" << parts.front() << "'";
   } catch (const Error& e) {
     for (const auto& p : parts)
-      EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << "'" << p << "' not in: " << e.what();
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+          << "'" << p << "' not in: " << e.what();
   }
 }
 
@@ -88,10 +89,7 @@ TEST(TrainerChecks, OptionsOutOfRangeAreErrors) {
   expect_error(run([=](TrainOptions& o) { o.optimizer.clip_grad_norm = nan; }), {"clip_grad_norm"});
   expect_error(run([](TrainOptions& o) { o.optimizer.clip_grad_norm = -1; }), {"clip_grad_norm"});
   for (double m : {nan, -0.1, 1.0}) {
-    expect_error(run([=](TrainOptions& o) {
-                   o.optimizer = Optimizer::sgd(m);
-                 }),
-                 {"momentum"});
+    expect_error(run([=](TrainOptions& o) { o.optimizer = Optimizer::sgd(m); }), {"momentum"});
   }
   // Two batches per epoch: an update needs at most 2 micro-batches.
   expect_error(run([](TrainOptions& o) { o.optimizer.accumulate = 3; }), {"accumulate", "3"});
@@ -180,7 +178,10 @@ TEST(TrainerChecks, ResumeChecksTheRunsIdentity) {
 
   run.rewrite([](Arrays&, Meta& m) { m["format"] = "meganeura-checkpoint-2"; });
   run.expect_resume_error({"format", "meganeura-checkpoint-2", "meganeura-checkpoint-1"});
-  run.rewrite([](Arrays&, Meta& m) { m["format"] = "meganeura-checkpoint-1"; m.erase("model"); });
+  run.rewrite([](Arrays&, Meta& m) {
+    m["format"] = "meganeura-checkpoint-1";
+    m.erase("model");
+  });
   run.expect_resume_error({"lacks 'model'"});
   run.rewrite([](Arrays&, Meta& m) { m["model"] = "cnn"; });
   run.expect_resume_error({"'model' is 'cnn'", "'mlp'"});
@@ -204,7 +205,10 @@ TEST(TrainerChecks, ResumeChecksStepAndTensors) {
   run.expect_resume_error({"'fc1.bias'", "[1, 8]", "[8]"});
   run.rewrite([&](Arrays& a, Meta&) { a.erase("fc1.bias"); });
   run.expect_resume_error({"lacks tensor 'fc1.bias'"});
-  run.rewrite([&](Arrays& a, Meta&) { a["fc1.bias"] = bias; a["extra"] = bias; });
+  run.rewrite([&](Arrays& a, Meta&) {
+    a["fc1.bias"] = bias;
+    a["extra"] = bias;
+  });
   run.expect_resume_error({"'extra' is not part of this run"});
 }
 

@@ -110,8 +110,8 @@ void check_args(const TrainArgs& a, const CLI::App& cmd) {
 void check_run(const TrainArgs& a, const CLI::App& cmd, int64_t train_size) {
   const int64_t per_epoch = (train_size + a.batch - 1) / a.batch;
   require(a.epochs <= std::numeric_limits<int64_t>::max() / per_epoch, cmd, "--epochs",
-          "at most " + std::to_string(std::numeric_limits<int64_t>::max() / per_epoch) +
-              " with " + std::to_string(per_epoch) + " batches per epoch");
+          "at most " + std::to_string(std::numeric_limits<int64_t>::max() / per_epoch) + " with " +
+              std::to_string(per_epoch) + " batches per epoch");
   require(a.accumulate <= per_epoch * a.epochs, cmd, "--accumulate",
           "at most the run's " + std::to_string(per_epoch * a.epochs) +
               " batches, or no update would ever happen");
@@ -150,8 +150,7 @@ void run_train(const TrainArgs& a, const CLI::App& cmd) {
   // --limit applies while reading: nothing past the first N samples is read or decompressed.
   std::optional<int64_t> limit;
   if (given(cmd, "--limit")) limit = a.limit;
-  auto train =
-      std::make_shared<Dataset>(load_fashion_mnist(Split::train, layout, a.data, limit));
+  auto train = std::make_shared<Dataset>(load_fashion_mnist(Split::train, layout, a.data, limit));
   auto test = std::make_shared<Dataset>(load_fashion_mnist(Split::test, layout, a.data, limit));
   check_run(a, cmd, train->size());
   const bool terminal = isatty(fileno(stderr)) != 0;
@@ -188,8 +187,7 @@ void add_train_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   auto* cmd = app.add_subcommand("train", "train a built-in classifier on Fashion-MNIST");
   cmd->add_option("--model", a->model, "mlp or cnn")->capture_default_str();
-  cmd->add_option("--epochs", a->epochs, "passes over the training set")
-      ->capture_default_str();
+  cmd->add_option("--epochs", a->epochs, "passes over the training set")->capture_default_str();
   cmd->add_option("--batch", a->batch, "batch size")->capture_default_str();
   cmd->add_option("--optimizer", a->optimizer, "sgd, adam or adamw")->capture_default_str();
   cmd->add_option("--lr", a->lr,
