@@ -5,6 +5,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -56,9 +57,10 @@ std::unique_ptr<Graph> build_model(const InspectArgs& a) {
 }
 
 void run_inspect(const InspectArgs& a, const CLI::App& cmd) {
-  for (const char* name : {"--batch", "--layers"}) {
+  for (const auto& [name, value] :
+       {std::pair{"--batch", a.batch}, std::pair{"--layers", a.layers}}) {
     const CLI::Option* opt = cmd.get_option(name);
-    if (opt->count() > 0 && (name == std::string("--batch") ? a.batch : a.layers) < 1)
+    if (opt->count() > 0 && value < 1)
       throw Error(std::string(name) + " " + opt->results().back() + ": expected an integer >= 1");
   }
   if (a.model != "mlp" && a.model != "cnn" && a.model != "transformer")
