@@ -90,8 +90,7 @@ int main(int argc, char** argv) {
           auto t0 = std::chrono::steady_clock::now();
           s->set("x", x);
           s->set("y", y);
-          s->set_scalar("lr", w.lr);
-          s->set_scalar("step", i + 1);
+          for (const auto& [n, v] : mn::step_scalars(w.optimizer, w.lr, i + 1)) s->set_scalar(n, v);
           s->step();
           loss = s->get("loss").data[0];
           auto t1 = std::chrono::steady_clock::now();

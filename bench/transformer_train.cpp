@@ -79,8 +79,8 @@ int main(int argc, char** argv) {
       double loss = 0, first_loss = 0;
       for (int i = 0; i < steps + 3; ++i) {
         auto t1 = std::chrono::steady_clock::now();
-        s->set_scalar("lr", 1e-4);
-        s->set_scalar("step", i + 1);
+        for (const auto& [n, v] : mn::step_scalars(mn::Optimizer::adamw(), 1e-4, i + 1))
+          s->set_scalar(n, v);
         s->step();
         loss = s->get("loss").data[0];
         if (i == 0) first_loss = loss;

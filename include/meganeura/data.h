@@ -12,6 +12,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -80,7 +81,16 @@ inline RawTensor from_array(const Array& a) { return from_array(a, elem_type_for
 // IDX (the MNIST format): magic 00 00 <type> <rank>, rank big-endian u32 dimensions, then
 // big-endian elements. Files starting with the gzip magic are gunzipped transparently.
 
-RawTensor read_idx(const std::filesystem::path& path);
+// With max_rows, only the first max_rows entries along the first dimension are read (the rest
+// of the file is neither read nor decompressed) and the shape says how many were.
+RawTensor read_idx(const std::filesystem::path& path,
+                   std::optional<int64_t> max_rows = std::nullopt);
+// The element type and the declared shape, from the header alone.
+struct IdxInfo {
+  ElemType type = ElemType::u8;
+  Shape shape;
+};
+IdxInfo read_idx_info(const std::filesystem::path& path);
 // Writes `t` as IDX (gzip-compressed when the path ends in ".gz"), atomically.
 void write_idx(const std::filesystem::path& path, const RawTensor& t);
 
@@ -106,8 +116,10 @@ enum class ImageLayout { flat, nchw };  // [N, H*W] or [N, 1, H, W]
 enum class Split { train, test };
 
 // Loads an MNIST-format pair: u8 images [N, H, W] and u8 labels [N]. Pixels map to [0, 1].
+// With max_samples, only the first max_samples pairs are read.
 Dataset load_idx_images(const std::filesystem::path& images, const std::filesystem::path& labels,
-                        ImageLayout layout, std::vector<std::string> class_names);
+                        ImageLayout layout, std::vector<std::string> class_names,
+                        std::optional<int64_t> max_samples = std::nullopt);
 
 // Where Fashion-MNIST is looked for: `dir` when given, else $MN_FASHION_MNIST_DIR, else the
 // Debian package dataset-fashion-mnist's /usr/share/datasets/fashion-mnist.
@@ -115,7 +127,8 @@ std::filesystem::path fashion_mnist_dir(const std::filesystem::path& dir = {});
 const std::vector<std::string>& fashion_mnist_classes();
 // Throws FormatError naming the missing file and the package to install when it is absent.
 Dataset load_fashion_mnist(Split split, ImageLayout layout = ImageLayout::flat,
-                           const std::filesystem::path& dir = {});
+                           const std::filesystem::path& dir = {},
+                           std::optional<int64_t> max_samples = std::nullopt);
 
 // ---------------------------------------------------------------------------------------------
 // safetensors: 8-byte little-endian header length N, N bytes of JSON

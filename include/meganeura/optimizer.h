@@ -2,6 +2,8 @@
 // Optimizers as graph ops: the update of every parameter is appended to the step graph, so a
 // training step (forward, backward, update) compiles into one submission. The learning rate and
 // the step count are scalar graph inputs, so schedules never re-record anything.
+#include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -57,7 +59,15 @@ struct StepInputs {
   static constexpr const char* lr = "lr";        // f32 learning rate of this step
   static constexpr const char* step = "step";    // f32 1-based count of updates (bias correction)
   static constexpr const char* apply = "apply";  // f32 1 on the micro-batch that updates
+  // Adam and AdamW: 1 - beta1^step and 1 - beta2^step, computed on the host in double as
+  // PyTorch does (f32 pow on a GPU makes 1 - 0.999 off by ~1e-4 relative at step 1).
+  static constexpr const char* bias_correction1 = "bias_correction1";
+  static constexpr const char* bias_correction2 = "bias_correction2";
 };
+
+// The scalar inputs of update `step` (1-based) at learning rate `lr`, by name: lr and step,
+// and the bias corrections for Adam and AdamW. (Not apply: it depends on the micro-batch.)
+std::map<std::string, double> step_scalars(const Optimizer& opt, double lr, int64_t step);
 
 struct TrainingStep {
   Tensor loss;

@@ -29,6 +29,11 @@ struct SessionOptions {
   // Debugging the memory plan: overwrite every intermediate with NaNs right after its last use,
   // so a tensor that wrongly shared memory with a dead one would read garbage.
   bool poison_freed = false;
+  // Debugging NaN/Inf: every floating-point value a kernel writes is copied out after it, and
+  // the wait for a step throws an mn::Error naming the first graph node (name, op, kernel) that
+  // produced a NaN or Inf. Costs a copy of every intermediate per step. Unset:
+  // $MN_CHECK_NUMERICS=1.
+  std::optional<bool> check_numerics;
   // E-graph optimization and kernel fusion ($MN_NO_OPTIMIZE=1 turns both off in every session).
   // Off, every op of the graph as written runs as its own kernel(s), the baseline the
   // benchmarks compare against.

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <meganeura/data.h>
@@ -32,10 +33,11 @@ struct TrainOptions {
   Optimizer optimizer = Optimizer::adam();
   double lr = 1e-3;
   LrSchedule schedule;
-  std::string device;             // see SessionOptions::device
-  std::filesystem::path save;     // checkpoint written after every epoch (and at the end)
-  std::filesystem::path resume;   // checkpoint to continue from
-  int64_t stop_after_steps = -1;  // stop early (after saving) once this many updates ran
+  std::string device;                  // see SessionOptions::device
+  std::optional<bool> check_numerics;  // see SessionOptions::check_numerics
+  std::filesystem::path save;          // checkpoint written after every epoch (and at the end)
+  std::filesystem::path resume;        // checkpoint to continue from
+  int64_t stop_after_steps = -1;       // stop early (after saving) once this many updates ran
   uint64_t shuffle_seed = 0;
   int64_t eval_batch = 1000;
   // Progress: called after every step and at the end of every epoch.

@@ -47,21 +47,25 @@ void Dataset::validate() const {
 }
 
 Dataset load_idx_images(const std::filesystem::path& images, const std::filesystem::path& labels,
-                        ImageLayout layout, std::vector<std::string> class_names) {
-  RawTensor img = read_idx(images);
-  RawTensor lab = read_idx(labels);
-  if (img.type != ElemType::u8 || img.shape.size() != 3) {
+                        ImageLayout layout, std::vector<std::string> class_names,
+                        std::optional<int64_t> max_samples) {
+  // The headers agree before any data is read, so a limit never hides a mismatch.
+  const IdxInfo img_info = read_idx_info(images), lab_info = read_idx_info(labels);
+  if (img_info.type != ElemType::u8 || img_info.shape.size() != 3) {
     throw FormatError(images.string() + ": expected u8 images [N, rows, cols], got " +
-                      elem_type_name(img.type) + " " + shape_str(img.shape));
+                      elem_type_name(img_info.type) + " " + shape_str(img_info.shape));
   }
-  if (lab.type != ElemType::u8 || lab.shape.size() != 1) {
+  if (lab_info.type != ElemType::u8 || lab_info.shape.size() != 1) {
     throw FormatError(labels.string() + ": expected u8 labels [N], got " +
-                      elem_type_name(lab.type) + " " + shape_str(lab.shape));
+                      elem_type_name(lab_info.type) + " " + shape_str(lab_info.shape));
   }
-  if (lab.shape[0] != img.shape[0]) {
-    throw FormatError(labels.string() + ": " + std::to_string(lab.shape[0]) + " labels for the " +
-                      std::to_string(img.shape[0]) + " images of " + images.string());
+  if (lab_info.shape[0] != img_info.shape[0]) {
+    throw FormatError(labels.string() + ": " + std::to_string(lab_info.shape[0]) +
+                      " labels for the " + std::to_string(img_info.shape[0]) + " images of " +
+                      images.string());
   }
+  const RawTensor img = read_idx(images, max_samples);
+  const RawTensor lab = read_idx(labels, max_samples);
   const int64_t n = img.shape[0], rows = img.shape[1], cols = img.shape[2];
   if (rows == 0 || cols == 0) {
     throw FormatError(images.string() + ": images of " + std::to_string(rows) + "x" +
@@ -121,12 +125,13 @@ std::filesystem::path find_file(const std::filesystem::path& dir, const std::str
 
 }  // namespace
 
-Dataset load_fashion_mnist(Split split, ImageLayout layout, const std::filesystem::path& dir) {
+Dataset load_fashion_mnist(Split split, ImageLayout layout, const std::filesystem::path& dir,
+                           std::optional<int64_t> max_samples) {
   const std::filesystem::path root = fashion_mnist_dir(dir);
   const std::string prefix = split == Split::train ? "train" : "t10k";
   const auto images = find_file(root, prefix + "-images-idx3-ubyte", dir);
   const auto labels = find_file(root, prefix + "-labels-idx1-ubyte", dir);
-  return load_idx_images(images, labels, layout, fashion_mnist_classes());
+  return load_idx_images(images, labels, layout, fashion_mnist_classes(), max_samples);
 }
 
 }  // namespace mn

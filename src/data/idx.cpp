@@ -87,8 +87,17 @@ std::vector<uint8_t> gzip_compress(const std::vector<uint8_t>& in, const std::st
 
 }  // namespace
 
-RawTensor read_idx(const std::filesystem::path& path) {
-  data::ByteReader r(path);
+namespace {
+
+// An IDX header, checked against the file's size where that is known without reading it.
+struct IdxHeader {
+  RawTensor tensor;     // type and shape, no bytes
+  uint64_t header = 0;  // bytes before the data
+  uint64_t need = 0;    // data bytes the dimensions describe
+  std::string what;     // "dims [..] of U8", for messages
+};
+
+IdxHeader read_header(data::ByteReader& r) {
   const std::string file = r.name();
   uint8_t magic[4];
   r.read_exact(magic, 4, "the IDX magic number");
@@ -98,8 +107,8 @@ RawTensor read_idx(const std::filesystem::path& path) {
                       " at byte 0 (expected 00 00 <type> <rank> with type 08 u8, 09 i8, 0b i16, "
                       "0c i32, 0d f32 or 0e f64)");
   }
-  RawTensor t;
-  t.type = *type;
+  IdxHeader h;
+  h.tensor.type = *type;
   const int rank = magic[3];
   std::vector<uint8_t> dims(4 * static_cast<size_t>(rank));
   r.read_exact(dims.data(), dims.size(), std::to_string(rank) + " dimension sizes");
@@ -107,46 +116,74 @@ RawTensor read_idx(const std::filesystem::path& path) {
   bool overflow = false;
   for (int i = 0; i < rank; ++i) {
     const uint32_t d = data::load_be<uint32_t>(dims.data() + 4 * i);
-    t.shape.push_back(d);
+    h.tensor.shape.push_back(d);
     overflow = overflow || data::mul_overflow(count, d, &count);
   }
-  const size_t width = elem_type_size(t.type);
-  uint64_t need = 0;
-  overflow = overflow || data::mul_overflow(count, width, &need) || need > (uint64_t{1} << 62);
-  const uint64_t header = 4 + dims.size();
-  const std::string what = "dims " + shape_str(t.shape) + " of " + elem_type_name(t.type);
+  const size_t width = elem_type_size(h.tensor.type);
+  overflow = overflow || data::mul_overflow(count, width, &h.need) || h.need > (uint64_t{1} << 62);
+  h.header = 4 + dims.size();
+  h.what = "dims " + shape_str(h.tensor.shape) + " of " + elem_type_name(h.tensor.type);
   if (overflow) {
-    throw FormatError(file + ": " + what + " (header of " + std::to_string(header) +
+    throw FormatError(file + ": " + h.what + " (header of " + std::to_string(h.header) +
                       " bytes) describe more data than any file holds");
   }
-  if (auto left = r.remaining(); left && *left != need) {
-    throw FormatError(file + ": " + what + " need " + std::to_string(need) +
-                      " data bytes after the " + std::to_string(header) +
+  if (auto left = r.remaining(); left && *left != h.need) {
+    throw FormatError(file + ": " + h.what + " need " + std::to_string(h.need) +
+                      " data bytes after the " + std::to_string(h.header) +
                       "-byte header, but the file has " + std::to_string(*left) + " (" +
-                      std::to_string(header + *left) + " bytes in all)");
+                      std::to_string(h.header + *left) + " bytes in all)");
   }
-  // Compressed content is read in growing chunks, so a forged size cannot force a huge
-  // allocation before the data is actually there.
-  if (r.remaining()) t.bytes.reserve(need);
-  while (t.bytes.size() < need) {
+  return h;
+}
+
+// Reads `bytes` data bytes. Compressed content is read in growing chunks, so a forged size
+// cannot force a huge allocation before the data is actually there.
+void read_data(data::ByteReader& r, const IdxHeader& h, uint64_t bytes, RawTensor& t) {
+  if (r.remaining()) t.bytes.reserve(bytes);
+  while (t.bytes.size() < bytes) {
     const size_t at = t.bytes.size();
     const uint64_t chunk = std::clamp<uint64_t>(at, uint64_t{1} << 16, uint64_t{64} << 20);
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, need - at));
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk, bytes - at));
     t.bytes.resize(at + n);
     const size_t got = r.read(t.bytes.data() + at, n);
     if (got != n) {
-      throw FormatError(file + ": truncated data: " + what + " need " + std::to_string(need) +
-                        " data bytes after the " + std::to_string(header) +
-                        "-byte header, but the content ends at byte " +
-                        std::to_string(header + at + got) + " after " + std::to_string(at + got));
+      throw FormatError(r.name() + ": truncated data: " + h.what + " need " +
+                        std::to_string(h.need) + " data bytes after the " +
+                        std::to_string(h.header) + "-byte header, but the content ends at byte " +
+                        std::to_string(h.header + at + got) + " after " + std::to_string(at + got));
     }
   }
-  if (!r.at_end()) {
-    throw FormatError(file + ": " + what + " need " + std::to_string(need) +
-                      " data bytes, but the content continues past byte " +
-                      std::to_string(header + need));
+}
+
+}  // namespace
+
+IdxInfo read_idx_info(const std::filesystem::path& path) {
+  data::ByteReader r(path);
+  IdxHeader h = read_header(r);
+  return {h.tensor.type, h.tensor.shape};
+}
+
+RawTensor read_idx(const std::filesystem::path& path, std::optional<int64_t> max_rows) {
+  if (max_rows && *max_rows < 1) {
+    throw Error(path.string() + ": read_idx: max_rows is " + std::to_string(*max_rows) +
+                ", expected >= 1");
   }
-  data::swap_elements(t.bytes.data(), t.bytes.size(), width);  // big-endian -> little-endian
+  data::ByteReader r(path);
+  IdxHeader h = read_header(r);
+  RawTensor t = std::move(h.tensor);
+  uint64_t bytes = h.need;
+  const bool partial = max_rows && !t.shape.empty() && *max_rows < t.shape[0];
+  if (partial) {  // only the rows asked for: the rest is neither read nor decompressed
+    bytes = h.need / static_cast<uint64_t>(t.shape[0]) * static_cast<uint64_t>(*max_rows);
+    t.shape[0] = *max_rows;
+  }
+  read_data(r, h, bytes, t);
+  if (!partial && !r.at_end()) {
+    throw FormatError(r.name() + ": " + h.what + " need " + std::to_string(h.need) +
+                      " data bytes, but the content continues past byte " +
+                      std::to_string(h.header + h.need));
+  }
+  data::swap_elements(t.bytes.data(), t.bytes.size(), elem_type_size(t.type));
   return t;
 }
 

@@ -12,6 +12,7 @@
 #include "runtime/convert_raw.h"
 #include "runtime/device_pool.h"
 #include "runtime/host_tensor.h"
+#include "runtime/numerics_check.h"
 #include "runtime/plan_options.h"
 #include "vulkan/arena.h"
 #include "vulkan/buffer.h"
@@ -30,6 +31,8 @@ struct Program {
   std::map<std::string, uint64_t, std::less<>> upload_offset, readback_offset;  // by name
   std::unique_ptr<vk::Recording> recording;
   std::map<std::string, bool, std::less<>> input_set;
+  bool stepped = false;  // outputs hold nothing before the first submission
+  std::optional<runtime::NumericsCheck> numerics;  // SessionOptions::check_numerics
 
   const plan::PlannedBuffer& buffer_of(NodeId id) const {
     return plan.buffers[static_cast<size_t>(plan.node_buffer[id])];
@@ -71,7 +74,9 @@ struct Session::Impl {
     if (pending >= 0) {
       const int p = pending;
       pending = -1;
-      programs[static_cast<size_t>(p)].recording->wait();
+      Program& prog = programs[static_cast<size_t>(p)];
+      prog.recording->wait();
+      if (prog.numerics) runtime::check_numerics(*prog.numerics, prog.plan, prog.name);
     }
   }
 };
@@ -142,6 +147,10 @@ void Session::Impl::write_tensor(Program& p, std::string_view name,
 }
 
 Array Session::Impl::read_tensor(const Program& p, std::string_view name) {
+  if (!p.stepped && !p.plan.inputs.count(name) && !p.plan.persistents.count(name)) {
+    throw Error("Session::get '" + std::string(name) + "': an output of program '" + p.name +
+                "', which has not run a step yet");
+  }
   finish_pending();
   const Node& n = *p.find(name);
   std::vector<std::byte> bytes(static_cast<size_t>(n.type.numel()) * dtype_size(n.type.dtype));
@@ -270,6 +279,12 @@ void record_step(Session::Impl& impl, Program& prog, const SessionOptions& optio
     d.groups = l.kernel.groups;
     d.label = l.kernel.name;
     rec.dispatch(std::move(d));
+    if (prog.numerics) {  // copied before a later kernel may reuse the bytes
+      for (const runtime::NumericsProbe& probe : prog.numerics->probes) {
+        if (probe.launch != li) continue;
+        rec.download(range_of(probe.buffer), *prog.numerics->staging, probe.staging_offset);
+      }
+    }
     for (int b : dead_after[li]) {
       const plan::PlannedBuffer& buf = p.buffers[static_cast<size_t>(b)];
       rec.fill(arena.range(buf.offset, (buf.bytes + 3) / 4 * 4), 0x7fc00000u);  // quiet NaN
@@ -333,6 +348,8 @@ std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& specs,
     Program& p = impl->programs[i];
     // The host maps the arena itself on some devices: no staging then.
     if (!impl->arena->host_mapped()) build_staging(dev, p, specs[i]);
+    if (options.check_numerics.value_or(runtime::check_numerics_from_env()))
+      p.numerics = runtime::plan_numerics_check(dev, p.plan);
     write_initial_values(*impl->arena, p, initialized);
     record_step(*impl, p, options);
   }
@@ -347,7 +364,7 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
 namespace {
 // Checks a host value against the tensor's type and encodes it.
 std::vector<std::byte> array_bytes(const Node& n, std::string_view name, const Array& value) {
-  if (value.shape != n.type.shape && value.numel() != n.type.numel()) {
+  if (value.shape != n.type.shape) {
     throw ShapeError("Session::set '" + std::string(name) + "': expected " + n.type.str() +
                      ", got shape " + shape_str(value.shape));
   }
@@ -441,6 +458,7 @@ void Session::submit(std::string_view program) {
   }
   if (!missing.empty()) throw Error("Session::step: inputs never set: " + missing);
   p.recording->submit();
+  p.stepped = true;
   impl_->pending = static_cast<int>(&p - impl_->programs.data());
 }
 

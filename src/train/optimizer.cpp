@@ -1,3 +1,6 @@
+#include <cmath>
+#include <string>
+
 #include <meganeura/autodiff.h>
 #include <meganeura/optimizer.h>
 
@@ -24,8 +27,36 @@ Optimizer::Kind optimizer_from_name(const std::string& name) {
 
 namespace {
 
+// Every hyperparameter must mean what it says: a NaN or out-of-range value is an error, never a
+// silent "off" (a NaN clip threshold would disable clipping, a NaN momentum poison the state).
+void check_hyperparameters(const Optimizer& o) {
+  auto require = [](bool ok, const char* field, double value, const char* range) {
+    if (!ok) {
+      throw Error("add_training_step: Optimizer::" + std::string(field) + " is " +
+                  std::to_string(value) + ", expected " + range);
+    }
+  };
+  const auto finite = [](double v) { return std::isfinite(v); };
+  require(finite(o.momentum) && o.momentum >= 0 && o.momentum < 1, "momentum", o.momentum,
+          "a number in [0, 1)");
+  require(finite(o.dampening) && o.dampening >= 0 && o.dampening <= 1, "dampening", o.dampening,
+          "a number in [0, 1]");
+  require(finite(o.beta1) && o.beta1 >= 0 && o.beta1 < 1, "beta1", o.beta1, "a number in [0, 1)");
+  require(finite(o.beta2) && o.beta2 >= 0 && o.beta2 < 1, "beta2", o.beta2, "a number in [0, 1)");
+  require(finite(o.eps) && o.eps > 0, "eps", o.eps, "a positive finite number");
+  require(finite(o.weight_decay) && o.weight_decay >= 0, "weight_decay", o.weight_decay,
+          "a finite number >= 0");
+  require(finite(o.clip_grad_norm) && o.clip_grad_norm >= 0, "clip_grad_norm", o.clip_grad_norm,
+          "a finite number >= 0 (0: off)");
+  if (o.accumulate < 1) {
+    throw Error("add_training_step: Optimizer::accumulate is " + std::to_string(o.accumulate) +
+                ", expected >= 1");
+  }
+}
+
 struct StepScalars {
   Tensor lr, step, apply;
+  Tensor bias_correction1, bias_correction2;  // Adam, AdamW
 };
 
 // Keeps `old` unless this micro-batch applies the update.
@@ -66,11 +97,9 @@ void update_parameter(Graph& g, const Optimizer& opt, const StepScalars& s, Tens
       Tensor v_new = v * opt.beta2 + gf * gf * (1.0 - opt.beta2);
       g.assign(m, gated(opt, s, m_new, m));
       g.assign(v, gated(opt, s, v_new, v));
-      Tensor bc1 = 1.0 - pow(g.scalar(opt.beta1), s.step);
-      Tensor bc2 = 1.0 - pow(g.scalar(opt.beta2), s.step);
       // lr / bc1 and sqrt(bc2) are scalars: computed once, not per element.
-      Tensor step_size = s.lr / bc1;
-      next = pf - step_size * m_new / (sqrt(v_new) / sqrt(bc2) + opt.eps);
+      Tensor step_size = s.lr / s.bias_correction1;
+      next = pf - step_size * m_new / (sqrt(v_new) / sqrt(s.bias_correction2) + opt.eps);
       break;
     }
   }
@@ -80,13 +109,25 @@ void update_parameter(Graph& g, const Optimizer& opt, const StepScalars& s, Tens
 
 }  // namespace
 
+std::map<std::string, double> step_scalars(const Optimizer& opt, double lr, int64_t step) {
+  if (step < 1) throw Error("step_scalars: step is " + std::to_string(step) + ", expected >= 1");
+  std::map<std::string, double> out = {{StepInputs::lr, lr},
+                                       {StepInputs::step, static_cast<double>(step)}};
+  if (opt.kind != Optimizer::Kind::sgd) {
+    const double t = static_cast<double>(step);
+    out[StepInputs::bias_correction1] = 1.0 - std::pow(opt.beta1, t);
+    out[StepInputs::bias_correction2] = 1.0 - std::pow(opt.beta2, t);
+  }
+  return out;
+}
+
 TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Tensor> parameters,
                                bool output_gradients) {
   Graph& g = loss.graph();
   if (loss.numel() != 1) {
     throw ShapeError("add_training_step: the loss must have one element, got " + loss.type().str());
   }
-  if (opt.accumulate < 1) throw Error("add_training_step: accumulate must be >= 1");
+  check_hyperparameters(opt);
   if (parameters.empty()) {
     for (NodeId id : g.parameters()) parameters.push_back(g.tensor(id));
   }
@@ -98,6 +139,10 @@ TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Te
 
   StepScalars s{g.input(StepInputs::lr, {}), g.input(StepInputs::step, {}), {}};
   if (opt.accumulate > 1) s.apply = g.input(StepInputs::apply, {});
+  if (opt.kind != Optimizer::Kind::sgd) {
+    s.bias_correction1 = g.input(StepInputs::bias_correction1, {});
+    s.bias_correction2 = g.input(StepInputs::bias_correction2, {});
+  }
 
   std::vector<Tensor> grads = out.gradients;
   if (opt.accumulate > 1) {

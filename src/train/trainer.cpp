@@ -1,16 +1,20 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include <meganeura/session.h>
 #include <meganeura/train.h>
+
+#include "data/atomic_file.h"
+#include "train/checkpoint.h"
 
 namespace mn {
 
 namespace {
 
 constexpr int32_t kPadLabel = -100;  // cross_entropy's ignore_index: padding rows add nothing
-constexpr const char* kCheckpointFormat = "meganeura-checkpoint-1";
 
 using Clock = std::chrono::steady_clock;
 
@@ -71,32 +75,39 @@ struct Evaluator {
   }
 };
 
-void save_checkpoint(const std::filesystem::path& path, Session& s, const TrainOptions& o,
-                     int64_t global_step, DataLoader::Position next) {
-  std::map<std::string, Array> arrays;
-  for (const std::string& n : s.parameter_names()) arrays[n] = s.get(n);
-  for (const std::string& n : s.state_names()) arrays[n] = s.get(n);
-  std::map<std::string, std::string> meta = {
-      {"format", kCheckpointFormat},
-      {"model", model_name(o.model.kind)},
-      {"optimizer", optimizer_name(o.optimizer.kind)},
-      {"global_step", std::to_string(global_step)},
-      {"next_epoch", std::to_string(next.epoch)},
-      {"next_step", std::to_string(next.step)},
-      {"batch", std::to_string(o.model.batch)},
+// Every option means what it says: out-of-range values are errors, never replaced.
+void check_options(const TrainOptions& o) {
+  auto fail = [](const std::string& field, const std::string& value, const std::string& want) {
+    throw Error("train_classifier: TrainOptions::" + field + " is " + value + ", expected " + want);
   };
-  save_safetensors(path, arrays, meta);
+  if (o.epochs < 1) fail("epochs", std::to_string(o.epochs), ">= 1");
+  if (o.model.batch < 1) fail("model.batch", std::to_string(o.model.batch), ">= 1");
+  if (o.eval_batch < 1) fail("eval_batch", std::to_string(o.eval_batch), ">= 1");
+  // The learning rate is an f32 input: a finite double beyond f32's range would become inf.
+  if (!(o.lr > 0 && o.lr <= std::numeric_limits<float>::max()))
+    fail("lr", std::to_string(o.lr), "a positive number representable in f32");
+  if (o.schedule.warmup < 0) fail("schedule.warmup", std::to_string(o.schedule.warmup), ">= 0");
+  if (o.schedule.step_size < 1)
+    fail("schedule.step_size", std::to_string(o.schedule.step_size), ">= 1");
+  if (!std::isfinite(o.schedule.gamma) || o.schedule.gamma <= 0)
+    fail("schedule.gamma", std::to_string(o.schedule.gamma), "a positive finite number");
+  if (!std::isfinite(o.schedule.min_lr) || o.schedule.min_lr < 0)
+    fail("schedule.min_lr", std::to_string(o.schedule.min_lr), "a finite number >= 0");
 }
 
-int64_t meta_int(const std::map<std::string, std::string>& meta, const std::string& key,
-                 const std::filesystem::path& path) {
-  auto it = meta.find(key);
-  if (it == meta.end())
-    throw FormatError(path.string() + ": checkpoint metadata lacks '" + key + "'");
-  try {
-    return std::stoll(it->second);
-  } catch (const std::exception&) {
-    throw FormatError(path.string() + ": checkpoint metadata '" + key + "' is not an integer");
+// The run's step count must fit in int64, and gradient accumulation must reach an update.
+void check_run_length(const TrainOptions& o, int64_t per_epoch) {
+  if (o.epochs > std::numeric_limits<int64_t>::max() / per_epoch) {
+    throw Error("train_classifier: " + std::to_string(o.epochs) + " epochs of " +
+                std::to_string(per_epoch) + " steps overflow the step counter");
+  }
+  const int64_t total = per_epoch * o.epochs;
+  if (o.optimizer.accumulate > total) {
+    throw Error("train_classifier: Optimizer::accumulate is " +
+                std::to_string(o.optimizer.accumulate) +
+                " micro-batches per update, but the run "
+                "has only " +
+                std::to_string(total) + " batches: no update would ever happen");
   }
 }
 
@@ -105,8 +116,13 @@ int64_t meta_int(const std::map<std::string, std::string>& meta, const std::stri
 TrainResult train_classifier(std::shared_ptr<const Dataset> train,
                              std::shared_ptr<const Dataset> test, const TrainOptions& o) {
   if (!train || !test) throw Error("train_classifier: missing data set");
-  if (o.epochs < 1) throw Error("train_classifier: epochs must be >= 1");
-  if (!(o.lr > 0)) throw Error("train_classifier: the learning rate must be positive");
+  if (train->size() < 1 || test->size() < 1) {
+    throw Error("train_classifier: empty data set (" + std::to_string(train->size()) +
+                " training, " + std::to_string(test->size()) + " test samples)");
+  }
+  check_options(o);
+  // A checkpoint that cannot be written fails now, not after the first epoch has trained.
+  if (!o.save.empty()) data::AtomicFile::check_destination(o.save);
   Classifier net = build_classifier(o.model);
   if (train->sample_shape != net.sample_shape || test->sample_shape != net.sample_shape) {
     throw ShapeError("train_classifier: the " + std::string(model_name(o.model.kind)) +
@@ -116,6 +132,7 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train,
   add_training_step(net.loss, o.optimizer);
   SessionOptions so;
   so.device = o.device;
+  so.check_numerics = o.check_numerics;
   auto session = build_session(*net.graph, so);
 
   Evaluator eval;
@@ -130,23 +147,14 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train,
   lo.seed = o.shuffle_seed;
   DataLoader loader(train, lo);
   const int64_t per_epoch = loader.batches_per_epoch();
+  check_run_length(o, per_epoch);
   const int64_t total = per_epoch * o.epochs;
-  int64_t global_step = 0;
 
+  int64_t global_step = 0;
   if (!o.resume.empty()) {
-    SafetensorsReader reader(o.resume);
-    const auto& meta = reader.metadata();
-    if (!meta.count("format") || meta.at("format") != kCheckpointFormat) {
-      throw FormatError(o.resume.string() + ": not a meganeura training checkpoint");
-    }
-    if (meta.at("model") != model_name(o.model.kind)) {
-      throw Error(o.resume.string() + ": checkpoint of model '" + meta.at("model") +
-                  "', training '" + model_name(o.model.kind) + "'");
-    }
-    for (const std::string& n : session->parameter_names()) session->set(n, reader.array(n));
-    for (const std::string& n : session->state_names()) session->set(n, reader.array(n));
-    global_step = meta_int(meta, "global_step", o.resume);
-    loader.seek(meta_int(meta, "next_epoch", o.resume), meta_int(meta, "next_step", o.resume));
+    const train::ResumePoint at = train::load_checkpoint(*session, o, per_epoch, total);
+    global_step = at.global_step;
+    loader.seek(at.next.epoch, at.next.step);
   }
 
   TrainResult result;
@@ -167,8 +175,9 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train,
     // and the schedule and bias correction count updates.
     const int64_t acc = std::max(1, o.optimizer.accumulate);
     const int64_t update = global_step / acc;
-    session->set_scalar(StepInputs::lr, o.schedule.lr_at(o.lr, update, (total + acc - 1) / acc));
-    session->set_scalar(StepInputs::step, static_cast<double>(update + 1));
+    const double lr = o.schedule.lr_at(o.lr, update, (total + acc - 1) / acc);
+    for (const auto& [name, value] : step_scalars(o.optimizer, lr, update + 1))
+      session->set_scalar(name, value);
     if (acc > 1) session->set_scalar(StepInputs::apply, (global_step + 1) % acc == 0 ? 1.0 : 0.0);
     session->step();
     ++global_step;
@@ -202,12 +211,14 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train,
       result.train_accuracy = p.accuracy;
     }
     if (epoch_done || global_step == total) {
+      train::check_finite(*session, global_step);  // the loss predates the last update
       TrainResult e = eval.run(*session, *test);
       result.test_accuracy = e.test_accuracy;
       result.test_loss = e.test_loss;
       p.epoch_done = true;
       p.test_accuracy = e.test_accuracy;
-      if (!o.save.empty()) save_checkpoint(o.save, *session, o, global_step, loader.position());
+      if (!o.save.empty())
+        train::save_checkpoint(o.save, *session, o, global_step, loader.position());
     }
     if (o.on_progress) o.on_progress(p);
     if (epoch_done) {
@@ -215,7 +226,8 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train,
       epoch_loss = 0;
     }
     if (stopping) {
-      if (!o.save.empty()) save_checkpoint(o.save, *session, o, global_step, loader.position());
+      if (!o.save.empty())
+        train::save_checkpoint(o.save, *session, o, global_step, loader.position());
       break;
     }
   }

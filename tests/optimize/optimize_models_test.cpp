@@ -51,8 +51,7 @@ TEST(OptimizeModels, ClassifierTrainingStepsStayIdentical) {
       EXPECT_EQ(r.graph.states().size(), g.states().size());
       auto rng = testing::rng_for(model_name(kind));
       auto feeds = testing::random_feeds(g, rng, spec.classes);
-      feeds["lr"] = Array::scalar(1e-2);
-      feeds["step"] = Array::scalar(3);
+      for (const auto& [n, v] : step_scalars(opt, 1e-2, 3)) feeds[n] = Array::scalar(v);
       // Folded constants are stored in f32 (1 - β₁ becomes 0.1f rather than 1 - 0.9f in
       // double), so agreement is to f32 rounding of a few constants.
       EXPECT_LE(testing::step_difference(g, r.graph, feeds), 1e-6);

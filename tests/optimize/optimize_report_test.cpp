@@ -23,8 +23,7 @@ Classifier training_step() {
 double difference(const Graph& a, const Graph& b) {
   auto rng = testing::rng_for("report");
   auto feeds = testing::random_feeds(a, rng, 10);
-  feeds["lr"] = Array::scalar(1e-2);
-  feeds["step"] = Array::scalar(2);
+  for (const auto& [n, v] : step_scalars(Optimizer::adamw(), 1e-2, 2)) feeds[n] = Array::scalar(v);
   return testing::step_difference(a, b, feeds);
 }
 

@@ -131,8 +131,8 @@ TEST(TensorEGraph, RoundTripTrainingSteps) {
     EXPECT_GT(classes, g.size() / 2);
     auto rng = testing::rng_for(model_name(kind));
     auto feeds = testing::random_feeds(g, rng, spec.classes);
-    feeds["lr"] = Array::scalar(1e-3);
-    feeds["step"] = Array::scalar(1);
+    for (const auto& [n, v] : step_scalars(Optimizer::adamw(), 1e-3, 1))
+      feeds[n] = Array::scalar(v);
     EXPECT_LT(testing::step_difference(g, out, feeds), 1e-12) << model_name(kind);
   }
 }

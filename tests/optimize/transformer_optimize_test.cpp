@@ -63,8 +63,7 @@ TEST(TransformerOptimize, TrainingStepKeepsItsResults) {
   reference::Feeds in;
   in["tokens"] = testing::random_array(rng, m.tokens.type(), 0, 13);
   in["targets"] = testing::random_array(rng, m.targets.type(), 0, 13);
-  in["lr"] = Array::scalar(1e-3);
-  in["step"] = Array::scalar(1);
+  for (const auto& [n, v] : step_scalars(Optimizer::adamw(), 1e-3, 1)) in[n] = Array::scalar(v);
   reference::Feeds p0 = reference::initial_parameters(*m.graph), p1 = p0;
   auto out0 = reference::run_step(*m.graph, in, p0);
   auto out1 = reference::run_step(r.graph, in, p1);

@@ -41,8 +41,9 @@ void expect_same_training(ModelKind kind, const Optimizer& opt, bool poison = fa
     reference::Feeds in;
     in["x"] = testing::random_array(rng, c.input.type(), 0.0, 1.0);
     in["y"] = testing::random_array(rng, c.labels.type(), 0, 10);
-    in["lr"] = Array::scalar(opt.kind == Optimizer::Kind::sgd ? 0.05 : 1e-3);
-    in["step"] = Array::scalar(step);
+    for (const auto& [n, v] :
+         step_scalars(opt, opt.kind == Optimizer::Kind::sgd ? 0.05 : 1e-3, step))
+      in[n] = Array::scalar(v);
     for (const auto& [name, value] : in) session->set(name, value);
     session->step();
     auto out = reference::run_step(*c.graph, in, persistent);

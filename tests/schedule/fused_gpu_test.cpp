@@ -220,8 +220,9 @@ void expect_same_training(ModelKind kind, const Optimizer& opt) {
     reference::Feeds in;
     in["x"] = testing::random_array(rng, c.input.type(), 0.0, 1.0);
     in["y"] = testing::random_array(rng, c.labels.type(), 0, 10);
-    in["lr"] = Array::scalar(opt.kind == Optimizer::Kind::sgd ? 0.05 : 1e-3);
-    in["step"] = Array::scalar(step);
+    for (const auto& [n, v] :
+         step_scalars(opt, opt.kind == Optimizer::Kind::sgd ? 0.05 : 1e-3, step))
+      in[n] = Array::scalar(v);
     for (const auto& [name, value] : in) {
       fused->set(name, value);
       unfused->set(name, value);
@@ -262,8 +263,7 @@ TEST(FusedGpu, ClippedAccumulatedAdam) {
     reference::Feeds in;
     in["x"] = testing::random_array(rng, c.input.type(), 0.0, 1.0);
     in["y"] = testing::random_array(rng, c.labels.type(), 0, 10);
-    in["lr"] = Array::scalar(1e-2);
-    in["step"] = Array::scalar((step + 1) / 2);
+    for (const auto& [n, v] : step_scalars(opt, 1e-2, (step + 1) / 2)) in[n] = Array::scalar(v);
     in["apply"] = Array::scalar(step % 2 == 0 ? 1.0 : 0.0);
     for (const auto& [name, value] : in) fused->set(name, value);
     fused->step();

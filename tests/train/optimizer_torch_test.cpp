@@ -57,8 +57,8 @@ TEST(Optimizer, MatchesTorchOptim) {
     inputs["y"] = Array({8, 3}, DType::f32, fx["y"].get<std::vector<double>>());
     auto lrs = fx["lrs"].get<std::vector<double>>();
     for (size_t s = 0; s < lrs.size(); ++s) {
-      inputs["lr"] = Array::scalar(lrs[s]);
-      inputs["step"] = Array::scalar(double(s + 1));
+      for (const auto& [n, v] : step_scalars(optimizer_for(c["config"]), lrs[s], int64_t(s + 1)))
+        inputs[n] = Array::scalar(v);
       auto out = reference::run_step(g, inputs, persistent);
       const auto& want = c["steps"][s];
       EXPECT_NEAR(out.at("loss").data[0], want["loss"].get<double>(),
@@ -94,17 +94,18 @@ TEST(Optimizer, AccumulationEqualsLargeBatch) {
   for (int step = 1; step <= 3; ++step) {
     reference::Feeds in{{"x", Array({8, 4}, DType::f32, xs)},
                         {"y", Array({8, 3}, DType::f32, ys)},
-                        {"lr", Array::scalar(0.1)},
-                        {"step", Array::scalar(step)}};
+                        {"lr", Array::scalar(0.1)}};
+    for (const auto& [n, v] : step_scalars(Optimizer::adamw(0.1), 0.1, step))
+      in[n] = Array::scalar(v);
     reference::run_step(*big, in, pb);
     for (int half = 0; half < 2; ++half) {
       std::vector<double> hx(xs.begin() + half * 16, xs.begin() + half * 16 + 16);
       std::vector<double> hy(ys.begin() + half * 12, ys.begin() + half * 12 + 12);
       reference::Feeds hin{{"x", Array({4, 4}, DType::f32, hx)},
                            {"y", Array({4, 3}, DType::f32, hy)},
-                           {"lr", Array::scalar(0.1)},
-                           {"step", Array::scalar(step)},
                            {"apply", Array::scalar(half == 1 ? 1.0 : 0.0)}};
+      for (const auto& [n, v] : step_scalars(Optimizer::adamw(0.1), 0.1, step))
+        hin[n] = Array::scalar(v);
       reference::run_step(*small, hin, ps);
       if (half == 0) {
         // No update before the last micro-batch.

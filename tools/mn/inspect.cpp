@@ -5,6 +5,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -55,7 +56,13 @@ std::unique_ptr<Graph> build_model(const InspectArgs& a) {
   return graph;
 }
 
-void run_inspect(const InspectArgs& a) {
+void run_inspect(const InspectArgs& a, const CLI::App& cmd) {
+  for (const auto& [name, value] :
+       {std::pair{"--batch", a.batch}, std::pair{"--layers", a.layers}}) {
+    const CLI::Option* opt = cmd.get_option(name);
+    if (opt->count() > 0 && value < 1)
+      throw Error(std::string(name) + " " + opt->results().back() + ": expected an integer >= 1");
+  }
   if (a.model != "mlp" && a.model != "cnn" && a.model != "transformer")
     throw Error("mn inspect: unknown model '" + a.model + "' (expected mlp, cnn or transformer)");
   if (a.layers > 0 && a.model != "transformer")
@@ -148,7 +155,7 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_option("--batch", args->batch, "Batch size (default: the model's)");
   cmd->add_option("--layers", args->layers, "Transformer layers (default 30)");
   cmd->add_option("--device", args->device, "Device whose kernels are planned (index or name)");
-  cmd->callback([args] { run_inspect(*args); });
+  cmd->callback([args, cmd] { run_inspect(*args, *cmd); });
 }
 
 }  // namespace mn::cli

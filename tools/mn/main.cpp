@@ -1,10 +1,28 @@
 // `mn`: the meganeura command-line tool.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include <meganeura/error.h>
 
 #include "commands.h"
+
+namespace {
+
+// CLI11 reports a misspelt command as "A subcommand is required"; name it instead.
+bool unknown_command(CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-') return false;
+  std::string known;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    if (sub->check_name(argv[1])) return false;
+    known += (known.empty() ? "" : ", ") + sub->get_name();
+  }
+  std::fprintf(stderr, "mn: error: unknown command '%s' (expected one of: %s; see mn --help)\n",
+               argv[1], known.c_str());
+  return true;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"meganeura: train and run neural networks on any Vulkan GPU", "mn"};
@@ -16,6 +34,7 @@ int main(int argc, char** argv) {
   mn::cli::add_generate_command(app);
   mn::cli::add_chat_command(app);
   mn::cli::add_finetune_command(app);
+  if (unknown_command(app, argc, argv)) return 1;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

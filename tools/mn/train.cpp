@@ -1,15 +1,20 @@
 // `mn train`: trains a built-in classifier on Fashion-MNIST.
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <limits>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
 #include <meganeura/train.h>
 
 #include "commands.h"
+#include "data/atomic_file.h"
 
 namespace mn::cli {
 
@@ -20,18 +25,19 @@ struct TrainArgs {
   int64_t epochs = 1;
   int64_t batch = 64;
   std::string optimizer = "adam";
-  double lr = 0;  // 0: the optimizer's default
+  double lr = 0;  // unless given: the optimizer's default
   double momentum = 0.9;
-  double weight_decay = -1;  // -1: the optimizer's default
+  double weight_decay = 0;  // unless given: the optimizer's default
   std::string schedule = "constant";
   int64_t warmup = 0;
   std::string device;
   std::string save, resume, data;
-  int64_t limit = 0;
+  int64_t limit = 0;  // unless given: all samples
   int accumulate = 1;
   double clip = 0;
   uint64_t seed = 0;
   bool json = false;
+  bool check_numerics = false;
 };
 
 std::string format_duration(double s) {
@@ -70,7 +76,51 @@ void print_progress(const TrainOptions::Progress& p, bool terminal, bool quiet) 
   std::fprintf(out, "\n");
 }
 
-void run_train(const TrainArgs& a) {
+// The value of an option as it was typed, for messages.
+std::string typed(const CLI::App& cmd, const std::string& name) {
+  const CLI::Option* opt = cmd.get_option(name);
+  return opt->results().empty() ? opt->get_default_str() : opt->results().back();
+}
+
+void require(bool ok, const CLI::App& cmd, const std::string& name, const std::string& want) {
+  if (!ok) throw Error(name + " " + typed(cmd, name) + ": expected " + want);
+}
+
+bool given(const CLI::App& cmd, const std::string& name) { return cmd.count(name) > 0; }
+
+// Every value means what it says: a bad one is an error naming the option, never replaced by a
+// default or accepted as "off".
+void check_args(const TrainArgs& a, const CLI::App& cmd) {
+  const auto finite = [](double v) { return std::isfinite(v); };
+  require(a.epochs >= 1, cmd, "--epochs", "an integer >= 1");
+  require(a.batch >= 1, cmd, "--batch", "an integer >= 1");
+  require(!given(cmd, "--lr") || (a.lr > 0 && a.lr <= std::numeric_limits<float>::max()), cmd,
+          "--lr", "a positive number representable in f32 (at most 3.4e38)");
+  require(finite(a.momentum) && a.momentum >= 0 && a.momentum < 1, cmd, "--momentum",
+          "a number in [0, 1)");
+  require(!given(cmd, "--weight-decay") || (finite(a.weight_decay) && a.weight_decay >= 0), cmd,
+          "--weight-decay", "a finite number >= 0");
+  require(finite(a.clip) && a.clip >= 0, cmd, "--clip-grad-norm", "a finite number >= 0 (0: off)");
+  require(a.warmup >= 0, cmd, "--warmup", "an integer >= 0");
+  require(a.accumulate >= 1, cmd, "--accumulate", "an integer >= 1");
+  require(!given(cmd, "--limit") || a.limit >= 1, cmd, "--limit", "an integer >= 1");
+}
+
+// Checks that need the data set's size: the run's length and what accumulation can reach.
+void check_run(const TrainArgs& a, const CLI::App& cmd, int64_t train_size) {
+  const int64_t per_epoch = (train_size + a.batch - 1) / a.batch;
+  require(a.epochs <= std::numeric_limits<int64_t>::max() / per_epoch, cmd, "--epochs",
+          "at most " + std::to_string(std::numeric_limits<int64_t>::max() / per_epoch) + " with " +
+              std::to_string(per_epoch) + " batches per epoch");
+  require(a.accumulate <= per_epoch * a.epochs, cmd, "--accumulate",
+          "at most the run's " + std::to_string(per_epoch * a.epochs) +
+              " batches, or no update would ever happen");
+}
+
+void run_train(const TrainArgs& a, const CLI::App& cmd) {
+  check_args(a, cmd);
+  // An unwritable checkpoint fails before minutes of loading and training.
+  if (!a.save.empty()) data::AtomicFile::check_destination(a.save);
   TrainOptions o;
   o.model.kind = model_from_name(a.model);
   o.model.batch = a.batch;
@@ -78,7 +128,7 @@ void run_train(const TrainArgs& a) {
   o.epochs = a.epochs;
   o.optimizer.kind = optimizer_from_name(a.optimizer);
   if (o.optimizer.kind == Optimizer::Kind::sgd) o.optimizer.momentum = a.momentum;
-  if (a.weight_decay >= 0)
+  if (given(cmd, "--weight-decay"))
     o.optimizer.weight_decay = a.weight_decay;
   else if (o.optimizer.kind == Optimizer::Kind::adamw)
     o.optimizer.weight_decay = 0.01;
@@ -87,21 +137,22 @@ void run_train(const TrainArgs& a) {
   // Defaults measured on Fashion-MNIST: Adam at 1e-3 for the MLP (0.844 after one epoch), 2e-3
   // for the CNN (0.894 after two; 1e-3 reached 0.874).
   const double adam_lr = o.model.kind == ModelKind::cnn ? 2e-3 : 1e-3;
-  o.lr = a.lr > 0 ? a.lr : (o.optimizer.kind == Optimizer::Kind::sgd ? 0.05 : adam_lr);
+  o.lr = given(cmd, "--lr") ? a.lr : (o.optimizer.kind == Optimizer::Kind::sgd ? 0.05 : adam_lr);
   o.schedule.kind = schedule_from_name(a.schedule);
   o.schedule.warmup = a.warmup;
   o.device = a.device;
+  if (a.check_numerics) o.check_numerics = true;
   o.save = a.save;
   o.resume = a.resume;
   o.shuffle_seed = a.seed;
 
   const ImageLayout layout = o.model.kind == ModelKind::cnn ? ImageLayout::nchw : ImageLayout::flat;
-  auto train = std::make_shared<Dataset>(load_fashion_mnist(Split::train, layout, a.data));
-  auto test = std::make_shared<Dataset>(load_fashion_mnist(Split::test, layout, a.data));
-  if (a.limit > 0) {
-    *train = train->slice(0, std::min(a.limit, train->size()));
-    *test = test->slice(0, std::min(a.limit, test->size()));
-  }
+  // --limit applies while reading: nothing past the first N samples is read or decompressed.
+  std::optional<int64_t> limit;
+  if (given(cmd, "--limit")) limit = a.limit;
+  auto train = std::make_shared<Dataset>(load_fashion_mnist(Split::train, layout, a.data, limit));
+  auto test = std::make_shared<Dataset>(load_fashion_mnist(Split::test, layout, a.data, limit));
+  check_run(a, cmd, train->size());
   const bool terminal = isatty(fileno(stderr)) != 0;
   o.on_progress = [terminal](const TrainOptions::Progress& p) {
     print_progress(p, terminal, false);
@@ -136,12 +187,8 @@ void add_train_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   auto* cmd = app.add_subcommand("train", "train a built-in classifier on Fashion-MNIST");
   cmd->add_option("--model", a->model, "mlp or cnn")->capture_default_str();
-  cmd->add_option("--epochs", a->epochs, "passes over the training set")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", a->batch, "batch size")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+  cmd->add_option("--epochs", a->epochs, "passes over the training set")->capture_default_str();
+  cmd->add_option("--batch", a->batch, "batch size")->capture_default_str();
   cmd->add_option("--optimizer", a->optimizer, "sgd, adam or adamw")->capture_default_str();
   cmd->add_option("--lr", a->lr,
                   "learning rate (default: sgd 0.05; adam/adamw 0.001 for mlp, 0.002 for cnn)");
@@ -150,8 +197,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--schedule", a->schedule, "constant, step or cosine")->capture_default_str();
   cmd->add_option("--warmup", a->warmup, "linear warm-up steps")->capture_default_str();
   cmd->add_option("--accumulate", a->accumulate, "micro-batches per update (gradient accumulation)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->capture_default_str();
   cmd->add_option("--clip-grad-norm", a->clip, "clip gradients to this global L2 norm (0: off)");
   cmd->add_option("--device", a->device,
                   "device index or name substring (default: $MN_DEVICE or the best)");
@@ -162,7 +208,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--limit", a->limit, "use only the first N samples of each split");
   cmd->add_option("--seed", a->seed, "initialization and shuffling seed")->capture_default_str();
   cmd->add_flag("--json", a->json, "print one JSON object as the last line");
-  cmd->callback([a] { run_train(*a); });
+  cmd->add_flag("--check-numerics", a->check_numerics,
+                "after every step, name the first graph node that produced a NaN or Inf "
+                "(slow; also $MN_CHECK_NUMERICS=1)");
+  cmd->callback([a, cmd] { run_train(*a, *cmd); });
 }
 
 }  // namespace mn::cli

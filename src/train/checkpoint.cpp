@@ -1,0 +1,156 @@
+#include "train/checkpoint.h"
+
+#include <charconv>
+#include <cmath>
+#include <map>
+#include <set>
+#include <string>
+
+namespace mn::train {
+
+namespace {
+
+using Meta = std::map<std::string, std::string>;
+
+[[noreturn]] void mismatch(const TrainOptions& o, const std::string& what) {
+  throw Error("cannot resume from '" + o.resume.string() + "': " + what);
+}
+
+const std::string& meta_field(const Meta& meta, const TrainOptions& o, const std::string& key) {
+  auto it = meta.find(key);
+  if (it == meta.end()) {
+    throw FormatError("cannot resume from '" + o.resume.string() +
+                      "': checkpoint metadata lacks '" + key + "'");
+  }
+  return it->second;
+}
+
+// The whole text as a decimal integer, nothing before or after it.
+int64_t meta_int(const Meta& meta, const TrainOptions& o, const std::string& key) {
+  const std::string& text = meta_field(meta, o, key);
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+    throw FormatError("cannot resume from '" + o.resume.string() + "': checkpoint metadata '" +
+                      key + "' is '" + text + "', expected an integer");
+  }
+  return v;
+}
+
+void expect_field(const Meta& meta, const TrainOptions& o, const std::string& key,
+                  const std::string& expected) {
+  const std::string& found = meta_field(meta, o, key);
+  if (found != expected) {
+    mismatch(o,
+             "'" + key + "' is '" + found + "' in the checkpoint, this run has '" + expected + "'");
+  }
+}
+
+void check_format(const Meta& meta, const TrainOptions& o) {
+  auto it = meta.find("format");
+  const std::string family = "meganeura-checkpoint-";
+  if (it == meta.end() || it->second.rfind(family, 0) != 0) {
+    throw FormatError("cannot resume from '" + o.resume.string() +
+                      "': not a meganeura training checkpoint (no 'format' " + family +
+                      "N in its metadata)");
+  }
+  if (it->second != kCheckpointFormat) {
+    mismatch(o, "checkpoint format '" + it->second + "', this build reads '" +
+                    std::string(kCheckpointFormat) + "'");
+  }
+}
+
+// Every tensor the session keeps, with the checkpoint's dtype and shape; nothing else.
+void load_tensors(const SafetensorsReader& reader, Session& s, const TrainOptions& o) {
+  std::vector<std::string> names = s.parameter_names();
+  for (const std::string& n : s.state_names()) names.push_back(n);
+  const std::set<std::string> wanted(names.begin(), names.end());
+  for (const SafetensorsEntry& e : reader.entries()) {
+    if (!wanted.count(e.name)) mismatch(o, "tensor '" + e.name + "' is not part of this run");
+  }
+  for (const std::string& n : names) {
+    if (!reader.contains(n)) mismatch(o, "the checkpoint lacks tensor '" + n + "'");
+    const SafetensorsEntry& e = reader.entry(n);
+    const Array current = s.get(n);
+    const ElemType want = elem_type_for(current.dtype);
+    if (e.type != want) {
+      mismatch(o, "tensor '" + n + "' is " + elem_type_name(e.type) + ", expected " +
+                      elem_type_name(want));
+    }
+    if (e.shape != current.shape) {
+      mismatch(o, "tensor '" + n + "' has shape " + shape_str(e.shape) + ", expected " +
+                      shape_str(current.shape));
+    }
+  }
+  for (const std::string& n : names) s.set(n, reader.array(n));
+}
+
+}  // namespace
+
+void save_checkpoint(const std::filesystem::path& path, Session& s, const TrainOptions& o,
+                     int64_t global_step, DataLoader::Position next) {
+  check_finite(s, global_step);  // a diverged run is never saved
+  std::map<std::string, Array> arrays;
+  for (const std::string& n : s.parameter_names()) arrays[n] = s.get(n);
+  for (const std::string& n : s.state_names()) arrays[n] = s.get(n);
+  Meta meta = {
+      {"format", kCheckpointFormat},
+      {"model", model_name(o.model.kind)},
+      {"optimizer", optimizer_name(o.optimizer.kind)},
+      {"global_step", std::to_string(global_step)},
+      {"next_epoch", std::to_string(next.epoch)},
+      {"next_step", std::to_string(next.step)},
+      {"batch", std::to_string(o.model.batch)},
+  };
+  save_safetensors(path, arrays, meta);
+}
+
+ResumePoint load_checkpoint(Session& s, const TrainOptions& o, int64_t per_epoch, int64_t total) {
+  SafetensorsReader reader(o.resume);
+  const Meta& meta = reader.metadata();
+  check_format(meta, o);
+  expect_field(meta, o, "model", model_name(o.model.kind));
+  expect_field(meta, o, "optimizer", optimizer_name(o.optimizer.kind));
+  const int64_t batch = meta_int(meta, o, "batch");
+  if (batch != o.model.batch) {
+    mismatch(o, "'batch' is " + std::to_string(batch) + " in the checkpoint, this run has " +
+                    std::to_string(o.model.batch));
+  }
+  ResumePoint r;
+  r.global_step = meta_int(meta, o, "global_step");
+  r.next = {meta_int(meta, o, "next_epoch"), meta_int(meta, o, "next_step")};
+  if (r.global_step < 0) mismatch(o, "'global_step' is " + std::to_string(r.global_step));
+  if (r.next.epoch < 0 || r.next.step < 0 || r.next.step >= per_epoch ||
+      r.next.epoch * per_epoch + r.next.step != r.global_step) {
+    mismatch(o, "the data position (epoch " + std::to_string(r.next.epoch) + ", batch " +
+                    std::to_string(r.next.step) + ") is not step " + std::to_string(r.global_step) +
+                    " of a data set of " + std::to_string(per_epoch) +
+                    " batches per epoch (was it saved with another data set size?)");
+  }
+  if (r.global_step >= total) {
+    mismatch(o, "the checkpoint has already run " + std::to_string(r.global_step) +
+                    " steps, and this run has " + std::to_string(total) + " (" +
+                    std::to_string(o.epochs) +
+                    " epochs): nothing left to train; raise the number of epochs to continue");
+  }
+  load_tensors(reader, s, o);
+  return r;
+}
+
+void check_finite(Session& s, int64_t global_step) {
+  auto scan = [&](const std::vector<std::string>& names, const char* kind) {
+    for (const std::string& n : names) {
+      const Array a = s.get(n);
+      for (size_t i = 0; i < a.data.size(); ++i) {
+        if (std::isfinite(a.data[i])) continue;
+        throw Error("training diverged: " + std::string(kind) + " '" + n + "' holds " +
+                    std::to_string(a.data[i]) + " at element " + std::to_string(i) +
+                    " after step " + std::to_string(global_step) + " (lower the learning rate?)");
+      }
+    }
+  };
+  scan(s.parameter_names(), "parameter");
+  scan(s.state_names(), "optimizer state");
+}
+
+}  // namespace mn::train

@@ -1,0 +1,213 @@
+// `mn train` and `mn inspect` as a user runs them: bad option values are errors naming the
+// option and the value (never replaced by a default), a save destination is checked before
+// training, and a checkpoint is written through a symlink with the target's permissions.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <meganeura/data.h>
+
+#include "data/test_util.h"
+
+namespace mn {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int rc = -1;
+  std::string output;  // stdout and stderr
+};
+
+std::string quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+Result run_mn(const std::vector<std::string>& args) {
+  std::string cmd = quoted(MN_BINARY);
+  for (const auto& a : args) cmd += " " + quoted(a);
+  cmd += " 2>&1";
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf{};
+  size_t got = 0;
+  while ((got = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), got);
+  const int status = ::pclose(p);
+  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+void expect_failure(const std::vector<std::string>& args, const std::vector<std::string>& parts) {
+  Result r = run_mn(args);
+  std::string line;
+  for (const auto& a : args) line += a + " ";
+  EXPECT_EQ(r.rc, 1) << line << "\n" << r.output;
+  for (const auto& p : parts)
+    EXPECT_NE(r.output.find(p), std::string::npos) << line << ": '" << p << "' not in\n"
+                                                   << r.output;
+  EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() /
+            ("mn-cli-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+// A Fashion-MNIST-shaped folder of `n` random images per split.
+void write_tiny_fashion_mnist(const fs::path& dir, int64_t n) {
+  std::mt19937 rng(11);
+  for (const std::string split : {"train", "t10k"}) {
+    RawTensor images{ElemType::u8, {n, 28, 28}, std::vector<uint8_t>(static_cast<size_t>(n * 784))};
+    for (auto& b : images.bytes) b = static_cast<uint8_t>(rng());
+    RawTensor labels{ElemType::u8, {n}, std::vector<uint8_t>(static_cast<size_t>(n))};
+    for (auto& b : labels.bytes) b = static_cast<uint8_t>(rng() % 10);
+    write_idx(dir / (split + "-images-idx3-ubyte.gz"), images);
+    write_idx(dir / (split + "-labels-idx1-ubyte.gz"), labels);
+  }
+}
+
+TEST(Cli, UnknownCommandIsNamed) {
+  expect_failure({"frobnicate"}, {"unknown command 'frobnicate'", "train"});
+}
+
+TEST(Cli, BadTrainOptionValuesAreErrors) {
+  const std::vector<std::pair<std::string, std::string>> bad = {{"--lr", "nan"},
+                                                                {"--lr", "0"},
+                                                                {"--lr", "-1"},
+                                                                {"--lr", "inf"},
+                                                                {"--lr", "1e300"},
+                                                                {"--weight-decay", "nan"},
+                                                                {"--weight-decay", "-0.5"},
+                                                                {"--clip-grad-norm", "-1"},
+                                                                {"--clip-grad-norm", "nan"},
+                                                                {"--limit", "0"},
+                                                                {"--limit", "-1"},
+                                                                {"--warmup", "-5"},
+                                                                {"--momentum", "1"},
+                                                                {"--momentum", "nan"},
+                                                                {"--momentum", "-0.1"},
+                                                                {"--epochs", "0"},
+                                                                {"--batch", "0"},
+                                                                {"--accumulate", "0"}};
+  for (const auto& [option, value] : bad)
+    expect_failure({"train", option, value}, {option + " " + value});
+}
+
+TEST(Cli, BadInspectOptionValuesAreErrors) {
+  expect_failure({"inspect", "mlp", "--batch", "0"}, {"--batch 0"});
+  expect_failure({"inspect", "transformer", "--layers", "-2"}, {"--layers -2"});
+}
+
+TEST(Cli, SaveDestinationIsCheckedBeforeLoadingData) {
+  TempDir dir;
+  // No data folder: the save is refused before the data is looked for.
+  const std::string no_data = (dir / "no-data").string();
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  expect_failure({"train", "--data", no_data, "--save", (dir / "fifo").string()}, {"is a FIFO"});
+  EXPECT_TRUE(fs::is_fifo(dir / "fifo"));
+  expect_failure({"train", "--data", no_data, "--save", (dir / "none/c").string()}, {"none"});
+  // A null device of our own where we may make one (root), so that a regression cannot replace
+  // the system's /dev/null; a process that cannot make devices cannot replace /dev/null either.
+  fs::path device = dir / "null";
+  if (::mknod(device.c_str(), S_IFCHR | 0666, makedev(1, 3)) != 0) device = "/dev/null";
+  expect_failure({"train", "--data", no_data, "--save", device.string()}, {"character device"});
+  EXPECT_TRUE(fs::is_character_file(device));
+}
+
+TEST(Cli, RunLengthChecksNeedTheDataSize) {
+  TempDir dir;
+  write_tiny_fashion_mnist(dir.path(), 32);  // 2 batches of 16 per epoch
+  const std::string data = dir.path().string();
+  expect_failure({"train", "--data", data, "--batch", "16", "--accumulate", "3"},
+                 {"--accumulate 3", "2 batches"});
+  expect_failure({"train", "--data", data, "--batch", "16", "--accumulate", "2000000000"},
+                 {"--accumulate 2000000000"});
+  expect_failure({"train", "--data", data, "--batch", "16", "--epochs", "9223372036854775807"},
+                 {"--epochs 9223372036854775807"});
+}
+
+TEST(Cli, TrainSavesThroughASymlinkKeepingPermissions) {
+  TempDir dir;
+  write_tiny_fashion_mnist(dir.path(), 32);
+  {
+    std::FILE* f = std::fopen((dir / "real.safetensors").c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    std::fclose(f);
+  }
+  ASSERT_EQ(::chmod((dir / "real.safetensors").c_str(), 0600), 0);
+  fs::create_symlink("real.safetensors", dir / "link.safetensors");
+  Result r = run_mn({"train", "--data", dir.path().string(), "--batch", "16", "--save",
+                     (dir / "link.safetensors").string(), "--json"});
+  ASSERT_EQ(r.rc, 0) << r.output;
+  EXPECT_TRUE(fs::is_symlink(dir / "link.safetensors"));
+  struct stat st {};
+  ASSERT_EQ(::stat((dir / "real.safetensors").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, mode_t{0600});
+  SafetensorsReader saved(dir / "real.safetensors");
+  EXPECT_EQ(saved.metadata().at("global_step"), "2");
+
+  // The finished run cannot be resumed without more epochs; with one more it trains 2 steps.
+  expect_failure({"train", "--data", dir.path().string(), "--batch", "16", "--resume",
+                  (dir / "link.safetensors").string()},
+                 {"nothing left to train"});
+  r = run_mn({"train", "--data", dir.path().string(), "--batch", "16", "--epochs", "2", "--resume",
+              (dir / "link.safetensors").string(), "--json"});
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("\"steps\":4"), std::string::npos) << r.output;
+}
+
+// Files declaring two million images but holding 40: --limit reads the first 32 and no more.
+TEST(Cli, LimitReadsOnlyTheSamplesItUses) {
+  TempDir dir;
+  write_tiny_fashion_mnist(dir.path(), 40);
+  for (const std::string split : {"train", "t10k"}) {
+    for (const std::string kind : {"images-idx3", "labels-idx1"}) {
+      const fs::path p = dir / (split + "-" + kind + "-ubyte.gz");
+      RawTensor t = read_idx(p);
+      // The same content under a header whose count is raised to 2,000,000.
+      std::vector<uint8_t> bytes = {0, 0, 0x08, static_cast<uint8_t>(t.shape.size())};
+      for (size_t i = 0; i < t.shape.size(); ++i) {
+        const uint32_t d = i == 0 ? 2'000'000u : static_cast<uint32_t>(t.shape[i]);
+        for (int shift = 24; shift >= 0; shift -= 8)
+          bytes.push_back(static_cast<uint8_t>(d >> shift));
+      }
+      bytes.insert(bytes.end(), t.bytes.begin(), t.bytes.end());
+      test::write_bytes(p, test::gzip(bytes));
+    }
+  }
+  Result r = run_mn({"train", "--data", dir.path().string(), "--batch", "16", "--limit", "32"});
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("(32 train, 32 test)"), std::string::npos) << r.output;
+  expect_failure({"train", "--data", dir.path().string(), "--batch", "16"}, {"truncated"});
+}
+
+}  // namespace
+}  // namespace mn

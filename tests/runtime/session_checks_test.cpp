@@ -1,0 +1,60 @@
+// Session::set checks the whole shape, not only the element count, and Session::get refuses
+// outputs before any step has written them.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include <meganeura/session.h>
+
+namespace mn {
+namespace {
+
+void expect_message(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    for (const auto& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+          << "'" << p << "' not in " << e.what();
+  }
+}
+
+TEST(SessionChecks, SetWithTheRightCountButAnotherShapeIsAShapeError) {
+  Graph g;
+  auto x = g.input("x", {2, 3});
+  auto w = g.parameter("w", {3, 2}, Init::zeros());
+  g.output("y", matmul(x, w));
+  auto s = build_session(g);
+  for (const Shape& wrong : {Shape{3, 2}, Shape{6}, Shape{1, 2, 3}}) {
+    EXPECT_THROW(s->set("x", Array(wrong, DType::f32, std::vector<double>(6, 1.0))), ShapeError);
+    expect_message([&] { s->set("x", Array(wrong, DType::f32, std::vector<double>(6, 1.0))); },
+                   {"'x'", "[2, 3]", shape_str(wrong)});
+  }
+  expect_message(
+      [&] {
+        s->set("w", Array({2, 3}, DType::f32, std::vector<double>(6, 1.0)));
+      },
+      {"'w'", "[3, 2]", "[2, 3]"});
+  s->set("x", Array({2, 3}, DType::f32, std::vector<double>(6, 1.0)));  // the right shape
+  s->set("w", Array({3, 2}, DType::f32, std::vector<double>(6, 0.5)));
+  s->step();
+  EXPECT_EQ(s->get("y").data, std::vector<double>(4, 1.5));
+}
+
+TEST(SessionChecks, GetOfAnOutputBeforeTheFirstStepIsAnError) {
+  Graph g;
+  auto x = g.input("x", {4});
+  auto w = g.parameter("w", {4}, Init::constant(2.0));
+  g.output("y", x * w);
+  auto s = build_session(g);
+  expect_message([&] { s->get("y"); }, {"'y'", "not run a step"});
+  EXPECT_EQ(s->get("w").data, std::vector<double>(4, 2.0));  // parameters hold their values
+  s->set("x", std::vector<float>{1, 2, 3, 4});
+  expect_message([&] { s->get("y"); }, {"not run a step"});
+  s->step();
+  EXPECT_EQ(s->get("y").data, (std::vector<double>{2, 4, 6, 8}));
+}
+
+}  // namespace
+}  // namespace mn

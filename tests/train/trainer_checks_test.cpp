@@ -1,0 +1,232 @@
+// What the trainer refuses: options out of range, a checkpoint destination that cannot be
+// written (before any step), a run whose parameters ended non-finite (never saved), and
+// checkpoints that do not belong to the run being resumed (each field named).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+
+#include <meganeura/data.h>
+#include <meganeura/train.h>
+
+namespace mn {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path_ = fs::temp_directory_path() /
+            ("mn-trainer-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  fs::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  fs::path path_;
+};
+
+std::shared_ptr<Dataset> synthetic(int64_t n, uint64_t seed, float scale = 1.0f) {
+  auto d = std::make_shared<Dataset>();
+  d->sample_shape = {784};
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(0, scale);
+  d->inputs.resize(static_cast<size_t>(n * 784));
+  for (float& v : d->inputs) v = u(rng);
+  for (int64_t i = 0; i < n; ++i) d->labels.push_back(static_cast<int32_t>(rng() % 10));
+  for (int i = 0; i < 10; ++i) d->class_names.push_back("c" + std::to_string(i));
+  return d;
+}
+
+TrainOptions small_run() {
+  TrainOptions o;
+  o.model.batch = 16;
+  o.model.hidden = {8};
+  o.eval_batch = 16;
+  o.epochs = 1;
+  return o;
+}
+
+// Runs f, expects an mn::Error whose message holds every one of `parts`.
+void expect_error(const std::function<void()>& f, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error; expected one mentioning '" << parts.front() << "'";
+  } catch (const Error& e) {
+    for (const auto& p : parts)
+      EXPECT_NE(std::string(e.what()).find(p), std::string::npos)
+          << "'" << p << "' not in: " << e.what();
+  }
+}
+
+TEST(TrainerChecks, OptionsOutOfRangeAreErrors) {
+  auto train = synthetic(32, 1), test = synthetic(16, 2);
+  auto run = [&](const std::function<void(TrainOptions&)>& change) {
+    TrainOptions o = small_run();
+    change(o);
+    return [=] { train_classifier(train, test, o); };
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  for (double lr : {nan, 0.0, -1.0, inf, 1e300})
+    expect_error(run([=](TrainOptions& o) { o.lr = lr; }), {"lr"});
+  expect_error(run([](TrainOptions& o) { o.epochs = 0; }), {"epochs"});
+  expect_error(run([](TrainOptions& o) { o.schedule.warmup = -5; }), {"warmup", "-5"});
+  expect_error(run([=](TrainOptions& o) { o.optimizer.weight_decay = nan; }), {"weight_decay"});
+  expect_error(run([](TrainOptions& o) { o.optimizer.weight_decay = -1; }), {"weight_decay"});
+  expect_error(run([=](TrainOptions& o) { o.optimizer.clip_grad_norm = nan; }), {"clip_grad_norm"});
+  expect_error(run([](TrainOptions& o) { o.optimizer.clip_grad_norm = -1; }), {"clip_grad_norm"});
+  for (double m : {nan, -0.1, 1.0}) {
+    expect_error(run([=](TrainOptions& o) { o.optimizer = Optimizer::sgd(m); }), {"momentum"});
+  }
+  // Two batches per epoch: an update needs at most 2 micro-batches.
+  expect_error(run([](TrainOptions& o) { o.optimizer.accumulate = 3; }), {"accumulate", "3"});
+  expect_error(run([](TrainOptions& o) { o.epochs = std::numeric_limits<int64_t>::max() / 2 + 1; }),
+               {"overflow"});
+}
+
+TEST(TrainerChecks, UnwritableSaveFailsBeforeTheFirstStep) {
+  TempDir dir;
+  auto train = synthetic(32, 1), test = synthetic(16, 2);
+  TrainOptions o = small_run();
+  int steps = 0;
+  o.on_progress = [&](const TrainOptions::Progress&) { ++steps; };
+  o.save = dir / "missing/c.safetensors";
+  expect_error([&] { train_classifier(train, test, o); }, {"missing"});
+  fs::create_directories(dir / "is_dir");
+  o.save = dir / "is_dir";
+  expect_error([&] { train_classifier(train, test, o); }, {"is a directory"});
+  EXPECT_EQ(steps, 0);
+}
+
+// Inputs of 1e4 and a learning rate of 1e38: the loss of the only step is finite (computed
+// before the update) but the update overflows the first layer's weights.
+TEST(TrainerChecks, NonFiniteParametersAfterTheLastStepAreAnErrorAndNotSaved) {
+  TempDir dir;
+  auto train = synthetic(16, 3, 1e4f), test = synthetic(16, 4);
+  TrainOptions o = small_run();
+  o.optimizer = Optimizer::sgd();
+  o.lr = 1e38;
+  o.save = dir / "c.safetensors";
+  int steps = 0;
+  o.on_progress = [&](const TrainOptions::Progress& p) {
+    ++steps;
+    EXPECT_TRUE(std::isfinite(p.loss));
+  };
+  expect_error([&] { train_classifier(train, test, o); }, {"diverged", "fc", "after step 1"});
+  EXPECT_EQ(steps, 0);  // failed before the epoch's report
+  EXPECT_FALSE(fs::exists(o.save));
+}
+
+// A finished one-epoch run of 2 steps, saved to dir/"c.safetensors".
+struct SavedRun {
+  TempDir dir;
+  std::shared_ptr<Dataset> train = synthetic(32, 5), test = synthetic(16, 6);
+  TrainOptions o = small_run();
+  fs::path path = dir / "c.safetensors";
+
+  SavedRun() {
+    o.save = path;
+    o.stop_after_steps = 1;
+    train_classifier(train, test, o);
+    o.stop_after_steps = -1;
+    o.save.clear();
+    o.resume = path;
+  }
+  // Rewrites the checkpoint with `change` applied to its tensors and metadata.
+  void rewrite(const std::function<void(std::map<std::string, Array>&,
+                                        std::map<std::string, std::string>&)>& change) {
+    SafetensorsReader r(path);
+    std::map<std::string, Array> arrays;
+    for (const auto& e : r.entries()) arrays[e.name] = r.array(e.name);
+    std::map<std::string, std::string> meta = r.metadata();
+    change(arrays, meta);
+    save_safetensors(path, arrays, meta);
+  }
+  void expect_resume_error(const std::vector<std::string>& parts, const TrainOptions& with) {
+    expect_error([&] { train_classifier(train, test, with); }, parts);
+  }
+  void expect_resume_error(const std::vector<std::string>& parts) { expect_resume_error(parts, o); }
+};
+
+using Arrays = std::map<std::string, Array>;
+using Meta = std::map<std::string, std::string>;
+
+TEST(TrainerChecks, ResumeChecksTheRunsIdentity) {
+  SavedRun run;
+  TrainResult ok = train_classifier(run.train, run.test, run.o);  // the checkpoint is sound
+  EXPECT_EQ(ok.steps, 2);
+
+  TrainOptions other = run.o;
+  other.optimizer = Optimizer::sgd();
+  run.expect_resume_error({"'optimizer' is 'adam'", "'sgd'"}, other);
+  other = run.o;
+  other.model.batch = 8;
+  run.expect_resume_error({"'batch' is 16", "8"}, other);
+
+  run.rewrite([](Arrays&, Meta& m) { m["format"] = "meganeura-checkpoint-2"; });
+  run.expect_resume_error({"format", "meganeura-checkpoint-2", "meganeura-checkpoint-1"});
+  run.rewrite([](Arrays&, Meta& m) {
+    m["format"] = "meganeura-checkpoint-1";
+    m.erase("model");
+  });
+  run.expect_resume_error({"lacks 'model'"});
+  run.rewrite([](Arrays&, Meta& m) { m["model"] = "cnn"; });
+  run.expect_resume_error({"'model' is 'cnn'", "'mlp'"});
+}
+
+TEST(TrainerChecks, ResumeChecksStepAndTensors) {
+  SavedRun run;
+  run.rewrite([](Arrays&, Meta& m) { m.erase("global_step"); });
+  run.expect_resume_error({"lacks 'global_step'"});
+  for (const char* bad : {"1.5", "x", "", "1 ", "99999999999999999999"}) {
+    run.rewrite([&](Arrays&, Meta& m) { m["global_step"] = bad; });
+    run.expect_resume_error({"'global_step' is '" + std::string(bad) + "'", "integer"});
+  }
+  run.rewrite([](Arrays&, Meta& m) { m["global_step"] = "1"; });
+
+  Array bias;
+  run.rewrite([&](Arrays& a, Meta&) { bias = a.at("fc1.bias"); });
+  run.rewrite([&](Arrays& a, Meta&) { a["fc1.bias"] = Array(bias.shape, DType::f16, bias.data); });
+  run.expect_resume_error({"'fc1.bias'", "F16", "F32"});
+  run.rewrite([&](Arrays& a, Meta&) { a["fc1.bias"] = Array({1, 8}, DType::f32, bias.data); });
+  run.expect_resume_error({"'fc1.bias'", "[1, 8]", "[8]"});
+  run.rewrite([&](Arrays& a, Meta&) { a.erase("fc1.bias"); });
+  run.expect_resume_error({"lacks tensor 'fc1.bias'"});
+  run.rewrite([&](Arrays& a, Meta&) {
+    a["fc1.bias"] = bias;
+    a["extra"] = bias;
+  });
+  run.expect_resume_error({"'extra' is not part of this run"});
+}
+
+TEST(TrainerChecks, ResumingAFinishedRunSaysSo) {
+  SavedRun run;
+  TrainOptions finish = run.o;
+  finish.save = run.path;
+  train_classifier(run.train, run.test, finish);  // steps 2 of 2
+  run.expect_resume_error({"already run 2 steps", "nothing left to train"});
+  // Saved at (epoch 1, batch 0) of 2 batches per epoch: no position of a 4-batch epoch.
+  TrainOptions other_data = run.o;
+  other_data.epochs = 3;
+  expect_error([&] { train_classifier(synthetic(64, 7), run.test, other_data); },
+               {"data position (epoch 1, batch 0)", "4 batches per epoch"});
+  TrainOptions more = run.o;
+  more.epochs = 2;
+  EXPECT_EQ(train_classifier(run.train, run.test, more).steps, 4);
+}
+
+}  // namespace
+}  // namespace mn
