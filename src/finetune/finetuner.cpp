@@ -126,9 +126,9 @@ struct Finetuner::Impl {
       tokens += trained_tokens(labels, o.sequence);
       session->set("input_ids", ids);
       session->set("labels", labels);
-      session->set_scalar(StepInputs::lr, lr);
-      if (has_input(StepInputs::step))
-        session->set_scalar(StepInputs::step, static_cast<double>(global_step + 1));
+      for (const auto& [name, value] : step_scalars(o.optimizer, lr, global_step + 1)) {
+        if (has_input(name)) session->set_scalar(name, value);
+      }
       if (has_input(StepInputs::apply))
         session->set_scalar(StepInputs::apply, micro == k - 1 ? 1.0 : 0.0);
       session->step();

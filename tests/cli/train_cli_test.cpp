@@ -18,6 +18,7 @@
 #include <meganeura/data.h>
 
 #include "data/test_util.h"
+#include "support/run_command.h"
 
 namespace mn {
 namespace {
@@ -29,25 +30,9 @@ struct Result {
   std::string output;  // stdout and stderr
 };
 
-std::string quoted(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
 Result run_mn(const std::vector<std::string>& args) {
-  std::string cmd = quoted(MN_BINARY);
-  for (const auto& a : args) cmd += " " + quoted(a);
-  cmd += " 2>&1";
-  Result r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf{};
-  size_t got = 0;
-  while ((got = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), got);
-  const int status = ::pclose(p);
-  r.rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  const test::CommandResult r = test::run_mn(args);
+  return {r.exit_code, r.out + r.err};
 }
 
 void expect_failure(const std::vector<std::string>& args, const std::vector<std::string>& parts) {

@@ -79,8 +79,9 @@ void expect_full_step_matches_reference(Optimizer opt, double tolerance) {
   CausalLm lm = build_causal_lm(t.config(), lo);
   add_training_step(lm.loss, o.optimizer);
   reference::Feeds inputs{{"input_ids", ids}, {"labels", labels}};
-  inputs[StepInputs::lr] = Array::scalar(o.lr);
-  inputs[StepInputs::step] = Array::scalar(1.0);
+  for (const auto& [name, value] : step_scalars(o.optimizer, o.lr, 1)) {
+    inputs[name] = Array::scalar(value);
+  }
   const auto want = reference::run_step(*lm.graph, inputs, persistent);
   EXPECT_NEAR(loss, want.at("loss").data[0], 1e-5 * std::abs(loss));
   for (const ParameterSpec& p : lm_parameters(t.config())) {

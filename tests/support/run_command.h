@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace mn::test {
 
@@ -46,6 +47,20 @@ inline CommandResult run_mn(const std::string& args, const std::string& stdin_te
   std::remove(err_path);
   std::remove(in_path);
   return r;
+}
+
+// A shell word holding `s` exactly.
+inline std::string shell_quoted(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// The same with each argument passed as one word, whatever it contains.
+inline CommandResult run_mn(const std::vector<std::string>& args, const std::string& stdin_text = {}) {
+  std::string words;
+  for (const std::string& a : args) words += (words.empty() ? "" : " ") + shell_quoted(a);
+  return run_mn(words, stdin_text);
 }
 
 // The last line of a command's standard output (its JSON summary).
