@@ -254,6 +254,28 @@ void view_rules(RuleSet& rs) {
              });
     }
   }
+  // A permutation that moves only axes of size 1 keeps every element where it was: a reshape,
+  // which is a view (attention heads of a one-token decode step, [B, 1, H, D] -> [B, H, 1, D]).
+  for (const char* op : perms) {
+    Pattern p;
+    const AttrVar a = p.attr_var("a");
+    p.op(rs.op(op), {p.var("x")}, AttrMatch::bind(a));
+    const Var vx = p.var_of("x");
+    const OpId id = rs.op(op);
+    rs.add(std::string(op) + "-unit-axes", std::move(p),
+           [vx, a, id](TensorEGraph& t, Id e, const Subst& s) {
+             const Shape& in = t.type(s[vx]).shape;
+             auto perm = perm_of(t, id, s[a], static_cast<int>(in.size()));
+             if (!perm || is_identity(*perm)) return no_id;
+             int64_t previous = -1;
+             for (int64_t d : *perm) {
+               if (in[static_cast<size_t>(d)] == 1) continue;
+               if (d < previous) return no_id;
+               previous = d;
+             }
+             return typed(t, "reshape", ReshapeAttrs{t.type(e).shape}, {s[vx]}, e);
+           });
+  }
   // A transpose of the last two axes of a matmul operand is the GEMM's transpose flag.
   for (const char* tr : perms) {
     for (bool left : {true, false}) {

@@ -251,6 +251,31 @@ TEST(AlgebraRules, ViewAndPermutationChains) {
            return op("permute", PermuteAttrs{{2, 1, 0}}, {t});  // undoes it
          },
          1, "", "permute"});
+  check({"permute-unit-axes",
+         [](Graph& g, auto& rng) {
+           Shape s = random_shape(rng, 3, 3, 2, 5);
+           s.insert(s.begin() + 1, 1);  // [a, 1, b, c] -> [a, b, 1, c]
+           Tensor x = g.input("x", s);
+           return op("permute", PermuteAttrs{{0, 2, 1, 3}}, {x});
+         },
+         2, "reshape", "permute"});
+  check({"transpose-unit-axes",
+         [](Graph& g, auto& rng) {
+           Shape s = random_shape(rng, 2, 2, 2, 5);
+           s.push_back(1);
+           Tensor x = g.input("x", s);
+           return op("transpose", TransposeAttrs{1, 2}, {x});
+         },
+         2, "reshape", "transpose"});
+}
+
+// A permutation that reorders axes larger than 1 moves elements: it stays.
+TEST(AlgebraRules, PermutationOfLargerAxesStays) {
+  Graph g;
+  Tensor x = g.input("x", {2, 1, 3, 4});
+  g.output("y", exp(op("permute", PermuteAttrs{{0, 2, 1, 3}}, {op("permute", PermuteAttrs{{2, 1, 0, 3}}, {x})})));
+  OptimizeResult r = optimize(g);
+  EXPECT_EQ(count_op(r.graph, "permute") + count_op(r.graph, "transpose"), 1u) << r.graph.str();
 }
 
 TEST(AlgebraRules, TransposesFoldIntoMatmul) {
