@@ -271,8 +271,9 @@ struct KeySplit {
 KeySplit key_split(const AttentionShape& g) {
   KeySplit k;
   const uint64_t rows = g.heads() * g.lq;
-  // ~1024 workgroups, each over at least 256 keys.
-  k.splits = std::min((1024 + rows - 1) / rows, (g.lk + 255) / 256);
+  // ~1024 workgroups, each over at least 64 keys (one block of the row kernel): a decode step
+  // has few rows, and a workgroup walks its keys serially.
+  k.splits = std::min((1024 + rows - 1) / rows, (g.lk + 63) / 64);
   if (k.splits <= 1) return {1, g.lk};
   k.chunk = (g.lk + k.splits - 1) / k.splits;
   k.splits = (g.lk + k.chunk - 1) / k.chunk;
