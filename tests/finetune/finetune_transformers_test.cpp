@@ -12,20 +12,12 @@
 
 #include "finetune/finetune_support.h"
 
+#include "support/random_fill.h"
+
 namespace mn {
 namespace {
 
 const std::filesystem::path kLm = std::filesystem::path(MN_SOURCE_DIR) / "tests/fixtures/lm";
-
-double scaled_error(const Array& a, const Array& b) {
-  EXPECT_EQ(a.shape, b.shape);
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < b.data.size(); ++i) {
-    err = std::max(err, std::abs(a.data[i] - b.data[i]));
-    scale = std::max(scale, std::abs(b.data[i]));
-  }
-  return err / scale;
-}
 
 Array reference_logits(const std::string& name, const std::vector<int32_t>& ids) {
   SafetensorsReader r(kLm / "reference" / ("finetuned_" + name + ".safetensors"));
@@ -51,18 +43,18 @@ Array our_logits(const HfModel& model, const LoraOptions& lora,
 TEST(FinetunedByTransformers, FullModelDirectory) {
   const HfModel model = load_hf_model(kLm / "finetuned" / "llama_full");
   const Array ours = our_logits(model, {});
-  EXPECT_LE(scaled_error(ours, reference_logits("llama_full", testing::probe_ids())), 1e-4);
+  EXPECT_LE(testing::scaled_error(ours, reference_logits("llama_full", testing::probe_ids())), 1e-4);
   // The fine-tuning changed the model: the base model's logits differ.
   const Array base = our_logits(load_hf_model(kLm / "models" / "llama_tied"), {});
-  EXPECT_GT(scaled_error(base, ours), 1e-3);
+  EXPECT_GT(testing::scaled_error(base, ours), 1e-3);
 }
 
 TEST(FinetunedByTransformers, PeftAdapterDirectory) {
   const std::filesystem::path adapter = kLm / "finetuned" / "qwen3_lora";
   const HfModel base = load_hf_model(kLm / "models" / "qwen3_tiny");
   const Array ours = our_logits(base, load_lora_config(adapter), adapter);
-  EXPECT_LE(scaled_error(ours, reference_logits("qwen3_lora", testing::probe_ids())), 1e-4);
-  EXPECT_GT(scaled_error(our_logits(base, {}), ours), 1e-3);
+  EXPECT_LE(testing::scaled_error(ours, reference_logits("qwen3_lora", testing::probe_ids())), 1e-4);
+  EXPECT_GT(testing::scaled_error(our_logits(base, {}), ours), 1e-3);
 }
 
 }  // namespace

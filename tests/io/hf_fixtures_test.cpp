@@ -12,6 +12,8 @@
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "support/random_fill.h"
+
 namespace mn {
 namespace {
 
@@ -25,17 +27,6 @@ struct Reference {
 Reference reference_of(const std::string& name) {
   SafetensorsReader r(kLm / "reference" / (name + ".safetensors"));
   return {r.array("input_ids"), r.array("logits"), r.array("loss").data.at(0)};
-}
-
-// max |a - b| over max |b|: the logits' error relative to their scale.
-double scaled_error(const Array& a, const Array& b) {
-  EXPECT_EQ(a.shape, b.shape);
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < b.data.size(); ++i) {
-    err = std::max(err, std::abs(a.data[i] - b.data[i]));
-    scale = std::max(scale, std::abs(b.data[i]));
-  }
-  return err / scale;
 }
 
 CausalLm model_for(const HfModel& m, const Reference& ref) {
@@ -57,7 +48,7 @@ TEST_P(HfFixture, GpuMatchesTransformers) {
   session->set("input_ids", ref.input_ids);
   session->set("labels", ref.input_ids);
   session->step();
-  EXPECT_LE(scaled_error(session->get("logits"), ref.logits), 1e-4);
+  EXPECT_LE(testing::scaled_error(session->get("logits"), ref.logits), 1e-4);
   EXPECT_NEAR(session->get("loss").data.at(0), ref.loss, 1e-5);
 }
 
@@ -72,7 +63,7 @@ TEST_P(HfFixture, ReferenceMatchesTransformers) {
     feeds[name] = a;
   }
   auto out = reference::evaluate(*lm.graph, feeds);
-  EXPECT_LE(scaled_error(out.at("logits"), ref.logits), 1e-5);
+  EXPECT_LE(testing::scaled_error(out.at("logits"), ref.logits), 1e-5);
   EXPECT_NEAR(out.at("loss").data.at(0), ref.loss, 1e-5);
 }
 

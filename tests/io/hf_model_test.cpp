@@ -16,6 +16,8 @@
 
 #include "data/test_util.h"
 
+#include "support/random_fill.h"
+
 namespace mn {
 namespace {
 
@@ -63,15 +65,6 @@ class ModelCopy {
 
 Array reference_array(const std::string& model, const std::string& name) {
   return SafetensorsReader(kLm / "reference" / (model + ".safetensors")).array(name);
-}
-
-double scaled_error(const Array& a, const Array& b) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < b.data.size(); ++i) {
-    err = std::max(err, std::abs(a.data[i] - b.data[i]));
-    scale = std::max(scale, std::abs(b.data[i]));
-  }
-  return err / scale;
 }
 
 TEST(HfModel, LoadsSingleFileAndShardedDirectories) {
@@ -234,7 +227,7 @@ TEST(HfModel, NarrowStorageMatchesTransformers) {
     load_weights(*session, model);
     session->set("input_ids", ids);
     session->step();
-    EXPECT_LE(scaled_error(session->get("logits"), reference_array(name, "logits")), 1e-4) << name;
+    EXPECT_LE(testing::scaled_error(session->get("logits"), reference_array(name, "logits")), 1e-4) << name;
   }
 }
 
@@ -260,9 +253,9 @@ TEST(HfModel, PositionsInput) {
     session->step();
     return session->get("logits");
   };
-  EXPECT_LE(scaled_error(logits_at(0, false), want), 1e-4);
-  EXPECT_LE(scaled_error(logits_at(7, false), want), 1e-4);
-  EXPECT_GT(scaled_error(logits_at(0, true), want), 1e-2);
+  EXPECT_LE(testing::scaled_error(logits_at(0, false), want), 1e-4);
+  EXPECT_LE(testing::scaled_error(logits_at(7, false), want), 1e-4);
+  EXPECT_GT(testing::scaled_error(logits_at(0, true), want), 1e-2);
 }
 
 TEST(HfModel, SaveAndReload) {

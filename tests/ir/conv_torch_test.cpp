@@ -16,6 +16,8 @@
 #include <meganeura/graph.h>
 #include <meganeura/reference.h>
 
+#include "support/random_fill.h"
+
 namespace mn {
 namespace {
 
@@ -80,16 +82,6 @@ Tensor apply_case(const json& c, const std::vector<Tensor>& in) {
   throw Error("conv_fixtures.json: unknown op " + op);
 }
 
-// max |a - b| relative to the reference's scale.
-double scaled_error(const Array& a, const Array& b) {
-  double diff = 0.0, scale = 0.0;
-  for (size_t i = 0; i < b.data.size(); ++i) {
-    diff = std::max(diff, std::abs(a.data[i] - b.data[i]));
-    scale = std::max(scale, std::abs(b.data[i]));
-  }
-  return diff / std::max(scale, 1e-300);
-}
-
 TEST(ConvTorch, FixturesCoverEveryOp) {
   std::set<std::string> ops;
   for (const json& c : fixtures().at("cases")) ops.insert(c.at("op").get<std::string>());
@@ -129,11 +121,11 @@ TEST_P(ConvTorchCase, ForwardAndGradientsMatchPyTorch) {
   std::vector<NodeId> ids{out.id()};
   for (const Tensor& t : grads) ids.push_back(t.id());
   auto values = reference::evaluate_nodes(g, feeds, ids);
-  EXPECT_LE(scaled_error(values[0], want_out), 1e-9) << "forward";
+  EXPECT_LE(testing::scaled_error(values[0], want_out), 1e-9) << "forward";
   for (size_t i = 0; i < grads.size(); ++i) {
     const Array want = to_array(c.at("grads")[i]);
     ASSERT_EQ(values[i + 1].shape, want.shape);
-    EXPECT_LE(scaled_error(values[i + 1], want), 1e-9) << "gradient of input " << i;
+    EXPECT_LE(testing::scaled_error(values[i + 1], want), 1e-9) << "gradient of input " << i;
   }
 }
 

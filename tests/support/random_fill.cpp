@@ -43,4 +43,16 @@ double relative_error(const Array& a, const Array& b) {
   return num / (1.0 + den);
 }
 
+double scaled_error(const Array& a, const Array& b) {
+  if (a.data.size() != b.data.size()) return INFINITY;
+  double diff = 0.0, scale = 0.0;
+  for (size_t i = 0; i < b.data.size(); ++i) {
+    const double d = std::abs(a.data[i] - b.data[i]);
+    if (!std::isfinite(d)) return INFINITY;
+    diff = std::max(diff, d);
+    scale = std::max(scale, std::abs(b.data[i]));
+  }
+  return diff / std::max(scale, 1e-300);
+}
+
 }  // namespace mn::testing

@@ -16,5 +16,8 @@ Array random_array(std::mt19937_64& rng, const TensorType& type, double lo = -1.
 
 // max |a - b| / (1 + max |b|): the error measure used against the reference.
 double relative_error(const Array& a, const Array& b);
+// max |a - b| / max |b|: an error relative to the reference's scale (logits, whole outputs);
+// infinite when the sizes differ or a value is not finite.
+double scaled_error(const Array& a, const Array& b);
 
 }  // namespace mn::testing
