@@ -7,7 +7,7 @@ namespace mn::cli {
 
 void add_lm_options(CLI::App& cmd, LmArgs& a) {
   cmd.add_option("model", a.model_dir, "Hugging Face model directory")->required();
-  cmd.add_option("--dtype", a.dtype, "storage of weights and cache: f32, f16 or bf16")
+  cmd.add_option("--dtype", a.dtype, "storage of the weights: f32, f16 or bf16 (the cache is f32)")
       ->capture_default_str();
   cmd.add_option("--device", a.device,
                  "device index or name substring (default: $MN_DEVICE or the best)");
