@@ -11,9 +11,27 @@ namespace mn {
 
 namespace {
 
+// 0 means "the default" for the context and the block; negative values are errors, never
+// replaced by it.
+void check_options(const LmRunnerOptions& o) {
+  auto at_least = [](int64_t v, int64_t least, const char* what) {
+    if (v < least) {
+      throw Error(std::string("LmRunner: ") + what + " must be at least " +
+                  std::to_string(least) + " (got " + std::to_string(v) + ")");
+    }
+  };
+  at_least(o.batch, 1, "batch");
+  at_least(o.max_context, 0, "max_context");
+  at_least(o.prefill_block, 0, "prefill_block");
+  if (!is_float(o.dtype)) {
+    throw Error(std::string("LmRunner: the weights' dtype must be f32, f16 or bf16 (got ") +
+                dtype_name(o.dtype) + ")");
+  }
+}
+
 class SessionLmRunner : public LmRunner {
  public:
-  SessionLmRunner(const HfModel& model, const LmRunnerOptions& o) : config_(model.config) {
+  SessionLmRunner(const HfModel& model, const LmRunnerOptions& o) {
     auto t0 = std::chrono::steady_clock::now();
     auto lap = [&t0] {
       const auto now = std::chrono::steady_clock::now();
@@ -21,11 +39,11 @@ class SessionLmRunner : public LmRunner {
       t0 = now;
       return s;
     };
+    check_options(o);
     batch_ = o.batch;
     context_ = o.max_context > 0 ? o.max_context
                                  : std::min<int64_t>(model.config.max_position_embeddings, 2048);
     block_ = o.prefill_block > 0 ? o.prefill_block : std::min<int64_t>(128, context_);
-    if (batch_ < 1) throw Error("LmRunner: batch must be positive");
     if (block_ > context_) {
       throw Error("LmRunner: a prefill block of " + std::to_string(block_) +
                   " tokens exceeds the context of " + std::to_string(context_));
@@ -89,7 +107,6 @@ class SessionLmRunner : public LmRunner {
  private:
   static std::vector<double> ints(std::span<const int32_t> v) { return {v.begin(), v.end()}; }
 
-  LmConfig config_;
   int64_t batch_ = 1, context_ = 0, block_ = 0;
   std::unique_ptr<Session> session_;
   BuildTimes times_;

@@ -133,6 +133,23 @@ TEST(LmStep, CachedLogitsEqualFullRecomputation) {
   }
 }
 
+TEST(LmRunner, RejectsBadOptions) {
+  const HfModel model = load_hf_model(kLm / "models" / "llama_tied");
+  auto expect_error = [&](LmRunnerOptions o, const std::string& what) {
+    try {
+      LmRunner::create(model, o);
+      ADD_FAILURE() << "accepted " << what;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect_error({.batch = 0}, "batch");
+  expect_error({.max_context = -4}, "max_context");
+  expect_error({.prefill_block = -1}, "prefill_block");
+  expect_error({.max_context = 16, .prefill_block = 32}, "exceeds the context of 16");
+  expect_error({.dtype = DType::i32}, "dtype");
+}
+
 // Sampling on the device: seeded runs repeat, seeds differ, top_k = 1 is greedy.
 TEST(LmSampling, SeededTopKTopP) {
   const HfModel model = load_hf_model(kLm / "models" / "llama_tied");
