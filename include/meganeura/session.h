@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -38,6 +39,10 @@ struct SessionOptions {
   // Off, every op of the graph as written runs as its own kernel(s), the baseline the
   // benchmarks compare against.
   bool optimize = true;
+  // Parameters and states the caller sets before the first step (weights read from a file):
+  // their initializers are not evaluated, which for a large model is most of building the
+  // session. Until set, their values are unspecified.
+  std::set<std::string, std::less<>> preset;
 };
 
 // One program of a multi-program session.

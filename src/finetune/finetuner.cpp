@@ -77,6 +77,8 @@ struct Finetuner::Impl {
     add_training_step(lm.loss, o.optimizer, params);
     SessionOptions so;
     so.device = o.device;
+    // The base weights come from the model's files; adapters keep their initializers.
+    for (const ParameterSpec& p : lm_parameters(model.config)) so.preset.insert(p.name);
     session = build_session(*lm.graph, so);
     load_weights(*session, model);
     for (const std::string& n : session->parameter_names()) {
@@ -199,6 +201,7 @@ struct Finetuner::Impl {
     CausalLm plain = build_causal_lm(model.config, lo);
     SessionOptions so;
     so.device = o.device;
+    for (const ParameterSpec& p : lm_parameters(model.config)) so.preset.insert(p.name);
     auto s = build_session(*plain.graph, so);
     for (auto& [name, value] : merged_lora_parameters(*session, model.config, o.lora))
       s->set(name, value);

@@ -51,6 +51,8 @@ class SessionLmRunner : public LmRunner {
     SessionOptions so;
     so.device = o.device;
     so.profile = o.profile;
+    // Every weight comes from the model's files (load_weights checks that none is missing).
+    for (const ParameterSpec& p : lm_parameters(model.config)) so.preset.insert(p.name);
     // Two programs over one set of weights and caches; a step reads back only the sampled ids.
     std::vector<CausalLm> graphs;
     std::vector<SessionProgram> programs;

@@ -227,18 +227,39 @@ void build_staging(vk::Device& dev, Program& p, const SessionProgram& spec) {
   p.readback = std::make_unique<vk::StagingBuffer>(dev, std::max<uint64_t>(down_bytes, 16), true);
 }
 
-// Parameters and states from their initializers (a shared one once), constants as given.
-void write_initial_values(vk::Arena& arena, const Program& p, std::set<std::string>& written) {
+// Zero bytes written a slice at a time (a KV cache may be gigabytes).
+void write_zeros(vk::Arena& arena, uint64_t offset, uint64_t bytes) {
+  const std::vector<std::byte> zeros(std::min<uint64_t>(bytes, uint64_t{1} << 20));
+  for (uint64_t done = 0; done < bytes; done += zeros.size()) {
+    const uint64_t n = std::min<uint64_t>(zeros.size(), bytes - done);
+    arena.write(offset + done, std::span<const std::byte>(zeros.data(), n));
+  }
+}
+
+// Parameters and states from their initializers (a shared one once, none for the caller's
+// preset ones), constants as given.
+void write_initial_values(vk::Arena& arena, const Program& p, const SessionOptions& options,
+                          std::set<std::string>& written) {
   for (size_t i = 0; i < p.plan.graph.size(); ++i) {
     const Node& n = p.plan.graph.node(static_cast<NodeId>(i));
     if (p.plan.node_buffer[i] < 0) continue;
-    std::optional<Array> value;
-    if (n.op_name() == "parameter" && written.insert(n.name).second)
-      value = initialize(n.attrs.as<ParameterAttrs>().init, n.type.shape, n.type.dtype);
-    if (n.op_name() == "state" && written.insert(n.name).second)
-      value = initialize(n.attrs.as<StateAttrs>().init, n.type.shape, n.type.dtype);
-    if (n.op_name() == "constant") value = *n.attrs.as<ConstantAttrs>().value.array;
-    if (value) arena.write(p.buffer_of(static_cast<NodeId>(i)).offset, host_bytes(*value, n.type.dtype));
+    const plan::PlannedBuffer& buffer = p.buffer_of(static_cast<NodeId>(i));
+    const std::string_view op = n.op_name();
+    if (op == "constant") {
+      arena.write(buffer.offset, host_bytes(*n.attrs.as<ConstantAttrs>().value.array, n.type.dtype));
+      continue;
+    }
+    if ((op != "parameter" && op != "state") || !written.insert(n.name).second ||
+        options.preset.count(n.name)) {
+      continue;
+    }
+    const Init& init = op == "parameter" ? n.attrs.as<ParameterAttrs>().init
+                                         : n.attrs.as<StateAttrs>().init;
+    if (init.kind == Init::Kind::zeros) {
+      write_zeros(arena, buffer.offset, plan::device_bytes(n.type));
+    } else {
+      arena.write(buffer.offset, host_bytes(initialize(init, n.type.shape, n.type.dtype), n.type.dtype));
+    }
   }
 }
 
@@ -350,7 +371,7 @@ std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& specs,
     if (!impl->arena->host_mapped()) build_staging(dev, p, specs[i]);
     if (options.check_numerics.value_or(runtime::check_numerics_from_env()))
       p.numerics = runtime::plan_numerics_check(dev, p.plan);
-    write_initial_values(*impl->arena, p, initialized);
+    write_initial_values(*impl->arena, p, options, initialized);
     record_step(*impl, p, options);
   }
   dev.check_validation("building the session");

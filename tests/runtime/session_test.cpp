@@ -60,3 +60,29 @@ TEST(Session, UnknownNamesAndSizesAreErrors) {
 
 }  // namespace
 }  // namespace mn
+
+namespace mn {
+namespace {
+
+// Preset parameters skip their initializers and take what the caller sets; the others, and
+// zero-initialized states (written without evaluating the initializer), keep their values.
+TEST(Session, PresetParametersTakeTheCallersValues) {
+  Graph g;
+  Tensor x = g.input("x", {4});
+  Tensor w = g.parameter("w", {4}, Init::constant(2.0));
+  Tensor b = g.parameter("b", {4}, Init::constant(5.0));
+  Tensor s = g.state("s", {3, 1000}, Init::zeros());
+  g.output("y", x * w + b + sum(s));
+  SessionOptions o;
+  o.preset = {"w"};
+  auto session = build_session(g, o);
+  EXPECT_EQ(session->get("b").data, std::vector<double>(4, 5.0));
+  EXPECT_EQ(session->get("s").data, std::vector<double>(3000, 0.0));
+  session->set("w", std::vector<float>{1, 2, 3, 4});
+  session->set("x", std::vector<float>{1, 1, 1, 1});
+  session->step();
+  EXPECT_EQ(session->get("y").data, (std::vector<double>{6, 7, 8, 9}));
+}
+
+}  // namespace
+}  // namespace mn
