@@ -450,6 +450,10 @@ void Session::set_raw(std::string_view name, DType source, std::span<const std::
                      std::to_string(count * dtype_size(source)) + " bytes) for " + n.type.str() +
                      ", got " + std::to_string(bytes.size()) + " bytes");
   }
+  if (source == n.type.dtype) {  // no conversion: the bytes go to the device as they are
+    impl_->write_tensor(p, name, bytes);
+    return;
+  }
   std::vector<std::byte> converted(count * dtype_size(n.type.dtype));
   runtime::convert_elements(bytes, source, converted, n.type.dtype);
   impl_->write_tensor(p, name, converted);
