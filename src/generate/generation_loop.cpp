@@ -76,7 +76,7 @@ void check_request(const TokenModel& model, const std::vector<std::vector<int32_
   }
 }
 
-// Records a sampled token; returns whether the sequence is finished.
+// Records a sampled token and marks the sequence done when it ends it.
 void accept(Sequence& s, int64_t index, int32_t token, const StopOptions& stop,
             const GenerateCallbacks& cb) {
   s.out.tokens.push_back(token);
