@@ -20,6 +20,8 @@
 #include "data/test_util.h"
 #include "support/run_command.h"
 
+#include "support/scratch_dir.h"
+
 namespace mn {
 namespace {
 
@@ -45,26 +47,6 @@ void expect_failure(const std::vector<std::string>& args, const std::vector<std:
                                                    << r.output;
   EXPECT_EQ(r.output.find("internal error"), std::string::npos) << r.output;
 }
-
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("mn-cli-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 // A Fashion-MNIST-shaped folder of `n` random images per split.
 void write_tiny_fashion_mnist(const fs::path& dir, int64_t n) {
@@ -112,7 +94,7 @@ TEST(Cli, BadInspectOptionValuesAreErrors) {
 }
 
 TEST(Cli, SaveDestinationIsCheckedBeforeLoadingData) {
-  TempDir dir;
+  test::ScratchDir dir("cli-test");
   // No data folder: the save is refused before the data is looked for.
   const std::string no_data = (dir / "no-data").string();
   ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
@@ -128,7 +110,7 @@ TEST(Cli, SaveDestinationIsCheckedBeforeLoadingData) {
 }
 
 TEST(Cli, RunLengthChecksNeedTheDataSize) {
-  TempDir dir;
+  test::ScratchDir dir("cli-test");
   write_tiny_fashion_mnist(dir.path(), 32);  // 2 batches of 16 per epoch
   const std::string data = dir.path().string();
   expect_failure({"train", "--data", data, "--batch", "16", "--accumulate", "3"},
@@ -140,7 +122,7 @@ TEST(Cli, RunLengthChecksNeedTheDataSize) {
 }
 
 TEST(Cli, TrainSavesThroughASymlinkKeepingPermissions) {
-  TempDir dir;
+  test::ScratchDir dir("cli-test");
   write_tiny_fashion_mnist(dir.path(), 32);
   {
     std::FILE* f = std::fopen((dir / "real.safetensors").c_str(), "w");
@@ -171,7 +153,7 @@ TEST(Cli, TrainSavesThroughASymlinkKeepingPermissions) {
 
 // Files declaring two million images but holding 40: --limit reads the first 32 and no more.
 TEST(Cli, LimitReadsOnlyTheSamplesItUses) {
-  TempDir dir;
+  test::ScratchDir dir("cli-test");
   write_tiny_fashion_mnist(dir.path(), 40);
   for (const std::string split : {"train", "t10k"}) {
     for (const std::string kind : {"images-idx3", "labels-idx1"}) {

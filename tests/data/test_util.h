@@ -14,37 +14,9 @@
 
 #include <meganeura/error.h>
 
+#include "support/scratch_dir.h"
+
 namespace mn::test {
-
-// A fresh directory removed with its content at the end of the test.
-class ScratchDir {
- public:
-  ScratchDir() {
-    static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("mn-data-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-  // Names of every entry, hidden ones included.
-  std::vector<std::string> listing() const {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(path_)) {
-      names.push_back(e.path().filename().string());
-    }
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline void write_bytes(const std::filesystem::path& p, const std::vector<uint8_t>& bytes) {
   // A fresh file rather than a truncated one: ext4 flushes truncated-and-rewritten files on

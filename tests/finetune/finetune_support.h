@@ -12,34 +12,26 @@
 #include <meganeura/finetune.h>
 #include <meganeura/session.h>
 
+#include "support/scratch_dir.h"
+
 namespace mn::testing {
+
+using ScratchDir = test::ScratchDir;
+
+// The message of the mn::Error that `fn` throws, or "(no error)".
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 inline std::filesystem::path lm_fixture(const std::string& name) {
   return std::filesystem::path(MN_SOURCE_DIR) / "tests/fixtures/lm/models" / name;
 }
-
-// A fresh directory for one test, removed with the object.
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& tag)
-      : path_(std::filesystem::temp_directory_path() /
-              ("mn_finetune_" + tag + "_" + std::to_string(::getpid()))) {
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name, std::ios::binary) << text;
-    return path_ / name;
-  }
-
- private:
-  std::filesystem::path path_;
-};
 
 // A text of several documents with repeated sentences: enough windows of 16 tokens for a few
 // batches.

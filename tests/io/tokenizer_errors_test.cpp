@@ -13,6 +13,8 @@
 
 #include "io/tokenizer_cases.h"
 
+#include "support/scratch_dir.h"
+
 namespace mn {
 namespace {
 
@@ -130,27 +132,7 @@ TEST(TokenizerErrors, MalformedFields) {
   expect_json_error<FormatError>(j, {"post_processor", "9999"});
 }
 
-class ScratchDir {
- public:
-  ScratchDir() {
-    static std::atomic<int> n{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("mn-tokenizer-test-" + std::to_string(::getpid()) + "-" + std::to_string(n++));
-    std::filesystem::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::filesystem::path write(const std::string& name, const std::string& text) const {
-    std::ofstream(path_ / name, std::ios::binary) << text;
-    return path_ / name;
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using test::ScratchDir;
 
 TEST(TokenizerErrors, MissingFiles) {
   ScratchDir dir;

@@ -14,29 +14,12 @@
 #include <meganeura/data.h>
 #include <meganeura/train.h>
 
+#include "support/scratch_dir.h"
+
 namespace mn {
 namespace {
 
 namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path_ = fs::temp_directory_path() /
-            ("mn-trainer-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
 
 std::shared_ptr<Dataset> synthetic(int64_t n, uint64_t seed, float scale = 1.0f) {
   auto d = std::make_shared<Dataset>();
@@ -98,7 +81,7 @@ TEST(TrainerChecks, OptionsOutOfRangeAreErrors) {
 }
 
 TEST(TrainerChecks, UnwritableSaveFailsBeforeTheFirstStep) {
-  TempDir dir;
+  test::ScratchDir dir("trainer-test");
   auto train = synthetic(32, 1), test = synthetic(16, 2);
   TrainOptions o = small_run();
   int steps = 0;
@@ -114,7 +97,7 @@ TEST(TrainerChecks, UnwritableSaveFailsBeforeTheFirstStep) {
 // Inputs of 1e4 and a learning rate of 1e38: the loss of the only step is finite (computed
 // before the update) but the update overflows the first layer's weights.
 TEST(TrainerChecks, NonFiniteParametersAfterTheLastStepAreAnErrorAndNotSaved) {
-  TempDir dir;
+  test::ScratchDir dir("trainer-test");
   auto train = synthetic(16, 3, 1e4f), test = synthetic(16, 4);
   TrainOptions o = small_run();
   o.optimizer = Optimizer::sgd();
@@ -132,7 +115,7 @@ TEST(TrainerChecks, NonFiniteParametersAfterTheLastStepAreAnErrorAndNotSaved) {
 
 // A finished one-epoch run of 2 steps, saved to dir/"c.safetensors".
 struct SavedRun {
-  TempDir dir;
+  test::ScratchDir dir("trainer-test");
   std::shared_ptr<Dataset> train = synthetic(32, 5), test = synthetic(16, 6);
   TrainOptions o = small_run();
   fs::path path = dir / "c.safetensors";
