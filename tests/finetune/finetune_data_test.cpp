@@ -16,21 +16,12 @@ namespace {
 
 using testing::lm_fixture;
 using testing::ScratchDir;
+using testing::error_of;
 
 Tokenizer chatml() { return Tokenizer::from_dir(lm_fixture("llama_tied")); }
 
 std::vector<int32_t> row(const std::vector<int32_t>& v, int64_t i, int64_t L) {
   return {v.begin() + i * L, v.begin() + (i + 1) * L};
-}
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(FinetuneData, TextDocumentsJoinedByEosAndCutIntoPaddedWindows) {

@@ -24,16 +24,7 @@ namespace {
 
 using testing::lm_fixture;
 using testing::ScratchDir;
-
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 TEST(Finetune, LossFallsOnRepeatedText) {
   ScratchDir dir("falls");

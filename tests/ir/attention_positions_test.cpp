@@ -18,6 +18,8 @@
 #include "ir/ops/attention.h"
 #include "support/random_fill.h"
 
+#include "support/expect_error.h"
+
 namespace mn {
 namespace {
 
@@ -43,17 +45,6 @@ struct Fed {
 void expect_close(const Array& got, const Array& want, double tol) {
   ASSERT_EQ(got.shape, want.shape);
   EXPECT_LE(testing::relative_error(got, want), tol);
-}
-
-template <class F>
-void expect_shape_error(F&& f, std::initializer_list<const char*> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const ShapeError& e) {
-    for (const char* s : fragments)
-      EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what();
-  }
 }
 
 std::vector<double> iota(int64_t from, int64_t n) {

@@ -11,6 +11,8 @@
 #include <meganeura/ops.h>
 #include <meganeura/reference.h>
 
+#include "support/expect_error.h"
+
 namespace mn {
 namespace {
 
@@ -137,17 +139,6 @@ TEST(SampleTokens, TopPEdgeCases) {
   expect_distribution(frequencies({1.0, 0.0, 1.0}, {1.0, 1, 1.0}, n), {{0, 0.5}, {2, 0.5}}, n);
   // top_k of V or more filters nothing.
   expect_distribution(frequencies(row, {1.0, 3, 1.0}, n), {{0, 0.5}, {1, 0.3}, {2, 0.2}}, n);
-}
-
-template <class F>
-void expect_shape_error(F&& f, std::initializer_list<const char*> fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const ShapeError& e) {
-    for (const char* s : fragments)
-      EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what();
-  }
 }
 
 TEST(SampleTokens, BadOperandsAreShapeErrors) {

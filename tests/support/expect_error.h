@@ -1,0 +1,24 @@
+#pragma once
+// Expecting an exception of a given type whose message names what was wrong.
+#include <gtest/gtest.h>
+
+#include <initializer_list>
+#include <string>
+
+#include <meganeura/error.h>
+
+namespace mn {
+
+// `f` throws ShapeError, and its message contains every fragment.
+template <class F>
+void expect_shape_error(F&& f, std::initializer_list<const char*> fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "no exception";
+  } catch (const ShapeError& e) {
+    for (const char* s : fragments)
+      EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace mn
