@@ -115,7 +115,7 @@ TEST(TrainerChecks, NonFiniteParametersAfterTheLastStepAreAnErrorAndNotSaved) {
 
 // A finished one-epoch run of 2 steps, saved to dir/"c.safetensors".
 struct SavedRun {
-  test::ScratchDir dir("trainer-test");
+  test::ScratchDir dir{"trainer-test"};
   std::shared_ptr<Dataset> train = synthetic(32, 5), test = synthetic(16, 6);
   TrainOptions o = small_run();
   fs::path path = dir / "c.safetensors";
