@@ -2,6 +2,7 @@
 // Building blocks of generated GLSL: headers, typed buffers with float load/store helpers,
 // index arithmetic with constant shapes, and a 1-D grid that covers any element count.
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <string>
 
@@ -13,6 +14,8 @@ namespace mn::codegen::glsl {
 
 // "#version 450" plus the extensions every kernel may use.
 std::string header();
+// header() with `#extension <name> : require` lines for `extensions`.
+std::string header(std::initializer_list<const char*> extensions);
 
 // `v` as a GLSL uint literal: "123u".
 inline std::string ulit(int64_t v) { return std::to_string(v) + "u"; }

@@ -12,9 +12,7 @@
 // vec4 per slab row keeps the staging stores mostly conflict-free. With T = 1 thread (tx, ty)
 // owns row ty and column tx.
 //
-// Matrix-vector products (M = 1 or N = 1) run as a reduction over K instead: lanes split K
-// when the matrix is contiguous along K, and threads take neighbouring outputs when it is
-// contiguous along them, so that no lane of a 16×16 tile idles.
+// Matrix-vector products (M = 1 or N = 1) have kernels of their own (lower_gemv.cpp).
 #include <algorithm>
 #include <bit>
 #include <limits>
@@ -34,7 +32,8 @@ namespace {
 
 using glsl::ulit;
 
-// Statements declaring abase and bbase, the operands' offsets for output batch `bz`.
+}  // namespace
+
 std::string batch_bases(const MatmulGeometry& g) {
   std::string s = glsl::unravel(g.out_batch, "bz", "q");
   s += "  uint abase = " + glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " +
@@ -43,6 +42,8 @@ std::string batch_bases(const MatmulGeometry& g) {
        ulit(g.k * g.n) + ";\n";
   return s;
 }
+
+namespace {
 
 std::string operand_buffers(const LowerContext& ctx) {
   return glsl::buffer(0, ctx.inputs[0].dtype, "A", true) +
@@ -184,136 +185,18 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   return l;
 }
 
-// M = 1 or N = 1: out[bz, p] = sum_k vec[k] · mat[p, k], with p over the matrix's other axis.
-// The vector is contiguous along K whatever its flags (its other extent is 1). When the grid
-// is small and K long, K splits into chunks whose partial sums a second launch adds up.
-Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
-                    const MatmulEpilogue* e) {
-  const bool left = g.m == 1;  // x·B: the matrix is B and p runs over N
-  const int64_t p_count = left ? g.n : g.m;
-  // Strides of the matrix along p and along k.
-  int64_t sp = 0, sk = 0;
-  if (left) {
-    sp = g.tb ? g.k : 1;
-    sk = g.tb ? 1 : g.n;
-  } else {
-    sp = g.ta ? 1 : g.k;
-    sk = g.ta ? g.m : 1;
-  }
-  const bool k_contiguous = sk == 1 && g.k > 1;
-  const uint32_t threads =
-      std::min<uint32_t>(256, std::bit_floor(ctx.device.max_workgroup_invocations));
-  uint32_t lx = 0, ly = 0;
-  if (k_contiguous) {  // lanes along K, as rows of a reduction
-    ly = std::min<uint32_t>(threads,
-                            std::max<uint32_t>(32, std::bit_ceil(static_cast<uint64_t>(g.k))));
-    lx = threads / ly;
-  } else if (g.k <= 16 || (p_count * batch >= 8192 && g.k <= 256)) {
-    lx = threads / 2;  // one thread per output, neighbours reading neighbouring addresses
-    ly = 1;
-  } else {
-    lx = std::min<uint32_t>(32, std::bit_ceil(static_cast<uint64_t>(p_count)));
-    ly = std::min<uint32_t>(threads / lx, std::bit_ceil(static_cast<uint64_t>(g.k)));
-  }
-  const int64_t blocks = (p_count + lx - 1) / lx;
-  const int64_t outputs = p_count * batch;
-  // Split K when there are too few groups to keep a large device's memory busy: ~2048
-  // groups, each lane still summing >= 16 products, and at most 256 partials for the second
-  // launch's one thread per output to add.
-  const int64_t per_lane = (g.k + ly - 1) / ly;
-  int64_t split = 1, chunk = g.k;
-  if (blocks * batch < 1024 && per_lane >= 64) {
-    split = std::min<int64_t>({(2048 + blocks * batch - 1) / (blocks * batch), per_lane / 16, 256});
-    chunk = (g.k + split - 1) / split;
-    split = (g.k + chunk - 1) / chunk;
-  }
-  const int64_t total = blocks * batch * split;
-  const std::string LX = ulit(lx), L = std::to_string(lx * ly);
-
-  std::string s = glsl::header() + glsl::buffer(0, ctx.inputs[0].dtype, "A", true) +
-                  glsl::buffer(1, ctx.inputs[1].dtype, "B", true);
-  s += split == 1 ? glsl::buffer(2, ctx.node.type.dtype, "C", false)
-                  : "layout(std430, set = 0, binding = 2) buffer Buffer2 { float part[]; };\n";
-  if (split == 1 && e) s += e->declarations;
-  if (split == 1) s += epilogue_function(e);
-  if (ly > 1) s += "shared float s_acc[" + L + "];\n";
-  s += "void main() {\n";
-  s += "  uint lx = gl_LocalInvocationID.x, ly = gl_LocalInvocationID.y;\n";
-  s += "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  s += "  if (g >= " + ulit(total) + ") return;\n";  // uniform per group
-  s += "  uint s = g / " + ulit(blocks * batch) + ", gb = g % " + ulit(blocks * batch) + ";\n";
-  s +=
-      "  uint bz = gb / " + ulit(blocks) + ", p = (gb % " + ulit(blocks) + ") * " + LX + " + lx;\n";
-  s += batch_bases(g);
-  s += "  bool live = p < " + ulit(p_count) + ";\n";
-  s += "  uint k1 = min((s + 1u) * " + ulit(chunk) + ", " + ulit(g.k) + ");\n";
-  const std::string vec = left ? "A_ld(abase + k)" : "B_ld(bbase + k)";
-  const std::string mat = left ? "B_ld(bbase + p * " + ulit(sp) + " + k * " + ulit(sk) + ")"
-                               : "A_ld(abase + p * " + ulit(sp) + " + k * " + ulit(sk) + ")";
-  s += "  float acc = 0.0;\n";
-  s += "  if (live) for (uint k = s * " + ulit(chunk) + " + ly; k < k1; k += " + ulit(ly) +
-       ") acc += " + vec + " * " + mat + ";\n";
-  if (ly > 1) {
-    s += "  s_acc[ly * " + LX + " + lx] = acc;\n  barrier();\n";
-    s += "  for (uint h = " + ulit(ly / 2) + "; h > 0u; h >>= 1) {\n";
-    s += "    if (ly < h) s_acc[ly * " + LX + " + lx] += s_acc[(ly + h) * " + LX + " + lx];\n";
-    s += "    barrier();\n  }\n";
-    s += "  acc = s_acc[lx];\n";
-  }
-  const std::string o = "bz * " + ulit(p_count) + " + p";
-  s += split == 1
-           ? "  if (ly == 0u && live) C_st(" + o + ", mm_epilogue(acc, bz, " +
-                 (left ? "0u, p" : "p, 0u") + "));\n}\n"
-           : "  if (ly == 0u && live) part[s * " + ulit(outputs) + " + " + o + "] = acc;\n}\n";
-
-  KernelLaunch k;
-  k.name = split == 1 ? "matmul_gemv" : "matmul_gemv_partial";
-  k.glsl = std::move(s);
-  k.workgroup = {lx, ly, 1};
-  k.groups = glsl::linear_grid(static_cast<uint64_t>(total) * lx * ly, ctx.device, lx * ly).groups;
-  Lowering l;
-  if (split == 1) {
-    k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
-    if (e) {
-      for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
-    }
-    l.launches.push_back(std::move(k));
-    return l;
-  }
-  k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::scratch(0), true}};
-  l.launches.push_back(std::move(k));
-  l.scratch_bytes.push_back(static_cast<uint64_t>(split * outputs) * 4);
-  // The partial sums of each output, added in chunk order.
-  const std::string decl =
-      "layout(std430, set = 0, binding = 0) readonly buffer Buffer0 { float part[]; };\n" +
-      glsl::buffer(1, ctx.node.type.dtype, "C", false) + (e ? e->declarations : std::string()) +
-      epilogue_function(e);
-  // Output i is batch i / p_count, element p = i % p_count: (m, n) = (0, p) or (p, 0).
-  const std::string p_of = "i % " + ulit(p_count), b_of = "i / " + ulit(p_count);
-  const std::string body = "  float acc = 0.0;\n  for (uint s = 0u; s < " + ulit(split) +
-                           "; ++s) acc += part[s * " + ulit(outputs) +
-                           " + i];\n  C_st(i, mm_epilogue(acc, " + b_of + ", " +
-                           (left ? "0u, " + p_of : p_of + ", 0u") + "));\n";
-  KernelLaunch c =
-      glsl::elementwise_launch("matmul_gemv_combine", decl, body, static_cast<uint64_t>(outputs),
-                               ctx.device, {{ArgRef::scratch(0), false}, {ArgRef::output(), true}});
-  if (e) {
-    // Binding 2 is unused (the epilogue's operands start at 3, as in the other kernels).
-    c.bindings.push_back({ArgRef::scratch(0), false});
-    for (const ArgRef& a : e->extra) c.bindings.push_back({a, false});
-  }
-  l.launches.push_back(std::move(c));
-  return l;
-}
-
 }  // namespace
 
-Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e) {
+Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
+                            const GemvExtras* extras) {
   glsl::require_storage(ctx);
   const MatmulGeometry g = geometry(ctx);
   const int64_t batch = numel(g.out_batch);
   check_elements(g, batch);
-  if (g.m == 1 || g.n == 1) return lower_gemv(ctx, g, batch, e);
+  if (extras && !gemv_takes_extras(ctx)) {
+    throw Error("matmul: this product's kernel cannot take a norm or a sibling product");
+  }
+  if (g.m == 1 || g.n == 1) return lower_gemv(ctx, g, batch, e, extras);
   if (coop_rejection(ctx, g, batch).empty()) {
     if (coop_wg_rejection(ctx, g, batch).empty()) {
       const CoopWgTile& t =

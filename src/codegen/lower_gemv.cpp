@@ -1,0 +1,305 @@
+// Matrix-vector products (M = 1 or N = 1): a decoding step's every linear layer, so their
+// cost is mostly latency, the weight read once per token.
+//
+// Matrix contiguous along K (a linear layer's [out, in] weight): one subgroup per output,
+// its lanes striding K with four independent sums in flight, added by subgroupAdd; a workgroup
+// takes as many outputs as it has subgroups. Without subgroup arithmetic, or with a long K over
+// few outputs, and for matrices contiguous along the outputs: a reduction over K in shared
+// memory, lanes split K when the matrix is contiguous along K, and threads take neighbouring
+// outputs when it is contiguous along them; a long K over a small grid splits into chunks
+// whose partial sums a second launch adds.
+#include <algorithm>
+#include <bit>
+
+#include "codegen/glsl.h"
+#include "codegen/lower_matmul.h"
+#include "codegen/matmul_epilogue.h"
+
+namespace mn::codegen {
+
+namespace {
+
+using glsl::ulit;
+
+// Where the matrix of a GEMV lies: p runs over its non-K axis.
+struct GemvLayout {
+  bool left = false;  // x·B: the matrix is B and p runs over N
+  int64_t p_count = 0;
+  int64_t sp = 0, sk = 0;  // strides of the matrix along p and along k
+};
+
+GemvLayout gemv_layout(const MatmulGeometry& g) {
+  GemvLayout l;
+  l.left = g.m == 1;
+  l.p_count = l.left ? g.n : g.m;
+  if (l.left) {
+    l.sp = g.tb ? g.k : 1;
+    l.sk = g.tb ? 1 : g.n;
+  } else {
+    l.sp = g.ta ? 1 : g.k;
+    l.sk = g.ta ? g.m : 1;
+  }
+  return l;
+}
+
+std::string vector_load(const GemvLayout& l, const std::string& k) {
+  return l.left ? "A_ld(abase + " + k + ")" : "B_ld(bbase + " + k + ")";
+}
+
+// `name`: the matrix's buffer when it is not A or B (a sibling's, laid out like B).
+std::string matrix_load(const GemvLayout& l, const std::string& k, const std::string& name = "") {
+  const std::string at = "p * " + ulit(l.sp) + " + " + k + " * " + ulit(l.sk) + ")";
+  if (!name.empty()) return name + "_ld(bbase + " + at;
+  return l.left ? "B_ld(bbase + " + at : "A_ld(abase + " + at;
+}
+
+std::string epilogue_store(const GemvLayout& l) {
+  return "C_st(bz * " + ulit(l.p_count) + " + p, mm_epilogue(acc, bz, " +
+         (l.left ? "0u, p" : "p, 0u") + "))";
+}
+
+void bind_epilogue(KernelLaunch& k, const MatmulEpilogue* e) {
+  k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
+  if (e) {
+    for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
+  }
+}
+
+// Statements declaring `float rstd` of the vector (input 0, K elements) for rms_norm, summed by
+// the whole workgroup once: subgroup sums meet in shared memory.
+std::string rstd_of_vector(int64_t k, uint32_t threads, double eps) {
+  std::string s = "  float ss = 0.0;\n";
+  s += "  for (uint i = gl_LocalInvocationIndex; i < " + ulit(k) + "; i += " + ulit(threads) +
+       ") { float x = A_ld(i); ss += x * x; }\n";
+  s += "  ss = subgroupAdd(ss);\n";
+  s += "  if (subgroupElect()) s_sum[gl_SubgroupID] = ss;\n";
+  s += "  barrier();\n";
+  s += "  ss = 0.0;\n  for (uint i = 0u; i < gl_NumSubgroups; ++i) ss += s_sum[i];\n";
+  s += "  float rstd = inversesqrt(ss / " + glsl::float_literal(static_cast<double>(k)) + " + " +
+       glsl::float_literal(eps) + ");\n";
+  return s;
+}
+
+// One subgroup per output. The subgroup size is read at run time (a device may run compute
+// shaders at another width than it reports), so any width is correct; the reported one sizes
+// the workgroup.
+Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const GemvLayout& l,
+                        int64_t batch, const MatmulEpilogue* e, const GemvExtras* x) {
+  const uint32_t threads =
+      std::min<uint32_t>(256, std::bit_floor(ctx.device.max_workgroup_invocations));
+  const uint32_t width = std::clamp<uint32_t>(ctx.device.subgroup_size, 1, threads);
+  const int64_t rows = threads / width;  // outputs per workgroup
+  const int64_t outputs = l.p_count * batch;
+  const int64_t groups = (outputs + rows - 1) / rows;
+
+  std::string s = glsl::header({"GL_KHR_shader_subgroup_basic", "GL_KHR_shader_subgroup_arithmetic"});
+  s += glsl::buffer(0, ctx.inputs[0].dtype, "A", true) +
+       glsl::buffer(1, ctx.inputs[1].dtype, "B", true) +
+       glsl::buffer(2, ctx.node.type.dtype, "C", false);
+  if (e) s += e->declarations;
+  const bool norm = x && x->norm, gamma = norm && x->gamma_input >= 0;
+  const bool sibling = x && x->sibling_input >= 0;
+  uint32_t binding = 3 + static_cast<uint32_t>(e ? e->extra.size() : 0);
+  if (gamma) s += glsl::buffer(binding++, x->gamma_dtype, "G", true);
+  if (sibling) {
+    s += glsl::buffer(binding++, x->sibling_dtype, "B2", true);
+    s += "float mm_sibling;\n";
+  }
+  s += epilogue_function(e);
+  if (norm) s += "shared float s_sum[" + ulit(threads) + "];\n";
+  s += "void main() {\n";
+  s += "  uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
+  s += "  uint S = gl_SubgroupSize, lane = gl_SubgroupInvocationID;\n";
+  if (norm) s += rstd_of_vector(g.k, threads, x->eps);
+  s += "  for (uint r = gl_SubgroupID; r < " + ulit(rows) + "; r += gl_NumSubgroups) {\n";
+  s += "    uint o = group * " + ulit(rows) + " + r;\n";
+  s += "    if (o >= " + ulit(outputs) + ") break;\n";  // uniform in the subgroup
+  s += "    uint bz = o / " + ulit(l.p_count) + ", p = o % " + ulit(l.p_count) + ";\n";
+  s += batch_bases(g);
+  // The vector element, times gamma under a norm (rstd multiplies the sum).
+  auto vec = [&](const std::string& k) {
+    return gamma ? "(" + vector_load(l, k) + " * G_ld(" + k + "))" : vector_load(l, k);
+  };
+  s += "    float a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0, b0 = 0.0, b1 = 0.0, b2 = 0.0, b3 = 0.0;\n";
+  // One step of the K loop: the vector element once, times each matrix.
+  auto step = [&](const std::string& sum, const std::string& k) {
+    std::string t = "      { float v = " + vec(k) + "; " + "a" + sum + " += v * " + matrix_load(l, k) + ";";
+    if (sibling) t += " b" + sum + " += v * " + matrix_load(l, k, "B2") + ";";
+    return t + " }\n";
+  };
+  s += "    uint k = lane;\n";
+  const std::string K = ulit(g.k);
+  s += "    for (; k + 3u * S < " + K + "; k += 4u * S) {\n";
+  s += step("0", "k") + step("1", "(k + S)") + step("2", "(k + 2u * S)") + step("3", "(k + 3u * S)");
+  s += "    }\n";
+  s += "    for (; k < " + K + "; k += S)\n" + step("0", "k");
+  s += std::string("    float acc = subgroupAdd((a0 + a1) + (a2 + a3))") + (norm ? " * rstd" : "") +
+       ";\n";
+  if (sibling) {
+    s += std::string("    mm_sibling = subgroupAdd((b0 + b1) + (b2 + b3))") +
+         (norm ? " * rstd" : "") + ";\n";
+  }
+  s += "    if (subgroupElect()) " + epilogue_store(l) + ";\n";
+  s += "  }\n}\n";
+
+  KernelLaunch k;
+  k.name = std::string("matmul_gemv") + (norm ? "+prologue[rms_norm]" : "") +
+           (sibling ? "+sibling" : "");
+  k.glsl = std::move(s);
+  k.workgroup = {threads, 1, 1};
+  k.groups = glsl::linear_grid(static_cast<uint64_t>(groups) * threads, ctx.device, threads).groups;
+  bind_epilogue(k, e);
+  if (gamma) k.bindings.push_back({ArgRef::input(x->gamma_input), false});
+  if (sibling) k.bindings.push_back({ArgRef::input(x->sibling_input), false});
+  Lowering out;
+  out.launches.push_back(std::move(k));
+  return out;
+}
+
+// The reduction over K in shared memory. The vector is contiguous along K whatever its flags
+// (its other extent is 1). When the grid is small and K long, K splits into chunks whose partial
+// sums a second launch adds up.
+Lowering gemv_shared_memory(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
+                           const MatmulEpilogue* e) {
+  const bool left = g.m == 1;  // x·B: the matrix is B and p runs over N
+  const int64_t p_count = left ? g.n : g.m;
+  // Strides of the matrix along p and along k.
+  int64_t sp = 0, sk = 0;
+  if (left) {
+    sp = g.tb ? g.k : 1;
+    sk = g.tb ? 1 : g.n;
+  } else {
+    sp = g.ta ? 1 : g.k;
+    sk = g.ta ? g.m : 1;
+  }
+  const bool k_contiguous = sk == 1 && g.k > 1;
+  const uint32_t threads =
+      std::min<uint32_t>(256, std::bit_floor(ctx.device.max_workgroup_invocations));
+  uint32_t lx = 0, ly = 0;
+  if (k_contiguous) {  // lanes along K, as rows of a reduction
+    ly = std::min<uint32_t>(threads,
+                            std::max<uint32_t>(32, std::bit_ceil(static_cast<uint64_t>(g.k))));
+    lx = threads / ly;
+  } else if (g.k <= 16 || (p_count * batch >= 8192 && g.k <= 256)) {
+    lx = threads / 2;  // one thread per output, neighbours reading neighbouring addresses
+    ly = 1;
+  } else {
+    lx = std::min<uint32_t>(32, std::bit_ceil(static_cast<uint64_t>(p_count)));
+    ly = std::min<uint32_t>(threads / lx, std::bit_ceil(static_cast<uint64_t>(g.k)));
+  }
+  const int64_t blocks = (p_count + lx - 1) / lx;
+  const int64_t outputs = p_count * batch;
+  // Split K when there are too few groups to keep a large device's memory busy: ~2048
+  // groups, each lane still summing >= 16 products, and at most 256 partials for the second
+  // launch's one thread per output to add.
+  const int64_t per_lane = (g.k + ly - 1) / ly;
+  int64_t split = 1, chunk = g.k;
+  if (blocks * batch < 1024 && per_lane >= 64) {
+    split = std::min<int64_t>({(2048 + blocks * batch - 1) / (blocks * batch), per_lane / 16, 256});
+    chunk = (g.k + split - 1) / split;
+    split = (g.k + chunk - 1) / chunk;
+  }
+  const int64_t total = blocks * batch * split;
+  const std::string LX = ulit(lx), L = std::to_string(lx * ly);
+
+  std::string s = glsl::header() + glsl::buffer(0, ctx.inputs[0].dtype, "A", true) +
+                  glsl::buffer(1, ctx.inputs[1].dtype, "B", true);
+  s += split == 1 ? glsl::buffer(2, ctx.node.type.dtype, "C", false)
+                  : "layout(std430, set = 0, binding = 2) buffer Buffer2 { float part[]; };\n";
+  if (split == 1 && e) s += e->declarations;
+  if (split == 1) s += epilogue_function(e);
+  if (ly > 1) s += "shared float s_acc[" + L + "];\n";
+  s += "void main() {\n";
+  s += "  uint lx = gl_LocalInvocationID.x, ly = gl_LocalInvocationID.y;\n";
+  s += "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
+  s += "  if (g >= " + ulit(total) + ") return;\n";  // uniform per group
+  s += "  uint s = g / " + ulit(blocks * batch) + ", gb = g % " + ulit(blocks * batch) + ";\n";
+  s +=
+      "  uint bz = gb / " + ulit(blocks) + ", p = (gb % " + ulit(blocks) + ") * " + LX + " + lx;\n";
+  s += batch_bases(g);
+  s += "  bool live = p < " + ulit(p_count) + ";\n";
+  s += "  uint k1 = min((s + 1u) * " + ulit(chunk) + ", " + ulit(g.k) + ");\n";
+  const std::string vec = left ? "A_ld(abase + k)" : "B_ld(bbase + k)";
+  const std::string mat = left ? "B_ld(bbase + p * " + ulit(sp) + " + k * " + ulit(sk) + ")"
+                               : "A_ld(abase + p * " + ulit(sp) + " + k * " + ulit(sk) + ")";
+  s += "  float acc = 0.0;\n";
+  s += "  if (live) for (uint k = s * " + ulit(chunk) + " + ly; k < k1; k += " + ulit(ly) +
+       ") acc += " + vec + " * " + mat + ";\n";
+  if (ly > 1) {
+    s += "  s_acc[ly * " + LX + " + lx] = acc;\n  barrier();\n";
+    s += "  for (uint h = " + ulit(ly / 2) + "; h > 0u; h >>= 1) {\n";
+    s += "    if (ly < h) s_acc[ly * " + LX + " + lx] += s_acc[(ly + h) * " + LX + " + lx];\n";
+    s += "    barrier();\n  }\n";
+    s += "  acc = s_acc[lx];\n";
+  }
+  const std::string o = "bz * " + ulit(p_count) + " + p";
+  s += split == 1
+           ? "  if (ly == 0u && live) C_st(" + o + ", mm_epilogue(acc, bz, " +
+                 (left ? "0u, p" : "p, 0u") + "));\n}\n"
+           : "  if (ly == 0u && live) part[s * " + ulit(outputs) + " + " + o + "] = acc;\n}\n";
+
+  KernelLaunch k;
+  k.name = split == 1 ? "matmul_gemv" : "matmul_gemv_partial";
+  k.glsl = std::move(s);
+  k.workgroup = {lx, ly, 1};
+  k.groups = glsl::linear_grid(static_cast<uint64_t>(total) * lx * ly, ctx.device, lx * ly).groups;
+  Lowering l;
+  if (split == 1) {
+    k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
+    if (e) {
+      for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
+    }
+    l.launches.push_back(std::move(k));
+    return l;
+  }
+  k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::scratch(0), true}};
+  l.launches.push_back(std::move(k));
+  l.scratch_bytes.push_back(static_cast<uint64_t>(split * outputs) * 4);
+  // The partial sums of each output, added in chunk order.
+  const std::string decl =
+      "layout(std430, set = 0, binding = 0) readonly buffer Buffer0 { float part[]; };\n" +
+      glsl::buffer(1, ctx.node.type.dtype, "C", false) + (e ? e->declarations : std::string()) +
+      epilogue_function(e);
+  // Output i is batch i / p_count, element p = i % p_count: (m, n) = (0, p) or (p, 0).
+  const std::string p_of = "i % " + ulit(p_count), b_of = "i / " + ulit(p_count);
+  const std::string body = "  float acc = 0.0;\n  for (uint s = 0u; s < " + ulit(split) +
+                           "; ++s) acc += part[s * " + ulit(outputs) +
+                           " + i];\n  C_st(i, mm_epilogue(acc, " + b_of + ", " +
+                           (left ? "0u, " + p_of : p_of + ", 0u") + "));\n";
+  KernelLaunch c =
+      glsl::elementwise_launch("matmul_gemv_combine", decl, body, static_cast<uint64_t>(outputs),
+                               ctx.device, {{ArgRef::scratch(0), false}, {ArgRef::output(), true}});
+  if (e) {
+    // Binding 2 is unused (the epilogue's operands start at 3, as in the other kernels).
+    c.bindings.push_back({ArgRef::scratch(0), false});
+    for (const ArgRef& a : e->extra) c.bindings.push_back({a, false});
+  }
+  l.launches.push_back(std::move(c));
+  return l;
+}
+
+// The subgroup kernel serves matrices contiguous along K, unless a long K over few outputs
+// would leave the device to a few lanes (the shared-memory kernel splits K there).
+bool takes_subgroups(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch) {
+  const GemvLayout l = gemv_layout(g);
+  const bool few_long = l.p_count * batch < 256 && g.k >= 8192;
+  return ctx.device.subgroup_add && l.sk == 1 && g.k > 1 && !few_long;
+}
+
+}  // namespace
+
+bool gemv_takes_extras(const LowerContext& ctx) {
+  const MatmulGeometry g = geometry(ctx);
+  const int64_t batch = numel(g.out_batch);
+  return g.m == 1 && batch == 1 && takes_subgroups(ctx, g, batch);
+}
+
+Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
+                    const MatmulEpilogue* e, const GemvExtras* extras) {
+  if (takes_subgroups(ctx, g, batch)) {
+    return gemv_subgroups(ctx, g, gemv_layout(g), batch, e, extras);
+  }
+  return gemv_shared_memory(ctx, g, batch, e);
+}
+
+}  // namespace mn::codegen
