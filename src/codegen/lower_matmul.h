@@ -2,6 +2,7 @@
 // What the matmul kernels (scalar tiled, GEMV, cooperative-matrix) share: the geometry of a
 // batched matmul node with broadcast batch dims and transposed operands.
 #include <cstdint>
+#include <string>
 
 #include <meganeura/error.h>
 
@@ -39,8 +40,38 @@ inline MatmulGeometry geometry(const LowerContext& ctx) {
   return g;
 }
 
+// Statements declaring `uint abase` and `uint bbase`, the operands' offsets for the output
+// batch in `uint bz`.
+std::string batch_bases(const MatmulGeometry& g);
+
+// Work a GEMV kernel does beside its product (schedule/gemv_fusion.h), both bound after the
+// epilogue's operands:
+//  - norm: the vector read through rms_norm. x·Wᵀ with x = rms_norm(x0, gamma) over its one row
+//    is rstd(x0) · Σ_k x0[k]·gamma[k]·W[p, k], so the kernel reads x0 (its input 0) and gamma
+//    and needs no normalized copy.
+//  - sibling: a second matrix of B's shape and layout, multiplied by the same vector in the
+//    same pass; its product at the element being stored is `mm_sibling` in the epilogue.
+struct GemvExtras {
+  bool norm = false;
+  double eps = 1e-6;
+  int gamma_input = -1;  // the group input holding gamma; -1: no gamma
+  DType gamma_dtype = DType::f32;
+  int sibling_input = -1;  // the group input holding the second matrix; -1: none
+  DType sibling_dtype = DType::f32;
+};
+
+// The kernel of this product takes GemvExtras: a GEMV of one batch with the vector as input 0
+// (x·Wᵀ), its matrix contiguous along K, on the subgroup kernel.
+bool gemv_takes_extras(const LowerContext& ctx);
+
+// M = 1 or N = 1 (codegen/lower_gemv.cpp): out[bz, p] = sum_k vec[k] · mat[p, k].
+Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
+                    const MatmulEpilogue* e, const GemvExtras* extras = nullptr);
+
 // The matmul node's kernels with `e` (may be null) applied to every stored value. Bindings:
 // A = input(0), B = input(1), C = output(), then e->extra at bindings 3, 4, ...
-Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e);
+// `extras` (may be null) only where gemv_takes_extras(ctx).
+Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
+                            const GemvExtras* extras = nullptr);
 
 }  // namespace mn::codegen

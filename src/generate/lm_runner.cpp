@@ -78,7 +78,9 @@ class SessionLmRunner : public LmRunner {
   const std::string& device_name() const override { return session_->device_name(); }
   const BuildTimes& build_times() const override { return times_; }
   MemorySummary memory() const override { return session_->memory(); }
-  std::vector<KernelTime> profile() const override { return session_->profile("decode"); }
+  std::vector<KernelTime> profile(std::string_view program) const override {
+    return session_->profile(program);
+  }
 
   std::vector<int32_t> run(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                            std::span<const int32_t> last, const SamplingOptions& sampling,

@@ -7,7 +7,9 @@
 #include "ir/op_def.h"
 #include "plan/in_place.h"
 #include "schedule/fusion.h"
+#include "schedule/gemv_fusion.h"
 #include "schedule/gpu_lowering.h"
+#include "schedule/widened_loads.h"
 
 namespace mn::plan {
 
@@ -34,6 +36,13 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
   // Past a few hundred bindings a launch saves nothing more (and descriptor sets grow).
   fo.max_bindings = std::min<uint32_t>(options.device.max_storage_buffers, 256);
   p.groups = fuse ? schedule::fuse(g, fo) : schedule::unfused_groups(g);
+  if (fuse) {
+    // Casts first, so that a sibling product's matrix is already its stored tensor; again
+    // after, for the norms' gamma casts the GEMVs left unread.
+    schedule::absorb_widening_casts(g, p.groups, options.device);
+    schedule::fuse_gemv_neighbours(g, p.groups, options.device);
+    schedule::absorb_widening_casts(g, p.groups, options.device);
+  }
   const std::vector<char> in_place = plan_in_place(g, p.groups);
 
   p.node_buffer.assign(n, -1);

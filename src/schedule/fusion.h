@@ -74,6 +74,18 @@ struct KernelGroup {
   // (domain: the operand's shape) and the epilogue (the reduced shape), either maybe empty.
   std::vector<KernelSegment> segments;
   NodeId anchor = -1;  // matmul_epilogue: the matmul or conv2d; reduction: the reduction
+  // Matrix-vector products (single or matmul_epilogue) only, see schedule/gemv_fusion.h.
+  struct Gemv {
+    // The rms_norm node the vector is read through: input 0 is then the norm's x, and its
+    // gamma (when it has one) input `gamma_input`.
+    NodeId norm = -1;
+    int gamma_input = -1;
+    // A second matmul of the same vector and matrix shape, computed beside this one: its
+    // matrix is input `sibling_input`, its value the epilogue's operand `sibling`.
+    NodeId sibling = -1;
+    int sibling_input = -1;
+  };
+  Gemv gemv;
 };
 
 // An f32 constant of one element: fused kernels take its value as a literal, not a binding.

@@ -2,6 +2,7 @@
 // through codegen/matmul_epilogue.h, single nodes through their op's lowering.
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "codegen/fused_pointwise.h"
 #include "codegen/fused_reduce.h"
@@ -9,6 +10,7 @@
 #include "codegen/lower_conv.h"
 #include "codegen/lower_matmul.h"
 #include "ir/op_def.h"
+#include "ir/ops/nn.h"
 #include "schedule/fusion.h"
 
 namespace mn::schedule {
@@ -67,6 +69,22 @@ std::string op_list(const Graph& g, const std::vector<NodeId>& nodes) {
   return s;
 }
 
+// What a GEMV group's kernel does beside its product (KernelGroup::gemv).
+std::optional<codegen::GemvExtras> gemv_extras(const Graph& g, const KernelGroup& group) {
+  const KernelGroup::Gemv& v = group.gemv;
+  if (v.norm < 0 && v.sibling < 0) return std::nullopt;
+  codegen::GemvExtras x;
+  if (v.norm >= 0) {
+    x.norm = true;
+    x.eps = g.node(v.norm).attrs.as<RmsNormAttrs>().eps;
+    x.gamma_input = v.gamma_input;
+    if (v.gamma_input >= 0) x.gamma_dtype = g.node(group.inputs[v.gamma_input]).type.dtype;
+  }
+  x.sibling_input = v.sibling_input;
+  if (v.sibling_input >= 0) x.sibling_dtype = g.node(group.inputs[v.sibling_input]).type.dtype;
+  return x;
+}
+
 codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
                                  const codegen::DeviceTraits& device) {
   const NodeId m = group.nodes.front();
@@ -83,6 +101,10 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
     types.push_back(g.node(inputs[i]).type);
     if (inputs[i] == m) {
       exprs.emplace_back("acc");
+      continue;
+    }
+    if (inputs[i] == group.gemv.sibling) {  // computed beside the product, not bound
+      exprs.emplace_back("mm_sibling");
       continue;
     }
     const bool read = std::any_of(seg.nodes.begin(), seg.nodes.end(), [&](NodeId v) {
@@ -115,8 +137,10 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
   for (const auto& [out, step] : f.stores) stores.emplace_back(out, "ep_" + std::to_string(step));
   const auto own = std::find(group.outputs.begin(), group.outputs.end(), m);
   if (own != group.outputs.end()) stores.emplace_back(own - group.outputs.begin(), "acc");
+  // The group's own operands: a 16-bit tensor where the matmul reads it widened
+  // (schedule/widened_loads.h).
   std::vector<TensorType> in_types;
-  for (NodeId in : mm.inputs) in_types.push_back(g.node(in).type);
+  for (size_t i = 0; i < mm.inputs.size(); ++i) in_types.push_back(g.node(group.inputs[i]).type);
   const codegen::LowerContext ctx{mm, in_types, device};
   const bool conv = mm.op_name() == "conv2d";
   // Element (b, m, n) of the product is element b·M·N + m·N + n of its (row-major) shape; a
@@ -144,12 +168,14 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
   }
   e.body += "  return " + primary + ";\n";
   // The conv's bias is bound after the epilogue's operands.
-  if (mm.inputs.size() + 1 + e.extra.size() > device.max_storage_buffers) {
+  const std::optional<codegen::GemvExtras> x = gemv_extras(g, group);
+  const size_t extra_bindings = x ? (x->gamma_input >= 0) + (x->sibling_input >= 0) : 0;
+  if (mm.inputs.size() + 1 + e.extra.size() + extra_bindings > device.max_storage_buffers) {
     throw Error("fusion: " + std::string(mm.op_name()) +
                 " epilogue binds more buffers than the device allows");
   }
-  codegen::Lowering l =
-      conv ? codegen::lower_conv2d_fused(ctx, &e) : codegen::lower_matmul_fused(ctx, &e);
+  codegen::Lowering l = conv ? codegen::lower_conv2d_fused(ctx, &e)
+                             : codegen::lower_matmul_fused(ctx, &e, x ? &*x : nullptr);
   l.launches.back().name += "+epilogue[" + op_list(g, seg.nodes) + "]";
   return l;
 }
@@ -214,7 +240,8 @@ codegen::Lowering lower_reduction(const Graph& g, const KernelGroup& group,
 std::string group_name(const Graph& g, const KernelGroup& group) {
   switch (group.kind) {
     case KernelGroup::Kind::single:
-      return std::string(g.node(group.nodes.front()).op_name());
+      return std::string(g.node(group.nodes.front()).op_name()) +
+             (group.gemv.norm >= 0 ? "+prologue[rms_norm]" : "");
     case KernelGroup::Kind::matmul_epilogue:
       return std::string(g.node(group.anchor).op_name()) + "+epilogue[" +
              op_list(g, group.segments.front().nodes) + "]";
@@ -259,7 +286,12 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
   const codegen::LowerFn* lower = codegen::find_lowering(node.op_name());
   if (!lower) throw Error("plan: op '" + std::string(node.op_name()) + "' has no GPU lowering");
   std::vector<TensorType> in_types;
-  for (NodeId in : node.inputs) in_types.push_back(g.node(in).type);
+  for (NodeId in : group.inputs) in_types.push_back(g.node(in).type);
+  if (const std::optional<codegen::GemvExtras> x = gemv_extras(g, group)) {
+    in_types.resize(node.inputs.size());  // gamma and a sibling are bound by the extras
+    return codegen::lower_matmul_fused(codegen::LowerContext{node, in_types, device}, nullptr,
+                                       &*x);
+  }
   return (*lower)(codegen::LowerContext{node, in_types, device, in_place});
 }
 

@@ -1,0 +1,40 @@
+#include "codegen/widened_operands.h"
+
+#include <string_view>
+
+#include "codegen/lower_matmul.h"
+#include "codegen/lower_matmul_coop.h"
+
+namespace mn::codegen {
+
+namespace {
+
+// The GEMV and the scalar tiled kernel load through A_ld/B_ld whatever the dtype; the
+// tensor-core kernels load f32 or f16 only, so a bf16 operand would move the product off
+// them: it is substituted only where the product is not on them anyway.
+bool matmul_reads_widened(const LowerContext& ctx, int input, DType narrow) {
+  const MatmulGeometry g = geometry(ctx);
+  if (g.m == 1 || g.n == 1) return true;
+  const int64_t batch = numel(g.out_batch);
+  if (!coop_rejection(ctx, g, batch).empty()) return true;  // tiled either way
+  std::vector<TensorType> narrowed(ctx.inputs.begin(), ctx.inputs.end());
+  narrowed[static_cast<size_t>(input)].dtype = narrow;
+  const LowerContext n{ctx.node, narrowed, ctx.device, ctx.in_place};
+  return coop_rejection(n, g, batch).empty();
+}
+
+}  // namespace
+
+bool reads_widened_operand(const LowerContext& ctx, int input, DType narrow) {
+  if (narrow != DType::f16 && narrow != DType::bf16) return false;
+  if (!ctx.device.storage_16bit || ctx.inputs[static_cast<size_t>(input)].dtype != DType::f32) {
+    return false;
+  }
+  const std::string_view op = ctx.node.op_name();
+  if (op == "matmul") return input < 2 && matmul_reads_widened(ctx, input, narrow);
+  // The table of an embedding lookup: copied element by element through its loader.
+  if (op == "take") return input == 0;
+  return false;
+}
+
+}  // namespace mn::codegen

@@ -1,0 +1,140 @@
+#include "schedule/gemv_fusion.h"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "codegen/lower_matmul.h"
+#include "ir/ops/nn.h"
+#include "schedule/widened_loads.h"
+
+namespace mn::schedule {
+
+namespace {
+
+// The rms_norm over the last axis of one row, or nullptr.
+const Node* row_norm(const Graph& g, NodeId id) {
+  const Node& n = g.node(id);
+  if (n.op_name() != "rms_norm" || n.type.dtype != DType::f32) return nullptr;
+  const auto& a = n.attrs.as<RmsNormAttrs>();
+  if (a.normalized_dims != 1 || n.type.numel() != n.type.shape.back()) return nullptr;
+  return &n;
+}
+
+// The matmul of a single or epilogue group, or -1.
+NodeId product_of(const Graph& g, const KernelGroup& group) {
+  NodeId m = -1;
+  if (group.kind == KernelGroup::Kind::single) m = group.nodes.front();
+  if (group.kind == KernelGroup::Kind::matmul_epilogue) m = group.anchor;
+  return m >= 0 && g.node(m).op_name() == "matmul" ? m : -1;
+}
+
+bool epilogue_reads(const Graph& g, const KernelGroup& group, NodeId v) {
+  if (group.kind != KernelGroup::Kind::matmul_epilogue) return false;
+  for (NodeId s : group.segments.front().nodes) {
+    const auto& in = g.node(s).inputs;
+    if (std::find(in.begin(), in.end(), v) != in.end()) return true;
+  }
+  return false;
+}
+
+// The kernel of the group's product takes codegen::GemvExtras.
+bool takes_extras(const Graph& g, const KernelGroup& group, NodeId m,
+                  const codegen::DeviceTraits& device) {
+  const Node& mm = g.node(m);
+  std::vector<TensorType> types;
+  for (size_t i = 0; i < mm.inputs.size(); ++i) types.push_back(g.node(group.inputs[i]).type);
+  return codegen::gemv_takes_extras(codegen::LowerContext{mm, types, device});
+}
+
+void take_norm(const Graph& g, KernelGroup& group, const codegen::DeviceTraits& device) {
+  const NodeId m = product_of(g, group);
+  if (m < 0 || group.gemv.norm >= 0) return;
+  const NodeId v = group.inputs[0];
+  const Node* norm = row_norm(g, v);
+  // The epilogue would read the normalized value under input 0's binding.
+  if (!norm || group.inputs[1] == v || epilogue_reads(g, group, v)) return;
+  if (!takes_extras(g, group, m, device)) return;
+  group.gemv.norm = v;
+  group.inputs[0] = norm->inputs[0];
+  if (norm->attrs.as<RmsNormAttrs>().has_gamma) {
+    // gamma is loaded through a dtype-generic loader: a stored 16-bit gamma is read as it is.
+    const NodeId gamma = norm->inputs[1], narrow = widened_source(g, gamma);
+    group.gemv.gamma_input = static_cast<int>(group.inputs.size());
+    group.inputs.push_back(narrow >= 0 && device.storage_16bit ? narrow : gamma);
+  }
+}
+
+// Drops the single groups of `droppable` nodes that no kernel, output or assignment reads. A
+// sibling stays listed among the inputs of the epilogue reading it, but is computed there.
+template <typename Pred>
+void drop_unread(const Graph& g, std::vector<KernelGroup>& groups, Pred droppable) {
+  std::set<NodeId> read;
+  for (const KernelGroup& group : groups) {
+    for (NodeId in : group.inputs) {
+      if (in != group.gemv.sibling) read.insert(in);
+    }
+  }
+  for (const auto& [name, id] : g.outputs()) read.insert(id);
+  for (const auto& [target, value] : g.assignments()) read.insert(value);
+  std::erase_if(groups, [&](const KernelGroup& group) {
+    return group.kind == KernelGroup::Kind::single && group.nodes.size() == 1 &&
+           droppable(group.nodes.front()) && !read.count(group.nodes.front());
+  });
+}
+
+// Epilogue group `group` takes the single product `other` as its sibling when both read the
+// same vector (through the same norm) with the same matrix shape and layout.
+bool take_sibling(const Graph& g, KernelGroup& group, const KernelGroup& other) {
+  const NodeId m = product_of(g, group), u = other.nodes.front();
+  const Node &mm = g.node(m), &um = g.node(u);
+  if (group.kind != KernelGroup::Kind::matmul_epilogue || group.gemv.sibling >= 0) return false;
+  if (other.kind != KernelGroup::Kind::single || um.op_name() != "matmul") return false;
+  if (other.inputs[0] != group.inputs[0] || other.gemv.norm != group.gemv.norm) return false;
+  if (um.attrs != mm.attrs || um.type != mm.type) return false;
+  const TensorType &w = g.node(group.inputs[1]).type, &uw = g.node(other.inputs[1]).type;
+  if (w.shape != uw.shape || w.dtype != uw.dtype) return false;
+  group.gemv.sibling = u;
+  group.gemv.sibling_input = static_cast<int>(group.inputs.size());
+  group.inputs.push_back(other.inputs[1]);
+  return true;
+}
+
+void take_siblings(const Graph& g, std::vector<KernelGroup>& groups,
+                   const codegen::DeviceTraits& device) {
+  std::map<NodeId, size_t> single_product;  // matmul node -> its single group
+  std::map<NodeId, int> readers;            // groups reading each node
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const KernelGroup& k = groups[i];
+    if (k.kind == KernelGroup::Kind::single && product_of(g, k) >= 0) {
+      single_product[k.nodes.front()] = i;
+    }
+    for (NodeId in : std::set<NodeId>(k.inputs.begin(), k.inputs.end())) ++readers[in];
+  }
+  std::set<NodeId> sinks;
+  for (const auto& [name, id] : g.outputs()) sinks.insert(id);
+  for (const auto& [target, value] : g.assignments()) sinks.insert(value);
+  for (KernelGroup& group : groups) {
+    const NodeId m = product_of(g, group);
+    if (m < 0 || group.kind != KernelGroup::Kind::matmul_epilogue) continue;
+    if (!takes_extras(g, group, m, device)) continue;
+    for (size_t i = g.node(m).inputs.size(); i < group.inputs.size(); ++i) {
+      const NodeId u = group.inputs[i];
+      const auto it = single_product.find(u);
+      if (it == single_product.end() || readers[u] != 1 || sinks.count(u)) continue;
+      if (take_sibling(g, group, groups[it->second])) break;
+    }
+  }
+}
+
+}  // namespace
+
+void fuse_gemv_neighbours(const Graph& g, std::vector<KernelGroup>& groups,
+                          const codegen::DeviceTraits& device) {
+  for (KernelGroup& group : groups) take_norm(g, group, device);
+  drop_unread(g, groups, [&](NodeId v) { return row_norm(g, v) != nullptr; });
+  take_siblings(g, groups, device);
+  drop_unread(g, groups, [&](NodeId v) { return g.node(v).op_name() == "matmul"; });
+}
+
+}  // namespace mn::schedule

@@ -1,0 +1,24 @@
+#pragma once
+// Matrix-vector products (a decoding step's every linear layer) absorb their neighbours, since
+// at one token each kernel costs mostly its launch and the barrier after it:
+//  - norm: a product whose vector is rms_norm(x, gamma) of one row computes the norm itself
+//    (q/k/v, gate/up and the head read the normalized hidden state): the norm's kernel goes.
+//  - sibling: a product whose epilogue reads another product of the same vector and matrix
+//    shape (silu(x·Wgᵀ) · (x·Wuᵀ)) computes both in one pass over the vector: the other's
+//    kernel goes.
+// A node's kernel is dropped only when nothing reads it any more. See codegen::GemvExtras.
+#include <vector>
+
+#include <meganeura/graph.h>
+
+#include "codegen/kernel.h"
+#include "schedule/fusion.h"
+
+namespace mn::schedule {
+
+// Fills KernelGroup::gemv where the kernels can take it and drops the groups left unread; the
+// order of the remaining groups is kept.
+void fuse_gemv_neighbours(const Graph& g, std::vector<KernelGroup>& groups,
+                          const codegen::DeviceTraits& device);
+
+}  // namespace mn::schedule

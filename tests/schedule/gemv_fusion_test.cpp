@@ -1,0 +1,125 @@
+// Matrix-vector products that absorb their neighbours (schedule/gemv_fusion.h,
+// schedule/widened_loads.h): a decoder layer's MLP at one token, with weights stored in bf16,
+// f16 or f32. The plan loses the casts of the matrices, the rms_norm and the up projection's
+// own kernel; the values stay the reference's.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+#include <meganeura/reference.h>
+#include <meganeura/session.h>
+
+#include "plan/step_plan.h"
+#include "support/random_fill.h"
+#include "support/scoped_env.h"
+
+namespace mn {
+namespace {
+
+constexpr int64_t kHidden = 96, kInner = 160;
+
+// rms_norm → silu(x·Wgᵀ) · (x·Wuᵀ) → ·Wdᵀ + h, the weights stored in `dtype`.
+struct MlpGraph {
+  Graph g;
+  explicit MlpGraph(DType dtype, int64_t rows = 1) {
+    Tensor h = g.input("h", {1, rows, kHidden});
+    auto weight = [&](const char* name, Shape shape) {
+      return cast(g.parameter(name, std::move(shape), Init::zeros(), dtype), DType::f32);
+    };
+    Tensor x = rms_norm(h, weight("norm", {kHidden}), 1e-5);
+    Tensor gate = matmul(x, weight("gate", {kInner, kHidden}), false, true);
+    Tensor up = matmul(x, weight("up", {kInner, kHidden}), false, true);
+    Tensor y = matmul(silu(gate) * up, weight("down", {kHidden, kInner}), false, true) + h;
+    g.output("y", y);
+  }
+};
+
+reference::Feeds random_feeds(const Graph& g, const std::string& seed) {
+  std::mt19937_64 rng = testing::rng_for(seed);
+  reference::Feeds feeds;
+  for (NodeId id : g.inputs()) feeds[g.node(id).name] = testing::random_array(rng, g.node(id).type);
+  for (NodeId id : g.parameters()) {
+    feeds[g.node(id).name] = testing::random_array(rng, g.node(id).type, -0.3, 0.3);
+  }
+  return feeds;
+}
+
+codegen::DeviceTraits subgroup_device() {
+  codegen::DeviceTraits d;
+  d.subgroup_add = true;
+  d.storage_16bit = true;
+  return d;
+}
+
+std::vector<std::string> launch_names(const plan::StepPlan& p) {
+  std::vector<std::string> names;
+  for (const auto& l : p.launches) names.push_back(l.kernel.name);
+  return names;
+}
+
+size_t count_prefix(const std::vector<std::string>& names, std::string_view prefix) {
+  return static_cast<size_t>(std::count_if(names.begin(), names.end(), [&](const std::string& n) {
+    return n.rfind(prefix, 0) == 0;
+  }));
+}
+
+TEST(GemvFusion, DecoderMlpIsTwoKernels) {
+  for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    MlpGraph m(dtype);
+    plan::PlanOptions po;
+    po.device = subgroup_device();
+    const std::vector<std::string> names = launch_names(plan::make_step_plan(m.g, po));
+    const std::string what = std::string(dtype_name(dtype)) + ": " + ::testing::PrintToString(names);
+    // The norm, gate and up in one kernel (silu · up its epilogue), down with the residual.
+    ASSERT_EQ(names.size(), 2u) << what;
+    EXPECT_EQ(names[0], "matmul_gemv+prologue[rms_norm]+sibling+epilogue[silu,mul]") << what;
+    EXPECT_EQ(names[1], "matmul_gemv+epilogue[add]") << what;
+  }
+}
+
+TEST(GemvFusion, WithoutSubgroupArithmeticTheNeighboursStay) {
+  MlpGraph m(DType::bf16);
+  plan::PlanOptions po;
+  po.device.storage_16bit = true;
+  const std::vector<std::string> names = launch_names(plan::make_step_plan(m.g, po));
+  EXPECT_EQ(count_prefix(names, "rms_norm"), 1u) << ::testing::PrintToString(names);
+  EXPECT_EQ(count_prefix(names, "matmul_gemv"), 3u) << ::testing::PrintToString(names);
+  // The matrices' casts are still absorbed (the shared-memory GEMV loads bf16 too); the
+  // norm's gamma keeps its own.
+  EXPECT_EQ(count_prefix(names, "cast"), 1u) << ::testing::PrintToString(names);
+}
+
+TEST(GemvFusion, SeveralRowsKeepTheNormKernel) {
+  MlpGraph m(DType::f32, /*rows=*/3);
+  plan::PlanOptions po;
+  po.device = subgroup_device();
+  const std::vector<std::string> names = launch_names(plan::make_step_plan(m.g, po));
+  EXPECT_EQ(count_prefix(names, "rms_norm"), 1u) << ::testing::PrintToString(names);
+}
+
+// On the device (lavapipe in CI): fused values against the float64 reference and against the
+// unfused kernels.
+TEST(GemvFusion, ValuesMatchTheReference) {
+  for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    MlpGraph m(dtype);
+    const reference::Feeds feeds = random_feeds(m.g, "gemv_fusion_" + std::string(dtype_name(dtype)));
+    const Array expected = reference::evaluate(m.g, feeds).at("y");
+    auto run = [&] {
+      auto s = build_session(m.g);
+      for (const auto& [name, value] : feeds) s->set(name, value);
+      s->step();
+      return std::make_pair(s->get("y"), s->memory().dispatches);
+    };
+    const auto [fused, fused_dispatches] = run();
+    testing::ScopedEnv off("MN_FUSION", "0");
+    const auto [unfused, unfused_dispatches] = run();
+    EXPECT_LE(testing::scaled_error(fused, expected), 2e-5) << dtype_name(dtype);
+    EXPECT_LE(testing::scaled_error(fused, unfused), 2e-5) << dtype_name(dtype);
+    EXPECT_LT(fused_dispatches, unfused_dispatches) << dtype_name(dtype);
+  }
+}
+
+}  // namespace
+}  // namespace mn
