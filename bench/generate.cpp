@@ -4,7 +4,7 @@
 //
 // Usage: bench_generate MODEL_DIR [--dtype f32|f16|bf16] [--prompt-tokens 256]
 //                       [--new-tokens 64] [--prefill-tokens 512] [--device D] [--profile]
-// --profile adds the GPU time of the last decode step's kernels, summed by kernel name.
+// --profile adds the GPU time of the last decode and prefill steps' kernels, summed by name.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -107,19 +107,25 @@ int main(int argc, char** argv) try {
     j["barriers_" + p.name] = p.barriers;
   }
   if (profile) {
-    // The last step was a decode step: its kernels by name, largest total first.
-    std::map<std::string, std::pair<double, int>> by_name;
-    double total = 0;
-    for (const mn::KernelTime& k : runner->profile()) {
-      by_name[k.name].first += k.ms;
-      by_name[k.name].second += 1;
-      total += k.ms;
+    // The last step of each program (the prompt's prefill block, the last token): its kernels
+    // by name, largest total first.
+    for (const char* program : {"decode", "prefill"}) {
+      std::map<std::string, std::pair<double, int>> by_name;
+      double total = 0;
+      for (const mn::KernelTime& k : runner->profile(program)) {
+        by_name[k.name].first += k.ms;
+        by_name[k.name].second += 1;
+        total += k.ms;
+      }
+      std::vector<std::pair<std::string, std::pair<double, int>>> rows(by_name.begin(),
+                                                                        by_name.end());
+      std::sort(rows.begin(), rows.end(),
+                [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+      j[std::string(program) + "_gpu_ms"] = total;
+      for (const auto& [name, v] : rows) {
+        j[std::string(program) + "_kernels"].push_back({name, v.first, v.second});
+      }
     }
-    std::vector<std::pair<std::string, std::pair<double, int>>> rows(by_name.begin(), by_name.end());
-    std::sort(rows.begin(), rows.end(),
-              [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-    j["decode_gpu_ms"] = total;
-    for (const auto& [name, v] : rows) j["decode_kernels"].push_back({name, v.first, v.second});
   }
   std::cout << j.dump() << std::endl;
   return 0;

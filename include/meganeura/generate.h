@@ -110,8 +110,9 @@ class LmRunner : public TokenModel {
   virtual const BuildTimes& build_times() const = 0;
   double build_seconds() const { return build_times().total(); }
   virtual MemorySummary memory() const = 0;  // of the session (per program: dispatches, bytes)
-  // With LmRunnerOptions::profile, the kernels of the last decode step and their GPU times.
-  virtual std::vector<KernelTime> profile() const = 0;
+  // With LmRunnerOptions::profile, the kernels of the last step of `program` ("decode" or
+  // "prefill") and their GPU times.
+  virtual std::vector<KernelTime> profile(std::string_view program = "decode") const = 0;
 };
 
 }  // namespace mn
