@@ -15,11 +15,14 @@ std::string header() {
          "layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;\n";
 }
 
-std::string header(std::initializer_list<const char*> extensions) {
-  std::string s = header();
+std::string require_extensions(std::string glsl, std::initializer_list<const char*> extensions) {
   std::string lines;
   for (const char* e : extensions) lines += std::string("#extension ") + e + " : require\n";
-  return s.insert(s.find('\n') + 1, lines);
+  return glsl.insert(glsl.find('\n') + 1, lines);
+}
+
+std::string header(std::initializer_list<const char*> extensions) {
+  return require_extensions(header(), extensions);
 }
 
 namespace {

@@ -16,6 +16,8 @@ namespace mn::codegen::glsl {
 std::string header();
 // header() with `#extension <name> : require` lines for `extensions`.
 std::string header(std::initializer_list<const char*> extensions);
+// A whole shader's text with those lines added after its #version line.
+std::string require_extensions(std::string glsl, std::initializer_list<const char*> extensions);
 
 // `v` as a GLSL uint literal: "123u".
 inline std::string ulit(int64_t v) { return std::to_string(v) + "u"; }

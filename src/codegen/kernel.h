@@ -17,6 +17,7 @@ namespace mn::codegen {
 struct DeviceTraits {
   uint32_t subgroup_size = 32;
   bool subgroup_add = false;  // subgroupAdd in compute shaders (GL_KHR_shader_subgroup_arithmetic)
+  bool subgroup_vote = false;  // subgroupAny/AllEqual in compute shaders (..._subgroup_vote)
   uint32_t max_workgroup_invocations = 256;
   uint32_t max_shared_bytes = 16384;
   uint32_t max_group_count = 65535;   // per grid dimension

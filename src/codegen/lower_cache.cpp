@@ -4,7 +4,8 @@
 // first. A position outside [0, T) skips its row (the reference throws; a kernel cannot). A
 // thread whose position repeats later in its row of positions stores nothing, so the last
 // update wins whatever the scheduling, as in the reference (the scan is free for a decode step,
-// L = 1).
+// L = 1). For a prefill block the scan is the kernel's cost (L/2 loads per element): where the
+// lanes of a subgroup share their row (the head dimension spans whole subgroups), they split it.
 #include "codegen/glsl.h"
 #include "codegen/lower_families.h"
 #include "codegen/lower_shape.h"
@@ -18,6 +19,22 @@ using glsl::ulit;
 using shape_lowering::copy_to_out;
 using shape_lowering::per_element;
 
+// Returns from the thread when position t of row prow (at li) repeats later in the row.
+std::string later_scan(const std::string& L) {
+  return "  for (uint k = li + 1u; k < " + L + "; ++k) {\n"
+         "    if (in1_ldi(prow + k) == t) return;\n  }\n";
+}
+
+// The same, the scan split over the subgroup's lanes when they all share (prow, li).
+std::string shared_later_scan(const std::string& L) {
+  return "  if (subgroupAllEqual(prow + li)) {\n"
+         "    bool later = false;\n"
+         "    for (uint k = li + 1u + gl_SubgroupInvocationID; k < " + L +
+         "; k += gl_SubgroupSize) later = later || in1_ldi(prow + k) == t;\n"
+         "    if (subgroupAny(later)) return;\n"
+         "  } else {\n" + later_scan(L) + "  }\n";
+}
+
 KernelLaunch row_writes(const LowerContext& ctx) {
   const auto v = ops::cache_detail::cache_write_view(ctx.inputs);
   const std::string L = ulit(v.l), D = ulit(v.d);
@@ -27,13 +44,17 @@ KernelLaunch row_writes(const LowerContext& ctx) {
   body += "  uint prow = (r / " + ulit(v.rows_per_position_row) + ") * " + L + ";\n";
   body += "  int t = in1_ldi(prow + li);\n";
   body += "  if (t < 0 || t >= " + std::to_string(v.t) + ") return;\n";
-  if (v.l > 1) {
-    body += "  for (uint k = li + 1u; k < " + L + "; ++k) {\n";
-    body += "    if (in1_ldi(prow + k) == t) return;\n  }\n";
-  }
+  const bool vote = ctx.device.subgroup_vote;
+  if (v.l > 1) body += vote ? shared_later_scan(L) : later_scan(L);
   body += copy_to_out(ctx.node.type.dtype, "in0", "i",
                       "(r * " + ulit(v.t) + " + uint(t)) * " + D + " + j");
-  return per_element(ctx, "cache_write", {1, 2}, body, static_cast<uint64_t>(ctx.inputs[1].numel()));
+  KernelLaunch k =
+      per_element(ctx, "cache_write", {1, 2}, body, static_cast<uint64_t>(ctx.inputs[1].numel()));
+  if (v.l > 1 && vote) {
+    k.glsl = glsl::require_extensions(
+        std::move(k.glsl), {"GL_KHR_shader_subgroup_basic", "GL_KHR_shader_subgroup_vote"});
+  }
+  return k;
 }
 
 Lowering lower_cache_write(const LowerContext& ctx) {

@@ -42,17 +42,6 @@ GemvLayout gemv_layout(const MatmulGeometry& g) {
   return l;
 }
 
-std::string vector_load(const GemvLayout& l, const std::string& k) {
-  return l.left ? "A_ld(abase + " + k + ")" : "B_ld(bbase + " + k + ")";
-}
-
-// `name`: the matrix's buffer when it is not A or B (a sibling's, laid out like B).
-std::string matrix_load(const GemvLayout& l, const std::string& k, const std::string& name = "") {
-  const std::string at = "p * " + ulit(l.sp) + " + " + k + " * " + ulit(l.sk) + ")";
-  if (!name.empty()) return name + "_ld(bbase + " + at;
-  return l.left ? "B_ld(bbase + " + at : "A_ld(abase + " + at;
-}
-
 std::string epilogue_store(const GemvLayout& l) {
   return "C_st(bz * " + ulit(l.p_count) + " + p, mm_epilogue(acc, bz, " +
          (l.left ? "0u, p" : "p, 0u") + "))";
@@ -65,24 +54,25 @@ void bind_epilogue(KernelLaunch& k, const MatmulEpilogue* e) {
   }
 }
 
-// Statements declaring `float rstd` of the vector (input 0, K elements) for rms_norm, summed by
-// the whole workgroup once: subgroup sums meet in shared memory.
-std::string rstd_of_vector(int64_t k, uint32_t threads, double eps) {
-  std::string s = "  float ss = 0.0;\n";
-  s += "  for (uint i = gl_LocalInvocationIndex; i < " + ulit(k) + "; i += " + ulit(threads) +
-       ") { float x = A_ld(i); ss += x * x; }\n";
-  s += "  ss = subgroupAdd(ss);\n";
-  s += "  if (subgroupElect()) s_sum[gl_SubgroupID] = ss;\n";
-  s += "  barrier();\n";
-  s += "  ss = 0.0;\n  for (uint i = 0u; i < gl_NumSubgroups; ++i) ss += s_sum[i];\n";
-  s += "  float rstd = inversesqrt(ss / " + glsl::float_literal(static_cast<double>(k)) + " + " +
-       glsl::float_literal(eps) + ");\n";
-  return s;
+// A second view of binding `binding` (already declared by glsl::buffer as `name`) as groups
+// of four elements: `vec4 <name>4_ld(uint i)` reads elements 4i..4i+3.
+std::string quad_view(uint32_t binding, DType dtype, const std::string& name) {
+  const std::string b = std::to_string(binding), data = name + "4_data";
+  const bool f32 = dtype == DType::f32;
+  std::string s = "layout(std430, set = 0, binding = " + b + ") readonly buffer Quads" + b + " { " +
+                  (f32 ? "vec4 " : "uvec2 ") + data + "[]; };\n";
+  if (f32) return s + "vec4 " + name + "4_ld(uint i) { return " + data + "[i]; }\n";
+  const std::string cv = dtype == DType::f16 ? "mn_f16_to_f32" : "mn_bf16_to_f32";
+  return s + "vec4 " + name + "4_ld(uint i) { uvec2 u = " + data + "[i]; return vec4(" + cv +
+         "(u.x & 0xffffu), " + cv + "(u.x >> 16), " + cv + "(u.y & 0xffffu), " + cv +
+         "(u.y >> 16)); }\n";
 }
 
 // One subgroup per output. The subgroup size is read at run time (a device may run compute
 // shaders at another width than it reports), so any width is correct; the reported one sizes
-// the workgroup.
+// the workgroup. With K a multiple of 4, lanes read four elements at a time. The K loop keeps
+// four sums in flight; under a norm it also sums the vector's squares, which every subgroup
+// reads whole anyway, so the norm costs no pass and no barrier of its own.
 Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const GemvLayout& l,
                         int64_t batch, const MatmulEpilogue* e, const GemvExtras* x) {
   const uint32_t threads =
@@ -91,8 +81,11 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   const int64_t rows = threads / width;  // outputs per workgroup
   const int64_t outputs = l.p_count * batch;
   const int64_t groups = (outputs + rows - 1) / rows;
+  const bool quads = g.k % 4 == 0;
+  const std::string vec_name = l.left ? "A" : "B", mat_name = l.left ? "B" : "A";
 
-  std::string s = glsl::header({"GL_KHR_shader_subgroup_basic", "GL_KHR_shader_subgroup_arithmetic"});
+  std::string s =
+      glsl::header({"GL_KHR_shader_subgroup_basic", "GL_KHR_shader_subgroup_arithmetic"});
   s += glsl::buffer(0, ctx.inputs[0].dtype, "A", true) +
        glsl::buffer(1, ctx.inputs[1].dtype, "B", true) +
        glsl::buffer(2, ctx.node.type.dtype, "C", false);
@@ -100,45 +93,69 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   const bool norm = x && x->norm, gamma = norm && x->gamma_input >= 0;
   const bool sibling = x && x->sibling_input >= 0;
   uint32_t binding = 3 + static_cast<uint32_t>(e ? e->extra.size() : 0);
-  if (gamma) s += glsl::buffer(binding++, x->gamma_dtype, "G", true);
+  const uint32_t gamma_binding = binding, sibling_binding = binding + (gamma ? 1 : 0);
+  if (gamma) s += glsl::buffer(gamma_binding, x->gamma_dtype, "G", true);
   if (sibling) {
-    s += glsl::buffer(binding++, x->sibling_dtype, "B2", true);
+    s += glsl::buffer(sibling_binding, x->sibling_dtype, "S", true);
     s += "float mm_sibling;\n";
   }
+  if (quads) {
+    s += quad_view(0, ctx.inputs[0].dtype, "A") + quad_view(1, ctx.inputs[1].dtype, "B");
+    if (gamma) s += quad_view(gamma_binding, x->gamma_dtype, "G");
+    if (sibling) s += quad_view(sibling_binding, x->sibling_dtype, "S");
+  }
   s += epilogue_function(e);
-  if (norm) s += "shared float s_sum[" + ulit(threads) + "];\n";
+
+  // Loads of element (or quad) `i` of the vector, gamma and the matrices; `dot` combines two.
+  const std::string T = quads ? "vec4" : "float", q = quads ? "4" : "";
+  const int64_t count = quads ? g.k / 4 : g.k;  // loads along K
+  const std::string vbase = l.left ? "abase" : "bbase", mbase = l.left ? "bbase" : "abase";
+  const std::string unit = quads ? " / 4u" : "";
+  auto load = [&](const std::string& name, const std::string& base, const std::string& i) {
+    return name + q + "_ld(" + (base.empty() ? i : base + unit + " + " + i) + ")";
+  };
+  auto dot = [&](const std::string& a, const std::string& b) {
+    return quads ? "dot(" + a + ", " + b + ")" : a + " * " + b;
+  };
+  // The matrix is contiguous along K here: row p starts at p·K.
+  const std::string row = "p * " + ulit(count) + " + ";
+  auto step = [&](int u, const std::string& i) {
+    std::string t = "      { " + T + " v = " + load(vec_name, vbase, i) + ";";
+    if (norm) t += " ss" + std::to_string(u) + " += " + dot("v", "v") + ";";
+    if (gamma) t += " v *= " + load("G", "", i) + ";";
+    t += " a" + std::to_string(u) + " += " + dot("v", load(mat_name, mbase, row + i)) + ";";
+    if (sibling) {
+      t += " b" + std::to_string(u) + " += " + dot("v", load("S", mbase, row + i)) + ";";
+    }
+    return t + " }\n";
+  };
+
   s += "void main() {\n";
   s += "  uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
   s += "  uint S = gl_SubgroupSize, lane = gl_SubgroupInvocationID;\n";
-  if (norm) s += rstd_of_vector(g.k, threads, x->eps);
   s += "  for (uint r = gl_SubgroupID; r < " + ulit(rows) + "; r += gl_NumSubgroups) {\n";
   s += "    uint o = group * " + ulit(rows) + " + r;\n";
   s += "    if (o >= " + ulit(outputs) + ") break;\n";  // uniform in the subgroup
   s += "    uint bz = o / " + ulit(l.p_count) + ", p = o % " + ulit(l.p_count) + ";\n";
   s += batch_bases(g);
-  // The vector element, times gamma under a norm (rstd multiplies the sum).
-  auto vec = [&](const std::string& k) {
-    return gamma ? "(" + vector_load(l, k) + " * G_ld(" + k + "))" : vector_load(l, k);
-  };
-  s += "    float a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0, b0 = 0.0, b1 = 0.0, b2 = 0.0, b3 = 0.0;\n";
-  // One step of the K loop: the vector element once, times each matrix.
-  auto step = [&](const std::string& sum, const std::string& k) {
-    std::string t = "      { float v = " + vec(k) + "; " + "a" + sum + " += v * " + matrix_load(l, k) + ";";
-    if (sibling) t += " b" + sum + " += v * " + matrix_load(l, k, "B2") + ";";
-    return t + " }\n";
-  };
-  s += "    uint k = lane;\n";
-  const std::string K = ulit(g.k);
-  s += "    for (; k + 3u * S < " + K + "; k += 4u * S) {\n";
-  s += step("0", "k") + step("1", "(k + S)") + step("2", "(k + 2u * S)") + step("3", "(k + 3u * S)");
+  s += "    float a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;\n";
+  if (norm) s += "    float ss0 = 0.0, ss1 = 0.0, ss2 = 0.0, ss3 = 0.0;\n";
+  if (sibling) s += "    float b0 = 0.0, b1 = 0.0, b2 = 0.0, b3 = 0.0;\n";
+  const std::string N = ulit(count);
+  s += "    uint i = lane;\n";
+  s += "    for (; i + 3u * S < " + N + "; i += 4u * S) {\n";
+  s += step(0, "i") + step(1, "(i + S)") + step(2, "(i + 2u * S)") + step(3, "(i + 3u * S)");
   s += "    }\n";
-  s += "    for (; k < " + K + "; k += S)\n" + step("0", "k");
-  s += std::string("    float acc = subgroupAdd((a0 + a1) + (a2 + a3))") + (norm ? " * rstd" : "") +
-       ";\n";
-  if (sibling) {
-    s += std::string("    mm_sibling = subgroupAdd((b0 + b1) + (b2 + b3))") +
-         (norm ? " * rstd" : "") + ";\n";
+  s += "    for (; i < " + N + "; i += S)\n" + step(0, "i");
+  std::string scale;
+  if (norm) {
+    s += "    float rstd = inversesqrt(subgroupAdd((ss0 + ss1) + (ss2 + ss3)) / " +
+         glsl::float_literal(static_cast<double>(g.k)) + " + " + glsl::float_literal(x->eps) +
+         ");\n";
+    scale = " * rstd";
   }
+  s += "    float acc = subgroupAdd((a0 + a1) + (a2 + a3))" + scale + ";\n";
+  if (sibling) s += "    mm_sibling = subgroupAdd((b0 + b1) + (b2 + b3))" + scale + ";\n";
   s += "    if (subgroupElect()) " + epilogue_store(l) + ";\n";
   s += "  }\n}\n";
 

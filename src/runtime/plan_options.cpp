@@ -12,6 +12,7 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
   codegen::DeviceTraits t;
   t.subgroup_size = std::max(1u, c.compute.subgroup_size);
   t.subgroup_add = c.compute.subgroup_arithmetic;
+  t.subgroup_vote = c.compute.subgroup_vote;
   t.max_workgroup_invocations = c.compute.max_workgroup_invocations;
   t.max_shared_bytes = c.compute.shared_memory_bytes;
   t.max_group_count = std::min({c.compute.max_workgroup_count[0], c.compute.max_workgroup_count[1],

@@ -99,8 +99,10 @@ OpSample cache_sample(std::string label, Shape cache, Shape update, Shape positi
 std::vector<OpSample> cache_write_samples() {
   auto half = cache_sample("f16_decode", {1, 2, 6, 4}, {1, 2, 1, 4}, {1, 1});
   half.inputs[0].dtype = half.inputs[1].dtype = DType::f16;
-  // Random positions repeat, so "the last update wins" is exercised too.
+  // Random positions repeat, so "the last update wins" is exercised too; eight positions in six
+  // slots surely do, with rows of 64 that whole subgroups share (the kernel's split scan).
   return {cache_sample("shared_positions", {2, 3, 8, 4}, {2, 3, 3, 4}, {3}),
+          cache_sample("repeats_in_head_rows", {1, 2, 6, 64}, {1, 2, 8, 64}, {8}),
           cache_sample("per_batch", {2, 2, 5, 3}, {2, 2, 2, 3}, {2, 2}),
           cache_sample("per_head_decode", {2, 2, 7, 4}, {2, 2, 1, 4}, {2, 2, 1}),
           cache_sample("matrix", {6, 5}, {4, 5}, {4}),
