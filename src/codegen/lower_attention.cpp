@@ -342,8 +342,13 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
   s += "    uint cnt = min(" + L + ", je - j0);\n";
   s += "    for (uint t = 0u; t < " + COLS + "; ++t) {\n";
   s += "      uint e = lane + t * " + L + ";\n      if (e < DV) {\n";
-  s += "        float o = acc[t] * alpha;\n";
-  s += "        for (uint u = 0u; u < cnt; ++u) o += p_sh[u] * v_ld(vb + (j0 + u) * DV + e);\n";
+  // Eight value loads issued before their products: a loop of one load and one product waits
+  // out the memory latency once per key.
+  s += "        float o = acc[t] * alpha;\n        uint u = 0u;\n";
+  s += "        for (; u + 8u <= cnt; u += 8u) {\n          float vv[8];\n";
+  s += "          for (uint x = 0u; x < 8u; ++x) vv[x] = v_ld(vb + (j0 + u + x) * DV + e);\n";
+  s += "          for (uint x = 0u; x < 8u; ++x) o += p_sh[u + x] * vv[x];\n        }\n";
+  s += "        for (; u < cnt; ++u) o += p_sh[u] * v_ld(vb + (j0 + u) * DV + e);\n";
   s += "        acc[t] = o;\n      }\n    }\n    barrier();\n  }\n";
   if (split) {
     const std::string P = ulit(partial_floats(g));

@@ -2,7 +2,7 @@
 // cost is mostly latency, the weight read once per token.
 //
 // Matrix contiguous along K (a linear layer's [out, in] weight): one subgroup per output,
-// its lanes striding K with four independent sums in flight, added by subgroupAdd; a workgroup
+// its lanes striding K with eight loads in flight, added by subgroupAdd; a workgroup
 // takes as many outputs as it has subgroups. Without subgroup arithmetic, or with a long K over
 // few outputs, and for matrices contiguous along the outputs: a reduction over K in shared
 // memory, lanes split K when the matrix is contiguous along K, and threads take neighbouring
@@ -71,7 +71,7 @@ std::string quad_view(uint32_t binding, DType dtype, const std::string& name) {
 // One subgroup per output. The subgroup size is read at run time (a device may run compute
 // shaders at another width than it reports), so any width is correct; the reported one sizes
 // the workgroup. With K a multiple of 4, lanes read four elements at a time. The K loop keeps
-// four sums in flight; under a norm it also sums the vector's squares, which every subgroup
+// eight loads in flight per lane; under a norm it also sums the vector's squares, which every subgroup
 // reads whole anyway, so the norm costs no pass and no barrier of its own.
 Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const GemvLayout& l,
                         int64_t batch, const MatmulEpilogue* e, const GemvExtras* x) {
@@ -142,11 +142,15 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   if (norm) s += "    float ss0 = 0.0, ss1 = 0.0, ss2 = 0.0, ss3 = 0.0;\n";
   if (sibling) s += "    float b0 = 0.0, b1 = 0.0, b2 = 0.0, b3 = 0.0;\n";
   const std::string N = ulit(count);
+  // Eight loads in flight per lane, and the rest (fewer than eight per lane) all at once.
   s += "    uint i = lane;\n";
-  s += "    for (; i + 3u * S < " + N + "; i += 4u * S) {\n";
-  s += step(0, "i") + step(1, "(i + S)") + step(2, "(i + 2u * S)") + step(3, "(i + 3u * S)");
+  s += "    for (; i + 7u * S < " + N + "; i += 8u * S) {\n";
+  for (int u = 0; u < 8; ++u) s += step(u % 4, "(i + " + ulit(u) + " * S)");
   s += "    }\n";
-  s += "    for (; i < " + N + "; i += S)\n" + step(0, "i");
+  for (int u = 0; u < 7; ++u) {
+    const std::string at = "(i + " + ulit(u) + " * S)";
+    s += "    if (" + at + " < " + N + ")\n" + step(u % 4, at);
+  }
   std::string scale;
   if (norm) {
     s += "    float rstd = inversesqrt(subgroupAdd((ss0 + ss1) + (ss2 + ss3)) / " +

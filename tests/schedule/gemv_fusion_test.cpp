@@ -121,5 +121,21 @@ TEST(GemvFusion, ValuesMatchTheReference) {
   }
 }
 
+// x·Wᵀ alone over K of every kind: the scalar loads (K not a multiple of 4) and groups of four,
+// each through the tail only and through the eight-loads loop.
+TEST(GemvFusion, ProductsOfEveryLength) {
+  for (int64_t k : {7, 96, 300, 1030}) {
+    Graph g;
+    Tensor x = g.input("x", {1, k});
+    g.output("y", matmul(x, g.parameter("w", {37, k}, Init::zeros()), false, true));
+    const reference::Feeds feeds = random_feeds(g, "gemv_length_" + std::to_string(k));
+    auto s = build_session(g);
+    for (const auto& [name, value] : feeds) s->set(name, value);
+    s->step();
+    EXPECT_LE(testing::scaled_error(s->get("y"), reference::evaluate(g, feeds).at("y")), 1e-5)
+        << "K = " << k;
+  }
+}
+
 }  // namespace
 }  // namespace mn
