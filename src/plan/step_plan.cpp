@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <set>
 #include <string_view>
 
 #include "ir/op_def.h"
@@ -16,6 +17,38 @@ namespace mn::plan {
 uint64_t device_bytes(const TensorType& t) {
   return std::max<uint64_t>(1, static_cast<uint64_t>(t.numel())) * dtype_size(t.dtype);
 }
+
+namespace {
+
+// For each launch, the last launch of its run: the launches after the previous barrier that
+// neither read nor write a buffer written in the run, nor write one read in it (data
+// dependencies between the plan's buffers, before any two share memory).
+std::vector<int> barrier_run_ends(const std::vector<PlannedLaunch>& launches) {
+  std::vector<int> ends(launches.size());
+  std::set<int> written, read;
+  size_t start = 0;
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const PlannedLaunch& l = launches[i];
+    bool conflict = false;
+    for (size_t k = 0; k < l.buffers.size(); ++k) {
+      const int b = l.buffers[k];
+      conflict = conflict || written.count(b) || (l.kernel.bindings[k].written && read.count(b));
+    }
+    if (conflict) {
+      for (size_t j = start; j < i; ++j) ends[j] = static_cast<int>(i) - 1;
+      start = i;
+      written.clear();
+      read.clear();
+    }
+    for (size_t k = 0; k < l.buffers.size(); ++k) {
+      (l.kernel.bindings[k].written ? written : read).insert(l.buffers[k]);
+    }
+  }
+  for (size_t j = start; j < launches.size(); ++j) ends[j] = static_cast<int>(launches.size()) - 1;
+  return ends;
+}
+
+}  // namespace
 
 StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
   StepPlan p;
@@ -135,10 +168,15 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
     if (from != to) p.assignment_copies.emplace_back(from, to);
   }
 
+  // A buffer read in a run of launches between two barriers stays live to the run's end: its
+  // memory given to a value written later in the same run would be a write-after-read hazard,
+  // and a barrier of its own.
+  const std::vector<int> run_end = barrier_run_ends(p.launches);
   std::vector<BufferRequest> requests;
   for (size_t b = 0; b < p.buffers.size(); ++b) {
     int f = b < first_use.size() ? first_use[b] : 0;
     int l = b < last_use.size() ? last_use[b] : 0;
+    if (l >= 0 && l < end) l = run_end[static_cast<size_t>(l)];
     requests.push_back(
         {p.buffers[b].bytes, std::max(f, 0), std::max(l, 0), p.buffers[b].persistent});
   }

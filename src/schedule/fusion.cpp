@@ -472,18 +472,24 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
       }
     }
   }
+  // Groups that depend on nothing launched since the last barrier go first: each barrier
+  // (a group reading what the previous ones wrote) then waits for as much work as is ready
+  // (a decoding step's q, k and v projections together, then their rotary embeddings and cache
+  // writes together), instead of the graph's interleaving paying one per kernel.
   using Ready = std::pair<NodeId, int>;
-  std::priority_queue<Ready, std::vector<Ready>, std::greater<>> ready;
+  using Queue = std::priority_queue<Ready, std::vector<Ready>, std::greater<>>;
+  Queue free_now, after_barrier;  // ready groups whose inputs precede / follow the last barrier
   for (size_t x = 0; x < count; ++x) {
-    if (b.groups[x].alive && indegree[x] == 0) ready.emplace(last[x], static_cast<int>(x));
+    if (b.groups[x].alive && indegree[x] == 0) free_now.emplace(last[x], static_cast<int>(x));
   }
   std::vector<int> order;
-  while (!ready.empty()) {
-    const int x = ready.top().second;
-    ready.pop();
+  while (!free_now.empty() || !after_barrier.empty()) {
+    if (free_now.empty()) std::swap(free_now, after_barrier);
+    const int x = free_now.top().second;
+    free_now.pop();
     order.push_back(x);
     for (int y : succ[x]) {
-      if (--indegree[y] == 0) ready.emplace(last[y], y);
+      if (--indegree[y] == 0) after_barrier.emplace(last[y], y);
     }
   }
 
