@@ -271,9 +271,13 @@ struct KeySplit {
 KeySplit key_split(const AttentionShape& g) {
   KeySplit k;
   const uint64_t rows = g.heads() * g.lq;
-  // ~1024 workgroups, each over at least 64 keys (one block of the row kernel): a decode step
-  // has few rows, and a workgroup walks its keys serially.
-  k.splits = std::min((1024 + rows - 1) / rows, (g.lk + 63) / 64);
+  // 64 keys a workgroup (one block of the row kernel): a decode step has few rows, and a
+  // workgroup walks its keys serially. The split is fixed when the step is recorded while the
+  // visible keys grow per token, so it is not capped by a workgroup budget: workgroups past a
+  // row's position find no keys and return, and the busy ones stay one block each however
+  // many rows there are (at most 1024 ranges a row, for the combine kernel's loop).
+  k.splits = std::min<uint64_t>(1024, (g.lk + 63) / 64);
+  if (rows * k.splits > (1u << 22)) k.splits = std::max<uint64_t>(1, (1u << 22) / rows);
   if (k.splits <= 1) return {1, g.lk};
   k.chunk = (g.lk + k.splits - 1) / k.splits;
   k.splits = (g.lk + k.chunk - 1) / k.chunk;
