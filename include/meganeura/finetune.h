@@ -150,6 +150,13 @@ LoraOptions load_lora_config(const std::filesystem::path& dir);
 // configuration (CausalLmOptions::lora): every adapter present with its shape, no other tensor.
 void load_lora_adapter(Session& session, const std::filesystem::path& dir);
 
+// Adds (alpha/r)·B·A of a PEFT adapter directory to the weights of a session holding the base
+// model (its graph has no adapters): every projection the adapter's configuration targets
+// must have both matrices, of the config's shapes, and every tensor of the file must be used;
+// FormatError naming the file and tensor otherwise. The session then runs the merged model (in
+// its storage dtype, as PEFT's merge_and_unload gives in that dtype).
+void merge_lora_adapter(Session& session, const LmConfig& config, const std::filesystem::path& dir);
+
 // W + (alpha/r)·B·A for every adapted projection, with every other parameter as the session
 // holds it, by Hugging Face name (f32 values).
 std::map<std::string, Array> merged_lora_parameters(const Session& session, const LmConfig& config,

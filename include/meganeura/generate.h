@@ -5,6 +5,7 @@
 // The loop (generate) is written against TokenModel, the model as a cache-keeping next-token
 // sampler, so it runs the same on a GPU session and on the CPU reference.
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <span>
@@ -95,6 +96,9 @@ struct LmRunnerOptions {
   DType dtype = DType::f32;   // storage of the weights (f32, f16, bf16); the cache is f32
   std::string device;         // as SessionOptions::device
   bool profile = false;       // GPU timestamps around every kernel (LmRunner::profile)
+  // A PEFT LoRA adapter directory merged into the weights after loading (merge_lora_adapter in
+  // meganeura/finetune.h); empty: none.
+  std::filesystem::path adapter;
 };
 
 class LmRunner : public TokenModel {

@@ -1,6 +1,8 @@
 // LoRA adapters and PEFT's adapter directory: saving a session's adapters, loading them back,
 // and the base weights with the adapters merged in.
+#include <algorithm>
 #include <filesystem>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
@@ -121,6 +123,71 @@ void load_lora_adapter(Session& session, const fs::path& dir) {
   }
 }
 
+namespace {
+
+// w [out, in] += scale · b [out, r] · a [r, in].
+void add_low_rank(Array& w, const Array& b, const Array& a, double scale) {
+  const int64_t rows = w.shape[0], cols = w.shape[1], r = a.shape[0];
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < r; ++k)
+        acc += b.data[static_cast<size_t>(i * r + k)] * a.data[static_cast<size_t>(k * cols + j)];
+      w.data[static_cast<size_t>(i * cols + j)] += scale * acc;
+    }
+  }
+}
+
+// The projection of a decoder-layer weight the configuration targets ("model.layers.N.
+// self_attn.q_proj" for its ".weight"), or empty.
+std::string targeted_projection(const std::string& weight, const LoraOptions& lora) {
+  const std::string tail = ".weight";
+  if (weight.rfind("model.layers.", 0) != 0 || weight.size() <= tail.size() ||
+      weight.compare(weight.size() - tail.size(), tail.size(), tail) != 0) {
+    return {};
+  }
+  const std::string proj = weight.substr(0, weight.size() - tail.size());
+  const std::string module = proj.substr(proj.rfind('.') + 1);
+  const auto& t = lora.targets;
+  return std::find(t.begin(), t.end(), module) != t.end() ? proj : std::string();
+}
+
+}  // namespace
+
+void merge_lora_adapter(Session& session, const LmConfig& config, const fs::path& dir) {
+  const LoraOptions lora = load_lora_config(dir);
+  const fs::path file = dir / "adapter_model.safetensors";
+  SafetensorsReader reader(file);
+  std::set<std::string> used;
+  for (const ParameterSpec& p : lm_parameters(config)) {
+    const std::string proj = targeted_projection(p.name, lora);
+    if (proj.empty()) continue;
+    const int64_t out = p.shape.at(0), in = p.shape.at(1);
+    auto matrix = [&](const char* which, const Shape& want) {
+      const std::string name = kPeftPrefix + proj + which;
+      if (!reader.contains(name)) throw FormatError(file.string() + ": lacks tensor '" + name + "'");
+      if (reader.entry(name).shape != want) {
+        throw FormatError(file.string() + ": tensor '" + name + "' has shape " +
+                          shape_str(reader.entry(name).shape) + ", the model's rank-" +
+                          std::to_string(lora.rank) + " adapter is " + shape_str(want));
+      }
+      used.insert(name);
+      return reader.array(name);
+    };
+    const Array a = matrix(".lora_A.weight", {lora.rank, in});
+    const Array b = matrix(".lora_B.weight", {out, lora.rank});
+    Array w = session.get(p.name);
+    add_low_rank(w, b, a, lora.scale());
+    session.set(p.name, w);
+  }
+  for (const SafetensorsEntry& e : reader.entries()) {
+    if (!used.count(e.name)) {
+      throw FormatError(file.string() + ": tensor '" + e.name +
+                        "' adapts no projection of this model that adapter_config.json targets");
+    }
+  }
+}
+
 std::map<std::string, Array> merged_lora_parameters(const Session& session, const LmConfig& config,
                                                     const LoraOptions& lora) {
   std::map<std::string, Array> out;
@@ -129,16 +196,7 @@ std::map<std::string, Array> merged_lora_parameters(const Session& session, cons
   for (const std::string& proj : adapted_projections(session)) {
     const Array a = session.get(proj + ".lora_A.weight");  // [r, in]
     const Array b = session.get(proj + ".lora_B.weight");  // [out, r]
-    Array& w = out.at(proj + ".weight");                   // [out, in]
-    const int64_t rows = w.shape[0], cols = w.shape[1], r = a.shape[0];
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < cols; ++j) {
-        double acc = 0;
-        for (int64_t k = 0; k < r; ++k)
-          acc += b.data[static_cast<size_t>(i * r + k)] * a.data[static_cast<size_t>(k * cols + j)];
-        w.data[static_cast<size_t>(i * cols + j)] += scale * acc;
-      }
-    }
+    add_low_rank(out.at(proj + ".weight"), b, a, scale);  // [out, in]
   }
   return out;
 }

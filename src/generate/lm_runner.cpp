@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include <meganeura/causal_lm.h>
+#include <meganeura/finetune.h>
 #include <meganeura/generate.h>
 #include <meganeura/hf.h>
 #include <meganeura/session.h>
@@ -69,6 +70,7 @@ class SessionLmRunner : public LmRunner {
     session_ = build_session(programs, so);
     times_.session = lap();
     load_weights(*session_, model);
+    if (!o.adapter.empty()) merge_lora_adapter(*session_, model.config, o.adapter);
     times_.weights = lap();
   }
 

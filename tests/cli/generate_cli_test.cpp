@@ -4,10 +4,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include <meganeura/causal_lm.h>
 #include <meganeura/data.h>
+#include <meganeura/finetune.h>
+#include <meganeura/hf.h>
+#include <meganeura/session.h>
 #include <meganeura/tokenizer.h>
 
 #include "support/run_command.h"
+#include "support/scratch_dir.h"
 
 namespace mn {
 namespace {
@@ -41,6 +46,35 @@ TEST(GenerateCli, ChatTemplateAndBatchOfPrompts) {
   EXPECT_NE(r.out.find("--- 0: Hello"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--- 1: What is flat?"), std::string::npos) << r.out;
   EXPECT_EQ(nlohmann::json::parse(test::last_line(r.out)).at("batch").get<int>(), 2);
+}
+
+// --adapter: the same text as the model directory with the adapter merged in and saved.
+TEST(GenerateCli, AdapterGeneratesAsTheMergedModel) {
+  const std::string base_dir = kModels + "qwen3_tiny";
+  const std::string adapter = std::string(MN_SOURCE_DIR) + "/tests/fixtures/lm/finetuned/qwen3_lora";
+  test::ScratchDir merged("adapter-cli");
+  {
+    const HfModel base = load_hf_model(base_dir);
+    CausalLmOptions o;
+    o.sequence = 1;
+    CausalLm lm = build_causal_lm(base.config, o);
+    auto s = build_session(*lm.graph);
+    load_weights(*s, base);
+    merge_lora_adapter(*s, base.config, adapter);
+    HfSaveOptions so;
+    so.tokenizer_dir = base_dir;
+    so.generation = base.generation;
+    save_hf_model(merged.path() / "model", *s, base.config, so);
+  }
+  const std::string prompt = " --prompt 'The Zen of Python, by' --max-tokens 12";
+  auto with_adapter = test::run_mn("generate " + base_dir + " --adapter " + adapter + prompt);
+  ASSERT_EQ(with_adapter.exit_code, 0) << with_adapter.err;
+  auto saved = test::run_mn("generate " + (merged.path() / "model").string() + prompt);
+  ASSERT_EQ(saved.exit_code, 0) << saved.err;
+  EXPECT_EQ(with_adapter.out, saved.out);
+  auto missing = test::run_mn("generate " + base_dir + " --adapter " + base_dir + prompt);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("adapter_config.json"), std::string::npos) << missing.err;
 }
 
 TEST(GenerateCli, StopStringEndsTheText) {

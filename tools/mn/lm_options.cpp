@@ -7,6 +7,8 @@ namespace mn::cli {
 
 void add_lm_options(CLI::App& cmd, LmArgs& a) {
   cmd.add_option("model", a.model_dir, "Hugging Face model directory")->required();
+  cmd.add_option("--adapter", a.adapter,
+                 "PEFT LoRA adapter directory (mn finetune --lora-rank --save) merged into the weights");
   cmd.add_option("--dtype", a.dtype, "storage of the weights: f32, f16 or bf16 (the cache is f32)")
       ->capture_default_str();
   cmd.add_option("--device", a.device,
@@ -71,6 +73,7 @@ LmRunnerOptions runner_options(const LmArgs& a, int64_t batch) {
   }
   o.max_context = a.max_context;
   o.device = a.device;
+  o.adapter = a.adapter;
   return o;
 }
 

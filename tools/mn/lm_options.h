@@ -14,6 +14,7 @@ namespace mn::cli {
 
 struct LmArgs {
   std::string model_dir;
+  std::string adapter;  // PEFT LoRA adapter directory merged into the weights
   std::string dtype = "f32";
   std::string device;
   int64_t max_context = 0;
