@@ -1,7 +1,9 @@
 #include "runtime/coop_selftest.h"
 
 #include <cmath>
+#include <iomanip>
 #include <memory>
+#include <sstream>
 
 #include <meganeura/error.h>
 #include <meganeura/graph.h>
@@ -189,7 +191,9 @@ uint32_t run_coop_selftest(vk::Device& dev, const codegen::DeviceTraits& t, std:
         const double tol = c.dtype == DType::f16 ? 1e-3 : 1e-5;
         const bool good = std::isfinite(err) && err <= tol;
         ok = ok && good;
-        line += "relative error " + std::to_string(err) + (good ? "" : " FAILED");
+        std::ostringstream e;
+        e << std::setprecision(3) << err;  // 0 for exact products, not a rounded "0.000000"
+        line += "relative error " + e.str() + (good ? "" : " FAILED");
       } catch (const std::exception& e) {
         ok = false;
         line += std::string("FAILED: ") + e.what();

@@ -2,6 +2,7 @@
 // initialization, causality, and every parameter's gradient against central differences.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include <meganeura/autodiff.h>
@@ -47,15 +48,30 @@ TEST(Transformer, RejectsBadSpecs) {
   EXPECT_THROW(build_transformer(s), Error);
 }
 
-TEST(Transformer, InitialLossIsNearUniform) {
+// The loss is the mean cross-entropy of the logits at the targets, computed here by hand; at
+// initialization it lies within the logits' spread of log(vocab): with every row's logits in
+// [lo, hi], each row's cross-entropy is log(V) plus a number in [-(hi - lo), hi - lo].
+TEST(Transformer, InitialLossIsTheCrossEntropyOfItsLogits) {
   LanguageModel m = build_transformer(tiny());
   auto rng = testing::rng_for("transformer-loss");
   reference::Feeds f = feeds_for(m, rng);
-  const double loss =
-      reference::evaluate_nodes(*m.graph, f, std::vector<NodeId>{m.loss.id()})[0].data[0];
-  // Weights of std 0.02 give near-uniform predictions: the loss is close to log(vocab) (a
-  // little below: the tied output projection favours the input token, 2.34 against 2.40).
-  EXPECT_NEAR(loss, std::log(11.0), 0.1);
+  const std::vector<Array> out =
+      reference::evaluate_nodes(*m.graph, f, std::vector<NodeId>{m.logits.id(), m.loss.id()});
+  const Array& logits = out[0];
+  const int64_t rows = 2 * 5, V = 11;
+  double mean = 0, spread = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* z = logits.data.data() + r * V;
+    const double hi = *std::max_element(z, z + V), lo = *std::min_element(z, z + V);
+    double sum = 0;
+    for (int64_t v = 0; v < V; ++v) sum += std::exp(z[v] - hi);
+    const auto target = static_cast<int64_t>(f.at("targets").data[static_cast<size_t>(r)]);
+    mean += (hi + std::log(sum) - z[target]) / static_cast<double>(rows);
+    spread = std::max(spread, hi - lo);
+  }
+  EXPECT_NEAR(out[1].data[0], mean, 1e-12);
+  EXPECT_NEAR(out[1].data[0], std::log(static_cast<double>(V)), spread);
+  EXPECT_GT(spread, 0.0);
 }
 
 TEST(Transformer, LogitsAreCausal) {

@@ -1,7 +1,7 @@
 // Convolutions on workgroup-scope tensor cores, checked on the CPU side (lavapipe has no
-// cooperative matrices; the products are checked on NVIDIA by bench_conv): which GEMMs take
-// the path, the launches (packing, product, split-K sum) and that they compile, and the
-// packed im2col operand itself, run on this device against the CPU.
+// cooperative matrices; the products are checked on the device by tests/tensor_cores): which
+// GEMMs take the path, the launches (packing, product, split-K sum) and that they compile, and
+// the packed im2col operand itself, run on this device against the CPU.
 #include <cmath>
 #include <memory>
 

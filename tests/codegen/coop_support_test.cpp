@@ -22,6 +22,7 @@
 #include "runtime/host_tensor.h"
 #include "runtime/plan_options.h"
 #include "support/scoped_env.h"
+#include "support/scratch_dir.h"
 #include "vulkan/arena.h"
 #include "vulkan/pipeline.h"
 #include "vulkan/recording.h"
@@ -102,9 +103,7 @@ TEST(CoopSupport, EnvironmentOverrides) {
 }
 
 TEST(CoopSupport, SelfTestRunsOncePerDeviceAndDriverAndIsCached) {
-  const auto dir =
-      std::filesystem::temp_directory_path() / ("mn-coop-cache-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  const test::ScratchDir dir("coop-cache");
   const auto file = dir / "coop_selftest.txt";
   int runs = 0;
   uint32_t result = 0b101;  // tile 1 fails
@@ -150,7 +149,6 @@ TEST(CoopSupport, SelfTestRunsOncePerDeviceAndDriverAndIsCached) {
     EXPECT_EQ(runs, 4);
     EXPECT_FALSE(t.coop);
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(CoopSupport, DeviceWithoutCooperativeMatricesFallsBack) {

@@ -1,5 +1,5 @@
 // The workgroup-scope cooperative-matrix matmul on the CPU side (lavapipe has no cooperative
-// matrices; results are checked on NVIDIA by the self-test and bench_matmul): every tile
+// matrices; results are checked on the device by tests/tensor_cores): every tile
 // compiles in every operand layout and dtype, rewrites to KHR types of workgroup scope, and is
 // chosen only where the device offers such matrices and the tile divides the shape.
 #include <cstdlib>

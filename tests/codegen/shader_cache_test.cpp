@@ -5,18 +5,10 @@
 #include <thread>
 
 #include "codegen/shader_cache.h"
+#include "support/scratch_dir.h"
 
 namespace mn::codegen {
 namespace {
-
-std::filesystem::path fresh_dir(const std::string& name) {
-  const char* base = std::getenv("MN_CACHE_DIR");
-  std::filesystem::path root =
-      base && *base ? std::filesystem::path(base) : std::filesystem::temp_directory_path();
-  auto dir = root / ("codegen-test-" + name + "-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
-  return dir;
-}
 
 std::string kernel(int variant) {
   return "#version 450\nlayout(local_size_x = 64) in;\n"
@@ -32,7 +24,8 @@ CompileOptions with_factor(const std::string& factor) {
 }
 
 TEST(ShaderCache, SecondCompileIsAHit) {
-  const auto dir = fresh_dir("hit");
+  const test::ScratchDir scratch("shader-cache-hit");
+  const std::filesystem::path& dir = scratch.path();
   {
     ShaderCache cache(dir);
     const auto first = cache.get(kernel(1), with_factor("2.0"));
@@ -57,7 +50,6 @@ TEST(ShaderCache, SecondCompileIsAHit) {
   EXPECT_EQ(from_disk, compile_glsl(kernel(1), with_factor("2.0")));
   EXPECT_EQ(again.stats().disk_hits, 1u);
   EXPECT_EQ(again.stats().compiles, 0u);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(ShaderCache, KeyCoversSourceOptionsAndCompiler) {
@@ -78,7 +70,8 @@ TEST(ShaderCache, KeyCoversSourceOptionsAndCompiler) {
 }
 
 TEST(ShaderCache, DamagedFilesAreRecompiled) {
-  const auto dir = fresh_dir("damaged");
+  const test::ScratchDir scratch("shader-cache-damaged");
+  const std::filesystem::path& dir = scratch.path();
   const auto good = compile_glsl(kernel(5), with_factor("1.0"));
   std::filesystem::path file;
   {
@@ -98,11 +91,11 @@ TEST(ShaderCache, DamagedFilesAreRecompiled) {
   ShaderCache cache(dir);
   EXPECT_EQ(cache.get(kernel(5), with_factor("1.0")), good);
   EXPECT_EQ(cache.stats().disk_hits, 1u);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(ShaderCache, BatchCompilesInParallel) {
-  const auto dir = fresh_dir("batch");
+  const test::ScratchDir scratch("shader-cache-batch");
+  const std::filesystem::path& dir = scratch.path();
   std::vector<ShaderSource> shaders;
   for (int i = 0; i < 12; ++i) shaders.push_back({kernel(i), with_factor("0.5")});
   ShaderCache cache(dir);
@@ -118,11 +111,11 @@ TEST(ShaderCache, BatchCompilesInParallel) {
 
   shaders[7].source = "#version 450\nvoid main() { nope(); }\n";
   EXPECT_THROW(cache.get_batch(shaders, 3), ShaderCompileError);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(ShaderCache, ConcurrentProcessesShareTheFolder) {
-  const auto dir = fresh_dir("concurrent");
+  const test::ScratchDir scratch("shader-cache-concurrent");
+  const std::filesystem::path& dir = scratch.path();
   const auto expected = compile_glsl(kernel(9), with_factor("4.0"));
   // Separate cache objects stand in for separate processes racing on the same files.
   std::vector<std::thread> threads;
@@ -144,18 +137,17 @@ TEST(ShaderCache, ConcurrentProcessesShareTheFolder) {
   ShaderCache reader(dir);
   EXPECT_EQ(reader.get(kernel(9), with_factor("4.0")), expected);
   EXPECT_EQ(reader.stats().disk_hits, 1u);
-  std::filesystem::remove_all(dir);
 }
 
 TEST(ShaderCache, UnwritableFolderStillCompiles) {
   // A path below a regular file can never be created.
-  const auto dir = fresh_dir("unwritable");
+  const test::ScratchDir scratch("shader-cache-unwritable");
+  const std::filesystem::path& dir = scratch.path();
   std::filesystem::create_directories(dir);
   std::ofstream(dir / "file") << "x";
   ShaderCache cache(dir / "file" / "spirv");
   EXPECT_EQ(cache.get(kernel(1), with_factor("1.0")), compile_glsl(kernel(1), with_factor("1.0")));
   EXPECT_EQ(cache.stats().disk_errors, 1u);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

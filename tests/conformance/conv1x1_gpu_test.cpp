@@ -2,7 +2,9 @@
 // (src/codegen/lower_conv_matmul.cpp): forward with and without bias, the input and weight
 // gradients (one image, and several images summed), conv_transpose2d, against the CPU
 // reference; the matmul kernels are the ones recorded, and other convolutions keep the implicit
-// GEMM.
+// GEMM. On a tensor-core device the routing is off by design (the cooperative path's packing
+// cost more than it saved on ResNet-50's 1×1 layers, measured on the H200): there the same
+// convolutions must keep the implicit GEMM.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -19,6 +21,7 @@
 #include "codegen/shader_compiler.h"
 #include "conv_fixture.h"
 #include "ir/ops/conv.h"
+#include "runtime/plan_options.h"
 #include "support/random_fill.h"
 #include "support/scoped_env.h"
 
@@ -42,6 +45,26 @@ std::string joined(const std::vector<std::string>& names) {
   return s;
 }
 
+// Whether sessions on the test device plan with tensor cores (then 1×1 convolutions are not
+// routed to the matmul, lower_conv_matmul.cpp).
+bool tensor_core_device() { return runtime::plan_options(std::string()).device.coop; }
+
+// The kernels of routed 1×1 convolutions: on a device without tensor cores, `matmuls` scalar
+// matmul kernels, `batch_sums` sums of per-image weight gradients (-1: either count unchecked)
+// and no implicit GEMM; on one with them, the implicit GEMM (f32 or cooperative) and no matmul.
+void expect_matmul_route(const std::vector<std::string>& names, int matmuls, int batch_sums) {
+  if (tensor_core_device()) {
+    EXPECT_EQ(count(names, "matmul"), 0) << joined(names);
+    EXPECT_EQ(count(names, "conv1x1_weight_batch_sum"), 0) << joined(names);
+    EXPECT_GE(count(names, "_gemm_") + count(names, "_coop"), 1) << joined(names);
+    return;
+  }
+  EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);
+  if (batch_sums >= 0)
+    EXPECT_EQ(count(names, "conv1x1_weight_batch_sum"), batch_sums) << joined(names);
+  if (matmuls >= 0) EXPECT_EQ(count(names, "matmul_64x64"), matmuls) << joined(names);
+}
+
 // Forward with bias and both gradients over a batch of 2, Cin ≠ Cout, a non-square image; no
 // implicit-GEMM kernel runs (the bias gradient is a reduction).
 TEST(Conv1x1Gpu, BatchedWithBiasAndGradients) {
@@ -50,11 +73,8 @@ TEST(Conv1x1Gpu, BatchedWithBiasAndGradients) {
   Tensor w = f.input("w", {80, 72, 1, 1});
   Tensor b = f.input("b", {80});
   f.finish(conv2d(x, w, b));
-  const auto names = f.run_and_compare();
-  EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);
-  EXPECT_EQ(count(names, "conv1x1_weight_batch_sum"), 1) << joined(names);
   // forward, input gradient, weight gradient (batched product)
-  EXPECT_EQ(count(names, "matmul_64x64"), 3) << joined(names);
+  expect_matmul_route(f.run_and_compare(), 3, 1);
 }
 
 // One image, no bias: the weight gradient is a single product (no batch sum); ragged tiles.
@@ -63,10 +83,7 @@ TEST(Conv1x1Gpu, SingleImage) {
   Tensor x = f.input("x", {1, 80, 9, 8});
   Tensor w = f.input("w", {96, 80, 1, 1});
   f.finish(conv2d(x, w));
-  const auto names = f.run_and_compare();
-  EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);
-  EXPECT_EQ(count(names, "conv1x1_weight_batch_sum"), 0) << joined(names);
-  EXPECT_EQ(count(names, "matmul_64x64"), 3) << joined(names);
+  expect_matmul_route(f.run_and_compare(), 3, 0);
 }
 
 // Unbatched input with bias, and two leading batch axes.
@@ -77,18 +94,14 @@ TEST(Conv1x1Gpu, BatchAxes) {
     Tensor w = f.input("w", {70, 64, 1, 1});
     Tensor b = f.input("b", {70});
     f.finish(conv2d(x, w, b));
-    const auto names = f.run_and_compare();
-    EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);
-    EXPECT_EQ(count(names, "conv1x1_weight_batch_sum"), 0) << joined(names);
+    expect_matmul_route(f.run_and_compare(), -1, 0);
   }
   {
     Fixture f("two-axes");
     Tensor x = f.input("x", {2, 2, 64, 8, 8});
     Tensor w = f.input("w", {66, 64, 1, 1});
     f.finish(conv2d(x, w));
-    const auto names = f.run_and_compare();
-    EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);
-    EXPECT_EQ(count(names, "conv1x1_weight_batch_sum"), 1) << joined(names);
+    expect_matmul_route(f.run_and_compare(), -1, 1);
   }
 }
 
@@ -102,8 +115,7 @@ TEST(Conv1x1Gpu, DilatedAndTransposed) {
   Tensor bt = f.input("bt", {72});
   Tensor y = conv2d(x, w, {}, {.dilation = {2, 3}});
   f.finish(conv_transpose2d(y, wt, bt));
-  const auto names = f.run_and_compare();
-  EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);
+  expect_matmul_route(f.run_and_compare(), -1, -1);
 }
 
 // Strided and padded 1×1 convolutions are not plain products, and products too skinny for the
@@ -150,8 +162,8 @@ TEST(Conv1x1Gpu, LongKWeightGradientKeepsImplicitGemm) {
   Tensor w = f.input("w", {64, 64, 1, 1});
   f.finish(conv2d(x, w));
   const auto names = f.run_and_compare();
-  EXPECT_EQ(count(names, "matmul_64x64"), 2) << joined(names);
   EXPECT_EQ(count(names, "conv2d_backward_weight_gemm_"), 1) << joined(names);
+  EXPECT_EQ(count(names, "matmul_64x64"), tensor_core_device() ? 0 : 2) << joined(names);
 }
 
 // On a tensor-core device (an H200's traits) ResNet-50's 1×1 convolutions at batch 32 keep the

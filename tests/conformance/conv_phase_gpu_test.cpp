@@ -15,6 +15,7 @@
 
 #include "codegen/kernel.h"
 #include "ir/ops/conv.h"
+#include "support/elementwise_error.h"
 #include "support/random_fill.h"
 
 namespace mn {
@@ -45,7 +46,7 @@ void expect_input_gradient_matches(const Case& c) {
   const Array expected = reference::evaluate(g, feeds).at("dx");
   const Array got = session->get("dx");
   ASSERT_EQ(got.shape, expected.shape);
-  EXPECT_LE(testing::relative_error(got, expected), 2e-5);
+  EXPECT_TRUE(testing::elementwise_near(got, expected, 2e-5));
 }
 
 Conv2dAttrs attrs(int64_t sh, int64_t sw, int64_t ph, int64_t pw, int64_t dil = 1,
@@ -122,7 +123,7 @@ TEST(ConvPhaseGpu, TransposedWithBias) {
     SCOPED_TRACE(name);
     const Array got = session->get(name);
     ASSERT_EQ(got.shape, expected.shape);
-    EXPECT_LE(testing::relative_error(got, expected), 2e-5);
+    EXPECT_TRUE(testing::elementwise_near(got, expected, 2e-5));
   }
 }
 

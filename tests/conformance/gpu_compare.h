@@ -11,6 +11,7 @@
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "support/elementwise_error.h"
 #include "support/random_fill.h"
 
 namespace mn::testing {
@@ -56,7 +57,7 @@ inline void expect_close(const Graph& g, const reference::Feeds& feeds, double t
   auto got = run_gpu(g, feeds);
   for (const auto& [name, expected] : want) {
     ASSERT_EQ(got.at(name).shape, expected.shape) << name;
-    EXPECT_LE(relative_error(got.at(name), stored(expected)), tol) << name;
+    EXPECT_TRUE(elementwise_near(got.at(name), stored(expected), tol)) << name;
   }
 }
 

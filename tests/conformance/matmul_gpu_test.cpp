@@ -138,9 +138,8 @@ TEST(MatmulGpu, GridFoldsPastTheGroupLimit) {
                                 testing::random_array(rng, {p.b, DType::f32})};
     auto want =
         reference::evaluate_nodes(g, {{"a", in[0]}, {"b", in[1]}}, std::vector<NodeId>{c.id()});
-    EXPECT_LE(testing::relative_error(testing::run_lowering(g, c.id(), in, traits),
-                                      testing::stored(want[0])),
-              2e-5);
+    EXPECT_TRUE(testing::elementwise_near(testing::run_lowering(g, c.id(), in, traits),
+                                          testing::stored(want[0]), 2e-5));
   }
   // Column tiles do not fold: past the limit (7 tiles of 16) the lowering says so.
   Graph g;

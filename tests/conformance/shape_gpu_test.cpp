@@ -9,6 +9,7 @@
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "support/elementwise_error.h"
 #include "support/random_fill.h"
 
 namespace mn {
@@ -112,7 +113,7 @@ void expect_close(const Graph& g, const reference::Feeds& feeds, double tol) {
   for (const auto& [name, expected] : want) {
     Array rounded = expected;
     for (double& v : rounded.data) v = round_to_dtype(v, expected.dtype);
-    EXPECT_LE(testing::relative_error(got.at(name), rounded), tol) << name;
+    EXPECT_TRUE(testing::elementwise_near(got.at(name), rounded, tol)) << name;
   }
 }
 

@@ -140,7 +140,8 @@ Proof prove(std::string_view start, std::vector<std::string> goals, size_t node_
     return true;
   };
   Runner runner(eg);
-  runner.limits({.iterations = 30, .nodes = node_limit, .seconds = 10}).stop_when(all_proven);
+  // No time limit: whether a proof is found must not depend on the machine's load.
+  runner.limits({.iterations = 30, .nodes = node_limit, .seconds = 1e9}).stop_when(all_proven);
   RunReport report = runner.run(rs);
   eg.check_invariants();
   return {all_proven(eg), report};
@@ -215,7 +216,7 @@ TEST(MathRules, AssociateAddsReachesAllSubsetSums) {
   Id start = m.term(eg, "(+ 1 (+ 2 (+ 3 (+ 4 (+ 5 (+ 6 7))))))");
   Runner runner(eg);
   runner.scheduler(std::make_unique<SimpleScheduler>())
-      .limits({.iterations = 30, .nodes = 200000, .seconds = 30});
+      .limits({.iterations = 30, .nodes = 200000, .seconds = 1e9});  // no clock in the outcome
   RunReport report = runner.run(rs);
   EXPECT_EQ(report.stop_reason, StopReason::saturated) << report.summary();
   EXPECT_EQ(eg.num_classes(), 127u);

@@ -1,8 +1,6 @@
 // The runner's budgets and stop reasons, per-rule statistics, and egg's backoff scheduling.
 #include <gtest/gtest.h>
 
-#include <chrono>
-
 #include "egraph/runner.h"
 #include "egraph/scheduler.h"
 #include "egraph_test_lang.h"
@@ -77,13 +75,12 @@ TEST(Runner, StopsAtTheTimeLimit) {
   Runner runner(eg);
   runner.scheduler(std::make_unique<SimpleScheduler>())
       .limits({.iterations = 100000000, .nodes = 100000000, .seconds = 0.05});
-  auto t0 = std::chrono::steady_clock::now();
   RunReport r = runner.run(growing_rules(m));
-  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The other limits are out of reach, so only the clock can have stopped the run, and only
+  // once its own measure passed the budget (no bound on how far past: that is the machine's
+  // load, not the runner).
   EXPECT_EQ(r.stop_reason, StopReason::time_limit);
   EXPECT_GE(r.seconds, 0.05);
-  // Generous: the point is that the run ends near its budget, not after the other limits.
-  EXPECT_LT(wall, 2.0);
   eg.check_invariants();
 }
 
@@ -183,7 +180,7 @@ TEST(Backoff, TamesAssociativityAndCommutativity) {
   m.term(eg, sum);
   Runner runner(eg);
   runner.scheduler(std::make_unique<BackoffScheduler>(50, 2))
-      .limits({.iterations = 12, .nodes = 100000, .seconds = 10});
+      .limits({.iterations = 12, .nodes = 100000, .seconds = 1e9});  // no clock in the outcome
   RunReport r = runner.run(rs);
   EXPECT_GE(r.rules[0].times_banned + r.rules[1].times_banned, 1u) << r.summary();
   EXPECT_GT(r.rules[0].iterations_skipped + r.rules[1].iterations_skipped, 0u);
@@ -194,7 +191,7 @@ TEST(Backoff, TamesAssociativityAndCommutativity) {
   m.term(plain, sum);
   Runner simple(plain);
   simple.scheduler(std::make_unique<SimpleScheduler>())
-      .limits({.iterations = 12, .nodes = 100000, .seconds = 10});
+      .limits({.iterations = 12, .nodes = 100000, .seconds = 1e9});  // no clock in the outcome
   RunReport rp = simple.run(rs);
   EXPECT_EQ(rp.stop_reason, StopReason::node_limit) << rp.summary();
   EXPECT_LT(r.nodes, rp.nodes) << "backoff kept the e-graph smaller\n" << r.summary();

@@ -17,6 +17,7 @@
 
 #include "finetune_support.h"
 #include "io/json_fields.h"
+#include "support/elementwise_error.h"
 #include "support/random_fill.h"
 
 namespace mn {
@@ -76,7 +77,8 @@ void expect_full_step_matches_reference(Optimizer opt, double tolerance) {
   const auto want = reference::run_step(*lm.graph, inputs, persistent);
   EXPECT_NEAR(loss, want.at("loss").data[0], 1e-5 * std::abs(loss));
   for (const ParameterSpec& p : lm_parameters(t.config())) {
-    EXPECT_LE(testing::relative_error(t.session().get(p.name), persistent.at(p.name)), tolerance)
+    EXPECT_TRUE(
+        testing::elementwise_near(t.session().get(p.name), persistent.at(p.name), tolerance))
         << p.name;
   }
 }
@@ -86,9 +88,10 @@ TEST(Finetune, FullSgdStepMatchesReference) {
 }
 
 // Adam's first update is about lr·g/|g|: float32 rounding of gradients near eps moves a few
-// elements by a fraction of lr, hence a looser bound than SGD's.
+// elements by a fraction of lr, hence a looser bound than SGD's (measured: 2.7e-4 of an
+// element).
 TEST(Finetune, FullAdamwStepMatchesReference) {
-  expect_full_step_matches_reference(Optimizer::adamw(0.1), 1e-4);
+  expect_full_step_matches_reference(Optimizer::adamw(0.1), 1e-3);
 }
 
 FinetuneOptions lora_options(const ScratchDir& dir, const std::string& model) {
@@ -193,12 +196,13 @@ TEST(Finetune, MergedLoraLogitsEqualAdapterLogits) {
   load_weights(*s, merged);
   s->set("input_ids", testing::probe_ids());
   s->step();
-  EXPECT_LE(testing::relative_error(s->get("logits"), adapted), 1e-5);
+  // W + (alpha/r)·B·A is rounded to f32 once more in the merged weights (measured: 1.3e-5).
+  EXPECT_TRUE(testing::elementwise_near(s->get("logits"), adapted, 5e-5));
   // And the adapters changed the model: the base model's logits differ.
   const HfModel base = load_hf_model(lm_fixture("llama_tied"));
   load_weights(*s, base);
   s->step();
-  EXPECT_GT(testing::relative_error(s->get("logits"), adapted), 1e-4);
+  EXPECT_FALSE(testing::elementwise_near(s->get("logits"), adapted, 1e-4));
 }
 
 TEST(Finetune, SavedModelLoadsToTheTrainedLogits) {
@@ -282,7 +286,7 @@ TEST(Finetune, AccumulationEqualsTheLargerBatch) {
     ASSERT_NE(big.examples().labels[static_cast<size_t>(i)], kIgnoreLabel);
   EXPECT_NEAR(big.step(), acc.step(), 1e-6);
   for (const std::string& n : big.trained_parameters()) {
-    EXPECT_LE(testing::relative_error(acc.session().get(n), big.session().get(n)), 1e-6) << n;
+    EXPECT_TRUE(testing::elementwise_near(acc.session().get(n), big.session().get(n), 1e-6)) << n;
   }
 }
 

@@ -9,17 +9,38 @@
 namespace mn::plan {
 namespace {
 
+// Alive at the same dispatch, by the definition (not the planner's own lifetimes_overlap): a
+// persistent buffer is alive at every dispatch, another one from first_use to last_use
+// inclusive.
+bool alive_together(const BufferRequest& a, const BufferRequest& b) {
+  if (a.persistent || b.persistent) return true;
+  return a.first_use <= b.last_use && b.first_use <= a.last_use;
+}
+
 void expect_valid(std::span<const BufferRequest> reqs, const MemoryPlan& plan, size_t align) {
   ASSERT_EQ(plan.offsets.size(), reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_EQ(plan.offsets[i] % align, 0u);
     EXPECT_LE(plan.offsets[i] + reqs[i].bytes, plan.arena_bytes);
     for (size_t j = i + 1; j < reqs.size(); ++j) {
-      if (!lifetimes_overlap(reqs[i], reqs[j])) continue;
+      if (!alive_together(reqs[i], reqs[j])) continue;
       bool disjoint = plan.offsets[i] + reqs[i].bytes <= plan.offsets[j] ||
                       plan.offsets[j] + reqs[j].bytes <= plan.offsets[i];
       EXPECT_TRUE(disjoint) << "live buffers " << i << " and " << j << " overlap";
     }
+  }
+}
+
+TEST(MemoryPlan, OverlapIsSharingADispatch) {
+  const BufferRequest a{64, 2, 5}, touching{64, 5, 9}, after{64, 6, 9}, inside{64, 3, 3};
+  const BufferRequest held{64, 8, 8, true};
+  EXPECT_TRUE(lifetimes_overlap(a, touching));  // dispatch 5 reads a and writes `touching`
+  EXPECT_TRUE(lifetimes_overlap(touching, a));
+  EXPECT_FALSE(lifetimes_overlap(a, after));
+  EXPECT_TRUE(lifetimes_overlap(a, inside));
+  EXPECT_TRUE(lifetimes_overlap(a, held));  // persistent: alive at every dispatch
+  for (const auto& [x, y] : {std::pair{a, touching}, {a, after}, {a, inside}, {a, held}}) {
+    EXPECT_EQ(lifetimes_overlap(x, y), alive_together(x, y));
   }
 }
 

@@ -8,6 +8,7 @@
 #include <meganeura/optimizer.h>
 #include <meganeura/session.h>
 
+#include "support/elementwise_error.h"
 #include "support/random_fill.h"
 #include "support/small_transformer.h"
 
@@ -74,7 +75,7 @@ void expect_same_steps(Built (*make)(), const char* label) {
     EXPECT_NEAR(loss[1], loss[0], 1e-5 * (1 + std::abs(loss[0]))) << label << " step " << step;
   }
   for (const std::string& name : sessions[0]->parameter_names()) {
-    EXPECT_LE(testing::relative_error(sessions[1]->get(name), sessions[0]->get(name)), 1e-4)
+    EXPECT_TRUE(testing::elementwise_near(sessions[1]->get(name), sessions[0]->get(name), 1e-4))
         << label << " " << name;
   }
   const size_t before = sessions[0]->memory().dispatches, after = sessions[1]->memory().dispatches;

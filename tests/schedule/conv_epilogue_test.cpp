@@ -16,6 +16,7 @@
 
 #include "schedule/fusion.h"
 #include "schedule/gpu_lowering.h"
+#include "support/elementwise_error.h"
 #include "support/random_fill.h"
 #include "support/scoped_env.h"
 
@@ -202,9 +203,9 @@ TEST(ConvEpilogueGpu, ReluBiasResidualOverConvVariants) {
     }
     const auto ref = reference::evaluate(g, feeds);
     for (const auto& [name, expected] : ref) {
-      EXPECT_LE(testing::relative_error(fused.out.at(name), expected), 1e-4)
+      EXPECT_TRUE(testing::elementwise_near(fused.out.at(name), expected, 1e-4))
           << k.name << " " << name;
-      EXPECT_LE(testing::relative_error(fused.out.at(name), unfused.out.at(name)), 1e-5)
+      EXPECT_TRUE(testing::elementwise_near(fused.out.at(name), unfused.out.at(name), 1e-5))
           << k.name << " " << name << " fused vs unfused";
     }
     std::printf("%s: %zu dispatches unfused, %zu fused\n", k.name.c_str(), unfused.dispatches,

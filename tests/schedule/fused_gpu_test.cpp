@@ -6,14 +6,19 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <memory>
+#include <string>
+#include <vector>
 
 #include <meganeura/models.h>
 #include <meganeura/optimizer.h>
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "support/elementwise_error.h"
 #include "support/random_fill.h"
 #include "support/scoped_env.h"
+#include "support/tensor_cores.h"
 
 namespace mn {
 namespace {
@@ -57,8 +62,8 @@ void expect_matches(const Graph& g, const Feeds& feeds, double tol, const std::s
   auto ref = reference::evaluate(g, feeds);
   for (const auto& [name, expected] : ref) {
     const double rt = ref_tol.count(name) ? ref_tol.at(name) : tol;
-    EXPECT_LE(testing::relative_error(r.fused.at(name), expected), rt) << what << " " << name;
-    EXPECT_LE(testing::relative_error(r.fused.at(name), r.unfused.at(name)), tol)
+    EXPECT_TRUE(testing::elementwise_near(r.fused.at(name), expected, rt)) << what << " " << name;
+    EXPECT_TRUE(testing::elementwise_near(r.fused.at(name), r.unfused.at(name), tol))
         << what << " " << name << " fused vs unfused";
   }
   EXPECT_LT(r.fused_dispatches, r.unfused_dispatches) << what;
@@ -151,8 +156,11 @@ TEST(FusedGpu, MatmulEpilogues) {
   Tensor pre_l = matmul(xl, wl) + bl;
   g.output("large", relu(pre_l) * 0.5 + rl);
   g.output("large_sq", pre_l * pre_l);  // a second output of the tensor-core epilogue
-  // Tensor cores round the large product's operands to f16 (2.4e-4 measured on an H200).
-  expect_matches(g, feeds, 2e-5, "matmul epilogues", {{"large", 2e-3}, {"large_sq", 2e-3}});
+  // Tensor cores round the large product's operands to f16: over K = 256 the worst element is
+  // about 5e-3 of a tenth of the output's scale (tests/tensor_cores checks those kernels
+  // against their own model); without them the product is f32 like the rest.
+  const double large = testing::sessions_use_tensor_cores() ? 2e-2 : 2e-5;
+  expect_matches(g, feeds, 2e-5, "matmul epilogues", {{"large", large}, {"large_sq", large}});
   Runs r = run_both(g, feeds);
   // Seven matmuls (the split GEMV in two launches) and seventeen pointwise ops unfused.
   EXPECT_EQ(r.unfused_dispatches, 25u);
@@ -196,10 +204,25 @@ TEST(FusedGpu, ManyOperandsSplitAtTheBindingLimit) {
   expect_matches(g, feeds, 2e-5, "forty operands");
 }
 
-// Training steps with fusion on and off stay together and match the float64 reference
-// (tolerances as in tests/runtime/training_test.cpp).
+// Squared Frobenius distance between the parameters `names` of two sets of values.
+double distance2(const std::vector<std::string>& names, const std::map<std::string, Array>& a,
+                 const std::map<std::string, Array>& b) {
+  double d2 = 0;
+  for (const std::string& name : names) {
+    const Array &x = a.at(name), &y = b.at(name);
+    for (size_t i = 0; i < x.data.size(); ++i)
+      d2 += (x.data[i] - y.data[i]) * (x.data[i] - y.data[i]);
+  }
+  return d2;
+}
+
+// Training steps with fusion on and off stay together and match the float64 reference: the
+// loss of every step, every parameter and state element, and the parameters' movement as a
+// whole, which a missing or doubled update term would change (tolerances and measurements as
+// in tests/runtime/training_test.cpp).
 void expect_same_training(ModelKind kind, const Optimizer& opt) {
-  const double tol = opt.kind == Optimizer::Kind::sgd ? 1e-4 : 5e-3;
+  const bool sgd = opt.kind == Optimizer::Kind::sgd;
+  const double tol = sgd ? 5e-5 : 1e-3;
   ClassifierSpec spec;
   spec.kind = kind;
   spec.batch = 8;
@@ -215,30 +238,42 @@ void expect_same_training(ModelKind kind, const Optimizer& opt) {
   }
   EXPECT_LT(fused->memory().dispatches * 2, unfused->memory().dispatches);
   reference::Feeds persistent = reference::initial_parameters(*c.graph);
+  const std::map<std::string, Array> start(persistent.begin(), persistent.end());
   auto rng = testing::rng_for(std::string("fused-train-") + model_name(kind));
   for (int step = 1; step <= 4; ++step) {
     reference::Feeds in;
     in["x"] = testing::random_array(rng, c.input.type(), 0.0, 1.0);
     in["y"] = testing::random_array(rng, c.labels.type(), 0, 10);
-    for (const auto& [n, v] :
-         step_scalars(opt, opt.kind == Optimizer::Kind::sgd ? 0.05 : 1e-3, step))
-      in[n] = Array::scalar(v);
+    for (const auto& [n, v] : step_scalars(opt, sgd ? 0.05 : 1e-3, step)) in[n] = Array::scalar(v);
     for (const auto& [name, value] : in) {
       fused->set(name, value);
       unfused->set(name, value);
     }
     fused->step();
     unfused->step();
-    reference::run_step(*c.graph, in, persistent);
+    const double loss = reference::run_step(*c.graph, in, persistent).at("loss").data[0];
+    EXPECT_NEAR(fused->get("loss").data[0], loss, 1e-5 * std::abs(loss)) << "step " << step;
+    EXPECT_NEAR(fused->get("loss").data[0], unfused->get("loss").data[0], 1e-6 * std::abs(loss))
+        << "step " << step << " fused vs unfused";
   }
+  std::map<std::string, Array> got, ref, plain;
   for (const std::string& name : fused->parameter_names()) {
-    EXPECT_LE(testing::relative_error(fused->get(name), persistent.at(name)), tol) << name;
-    EXPECT_LE(testing::relative_error(fused->get(name), unfused->get(name)), tol) << name;
+    got[name] = fused->get(name);
+    ref[name] = persistent.at(name);
+    plain[name] = unfused->get(name);
   }
   for (const std::string& name : fused->state_names()) {
-    EXPECT_LE(testing::relative_error(fused->get(name), persistent.at(name)), tol) << name;
-    EXPECT_LE(testing::relative_error(fused->get(name), unfused->get(name)), tol) << name;
+    got[name] = fused->get(name);
+    ref[name] = persistent.at(name);
+    plain[name] = unfused->get(name);
   }
+  for (const auto& [name, value] : got) {
+    EXPECT_TRUE(testing::elementwise_near(value, ref.at(name), tol)) << name;
+    EXPECT_TRUE(testing::elementwise_near(value, plain.at(name), tol))
+        << name << " fused vs unfused";
+  }
+  const auto names = fused->parameter_names();
+  EXPECT_LE(std::sqrt(distance2(names, got, ref)), 1e-4 * std::sqrt(distance2(names, ref, start)));
 }
 
 TEST(FusedGpu, MlpAdamTraining) { expect_same_training(ModelKind::mlp, Optimizer::adam()); }
@@ -267,10 +302,11 @@ TEST(FusedGpu, ClippedAccumulatedAdam) {
     in["apply"] = Array::scalar(step % 2 == 0 ? 1.0 : 0.0);
     for (const auto& [name, value] : in) fused->set(name, value);
     fused->step();
-    reference::run_step(*c.graph, in, persistent);
+    const double loss = reference::run_step(*c.graph, in, persistent).at("loss").data[0];
+    EXPECT_NEAR(fused->get("loss").data[0], loss, 1e-5 * std::abs(loss)) << "step " << step;
   }
   for (const std::string& name : fused->parameter_names()) {
-    EXPECT_LE(testing::relative_error(fused->get(name), persistent.at(name)), 5e-3) << name;
+    EXPECT_TRUE(testing::elementwise_near(fused->get(name), persistent.at(name), 1e-3)) << name;
   }
 }
 

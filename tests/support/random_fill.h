@@ -14,7 +14,9 @@ std::mt19937_64 rng_for(std::string_view name);
 // Uniform values in [lo, hi); integer dtypes draw integers in [lo, hi).
 Array random_array(std::mt19937_64& rng, const TensorType& type, double lo = -1.0, double hi = 1.0);
 
-// max |a - b| / (1 + max |b|): the error measure used against the reference.
+// max |a - b| / (1 + max |b|): absolute below 1, so it suits only values of order one (CPU
+// evaluations against PyTorch's); GPU results against the reference are compared element by
+// element (support/elementwise_error.h).
 double relative_error(const Array& a, const Array& b);
 // max |a - b| / max |b|: an error relative to the reference's scale (logits, whole outputs);
 // infinite when the sizes differ or a value is not finite.

@@ -4,6 +4,8 @@
 
 #include <meganeura/error.h>
 
+#include "support/scoped_env.h"
+#include "support/scratch_dir.h"
 #include "vulkan/arena.h"
 #include "vulkan/buffer.h"
 #include "vulkan/check.h"
@@ -13,7 +15,6 @@ namespace mn::vk {
 namespace {
 
 using testing::joined;
-using testing::temp_cache_dir;
 using testing::validated_options;
 
 DeviceCapabilities fake(uint32_t index, std::string name, VkPhysicalDeviceType type,
@@ -66,7 +67,8 @@ TEST(DeviceSelection, NoMatchListsTheDevices) {
 }
 
 TEST(Device, CreatesOnLavapipeWithValidation) {
-  const auto dir = temp_cache_dir("create");
+  const test::ScratchDir scratch("vulkan-create");
+  const std::filesystem::path& dir = scratch.path();
   Device device(validated_options(dir));
   const DeviceCapabilities& caps = device.capabilities();
   EXPECT_TRUE(device.validation_enabled());
@@ -87,11 +89,11 @@ TEST(Device, CreatesOnLavapipeWithValidation) {
     EXPECT_TRUE(caps.memory.unified);
   }
   EXPECT_EQ(device.validation_message_count(), 0u) << joined(device.validation_messages());
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Device, SelectorOptionAndEnvironment) {
-  const auto dir = temp_cache_dir("select");
+  const test::ScratchDir scratch("vulkan-select");
+  const std::filesystem::path& dir = scratch.path();
   std::string name;
   {
     Device first(validated_options(dir));
@@ -102,27 +104,22 @@ TEST(Device, SelectorOptionAndEnvironment) {
   EXPECT_EQ(Device(options).capabilities().index, 0u);
 
   // MN_DEVICE is read when no selector is given.
-  const char* old = std::getenv("MN_DEVICE");
-  const std::string saved = old ? old : "";
-  ::setenv("MN_DEVICE", name.substr(0, 4).c_str(), 1);
-  EXPECT_EQ(Device(validated_options(dir)).capabilities().name, name);
-  ::setenv("MN_DEVICE", "no-such-device-anywhere", 1);
+  {
+    const mn::testing::ScopedEnv env("MN_DEVICE", name.substr(0, 4));
+    EXPECT_EQ(Device(validated_options(dir)).capabilities().name, name);
+  }
+  const mn::testing::ScopedEnv env("MN_DEVICE", "no-such-device-anywhere");
   try {
     Device device(validated_options(dir));
     ADD_FAILURE() << "MN_DEVICE=no-such-device-anywhere selected " << device.capabilities().name;
   } catch (const DeviceError& e) {
     EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
   }
-  if (old) {
-    ::setenv("MN_DEVICE", saved.c_str(), 1);
-  } else {
-    ::unsetenv("MN_DEVICE");
-  }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Device, ValidationMessagesFailTheOperation) {
-  const auto dir = temp_cache_dir("invalid");
+  const test::ScratchDir scratch("vulkan-invalid");
+  const std::filesystem::path& dir = scratch.path();
   Device device(validated_options(dir));
   // A buffer without usage flags breaks VUID-VkBufferCreateInfo-usage-requiredbitmask.
   VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
@@ -141,12 +138,12 @@ TEST(Device, ValidationMessagesFailTheOperation) {
   }
   // Reported once: the next check passes.
   EXPECT_NO_THROW(device.check_validation("nothing"));
-  std::filesystem::remove_all(dir);
 }
 
 // The barrier tests rely on synchronization validation reporting missing barriers.
 TEST(Device, SynchronizationValidationSeesMissingBarriers) {
-  const auto dir = temp_cache_dir("sync");
+  const test::ScratchDir scratch("vulkan-sync");
+  const std::filesystem::path& dir = scratch.path();
   Device device(validated_options(dir));
   Arena arena(device, 4096);
   const VkBuffer buffer = arena.chunk(0).handle();
@@ -174,7 +171,6 @@ TEST(Device, SynchronizationValidationSeesMissingBarriers) {
         vkCmdFillBuffer(cmd, buffer, 512, 1024, 2);
       },
       "two ordered fills");
-  std::filesystem::remove_all(dir);
 }
 
 TEST(Device, VulkanErrorsNameTheCall) {

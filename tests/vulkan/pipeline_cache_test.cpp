@@ -1,16 +1,20 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iterator>
+#include <vector>
 
+#include "support/scratch_dir.h"
+#include "vulkan/arena.h"
 #include "vulkan/pipeline.h"
 #include "vulkan/pipeline_cache.h"
+#include "vulkan/recording.h"
 #include "vulkan_test.h"
 
 namespace mn::vk {
 namespace {
 
 using testing::joined;
-using testing::temp_cache_dir;
 using testing::validated_options;
 
 constexpr const char* kKernel = R"(#version 450
@@ -36,7 +40,8 @@ KernelInterface interface() {
 }
 
 TEST(PipelineCache, WrittenByOneDeviceAndLoadedByTheNext) {
-  const auto dir = temp_cache_dir("pipeline-cache");
+  const test::ScratchDir scratch("pipeline-cache");
+  const std::filesystem::path& dir = scratch.path();
   std::filesystem::path file;
   {
     Device device(validated_options(dir));
@@ -66,11 +71,11 @@ TEST(PipelineCache, WrittenByOneDeviceAndLoadedByTheNext) {
     }
     EXPECT_EQ(device.validation_message_count(), 0u) << joined(device.validation_messages());
   }
-  std::filesystem::remove_all(dir);
 }
 
 TEST(PipelineCache, ForeignOrDamagedFilesAreIgnored) {
-  const auto dir = temp_cache_dir("pipeline-cache-bad");
+  const test::ScratchDir scratch("pipeline-cache-bad");
+  const std::filesystem::path& dir = scratch.path();
   std::filesystem::path file;
   {
     Device device(validated_options(dir));
@@ -100,7 +105,76 @@ TEST(PipelineCache, ForeignOrDamagedFilesAreIgnored) {
   EXPECT_EQ(without.pipeline_cache(), nullptr);
   Pipeline pipeline(without, compile_kernel(without), interface(), "scale");
   EXPECT_EQ(without.validation_message_count(), 0u) << joined(without.validation_messages());
-  std::filesystem::remove_all(dir);
+}
+
+std::vector<char> read_all(const std::filesystem::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_all(const std::filesystem::path& file, const std::vector<char>& bytes) {
+  std::ofstream(file, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Runs the scale kernel over 64 ones: every element must become 2.
+void expect_pipeline_works(Device& device) {
+  Pipeline pipeline(device, compile_kernel(device), interface(), "scale");
+  const std::vector<float> ones(64, 1.0f);
+  Arena arena(device, 256);
+  arena.write(0, testing::bytes_of(ones));
+  Recording rec(device, {false, "scale"});
+  Dispatch d;
+  d.pipeline = &pipeline;
+  d.buffers = {{arena.range(0, 256)}};
+  d.groups = {2, 1, 1};
+  rec.dispatch(std::move(d));
+  rec.run();
+  std::vector<float> out(64);
+  arena.read(0, testing::writable_bytes_of(out));
+  for (float v : out) ASSERT_EQ(v, 2.0f);
+  EXPECT_EQ(device.validation_message_count(), 0u) << joined(device.validation_messages());
+}
+
+// A file that passes our header check (this device's vendor, device and cache UUID) but whose
+// body is damaged: cut short, overwritten, or followed by junk. The driver takes it or refuses
+// it (then we start empty); either way pipelines build and compute, and the file is replaced
+// by the driver's own data when the device closes.
+TEST(PipelineCache, ValidHeaderWithDamagedBody) {
+  const test::ScratchDir dir("pipeline-cache-body");
+  std::filesystem::path file;
+  {
+    Device device(validated_options(dir.path()));
+    file = device.pipeline_cache()->file();
+    Pipeline pipeline(device, compile_kernel(device), interface(), "scale");
+  }
+  const std::vector<char> good = read_all(file);
+  const size_t header = sizeof(VkPipelineCacheHeaderVersionOne);
+  ASSERT_GE(good.size(), header);
+  std::vector<std::vector<char>> damaged;
+  std::vector<char> junk = good;
+  for (size_t i = header; i < junk.size(); ++i) junk[i] = static_cast<char>(~junk[i]);
+  damaged.push_back(junk);
+  std::vector<char> longer = good;
+  for (int i = 0; i < 4096; ++i) longer.push_back(static_cast<char>(i * 37));
+  damaged.push_back(longer);
+  if (good.size() > header + 1)
+    damaged.emplace_back(good.begin(), good.begin() + (good.size() + header) / 2);
+  for (size_t k = 0; k < damaged.size(); ++k) {
+    SCOPED_TRACE("damage " + std::to_string(k));
+    write_all(file, damaged[k]);
+    {
+      Device device(validated_options(dir.path()));
+      PipelineCache* cache = device.pipeline_cache();
+      ASSERT_NE(cache, nullptr);
+      EXPECT_EQ(cache->rejected_file(), cache->loaded_bytes() == 0);
+      expect_pipeline_works(device);
+      cache->mark_dirty();
+    }
+    Device next(validated_options(dir.path()));
+    EXPECT_FALSE(next.pipeline_cache()->rejected_file());
+    expect_pipeline_works(next);
+  }
 }
 
 }  // namespace

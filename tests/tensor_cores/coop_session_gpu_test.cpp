@@ -1,0 +1,102 @@
+// Tensor cores as sessions use them: the planner routes large products to the cooperative
+// kernels with the epilogue fused into their store (subgroup-scope tiles for a product that
+// cannot fill the device with workgroup tiles, workgroup-scope ones for one that can, the
+// implicit GEMM of a convolution with its bias), and the step's results fit the f16-operand
+// model against float64.
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+#include <meganeura/reference.h>
+#include <meganeura/session.h>
+
+#include "support/tensor_cores.h"
+#include "tensor_cores/coop_product.h"
+
+namespace mn::testing {
+namespace {
+
+std::string kernels_of(const Session& s) {
+  std::string names;
+  for (const KernelTime& k : s.profile()) names += k.name + " ";
+  return names;
+}
+
+// relu(x·w + b) in a session; returns its kernels and checks its output against the model.
+std::string run_dense(const MatmulProblem& p, uint64_t seed) {
+  const MatmulRun r = prepare(p, seed);
+  Graph g;
+  Tensor x = g.input("x", p.a_shape());
+  Tensor w = g.input("w", p.b_shape());
+  Tensor b = g.input("b", {p.n});
+  g.output("y", relu(matmul(x, w) + b));
+  SessionOptions so;
+  so.profile = true;
+  auto s = build_session(g, so);
+  s->set("x", Array(p.a_shape(), DType::f32, r.operands[0]));
+  s->set("w", Array(p.b_shape(), DType::f32, r.operands[1]));
+  s->set("b", Array({p.n}, DType::f32, r.operands[2]));
+  s->step();
+  EXPECT_TRUE(fits_f16_model(s->get("y").data, r.model)) << p.describe();
+  return kernels_of(*s);
+}
+
+// Sessions plan only with the tiles the self-test granted: all of them on a working device
+// (coop_selftest_gpu_test.cpp checks that).
+TEST(CoopSessionGpu, DenseLayerOnSubgroupTiles) {
+  MN_REQUIRE_COOP_PATH(CoopPath::nv);
+  // 16 tiles of 128×128: too few for workgroup tiles; the subgroup kernel's 64×64 tiles.
+  const std::string k = run_dense(
+      {.tag = "dense", .m = 512, .n = 512, .k = 1024, .epilogue = Epilogue::bias_relu}, 1);
+  EXPECT_NE(k.find("matmul_coop_"), std::string::npos) << k;
+  EXPECT_EQ(k.find("matmul_coop_w"), std::string::npos) << k;
+  EXPECT_NE(k.find("+epilogue["), std::string::npos) << k;
+}
+
+TEST(CoopSessionGpu, DenseLayerOnWorkgroupTiles) {
+  MN_REQUIRE_COOP_PATH(CoopPath::workgroup);
+  // 256 tiles of 128×128 fill the device's multiprocessors.
+  const std::string k = run_dense(
+      {.tag = "wide", .m = 2048, .n = 2048, .k = 128, .epilogue = Epilogue::bias_relu}, 2);
+  EXPECT_NE(k.find("matmul_coop_w128x"), std::string::npos) << k;
+  EXPECT_NE(k.find("+epilogue["), std::string::npos) << k;
+}
+
+TEST(CoopSessionGpu, ConvolutionWithBias) {
+  MN_REQUIRE_COOP_PATH(CoopPath::workgroup);
+  const Shape xs{2, 128, 16, 16}, ws{256, 128, 3, 3};
+  const auto xv = operand_values(static_cast<size_t>(numel(xs)), 11, 1.0, DType::f32);
+  const auto wv = operand_values(static_cast<size_t>(numel(ws)), 12, 1.0, DType::f32);
+  const auto bv = operand_values(256, 13, 8.0, DType::f32);
+  Conv2dOptions o;
+  o.padding = {1, 1};
+  auto conv = [&](const std::vector<double>& a, const std::vector<double>& w) {
+    Graph g;
+    g.output("y", conv2d(g.input("x", xs), g.input("w", ws), {}, o));
+    reference::Feeds f{{"x", Array(xs, DType::f32, a)}, {"w", Array(ws, DType::f32, w)}};
+    return reference::evaluate(g, f).at("y").data;
+  };
+  const ProductModel m = product_model(conv, xv, wv, 128 * 9, 0x1p-11, DType::f32,
+                                       [&](double v, size_t i, bool magnitude) {
+                                         const double c = bv[(i / 256) % 256];
+                                         return magnitude ? v + std::abs(c) : v + c;
+                                       });
+  Graph g;
+  g.output("y", conv2d(g.input("x", xs), g.input("w", ws), g.input("b", {256}), o));
+  SessionOptions so;
+  so.profile = true;
+  auto s = build_session(g, so);
+  s->set("x", Array(xs, DType::f32, xv));
+  s->set("w", Array(ws, DType::f32, wv));
+  s->set("b", Array({256}, DType::f32, bv));
+  s->step();
+  const std::string k = kernels_of(*s);
+  EXPECT_NE(k.find("conv2d_coop_w128x"), std::string::npos) << k;
+  EXPECT_TRUE(fits_f16_model(s->get("y").data, m)) << k;
+}
+
+}  // namespace
+}  // namespace mn::testing
