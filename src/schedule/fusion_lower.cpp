@@ -242,7 +242,8 @@ std::string group_name(const Graph& g, const KernelGroup& group) {
 }
 
 codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
-                              const codegen::DeviceTraits& device, bool in_place) {
+                              const codegen::DeviceTraits& device, bool in_place,
+                              bool check_indices) {
   if (group.kind == KernelGroup::Kind::matmul_epilogue) return lower_epilogue(g, group, device);
   if (group.kind == KernelGroup::Kind::reduction) return lower_reduction(g, group, device);
   if (group.kind == KernelGroup::Kind::pointwise) {
@@ -260,7 +261,7 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
   if (!lower) throw Error("plan: op '" + std::string(node.op_name()) + "' has no GPU lowering");
   std::vector<TensorType> in_types;
   for (NodeId in : node.inputs) in_types.push_back(g.node(in).type);
-  return (*lower)(codegen::LowerContext{node, in_types, device, in_place});
+  return (*lower)(codegen::LowerContext{node, in_types, device, in_place, check_indices});
 }
 
 }  // namespace mn::schedule
