@@ -18,6 +18,7 @@ bool is_float(DType t);
 
 using Shape = std::vector<int64_t>;
 
+// The element count of `shape`; ShapeError when the product of the dimensions overflows int64.
 int64_t numel(std::span<const int64_t> shape);
 std::string shape_str(std::span<const int64_t> shape);  // "[2, 3]"
 // Row-major strides in elements.
@@ -27,6 +28,12 @@ Shape broadcast_shapes(std::span<const int64_t> a, std::span<const int64_t> b,
                        const std::string& where = "broadcast");
 // Normalizes a possibly negative axis against `rank`; throws ShapeError naming `where`.
 int normalize_axis(int64_t axis, int rank, const std::string& where);
+
+struct TensorType;
+// ShapeError starting with `where` unless `t`'s dimensions are >= 0 and its element count and
+// its size in bytes both fit int64 (every tensor of a graph passes this, so no later stage
+// multiplies past int64).
+void check_tensor_size(const TensorType& t, const std::string& where);
 
 struct TensorType {
   Shape shape;

@@ -16,6 +16,15 @@ class ShapeError : public Error {
   using Error::Error;
 };
 
+// An index outside its range: a gather/take or scatter_add index, a one_hot index, a class
+// target of cross_entropy or nll_loss, a KV-cache position. The reference raises it while
+// evaluating; a session raises it after the step whose kernels read the index (they never
+// touch memory outside their tensors: such an index reads zero or is skipped).
+class IndexError : public Error {
+ public:
+  using Error::Error;
+};
+
 // A file (model, checkpoint, data set) is malformed or missing.
 class FormatError : public Error {
  public:

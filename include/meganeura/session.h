@@ -35,6 +35,13 @@ struct SessionOptions {
   // produced a NaN or Inf. Costs a copy of every intermediate per step. Unset:
   // $MN_CHECK_NUMERICS=1.
   std::optional<bool> check_numerics;
+  // Out-of-range indices (take, scatter_add, one_hot, class targets of cross_entropy and
+  // nll_loss, cache_write positions): the kernels reading them record the first one and the
+  // wait for the step throws mn::IndexError naming the graph node, the element, the value and
+  // the valid range. Either way the kernels never touch memory outside their tensors (a bad
+  // index reads zero or is skipped; checked, a bad target's row is left out of the loss and its
+  // gradient). Costs a few bytes read per step. Unset: on, unless $MN_CHECK_INDICES=0.
+  std::optional<bool> check_indices;
   // E-graph optimization and kernel fusion ($MN_NO_OPTIMIZE=1 turns both off in every session).
   // Off, every op of the graph as written runs as its own kernel(s), the baseline the
   // benchmarks compare against.

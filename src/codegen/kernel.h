@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -44,15 +45,17 @@ struct DeviceTraits {
   int64_t groups_to_fill() const { return multiprocessors ? multiprocessors : 128; }
 };
 
-// A kernel operand: input i of the node, its output, or scratch buffer i of the lowering.
-// Fused kernels (src/schedule/fusion.h) read input i of their group and write output i.
+// A kernel operand: input i of the node, its output, scratch buffer i of the lowering, or the
+// node's index-error slot (codegen/index_check.h). Fused kernels (src/schedule/fusion.h) read
+// input i of their group and write output i.
 struct ArgRef {
-  enum class Kind : uint8_t { input, output, scratch };
+  enum class Kind : uint8_t { input, output, scratch, index_errors };
   Kind kind = Kind::input;
   int index = 0;
   static ArgRef input(int i) { return {Kind::input, i}; }
   static ArgRef output(int i = 0) { return {Kind::output, i}; }
   static ArgRef scratch(int i) { return {Kind::scratch, i}; }
+  static ArgRef index_errors() { return {Kind::index_errors, 0}; }
   bool operator==(const ArgRef&) const = default;
 };
 
@@ -72,9 +75,22 @@ struct KernelLaunch {
   bool coop_khr = false;
 };
 
+// What a node's index check compares: values of node input `input` must lie in [0, bound).
+// The words name them in the error: "<noun> 7 at element 3 of the <operand> is out of range
+// [0, 5)<context>", as the reference's messages do.
+struct IndexCheck {
+  int input = 1;
+  int64_t bound = 0;
+  std::string noun = "index";       // "target value", "position"
+  std::string operand = "indices";  // "target", "positions"
+  std::string context;              // " along axis 0 of shape [5, 3]"
+};
+
 struct Lowering {
   std::vector<KernelLaunch> launches;  // run in order
   std::vector<uint64_t> scratch_bytes;
+  // Set when a launch binds ArgRef::index_errors(): what its index check compares.
+  std::optional<IndexCheck> index_check;
   // The output is input 0's memory reinterpreted (reshape of contiguous data): no launch.
   bool alias_input0 = false;
 };
@@ -86,6 +102,9 @@ struct LowerContext {
   // Ops with OpDef::updates_input0_in_place: the output binding is input 0's own buffer, so
   // only the changed elements are stored (the planner decided no one reads the old value).
   bool in_place = false;
+  // Kernels reading indices record the first out-of-range one (codegen/index_check.h); off,
+  // they still read zero for it or skip it, silently.
+  bool check_indices = true;
 };
 
 using LowerFn = std::function<Lowering(const LowerContext&)>;

@@ -1,12 +1,14 @@
 // cache_write on the GPU: one thread per element of the update stores it into its cache row.
 // In place (LowerContext::in_place, the planner's choice) that is the only launch and the
 // output binding is the cache's own buffer; otherwise a copy of the cache into the output runs
-// first. A position outside [0, T) skips its row (the reference throws; a kernel cannot). A
+// first. A position outside [0, T) skips its row and is recorded in the node's index slot (the
+// reference throws; the session raises mn::IndexError after the step, codegen/index_check.h). A
 // thread whose position repeats later in its row of positions stores nothing, so the last
 // update wins whatever the scheduling, as in the reference (the scan is free for a decode step,
 // L = 1). For a prefill block the scan is the kernel's cost (L/2 loads per element): where the
 // lanes of a subgroup share their row (the head dimension spans whole subgroups), they split it.
 #include "codegen/glsl.h"
+#include "codegen/index_check.h"
 #include "codegen/lower_families.h"
 #include "codegen/lower_shape.h"
 #include "ir/ops/cache.h"
@@ -43,13 +45,14 @@ KernelLaunch row_writes(const LowerContext& ctx) {
   body += "  uint li = q % " + L + ";\n  uint r = q / " + L + ";\n";
   body += "  uint prow = (r / " + ulit(v.rows_per_position_row) + ") * " + L + ";\n";
   body += "  int t = in1_ldi(prow + li);\n";
-  body += "  if (t < 0 || t >= " + std::to_string(v.t) + ") return;\n";
+  body += "  if (t < 0 || t >= " + std::to_string(v.t) + ") {\n";
+  body += "    " + report_bad_index(ctx, "prow + li", "t", "j == 0u") + "    return;\n  }\n";
   const bool vote = ctx.device.subgroup_vote;
   if (v.l > 1) body += vote ? shared_later_scan(L) : later_scan(L);
   body += copy_to_out(ctx.node.type.dtype, "in0", "i",
                       "(r * " + ulit(v.t) + " + uint(t)) * " + D + " + j");
-  KernelLaunch k =
-      per_element(ctx, "cache_write", {1, 2}, body, static_cast<uint64_t>(ctx.inputs[1].numel()));
+  KernelLaunch k = per_element(ctx, "cache_write", {1, 2}, body,
+                               static_cast<uint64_t>(ctx.inputs[1].numel()), /*index_slot=*/true);
   if (v.l > 1 && vote) {
     k.glsl = glsl::require_extensions(
         std::move(k.glsl), {"GL_KHR_shader_subgroup_basic", "GL_KHR_shader_subgroup_vote"});
@@ -65,6 +68,11 @@ Lowering lower_cache_write(const LowerContext& ctx) {
                                      static_cast<uint64_t>(ctx.node.type.numel())));
   }
   l.launches.push_back(row_writes(ctx));
+  if (ctx.check_indices) {
+    const auto v = ops::cache_detail::cache_write_view(ctx.inputs);
+    l.index_check = IndexCheck{2, v.t, "position", "positions",
+                               " for a cache of shape " + shape_str(ctx.inputs[0].shape)};
+  }
   return l;
 }
 

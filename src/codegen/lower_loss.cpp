@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "codegen/glsl.h"
+#include "codegen/index_check.h"
 #include "codegen/lower_families.h"
 #include "ir/ops/loss.h"
 
@@ -65,17 +66,26 @@ std::string ignored_function(int64_t ignore_index) {
   return "bool ignored(int t) { return t == int(" + std::to_string(bits) + "u); }\n";
 }
 
+std::string target_functions(int64_t ignore_index, int64_t classes, bool checked) {
+  const std::string c = std::to_string(classes);
+  return ignored_function(ignore_index) +
+         "bool bad_target(int t) { return !ignored(t) && (t < 0 || t >= " + c + "); }\n" +
+         "bool counted(int t) { return !ignored(t)" + (checked ? " && !bad_target(t)" : "") +
+         "; }\n";
+}
+
+std::vector<KernelBinding> ItemLosses::leading_bindings() const {
+  std::vector<KernelBinding> b;
+  for (int i : inputs) b.push_back({ArgRef::input(i), false});
+  if (index_slot) b.push_back(index_slot_binding());
+  return b;
+}
+
 std::string dest_buffer(uint32_t binding, DType dtype) {
   return glsl::buffer(binding, dtype, "dst", false);
 }
 
 namespace {
-
-std::vector<KernelBinding> input_bindings(const ItemLosses& items) {
-  std::vector<KernelBinding> b;
-  for (int i : items.inputs) b.push_back({ArgRef::input(i), false});
-  return b;
-}
 
 // One workgroup summing `value` (an expression of item index i) over every item, counting the
 // counted ones for the mean, and storing the reduced loss into `out`.
@@ -105,12 +115,13 @@ std::string sum_main(const ItemLosses& items, Reduction reduction, uint32_t loca
 
 KernelLaunch per_item_kernel(const LowerContext& ctx, const ItemLosses& items, ArgRef dest,
                              DType dest_dtype) {
-  const auto k = static_cast<uint32_t>(items.inputs.size());
-  const std::string decl = items.declarations + dest_buffer(k, dest_dtype);
+  std::vector<KernelBinding> bindings = items.leading_bindings();
+  const std::string decl =
+      items.declarations + dest_buffer(static_cast<uint32_t>(bindings.size()), dest_dtype);
   KernelLaunch l =
       glsl::elementwise_launch(std::string(ctx.node.op_name()) + "_items", decl,
                                "  dst_st(i, item_loss(i));\n", items.items, ctx.device);
-  l.bindings = input_bindings(items);
+  l.bindings = std::move(bindings);
   l.bindings.push_back({dest, true});
   return l;
 }
@@ -127,14 +138,14 @@ Lowering lower_item_losses(const LowerContext& ctx, const ItemLosses& items, Red
     return l;
   }
   const uint32_t local = reduce_local(ctx.device);
-  const auto k = static_cast<uint32_t>(items.inputs.size());
+  const auto k = static_cast<uint32_t>(items.leading_bindings().size());
   // One workgroup computes everything while that is little work; past it, the items run in
   // parallel and the workgroup only sums their losses.
   const bool fused = !items.item_kernel && items.items * items.cost_per_item <= (1u << 16);
   KernelLaunch sum;
   sum.name = std::string(ctx.node.op_name()) + "_sum";
   sum.workgroup = {local, 1, 1};
-  sum.bindings = input_bindings(items);
+  sum.bindings = items.leading_bindings();
   std::string src = glsl::header() + items.declarations + workgroup_functions(local);
   if (fused) {
     src += glsl::buffer(k, out_dtype, "out", false);
@@ -153,20 +164,19 @@ Lowering lower_item_losses(const LowerContext& ctx, const ItemLosses& items, Red
   return l;
 }
 
-KernelLaunch count_kernel(const LowerContext& ctx, int target, uint64_t n, int64_t ignore_index,
-                          ArgRef dest) {
+KernelLaunch count_kernel(const LowerContext& ctx, int target, uint64_t n,
+                          const std::string& targets, ArgRef dest) {
   const uint32_t local = reduce_local(ctx.device);
   KernelLaunch l;
   l.name = std::string(ctx.node.op_name()) + "_count";
   l.workgroup = {local, 1, 1};
   l.bindings = {{ArgRef::input(target), false}, {dest, true}};
   l.glsl = glsl::header() + glsl::buffer(0, DType::i32, "tgt", true) +
-           glsl::buffer(1, DType::f32, "dst", false) + ignored_function(ignore_index) +
-           workgroup_functions(local) +
+           glsl::buffer(1, DType::f32, "dst", false) + targets + workgroup_functions(local) +
            "void main() {\n  uint lid = gl_LocalInvocationID.x;\n  uint cnt = 0u;\n"
            "  for (uint i = lid; i < " +
            std::to_string(n) + "u; i += " + std::to_string(local) +
-           "u) if (!ignored(tgt_ldi(i))) ++cnt;\n"
+           "u) if (counted(tgt_ldi(i))) ++cnt;\n"
            "  uint count = wg_count(cnt);\n  if (lid == 0u) dst_st(0u, float(count));\n}\n";
   return l;
 }

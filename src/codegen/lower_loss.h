@@ -32,12 +32,21 @@ std::string math_functions();
 // GLSL for comparing an i32 target with ignore_index: defines `bool ignored(int t)`.
 std::string ignored_function(int64_t ignore_index);
 
+// GLSL for the i32 targets of a class loss over `classes` classes: ignored_function plus
+//   bool bad_target(int t)  not ignored and outside [0, classes)
+//   bool counted(int t)     counted by the mean: not ignored, and with `checked` not bad
+// (a bad target is an error: checked, its row is recorded and left out, so the step stays
+// finite; unchecked, it gives NaN, as the only sign of it).
+std::string target_functions(int64_t ignore_index, int64_t classes, bool checked);
+
 // The per-item losses of a forward loss.
 struct ItemLosses {
   // Node inputs bound at bindings 0..inputs.size()-1 of every kernel of the lowering.
   std::vector<int> inputs;
-  // Buffers of those inputs and GLSL defining `float item_loss(uint i)` and, when `counted`,
-  // `bool item_counted(uint i)`.
+  // The node's index slot follows them at binding inputs.size() (codegen/index_check.h).
+  bool index_slot = false;
+  // Buffers of those inputs (and the slot) and GLSL defining `float item_loss(uint i)` and,
+  // when `counted`, `bool item_counted(uint i)`.
   std::string declarations;
   uint64_t items = 1;
   // The mean divides by the number of counted items (0/0 = NaN), else by `items`.
@@ -45,9 +54,12 @@ struct ItemLosses {
   // Loads per item: with `items`, decides between one workgroup and two kernels.
   uint64_t cost_per_item = 1;
   // When set, the per-item kernel to use instead of one thread per item calling item_loss: it
-  // binds the inputs as above and writes item i's loss to element i of `dest`, a float buffer
-  // at binding inputs.size() named `dst` (see `dest_buffer`).
+  // binds the leading bindings as above and writes item i's loss to element i of `dest`, a
+  // float buffer at binding leading_bindings().size() named `dst` (see `dest_buffer`).
   std::function<KernelLaunch(ArgRef dest, DType dest_dtype)> item_kernel;
+
+  // The inputs, then the index slot when there is one.
+  std::vector<KernelBinding> leading_bindings() const;
 };
 
 // The declaration of the per-item kernel's destination buffer.
@@ -61,9 +73,9 @@ KernelLaunch per_item_kernel(const LowerContext& ctx, const ItemLosses& items, A
 Lowering lower_item_losses(const LowerContext& ctx, const ItemLosses& items, Reduction reduction);
 
 // A single-workgroup kernel writing the number of i32 targets (input `target`, n of them) that
-// are not ignore_index into dest[0], as a float.
-KernelLaunch count_kernel(const LowerContext& ctx, int target, uint64_t n, int64_t ignore_index,
-                          ArgRef dest);
+// are counted (`targets`: target_functions) into dest[0], as a float.
+KernelLaunch count_kernel(const LowerContext& ctx, int target, uint64_t n,
+                          const std::string& targets, ArgRef dest);
 
 void register_class_loss_lowerings(LoweringRegistry& r);  // lower_loss_class.cpp
 

@@ -4,11 +4,16 @@
 // then the sum of exponentials with whatever else the loss sums), done by one thread for few
 // classes or by one workgroup for many.
 //
-// Targets the reference rejects (outside [0, C) and not ignore_index) cannot raise an error
-// inside a kernel: their rows give NaN, so the loss shows them.
+// Targets the reference rejects (outside [0, C) and not ignore_index): with index checks
+// (LowerContext::check_indices) their rows are recorded in the node's index slot (the session
+// raises mn::IndexError after the step, codegen/index_check.h) and left out like ignored rows,
+// so the parameters an update writes stay finite; unchecked, their rows give NaN, so the loss
+// shows them.
 #include <algorithm>
+#include <optional>
 
 #include "codegen/glsl.h"
+#include "codegen/index_check.h"
 #include "codegen/lower_loss.h"
 #include "ir/ops/loss.h"
 
@@ -85,12 +90,13 @@ std::string eps_over_c(double eps, int64_t c) {
 
 // `float item_loss(uint b)`: the loss of row b (the same value in every thread of a group).
 std::string cross_entropy_row(const CrossEntropyAttrs& a, const ClassGeometry& g, bool probs,
-                              const RowWalk& w) {
+                              const RowWalk& w, bool checked) {
   const double eps = a.label_smoothing;
   std::string s = "float item_loss(uint b) {\n";
   if (!probs) {
     s += "  int t = tgt_ldi(b);\n  if (ignored(t)) return 0.0;\n";
-    s += "  if (t < 0 || t >= int(MN_C)) return mn_nan();\n";
+    s += checked ? "  if (bad_target(t)) { mn_bad_index(b, t); return 0.0; }\n"
+                 : "  if (bad_target(t)) return mn_nan();\n";
   }
   s += "  uint base = row_base(b);\n" + row_max(w);
   // -log_softmax = (m - z) + lse: both terms are non-negative, so sums of them do not cancel.
@@ -126,47 +132,64 @@ std::string class_inputs(const LowerContext& ctx, bool probs) {
   return s;
 }
 
+// The index check of class targets, node input `input`.
+IndexCheck target_check(const ClassGeometry& g, int64_t ignore_index, int input = 1) {
+  return {input, g.classes, "target value", "target",
+          " and is not ignore_index (" + std::to_string(ignore_index) + ")"};
+}
+
 Lowering lower_cross_entropy(const LowerContext& ctx) {
   const auto& a = ctx.node.attrs.as<CrossEntropyAttrs>();
   const ClassGeometry g(ctx.inputs[0].shape);
   const bool probs = is_float(ctx.inputs[1].dtype);
-  std::string common =
-      class_inputs(ctx, probs) + g.glsl() + math_functions() + ignored_function(a.ignore_index);
+  const bool checked = !probs && ctx.check_indices;
+  std::string common = class_inputs(ctx, probs) + (checked ? index_slot_glsl(2) : "") + g.glsl() +
+                       math_functions() + target_functions(a.ignore_index, g.classes, checked);
   ItemLosses items;
   items.inputs = {0, 1};
+  items.index_slot = checked;
   items.items = static_cast<uint64_t>(g.rows);
   items.cost_per_item = static_cast<uint64_t>(2 * g.classes);
   items.counted = !probs;
   const std::string counted =
-      probs ? "" : "bool item_counted(uint b) { return !ignored(tgt_ldi(b)); }\n";
+      probs ? "" : "bool item_counted(uint b) { return counted(tgt_ldi(b)); }\n";
+  std::optional<IndexCheck> check;
+  if (checked) check = target_check(g, a.ignore_index);
   if (!group_per_row(g)) {
-    items.declarations = common + counted + cross_entropy_row(a, g, probs, RowWalk{});
-    return lower_item_losses(ctx, items, a.reduction);
+    items.declarations = common + counted + cross_entropy_row(a, g, probs, RowWalk{}, checked);
+    Lowering l = lower_item_losses(ctx, items, a.reduction);
+    l.index_check = check;
+    return l;
   }
   items.declarations = common + counted;
   const RowWalk walk{true, group_local(g, ctx.device)};
-  items.item_kernel = [&ctx, &a, g, probs, common, walk](ArgRef dest, DType dtype) {
+  items.item_kernel = [&ctx, &a, &items, g, probs, checked, common, walk](ArgRef dest,
+                                                                          DType dtype) {
     KernelLaunch k;
     k.name = "cross_entropy_rows";
     k.workgroup = {walk.local, 1, 1};
     k.groups = glsl::linear_grid(static_cast<uint64_t>(g.rows) * walk.local, ctx.device, walk.local)
                    .groups;
-    k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {dest, true}};
-    k.glsl = glsl::header() + common + dest_buffer(2, dtype) + workgroup_functions(walk.local) +
-             cross_entropy_row(a, g, probs, walk) +
+    k.bindings = items.leading_bindings();
+    k.bindings.push_back({dest, true});
+    k.glsl = glsl::header() + common +
+             dest_buffer(static_cast<uint32_t>(k.bindings.size() - 1), dtype) +
+             workgroup_functions(walk.local) + cross_entropy_row(a, g, probs, walk, checked) +
              "void main() {\n  uint b = gl_WorkGroupID.y * gl_NumWorkGroups.x + "
              "gl_WorkGroupID.x;\n  if (b >= MN_ROWS) return;\n  float v = item_loss(b);\n"
              "  if (gl_LocalInvocationID.x == 0u) dst_st(b, v);\n}\n";
     return k;
   };
-  return lower_item_losses(ctx, items, a.reduction);
+  Lowering l = lower_item_losses(ctx, items, a.reduction);
+  l.index_check = check;
+  return l;
 }
 
 // `void grad_row(uint b, float count)`: row b of the gradient, w.r.t. the logits (wrt = 0):
 // w (T softmax - t'), or the probability target (wrt = 1): -w (1 - e) log_softmax, where w is
 // the row's cotangent (over `count` for the mean), t' the smoothed target and T its sum.
 std::string cross_entropy_grad_row(const CrossEntropyBackwardAttrs& ba, const ClassGeometry& g,
-                                   bool probs, const RowWalk& w) {
+                                   bool probs, const RowWalk& w, bool checked) {
   const CrossEntropyAttrs& a = ba.forward;
   const double eps = a.label_smoothing;
   const std::string smooth = eps_over_c(eps, g.classes);
@@ -175,9 +198,11 @@ std::string cross_entropy_grad_row(const CrossEntropyBackwardAttrs& ba, const Cl
   if (a.reduction == Reduction::mean) s += "  w = w / count;\n";
   if (!probs) {
     s += "  int t = tgt_ldi(b);\n";
-    s += "  if (ignored(t)) {\n    " + w.loop() + " out_st(base + c * MN_INNER, 0.0);\n" +
-         "    return;\n  }\n";
-    s += "  if (t < 0 || t >= int(MN_C)) w = mn_nan();\n";
+    // Checked, a bad target's row is left out like an ignored one once recorded.
+    s += checked ? "  if (bad_target(t)) mn_bad_index(b, t);\n  if (!counted(t)) {\n"
+                 : "  if (ignored(t)) {\n";
+    s += "    " + w.loop() + " out_st(base + c * MN_INNER, 0.0);\n    return;\n  }\n";
+    if (!checked) s += "  if (bad_target(t)) w = mn_nan();\n";
   }
   s += row_max(w);
   const bool total = probs && ba.wrt == 0;
@@ -210,17 +235,18 @@ Lowering lower_cross_entropy_backward(const LowerContext& ctx) {
   const CrossEntropyAttrs& a = ba.forward;
   const ClassGeometry g(ctx.inputs[0].shape);
   const bool probs = is_float(ctx.inputs[1].dtype);
-  // Index targets' mean divides by the number of rows not ignored: a count over the batch.
+  const bool checked = !probs && ctx.check_indices;
+  const std::string targets = target_functions(a.ignore_index, g.classes, checked);
+  // Index targets' mean divides by the number of rows counted: a count over the batch.
   const bool needs_count = a.reduction == Reduction::mean && !probs;
   const bool group = group_per_row(g);
   const bool fused = needs_count && !group && g.elements() * 3 <= (1u << 16);
   const uint32_t rl = reduce_local(ctx.device);
   const RowWalk walk = group ? RowWalk{true, group_local(g, ctx.device)} : RowWalk{};
 
-  std::string src = glsl::header() + class_inputs(ctx, probs) +
-                    glsl::buffer(2, ctx.inputs[2].dtype, "ct", true) +
-                    glsl::buffer(3, ctx.node.type.dtype, "out", false) + g.glsl() +
-                    math_functions() + ignored_function(a.ignore_index);
+  std::string src =
+      glsl::header() + class_inputs(ctx, probs) + glsl::buffer(2, ctx.inputs[2].dtype, "ct", true) +
+      glsl::buffer(3, ctx.node.type.dtype, "out", false) + g.glsl() + math_functions() + targets;
   KernelLaunch k;
   k.name = "cross_entropy_backward";
   k.bindings = {{ArgRef::input(0), false},
@@ -234,21 +260,26 @@ Lowering lower_cross_entropy_backward(const LowerContext& ctx) {
   if (needs_count && !fused) {
     l.scratch_bytes.push_back(sizeof(float));
     l.launches.push_back(
-        count_kernel(ctx, 1, static_cast<uint64_t>(g.rows), a.ignore_index, ArgRef::scratch(0)));
+        count_kernel(ctx, 1, static_cast<uint64_t>(g.rows), targets, ArgRef::scratch(0)));
     src += glsl::buffer(4, DType::f32, "cnt", true);
     k.bindings.push_back({ArgRef::scratch(0), false});
   }
+  if (checked) {
+    src += index_slot_glsl(static_cast<uint32_t>(k.bindings.size()));
+    k.bindings.push_back(index_slot_binding());
+    l.index_check = target_check(g, a.ignore_index);
+  }
   if (fused) {
-    src += workgroup_functions(rl) + cross_entropy_grad_row(ba, g, probs, walk);
+    src += workgroup_functions(rl) + cross_entropy_grad_row(ba, g, probs, walk, checked);
     src += "void main() {\n  uint lid = gl_LocalInvocationID.x;\n  uint cnt = 0u;\n";
     src += "  for (uint b = lid; b < MN_ROWS; b += " + std::to_string(rl) +
-           "u) if (!ignored(tgt_ldi(b))) ++cnt;\n";
+           "u) if (counted(tgt_ldi(b))) ++cnt;\n";
     src += "  float count = float(wg_count(cnt));\n";
     src += "  for (uint b = lid; b < MN_ROWS; b += " + std::to_string(rl) +
            "u) grad_row(b, count);\n}\n";
     k.workgroup = {rl, 1, 1};
   } else if (group) {
-    src += workgroup_functions(walk.local) + cross_entropy_grad_row(ba, g, probs, walk);
+    src += workgroup_functions(walk.local) + cross_entropy_grad_row(ba, g, probs, walk, checked);
     src +=
         "void main() {\n  uint b = gl_WorkGroupID.y * gl_NumWorkGroups.x + "
         "gl_WorkGroupID.x;\n  if (b >= MN_ROWS) return;\n  grad_row(b, " +
@@ -257,7 +288,7 @@ Lowering lower_cross_entropy_backward(const LowerContext& ctx) {
     k.groups = glsl::linear_grid(static_cast<uint64_t>(g.rows) * walk.local, ctx.device, walk.local)
                    .groups;
   } else {
-    src += glsl::gid_function() + cross_entropy_grad_row(ba, g, probs, walk);
+    src += glsl::gid_function() + cross_entropy_grad_row(ba, g, probs, walk, checked);
     src += "void main() {\n  uint b = gid();\n  if (b >= MN_ROWS) return;\n  grad_row(b, " + count +
            ");\n}\n";
     auto grid = glsl::linear_grid(static_cast<uint64_t>(g.rows), ctx.device, 64);
@@ -274,19 +305,25 @@ Lowering lower_cross_entropy_backward(const LowerContext& ctx) {
 Lowering lower_nll_loss(const LowerContext& ctx) {
   const auto& a = ctx.node.attrs.as<NllLossAttrs>();
   const ClassGeometry g(ctx.inputs[0].shape);
+  const bool checked = ctx.check_indices;
   ItemLosses items;
   items.inputs = {0, 1};
+  items.index_slot = checked;
   items.items = static_cast<uint64_t>(g.rows);
   items.counted = true;
   items.declarations = glsl::buffer(0, ctx.inputs[0].dtype, "xs", true) +
-                       glsl::buffer(1, DType::i32, "tgt", true) + g.glsl() + math_functions() +
-                       ignored_function(a.ignore_index) +
-                       "bool item_counted(uint b) { return !ignored(tgt_ldi(b)); }\n"
+                       glsl::buffer(1, DType::i32, "tgt", true) +
+                       (checked ? index_slot_glsl(2) : "") + g.glsl() + math_functions() +
+                       target_functions(a.ignore_index, g.classes, checked) +
+                       "bool item_counted(uint b) { return counted(tgt_ldi(b)); }\n"
                        "float item_loss(uint b) {\n  int t = tgt_ldi(b);\n"
-                       "  if (ignored(t)) return 0.0;\n"
-                       "  if (t < 0 || t >= int(MN_C)) return mn_nan();\n"
-                       "  return -xs_ld(row_base(b) + uint(t) * MN_INNER);\n}\n";
-  return lower_item_losses(ctx, items, a.reduction);
+                       "  if (ignored(t)) return 0.0;\n";
+  items.declarations += checked ? "  if (bad_target(t)) { mn_bad_index(b, t); return 0.0; }\n"
+                                : "  if (bad_target(t)) return mn_nan();\n";
+  items.declarations += "  return -xs_ld(row_base(b) + uint(t) * MN_INNER);\n}\n";
+  Lowering l = lower_item_losses(ctx, items, a.reduction);
+  if (checked) l.index_check = target_check(g, a.ignore_index);
+  return l;
 }
 
 // Element e of the gradient: -w at its row's target class, 0 elsewhere and in ignored rows.
@@ -298,42 +335,55 @@ Lowering lower_nll_loss_backward(const LowerContext& ctx) {
   const bool needs_count = a.reduction == Reduction::mean;
   const bool fused = needs_count && n <= (1u << 16);
   const uint32_t rl = reduce_local(ctx.device);
+  const bool checked = ctx.check_indices;
+  const std::string targets = target_functions(a.ignore_index, g.classes, checked);
 
-  std::string src = glsl::header() + glsl::buffer(0, DType::i32, "tgt", true) +
-                    glsl::buffer(1, ctx.inputs[1].dtype, "ct", true) +
-                    glsl::buffer(2, ctx.node.type.dtype, "out", false) + g.glsl() +
-                    math_functions() + ignored_function(a.ignore_index);
-  src += "void grad_at(uint e, float count) {\n";
-  src += "  uint q = e / MN_INNER;\n  uint c = q % MN_C;\n";
-  src += "  uint b = (q / MN_C) * MN_INNER + e % MN_INNER;\n";
-  src += "  int t = tgt_ldi(b);\n  float v = 0.0;\n";
-  src += "  if (!ignored(t)) {\n    if (t < 0 || t >= int(MN_C)) v = mn_nan();\n";
-  src += std::string("    else if (uint(t) == c) v = -(ct_ld(") +
-         (a.reduction == Reduction::none ? "b" : "0u") + ")" + (needs_count ? " / count" : "") +
-         ");\n  }\n  out_st(e, v);\n}\n";
+  // Bindings: targets, cotangent, output, then the count (unfused mean) and the index slot.
   KernelLaunch k;
   k.name = "nll_loss_backward";
   k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
   Lowering l;
+  std::string src = glsl::header() + glsl::buffer(0, DType::i32, "tgt", true) +
+                    glsl::buffer(1, ctx.inputs[1].dtype, "ct", true) +
+                    glsl::buffer(2, ctx.node.type.dtype, "out", false) + g.glsl() +
+                    math_functions() + targets;
+  std::string count = "1.0";
+  if (needs_count && !fused) {
+    l.scratch_bytes.push_back(sizeof(float));
+    l.launches.push_back(
+        count_kernel(ctx, 0, static_cast<uint64_t>(g.rows), targets, ArgRef::scratch(0)));
+    src += glsl::buffer(3, DType::f32, "cnt", true);
+    k.bindings.push_back({ArgRef::scratch(0), false});
+    count = "cnt_ld(0u)";
+  }
+  if (checked) {
+    src += index_slot_glsl(static_cast<uint32_t>(k.bindings.size()));
+    k.bindings.push_back(index_slot_binding());
+    l.index_check = target_check(g, a.ignore_index, 0);
+  }
+  src += "void grad_at(uint e, float count) {\n";
+  src += "  uint q = e / MN_INNER;\n  uint c = q % MN_C;\n";
+  src += "  uint b = (q / MN_C) * MN_INNER + e % MN_INNER;\n";
+  src += "  int t = tgt_ldi(b);\n  float v = 0.0;\n";
+  if (checked) {  // recorded once per row, and left out
+    src += "  if (bad_target(t) && c == 0u) mn_bad_index(b, t);\n";
+    src += "  if (counted(t) && uint(t) == c) v = -(ct_ld(";
+  } else {
+    src += "  if (bad_target(t)) v = mn_nan();\n";
+    src += "  else if (!ignored(t) && uint(t) == c) v = -(ct_ld(";
+  }
+  src += std::string(a.reduction == Reduction::none ? "b" : "0u") + ")" +
+         (needs_count ? " / count" : "") + ");\n  out_st(e, v);\n}\n";
   if (fused) {
     src += workgroup_functions(rl);
     src += "void main() {\n  uint lid = gl_LocalInvocationID.x;\n  uint cnt = 0u;\n";
     src += "  for (uint b = lid; b < MN_ROWS; b += " + std::to_string(rl) +
-           "u) if (!ignored(tgt_ldi(b))) ++cnt;\n";
+           "u) if (counted(tgt_ldi(b))) ++cnt;\n";
     src += "  float count = float(wg_count(cnt));\n";
     src += "  for (uint e = lid; e < " + std::to_string(n) + "u; e += " + std::to_string(rl) +
            "u) grad_at(e, count);\n}\n";
     k.workgroup = {rl, 1, 1};
   } else {
-    std::string count = "1.0";
-    if (needs_count) {
-      l.scratch_bytes.push_back(sizeof(float));
-      l.launches.push_back(
-          count_kernel(ctx, 0, static_cast<uint64_t>(g.rows), a.ignore_index, ArgRef::scratch(0)));
-      src += glsl::buffer(3, DType::f32, "cnt", true);
-      k.bindings.push_back({ArgRef::scratch(0), false});
-      count = "cnt_ld(0u)";
-    }
     src += glsl::gid_function() +
            "void main() {\n  uint e = gid();\n  if (e >= " + std::to_string(n) +
            "u) return;\n  grad_at(e, " + count + ");\n}\n";

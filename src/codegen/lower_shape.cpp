@@ -9,6 +9,7 @@
 #include <numeric>
 
 #include "codegen/glsl.h"
+#include "codegen/index_check.h"
 #include "codegen/lower_families.h"
 #include "ir/ops/shape.h"
 
@@ -35,7 +36,7 @@ std::string store_constant(DType t, double value) {
 }
 
 KernelLaunch per_element(const LowerContext& ctx, std::string name, const std::vector<int>& inputs,
-                         const std::string& body, uint64_t n) {
+                         const std::string& body, uint64_t n, bool index_slot) {
   std::string decl;
   std::vector<KernelBinding> bindings;
   for (size_t b = 0; b < inputs.size(); ++b) {
@@ -45,6 +46,10 @@ KernelLaunch per_element(const LowerContext& ctx, std::string name, const std::v
   }
   decl += glsl::buffer(static_cast<uint32_t>(inputs.size()), ctx.node.type.dtype, "out", false);
   bindings.push_back({ArgRef::output(), true});
+  if (index_slot && ctx.check_indices) {
+    decl += index_slot_glsl(static_cast<uint32_t>(bindings.size()));
+    bindings.push_back(index_slot_binding());
+  }
   return glsl::elementwise_launch(std::move(name), decl, body, n, ctx.device, std::move(bindings));
 }
 

@@ -20,9 +20,11 @@ std::string copy_to_out(DType t, const std::string& src, const std::string& inde
 std::string store_constant(DType t, double value);
 
 // A kernel with one thread per output element i < n. Binding b reads node input inputs[b]
-// through helpers named in<b>; the last binding is the output, helpers named out.
+// through helpers named in<b>; the next binding is the output, helpers named out; with
+// `index_slot` (and ctx.check_indices) the node's index slot follows, so the body may call
+// mn_bad_index (codegen/index_check.h).
 KernelLaunch per_element(const LowerContext& ctx, std::string name, const std::vector<int>& inputs,
-                         const std::string& body, uint64_t n);
+                         const std::string& body, uint64_t n, bool index_slot = false);
 
 void register_shape_index_lowerings(LoweringRegistry& r);  // lower_shape_index.cpp
 

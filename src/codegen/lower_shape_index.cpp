@@ -1,14 +1,17 @@
 // Indexed shape ops on the GPU: take (the embedding lookup), its adjoint scatter_add, one_hot.
 //
-// Out-of-range indices: the CPU reference throws, but a kernel cannot report an error, so the
-// GPU clamps and ignores: take reads zero for a bad index, one_hot writes an all-zero row, and
-// scatter_add skips the update. Nothing outside the tensors is ever read or written.
+// Out-of-range indices: the CPU reference throws; a kernel records the first one in the node's
+// index slot (codegen/index_check.h, the session then raises mn::IndexError) and stays inside
+// its tensors: take reads zero for a bad index, one_hot writes an all-zero row, and
+// scatter_add skips the update.
 //
 // Every tensor is viewed as [outer, n, inner] around the indexed axis, with K = the number of
 // indices (updates and take's output are [outer, K, inner]).
 #include <algorithm>
+#include <optional>
 
 #include "codegen/glsl.h"
+#include "codegen/index_check.h"
 #include "codegen/lower_shape.h"
 #include "ir/ops/shape.h"
 
@@ -51,28 +54,47 @@ IndexedView indexed_view(const LowerContext& ctx, int64_t raw_axis) {
   return {split_at(ctx.inputs[0].shape, static_cast<int>(axis)), ctx.inputs[1].numel()};
 }
 
+// The index check of take and scatter_add: indices (input 1) in [0, n) along the axis of x,
+// worded as the reference's message.
+std::optional<IndexCheck> axis_check(const LowerContext& ctx, const IndexedView& v,
+                                     int64_t raw_axis) {
+  if (!ctx.check_indices) return std::nullopt;
+  const int64_t axis = raw_axis < 0 ? raw_axis + ctx.inputs[0].rank() : raw_axis;
+  return IndexCheck{
+      1, v.x.n, "index", "indices",
+      " along axis " + std::to_string(axis) + " of shape " + shape_str(ctx.inputs[0].shape)};
+}
+
 Lowering lower_take(const LowerContext& ctx) {
-  const IndexedView v = indexed_view(ctx, ctx.node.attrs.as<TakeAttrs>().axis);
+  const int64_t axis = ctx.node.attrs.as<TakeAttrs>().axis;
+  const IndexedView v = indexed_view(ctx, axis);
   const DType t = ctx.node.type.dtype;
   std::string body = coordinates(v.x.outer, v.k, v.x.inner, "o", "k", "j");
   body += "  int row = in1_ldi(k);\n";
   body += "  if (row >= 0 && row < " + std::to_string(v.x.n) + ") {\n  ";
   body +=
       copy_to_out(t, "in0", "(o * " + ulit(v.x.n) + " + uint(row)) * " + ulit(v.x.inner) + " + j");
-  body += "  } else {\n  " + store_constant(t, 0.0) + "  }\n";
+  body += "  } else {\n  " + store_constant(t, 0.0);
+  // One thread per index reports it.
+  body += "    " + report_bad_index(ctx, "k", "row", "o == 0u && j == 0u") + "  }\n";
   Lowering l;
   l.launches.push_back(
-      per_element(ctx, "take", {0, 1}, body, static_cast<uint64_t>(ctx.node.type.numel())));
+      per_element(ctx, "take", {0, 1}, body, static_cast<uint64_t>(ctx.node.type.numel()), true));
+  l.index_check = axis_check(ctx, v, axis);
   return l;
 }
 
 Lowering lower_one_hot(const LowerContext& ctx) {
   const int64_t depth = ctx.node.attrs.as<OneHotAttrs>().depth;
   std::string body = "  int d = int(i % " + ulit(depth) + ");\n";
-  body += "  out_st(i, in0_ldi(i / " + ulit(depth) + ") == d ? 1.0 : 0.0);\n";
+  body += "  int v = in0_ldi(i / " + ulit(depth) + ");\n";
+  body += "  out_st(i, v == d ? 1.0 : 0.0);\n";
+  body += "  " + report_bad_index(ctx, "i / " + ulit(depth), "v",
+                                  "d == 0 && (v < 0 || v >= " + std::to_string(depth) + ")");
   Lowering l;
   l.launches.push_back(
-      per_element(ctx, "one_hot", {0}, body, static_cast<uint64_t>(ctx.node.type.numel())));
+      per_element(ctx, "one_hot", {0}, body, static_cast<uint64_t>(ctx.node.type.numel()), true));
+  if (ctx.check_indices) l.index_check = IndexCheck{0, depth, "index", "indices", ""};
   return l;
 }
 
@@ -86,11 +108,12 @@ constexpr uint32_t kBuildThreads = 256;
 // scan, then a pass over K in chunks of kBuildThreads where each index finds its rank among
 // the equal ones of its chunk, so the list comes out in index order whatever the scheduling.
 // One workgroup: the phases meet at workgroup barriers.
-KernelLaunch csr_build(const IndexedView& v) {
+KernelLaunch csr_build(const LowerContext& ctx, const IndexedView& v) {
   const std::string N = ulit(v.x.n), K = ulit(v.k), L = ulit(kBuildThreads);
   std::string g = glsl::header();
   g += "layout(std430, set = 0, binding = 0) readonly buffer Buffer0 { int idx[]; };\n";
   g += "layout(std430, set = 0, binding = 1) coherent buffer Buffer1 { int s[]; };\n";
+  if (ctx.check_indices) g += index_slot_glsl(2);
   g += "shared int part[" + L + "];\nshared int rows[" + L + "];\n";
   g += "const uint N = " + N + ", K = " + K + ", L = " + L + ";\n";
   g += "const uint CURSOR = N + 1u, LIST = 2u * N + 1u;\n";
@@ -103,6 +126,7 @@ void main() {
   for (uint k = t; k < K; k += L) {
     int row = idx[k];
     if (row >= 0 && row < int(N)) atomicAdd(s[uint(row) + 1u], 1);
+    else { MN_REPORT }
   }
   sync();
   // Scan: thread t sums a contiguous run of rows, thread 0 scans the run totals.
@@ -139,11 +163,14 @@ void main() {
   }
 }
 )";
-  return {"scatter_add_group",
-          g,
-          {kBuildThreads, 1, 1},
-          {1, 1, 1},
-          {{ArgRef::input(1), false}, {ArgRef::scratch(0), true}}};
+  g.replace(g.find("MN_REPORT"), 9, report_bad_index(ctx, "k", "row"));
+  KernelLaunch k{"scatter_add_group",
+                 g,
+                 {kBuildThreads, 1, 1},
+                 {1, 1, 1},
+                 {{ArgRef::input(1), false}, {ArgRef::scratch(0), true}}};
+  if (ctx.check_indices) k.bindings.push_back(index_slot_binding());
+  return k;
 }
 
 // out[o, r, j] = x[o, r, j] + the updates of row r's indices, summed in index order.
@@ -180,15 +207,19 @@ Lowering scatter_add_atomic(const LowerContext& ctx, const IndexedView& v) {
   std::string decl = glsl::buffer(0, DType::i32, "idx", true);
   decl += glsl::buffer(1, DType::f32, "upd", true);
   decl += "layout(std430, set = 0, binding = 2) buffer Buffer2 { float out_data[]; };\n";
+  if (ctx.check_indices) decl += index_slot_glsl(3);
   std::string body = coordinates(v.x.outer, v.k, v.x.inner, "o", "k", "j");
   body += "  int row = idx_ldi(k);\n";
-  body += "  if (row < 0 || row >= " + std::to_string(v.x.n) + ") return;\n";
+  body += "  if (row < 0 || row >= " + std::to_string(v.x.n) + ") {\n";
+  body += "    " + report_bad_index(ctx, "k", "row", "o == 0u && j == 0u");
+  body += "    return;\n  }\n";
   body += "  atomicAdd(out_data[(o * " + ulit(v.x.n) + " + uint(row)) * " + ulit(v.x.inner) +
           " + j], upd_ld(i));\n";
   const uint64_t n = static_cast<uint64_t>(ctx.inputs[2].numel());
   KernelLaunch k = glsl::elementwise_launch(
       "scatter_add_atomic", decl, body, n, ctx.device,
       {{ArgRef::input(1), false}, {ArgRef::input(2), false}, {ArgRef::output(), true}});
+  if (ctx.check_indices) k.bindings.push_back(index_slot_binding());
   // Extensions must precede every declaration: right after the #version line.
   k.glsl.insert(k.glsl.find('\n') + 1, "#extension GL_EXT_shader_atomic_float : require\n");
   l.launches.push_back(std::move(k));
@@ -196,14 +227,17 @@ Lowering scatter_add_atomic(const LowerContext& ctx, const IndexedView& v) {
 }
 
 Lowering lower_scatter_add(const LowerContext& ctx) {
-  const IndexedView v = indexed_view(ctx, ctx.node.attrs.as<ScatterAddAttrs>().axis);
-  if (ctx.device.float_atomics && ctx.node.type.dtype == DType::f32 && v.k >= kAtomicMinIndices) {
-    return scatter_add_atomic(ctx, v);
-  }
+  const int64_t axis = ctx.node.attrs.as<ScatterAddAttrs>().axis;
+  const IndexedView v = indexed_view(ctx, axis);
   Lowering l;
-  l.scratch_bytes.push_back(static_cast<uint64_t>(2 * v.x.n + 1 + v.k) * sizeof(int32_t));
-  l.launches.push_back(csr_build(v));
-  l.launches.push_back(csr_gather(ctx, v));
+  if (ctx.device.float_atomics && ctx.node.type.dtype == DType::f32 && v.k >= kAtomicMinIndices) {
+    l = scatter_add_atomic(ctx, v);
+  } else {
+    l.scratch_bytes.push_back(static_cast<uint64_t>(2 * v.x.n + 1 + v.k) * sizeof(int32_t));
+    l.launches.push_back(csr_build(ctx, v));
+    l.launches.push_back(csr_gather(ctx, v));
+  }
+  l.index_check = axis_check(ctx, v, axis);
   return l;
 }
 

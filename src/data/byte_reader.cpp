@@ -23,6 +23,8 @@ struct ByteReader::Gzip {
 namespace {
 
 constexpr uint8_t kGzipMagic[2] = {0x1f, 0x8b};
+// Deflate's densest code spends 2 bits on a copy of 258 bytes.
+constexpr uint64_t kMaxDeflateRatio = 1032;
 
 }  // namespace
 
@@ -62,6 +64,11 @@ std::optional<uint64_t> ByteReader::remaining() const {
   return file_size_ - file_pos_ + (peeked_ ? 1 : 0);
 }
 
+uint64_t ByteReader::content_bound() const {
+  if (!gz_) return file_size_;
+  return file_size_ > UINT64_MAX / kMaxDeflateRatio ? UINT64_MAX : file_size_ * kMaxDeflateRatio;
+}
+
 size_t ByteReader::read_plain(uint8_t* dst, size_t n) {
   size_t done = 0;
   while (done < n) {
@@ -85,6 +92,16 @@ size_t ByteReader::fill_input() {
   return got;
 }
 
+void ByteReader::ensure_input(size_t n) {
+  z_stream& zs = gz_->zs;
+  if (zs.avail_in >= n) return;
+  const size_t kept = zs.avail_in;
+  if (kept > 0) std::memmove(gz_->in.data(), zs.next_in, kept);
+  const size_t got = read_plain(gz_->in.data() + kept, gz_->in.size() - kept);
+  zs.next_in = gz_->in.data();
+  zs.avail_in = static_cast<uInt>(kept + got);
+}
+
 size_t ByteReader::read_gzip(uint8_t* dst, size_t n) {
   Gzip& g = *gz_;
   z_stream& zs = g.zs;
@@ -103,7 +120,7 @@ size_t ByteReader::read_gzip(uint8_t* dst, size_t n) {
     const uint64_t compressed_at = file_pos_ - zs.avail_in;
     if (rc == Z_STREAM_END) {
       // Another gzip member may follow (concatenated .gz files are one stream).
-      if (zs.avail_in == 0) fill_input();
+      ensure_input(2);
       if (zs.avail_in == 0) {
         g.ended = true;
       } else if (zs.avail_in >= 2 && zs.next_in[0] == kGzipMagic[0] &&

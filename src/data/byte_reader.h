@@ -28,6 +28,11 @@ class ByteReader {
   bool compressed() const;
   // Bytes left after offset(), known without reading for plain files only.
   std::optional<uint64_t> remaining() const;
+  // The most bytes the content can hold, known without reading: the file's size, or for gzip
+  // deflate's largest expansion (1032 output bytes per compressed byte) of the file's size.
+  // A size declared past it is a lie that can be refused before anything is allocated.
+  uint64_t content_bound() const;
+  uint64_t file_size() const { return file_size_; }  // on disk (compressed)
   std::string name() const { return path_.string(); }
 
  private:
@@ -35,6 +40,9 @@ class ByteReader {
   size_t read_plain(uint8_t* dst, size_t n);
   size_t read_gzip(uint8_t* dst, size_t n);
   size_t fill_input();
+  // At least `n` unread compressed bytes in the input buffer when the file still has them
+  // (the unread ones kept): a gzip magic number may straddle two reads.
+  void ensure_input(size_t n);
 
   std::filesystem::path path_;
   int fd_ = -1;

@@ -177,6 +177,12 @@ RawTensor read_idx(const std::filesystem::path& path, std::optional<int64_t> max
     bytes = h.need / static_cast<uint64_t>(t.shape[0]) * static_cast<uint64_t>(*max_rows);
     t.shape[0] = *max_rows;
   }
+  if (r.compressed() && bytes > r.content_bound() - std::min(r.content_bound(), h.header)) {
+    throw FormatError(r.name() + ": " + h.what + " need " + std::to_string(bytes) + " data bytes" +
+                      (partial ? " for the first " + std::to_string(t.shape[0]) + " rows" : "") +
+                      ", but a gzip file of " + std::to_string(r.file_size()) +
+                      " bytes decompresses to at most " + std::to_string(r.content_bound()));
+  }
   read_data(r, h, bytes, t);
   if (!partial && !r.at_end()) {
     throw FormatError(r.name() + ": " + h.what + " need " + std::to_string(h.need) +

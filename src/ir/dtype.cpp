@@ -40,10 +40,42 @@ size_t dtype_size(DType t) {
 
 bool is_float(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
 
+namespace {
+// The product of the dimensions, or false when it overflows int64.
+bool product(std::span<const int64_t> shape, int64_t& n) {
+  n = 1;
+  for (int64_t d : shape) {
+    if (__builtin_mul_overflow(n, d, &n)) return false;
+  }
+  return true;
+}
+}  // namespace
+
 int64_t numel(std::span<const int64_t> shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  if (!product(shape, n)) {
+    throw ShapeError("shape " + shape_str(shape) +
+                     ": the product of its dimensions overflows int64");
+  }
   return n;
+}
+
+void check_tensor_size(const TensorType& t, const std::string& where) {
+  for (int64_t d : t.shape) {
+    if (d < 0) {  // e.g. a sum of dimensions that overflowed
+      throw ShapeError(where + ": shape " + shape_str(t.shape) + " has a negative dimension");
+    }
+  }
+  int64_t n = 1, bytes = 0;
+  if (!product(t.shape, n)) {
+    throw ShapeError(where + ": shape " + shape_str(t.shape) +
+                     " has more elements than int64 counts (the product of its dimensions "
+                     "overflows)");
+  }
+  if (__builtin_mul_overflow(n, static_cast<int64_t>(dtype_size(t.dtype)), &bytes)) {
+    throw ShapeError(where + ": " + t.str() + " holds " + std::to_string(n) +
+                     " elements, whose size in bytes overflows int64");
+  }
 }
 
 std::string shape_str(std::span<const int64_t> shape) {

@@ -44,6 +44,23 @@ int64_t Tensor::dim(int axis) const { return shape()[normalize_axis(axis, rank()
 
 std::string_view Node::op_name() const { return op ? std::string_view(op->name) : "?"; }
 
+namespace {
+// Sources have positive dimensions whose product, in elements and bytes, fits int64.
+void check_source_shape(const std::string& where, const Shape& shape, DType dtype) {
+  for (int64_t d : shape) {
+    if (d <= 0) throw ShapeError(where + ": bad shape " + shape_str(shape));
+  }
+  check_tensor_size({shape, dtype}, where);
+}
+
+// "(f32[2, 3], i32[4])": the operand types an op's errors name.
+std::string describe_inputs(const std::vector<TensorType>& types) {
+  std::string s = "(";
+  for (size_t i = 0; i < types.size(); ++i) s += (i ? ", " : "") + types[i].str();
+  return s + ")";
+}
+}  // namespace
+
 NodeId Graph::push(Node n) {
   nodes_.push_back(std::move(n));
   return static_cast<NodeId>(nodes_.size() - 1);
@@ -59,9 +76,7 @@ void Graph::check_new_name(const char* where, const std::string& name) const {
 
 Tensor Graph::input(const std::string& name, Shape shape, DType dtype) {
   check_new_name("Graph::input", name);
-  for (int64_t d : shape) {
-    if (d <= 0) throw ShapeError("Graph::input '" + name + "': bad shape " + shape_str(shape));
-  }
+  check_source_shape("Graph::input '" + name + "'", shape, dtype);
   Node n{&op_def("input"), InputAttrs{name}, {}, {std::move(shape), dtype}, name};
   NodeId id = push(std::move(n));
   inputs_.push_back(id);
@@ -71,9 +86,7 @@ Tensor Graph::input(const std::string& name, Shape shape, DType dtype) {
 Tensor Graph::parameter(const std::string& name, Shape shape, Init init, DType dtype) {
   check_new_name("Graph::parameter", name);
   if (!is_float(dtype)) throw Error("Graph::parameter '" + name + "': parameters are float");
-  for (int64_t d : shape) {
-    if (d <= 0) throw ShapeError("Graph::parameter '" + name + "': bad shape " + shape_str(shape));
-  }
+  check_source_shape("Graph::parameter '" + name + "'", shape, dtype);
   Node n{&op_def("parameter"), ParameterAttrs{name, init}, {}, {std::move(shape), dtype}, name};
   NodeId id = push(std::move(n));
   parameters_.push_back(id);
@@ -82,9 +95,7 @@ Tensor Graph::parameter(const std::string& name, Shape shape, Init init, DType d
 
 Tensor Graph::state(const std::string& name, Shape shape, Init init, DType dtype) {
   check_new_name("Graph::state", name);
-  for (int64_t d : shape) {
-    if (d <= 0) throw ShapeError("Graph::state '" + name + "': bad shape " + shape_str(shape));
-  }
+  check_source_shape("Graph::state '" + name + "'", shape, dtype);
   Node n{&op_def("state"), StateAttrs{name, init}, {}, {std::move(shape), dtype}, name};
   NodeId id = push(std::move(n));
   states_.push_back(id);
@@ -160,6 +171,7 @@ Tensor Graph::apply(const OpDef& op, Attrs attrs, const std::vector<NodeId>& inp
     types.push_back(nodes_[static_cast<size_t>(id)].type);
   }
   TensorType out = op.infer(attrs, types);
+  check_tensor_size(out, op.name + describe_inputs(types));
   return {this, push(Node{&op, std::move(attrs), inputs, std::move(out), {}})};
 }
 

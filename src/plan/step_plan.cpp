@@ -5,6 +5,7 @@
 #include <set>
 #include <string_view>
 
+#include "codegen/index_check.h"
 #include "ir/op_def.h"
 #include "plan/in_place.h"
 #include "schedule/fusion.h"
@@ -116,7 +117,8 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
       }
       return b;
     };
-    codegen::Lowering l = schedule::lower_group(g, group, options.device, in_place[gi] != 0);
+    codegen::Lowering l =
+        schedule::lower_group(g, group, options.device, in_place[gi] != 0, options.check_indices);
     if (l.alias_input0) {
       p.node_buffer[group.outputs.at(0)] = buffer_of(group.inputs.at(0));
       continue;
@@ -130,6 +132,12 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
     }
     std::vector<int> scratch;
     for (uint64_t bytes : l.scratch_bytes) scratch.push_back(new_buffer(bytes, false, -1));
+    int slot = -1;  // read by the host after every step, so persistent
+    if (l.index_check) {
+      slot = new_buffer(codegen::kIndexSlotBytes, true, -1);
+      p.index_checks.push_back(
+          {slot, group.nodes.front(), static_cast<int>(p.launches.size()), *l.index_check});
+    }
     for (codegen::KernelLaunch& k : l.launches) {
       const int index = static_cast<int>(p.launches.size());
       PlannedLaunch launch{
@@ -148,6 +156,13 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
             break;
           case codegen::ArgRef::Kind::scratch:
             buf = scratch.at(b.arg.index);
+            break;
+          case codegen::ArgRef::Kind::index_errors:
+            if (slot < 0) {
+              throw Error("plan: kernel '" + launch.kernel.name +
+                          "' binds an index slot but its lowering has no index check");
+            }
+            buf = slot;
             break;
         }
         launch.buffers.push_back(buf);

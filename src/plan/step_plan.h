@@ -31,6 +31,15 @@ struct PlannedLaunch {
   int group = -1;             // index into StepPlan::groups
 };
 
+// A node whose kernels check their indices (codegen/index_check.h): its slot, in dispatch order
+// in StepPlan::index_checks.
+struct IndexCheckSlot {
+  int buffer = -1;  // the slot: a persistent buffer of kIndexSlotBytes
+  NodeId node = -1;
+  int launch = 0;  // its first launch
+  codegen::IndexCheck check;
+};
+
 struct StepPlan {
   Graph graph;  // optimized, then lowered for the GPU; node ids below refer to it
   optimize::OptimizeReport report;  // dispatches_after filled here; dispatches_before is not
@@ -40,6 +49,7 @@ struct StepPlan {
   // The kernel groups in dispatch order (schedule/fusion.h): the nodes each kernel covers.
   std::vector<schedule::KernelGroup> groups;
   std::vector<std::pair<int, int>> assignment_copies;  // (from value buffer, to target buffer)
+  std::vector<IndexCheckSlot> index_checks;            // in dispatch order
   std::map<std::string, NodeId, std::less<>> inputs, persistents, outputs;
   MemoryPlan memory;
   uint64_t arena_bytes = 0;
@@ -55,6 +65,8 @@ struct PlanOptions {
   // E-graph optimization (optimize/optimize.h) before lowering; MN_NO_OPTIMIZE=1 turns both it
   // and fusion off.
   optimize::OptimizeOptions optimize;
+  // Kernels reading indices record out-of-range ones (codegen/index_check.h).
+  bool check_indices = true;
 };
 
 StepPlan make_step_plan(const Graph& g, const PlanOptions& options);

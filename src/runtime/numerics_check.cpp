@@ -7,22 +7,9 @@
 #include <cstring>
 
 #include "runtime/host_tensor.h"
+#include "runtime/node_description.h"
 
 namespace mn::runtime {
-
-namespace {
-
-std::string describe_node(const plan::StepPlan& plan, NodeId id) {
-  const Node& n = plan.graph.node(id);
-  std::string s = "node " + std::to_string(id);
-  if (!n.name.empty()) s += " '" + n.name + "'";
-  for (const auto& [name, out] : plan.outputs) {
-    if (out == id) s += " (output '" + name + "')";
-  }
-  return s + " (op " + std::string(n.op_name()) + ", " + n.type.str() + ")";
-}
-
-}  // namespace
 
 bool check_numerics_from_env() {
   const char* v = std::getenv("MN_CHECK_NUMERICS");

@@ -1,12 +1,15 @@
 #include "runtime/run_lowering.h"
 
 #include <algorithm>
+#include <array>
 #include <memory>
 #include <string>
 
 #include <meganeura/error.h>
 
+#include "codegen/index_check.h"
 #include "runtime/host_tensor.h"
+#include "runtime/index_check.h"
 #include "vulkan/arena.h"
 #include "vulkan/pipeline.h"
 #include "vulkan/recording.h"
@@ -35,8 +38,10 @@ std::vector<double> run_lowering(vk::Device& dev, const codegen::Lowering& lower
   const uint64_t output_bytes = static_cast<uint64_t>(output_elements) * dtype_size(output_dtype);
   const auto output_at = place(output_bytes);
   for (uint64_t bytes : lowering.scratch_bytes) scratch_at.push_back(place(bytes));
+  const auto slot_at = place(codegen::kIndexSlotBytes);
 
   vk::Arena arena(dev, end);
+  arena.write(slot_at.first, std::array<std::byte, codegen::kIndexSlotBytes>{});
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::vector<std::byte> bytes(inputs[i].size() * dtype_size(input_dtypes[i]));
     encode(std::span<const double>(inputs[i]), input_dtypes[i], bytes);
@@ -71,6 +76,12 @@ std::vector<double> run_lowering(vk::Device& dev, const codegen::Lowering& lower
         case codegen::ArgRef::Kind::scratch:
           at = scratch_at.at(static_cast<size_t>(b.arg.index));
           break;
+        case codegen::ArgRef::Kind::index_errors:
+          if (!lowering.index_check)
+            throw Error("run_lowering: kernel '" + k.name +
+                        "' binds an index slot without a check");
+          at = slot_at;
+          break;
       }
       d.buffers.push_back({arena.range(at.first, at.second),
                            b.written ? vk::Access::read_write : vk::Access::read});
@@ -81,6 +92,13 @@ std::vector<double> run_lowering(vk::Device& dev, const codegen::Lowering& lower
   }
   rec.run();
   dev.check_validation("run_lowering");
+  std::array<uint32_t, 4> slot{};
+  arena.read(slot_at.first, std::as_writable_bytes(std::span(slot)));
+  if (slot[0] != 0) {
+    throw IndexError(
+        "run_lowering: " + lowering.launches.front().name + ": " +
+        describe_bad_index(*lowering.index_check, slot[1], static_cast<int32_t>(slot[2])));
+  }
   std::vector<std::byte> bytes(output_bytes);
   arena.read(output_at.first, bytes);
   return decode(bytes, output_dtype, static_cast<size_t>(output_elements));

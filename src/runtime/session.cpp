@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -12,6 +13,7 @@
 #include "runtime/convert_raw.h"
 #include "runtime/device_pool.h"
 #include "runtime/host_tensor.h"
+#include "runtime/index_check.h"
 #include "runtime/numerics_check.h"
 #include "runtime/plan_options.h"
 #include "vulkan/arena.h"
@@ -33,6 +35,7 @@ struct Program {
   std::map<std::string, bool, std::less<>> input_set;
   bool stepped = false;  // outputs hold nothing before the first submission
   std::optional<runtime::NumericsCheck> numerics;  // SessionOptions::check_numerics
+  std::optional<runtime::IndexSlots> index_slots;  // when its kernels read indices
 
   const plan::PlannedBuffer& buffer_of(NodeId id) const {
     return plan.buffers[static_cast<size_t>(plan.node_buffer[id])];
@@ -76,6 +79,8 @@ struct Session::Impl {
       pending = -1;
       Program& prog = programs[static_cast<size_t>(p)];
       prog.recording->wait();
+      // A bad index comes first: with the check off, it may be what made a NaN.
+      if (prog.index_slots) prog.index_slots->check(prog.plan, prog.name);
       if (prog.numerics) runtime::check_numerics(*prog.numerics, prog.plan, prog.name);
     }
   }
@@ -315,6 +320,7 @@ void record_step(Session::Impl& impl, Program& prog, const SessionOptions& optio
   for (const auto& [name, offset] : prog.readback_offset) {
     rec.download(range_of(p.node_buffer[p.outputs.find(name)->second]), *prog.readback, offset);
   }
+  if (prog.index_slots) prog.index_slots->record_downloads(rec, p);
   rec.finish();
 }
 
@@ -348,6 +354,7 @@ std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& specs,
 
   plan::PlanOptions po = runtime::plan_options(dev);
   po.optimize.enabled = po.fuse = options.optimize;
+  po.check_indices = options.check_indices.value_or(runtime::check_indices_from_env());
   std::vector<plan::StepPlan*> plans;
   std::vector<std::string> names;
   impl->programs.resize(specs.size());
@@ -361,6 +368,11 @@ std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& specs,
 
   vk::ArenaOptions ao;
   ao.chunk_bytes = po.chunk_bytes;
+  // MN_MAP_ARENA=0: staging copies as on a discrete GPU without resizable BAR, wherever the
+  // host could map the arena (tests of that path on lavapipe).
+  if (const char* map = std::getenv("MN_MAP_ARENA"); map && std::string_view(map) == "0") {
+    ao.host_access = vk::ArenaOptions::HostAccess::never;
+  }
   impl->arena =
       std::make_unique<vk::Arena>(dev, std::max<uint64_t>(impl->layout.arena_bytes, 256), ao);
   build_pipelines(*impl, po);
@@ -372,6 +384,7 @@ std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& specs,
     if (options.check_numerics.value_or(runtime::check_numerics_from_env()))
       p.numerics = runtime::plan_numerics_check(dev, p.plan);
     write_initial_values(*impl->arena, p, options, initialized);
+    if (!p.plan.index_checks.empty()) p.index_slots.emplace(dev, *impl->arena, p.plan);
     record_step(*impl, p, options);
   }
   dev.check_validation("building the session");

@@ -104,9 +104,10 @@ std::vector<KernelGroup> unfused_groups(const Graph& lowered);
 
 // The kernels of a group, its ArgRefs relative to the group's inputs and outputs.
 // in_place: a single group of an op with OpDef::updates_input0_in_place whose output will be
-// input 0's buffer (plan/in_place.h).
+// input 0's buffer (plan/in_place.h). check_indices: LowerContext::check_indices.
 codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
-                              const codegen::DeviceTraits& device, bool in_place = false);
+                              const codegen::DeviceTraits& device, bool in_place = false,
+                              bool check_indices = true);
 
 // "fused_pointwise[add,mul,relu]", "optimizer_update[12 segments]"... for profiles.
 std::string group_name(const Graph& g, const KernelGroup& group);

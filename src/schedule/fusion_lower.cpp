@@ -269,7 +269,8 @@ std::string group_name(const Graph& g, const KernelGroup& group) {
 }
 
 codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
-                              const codegen::DeviceTraits& device, bool in_place) {
+                              const codegen::DeviceTraits& device, bool in_place,
+                              bool check_indices) {
   if (group.kind == KernelGroup::Kind::matmul_epilogue) return lower_epilogue(g, group, device);
   if (group.kind == KernelGroup::Kind::reduction) return lower_reduction(g, group, device);
   if (group.kind == KernelGroup::Kind::pointwise) {
@@ -289,10 +290,10 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
   for (NodeId in : group.inputs) in_types.push_back(g.node(in).type);
   if (const std::optional<codegen::GemvExtras> x = gemv_extras(g, group)) {
     in_types.resize(node.inputs.size());  // gamma and a sibling are bound by the extras
-    return codegen::lower_matmul_fused(codegen::LowerContext{node, in_types, device}, nullptr,
-                                       &*x);
+    return codegen::lower_matmul_fused(
+        codegen::LowerContext{node, in_types, device, false, check_indices}, nullptr, &*x);
   }
-  return (*lower)(codegen::LowerContext{node, in_types, device, in_place});
+  return (*lower)(codegen::LowerContext{node, in_types, device, in_place, check_indices});
 }
 
 }  // namespace mn::schedule

@@ -9,6 +9,7 @@
 
 #include "vulkan/check.h"
 #include "vulkan/device.h"
+#include "vulkan/live_objects.h"
 
 namespace mn::vk {
 namespace {
@@ -90,9 +91,13 @@ Buffer::Buffer(Device& device, uint64_t bytes, VkBufferUsageFlags usage, MemoryK
     vkDestroyBuffer(device.handle(), buffer_, nullptr);
     throw_vk_error(result, "vkBindBufferMemory/vkMapMemory");
   }
+  count_live(&LiveObjects::buffers, 1);
+  count_live(&LiveObjects::memory_bytes, static_cast<int64_t>(allocation_size_));
 }
 
 Buffer::~Buffer() {
+  count_live(&LiveObjects::buffers, -1);
+  count_live(&LiveObjects::memory_bytes, -static_cast<int64_t>(allocation_size_));
   if (mapped_) vkUnmapMemory(device_.handle(), memory_);
   vkDestroyBuffer(device_.handle(), buffer_, nullptr);
   vkFreeMemory(device_.handle(), memory_, nullptr);

@@ -135,6 +135,11 @@ Device::Device(const DeviceOptions& options) {
     pool_info.flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT;
     pool_info.queueFamilyIndex = caps_.compute.queue_family;
     check(vkCreateCommandPool(device_, &pool_info, nullptr, &command_pool_), "vkCreateCommandPool");
+    VkCommandBufferAllocateInfo alloc{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+    alloc.commandPool = command_pool_;
+    alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+    alloc.commandBufferCount = 1;
+    check(vkAllocateCommandBuffers(device_, &alloc, &one_off_), "vkAllocateCommandBuffers");
     cache_dir_ = options.cache_dir.value_or(default_cache_dir());
     if (options.persistent_pipeline_cache) {
       pipeline_cache_ = std::make_unique<PipelineCache>(*this, PipelineCache::default_path(*this));
@@ -152,7 +157,9 @@ void Device::destroy() {
   if (device_ == VK_NULL_HANDLE) return;
   vkDeviceWaitIdle(device_);
   pipeline_cache_.reset();  // saves to disk
-  vkDestroyCommandPool(device_, command_pool_, nullptr);
+  for (const CommandSlot& s : free_slots_) vkDestroyCommandPool(device_, s.pool, nullptr);
+  free_slots_.clear();
+  vkDestroyCommandPool(device_, command_pool_, nullptr);  // frees one_off_
   vkDestroyDevice(device_, nullptr);
   device_ = VK_NULL_HANDLE;
 }
@@ -186,23 +193,17 @@ void Device::submit(const VkSubmitInfo& info, VkFence fence, std::string_view wh
 
 void Device::run_commands(const std::function<void(VkCommandBuffer)>& record,
                           std::string_view what) {
-  // The pool, and every command buffer from it while recording, is used by one thread at a time.
+  // The pool, and the command buffer while recording, is used by one thread at a time.
   std::lock_guard lock(pool_mutex_);
-  VkCommandBuffer cmd = VK_NULL_HANDLE;
-  VkCommandBufferAllocateInfo alloc{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  alloc.commandPool = command_pool_;
-  alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-  alloc.commandBufferCount = 1;
-  check(vkAllocateCommandBuffers(device_, &alloc, &cmd), "vkAllocateCommandBuffers");
+  VkCommandBuffer cmd = one_off_;
   VkFence fence = VK_NULL_HANDLE;
   auto cleanup = [&] {
     if (fence != VK_NULL_HANDLE) vkDestroyFence(device_, fence, nullptr);
-    vkFreeCommandBuffers(device_, command_pool_, 1, &cmd);
   };
   try {
     VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
     begin.flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT;
-    check(vkBeginCommandBuffer(cmd, &begin), "vkBeginCommandBuffer");
+    check(vkBeginCommandBuffer(cmd, &begin), "vkBeginCommandBuffer");  // resets it
     record(cmd);
     check(vkEndCommandBuffer(cmd), "vkEndCommandBuffer");
     VkFenceCreateInfo fence_info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
@@ -219,6 +220,40 @@ void Device::run_commands(const std::function<void(VkCommandBuffer)>& record,
   }
   cleanup();
   check_validation(what);
+}
+
+Device::CommandSlot Device::acquire_command_slot() {
+  {
+    std::lock_guard lock(slots_mutex_);
+    if (!free_slots_.empty()) {
+      const CommandSlot s = free_slots_.back();
+      free_slots_.pop_back();
+      return s;
+    }
+  }
+  CommandSlot s;
+  VkCommandPoolCreateInfo pool_info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
+  pool_info.queueFamilyIndex = queue_family();
+  check(vkCreateCommandPool(device_, &pool_info, nullptr, &s.pool), "vkCreateCommandPool");
+  VkCommandBufferAllocateInfo alloc{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
+  alloc.commandPool = s.pool;
+  alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
+  alloc.commandBufferCount = 1;
+  const VkResult result = vkAllocateCommandBuffers(device_, &alloc, &s.buffer);
+  if (result != VK_SUCCESS) {
+    vkDestroyCommandPool(device_, s.pool, nullptr);
+    check(result, "vkAllocateCommandBuffers");
+  }
+  return s;
+}
+
+void Device::release_command_slot(CommandSlot slot) {
+  if (vkResetCommandPool(device_, slot.pool, 0) != VK_SUCCESS) {
+    vkDestroyCommandPool(device_, slot.pool, nullptr);  // not reusable: let it go
+    return;
+  }
+  std::lock_guard lock(slots_mutex_);
+  free_slots_.push_back(slot);
 }
 
 PFN_vkVoidFunction Device::proc(const char* name) const {

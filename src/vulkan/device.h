@@ -1,6 +1,7 @@
 #pragma once
-// The logical device: chosen physical device, one compute queue, a command pool, the
-// persistent pipeline cache and the validation log.
+// The logical device: chosen physical device, one compute queue, command pools (one for
+// one-off submissions, and recycled ones for recordings), the persistent pipeline cache and
+// the validation log.
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -47,7 +48,6 @@ class Device {
   VkPhysicalDevice physical_device() const { return physical_; }
   VkQueue queue() const { return queue_; }
   uint32_t queue_family() const { return caps_.compute.queue_family; }
-  VkCommandPool command_pool() const { return command_pool_; }
   Instance& instance() { return *instance_; }
   const std::filesystem::path& cache_dir() const { return cache_dir_; }
   // Null when DeviceOptions::persistent_pipeline_cache is false.
@@ -70,8 +70,22 @@ class Device {
 
   // vkQueueSubmit, serialized: a VkQueue must not be used from two threads at once.
   void submit(const VkSubmitInfo& info, VkFence fence, std::string_view what);
-  // Records commands into a fresh command buffer, submits it and waits (uploads, tests).
+  // Records commands into the device's one-off command buffer, submits it and waits (uploads,
+  // tests).
   void run_commands(const std::function<void(VkCommandBuffer)>& record, std::string_view what);
+
+  // A command pool with its one primary command buffer, for one Recording at a time. Pools are
+  // recycled: taken from the device's free list (or made when it is empty) and given back
+  // reset once their last submission completed. Sessions come and go by the thousand, and
+  // allocating command buffers costs time, and with Debian 12's validation layer (1.3.239)
+  // about 3 KB per command buffer that is never freed (KhronosGroup/Vulkan-ValidationLayers
+  // issue 6033); re-recording a reset one costs neither.
+  struct CommandSlot {
+    VkCommandPool pool = VK_NULL_HANDLE;
+    VkCommandBuffer buffer = VK_NULL_HANDLE;
+  };
+  CommandSlot acquire_command_slot();
+  void release_command_slot(CommandSlot slot);
 
   // Entry point of a device-level extension function (nullptr if absent).
   PFN_vkVoidFunction proc(const char* name) const;
@@ -86,8 +100,11 @@ class Device {
   VkDevice device_ = VK_NULL_HANDLE;
   VkQueue queue_ = VK_NULL_HANDLE;
   VkCommandPool command_pool_ = VK_NULL_HANDLE;
+  VkCommandBuffer one_off_ = VK_NULL_HANDLE;  // run_commands', reset before each use
   std::mutex submit_mutex_;
   std::mutex pool_mutex_;
+  std::vector<CommandSlot> free_slots_;  // guarded by slots_mutex_
+  std::mutex slots_mutex_;
   std::filesystem::path cache_dir_;
   std::unique_ptr<PipelineCache> pipeline_cache_;
 };

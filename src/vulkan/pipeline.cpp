@@ -8,6 +8,7 @@
 
 #include "vulkan/check.h"
 #include "vulkan/device.h"
+#include "vulkan/live_objects.h"
 #include "vulkan/pipeline_cache.h"
 
 namespace mn::vk {
@@ -202,9 +203,11 @@ Pipeline::Pipeline(Device& device, std::span<const uint32_t> spirv, KernelInterf
   }
   creation_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  count_live(&LiveObjects::pipelines, 1);
 }
 
 Pipeline::~Pipeline() {
+  count_live(&LiveObjects::pipelines, -1);
   const VkDevice dev = device_.handle();
   vkDestroyPipeline(dev, pipeline_, nullptr);
   vkDestroyPipelineLayout(dev, layout_, nullptr);

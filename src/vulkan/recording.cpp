@@ -6,6 +6,7 @@
 
 #include "vulkan/check.h"
 #include "vulkan/device.h"
+#include "vulkan/live_objects.h"
 #include "vulkan/pipeline.h"
 
 namespace mn::vk {
@@ -72,15 +73,16 @@ Recording::Recording(Device& device, RecordingOptions options)
     throw DeviceError("recording '" + options_.label +
                       "': the device's compute queue has no timestamps");
   }
-  VkCommandPoolCreateInfo pool_info{VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO};
-  pool_info.queueFamilyIndex = device.queue_family();
-  check(vkCreateCommandPool(device.handle(), &pool_info, nullptr, &pool_), "vkCreateCommandPool");
+  const Device::CommandSlot slot = device.acquire_command_slot();
+  pool_ = slot.pool;
+  cmd_ = slot.buffer;
   VkFenceCreateInfo fence_info{VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
   const VkResult result = vkCreateFence(device.handle(), &fence_info, nullptr, &fence_);
   if (result != VK_SUCCESS) {
-    vkDestroyCommandPool(device.handle(), pool_, nullptr);
+    device.release_command_slot(slot);
     check(result, "vkCreateFence");
   }
+  count_live(&LiveObjects::recordings, 1);
 }
 
 Recording::~Recording() {
@@ -89,7 +91,10 @@ Recording::~Recording() {
   vkDestroyFence(dev, fence_, nullptr);
   vkDestroyQueryPool(dev, query_pool_, nullptr);
   vkDestroyDescriptorPool(dev, descriptor_pool_, nullptr);
-  vkDestroyCommandPool(dev, pool_, nullptr);  // frees cmd_
+  device_.release_command_slot({pool_, cmd_});  // recorded again by a later recording
+  count_live(&LiveObjects::recordings, -1);
+  if (descriptor_pool_ != VK_NULL_HANDLE) count_live(&LiveObjects::descriptor_pools, -1);
+  if (query_pool_ != VK_NULL_HANDLE) count_live(&LiveObjects::query_pools, -1);
 }
 
 void Recording::add(Op op) {
@@ -284,6 +289,7 @@ void Recording::finish() {
     info.poolSizeCount = 1;
     info.pPoolSizes = &size;
     check(vkCreateDescriptorPool(dev, &info, nullptr, &descriptor_pool_), "vkCreateDescriptorPool");
+    count_live(&LiveObjects::descriptor_pools, 1);
     for (size_t i = 0; i < ops_.size(); ++i) {
       const Op& op = ops_[i];
       if (op.kind != Op::Kind::dispatch || op.dispatch.buffers.empty()) continue;
@@ -303,13 +309,9 @@ void Recording::finish() {
     info.queryType = VK_QUERY_TYPE_TIMESTAMP;
     info.queryCount = query_count;
     check(vkCreateQueryPool(dev, &info, nullptr, &query_pool_), "vkCreateQueryPool");
+    count_live(&LiveObjects::query_pools, 1);
   }
 
-  VkCommandBufferAllocateInfo alloc{VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO};
-  alloc.commandPool = pool_;
-  alloc.level = VK_COMMAND_BUFFER_LEVEL_PRIMARY;
-  alloc.commandBufferCount = 1;
-  check(vkAllocateCommandBuffers(dev, &alloc, &cmd_), "vkAllocateCommandBuffers");
   VkCommandBufferBeginInfo begin{VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
   check(vkBeginCommandBuffer(cmd_, &begin), "vkBeginCommandBuffer");
 

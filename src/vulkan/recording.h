@@ -132,6 +132,7 @@ class Recording {
   size_t barrier_count_ = 0;
   bool finished_ = false;
   bool pending_ = false;
+  // Taken from the device (Device::acquire_command_slot), given back reset when destroyed.
   VkCommandPool pool_ = VK_NULL_HANDLE;
   VkCommandBuffer cmd_ = VK_NULL_HANDLE;
   VkDescriptorPool descriptor_pool_ = VK_NULL_HANDLE;

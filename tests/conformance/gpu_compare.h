@@ -16,8 +16,9 @@
 
 namespace mn::testing {
 
-inline std::map<std::string, Array> run_gpu(const Graph& g, const reference::Feeds& feeds) {
-  auto session = build_session(g);
+inline std::map<std::string, Array> run_gpu(const Graph& g, const reference::Feeds& feeds,
+                                            const SessionOptions& options = {}) {
+  auto session = build_session(g, options);
   for (const auto& [name, value] : feeds) session->set(name, value);
   session->step();
   std::map<std::string, Array> out;

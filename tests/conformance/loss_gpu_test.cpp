@@ -168,8 +168,9 @@ TEST(LossGpu, AllIgnoredMeanIsNan) {
   }
 }
 
-// The reference rejects a target outside [0, C); a kernel cannot, so its row gives NaN.
-TEST(LossGpu, OutOfRangeTargetGivesNan) {
+// The reference rejects a target outside [0, C). With index checks off, its row gives NaN; on,
+// the step raises IndexError and the row is left out (0 with no reduction).
+TEST(LossGpu, OutOfRangeTargetGivesNanUncheckedAndAnErrorChecked) {
   Graph g;
   Tensor z = g.input("z", {3, 4});
   Tensor t = g.input("t", {3}, DType::i32);
@@ -178,13 +179,25 @@ TEST(LossGpu, OutOfRangeTargetGivesNan) {
   reference::Feeds feeds;
   feeds["z"] = Array({3, 4}, DType::f32, std::vector<double>(12, 0.5));
   feeds["t"] = Array({3}, DType::i32, {1.0, 4.0, -1.0});
-  EXPECT_THROW(reference::evaluate(g, feeds), Error);
-  auto got = run_gpu(g, feeds);
+  EXPECT_THROW(reference::evaluate(g, feeds), IndexError);
+  SessionOptions unchecked;
+  unchecked.check_indices = false;
+  auto got = run_gpu(g, feeds, unchecked);
   for (const char* name : {"ce", "nll"}) {
     SCOPED_TRACE(name);
     EXPECT_FALSE(std::isnan(got[name].data[0]));
     EXPECT_TRUE(std::isnan(got[name].data[1]));
     EXPECT_TRUE(std::isnan(got[name].data[2]));
+  }
+  auto session = build_session(g);
+  for (const auto& [name, value] : feeds) session->set(name, value);
+  EXPECT_THROW(session->step(), IndexError);
+  for (const char* name : {"ce", "nll"}) {
+    SCOPED_TRACE(name);
+    const Array checked = session->get(name);
+    EXPECT_EQ(checked.data[0], got[name].data[0]);
+    EXPECT_EQ(checked.data[1], 0.0);
+    EXPECT_EQ(checked.data[2], 0.0);
   }
 }
 

@@ -9,20 +9,14 @@
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "gpu_compare.h"
 #include "support/elementwise_error.h"
 #include "support/random_fill.h"
 
 namespace mn {
 namespace {
 
-std::map<std::string, Array> run_gpu(const Graph& g, const reference::Feeds& feeds) {
-  auto session = build_session(g);
-  for (const auto& [name, value] : feeds) session->set(name, value);
-  session->step();
-  std::map<std::string, Array> out;
-  for (const std::string& name : session->output_names()) out[name] = session->get(name);
-  return out;
-}
+using testing::run_gpu;
 
 void expect_exact(const Graph& g, const reference::Feeds& feeds) {
   auto want = reference::evaluate(g, feeds);
@@ -152,8 +146,9 @@ TEST(ShapeGpu, ScatterAddIntegersAlongMiddleAxis) {
   expect_exact(g, feeds);
 }
 
-// The reference rejects these indices; the GPU reads zeros, writes zero rows, skips updates.
-TEST(ShapeGpu, OutOfRangeIndicesAreIgnored) {
+// The reference rejects these indices; the GPU reads zeros, writes zero rows, skips updates,
+// silently with index checks off, and raising IndexError after the step with them on.
+TEST(ShapeGpu, OutOfRangeIndicesStayInsideTheTensors) {
   Graph g;
   Tensor x = g.input("x", {3, 2});
   Tensor idx = g.input("idx", {4}, DType::i32);
@@ -161,12 +156,23 @@ TEST(ShapeGpu, OutOfRangeIndicesAreIgnored) {
   g.output("take", take(x, idx, 0));
   g.output("one_hot", one_hot(idx, 3));
   g.output("scatter", scatter_add(x, idx, upd, 0));
-  auto got = run_gpu(g, {{"x", Array({3, 2}, DType::f32, {1, 2, 3, 4, 5, 6})},
-                         {"idx", Array({4}, DType::i32, {2, -1, 3, 0})},
-                         {"upd", Array({4, 2}, DType::f32, {10, 20, 30, 40, 50, 60, 70, 80})}});
-  EXPECT_EQ(got["take"].data, (std::vector<double>{5, 6, 0, 0, 0, 0, 1, 2}));
-  EXPECT_EQ(got["one_hot"].data, (std::vector<double>{0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0}));
-  EXPECT_EQ(got["scatter"].data, (std::vector<double>{71, 82, 3, 4, 15, 26}));
+  const reference::Feeds feeds{
+      {"x", Array({3, 2}, DType::f32, {1, 2, 3, 4, 5, 6})},
+      {"idx", Array({4}, DType::i32, {2, -1, 3, 0})},
+      {"upd", Array({4, 2}, DType::f32, {10, 20, 30, 40, 50, 60, 70, 80})}};
+  const std::map<std::string, std::vector<double>> want = {
+      {"take", {5, 6, 0, 0, 0, 0, 1, 2}},
+      {"one_hot", {0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0}},
+      {"scatter", {71, 82, 3, 4, 15, 26}}};
+  SessionOptions unchecked;
+  unchecked.check_indices = false;
+  auto got = run_gpu(g, feeds, unchecked);
+  for (const auto& [name, values] : want) EXPECT_EQ(got[name].data, values) << name;
+
+  auto session = build_session(g);
+  for (const auto& [name, value] : feeds) session->set(name, value);
+  EXPECT_THROW(session->step(), IndexError);
+  for (const auto& [name, values] : want) EXPECT_EQ(session->get(name).data, values) << name;
 }
 
 }  // namespace

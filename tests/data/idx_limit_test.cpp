@@ -38,8 +38,15 @@ TEST(IdxLimit, ReadsOnlyTheRowsAskedFor) {
   EXPECT_EQ(t.shape, (Shape{64, 28, 28}));
   ASSERT_EQ(t.bytes.size(), size_t{64 * 784});
   for (size_t i = 0; i < t.bytes.size(); ++i) ASSERT_EQ(t.bytes[i], i * 7 % 10) << i;
-  // Read in full, the same file is truncated.
-  expect_format_error([&] { read_idx(path); }, {"truncated", "ends at byte"});
+  // Read in full, the same file declares more than its compressed size can expand to: refused
+  // before any data is allocated or decompressed.
+  expect_format_error([&] { read_idx(path); },
+                      {"need 1568000000 data bytes", "decompresses to at most"});
+  expect_format_error([&] { read_idx(path, 1'000'000); },
+                      {"for the first 1000000 rows", "decompresses to at most"});
+  // Within that bound, a short content is found while reading.
+  write_bytes(dir / "short.gz", gzip(idx_bytes({200, 28, 28}, 100 * 784)));
+  expect_format_error([&] { read_idx(dir / "short.gz"); }, {"truncated", "ends at byte"});
   // A limit above the declared count reads everything there is.
   write_bytes(dir / "small.gz", gzip(idx_bytes({5, 2}, 10)));
   EXPECT_EQ(read_idx(dir / "small.gz", 1000).shape, (Shape{5, 2}));

@@ -121,6 +121,37 @@ TEST(Idx, RankZeroEmptyAndConcatenatedGzip) {
   EXPECT_EQ(c.bytes, (std::vector<uint8_t>{1, 2, 3, 4}));
 }
 
+// A gzip member ending one byte before the end of the reader's 64 KiB input buffer: the next
+// member's magic number straddles two reads and is still recognized.
+TEST(Idx, GzipMemberBoundaryInsideTheMagicNumber) {
+  ScratchDir dir;
+  constexpr size_t kBuffer = 65536;
+  std::vector<uint8_t> first;
+  for (uint32_t n = 65000; n < kBuffer; ++n) {  // n data bytes in the first member, 2 after
+    const uint32_t count = n + 2;
+    std::vector<uint8_t> part = {0,
+                                 0,
+                                 0x08,
+                                 1,
+                                 static_cast<uint8_t>(count >> 24),
+                                 static_cast<uint8_t>(count >> 16),
+                                 static_cast<uint8_t>(count >> 8),
+                                 static_cast<uint8_t>(count)};
+    part.resize(8 + n, 7);
+    first = gzip(part, 0);
+    if (first.size() >= kBuffer - 1) break;
+  }
+  ASSERT_EQ(first.size(), kBuffer - 1);
+  std::vector<uint8_t> both = first;
+  const std::vector<uint8_t> second = gzip({9, 9});
+  both.insert(both.end(), second.begin(), second.end());
+  write_bytes(dir / "edge.gz", both);
+  RawTensor t = read_idx(dir / "edge.gz");
+  ASSERT_GE(t.bytes.size(), 2u);
+  EXPECT_EQ(t.bytes[t.bytes.size() - 1], 9);
+  EXPECT_EQ(t.bytes[t.bytes.size() - 3], 7);
+}
+
 TEST(Idx, MalformedHeadersAreFormatErrors) {
   ScratchDir dir;
   auto check = [&](const std::string& name, const std::vector<uint8_t>& bytes,

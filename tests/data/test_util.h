@@ -33,10 +33,11 @@ inline std::vector<uint8_t> read_bytes(const std::filesystem::path& p) {
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-// gzip-wraps bytes with zlib directly, independently of the library's writer.
-inline std::vector<uint8_t> gzip(const std::vector<uint8_t>& in) {
+// gzip-wraps bytes with zlib directly, independently of the library's writer (level 0: stored,
+// the size is the content's plus framing).
+inline std::vector<uint8_t> gzip(const std::vector<uint8_t>& in, int level = 9) {
   z_stream zs{};
-  EXPECT_EQ(deflateInit2(&zs, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  EXPECT_EQ(deflateInit2(&zs, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY), Z_OK);
   std::vector<uint8_t> out(deflateBound(&zs, in.size()) + 64);
   zs.next_in = const_cast<uint8_t*>(in.data());
   zs.avail_in = static_cast<uInt>(in.size());

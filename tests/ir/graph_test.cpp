@@ -3,8 +3,10 @@
 #include <cmath>
 
 #include <meganeura/graph.h>
+#include <meganeura/ops.h>
 
 #include "ir/op_def.h"
+#include "support/expect_error.h"
 
 namespace mn {
 namespace {
@@ -54,6 +56,46 @@ TEST(Graph, InitializersAreSeededAndScaled) {
   double mean = 0;
   for (double v : n.data) mean += v;
   EXPECT_NEAR(mean / 4096.0, 1.0, 0.1);
+}
+
+// Sizes past int64 are refused where the shape is made, naming the source or op: no later
+// stage multiplies dimensions into a wrapped element or byte count.
+TEST(Graph, ShapesWhoseSizeOverflowsInt64AreRefused) {
+  constexpr int64_t k2to32 = int64_t{1} << 32, k2to31 = int64_t{1} << 31;
+  Graph g;
+  expect_shape_error(
+      [&] {
+        g.input("x", {k2to32, k2to32});
+      },
+      {"Graph::input 'x'", "[4294967296, 4294967296]", "overflows"});
+  // 2^62 elements fit int64, their 2^64 bytes do not.
+  expect_shape_error(
+      [&] {
+        g.input("y", {k2to31, k2to31});
+      },
+      {"Graph::input 'y'", "4611686018427387904 elements", "bytes"});
+  expect_shape_error(
+      [&] {
+        g.parameter("w", {k2to32, k2to32});
+      },
+      {"Graph::parameter 'w'", "overflows"});
+  expect_shape_error([&] { g.state("s", {3, k2to32, k2to32}); }, {"Graph::state 's'", "overflows"});
+  EXPECT_TRUE(g.inputs().empty() && g.parameters().empty() && g.states().empty());
+  // The largest tensors that still fit are fine to describe (nothing is allocated).
+  Tensor a = g.input("a", {k2to31, 1});
+  Tensor b = g.input("b", {1, k2to31 / 4});
+  EXPECT_EQ((a + b).numel(), int64_t{1} << 60);
+  // Shapes an op derives: broadcasting, concatenation, one_hot.
+  Tensor c = g.input("c", {1, k2to31});
+  expect_shape_error([&] { (void)(a + c); }, {"add", "f32[2147483648, 1]", "bytes"});
+  // Three f16 operands whose bytes each fit int64 and whose lengths together overflow it.
+  Tensor big = g.input("big", {(int64_t{1} << 62) - 1}, DType::f16);
+  expect_shape_error([&] { (void)concat({big, big, big}, 0); }, {"concat", "fits int64"});
+  Tensor idx = g.input("idx", {k2to32}, DType::i32);
+  expect_shape_error([&] { (void)one_hot(idx, k2to32); }, {"one_hot", "overflows"});
+  expect_shape_error([&] { (void)reshape(a, {k2to32, k2to32}); }, {"reshape", "overflows"});
+  // Arrays count their elements the same way.
+  expect_shape_error([&] { Array({k2to32, k2to32}, DType::f32); }, {"overflows int64"});
 }
 
 TEST(Graph, UnknownOpIsAnError) { EXPECT_THROW(op_def("no_such_op"), Error); }

@@ -72,7 +72,8 @@ TEST(CacheWrite, CopyingFallback) {
 }
 
 TEST(CacheWrite, PrefillThenDecodePositionsPerBatch) {
-  // Per-batch positions [B, L]; an out-of-range position is skipped on the GPU.
+  // Per-batch positions [B, L]; an out-of-range position skips its row on the GPU and raises
+  // IndexError after the step.
   Graph g;
   Tensor cache = g.state("cache", kCache);
   Tensor next = cache_write(cache, g.input("update", {2, 2, 3, kD}),
@@ -92,7 +93,8 @@ TEST(CacheWrite, PrefillThenDecodePositionsPerBatch) {
   Array bad({2, 3}, DType::i32, {0, 1, 2, 3, 5, static_cast<double>(kT)});
   EXPECT_THROW(reference::run_step(g, {{"update", update}, {"pos", bad}}, persistent), Error);
   session->set("pos", bad);
-  session->step();  // the bad row is skipped: every other row as in the last step
+  // The bad row is skipped: every other row as in the last step.
+  EXPECT_THROW(session->step(), IndexError);
   Array got = session->get("cache");
   EXPECT_TRUE(testing::elementwise_near(got, persistent.at("cache"), 1e-6));
 }

@@ -66,9 +66,10 @@ Array eval_cache_write(const Node& n, std::span<const Array* const> in) {
   for (size_t k = 0; k < pos.data.size(); ++k) {
     const double p = pos.data[k];
     if (p < 0 || p >= static_cast<double>(v.t)) {
-      throw Error("cache_write: position " + std::to_string(static_cast<int64_t>(p)) +
-                  " (element " + std::to_string(k) + " of the positions) is out of range [0, " +
-                  std::to_string(v.t) + ") for a cache of shape " + shape_str(in[0]->shape));
+      throw IndexError("cache_write: position " + std::to_string(static_cast<int64_t>(p)) +
+                       " (element " + std::to_string(k) +
+                       " of the positions) is out of range [0, " + std::to_string(v.t) +
+                       ") for a cache of shape " + shape_str(in[0]->shape));
     }
   }
   Array out = *in[0];

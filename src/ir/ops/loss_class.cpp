@@ -59,9 +59,10 @@ int64_t target_class(std::string_view op, const Array& target, int64_t b, int64_
   const auto t = static_cast<int64_t>(v);
   if (t == ignore_index) return -1;
   if (t < 0 || t >= classes) {
-    throw Error(std::string(op) + ": target value " + std::to_string(t) + " at target index " +
-                index_str(b, target.shape) + " is out of range [0, " + std::to_string(classes) +
-                ") and is not ignore_index (" + std::to_string(ignore_index) + ")");
+    throw IndexError(std::string(op) + ": target value " + std::to_string(t) + " at target index " +
+                     index_str(b, target.shape) + " is out of range [0, " +
+                     std::to_string(classes) + ") and is not ignore_index (" +
+                     std::to_string(ignore_index) + ")");
   }
   return t;
 }

@@ -33,8 +33,10 @@ Shape resolve_reshape(std::string_view op, std::span<const TensorType> in, const
       infer_at = static_cast<int>(i);
     } else if (target[i] <= 0) {
       shape_fail(op, in, "positive sizes or one -1 in target shape " + shape_str(target));
-    } else {
-      known *= target[i];
+    } else if (__builtin_mul_overflow(known, target[i], &known)) {
+      shape_fail(op, in,
+                 "a target shape whose product fits int64, got " + shape_str(target) +
+                     " (its product overflows)");
     }
   }
   Shape out = target;

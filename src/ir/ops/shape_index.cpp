@@ -39,10 +39,10 @@ void check_indices(std::string_view op, const Array& indices, int64_t n, int64_t
   for (size_t k = 0; k < indices.data.size(); ++k) {
     const double v = indices.data[k];
     if (v < 0 || v >= static_cast<double>(n)) {
-      throw Error(std::string(op) + ": index " + std::to_string(static_cast<int64_t>(v)) +
-                  " (element " + std::to_string(k) + " of the indices) is out of range [0, " +
-                  std::to_string(n) + ") along axis " + std::to_string(axis) + " of shape " +
-                  shape_str(x_shape));
+      throw IndexError(std::string(op) + ": index " + std::to_string(static_cast<int64_t>(v)) +
+                       " (element " + std::to_string(k) + " of the indices) is out of range [0, " +
+                       std::to_string(n) + ") along axis " + std::to_string(axis) + " of shape " +
+                       shape_str(x_shape));
     }
   }
 }
@@ -183,9 +183,9 @@ void register_shape_index_ops(OpRegistry& r) {
             for (size_t k = 0; k < idx.data.size(); ++k) {
               const double v = idx.data[k];
               if (v < 0 || v >= static_cast<double>(depth)) {
-                throw Error("one_hot: index " + std::to_string(static_cast<int64_t>(v)) +
-                            " (element " + std::to_string(k) + ") is out of range [0, " +
-                            std::to_string(depth) + ")");
+                throw IndexError("one_hot: index " + std::to_string(static_cast<int64_t>(v)) +
+                                 " (element " + std::to_string(k) + ") is out of range [0, " +
+                                 std::to_string(depth) + ")");
               }
             }
             Array out(n.type.shape, n.type.dtype);

@@ -158,7 +158,10 @@ TensorType infer_concat(std::span<const TensorType> in, int64_t raw_axis) {
     if (!same) {
       shape_fail(op, in, "equal shapes except along axis " + std::to_string(raw_axis));
     }
-    out.shape[axis] += in[i].shape[axis];
+    if (__builtin_add_overflow(out.shape[axis], in[i].shape[axis], &out.shape[axis])) {
+      shape_fail(op, in,
+                 "a total size along axis " + std::to_string(raw_axis) + " that fits int64");
+    }
   }
   return out;
 }
@@ -354,7 +357,12 @@ void register_shape_slice_ops(OpRegistry& r) {
       .infer = [](const Attrs& a, std::span<const TensorType> in) -> TensorType {
         PadAttrs p = resolve_pad("pad", in, a.as<PadAttrs>());
         TensorType out = in[0];
-        for (size_t i = 0; i < out.shape.size(); ++i) out.shape[i] += p.before[i] + p.after[i];
+        for (size_t i = 0; i < out.shape.size(); ++i) {
+          if (__builtin_add_overflow(out.shape[i], p.before[i], &out.shape[i]) ||
+              __builtin_add_overflow(out.shape[i], p.after[i], &out.shape[i])) {
+            shape_fail("pad", in, "padded sizes that fit int64 (axis " + std::to_string(i) + ")");
+          }
+        }
         return out;
       },
       .eval =

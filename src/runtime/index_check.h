@@ -1,0 +1,48 @@
+#pragma once
+// The host side of the device-side index checks (codegen/index_check.h): every node whose
+// kernels read indices has a 16-byte slot in the arena, zero until a kernel meets an
+// out-of-range index. After each step the slots are read (from the host-mapped arena, or from
+// a copy the step downloads) and the first node in dispatch order holding one raises
+// mn::IndexError naming the node, the element, the value and the valid range. Reading a few
+// slots per step is what keeps the check on by default.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "codegen/kernel.h"
+#include "plan/step_plan.h"
+#include "vulkan/arena.h"
+#include "vulkan/buffer.h"
+#include "vulkan/recording.h"
+
+namespace mn::runtime {
+
+// Whether sessions check indices by default: yes, unless $MN_CHECK_INDICES=0.
+bool check_indices_from_env();
+
+// "index 7 at element 3 of the indices (input 'idx') is out of range [0, 5) along axis 0 of
+// shape [5, 3]", with `source` (where the indices come from) when given.
+std::string describe_bad_index(const codegen::IndexCheck& check, uint32_t element, int32_t value,
+                               const std::string& source = {});
+
+// The slots of one program's plan.
+class IndexSlots {
+ public:
+  // Zeroes the slots of `plan` in `arena`; staging for their copies when the host does not map
+  // the arena.
+  IndexSlots(vk::Device& device, vk::Arena& arena, const plan::StepPlan& plan);
+
+  // The copies of the slots into host memory at the end of the step (none for a host-mapped
+  // arena).
+  void record_downloads(vk::Recording& recording, const plan::StepPlan& plan) const;
+
+  // After the step completed: mn::IndexError for the first slot holding a bad index, the
+  // slots zeroed first so that the next step starts clean.
+  void check(const plan::StepPlan& plan, const std::string& program);
+
+ private:
+  vk::Arena& arena_;
+  std::unique_ptr<vk::StagingBuffer> staging_;
+};
+
+}  // namespace mn::runtime
