@@ -7,9 +7,10 @@
 // buffers, allocations, pipelines and recordings (vulkan/live_objects.h), which must come back
 // exactly.
 //
-// One allowance, not ours: Debian 12's validation layer (1.3.239) keeps about 60 bytes for
+// One allowance, not ours: Debian 12's validation layer (1.3.239) keeps about 60-66 bytes for
 // every pipeline created, destroyed or not (measured on lavapipe; nothing without the layer),
-// so the sessions' tolerance adds kLayerBytesPerPipeline per pipeline they created.
+// so the sessions' tolerance adds kLayerBytesPerPipeline per pipeline they created (80: the
+// resident set moves by whole pages, and 64 was exceeded by 1% in one run).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -31,7 +32,7 @@ namespace mn {
 namespace {
 
 constexpr int64_t kRssSlack = 512 * 1024;
-constexpr int64_t kLayerBytesPerPipeline = 64;
+constexpr int64_t kLayerBytesPerPipeline = 80;
 
 int64_t resident_bytes() {
   std::ifstream statm("/proc/self/statm");
