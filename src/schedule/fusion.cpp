@@ -423,6 +423,22 @@ std::vector<char> needed_nodes(const Graph& g) {
   return needed;
 }
 
+void drop_unread_groups(const Graph& g, std::vector<KernelGroup>& groups,
+                        const std::function<bool(NodeId)>& droppable) {
+  std::set<NodeId> read;
+  for (const KernelGroup& group : groups) {
+    for (NodeId in : group.inputs) {
+      if (in != group.gemv.sibling) read.insert(in);
+    }
+  }
+  for (const auto& [name, id] : g.outputs()) read.insert(id);
+  for (const auto& [target, value] : g.assignments()) read.insert(value);
+  std::erase_if(groups, [&](const KernelGroup& group) {
+    return group.kind == KernelGroup::Kind::single && group.nodes.size() == 1 &&
+           droppable(group.nodes.front()) && !read.count(group.nodes.front());
+  });
+}
+
 std::vector<KernelGroup> unfused_groups(const Graph& g) {
   const std::vector<char> needed = needed_nodes(g);
   std::vector<KernelGroup> out;

@@ -38,6 +38,7 @@
 //    evaluated in the reduction's loads, never stored), and/or an epilogue, the single-output
 //    pointwise group over the reduced shape holding every consumer of the reduction
 //    (rsqrt(mean + eps): evaluated before the store). See codegen/fused_reduce.h.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,12 @@ std::vector<char> needed_nodes(const Graph& g);
 // The kernel groups of `lowered` (a graph after lower_for_gpu) in a valid dispatch order,
 // covering every needed node that is not a source (input, parameter, state, constant) once.
 std::vector<KernelGroup> fuse(const Graph& lowered, const FusionOptions& options);
+
+// Drops the single groups of nodes `droppable` accepts that no group, output or assignment reads
+// any more (after later passes rewired their readers); the order of the others is kept. A
+// GEMV's sibling stays listed among the inputs of the epilogue reading it, but is computed there.
+void drop_unread_groups(const Graph& g, std::vector<KernelGroup>& groups,
+                        const std::function<bool(NodeId)>& droppable);
 
 // One single group per needed non-source node, in graph order (fusion off).
 std::vector<KernelGroup> unfused_groups(const Graph& lowered);

@@ -65,24 +65,6 @@ void take_norm(const Graph& g, KernelGroup& group, const codegen::DeviceTraits& 
   }
 }
 
-// Drops the single groups of `droppable` nodes that no kernel, output or assignment reads. A
-// sibling stays listed among the inputs of the epilogue reading it, but is computed there.
-template <typename Pred>
-void drop_unread(const Graph& g, std::vector<KernelGroup>& groups, Pred droppable) {
-  std::set<NodeId> read;
-  for (const KernelGroup& group : groups) {
-    for (NodeId in : group.inputs) {
-      if (in != group.gemv.sibling) read.insert(in);
-    }
-  }
-  for (const auto& [name, id] : g.outputs()) read.insert(id);
-  for (const auto& [target, value] : g.assignments()) read.insert(value);
-  std::erase_if(groups, [&](const KernelGroup& group) {
-    return group.kind == KernelGroup::Kind::single && group.nodes.size() == 1 &&
-           droppable(group.nodes.front()) && !read.count(group.nodes.front());
-  });
-}
-
 // Epilogue group `group` takes the single product `other` as its sibling when both read the
 // same vector (through the same norm) with the same matrix shape and layout.
 bool take_sibling(const Graph& g, KernelGroup& group, const KernelGroup& other) {
@@ -132,9 +114,9 @@ void take_siblings(const Graph& g, std::vector<KernelGroup>& groups,
 void fuse_gemv_neighbours(const Graph& g, std::vector<KernelGroup>& groups,
                           const codegen::DeviceTraits& device) {
   for (KernelGroup& group : groups) take_norm(g, group, device);
-  drop_unread(g, groups, [&](NodeId v) { return row_norm(g, v) != nullptr; });
+  drop_unread_groups(g, groups, [&](NodeId v) { return row_norm(g, v) != nullptr; });
   take_siblings(g, groups, device);
-  drop_unread(g, groups, [&](NodeId v) { return g.node(v).op_name() == "matmul"; });
+  drop_unread_groups(g, groups, [&](NodeId v) { return g.node(v).op_name() == "matmul"; });
 }
 
 }  // namespace mn::schedule

@@ -1,7 +1,6 @@
 #include "schedule/widened_loads.h"
 
 #include <algorithm>
-#include <set>
 
 #include "codegen/widened_operands.h"
 
@@ -60,14 +59,7 @@ void substitute_operands(const Graph& g, KernelGroup& group, const codegen::Devi
 void absorb_widening_casts(const Graph& g, std::vector<KernelGroup>& groups,
                            const codegen::DeviceTraits& device) {
   for (KernelGroup& group : groups) substitute_operands(g, group, device);
-  std::set<NodeId> read;
-  for (const KernelGroup& group : groups) read.insert(group.inputs.begin(), group.inputs.end());
-  for (const auto& [name, id] : g.outputs()) read.insert(id);
-  for (const auto& [target, value] : g.assignments()) read.insert(value);
-  std::erase_if(groups, [&](const KernelGroup& group) {
-    return group.kind == KernelGroup::Kind::single && group.nodes.size() == 1 &&
-           widened_source(g, group.nodes.front()) >= 0 && !read.count(group.nodes.front());
-  });
+  drop_unread_groups(g, groups, [&](NodeId v) { return widened_source(g, v) >= 0; });
 }
 
 }  // namespace mn::schedule
