@@ -29,7 +29,9 @@ struct Array {
   static Array from_f32(Shape s, const std::vector<float>& values, DType t = DType::f32);
 };
 
-// Rounds `v` to what `t` can hold (f32/f16/bf16 rounding to nearest even, integers truncate).
+// Rounds `v` to what `t` can hold (f32/f16/bf16 rounding to nearest even; integers truncate
+// and wrap modulo 2^32 as 32-bit GPU arithmetic does, u32 taking negatives as 0, NaN and
+// infinities as 0).
 double round_to_dtype(double v, DType t);
 
 }  // namespace mn

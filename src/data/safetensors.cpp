@@ -47,6 +47,7 @@ struct SafetensorsReader::Impl {
   [[noreturn]] void fail(const std::string& what) const { throw FormatError(name + ": " + what); }
 
   void read_at(uint64_t offset, uint8_t* dst, size_t n) const {
+    if (n == 0) return;  // an empty tensor: dst may be null, which memcpy must not see
     if (fd < 0) {
       if (offset > memory.size() || n > memory.size() - offset) {
         fail("read of " + std::to_string(n) + " bytes at byte " + std::to_string(offset) +
@@ -339,7 +340,7 @@ void write_tensors(const std::filesystem::path& path, std::span<const TensorView
 void write_safetensors(const std::filesystem::path& path, std::span<const TensorView> tensors,
                        const std::map<std::string, std::string>& metadata) {
   auto copy = [&](size_t i, std::span<uint8_t> out) {
-    std::memcpy(out.data(), tensors[i].bytes.data(), out.size());
+    if (!out.empty()) std::memcpy(out.data(), tensors[i].bytes.data(), out.size());
   };
   write_tensors(path, tensors, metadata, copy, /*bytes_given=*/true);
 }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -137,6 +138,40 @@ std::vector<std::pair<std::string, std::string>> resume_fields(const FinetuneOpt
       {"seed", std::to_string(o.seed)},
       {"data", data_digest(data)},
   };
+}
+
+namespace {
+
+// A count written by std::to_string: decimal digits only, within int64.
+int64_t meta_count(const fs::path& file, const std::map<std::string, std::string>& meta,
+                   const std::string& key) {
+  auto it = meta.find(key);
+  if (it == meta.end())
+    throw FormatError(file.string() + ": checkpoint metadata lacks '" + key + "'");
+  const std::string& text = it->second;
+  int64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || text[0] == '-' || ec != std::errc() || end != text.data() + text.size()) {
+    throw FormatError(file.string() + ": checkpoint metadata '" + key + "' is not a count: '" +
+                      text + "'");
+  }
+  return v;
+}
+
+}  // namespace
+
+CheckpointPosition checkpoint_position(const fs::path& file,
+                                       const std::map<std::string, std::string>& saved,
+                                       int64_t examples) {
+  CheckpointPosition p;
+  p.global_step = meta_count(file, saved, "global_step");
+  p.next = {meta_count(file, saved, "next_epoch"), meta_count(file, saved, "next_index")};
+  if (p.next.index >= examples) {
+    throw FormatError(file.string() + ": checkpoint data position (example " +
+                      std::to_string(p.next.index) + ") is past the data's end (" +
+                      std::to_string(examples) + " examples)");
+  }
+  return p;
 }
 
 void check_resume_fields(const fs::path& file, const std::map<std::string, std::string>& saved,

@@ -24,4 +24,15 @@ void check_resume_fields(const std::filesystem::path& file,
                          const std::map<std::string, std::string>& saved,
                          const std::vector<std::pair<std::string, std::string>>& now);
 
+// Where a checkpoint stopped, from its metadata: the updates done and the next example.
+struct CheckpointPosition {
+  int64_t global_step = 0;
+  ExamplePosition next;
+};
+// FormatError naming the file and the field unless global_step, next_epoch and next_index are
+// counts (decimal digits) and next_index lies inside the data's `examples`.
+CheckpointPosition checkpoint_position(const std::filesystem::path& file,
+                                       const std::map<std::string, std::string>& saved,
+                                       int64_t examples);
+
 }  // namespace mn::finetune

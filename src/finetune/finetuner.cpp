@@ -153,21 +153,6 @@ struct Finetuner::Impl {
     save_safetensors(file, arrays, meta);
   }
 
-  static int64_t meta_int(const std::map<std::string, std::string>& meta, const std::string& key,
-                          const fs::path& file) {
-    auto it = meta.find(key);
-    if (it == meta.end())
-      throw FormatError(file.string() + ": checkpoint metadata lacks '" + key + "'");
-    try {
-      size_t used = 0;
-      const int64_t v = std::stoll(it->second, &used);
-      if (used == it->second.size() && v >= 0) return v;
-    } catch (const std::exception&) {
-    }
-    throw FormatError(file.string() + ": checkpoint metadata '" + key + "' is not a count: '" +
-                      it->second + "'");
-  }
-
   void resume(const fs::path& file) {
     SafetensorsReader reader(file);
     const auto& meta = reader.metadata();
@@ -179,10 +164,9 @@ struct Finetuner::Impl {
         throw FormatError(file.string() + ": checkpoint lacks tensor '" + n + "'");
       session->set(n, reader.array(n));
     }
-    global_step = meta_int(meta, "global_step", file);
-    pos = {meta_int(meta, "next_epoch", file), meta_int(meta, "next_index", file)};
-    if (pos.index >= data.count())
-      throw FormatError(file.string() + ": checkpoint data position is past the data's end");
+    const finetune::CheckpointPosition at = finetune::checkpoint_position(file, meta, data.count());
+    global_step = at.global_step;
+    pos = at.next;
   }
 
   void save(const fs::path& dir) const {

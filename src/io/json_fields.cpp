@@ -3,6 +3,8 @@
 #include <meganeura/error.h>
 
 #include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -44,14 +46,31 @@ const json* JsonFields::find(const std::string& key) const {
 
 bool JsonFields::has(const std::string& key) const { return find(key) != nullptr; }
 
-int64_t JsonFields::as_int(const std::string& key, const json& v) const {
+namespace {
+
+// The value as an int64 when it is one: an integer within int64, or an integral float within
+// it (some writers emit 8192.0).
+std::optional<int64_t> int64_value(const json& v) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(INT64_MAX)) return std::nullopt;
+    return static_cast<int64_t>(u);
+  }
   if (v.is_number_integer()) return v.get<int64_t>();
-  // Some writers emit integral floats (e.g. 8192.0).
   if (v.is_number_float()) {
     const double d = v.get<double>();
-    if (d == static_cast<double>(static_cast<int64_t>(d))) return static_cast<int64_t>(d);
+    // [-2^63, 2^63): converting anything outside (or NaN) to int64 is undefined.
+    if (!(d >= -9223372036854775808.0 && d < 9223372036854775808.0)) return std::nullopt;
+    if (d == std::trunc(d)) return static_cast<int64_t>(d);
   }
-  fail(key, "must be an integer, got " + v.dump());
+  return std::nullopt;
+}
+
+}  // namespace
+
+int64_t JsonFields::as_int(const std::string& key, const json& v) const {
+  if (const auto i = int64_value(v)) return *i;
+  fail(key, "must be an integer (within int64), got " + v.dump());
 }
 
 int64_t JsonFields::required_int(const std::string& key) const {
@@ -93,8 +112,9 @@ std::vector<int64_t> JsonFields::int_or_list(const std::string& key) const {
   if (!v->is_array()) return {as_int(key, *v)};
   std::vector<int64_t> out;
   for (const json& e : *v) {
-    if (!e.is_number_integer()) fail(key, "must be an integer or a list of integers");
-    out.push_back(e.get<int64_t>());
+    const auto i = e.is_number_integer() ? int64_value(e) : std::nullopt;
+    if (!i) fail(key, "must be an integer or a list of integers (within int64)");
+    out.push_back(*i);
   }
   return out;
 }

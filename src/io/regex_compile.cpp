@@ -38,6 +38,9 @@ namespace {
 
 constexpr uint32_t kUnbounded = UINT32_MAX;
 constexpr uint32_t kMaxRepeat = 1000;
+// Repetition counts multiply when nested ((a{1000}){1000}); real pre-tokenizer patterns compile
+// to a few hundred instructions.
+constexpr size_t kMaxProgram = 100000;
 
 using NodePtr = std::unique_ptr<RegexNode>;
 
@@ -435,6 +438,11 @@ class RegexCompiler {
 
   uint32_t here() const { return static_cast<uint32_t>(re_.prog_.size()); }
   uint32_t emit(RegexInst::Op op, uint32_t x = 0, uint32_t y = 0) {
+    if (re_.prog_.size() >= kMaxProgram) {
+      fail("the pattern compiles to more than " + std::to_string(kMaxProgram) +
+               " instructions (nested repetition counts multiply)",
+           0);
+    }
     re_.prog_.push_back({op, x, y});
     return here() - 1;
   }

@@ -55,6 +55,13 @@ double round_bf16(double v) {
   return round_binary(v, 7, -126, std::ldexp(2.0 - std::ldexp(1.0, -8), 127));
 }
 
+// An integer value modulo 2^32, in [0, 2^32): what 32-bit integer arithmetic on the GPU keeps
+// of it. (Converting an out-of-range double to a 32-bit integer is undefined in C++.)
+double wrap32(double t) {
+  const double m = std::fmod(t, 4294967296.0);
+  return m < 0 ? m + 4294967296.0 : m;
+}
+
 }  // namespace
 
 double round_to_dtype(double v, DType t) {
@@ -65,10 +72,13 @@ double round_to_dtype(double v, DType t) {
       return round_f16(v);
     case DType::bf16:
       return round_bf16(v);
-    case DType::i32:
-      return static_cast<double>(static_cast<int32_t>(std::trunc(v)));
+    case DType::i32: {
+      if (!std::isfinite(v)) return 0;
+      const double m = wrap32(std::trunc(v));
+      return m >= 2147483648.0 ? m - 4294967296.0 : m;
+    }
     case DType::u32:
-      return static_cast<double>(static_cast<uint32_t>(std::max(0.0, std::trunc(v))));
+      return std::isfinite(v) ? wrap32(std::max(0.0, std::trunc(v))) : 0;
   }
   return v;
 }

@@ -107,7 +107,13 @@ void save_checkpoint(const std::filesystem::path& path, Session& s, const TrainO
 
 ResumePoint load_checkpoint(Session& s, const TrainOptions& o, int64_t per_epoch, int64_t total) {
   SafetensorsReader reader(o.resume);
-  const Meta& meta = reader.metadata();
+  const ResumePoint r = resume_point(reader.metadata(), o, per_epoch, total);
+  load_tensors(reader, s, o);
+  return r;
+}
+
+ResumePoint resume_point(const Meta& meta, const TrainOptions& o, int64_t per_epoch,
+                         int64_t total) {
   check_format(meta, o);
   expect_field(meta, o, "model", model_name(o.model.kind));
   expect_field(meta, o, "optimizer", optimizer_name(o.optimizer.kind));
@@ -120,8 +126,10 @@ ResumePoint load_checkpoint(Session& s, const TrainOptions& o, int64_t per_epoch
   r.global_step = meta_int(meta, o, "global_step");
   r.next = {meta_int(meta, o, "next_epoch"), meta_int(meta, o, "next_step")};
   if (r.global_step < 0) mismatch(o, "'global_step' is " + std::to_string(r.global_step));
+  int64_t position = 0;  // the step the data position stands for (no overflow past int64)
   if (r.next.epoch < 0 || r.next.step < 0 || r.next.step >= per_epoch ||
-      r.next.epoch * per_epoch + r.next.step != r.global_step) {
+      __builtin_mul_overflow(r.next.epoch, per_epoch, &position) ||
+      __builtin_add_overflow(position, r.next.step, &position) || position != r.global_step) {
     mismatch(o, "the data position (epoch " + std::to_string(r.next.epoch) + ", batch " +
                     std::to_string(r.next.step) + ") is not step " + std::to_string(r.global_step) +
                     " of a data set of " + std::to_string(per_epoch) +
@@ -133,7 +141,6 @@ ResumePoint load_checkpoint(Session& s, const TrainOptions& o, int64_t per_epoch
                     std::to_string(o.epochs) +
                     " epochs): nothing left to train; raise the number of epochs to continue");
   }
-  load_tensors(reader, s, o);
   return r;
 }
 

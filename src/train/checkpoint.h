@@ -5,6 +5,8 @@
 // being resumed and names the first one that disagrees.
 #include <cstdint>
 #include <filesystem>
+#include <map>
+#include <string>
 
 #include <meganeura/data.h>
 #include <meganeura/session.h>
@@ -26,6 +28,12 @@ struct ResumePoint {
 // `total` steps, `per_epoch` batches per epoch. mn::Error (FormatError for a malformed file)
 // naming the field, the expected and the found value.
 ResumePoint load_checkpoint(Session& s, const TrainOptions& o, int64_t per_epoch, int64_t total);
+
+// The checks of load_checkpoint on the metadata alone (format, model, optimizer, batch, a data
+// position that is step `global_step` of `per_epoch` batches per epoch and before `total`):
+// the position to resume from, or the same errors.
+ResumePoint resume_point(const std::map<std::string, std::string>& meta, const TrainOptions& o,
+                         int64_t per_epoch, int64_t total);
 
 // Throws an mn::Error naming the first parameter or optimizer state holding NaN or Inf.
 void check_finite(Session& s, int64_t global_step);

@@ -166,6 +166,28 @@ TEST(HfConfig, MissingOrMistypedFieldsNameFileAndField) {
   expect_error(no_arch, {"\"architectures\"", "missing"});
 }
 
+// Integers past int64, written as integers or as floats, are refused (converting such a float
+// to int64 is undefined; an unsigned one would wrap).
+TEST(HfConfig, IntegersPastInt64AreErrors) {
+  for (const char* big : {"2.1e53", "9223372036854775808", "18446744073709551615", "-1e19"}) {
+    SCOPED_TRACE(big);
+    json j = llama();
+    j["hidden_size"] = json::parse(big);
+    expect_error(j, {"\"hidden_size\"", "integer (within int64)"});
+    for (const std::string key : {"top_k", "eos_token_id"}) {
+      try {
+        parse_generation_config("{\"" + key + "\": " + big + "}", "g.json");
+        ADD_FAILURE() << key << " accepted";
+      } catch (const FormatError& e) {
+        EXPECT_NE(std::string(e.what()).find("within int64"), std::string::npos) << e.what();
+      }
+    }
+  }
+  json ok = llama();
+  ok["hidden_size"] = 64.0;  // an integral float is an integer
+  EXPECT_EQ(parse_lm_config(ok.dump()).hidden_size, 64);
+}
+
 TEST(HfConfig, SizesMustBePositiveAndHeadsDivide) {
   json zero = llama();
   zero["vocab_size"] = 0;

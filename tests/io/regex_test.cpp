@@ -92,6 +92,23 @@ TEST(Regex, RejectsUnsupportedSyntaxWithPosition) {
   }
 }
 
+// Nested counts multiply: three levels of {1000} would be 10^9 instructions. Refused before
+// they are allocated; two levels of {300} (90,000) still compile.
+TEST(Regex, NestedRepetitionsPastTheProgramLimitAreRefused) {
+  EXPECT_THROW(Regex::compile("((a{1000}){1000}){1000}"), RegexError);
+  EXPECT_THROW(Regex::compile("(?:(?:ab){1,1000}){1000}"), RegexError);
+  try {
+    Regex::compile("(?:x{400}){400}");
+    ADD_FAILURE() << "compiled";
+  } catch (const RegexError& e) {
+    EXPECT_NE(std::string(e.what()).find("more than 100000 instructions"), std::string::npos)
+        << e.what();
+  }
+  const Regex ok = Regex::compile("(?:x{300}){300}");
+  const CodePoints cps = decode_utf8(std::string(90000, 'x'), "test");
+  EXPECT_EQ(ok.match_at(cps.cps, 0), 90000);
+}
+
 TEST(Regex, CatastrophicBacktrackingIsRefused) {
   const Regex re = Regex::compile("(?:a|a)+b");
   const CodePoints cps = decode_utf8(std::string(40, 'a'), "test");

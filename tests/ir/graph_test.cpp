@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include <meganeura/graph.h>
 #include <meganeura/ops.h>
@@ -110,6 +111,25 @@ TEST(Dtype, HalfRounding) {
   EXPECT_EQ(round_to_dtype(1.0 + std::ldexp(1.0, -8) + std::ldexp(1.0, -40), DType::bf16),
             1.0 + std::ldexp(1.0, -7));
   EXPECT_TRUE(std::isinf(round_to_dtype(std::ldexp(1.0, 128), DType::bf16)));
+}
+
+// Integers truncate and wrap modulo 2^32 as the GPU's 32-bit arithmetic does (u32 takes
+// negatives as 0), defined for every double: NaN and infinities store 0.
+TEST(Dtype, IntegersWrapModulo2To32) {
+  const double k2to32 = 4294967296.0, k2to31 = 2147483648.0;
+  EXPECT_EQ(round_to_dtype(-3.7, DType::i32), -3.0);
+  EXPECT_EQ(round_to_dtype(k2to31, DType::i32), -k2to31);
+  EXPECT_EQ(round_to_dtype(-k2to31 - 1, DType::i32), k2to31 - 1);
+  EXPECT_EQ(round_to_dtype(k2to32 + 5, DType::i32), 5.0);
+  EXPECT_EQ(round_to_dtype(3e9, DType::i32), 3e9 - k2to32);
+  EXPECT_EQ(round_to_dtype(k2to32 + 7, DType::u32), 7.0);
+  EXPECT_EQ(round_to_dtype(2 * k2to32 - 2, DType::u32), k2to32 - 2);
+  EXPECT_EQ(round_to_dtype(-3.0, DType::u32), 0.0);
+  EXPECT_EQ(round_to_dtype(1e300, DType::u32), std::fmod(1e300, k2to32));
+  for (DType t : {DType::i32, DType::u32}) {
+    EXPECT_EQ(round_to_dtype(std::nan(""), t), 0.0);
+    EXPECT_EQ(round_to_dtype(-std::numeric_limits<double>::infinity(), t), 0.0);
+  }
 }
 
 }  // namespace

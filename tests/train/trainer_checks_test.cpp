@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <functional>
 #include <limits>
+#include <map>
 #include <random>
 #include <string>
 
@@ -15,6 +16,7 @@
 #include <meganeura/train.h>
 
 #include "support/scratch_dir.h"
+#include "train/checkpoint.h"
 
 namespace mn {
 namespace {
@@ -209,6 +211,32 @@ TEST(TrainerChecks, ResumingAFinishedRunSaysSo) {
   TrainOptions more = run.o;
   more.epochs = 2;
   EXPECT_EQ(train_classifier(run.train, run.test, more).steps, 4);
+}
+
+// The metadata alone: a data position far past int64 (epoch x batches per epoch overflows) is a
+// mismatch named as one, not an overflowed product that happens to equal global_step.
+TEST(TrainerChecks, ResumePositionsPastInt64AreMismatches) {
+  TrainOptions o = small_run();
+  o.resume = "run.safetensors";
+  std::map<std::string, std::string> meta = {{"format", train::kCheckpointFormat},
+                                             {"model", "mlp"},
+                                             {"optimizer", "adam"},
+                                             {"batch", "16"},
+                                             {"global_step", "5"},
+                                             {"next_epoch", "1"},
+                                             {"next_step", "1"}};
+  const train::ResumePoint r = train::resume_point(meta, o, 4, 40);
+  EXPECT_EQ(r.global_step, 5);
+  EXPECT_EQ(r.next.epoch, 1);
+  // 2^62 + 1 epochs of 4 batches wrap to step 4 in 64 bits.
+  meta["next_epoch"] = "4611686018427387905";
+  meta["next_step"] = "0";
+  meta["global_step"] = "4";
+  expect_error([&] { train::resume_point(meta, o, 4, 40); },
+               {"data position (epoch 4611686018427387905", "not step 4"});
+  meta["next_epoch"] = "99999999999999999999";
+  expect_error([&] { train::resume_point(meta, o, 4, 40); },
+               {"'next_epoch'", "expected an integer"});
 }
 
 }  // namespace
