@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Installs what meganeura needs from Debian (when missing) and builds it into build/.
-# Usage: scripts/setup.sh [--tests]   (--tests adds the packages only the test suite needs)
+# Usage: scripts/setup.sh [--tests] [--clang] [--no-build]
+#   --tests     adds the packages only the test suite needs
+#   --clang     adds clang with its sanitizer and libFuzzer runtimes (scripts/fuzz.sh,
+#               scripts/test_sanitize.sh)
+#   --no-build  installs packages only
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,10 +13,16 @@ packages=(build-essential cmake ninja-build pkg-config
   libshaderc-dev glslang-dev spirv-tools
   nlohmann-json3-dev libfmt-dev libcli11-dev zlib1g-dev libicu-dev
   libgtest-dev libbenchmark-dev dataset-fashion-mnist)
-if [[ "${1:-}" == "--tests" ]]; then
-  # PyTorch on the CPU and numpy give reference values that we did not compute ourselves.
-  packages+=(python3 python3-torch python3-numpy)
-fi
+build=1
+for arg in "$@"; do
+  case "$arg" in
+    # PyTorch on the CPU and numpy give reference values that we did not compute ourselves.
+    --tests) packages+=(python3 python3-torch python3-numpy) ;;
+    --clang) packages+=(clang libclang-rt-14-dev) ;;
+    --no-build) build=0 ;;
+    *) echo "scripts/setup.sh: unknown option $arg" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do
@@ -25,6 +35,7 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+((build)) || exit 0
 if [[ ! -f build/build.ninja ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 fi
