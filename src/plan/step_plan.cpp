@@ -132,11 +132,11 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
     }
     std::vector<int> scratch;
     for (uint64_t bytes : l.scratch_bytes) scratch.push_back(new_buffer(bytes, false, -1));
-    int slot = -1;  // read by the host after every step, so persistent
+    int slot = -1;  // in the index region, made once every slot is known
     if (l.index_check) {
-      slot = new_buffer(codegen::kIndexSlotBytes, true, -1);
+      slot = static_cast<int>(p.index_checks.size());
       p.index_checks.push_back(
-          {slot, group.nodes.front(), static_cast<int>(p.launches.size()), *l.index_check});
+          {group.nodes.front(), static_cast<int>(p.launches.size()), *l.index_check});
     }
     for (codegen::KernelLaunch& k : l.launches) {
       const int index = static_cast<int>(p.launches.size());
@@ -162,13 +162,25 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
               throw Error("plan: kernel '" + launch.kernel.name +
                           "' binds an index slot but its lowering has no index check");
             }
-            buf = slot;
+            launch.index_slot = slot;
             break;
         }
         launch.buffers.push_back(buf);
-        touch(buf, index);
+        if (buf >= 0) touch(buf, index);
       }
       p.launches.push_back(std::move(launch));
+    }
+  }
+
+  // The index slots side by side, read by the host after every step (so persistent).
+  if (!p.index_checks.empty()) {
+    p.index_region.stride = options.alignment;
+    p.index_region.buffer = new_buffer(p.index_checks.size() * options.alignment, true, -1);
+    for (PlannedLaunch& launch : p.launches) {
+      for (size_t k = 0; k < launch.buffers.size(); ++k) {
+        if (launch.kernel.bindings[k].arg.kind == codegen::ArgRef::Kind::index_errors)
+          launch.buffers[k] = p.index_region.buffer;
+      }
     }
   }
 

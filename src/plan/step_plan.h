@@ -25,19 +25,32 @@ struct PlannedBuffer {
 
 struct PlannedLaunch {
   codegen::KernelLaunch kernel;
-  std::vector<int> buffers;   // per binding: index into StepPlan::buffers
+  // Per binding: index into StepPlan::buffers (for ArgRef::index_errors, the index region,
+  // of which the binding is slot `index_slot` alone).
+  std::vector<int> buffers;
   NodeId node = -1;           // the first value it writes
   std::vector<NodeId> nodes;  // every node its kernel group computes (fusion)
   int group = -1;             // index into StepPlan::groups
+  int index_slot = -1;
 };
 
-// A node whose kernels check their indices (codegen/index_check.h): its slot, in dispatch order
-// in StepPlan::index_checks.
+// A node whose kernels check their indices (codegen/index_check.h): slot i of the plan's index
+// region is StepPlan::index_checks[i], in dispatch order.
 struct IndexCheckSlot {
-  int buffer = -1;  // the slot: a persistent buffer of kIndexSlotBytes
   NodeId node = -1;
   int launch = 0;  // its first launch
   codegen::IndexCheck check;
+};
+
+// The index slots of a plan, side by side in one persistent buffer, so that the host reads them
+// all at once after a step: slot i at byte i * stride of buffer `buffer` (stride: the binding
+// alignment, so each kernel binds its own slot alone).
+struct IndexRegion {
+  int buffer = -1;  // -1: no node checks indices
+  uint64_t stride = 0;
+  uint64_t slot_offset(const std::vector<PlannedBuffer>& buffers, int slot) const {
+    return buffers[static_cast<size_t>(buffer)].offset + static_cast<uint64_t>(slot) * stride;
+  }
 };
 
 struct StepPlan {
@@ -50,6 +63,7 @@ struct StepPlan {
   std::vector<schedule::KernelGroup> groups;
   std::vector<std::pair<int, int>> assignment_copies;  // (from value buffer, to target buffer)
   std::vector<IndexCheckSlot> index_checks;            // in dispatch order
+  IndexRegion index_region;
   std::map<std::string, NodeId, std::less<>> inputs, persistents, outputs;
   MemoryPlan memory;
   uint64_t arena_bytes = 0;

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "codegen/index_check.h"
 #include "runtime/node_description.h"
@@ -16,11 +17,13 @@ namespace {
 // A slot as the kernels write it: {claimed, element, value, unused}.
 using Slot = std::array<uint32_t, 4>;
 
-void zero_slots(vk::Arena& arena, const plan::StepPlan& plan) {
-  const std::array<std::byte, codegen::kIndexSlotBytes> zeros{};
-  for (const plan::IndexCheckSlot& s : plan.index_checks) {
-    arena.write(plan.buffers[static_cast<size_t>(s.buffer)].offset, zeros);
-  }
+uint64_t region_bytes(const plan::StepPlan& plan) {
+  return plan.index_checks.size() * plan.index_region.stride;
+}
+
+void zero_region(vk::Arena& arena, const plan::StepPlan& plan) {
+  const std::vector<std::byte> zeros(region_bytes(plan));
+  arena.write(plan.buffers[static_cast<size_t>(plan.index_region.buffer)].offset, zeros);
 }
 
 }  // namespace
@@ -38,36 +41,34 @@ std::string describe_bad_index(const codegen::IndexCheck& check, uint32_t elemen
 }
 
 IndexSlots::IndexSlots(vk::Device& device, vk::Arena& arena, const plan::StepPlan& plan)
-    : arena_(arena) {
+    : arena_(arena), bytes_(region_bytes(plan)) {
   if (plan.index_checks.empty()) return;
-  zero_slots(arena_, plan);
+  zero_region(arena_, plan);
   if (!arena_.host_mapped()) {
-    staging_ = std::make_unique<vk::StagingBuffer>(
-        device, plan.index_checks.size() * codegen::kIndexSlotBytes, true);
+    staging_ = std::make_unique<vk::StagingBuffer>(device, bytes_, true);
   }
 }
 
 void IndexSlots::record_downloads(vk::Recording& recording, const plan::StepPlan& plan) const {
   if (!staging_) return;
-  for (size_t i = 0; i < plan.index_checks.size(); ++i) {
-    const plan::PlannedBuffer& b = plan.buffers[static_cast<size_t>(plan.index_checks[i].buffer)];
-    recording.download(arena_.range(b.offset, codegen::kIndexSlotBytes), *staging_,
-                       i * codegen::kIndexSlotBytes);
-  }
+  const plan::PlannedBuffer& region = plan.buffers[static_cast<size_t>(plan.index_region.buffer)];
+  recording.download(arena_.range(region.offset, bytes_), *staging_, 0);
 }
 
 void IndexSlots::check(const plan::StepPlan& plan, const std::string& program) {
+  // Every slot in one read: one copy of a few hundred bytes per step.
+  std::vector<std::byte> bytes(bytes_);
+  if (staging_) {
+    staging_->read(0, bytes);
+  } else {
+    arena_.read(plan.buffers[static_cast<size_t>(plan.index_region.buffer)].offset, bytes);
+  }
   for (size_t i = 0; i < plan.index_checks.size(); ++i) {
-    const plan::IndexCheckSlot& s = plan.index_checks[i];
     Slot slot{};
-    const auto bytes = std::as_writable_bytes(std::span(slot));
-    if (staging_) {
-      staging_->read(i * codegen::kIndexSlotBytes, bytes);
-    } else {
-      arena_.read(plan.buffers[static_cast<size_t>(s.buffer)].offset, bytes);
-    }
+    std::memcpy(slot.data(), bytes.data() + i * plan.index_region.stride, sizeof(Slot));
     if (slot[0] == 0) continue;
-    zero_slots(arena_, plan);
+    zero_region(arena_, plan);
+    const plan::IndexCheckSlot& s = plan.index_checks[i];
     const Node& node = plan.graph.node(s.node);
     const NodeId source = node.inputs.at(static_cast<size_t>(s.check.input));
     throw IndexError("program '" + program + "': " + std::string(node.op_name()) + ": " +

@@ -1,10 +1,10 @@
 #pragma once
 // The host side of the device-side index checks (codegen/index_check.h): every node whose
-// kernels read indices has a 16-byte slot in the arena, zero until a kernel meets an
-// out-of-range index. After each step the slots are read (from the host-mapped arena, or from
-// a copy the step downloads) and the first node in dispatch order holding one raises
-// mn::IndexError naming the node, the element, the value and the valid range. Reading a few
-// slots per step is what keeps the check on by default.
+// kernels read indices has a 16-byte slot in the plan's index region (plan::IndexRegion), zero
+// until a kernel meets an out-of-range index. After each step the region is read at once (from
+// the host-mapped arena, or from the one copy the step downloads) and the first node in
+// dispatch order holding a bad index raises mn::IndexError naming the node, the element, the
+// value and the valid range. One small read per step is what keeps the check on by default.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -32,7 +32,7 @@ class IndexSlots {
   // the arena.
   IndexSlots(vk::Device& device, vk::Arena& arena, const plan::StepPlan& plan);
 
-  // The copies of the slots into host memory at the end of the step (none for a host-mapped
+  // The copy of the region into host memory at the end of the step (none for a host-mapped
   // arena).
   void record_downloads(vk::Recording& recording, const plan::StepPlan& plan) const;
 
@@ -42,6 +42,7 @@ class IndexSlots {
 
  private:
   vk::Arena& arena_;
+  uint64_t bytes_ = 0;  // of the region
   std::unique_ptr<vk::StagingBuffer> staging_;
 };
 

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "codegen/index_check.h"
 #include "codegen/shader_cache.h"
 #include "ir/op_def.h"
 #include "plan/program_layout.h"
@@ -299,7 +300,10 @@ void record_step(Session::Impl& impl, Program& prog, const SessionOptions& optio
     vk::Dispatch d;
     d.pipeline = impl.pipelines[l.kernel.glsl].get();
     for (size_t k = 0; k < l.buffers.size(); ++k) {
-      d.buffers.push_back({range_of(l.buffers[k]),
+      const bool slot = l.kernel.bindings[k].arg.kind == codegen::ArgRef::Kind::index_errors;
+      d.buffers.push_back({slot ? arena.range(p.index_region.slot_offset(p.buffers, l.index_slot),
+                                              codegen::kIndexSlotBytes)
+                                : range_of(l.buffers[k]),
                            l.kernel.bindings[k].written ? vk::Access::write : vk::Access::read});
     }
     d.groups = l.kernel.groups;

@@ -28,10 +28,14 @@ struct CacheGraph {
   }
 };
 
+// Buffers of the cache's size, the index slots aside (cache_write checks its positions).
 size_t cache_sized_buffers(const plan::StepPlan& p) {
   const uint64_t bytes = plan::device_bytes({kCache, DType::f32});
-  return static_cast<size_t>(std::count_if(p.buffers.begin(), p.buffers.end(),
-                                           [&](const auto& b) { return b.bytes == bytes; }));
+  size_t n = 0;
+  for (size_t b = 0; b < p.buffers.size(); ++b) {
+    n += p.buffers[b].bytes == bytes && static_cast<int>(b) != p.index_region.buffer;
+  }
+  return n;
 }
 
 size_t launches_named(const plan::StepPlan& p, std::string_view name) {

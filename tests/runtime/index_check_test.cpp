@@ -285,6 +285,23 @@ TEST(IndexCheck, CausalLmTokenOutsideTheVocabulary) {
   EXPECT_EQ(step_error(*s, {{"input_ids", ints({2, 4}, {1, 2, 3, 4, 5, 36, 6, 7})}}), "");
 }
 
+// Two lookups, the second over the first's rows: each has its slot, and with both bad the
+// error names the first in dispatch order.
+TEST(IndexCheck, TheFirstNodeInDispatchOrderIsNamed) {
+  Graph g;
+  Tensor table = g.parameter("table", {6, 3}, Init::uniform(-1, 1, 2));
+  Tensor rows = take(table, g.input("a", {4}, DType::i32));  // [4, 3]
+  g.output("picked", take(rows, g.input("b", {2}, DType::i32), 1));
+  auto s = build_session(g);
+  const Array good_a = ints({4}, {0, 1, 2, 3}), good_b = ints({2}, {0, 2});
+  EXPECT_EQ(step_error(*s, {{"a", good_a}, {"b", good_b}}), "");
+  expect_parts(step_error(*s, {{"a", good_a}, {"b", ints({2}, {0, 3})}}),
+               {"take: index 3 at element 1 of the indices (input 'b') is out of range [0, 3)"});
+  expect_parts(step_error(*s, {{"a", ints({4}, {0, 6, 2, 3})}, {"b", ints({2}, {0, 3})}}),
+               {"take: index 6 at element 1 of the indices (input 'a') is out of range [0, 6)"});
+  EXPECT_EQ(step_error(*s, {{"a", good_a}, {"b", good_b}}), "");
+}
+
 // Each program has its own slots, and the error names the program.
 TEST(IndexCheck, NamesTheProgram) {
   Graph a, b;
