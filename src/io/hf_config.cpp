@@ -3,6 +3,7 @@
 #include <meganeura/hf.h>
 
 #include <array>
+#include <cstdint>
 
 #include "io/json_fields.h"
 
@@ -46,8 +47,7 @@ Llama3RopeScaling parse_llama3(const JsonFields& r) {
   s.factor = number("factor");
   s.low_freq_factor = number("low_freq_factor");
   s.high_freq_factor = number("high_freq_factor");
-  s.original_max_position =
-      static_cast<int64_t>(number("original_max_position_embeddings"));
+  s.original_max_position = static_cast<int64_t>(number("original_max_position_embeddings"));
   if (!(s.high_freq_factor > s.low_freq_factor))
     r.fail("high_freq_factor", "must exceed low_freq_factor");
   return s;
@@ -73,11 +73,16 @@ void parse_rope(const JsonFields& f, LmConfig& c) {
   if (!(c.rope_theta > 0.0)) f.fail("rope_theta", "must be positive");
 }
 
+// A size in [1, 2^31 - 1]: token ids and positions are i32, and kernels index with 32 bits.
 int64_t positive(const JsonFields& f, const char* key, std::optional<int64_t> fallback = {}) {
   std::optional<int64_t> v = f.optional_int(key);
   if (!v) v = fallback;
   if (!v) f.fail(key, "is missing");
   if (*v <= 0) f.fail(key, "must be positive, got " + std::to_string(*v));
+  if (*v > INT32_MAX) {
+    f.fail(key, "must be at most 2147483647 (token ids and positions are i32), got " +
+                    std::to_string(*v));
+  }
   return *v;
 }
 

@@ -183,6 +183,10 @@ TEST(HfConfig, IntegersPastInt64AreErrors) {
       }
     }
   }
+  // Sizes fit i32 (ids and positions are i32).
+  json wide = llama();
+  wide["head_dim"] = 16555555555554;
+  expect_error(wide, {"\"head_dim\"", "at most 2147483647"});
   json ok = llama();
   ok["hidden_size"] = 64.0;  // an integral float is an integer
   EXPECT_EQ(parse_lm_config(ok.dump()).hidden_size, 64);
