@@ -4,7 +4,10 @@
 //
 // Usage: bench_generate MODEL_DIR [--dtype f32|f16|bf16] [--prompt-tokens 256]
 //                       [--new-tokens 64] [--prefill-tokens 512] [--device D] [--profile]
+//                       [--step-time]
 // --profile adds the GPU time of the last decode and prefill steps' kernels, summed by name.
+// --step-time adds the medians of 32 decode steps' GPU time (timestamps at the step's two ends)
+// and of their wall time as LmRunner::run sees it: the difference is the host's share.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -44,7 +47,7 @@ int main(int argc, char** argv) try {
   }
   std::string dir = argv[1], dtype = "f32", device;
   int64_t prompt_tokens = 256, new_tokens = 64, prefill_tokens = 512;
-  bool profile = false;
+  bool profile = false, step_time = false;
   for (int i = 2; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
     if (!std::strcmp(argv[i], "--dtype"))
@@ -59,6 +62,8 @@ int main(int argc, char** argv) try {
       device = next();
     else if (!std::strcmp(argv[i], "--profile"))
       profile = true;
+    else if (!std::strcmp(argv[i], "--step-time"))
+      step_time = true;
     else
       throw mn::Error(std::string("bench_generate: unknown option ") + argv[i]);
   }
@@ -67,7 +72,9 @@ int main(int argc, char** argv) try {
   o.dtype = mn::dtype_from_name(dtype);
   o.device = device;
   o.profile = profile;
-  o.max_context = std::max(prefill_tokens, prompt_tokens + new_tokens);
+  o.time_steps = step_time;
+  // --step-time decodes 32 more tokens after the generated ones.
+  o.max_context = std::max(prefill_tokens, prompt_tokens + new_tokens + (step_time ? 32 : 0));
   o.prefill_block = prefill_tokens;
   const auto t0 = std::chrono::steady_clock::now();
   auto runner = mn::LmRunner::create(model, o);
@@ -75,7 +82,7 @@ int main(int argc, char** argv) try {
   const int64_t vocab = model.config.vocab_size;
 
   // Prefill: one block of prefill_tokens tokens, timed over repetitions.
-  std::vector<double> prefill_ms;
+  std::vector<double> prefill_ms, prefill_gpu_ms;
   const auto block = random_tokens(prefill_tokens, vocab, 1);
   for (int r = 0; r < 12; ++r) {
     mn::StopOptions one;
@@ -83,6 +90,7 @@ int main(int argc, char** argv) try {
     mn::GenerateStats st;
     mn::generate(*runner, {block}, {}, one, {}, {}, &st);
     if (r >= 2) prefill_ms.push_back(st.prefill_ms);
+    if (r >= 2 && step_time) prefill_gpu_ms.push_back(runner->step_gpu_ms("prefill"));
   }
   // Decoding after a prompt of prompt_tokens tokens.
   mn::StopOptions stop;
@@ -105,6 +113,24 @@ int main(int argc, char** argv) try {
   for (const mn::ProgramMemory& p : runner->memory().programs) {
     j["dispatches_" + p.name] = p.dispatches;
     j["barriers_" + p.name] = p.barriers;
+  }
+  if (step_time) {
+    // Single decode steps at the positions after the prompt and its generated tokens.
+    std::vector<double> gpu, wall;
+    mn::SamplingOptions greedy;
+    int32_t token = 1;
+    for (int64_t i = 0; i < 32; ++i) {
+      const int32_t position = static_cast<int32_t>(prompt_tokens + new_tokens + i);
+      const int32_t last = 0;
+      const auto t = std::chrono::steady_clock::now();
+      token = runner->run({&token, 1}, {&position, 1}, {&last, 1}, greedy,
+                          static_cast<uint64_t>(i))[0];
+      wall.push_back(ms_since(t));
+      gpu.push_back(runner->step_gpu_ms("decode"));
+    }
+    j["decode_step_gpu_ms"] = mn::bench::median(gpu);
+    j["decode_step_wall_ms"] = mn::bench::median(wall);
+    j["prefill_step_gpu_ms"] = mn::bench::median(prefill_gpu_ms);
   }
   if (profile) {
     // The last step of each program (the prompt's prefill block, the last token): its kernels

@@ -96,6 +96,7 @@ struct LmRunnerOptions {
   DType dtype = DType::f32;   // storage of the weights (f32, f16, bf16); the cache is f32
   std::string device;         // as SessionOptions::device
   bool profile = false;       // GPU timestamps around every kernel (LmRunner::profile)
+  bool time_steps = false;    // GPU timestamps at the ends of every step (LmRunner::step_gpu_ms)
   // A PEFT LoRA adapter directory merged into the weights after loading (merge_lora_adapter in
   // meganeura/finetune.h); empty: none.
   std::filesystem::path adapter;
@@ -117,6 +118,8 @@ class LmRunner : public TokenModel {
   // With LmRunnerOptions::profile, the kernels of the last step of `program` ("decode" or
   // "prefill") and their GPU times.
   virtual std::vector<KernelTime> profile(std::string_view program = "decode") const = 0;
+  // With LmRunnerOptions::time_steps or profile, the GPU time of the last step of `program`.
+  virtual double step_gpu_ms(std::string_view program = "decode") const = 0;
 };
 
 }  // namespace mn

@@ -26,6 +26,9 @@ struct SessionOptions {
   // integrated, else the CPU (lavapipe).
   std::string device;
   bool profile = false;            // GPU timestamps around every kernel (see Session::profile)
+  // GPU timestamps at the two ends of every step only (Session::step_gpu_ms): the step's GPU
+  // time without the cost of a timestamp per kernel.
+  bool time_steps = false;
   std::optional<bool> validation;  // unset: $MN_VALIDATION
   // Debugging the memory plan: overwrite every intermediate with NaNs right after its last use,
   // so a tensor that wrongly shared memory with a dead one would read garbage.
@@ -138,6 +141,9 @@ class Session {
   std::vector<KernelTime> profile() const;
   // The same for one program's last run.
   std::vector<KernelTime> profile(std::string_view program) const;
+  // GPU milliseconds of the last step of `program`, first dispatch to last (with
+  // SessionOptions::time_steps or profile; 0 otherwise).
+  double step_gpu_ms(std::string_view program) const;
   // The graph as compiled (composites decomposed for the GPU).
   const Graph& compiled_graph() const;
 

@@ -52,6 +52,7 @@ class SessionLmRunner : public LmRunner {
     SessionOptions so;
     so.device = o.device;
     so.profile = o.profile;
+    so.time_steps = o.time_steps;
     // Every weight comes from the model's files (load_weights checks that none is missing).
     for (const ParameterSpec& p : lm_parameters(model.config)) so.preset.insert(p.name);
     // Two programs over one set of weights and caches; a step reads back only the sampled ids.
@@ -82,6 +83,9 @@ class SessionLmRunner : public LmRunner {
   MemorySummary memory() const override { return session_->memory(); }
   std::vector<KernelTime> profile(std::string_view program) const override {
     return session_->profile(program);
+  }
+  double step_gpu_ms(std::string_view program) const override {
+    return session_->step_gpu_ms(program);
   }
 
   std::vector<int32_t> run(std::span<const int32_t> tokens, std::span<const int32_t> positions,

@@ -275,6 +275,7 @@ void record_step(Session::Impl& impl, Program& prog, const SessionOptions& optio
   vk::Arena& arena = *impl.arena;
   vk::RecordingOptions ro;
   ro.timestamps = options.profile;
+  ro.total_time = options.time_steps;
   ro.label = prog.name;
   prog.recording = std::make_unique<vk::Recording>(*impl.device, ro);
   vk::Recording& rec = *prog.recording;
@@ -613,6 +614,11 @@ std::vector<KernelTime> Session::profile(std::string_view program) const {
     out.push_back({t.label, t.ms});
   }
   return out;
+}
+
+double Session::step_gpu_ms(std::string_view program) const {
+  impl_->finish_pending();
+  return impl_->program(program, "Session::step_gpu_ms").recording->total_ms();
 }
 
 const Graph& Session::compiled_graph() const { return impl_->programs.front().plan.graph; }
