@@ -95,6 +95,8 @@ struct Lowering {
   bool alias_input0 = false;
 };
 
+struct RopeLoad;  // codegen/rope_load.h
+
 struct LowerContext {
   const Node& node;
   std::span<const TensorType> inputs;
@@ -105,6 +107,9 @@ struct LowerContext {
   // Kernels reading indices record the first out-of-range one (codegen/index_check.h); off,
   // they still read zero for it or skip it, silently.
   bool check_indices = true;
+  // A rope_positions applied to one operand as the kernel loads it (codegen/rope_load.h): the
+  // operand then holds the rope's x, and the positions are one more input.
+  const RopeLoad* rope = nullptr;
 };
 
 using LowerFn = std::function<Lowering(const LowerContext&)>;

@@ -14,6 +14,7 @@
 #include "codegen/glsl.h"
 #include "codegen/kernel.h"
 #include "codegen/lower_attention.h"
+#include "codegen/rope_load.h"
 #include "codegen/lower_families.h"
 #include "ir/ops/attention.h"
 #include "ir/ops/common.h"
@@ -287,23 +288,56 @@ KeySplit key_split(const AttentionShape& g) {
 // Floats of one partial: max, sum, then DV weighted values.
 uint64_t partial_floats(const AttentionShape& g) { return 2 + g.dv; }
 
+// Lanes of a row kernel's workgroup: one key per lane per block; wide value rows take more
+// lanes so that each keeps at most 8 output columns in registers.
+uint32_t row_lanes(const AttentionShape& g, const DeviceTraits& dev) {
+  const uint32_t lanes = g.lk <= 32 ? 32 : 64;
+  return std::min(most_lanes(dev),
+                  std::max(lanes, std::bit_ceil(static_cast<uint32_t>((g.dv + 7) / 8))));
+}
+
+// q's row in shared memory when it fits beside the block buffers.
+bool row_q_shared(const AttentionShape& g, const DeviceTraits& dev) {
+  return g.d > 0 && (g.d + 2 * row_lanes(g, dev)) * sizeof(float) <= dev.max_shared_bytes;
+}
+
+// With ctx.rope (cached_attention, q shared): the rope's positions bound after the kernel's
+// buffers as `rpos`, and the rotation's functions.
+std::string rope_declarations(const LowerContext& ctx, const AttentionShape& g,
+                              std::vector<KernelBinding>& bindings) {
+  if (!ctx.rope) return "";
+  std::string s = glsl::buffer(static_cast<uint32_t>(bindings.size()), DType::i32, "rpos", true);
+  bindings.push_back({ArgRef::input(ctx.rope->positions_input), false});
+  return s + rope_load_library(ctx.rope->attrs, g.d);
+}
+
+// Statements filling q_sh with query row i of the head at qb, rotated by the fused rope at the
+// position its positions give row (h, i) (after head_offsets, which set the coordinates c).
+std::string load_rotated_query(const LowerContext& ctx, const AttentionShape& g,
+                               const std::string& lanes) {
+  Shape positions = ctx.inputs[static_cast<size_t>(ctx.rope->positions_input)].shape;
+  positions.insert(positions.begin(), g.rows.size() - positions.size(), 1);
+  const std::string stride = positions[g.rank - 2] == 1 ? "0u" : "1u";
+  std::string s = "  float rp = float(rpos_ldi(" +
+                  glsl::broadcast_offset(positions, g.rows, "c") + " + i * " + stride + "));\n";
+  s += "  for (uint e = lane; e < D; e += " + lanes + ") {\n";
+  s += "    q_sh[e] = mn_rope(q_ld(qb + e), q_ld(qb + " + rope_partner("e", g.d) + "), e, rp);\n";
+  return s + "  }\n  barrier();\n";
+}
+
 KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks) {
   const AttentionAttrs& a = g.attrs;
   const DeviceTraits& dev = ctx.device;
   const bool split = ks.splits > 1;
-  // One key per lane per block; wide value rows take more lanes so that each keeps at most 8
-  // output columns in registers.
-  uint32_t lanes = g.lk <= 32 ? 32 : 64;
-  lanes = std::min(most_lanes(dev),
-                   std::max(lanes, std::bit_ceil(static_cast<uint32_t>((g.dv + 7) / 8))));
+  const uint32_t lanes = row_lanes(g, dev);
   const uint64_t cols = (g.dv + lanes - 1) / lanes;
-  // q's row in shared memory when it fits beside the block buffers.
-  const bool q_shared = g.d > 0 && (g.d + 2 * lanes) * sizeof(float) <= dev.max_shared_bytes;
+  const bool q_shared = row_q_shared(g, dev);
   const std::string L = ulit(lanes), COLS = ulit(cols);
   const uint64_t rows = g.heads() * g.lq;
 
   KernelLaunch k;
   std::string s = declarations(ctx, g, a.has_mask, k.bindings, split);
+  s += rope_declarations(ctx, g, k.bindings);
   s += "shared float p_sh[" + L + "];\nshared float red[" + L + "];\n";
   if (q_shared) s += "shared float q_sh[" + ulit(g.d) + "];\n";
   // Workgroup sum and max (the max ignores NaN as the reference's std::max does).
@@ -324,7 +358,10 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
   s += head_offsets(g, a.has_mask, "i");
   s += "  qb += i * D;\n";
   std::string q_at = "q_ld(qb + e)";
-  if (q_shared) {
+  if (ctx.rope) {
+    s += load_rotated_query(ctx, g, L);
+    q_at = "q_sh[e]";
+  } else if (q_shared) {
     s += "  for (uint e = lane; e < D; e += " + L + ") q_sh[e] = q_ld(qb + e);\n  barrier();\n";
     q_at = "q_sh[e]";
   }
@@ -366,7 +403,8 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
     s += "    uint e = lane + t * " + L + ";\n";
     s += "    if (e < DV) out_st(g * DV + e, visible == 0u ? 0.0 : acc[t] / l);\n  }\n}\n";
   }
-  k.name = split ? "attention_partial" : "attention";
+  k.name = std::string(split ? "attention_partial" : "attention") +
+           (ctx.rope ? "+prologue[rope_positions]" : "");
   k.glsl = std::move(s);
   k.workgroup = {lanes, 1, 1};
   k.groups = glsl::linear_grid(rows * ks.splits * lanes, dev, lanes).groups;
@@ -403,6 +441,9 @@ Lowering lower_attention(const LowerContext& ctx) {
   glsl::require_storage(ctx);
   const AttentionShape g(ctx);
   if (ctx.node.type.numel() == 0) return {};
+  if (ctx.rope && !attention_lowering::row_kernel_reads_rope(ctx)) {
+    throw Error("attention lowering: this cached_attention cannot read its query rotated");
+  }
   Lowering low;
   if (const std::optional<Tiling> t = tiling_for(g, ctx.device)) {
     low.launches.push_back(tiled_kernel(ctx, g, *t));
@@ -418,6 +459,19 @@ Lowering lower_attention(const LowerContext& ctx) {
 }
 
 }  // namespace
+
+namespace attention_lowering {
+
+bool row_kernel_reads_rope(const LowerContext& ctx) {
+  if (ctx.node.op_name() != "cached_attention" || !ctx.rope || ctx.rope->operand != 0) {
+    return false;
+  }
+  const AttentionShape g(ctx);
+  return g.d % 2 == 0 && ctx.inputs[0].dtype == DType::f32 &&
+         !tiling_for(g, ctx.device).has_value() && row_q_shared(g, ctx.device);
+}
+
+}  // namespace attention_lowering
 
 void register_attention_lowerings(LoweringRegistry& r) {
   r.add("scaled_dot_product_attention", lower_attention);

@@ -8,5 +8,8 @@ namespace mn::codegen::attention_lowering {
 Lowering lower_rope(const LowerContext& ctx, bool backward);
 // rope_positions and rope_positions_backward (lower_attention_rope.cpp).
 Lowering lower_rope_positions(const LowerContext& ctx, bool backward);
+// Whether cached_attention's row kernel takes ctx.rope (its query rotated as it is loaded):
+// the kernel is not tiled and keeps the query row in shared memory (lower_attention.cpp).
+bool row_kernel_reads_rope(const LowerContext& ctx);
 
 }  // namespace mn::codegen::attention_lowering

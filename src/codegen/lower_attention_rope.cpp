@@ -1,9 +1,7 @@
 // rope and rope_backward: one thread per (row, pair), rotating the pair by the position's angle.
 //
-// The angle of pair i at position p is p w_i turns, w_i = theta^(-2i/D) / (2 pi). For large
-// positions its fraction of a turn needs w_i far beyond f32: w_i is carried as a pair of floats
-// (hi + lo) and p w_i is formed exactly (Dekker's product), so f32 kernels keep up with the
-// float64 reference. The w_i themselves come from two small tables, w_{32a+b} = U_a V_b, held
+// The angle of pair i at position p is p w_i turns, w_i = theta^(-2i/D) / (2 pi), formed exactly
+// from w_i as a pair of floats (codegen/rope_load.h: mn_turn). The w_i themselves come from two small tables, w_{32a+b} = U_a V_b, held
 // in shared memory: a table of every w_i would be a constant array indexed per lane, which
 // serializes (NVIDIA: nearly 3x the kernel's time) and compiles slowly for wide heads (lavapipe).
 #include <algorithm>
@@ -12,6 +10,7 @@
 
 #include "codegen/glsl.h"
 #include "codegen/lower_attention.h"
+#include "codegen/rope_load.h"
 #include "ir/ops/attention.h"
 
 namespace mn::codegen::attention_lowering {
@@ -20,32 +19,6 @@ namespace {
 
 using glsl::ulit;
 
-// `precise` keeps compilers from fusing or reassociating the error-free transformations.
-const char* kTurn = R"(
-// a b = p + e exactly (Veltkamp splits, no fused multiply-add needed).
-void mn_two_prod(float a, float b, out float p, out float e) {
-  precise float prod = a * b;
-  precise float ca = 4097.0 * a;
-  precise float ah = ca - (ca - a);
-  precise float al = a - ah;
-  precise float cb = 4097.0 * b;
-  precise float bh = cb - (cb - b);
-  precise float bl = b - bh;
-  precise float err = ((ah * bh - prod) + ah * bl + al * bh) + al * bl;
-  p = prod;
-  e = err;
-}
-// cos and sin of 2 pi p (hi + lo) for an integer position p < 2^24.
-void mn_turn(float p, float hi, float lo, out float c, out float s) {
-  float prod, err;
-  mn_two_prod(p, hi, prod, err);
-  precise float t = (prod - round(prod)) + (err + p * lo);
-  precise float r = t - round(t);
-  precise float angle = r * 6.28318530717958647;
-  c = cos(angle);
-  s = sin(angle);
-}
-)";
 const char* kFrequency = R"(
 // w_k = U_k/32 V_k%32 as hi + lo.
 void mn_frequency(uint k, out float hi, out float lo) {
@@ -58,11 +31,6 @@ void mn_frequency(uint k, out float hi, out float lo) {
 }
 )";
 
-// A double as the GLSL literals of its nearest float and of the remainder.
-std::pair<std::string, std::string> split_literal(double v) {
-  const auto hi = static_cast<float>(v);
-  return {glsl::float_literal(hi), glsl::float_literal(v - static_cast<double>(hi))};
-}
 
 // Statements filling shared tables (`stores`) before a barrier: one lane of each 32 writes a
 // share of them.
@@ -118,7 +86,7 @@ Lowering lower_rope(const LowerContext& ctx, bool backward) {
                   glsl::buffer(1, ctx.node.type.dtype, "out", false);
   s += "shared float U_HI[" + ulit(nu) + "], U_LO[" + ulit(nu) + "], V_HI[" + ulit(nv) +
        "], V_LO[" + ulit(nv) + "];\n";
-  s += kTurn + std::string(kFrequency) + glsl::gid_function() + "void main() {\n" + fill;
+  s += rope_turn_functions() + kFrequency + glsl::gid_function() + "void main() {\n" + fill;
   s += "  uint i = gid();\n  if (i >= " + ulit(pairs) + ") return;\n";
   s += "  uint row = i / " + ulit(half) + ", k = i % " + ulit(half) + ";\n";
   // Positions are exact in f32 below 2^24; the offset can be negative.
@@ -167,7 +135,7 @@ Lowering lower_rope_positions(const LowerContext& ctx, bool backward) {
                   glsl::buffer(1, DType::i32, "pos", true) +
                   glsl::buffer(2, ctx.node.type.dtype, "out", false);
   s += "shared float W_HI[" + ulit(half) + "], W_LO[" + ulit(half) + "];\n";
-  s += kTurn + glsl::gid_function() + "void main() {\n" + table_fill(stores, grid);
+  s += rope_turn_functions() + glsl::gid_function() + "void main() {\n" + table_fill(stores, grid);
   s += "  uint i = gid();\n  if (i >= " + ulit(pairs) + ") return;\n";
   s += "  uint row = i / " + ulit(half) + ", k = i % " + ulit(half) + ";\n";
   s += glsl::unravel(rows, "row", "c");

@@ -11,6 +11,7 @@
 #include "codegen/index_check.h"
 #include "codegen/lower_families.h"
 #include "codegen/lower_shape.h"
+#include "codegen/rope_load.h"
 #include "ir/ops/cache.h"
 
 namespace mn::codegen {
@@ -37,8 +38,25 @@ std::string shared_later_scan(const std::string& L) {
          "  } else {\n" + later_scan(L) + "  }\n";
 }
 
+// The statements storing update element i at `dst`: as it is, or rotated by the fused rope
+// (ctx.rope: in2 holds the rope's positions, broadcast over the update's rows).
+std::string store_update(const LowerContext& ctx, const std::string& dst, std::string& library) {
+  if (!ctx.rope) return copy_to_out(ctx.node.type.dtype, "in0", "i", dst);
+  const Shape& x = ctx.inputs[1].shape;
+  const Shape rows(x.begin(), x.end() - 1);
+  Shape positions = ctx.inputs[static_cast<size_t>(ctx.rope->positions_input)].shape;
+  positions.insert(positions.begin(), rows.size() - positions.size(), 1);
+  const auto d = static_cast<uint64_t>(x.back());
+  library = rope_load_library(ctx.rope->attrs, d);
+  std::string s = glsl::unravel(rows, "q", "c");
+  s += "  float rp = float(in2_ldi(" + glsl::broadcast_offset(positions, rows, "c") + "));\n";
+  s += "  out_st(" + dst + ", mn_rope(in0_ld(i), in0_ld(i - j + " + rope_partner("j", d) +
+       "), j, rp));\n";
+  return s;
+}
+
 KernelLaunch row_writes(const LowerContext& ctx) {
-  const auto v = ops::cache_detail::cache_write_view(ctx.inputs);
+  const auto v = ops::cache_detail::cache_write_view(ctx.inputs.first(3));
   const std::string L = ulit(v.l), D = ulit(v.d);
   // Bindings: in0 = update, in1 = positions, out = the cache.
   std::string body = "  uint j = i % " + D + ";\n  uint q = i / " + D + ";\n";
@@ -49,10 +67,13 @@ KernelLaunch row_writes(const LowerContext& ctx) {
   body += "    " + report_bad_index(ctx, "prow + li", "t", "j == 0u") + "    return;\n  }\n";
   const bool vote = ctx.device.subgroup_vote;
   if (v.l > 1) body += vote ? shared_later_scan(L) : later_scan(L);
-  body += copy_to_out(ctx.node.type.dtype, "in0", "i",
-                      "(r * " + ulit(v.t) + " + uint(t)) * " + D + " + j");
-  KernelLaunch k = per_element(ctx, "cache_write", {1, 2}, body,
-                               static_cast<uint64_t>(ctx.inputs[1].numel()), /*index_slot=*/true);
+  std::string library;
+  body += store_update(ctx, "(r * " + ulit(v.t) + " + uint(t)) * " + D + " + j", library);
+  std::vector<int> inputs{1, 2};
+  if (ctx.rope) inputs.push_back(ctx.rope->positions_input);
+  KernelLaunch k = per_element(ctx, ctx.rope ? "cache_write+prologue[rope_positions]" : "cache_write",
+                               inputs, body, static_cast<uint64_t>(ctx.inputs[1].numel()),
+                               /*index_slot=*/true, library);
   if (v.l > 1 && vote) {
     k.glsl = glsl::require_extensions(
         std::move(k.glsl), {"GL_KHR_shader_subgroup_basic", "GL_KHR_shader_subgroup_vote"});
@@ -69,7 +90,7 @@ Lowering lower_cache_write(const LowerContext& ctx) {
   }
   l.launches.push_back(row_writes(ctx));
   if (ctx.check_indices) {
-    const auto v = ops::cache_detail::cache_write_view(ctx.inputs);
+    const auto v = ops::cache_detail::cache_write_view(ctx.inputs.first(3));
     l.index_check = IndexCheck{2, v.t, "position", "positions",
                                " for a cache of shape " + shape_str(ctx.inputs[0].shape)};
   }

@@ -36,7 +36,8 @@ std::string store_constant(DType t, double value) {
 }
 
 KernelLaunch per_element(const LowerContext& ctx, std::string name, const std::vector<int>& inputs,
-                         const std::string& body, uint64_t n, bool index_slot) {
+                         const std::string& body, uint64_t n, bool index_slot,
+                         const std::string& declarations) {
   std::string decl;
   std::vector<KernelBinding> bindings;
   for (size_t b = 0; b < inputs.size(); ++b) {
@@ -50,6 +51,7 @@ KernelLaunch per_element(const LowerContext& ctx, std::string name, const std::v
     decl += index_slot_glsl(static_cast<uint32_t>(bindings.size()));
     bindings.push_back(index_slot_binding());
   }
+  decl += declarations;
   return glsl::elementwise_launch(std::move(name), decl, body, n, ctx.device, std::move(bindings));
 }
 

@@ -23,8 +23,10 @@ std::string store_constant(DType t, double value);
 // through helpers named in<b>; the next binding is the output, helpers named out; with
 // `index_slot` (and ctx.check_indices) the node's index slot follows, so the body may call
 // mn_bad_index (codegen/index_check.h).
+// `declarations` (functions the body calls) come after the buffers.
 KernelLaunch per_element(const LowerContext& ctx, std::string name, const std::vector<int>& inputs,
-                         const std::string& body, uint64_t n, bool index_slot = false);
+                         const std::string& body, uint64_t n, bool index_slot = false,
+                         const std::string& declarations = "");
 
 void register_shape_index_lowerings(LoweringRegistry& r);  // lower_shape_index.cpp
 

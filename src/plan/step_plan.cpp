@@ -11,6 +11,7 @@
 #include "schedule/fusion.h"
 #include "schedule/gemv_fusion.h"
 #include "schedule/gpu_lowering.h"
+#include "schedule/rope_fusion.h"
 #include "schedule/widened_loads.h"
 
 namespace mn::plan {
@@ -76,6 +77,7 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
     schedule::absorb_widening_casts(g, p.groups, options.device);
     schedule::fuse_gemv_neighbours(g, p.groups, options.device);
     schedule::absorb_widening_casts(g, p.groups, options.device);
+    schedule::fuse_rope_loads(g, p.groups, options.device);
   }
   const std::vector<char> in_place = plan_in_place(g, p.groups);
 

@@ -87,6 +87,15 @@ struct KernelGroup {
     int sibling_input = -1;
   };
   Gemv gemv;
+  // Single cache_write and cached_attention groups only, see schedule/rope_fusion.h: the
+  // rope_positions node whose rotation the kernel applies as it loads input `operand` (which
+  // then holds the rope's x); the rope's positions are input `positions_input`.
+  struct Rope {
+    NodeId node = -1;
+    int operand = -1;
+    int positions_input = -1;
+  };
+  Rope rope;
 };
 
 // An f32 constant of one element: fused kernels take its value as a literal, not a binding.

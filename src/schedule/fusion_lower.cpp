@@ -12,6 +12,8 @@
 #include "ir/op_def.h"
 #include "ir/ops/nn.h"
 #include "schedule/fusion.h"
+#include "codegen/rope_load.h"
+#include "ir/ops/attention.h"
 
 namespace mn::schedule {
 
@@ -241,7 +243,8 @@ std::string group_name(const Graph& g, const KernelGroup& group) {
   switch (group.kind) {
     case KernelGroup::Kind::single:
       return std::string(g.node(group.nodes.front()).op_name()) +
-             (group.gemv.norm >= 0 ? "+prologue[rms_norm]" : "");
+             (group.gemv.norm >= 0 ? "+prologue[rms_norm]" : "") +
+             (group.rope.node >= 0 ? "+prologue[rope_positions]" : "");
     case KernelGroup::Kind::matmul_epilogue:
       return std::string(g.node(group.anchor).op_name()) + "+epilogue[" +
              op_list(g, group.segments.front().nodes) + "]";
@@ -292,6 +295,12 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
     in_types.resize(node.inputs.size());  // gamma and a sibling are bound by the extras
     return codegen::lower_matmul_fused(
         codegen::LowerContext{node, in_types, device, false, check_indices}, nullptr, &*x);
+  }
+  if (group.rope.node >= 0) {
+    const codegen::RopeLoad rope{g.node(group.rope.node).attrs.as<RopePositionsAttrs>(),
+                                 group.rope.operand, group.rope.positions_input};
+    return (*lower)(
+        codegen::LowerContext{node, in_types, device, in_place, check_indices, &rope});
   }
   return (*lower)(codegen::LowerContext{node, in_types, device, in_place, check_indices});
 }
