@@ -49,13 +49,14 @@ struct DeviceTraits {
 // node's index-error slot (codegen/index_check.h). Fused kernels (src/schedule/fusion.h) read
 // input i of their group and write output i.
 struct ArgRef {
-  enum class Kind : uint8_t { input, output, scratch, index_errors };
+  enum class Kind : uint8_t { input, output, scratch, index_errors, counters };
   Kind kind = Kind::input;
   int index = 0;
   static ArgRef input(int i) { return {Kind::input, i}; }
   static ArgRef output(int i = 0) { return {Kind::output, i}; }
   static ArgRef scratch(int i) { return {Kind::scratch, i}; }
   static ArgRef index_errors() { return {Kind::index_errors, 0}; }
+  static ArgRef counters(int i) { return {Kind::counters, i}; }
   bool operator==(const ArgRef&) const = default;
 };
 
@@ -89,6 +90,10 @@ struct IndexCheck {
 struct Lowering {
   std::vector<KernelLaunch> launches;  // run in order
   std::vector<uint64_t> scratch_bytes;
+  // Words the kernels count in across workgroups (ArgRef::counters(i)), e.g. to let the last
+  // workgroup of a split finish the work: zero before the first step and kept between steps,
+  // so each step's kernels must leave them zero again.
+  std::vector<uint64_t> counter_bytes;
   // Set when a launch binds ArgRef::index_errors(): what its index check compares.
   std::optional<IndexCheck> index_check;
   // The output is input 0's memory reinterpreted (reshape of contiguous data): no launch.

@@ -82,8 +82,16 @@ std::string declarations(const LowerContext& ctx, const AttentionShape& g, bool 
     bindings.push_back({ArgRef::input(static_cast<int>(i)), false});
   }
   if (partials) {
-    s += glsl::buffer(operands, DType::f32, "part", false);
+    // Coherent: the last workgroup of a row reads what the others stored (row_kernel).
+    std::string part = glsl::buffer(operands, DType::f32, "part", false);
+    part.insert(part.find("buffer Buffer"), "coherent ");
+    s += part;
     bindings.push_back({ArgRef::scratch(0), true});
+    s += glsl::buffer(operands + 1, ctx.node.type.dtype, "out", false);
+    bindings.push_back({ArgRef::output(), true});
+    s += "layout(std430, set = 0, binding = " + std::to_string(operands + 2) +
+         ") buffer Counters { uint done[]; };\n";
+    bindings.push_back({ArgRef::counters(0), true});
   } else {
     s += glsl::buffer(operands, ctx.node.type.dtype, "out", false);
     bindings.push_back({ArgRef::output(), true});
@@ -325,6 +333,37 @@ std::string load_rotated_query(const LowerContext& ctx, const AttentionShape& g,
   return s + "  }\n  barrier();\n";
 }
 
+// The end of a split row kernel: the row's last workgroup to store its partial (counted in
+// done[g], which it sets back to zero for the next step) combines the row's partials, rescaled
+// to their common max, into the output. No second launch, no barrier between.
+std::string last_workgroup_combines(const AttentionShape& g, const KeySplit& ks,
+                                    const std::string& lanes, const std::string& cols) {
+  const std::string S = ulit(ks.splits), P = ulit(partial_floats(g));
+  std::string s = "  memoryBarrierBuffer();\n  barrier();\n";
+  s += "  if (lane == 0u) last_sh = atomicAdd(done[g], 1u) == " + ulit(ks.splits - 1) + ";\n";
+  s += "  barrier();\n  if (!last_sh) return;\n  memoryBarrierBuffer();\n";
+  s += "  uint first = g * " + S + ";\n  float mx = -mn_inf();\n";
+  s += "  for (uint p = 0u; p < " + S + "; ++p) {\n";
+  s += "    float ms = part_ld((first + p) * " + P + ");\n    mx = ms > mx ? ms : mx;\n  }\n";
+  s += "  float lsum = 0.0;\n  float comb[" + cols + "];\n";
+  s += "  for (uint t = 0u; t < " + cols + "; ++t) comb[t] = 0.0;\n";
+  s += "  for (uint p = 0u; p < " + S + "; ++p) {\n";
+  s += "    uint pbase = (first + p) * " + P + ";\n    float ms = part_ld(pbase);\n";
+  // Empty or fully masked ranges (max -inf) hold l = 0 and no values: they add nothing.
+  s += "    float wgt = ms == -mn_inf() ? 0.0 : exp(ms - mx);\n";
+  s += "    lsum += part_ld(pbase + 1u) * wgt;\n";
+  s += "    for (uint t = 0u; t < " + cols + "; ++t) {\n";
+  s += "      uint e = lane + t * " + lanes + ";\n";
+  s += "      if (e < DV) comb[t] += part_ld(pbase + 2u + e) * wgt;\n    }\n  }\n";
+  // cached_attention: a query that sees no key (negative position) gets 0, as the reference's
+  // sum over nothing; otherwise l >= 1 (the largest score's own term).
+  s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
+  s += "    uint e = lane + t * " + lanes + ";\n";
+  s += std::string("    if (e < DV) out_st(g * DV + e, ") +
+       (g.has_positions ? "lsum == 0.0 ? 0.0 : comb[t] / lsum" : "comb[t] / lsum") + ");\n  }\n";
+  return s + "  if (lane == 0u) done[g] = 0u;\n";
+}
+
 KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks) {
   const AttentionAttrs& a = g.attrs;
   const DeviceTraits& dev = ctx.device;
@@ -339,6 +378,7 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
   std::string s = declarations(ctx, g, a.has_mask, k.bindings, split);
   s += rope_declarations(ctx, g, k.bindings);
   s += "shared float p_sh[" + L + "];\nshared float red[" + L + "];\n";
+  if (split) s += "shared bool last_sh;\n";
   if (q_shared) s += "shared float q_sh[" + ulit(g.d) + "];\n";
   // Workgroup sum and max (the max ignores NaN as the reference's std::max does).
   for (const auto& [name, comb] :
@@ -397,43 +437,17 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
     s += "  if (lane == 0u) {\n    part_st(base, m);\n    part_st(base + 1u, l);\n  }\n";
     s += "  for (uint t = 0u; t < " + COLS + "; ++t) {\n";
     s += "    uint e = lane + t * " + L + ";\n    if (e < DV) part_st(base + 2u + e, acc[t]);\n";
-    s += "  }\n}\n";
+    s += "  }\n" + last_workgroup_combines(g, ks, L, COLS) + "}\n";
   } else {
     s += "  for (uint t = 0u; t < " + COLS + "; ++t) {\n";
     s += "    uint e = lane + t * " + L + ";\n";
     s += "    if (e < DV) out_st(g * DV + e, visible == 0u ? 0.0 : acc[t] / l);\n  }\n}\n";
   }
-  k.name = std::string(split ? "attention_partial" : "attention") +
+  k.name = std::string(split ? "attention_split" : "attention") +
            (ctx.rope ? "+prologue[rope_positions]" : "");
   k.glsl = std::move(s);
   k.workgroup = {lanes, 1, 1};
   k.groups = glsl::linear_grid(rows * ks.splits * lanes, dev, lanes).groups;
-  return k;
-}
-
-// One thread per output element: the partials of its row, rescaled to their common max.
-KernelLaunch combine_kernel(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks) {
-  const uint64_t n = g.heads() * g.lq * g.dv;
-  const std::string S = ulit(ks.splits), P = ulit(partial_floats(g));
-  std::string decl = glsl::buffer(0, DType::f32, "part", true) +
-                     glsl::buffer(1, ctx.node.type.dtype, "out", false) +
-                     "float mn_inf() { return uintBitsToFloat(0x7f800000u); }\n";
-  std::string body = "  uint row = i / " + ulit(g.dv) + ", e = i % " + ulit(g.dv) + ";\n";
-  body += "  uint first = row * " + S + ";\n  float m = -mn_inf();\n";
-  body += "  for (uint s = 0u; s < " + S + "; ++s) {\n";
-  body += "    float ms = part_ld((first + s) * " + P + ");\n    m = ms > m ? ms : m;\n  }\n";
-  body += "  float l = 0.0, o = 0.0;\n";
-  body += "  for (uint s = 0u; s < " + S + "; ++s) {\n";
-  body += "    uint base = (first + s) * " + P + ";\n    float ms = part_ld(base);\n";
-  // Empty or fully masked ranges (max -inf) hold l = 0 and no values: they add nothing.
-  body += "    float wgt = ms == -mn_inf() ? 0.0 : exp(ms - m);\n";
-  body += "    l += part_ld(base + 1u) * wgt;\n    o += part_ld(base + 2u + e) * wgt;\n  }\n";
-  // cached_attention: a query that sees no key (negative position) gets 0, as the reference's
-  // sum over nothing; otherwise l >= 1 (the largest score's own term).
-  body += g.has_positions ? "  out_st(i, l == 0.0 ? 0.0 : o / l);\n" : "  out_st(i, o / l);\n";
-  KernelLaunch k =
-      glsl::elementwise_launch("attention_combine", decl, body, n, ctx.device,
-                               {{ArgRef::scratch(0), false}, {ArgRef::output(), true}});
   return k;
 }
 
@@ -453,7 +467,7 @@ Lowering lower_attention(const LowerContext& ctx) {
   low.launches.push_back(row_kernel(ctx, g, ks));
   if (ks.splits > 1) {
     low.scratch_bytes.push_back(g.heads() * g.lq * ks.splits * partial_floats(g) * sizeof(float));
-    low.launches.push_back(combine_kernel(ctx, g, ks));
+    low.counter_bytes.push_back(g.heads() * g.lq * sizeof(uint32_t));
   }
   return low;
 }

@@ -134,6 +134,11 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
     }
     std::vector<int> scratch;
     for (uint64_t bytes : l.scratch_bytes) scratch.push_back(new_buffer(bytes, false, -1));
+    std::vector<int> counters;
+    for (uint64_t bytes : l.counter_bytes) {
+      counters.push_back(new_buffer(bytes, true, -1));
+      p.zeroed_buffers.push_back(counters.back());
+    }
     int slot = -1;  // in the index region, made once every slot is known
     if (l.index_check) {
       slot = static_cast<int>(p.index_checks.size());
@@ -158,6 +163,9 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
             break;
           case codegen::ArgRef::Kind::scratch:
             buf = scratch.at(b.arg.index);
+            break;
+          case codegen::ArgRef::Kind::counters:
+            buf = counters.at(b.arg.index);
             break;
           case codegen::ArgRef::Kind::index_errors:
             if (slot < 0) {

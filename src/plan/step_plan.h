@@ -64,6 +64,8 @@ struct StepPlan {
   std::vector<std::pair<int, int>> assignment_copies;  // (from value buffer, to target buffer)
   std::vector<IndexCheckSlot> index_checks;            // in dispatch order
   IndexRegion index_region;
+  // Persistent buffers the session zeroes once, before the first step (Lowering::counter_bytes).
+  std::vector<int> zeroed_buffers;
   std::map<std::string, NodeId, std::less<>> inputs, persistents, outputs;
   MemoryPlan memory;
   uint64_t arena_bytes = 0;

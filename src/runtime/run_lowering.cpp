@@ -32,16 +32,18 @@ std::vector<double> run_lowering(vk::Device& dev, const codegen::Lowering& lower
     end = (at + size + align - 1) / align * align;
     return std::pair{at, size};
   };
-  std::vector<std::pair<uint64_t, uint64_t>> input_at, scratch_at;
+  std::vector<std::pair<uint64_t, uint64_t>> input_at, scratch_at, counter_at;
   for (size_t i = 0; i < inputs.size(); ++i)
     input_at.push_back(place(inputs[i].size() * dtype_size(input_dtypes[i])));
   const uint64_t output_bytes = static_cast<uint64_t>(output_elements) * dtype_size(output_dtype);
   const auto output_at = place(output_bytes);
   for (uint64_t bytes : lowering.scratch_bytes) scratch_at.push_back(place(bytes));
+  for (uint64_t bytes : lowering.counter_bytes) counter_at.push_back(place(bytes));
   const auto slot_at = place(codegen::kIndexSlotBytes);
 
   vk::Arena arena(dev, end);
   arena.write(slot_at.first, std::array<std::byte, codegen::kIndexSlotBytes>{});
+  for (const auto& [at, bytes] : counter_at) arena.write(at, std::vector<std::byte>(bytes));
   for (size_t i = 0; i < inputs.size(); ++i) {
     std::vector<std::byte> bytes(inputs[i].size() * dtype_size(input_dtypes[i]));
     encode(std::span<const double>(inputs[i]), input_dtypes[i], bytes);
@@ -75,6 +77,9 @@ std::vector<double> run_lowering(vk::Device& dev, const codegen::Lowering& lower
           break;
         case codegen::ArgRef::Kind::scratch:
           at = scratch_at.at(static_cast<size_t>(b.arg.index));
+          break;
+        case codegen::ArgRef::Kind::counters:
+          at = counter_at.at(static_cast<size_t>(b.arg.index));
           break;
         case codegen::ArgRef::Kind::index_errors:
           if (!lowering.index_check)

@@ -389,6 +389,10 @@ std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& specs,
     if (options.check_numerics.value_or(runtime::check_numerics_from_env()))
       p.numerics = runtime::plan_numerics_check(dev, p.plan);
     write_initial_values(*impl->arena, p, options, initialized);
+    for (int b : p.plan.zeroed_buffers) {
+      const plan::PlannedBuffer& buf = p.plan.buffers[static_cast<size_t>(b)];
+      impl->arena->write(buf.offset, std::vector<std::byte>(buf.bytes));
+    }
     if (!p.plan.index_checks.empty()) p.index_slots.emplace(dev, *impl->arena, p.plan);
     record_step(*impl, p, options);
   }

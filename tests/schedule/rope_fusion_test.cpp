@@ -75,7 +75,7 @@ TEST(RopeFusion, DecodeStepHasNoRopeLaunch) {
   const std::string all = ::testing::PrintToString(names);
   EXPECT_EQ(count_containing(names, "rope_positions"), 2u) << all;
   EXPECT_EQ(count_containing(names, "cache_write+prologue[rope_positions]"), 1u) << all;
-  EXPECT_EQ(count_containing(names, "attention_partial+prologue[rope_positions]"), 1u) << all;
+  EXPECT_EQ(count_containing(names, "attention_split+prologue[rope_positions]"), 1u) << all;
   for (const std::string& n : names) EXPECT_NE(n.rfind("rope_positions", 0), 0u) << all;
 }
 
