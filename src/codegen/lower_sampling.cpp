@@ -7,6 +7,11 @@
 // probability.
 // Then the Gumbel-max draw is a workgroup argmax. Ties break to the lowest index, as the
 // reference's.
+//
+// A row is walked by up to 1024 lanes, each loading eight logits before using them: a walk of
+// one load at a time waits out the memory latency once per element, which made a 150k-token
+// row take milliseconds. With subgroup arithmetic the 16 bins of a pass are summed across the
+// workgroup at once (two barriers, not sixteen workgroup sums).
 #include <algorithm>
 #include <bit>
 
@@ -20,7 +25,9 @@ namespace {
 
 using glsl::ulit;
 
-constexpr uint32_t kLanes = 256;
+constexpr uint32_t kLanes = 1024;
+// Logits each lane loads before using them.
+constexpr uint32_t kInFlight = 8;
 
 // Workgroup reductions and the per-token arithmetic the reference spells in C++
 // (ir/ops/sampling.h: mix, token_bits, uniform).
@@ -100,6 +107,22 @@ float logit(uint base, uint t) {
   float x = logits_ld(base + t);
   return isnan(x) ? -mn_inf() : x;
 }
+// The row's logits of this lane, INF at a time (loaded together, then used in index order).
+#define ROW_WALK_BEGIN \
+  for (uint t0 = gl_LocalInvocationID.x; t0 < V; t0 += INF * NT) { \
+    float xs[INF]; \
+    for (uint u = 0u; u < INF; ++u) { \
+      uint tu = t0 + u * NT; \
+      xs[u] = tu < V ? logit(base, tu) : 0.0; \
+    } \
+    for (uint u = 0u; u < INF; ++u) { \
+      uint t = t0 + u * NT; \
+      if (t >= V) break; \
+      float x = xs[u];
+#define ROW_WALK_END }}
+)";
+
+const char* kThreshold = R"(
 // The largest key tau such that the kept values (key >= lo) with keys >= tau weigh at least
 // `need` (weight 1 each, or exp(v - m) with `mass`), found 4 bits a pass from the top: a pass
 // weighs the 16 values of the next digit among the keys that share the digits found so far.
@@ -111,17 +134,18 @@ uint threshold(uint base, float T, uint lo, bool mass, float m, float need) {
     float acc[16];
     for (int b = 0; b < 16; ++b) acc[b] = 0.0;
     uint high = shift == 28 ? 0u : 0xffffffffu << uint(shift + 4);
-    for (uint t = lane; t < V; t += NT) {
-      float v = logit(base, t) / T;
+    ROW_WALK_BEGIN
+      float v = x / T;
       uint key = key_of(v);
       if (key < lo || (key & high) != prefix) continue;
       acc[(key >> uint(shift)) & 15u] += mass ? exp(v - m) : 1.0;
-    }
+    ROW_WALK_END
+    wg_sum16(acc);
     uint digit = 0u;
     float sum = above;
     bool found = false;
     for (int b = 15; b >= 0; --b) {
-      float w = wg_sum(acc[b]);
+      float w = acc[b];
       if (found) continue;
       if (sum + w >= need) {
         digit = uint(b);
@@ -136,6 +160,34 @@ uint threshold(uint base, float T, uint lo, bool mass, float m, float need) {
 }
 )";
 
+// The 16 bins of every lane summed over the workgroup, in place: with subgroup arithmetic,
+// one subgroupAdd per bin and the subgroups' sums added in shared memory; otherwise 16
+// workgroup sums.
+const char* kSum16Subgroup = R"(
+shared float bins_sh[NT / 4u * 16u];
+shared float total_sh[16];
+void wg_sum16(inout float acc[16]) {
+  for (int b = 0; b < 16; ++b) acc[b] = subgroupAdd(acc[b]);
+  if (subgroupElect()) {
+    for (uint b = 0u; b < 16u; ++b) bins_sh[gl_SubgroupID * 16u + b] = acc[b];
+  }
+  barrier();
+  uint lane = gl_LocalInvocationID.x;
+  if (lane < 16u) {
+    float s = 0.0;
+    for (uint i = 0u; i < gl_NumSubgroups; ++i) s += bins_sh[i * 16u + lane];
+    total_sh[lane] = s;
+  }
+  barrier();
+  for (int b = 0; b < 16; ++b) acc[b] = total_sh[b];
+}
+)";
+const char* kSum16Shared = R"(
+void wg_sum16(inout float acc[16]) {
+  for (int b = 0; b < 16; ++b) acc[b] = wg_sum(acc[b]);
+}
+)";
+
 // The kernel's main: *_ROWS says whether a parameter has one element per row or one in all.
 std::string main_body() {
   return R"(void main() {
@@ -146,10 +198,9 @@ std::string main_body() {
   if (!(T > 0.0)) {  // greedy
     float best = -mn_inf();
     uint at = V;
-    for (uint t = lane; t < V; t += NT) {
-      float v = logit(base, t);
-      if (at == V || v > best) { best = v; at = t; }
-    }
+    ROW_WALK_BEGIN
+      if (at == V || x > best) { best = x; at = t; }
+    ROW_WALK_END
     uint r = wg_argmax(best, at);
     if (lane == 0u) out_sti(row, int(r < V ? r : 0u));
     return;
@@ -160,16 +211,16 @@ std::string main_body() {
   if (k > 0 && uint(k) < V) lo = threshold(base, T, 0u, false, 0.0, float(k));
   if (p < 1.0) {
     float m = -mn_inf();
-    for (uint t = lane; t < V; t += NT) {
-      float v = logit(base, t) / T;
+    ROW_WALK_BEGIN
+      float v = x / T;
       if (key_of(v) >= lo) m = max(m, v);
-    }
+    ROW_WALK_END
     m = wg_max(m);
     float z = 0.0;
-    for (uint t = lane; t < V; t += NT) {
-      float v = logit(base, t) / T;
+    ROW_WALK_BEGIN
+      float v = x / T;
       if (key_of(v) >= lo) z += exp(v - m);
-    }
+    ROW_WALK_END
     uint tau = threshold(base, T, lo, true, m, p * wg_sum(z));
     lo = max(lo, min(tau, key_of(m)));  // the most probable tokens always stay
   }
@@ -177,12 +228,12 @@ std::string main_body() {
   uint key = mn_mix(mn_mix(mn_mix(seed) + step) + row);
   float best = -mn_inf();
   uint at = V;
-  for (uint t = lane; t < V; t += NT) {
-    float v = logit(base, t) / T;
+  ROW_WALK_BEGIN
+    float v = x / T;
     if (key_of(v) < lo) continue;
     float z = v - log(exponential(mn_mix(key + t)));
     if (at == V || z > best) { best = z; at = t; }
-  }
+  ROW_WALK_END
   uint r = wg_argmax(best, at);
   if (lane == 0u) out_sti(row, int(r < V ? r : 0u));
 }
@@ -210,10 +261,18 @@ Lowering lower_sample_tokens(const LowerContext& ctx) {
   s += glsl::buffer(6, DType::i32, "out", false);
   k.bindings.push_back({ArgRef::output(), true});
   auto flag = [&](int i) { return per_row(in[static_cast<size_t>(i)], rows) ? "true" : "false"; };
-  s += "const uint B = " + ulit(rows) + ", V = " + ulit(vocab) + ", NT = " + ulit(lanes) + ";\n";
+  s += "const uint B = " + ulit(rows) + ", V = " + ulit(vocab) + ", NT = " + ulit(lanes) +
+       ", INF = " + ulit(kInFlight) + ";\n";
   s += std::string("const bool TEMP_ROWS = ") + flag(1) + ", TOPK_ROWS = " + flag(2) +
        ", TOPP_ROWS = " + flag(3) + ";\n";
-  s += kHelpers + main_body();
+  // The subgroup sums need subgroups of at least 4 lanes (bins_sh holds NT / 4 of them).
+  const bool subgroups = ctx.device.subgroup_add && ctx.device.subgroup_size >= 4;
+  s += kHelpers + std::string(subgroups ? kSum16Subgroup : kSum16Shared) + kThreshold +
+       main_body();
+  if (subgroups) {
+    s = glsl::require_extensions(std::move(s), {"GL_KHR_shader_subgroup_basic",
+                                                "GL_KHR_shader_subgroup_arithmetic"});
+  }
   k.name = "sample_tokens";
   k.glsl = std::move(s);
   k.workgroup = {lanes, 1, 1};
