@@ -276,6 +276,16 @@ void record_step(Session::Impl& impl, Program& prog, const SessionOptions& optio
   vk::RecordingOptions ro;
   ro.timestamps = options.profile;
   ro.total_time = options.time_steps;
+  // MN_FENCE_SPIN_US: how long the wait for a step polls before blocking (0: blocks at once).
+  if (const char* spin = std::getenv("MN_FENCE_SPIN_US")) {
+    char* end = nullptr;
+    const unsigned long us = std::strtoul(spin, &end, 10);
+    if (!*spin || *end || us > 1000000) {
+      throw Error(std::string("MN_FENCE_SPIN_US must be a whole number of microseconds up to ") +
+                  "1000000, got '" + spin + "'");
+    }
+    ro.spin_wait_us = static_cast<uint32_t>(us);
+  }
   ro.label = prog.name;
   prog.recording = std::make_unique<vk::Recording>(*impl.device, ro);
   vk::Recording& rec = *prog.recording;

@@ -1,5 +1,7 @@
 #include "vulkan/recording.h"
 
+#include <chrono>
+
 #include <algorithm>
 
 #include <meganeura/error.h>
@@ -401,6 +403,15 @@ bool Recording::poll() {
 
 void Recording::wait() {
   if (!pending_) return;
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::microseconds(options_.spin_wait_us);
+  while (std::chrono::steady_clock::now() < until) {
+    const VkResult result = vkGetFenceStatus(device_.handle(), fence_);
+    if (result == VK_NOT_READY) continue;
+    check(result, "vkGetFenceStatus");
+    complete();
+    return;
+  }
   check(vkWaitForFences(device_.handle(), 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
   complete();
 }
