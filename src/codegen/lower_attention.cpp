@@ -333,34 +333,42 @@ std::string load_rotated_query(const LowerContext& ctx, const AttentionShape& g,
   return s + "  }\n  barrier();\n";
 }
 
-// The end of a split row kernel: the row's last workgroup to store its partial (counted in
-// done[g], which it sets back to zero for the next step) combines the row's partials, rescaled
-// to their common max, into the output. No second launch, no barrier between.
+// The end of a split row kernel: the row's last busy workgroup to store its partial (counted
+// in done[g], which it sets back to zero for the next step) combines the row's `busy` partials,
+// rescaled to their common max, into the output. No second launch, no barrier between. The
+// partials' maxima and weights go through shared memory and the values are loaded eight
+// splits at a time: a loop of one load and its use waits out a load's latency per split.
 std::string last_workgroup_combines(const AttentionShape& g, const KeySplit& ks,
                                     const std::string& lanes, const std::string& cols) {
   const std::string S = ulit(ks.splits), P = ulit(partial_floats(g));
   std::string s = "  memoryBarrierBuffer();\n  barrier();\n";
-  s += "  if (lane == 0u) last_sh = atomicAdd(done[g], 1u) == " + ulit(ks.splits - 1) + ";\n";
+  s += "  if (lane == 0u) last_sh = atomicAdd(done[g], 1u) == busy - 1u;\n";
   s += "  barrier();\n  if (!last_sh) return;\n  memoryBarrierBuffer();\n";
-  s += "  uint first = g * " + S + ";\n  float mx = -mn_inf();\n";
-  s += "  for (uint p = 0u; p < " + S + "; ++p) {\n";
-  s += "    float ms = part_ld((first + p) * " + P + ");\n    mx = ms > mx ? ms : mx;\n  }\n";
-  s += "  float lsum = 0.0;\n  float comb[" + cols + "];\n";
-  s += "  for (uint t = 0u; t < " + cols + "; ++t) comb[t] = 0.0;\n";
-  s += "  for (uint p = 0u; p < " + S + "; ++p) {\n";
-  s += "    uint pbase = (first + p) * " + P + ";\n    float ms = part_ld(pbase);\n";
+  s += "  uint first = g * " + S + ";\n";
+  s += "  for (uint p = lane; p < busy; p += " + lanes + ") split_sh[p] = part_ld((first + p) * " +
+       P + ");\n  barrier();\n";
+  s += "  float mx = -mn_inf();\n";
+  s += "  for (uint p = 0u; p < busy; ++p) mx = split_sh[p] > mx ? split_sh[p] : mx;\n";
+  s += "  barrier();\n";
   // Empty or fully masked ranges (max -inf) hold l = 0 and no values: they add nothing.
-  s += "    float wgt = ms == -mn_inf() ? 0.0 : exp(ms - mx);\n";
-  s += "    lsum += part_ld(pbase + 1u) * wgt;\n";
-  s += "    for (uint t = 0u; t < " + cols + "; ++t) {\n";
-  s += "      uint e = lane + t * " + lanes + ";\n";
-  s += "      if (e < DV) comb[t] += part_ld(pbase + 2u + e) * wgt;\n    }\n  }\n";
+  s += "  for (uint p = lane; p < busy; p += " + lanes + ") {\n";
+  s += "    float ms = split_sh[p];\n";
+  s += "    split_sh[p] = ms == -mn_inf() ? 0.0 : exp(ms - mx);\n";
+  s += "    sum_sh[p] = part_ld((first + p) * " + P + " + 1u) * split_sh[p];\n  }\n  barrier();\n";
+  s += "  float lsum = 0.0;\n  for (uint p = 0u; p < busy; ++p) lsum += sum_sh[p];\n";
+  s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
+  s += "    uint e = lane + t * " + lanes + ";\n    if (e >= DV) continue;\n";
+  s += "    float o = 0.0;\n";
+  s += "    for (uint p0 = 0u; p0 < busy; p0 += 8u) {\n      float vals[8];\n";
+  s += "      for (uint x = 0u; x < 8u; ++x) {\n";
+  s += "        vals[x] = p0 + x < busy ? part_ld((first + p0 + x) * " + P + " + 2u + e) : 0.0;\n";
+  s += "      }\n";
+  s += "      for (uint x = 0u; x < 8u && p0 + x < busy; ++x) o += vals[x] * split_sh[p0 + x];\n";
+  s += "    }\n";
   // cached_attention: a query that sees no key (negative position) gets 0, as the reference's
   // sum over nothing; otherwise l >= 1 (the largest score's own term).
-  s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
-  s += "    uint e = lane + t * " + lanes + ";\n";
-  s += std::string("    if (e < DV) out_st(g * DV + e, ") +
-       (g.has_positions ? "lsum == 0.0 ? 0.0 : comb[t] / lsum" : "comb[t] / lsum") + ");\n  }\n";
+  s += std::string("    out_st(g * DV + e, ") +
+       (g.has_positions ? "lsum == 0.0 ? 0.0 : o / lsum" : "o / lsum") + ");\n  }\n";
   return s + "  if (lane == 0u) done[g] = 0u;\n";
 }
 
@@ -378,7 +386,10 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
   std::string s = declarations(ctx, g, a.has_mask, k.bindings, split);
   s += rope_declarations(ctx, g, k.bindings);
   s += "shared float p_sh[" + L + "];\nshared float red[" + L + "];\n";
-  if (split) s += "shared bool last_sh;\n";
+  if (split) {
+    s += "shared bool last_sh;\nshared float split_sh[" + ulit(ks.splits) + "], sum_sh[" +
+         ulit(ks.splits) + "];\n";
+  }
   if (q_shared) s += "shared float q_sh[" + ulit(g.d) + "];\n";
   // Workgroup sum and max (the max ignores NaN as the reference's std::max does).
   for (const auto& [name, comb] :
@@ -409,6 +420,12 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
   // This workgroup's keys: [jb, je), possibly empty.
   s += "  uint jb = part_index * " + ulit(ks.chunk) + ", je = min(visible, jb + " + ulit(ks.chunk) +
        ");\n";
+  if (split) {
+    // Workgroups past the visible keys leave at once; the busy ones (at least one, which
+    // writes the zeros of a query that sees no key) store partials and count.
+    s += "  uint busy = max((visible + " + ulit(ks.chunk - 1) + ") / " + ulit(ks.chunk) +
+         ", 1u);\n  if (part_index >= busy) return;\n";
+  }
   s += "  float m = -mn_inf(), l = 0.0;\n  float acc[" + COLS + "];\n";
   s += "  for (uint t = 0u; t < " + COLS + "; ++t) acc[t] = 0.0;\n";
   s += "  for (uint j0 = jb; j0 < je; j0 += " + L + ") {\n";
