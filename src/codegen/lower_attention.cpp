@@ -431,7 +431,14 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
   s += "  for (uint j0 = jb; j0 < je; j0 += " + L + ") {\n";
   s += "    uint j = j0 + lane;\n    float sc = -mn_inf();\n";
   s += "    if (j < je) {\n      float dot = 0.0;\n";
-  s += "      for (uint e = 0u; e < D; ++e) dot += " + q_at + " * k_ld(kb + j * D + e);\n";
+  // Eight key elements loaded before their products: a loop of one load and one product waits
+  // out the memory latency once per element (the keys of a long cache are not in cache).
+  s += "      uint e8 = 0u;\n";
+  s += "      for (; e8 + 8u <= D; e8 += 8u) {\n        float kv[8];\n";
+  s += "        for (uint x = 0u; x < 8u; ++x) kv[x] = k_ld(kb + j * D + e8 + x);\n";
+  s += "        for (uint x = 0u; x < 8u; ++x) {\n          uint e = e8 + x;\n";
+  s += "          dot += " + q_at + " * kv[x];\n        }\n      }\n";
+  s += "      for (uint e = e8; e < D; ++e) dot += " + q_at + " * k_ld(kb + j * D + e);\n";
   s += "      sc = " + score_expr(ctx, g, a, "j") + ";\n    }\n";
   s += "    float bm = wg_max(sc);\n    float mn = bm > m ? bm : m;\n";
   s += "    float p = sc == -mn_inf() ? 0.0 : exp(sc - mn);\n";
