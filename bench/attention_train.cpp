@@ -125,6 +125,7 @@ mn::LmConfig smollm2_135m_config() {
   c.num_hidden_layers = 30;
   c.num_attention_heads = 9;
   c.num_key_value_heads = 3;
+  c.head_dim = 64;
   c.rms_norm_eps = 1e-5;
   c.rope_theta = 100000.0;
   c.tie_word_embeddings = true;

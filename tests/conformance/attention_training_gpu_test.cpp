@@ -4,6 +4,7 @@
 // 64 keys, and for other sizes with an additive mask and Lq != Lk.
 #include <gtest/gtest.h>
 
+#include <ostream>
 #include <string>
 
 #include <meganeura/autodiff.h>
@@ -21,6 +22,7 @@ struct Case {
   int64_t batch, hq, hkv, lq, lk, d, dv;
   bool causal, mask;
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.label; }
 
 class AttentionTrainingGpu : public ::testing::TestWithParam<Case> {};
 
