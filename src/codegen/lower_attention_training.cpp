@@ -40,16 +40,21 @@ struct TrainingShape {
   TrainingShape(const LowerContext& ctx, Form f) : form(f), attrs(ctx.node.attrs.as<AttentionAttrs>()) {
     const std::span<const TensorType> in = ctx.inputs;
     size_t rank = 3;
-    for (int i = 0; i < 3; ++i) rank = std::max(rank, in[i].shape.size());
+    // q, k and (but for lse) v or dout: operands 0, 1, 2, all of rank R or [L, *].
+    for (size_t i = 0; i < std::min<size_t>(3, in.size()); ++i) {
+      if (f != Form::lse || i < 2) rank = std::max(rank, in[i].shape.size());
+    }
     const auto padded = [rank](const Shape& s) {
       Shape p(rank - s.size(), 1);
       p.insert(p.end(), s.begin(), s.end());
       return p;
     };
-    const Shape q = padded(in[0].shape), k = padded(in[1].shape), v = padded(in[2].shape);
+    const Shape q = padded(in[0].shape), k = padded(in[1].shape);
     const size_t R = rank;
     hq = q[R - 3], lq = q[R - 2], d = q[R - 1];
-    hkv = k[R - 3], lk = k[R - 2], dv = v[R - 1];
+    hkv = k[R - 3], lk = k[R - 2];
+    // Dv from operand 2: v (grad_q, grad_k) or dout (grad_v, which takes no v); lse needs none.
+    dv = f == Form::lse ? d : static_cast<uint64_t>(in[2].shape.back());
     batch = Shape(q.begin(), q.end() - 3);
     if (attrs.has_mask) {
       Shape scores = batch;
@@ -74,13 +79,15 @@ struct TrainingShape {
 // Bindings, sizes and helpers: the operands in their order (the mask last) and the output.
 std::string declarations(const LowerContext& ctx, const TrainingShape& g,
                          std::vector<KernelBinding>& bindings) {
-  static const char* const lse_names[] = {"q", "k", "v"};
-  static const char* const grad_names[] = {"q", "k", "v", "dout", "lse", "delta"};
-  const bool lse = g.form == Form::lse;
-  const size_t named = lse ? 3 : 6;
+  // The op's operands (src/ir/ops/attention_training.cpp), the mask after them.
+  static const std::vector<const char*> lse_names{"q", "k"}, grad_v_names{"q", "k", "dout", "lse"},
+      grad_names{"q", "k", "v", "dout", "lse", "delta"};
+  const std::vector<const char*>& names = g.form == Form::lse      ? lse_names
+                                          : g.form == Form::grad_v ? grad_v_names
+                                                                   : grad_names;
   std::string s = glsl::header();
   for (size_t i = 0; i < ctx.inputs.size(); ++i) {
-    const char* name = i < named ? (lse ? lse_names[i] : grad_names[i]) : "mask";
+    const char* name = i < names.size() ? names[i] : "mask";
     s += glsl::buffer(static_cast<uint32_t>(i), ctx.inputs[i].dtype, name, true);
     bindings.push_back({ArgRef::input(static_cast<int>(i)), false});
   }

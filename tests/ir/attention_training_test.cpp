@@ -65,19 +65,24 @@ TEST(AttentionTrainingOps, BadOperandsAreRefused) {
   Tensor rows = g.input("rows", {2, 4, 5}), short_rows = g.input("short", {2, 4, 4});
   Tensor k1 = g.input("k1", {1, 2, 6, 8}), v1 = g.input("v1", {1, 2, 6, 3});
   const AttentionAttrs causal{true, 0.0, false};
-  EXPECT_EQ(g.apply("attention_lse", causal, {q, k, v}).shape(), (Shape{2, 4, 5}));
-  EXPECT_EQ(g.apply("attention_grad_v", causal, {q, k, v, dout, rows, rows}).shape(),
-            (Shape{2, 2, 6, 3}));
+  EXPECT_EQ(g.apply("attention_lse", causal, {q, k}).shape(), (Shape{2, 4, 5}));
+  EXPECT_EQ(g.apply("attention_grad_v", causal, {q, k, dout, rows}).shape(), (Shape{2, 2, 6, 3}));
+  EXPECT_EQ(g.apply("attention_grad_k", causal, {q, k, v, dout, rows, rows}).shape(),
+            (Shape{2, 2, 6, 8}));
   expect_refused([&] { g.apply("attention_grad_q", causal, {q, k, v, dout, rows}); },
                  "operands q, k, v, dout, lse, delta");
   expect_refused([&] { g.apply("attention_grad_k", causal, {q, k, v, dout, short_rows, rows}); },
                  "lse and delta of shape [2, 4, 5]");
   expect_refused([&] { g.apply("attention_grad_k", causal, {q, k, v, q, rows, rows}); },
                  "dout of the output's shape");
-  expect_refused([&] { g.apply("attention_lse", causal, {q, k1, v1}); },
+  expect_refused([&] { g.apply("attention_grad_q", causal, {q, k1, v1, dout, rows, rows}); },
                  "q, k, v with the same leading (batch) axes");
-  expect_refused([&] { g.apply("attention_lse", AttentionAttrs{false, 0.0, true}, {q, k, v}); },
-                 "operands q, k, v, mask");
+  expect_refused([&] { g.apply("attention_lse", causal, {q, k1}); },
+                 "q, k, v with the same leading (batch) axes");
+  expect_refused([&] { g.apply("attention_lse", AttentionAttrs{false, 0.0, true}, {q, k}); },
+                 "operands q, k, mask");
+  expect_refused([&] { g.apply("attention_grad_v", causal, {q, k, dout, short_rows}); },
+                 "lse of shape [2, 4, 5]");
 }
 
 }  // namespace

@@ -7,9 +7,10 @@
 //   dV_j = sum_i P_ij dO_i                      dS_ij = P_ij (dO_i . v_j - D_i)
 //   dQ_i = scale sum_j dS_ij k_j                dK_j  = scale sum_i dS_ij q_i
 //
-// with the sums over i running over every query head of k and v's group. Operands:
-// attention_lse(q, k, v[, mask]); attention_grad_*(q, k, v, dout, lse, delta[, mask]), all with
-// scaled_dot_product_attention's attributes. q, k, v must share their leading axes (a
+// with the sums over i running over every query head of k and v's group. Each op takes only the
+// operands its formulas read (the e-graph recognizes a decomposition by them): attention_lse(q,
+// k[, mask]), attention_grad_v(q, k, dout, lse[, mask]), attention_grad_q and attention_grad_k(q,
+// k, v, dout, lse, delta[, mask]), all with scaled_dot_product_attention's attributes. q, k, v must share their leading axes (a
 // broadcast operand's gradient sums over its copies; the graph-op form handles that case).
 //
 // Their decompositions are the same formulas in graph ops (the e-graph holds both forms and the
@@ -30,45 +31,72 @@ namespace mn {
 namespace ops {
 namespace {
 
-constexpr std::string_view kLse = "attention_lse";
-enum class Wrt { q, k, v };
-constexpr std::string_view grad_op_name(Wrt w) {
-  return w == Wrt::q ? "attention_grad_q" : w == Wrt::k ? "attention_grad_k" : "attention_grad_v";
+enum class Form { lse, grad_q, grad_k, grad_v };
+constexpr std::string_view op_name(Form f) {
+  return f == Form::lse      ? "attention_lse"
+         : f == Form::grad_q ? "attention_grad_q"
+         : f == Form::grad_k ? "attention_grad_k"
+                             : "attention_grad_v";
 }
 
-// Operands after q, k, v and before the mask.
-constexpr size_t kLseExtra = 0, kGradExtra = 3;  // dout, lse, delta
+// Where each operand of a form sits (-1: not an operand), q and k being 0 and 1; the mask,
+// when there is one, comes after `count`.
+struct Operands {
+  int v = -1, dout = -1, lse = -1, delta = -1;
+  size_t count = 2;
+  const char* names = "q, k";
+};
+Operands operands_of(Form f) {
+  if (f == Form::lse) return {};
+  if (f == Form::grad_v) return {-1, 2, 3, -1, 4, "q, k, dout, lse"};
+  return {2, 3, 4, 5, 6, "q, k, v, dout, lse, delta"};
+}
 
 Shape leading(const Shape& s) { return Shape(s.begin(), s.end() - 3); }
 
-AttentionGeometry training_geometry(std::string_view op, std::span<const TensorType> in,
-                                    const AttentionAttrs& a, size_t extra) {
-  const size_t expected = 3 + extra + (a.has_mask ? 1 : 0);
-  if (in.size() != expected) {
-    std::string names = extra ? "q, k, v, dout, lse, delta" : "q, k, v";
-    shape_fail(op, in, "operands " + names + (a.has_mask ? ", mask" : ""));
+// v's type where v is no operand: k's with dout's last axis (grad_v), or k's (lse, where the
+// values' width plays no part).
+TensorType v_type(std::span<const TensorType> in, const Operands& o) {
+  if (o.v >= 0) return in[static_cast<size_t>(o.v)];
+  TensorType v = in[1];
+  if (o.dout >= 0 && !v.shape.empty() && in[static_cast<size_t>(o.dout)].rank() >= 1) {
+    v.shape.back() = in[static_cast<size_t>(o.dout)].shape.back();
+  }
+  return v;
+}
+
+AttentionGeometry training_geometry(Form form, std::span<const TensorType> in,
+                                    const AttentionAttrs& a) {
+  const std::string_view op = op_name(form);
+  const Operands o = operands_of(form);
+  if (in.size() != o.count + (a.has_mask ? 1 : 0)) {
+    shape_fail(op, in, std::string("operands ") + o.names + (a.has_mask ? ", mask" : ""));
   }
   require_same_float(op, in);
-  std::vector<TensorType> qkv(in.begin(), in.begin() + 3);
+  std::vector<TensorType> qkv{in[0], in[1], v_type(in, o)};
   if (a.has_mask) qkv.push_back(in.back());
   const AttentionGeometry g = attention_geometry(qkv, a, op);
   if (!attention_training_applies(g)) {
     shape_fail(op, in, "q, k, v with the same leading (batch) axes");
   }
-  if (extra) {
-    if (in[3].shape != g.out) shape_fail(op, in, "dout of the output's shape " + shape_str(g.out));
-    const Shape rows = g.rows();
-    if (in[4].shape != rows || in[5].shape != rows) {
-      shape_fail(op, in, "lse and delta of shape " + shape_str(rows) + " (one per query row)");
+  if (o.dout >= 0 && in[static_cast<size_t>(o.dout)].shape != g.out) {
+    shape_fail(op, in, "dout of the output's shape " + shape_str(g.out));
+  }
+  const Shape rows = g.rows();
+  for (int i : {o.lse, o.delta}) {
+    if (i >= 0 && in[static_cast<size_t>(i)].shape != rows) {
+      shape_fail(op, in,
+                 std::string(o.delta >= 0 ? "lse and delta" : "lse") + " of shape " +
+                     shape_str(rows) + " (one per query row)");
     }
   }
   return g;
 }
 
-AttentionGeometry geometry_of_node(const Node& n, std::span<const Array* const> in, size_t extra) {
+AttentionGeometry geometry_of_node(const Node& n, std::span<const Array* const> in, Form form) {
   std::vector<TensorType> types;
   for (const Array* x : in) types.push_back(x->type());
-  return training_geometry(n.op_name(), types, n.attrs.as<AttentionAttrs>(), extra);
+  return training_geometry(form, types, n.attrs.as<AttentionAttrs>());
 }
 
 // Visits every score a query sees, head by head: f(bh, hk, i, j, s) with bh the flat (batch,
@@ -114,8 +142,8 @@ double node_scale(const Node& n) {
 
 Array eval_lse(const Node& n, std::span<const Array* const> in) {
   const auto& a = n.attrs.as<AttentionAttrs>();
-  const AttentionGeometry g = geometry_of_node(n, in, kLseExtra);
-  const double* mask = a.has_mask ? in[3]->data.data() : nullptr;
+  const AttentionGeometry g = geometry_of_node(n, in, Form::lse);
+  const double* mask = a.has_mask ? in.back()->data.data() : nullptr;
   const int64_t rows = numel(g.rows());
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<double> m(static_cast<size_t>(rows), -inf), total(static_cast<size_t>(rows), 0.0);
@@ -138,16 +166,20 @@ Array eval_lse(const Node& n, std::span<const Array* const> in) {
   return out;
 }
 
-Array eval_grad(const Node& n, std::span<const Array* const> in, Wrt wrt) {
+Array eval_grad(const Node& n, std::span<const Array* const> in, Form form) {
   const auto& a = n.attrs.as<AttentionAttrs>();
-  const AttentionGeometry g = geometry_of_node(n, in, kGradExtra);
+  const AttentionGeometry g = geometry_of_node(n, in, form);
+  const Operands o = operands_of(form);
+  const auto operand = [&](int i) {
+    return i >= 0 ? in[static_cast<size_t>(i)]->data.data() : nullptr;
+  };
   const double* q = in[0]->data.data();
   const double* k = in[1]->data.data();
-  const double* v = in[2]->data.data();
-  const double* dout = in[3]->data.data();
-  const double* lse = in[4]->data.data();
-  const double* delta = in[5]->data.data();
-  const double* mask = a.has_mask ? in[6]->data.data() : nullptr;
+  const double* v = operand(o.v);
+  const double* dout = operand(o.dout);
+  const double* lse = operand(o.lse);
+  const double* delta = operand(o.delta);
+  const double* mask = a.has_mask ? in.back()->data.data() : nullptr;
   Array out(n.type.shape, n.type.dtype);
   double* grad = out.data.data();
   const double inf = std::numeric_limits<double>::infinity();
@@ -157,20 +189,20 @@ Array eval_grad(const Node& n, std::span<const Array* const> in, Wrt wrt) {
                    const int64_t row = bh * g.lq + i, key = hk * g.lk + j;
                    const double p = std::exp(s - lse[row]);
                    const double* doi = dout + row * g.dv;
-                   if (wrt == Wrt::v) {
+                   if (form == Form::grad_v) {
                      for (int64_t e = 0; e < g.dv; ++e) grad[key * g.dv + e] += p * doi[e];
                      return;
                    }
                    double dp = 0.0;
                    for (int64_t e = 0; e < g.dv; ++e) dp += doi[e] * v[key * g.dv + e];
                    const double ds = p * (dp - delta[row]);
-                   if (wrt == Wrt::q) {
+                   if (form == Form::grad_q) {
                      for (int64_t e = 0; e < g.d; ++e) grad[row * g.d + e] += ds * k[key * g.d + e];
                    } else {
                      for (int64_t e = 0; e < g.d; ++e) grad[key * g.d + e] += ds * q[row * g.d + e];
                    }
                  });
-  if (wrt != Wrt::v) {
+  if (form != Form::grad_v) {
     const double scale = node_scale(n);
     for (double& x : out.data) x = attention_scaled(x, scale, g.d);
   }
@@ -179,16 +211,19 @@ Array eval_grad(const Node& n, std::span<const Array* const> in, Wrt wrt) {
 
 // ---- graph-op forms ----
 
-std::vector<Tensor> qkv_mask_of(std::span<const Tensor> in, const AttentionAttrs& a) {
-  std::vector<Tensor> r(in.begin(), in.begin() + 3);
+// q, k, v[, mask] for the grouped layout; k stands in for v where v is no operand (only q's
+// and k's grouped forms are used then).
+std::vector<Tensor> qkv_mask_of(std::span<const Tensor> in, const AttentionAttrs& a, Form form) {
+  const int v = operands_of(form).v;
+  std::vector<Tensor> r{in[0], in[1], in[v >= 0 ? static_cast<size_t>(v) : 1]};
   if (a.has_mask) r.push_back(in.back());
   return r;
 }
-AttentionGeometry geometry_of_tensors(std::string_view op, std::span<const Tensor> in,
-                                      const AttentionAttrs& a, size_t extra) {
+AttentionGeometry geometry_of_tensors(Form form, std::span<const Tensor> in,
+                                      const AttentionAttrs& a) {
   std::vector<TensorType> types;
   for (const Tensor& t : in) types.push_back(t.type());
-  return training_geometry(op, types, a, extra);
+  return training_geometry(form, types, a);
 }
 // A per-row tensor [..rows] in the grouped layout, [..., Hkv, G, Lq, 1].
 Tensor grouped_rows(const AttentionGeometry& g, Tensor x) {
@@ -199,33 +234,43 @@ Tensor grouped_rows(const AttentionGeometry& g, Tensor x) {
 
 Tensor lse_decompose(const Node& n, std::span<const Tensor> in) {
   const auto& a = n.attrs.as<AttentionAttrs>();
-  const AttentionGeometry g = geometry_of_tensors(kLse, in, a, kLseExtra);
-  const std::vector<Tensor> qkv = qkv_mask_of(in, a);
+  const AttentionGeometry g = geometry_of_tensors(Form::lse, in, a);
+  const std::vector<Tensor> qkv = qkv_mask_of(in, a, Form::lse);
   Tensor s = attention_scores(g, attention_grouped(g, qkv, a.has_mask), a);
   Tensor m = max(s, {-1}, true);
   return reshape(log(sum(exp(s - m), {-1}, true)) + m, g.rows());
 }
 
-Tensor grad_decompose(const Node& n, std::span<const Tensor> in, Wrt wrt) {
+Tensor grad_decompose(const Node& n, std::span<const Tensor> in, Form form) {
   const auto& a = n.attrs.as<AttentionAttrs>();
-  const AttentionGeometry g = geometry_of_tensors(grad_op_name(wrt), in, a, kGradExtra);
-  const std::vector<Tensor> qkv = qkv_mask_of(in, a);
-  const AttentionGrouped t = attention_grouped(g, qkv, a.has_mask);
+  const AttentionGeometry g = geometry_of_tensors(form, in, a);
+  const Operands o = operands_of(form);
+  // Where v is no operand, k stands in for it in the grouped layout (its grouped form unused).
+  AttentionGeometry layout = g;
+  if (o.v < 0) layout.v = g.k, layout.dv = g.d;
+  const AttentionGrouped t = attention_grouped(layout, qkv_mask_of(in, a, form), a.has_mask);
   // Masked scores are -inf and so is their exp(s - lse): p = 0 there.
-  Tensor p = exp(attention_scores(g, t, a) - grouped_rows(g, in[4]));
-  Tensor d_o = reshape(in[3], t.out);
-  Tensor grouped_grad, grouped_operand;
-  if (wrt == Wrt::v) {
+  Tensor p = exp(attention_scores(g, t, a) - grouped_rows(g, in[static_cast<size_t>(o.lse)]));
+  Shape grouped_out = g.batch;
+  grouped_out.insert(grouped_out.end(), {g.hkv, g.group(), g.lq, g.dv});
+  Tensor d_o = reshape(in[static_cast<size_t>(o.dout)], grouped_out);
+  Tensor grouped_grad;
+  Shape grouped_shape, shape;  // the gradient grouped ([..., Hkv, G or 1, L, *]) and not
+  if (form == Form::grad_v) {
     grouped_grad = matmul(p, d_o, true, false);
-    grouped_operand = t.v;
+    grouped_shape = t.k.shape();
+    grouped_shape.back() = g.dv;
+    shape = in[1].shape();
+    shape.back() = g.dv;
   } else {
-    Tensor ds = p * (matmul(d_o, t.v, false, true) - grouped_rows(g, in[5]));
+    Tensor delta = grouped_rows(g, in[static_cast<size_t>(o.delta)]);
+    Tensor ds = p * (matmul(d_o, t.v, false, true) - delta);
     Tensor dss = attention_scaled(ds, a.scale, g.d);
-    grouped_grad = wrt == Wrt::q ? matmul(dss, t.k) : matmul(dss, t.q, true, false);
-    grouped_operand = wrt == Wrt::q ? t.q : t.k;
+    const bool dq = form == Form::grad_q;
+    grouped_grad = dq ? matmul(dss, t.k) : matmul(dss, t.q, true, false);
+    grouped_shape = dq ? t.q.shape() : t.k.shape();
+    shape = in[dq ? 0 : 1].shape();
   }
-  const Shape grouped_shape = grouped_operand.shape();
-  const Shape shape = in[static_cast<size_t>(wrt)].shape();
   return reshape(sum_to(grouped_grad, grouped_shape), shape);
 }
 
@@ -243,7 +288,7 @@ std::vector<Tensor> vjp_by_decomposition(const Node& n, std::span<const Tensor> 
 
 // scaled_dot_product_attention's samples whose q, k, v share their leading axes, with the
 // operands the gradient ops add (lse kept near the scores' size so exp(s - lse) stays moderate).
-std::vector<OpSample> training_samples(bool grad) {
+std::vector<OpSample> training_samples(Form form) {
   struct Case {
     const char* label;
     std::vector<Shape> shapes;  // q, k, v[, mask]
@@ -270,38 +315,40 @@ std::vector<OpSample> training_samples(bool grad) {
       o.ranges.push_back({lo, hi});
       o.no_grad.push_back(false);
     };
-    for (int i = 0; i < 3; ++i) add(c.shapes[static_cast<size_t>(i)], -1.0, 1.0);
-    if (grad) {
-      std::vector<TensorType> qkv;
-      for (const Shape& s : c.shapes) qkv.push_back({s, DType::f32});
-      const AttentionGeometry g = attention_geometry(qkv, attrs, "sample");
-      add(g.out, -1.0, 1.0);
-      add(g.rows(), 1.0, 2.0);
-      add(g.rows(), -0.5, 0.5);
-    }
+    std::vector<TensorType> qkv;
+    for (const Shape& s : c.shapes) qkv.push_back({s, DType::f32});
+    const AttentionGeometry g = attention_geometry(qkv, attrs, "sample");
+    const Operands ops = operands_of(form);
+    add(c.shapes[0], -1.0, 1.0);
+    add(c.shapes[1], -1.0, 1.0);
+    if (ops.v >= 0) add(c.shapes[2], -1.0, 1.0);
+    if (ops.dout >= 0) add(g.out, -1.0, 1.0);
+    if (ops.lse >= 0) add(g.rows(), 1.0, 2.0);
+    if (ops.delta >= 0) add(g.rows(), -0.5, 0.5);
     if (has_mask) add(c.shapes[3], -1.0, 1.0);
     out.push_back(std::move(o));
   }
   return out;
 }
 
-OpDef grad_def(Wrt wrt) {
+OpDef grad_def(Form form) {
   return OpDef{
-      .name = std::string(grad_op_name(wrt)),
+      .name = std::string(op_name(form)),
       .arity = -1,
       .archetype = Archetype::attention,
       .infer =
-          [wrt](const Attrs& attrs, std::span<const TensorType> in) {
-            training_geometry(grad_op_name(wrt), in, attrs.as<AttentionAttrs>(), kGradExtra);
-            return in[static_cast<size_t>(wrt)];
+          [form](const Attrs& attrs, std::span<const TensorType> in) {
+            const Operands o = operands_of(form);
+            training_geometry(form, in, attrs.as<AttentionAttrs>());
+            return form == Form::grad_q ? in[0] : form == Form::grad_k ? in[1] : v_type(in, o);
           },
-      .eval = [wrt](const Node& n,
-                    std::span<const Array* const> in) { return eval_grad(n, in, wrt); },
+      .eval = [form](const Node& n,
+                     std::span<const Array* const> in) { return eval_grad(n, in, form); },
       .vjp = [](const Node& n, std::span<const Tensor> in, Tensor,
                 Tensor g) { return vjp_by_decomposition(n, in, g); },
-      .decompose = [wrt](const Node& n,
-                         std::span<const Tensor> in) { return grad_decompose(n, in, wrt); },
-      .samples = [] { return training_samples(true); },
+      .decompose = [form](const Node& n,
+                          std::span<const Tensor> in) { return grad_decompose(n, in, form); },
+      .samples = [form] { return training_samples(form); },
       .summary = "gradient of scaled_dot_product_attention's operand from dout, lse and "
                  "delta = rowsum(dout * out), without the probability matrix",
       .internal = true,
@@ -317,18 +364,18 @@ bool attention_training_applies(const AttentionGeometry& g) {
 std::vector<Tensor> attention_training_vjp(const AttentionAttrs& a, std::span<const Tensor> in,
                                            Tensor out, Tensor dout) {
   Graph& graph = out.graph();
-  const std::vector<Tensor> qkv(in.begin(), in.begin() + 3);
-  std::vector<Tensor> lse_operands = qkv;
-  if (a.has_mask) lse_operands.push_back(in[3]);
-  Tensor lse = graph.apply(kLse, a, lse_operands);
+  const Tensor q = in[0], k = in[1], v = in[2];
+  const auto with_mask = [&](std::vector<Tensor> operands) {
+    if (a.has_mask) operands.push_back(in[3]);
+    return operands;
+  };
+  Tensor lse = graph.apply(op_name(Form::lse), a, with_mask({q, k}));
   Tensor delta = sum(dout * out, {-1});
-  std::vector<Tensor> operands = qkv;
-  operands.insert(operands.end(), {dout, lse, delta});
-  if (a.has_mask) operands.push_back(in[3]);
   std::vector<Tensor> grads(in.size());
-  for (Wrt w : {Wrt::q, Wrt::k, Wrt::v}) {
-    grads[static_cast<size_t>(w)] = graph.apply(grad_op_name(w), a, operands);
-  }
+  const std::vector<Tensor> qk_operands = with_mask({q, k, v, dout, lse, delta});
+  grads[0] = graph.apply(op_name(Form::grad_q), a, qk_operands);
+  grads[1] = graph.apply(op_name(Form::grad_k), a, qk_operands);
+  grads[2] = graph.apply(op_name(Form::grad_v), a, with_mask({q, k, dout, lse}));
   if (a.has_mask) grads[3] = attention_mask_grad(a, in, out, dout);
   return grads;
 }
@@ -338,24 +385,24 @@ std::vector<Tensor> attention_training_vjp(const AttentionAttrs& a, std::span<co
 void register_attention_training_ops(OpRegistry& r) {
   using namespace ops;
   r.add(OpDef{
-      .name = std::string(kLse),
+      .name = std::string(op_name(Form::lse)),
       .arity = -1,
       .archetype = Archetype::attention,
       .infer =
           [](const Attrs& attrs, std::span<const TensorType> in) {
             const AttentionGeometry g =
-                training_geometry(kLse, in, attrs.as<AttentionAttrs>(), kLseExtra);
+                training_geometry(Form::lse, in, attrs.as<AttentionAttrs>());
             return TensorType{g.rows(), in[0].dtype};
           },
       .eval = eval_lse,
       .vjp = [](const Node& n, std::span<const Tensor> in, Tensor,
                 Tensor g) { return vjp_by_decomposition(n, in, g); },
       .decompose = lse_decompose,
-      .samples = [] { return training_samples(false); },
+      .samples = [] { return training_samples(Form::lse); },
       .summary = "log-sum-exp of each query row's attention scores (saved for the backward pass)",
       .internal = true,
   });
-  for (Wrt w : {Wrt::q, Wrt::k, Wrt::v}) r.add(grad_def(w));
+  for (Form f : {Form::grad_q, Form::grad_k, Form::grad_v}) r.add(grad_def(f));
 }
 
 }  // namespace mn
