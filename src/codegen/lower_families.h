@@ -11,6 +11,7 @@ void register_nn_lowerings(LoweringRegistry& r);         // lower_nn.cpp
 void register_conv_lowerings(LoweringRegistry& r);       // lower_conv.cpp
 void register_pool_lowerings(LoweringRegistry& r);       // lower_pool.cpp
 void register_attention_lowerings(LoweringRegistry& r);  // lower_attention.cpp
+void register_attention_training_lowerings(LoweringRegistry& r);  // lower_attention_training.cpp
 void register_loss_lowerings(LoweringRegistry& r);       // lower_loss.cpp
 void register_cache_lowerings(LoweringRegistry& r);      // lower_cache.cpp
 void register_sampling_lowerings(LoweringRegistry& r);   // lower_sampling.cpp

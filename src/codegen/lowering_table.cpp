@@ -27,6 +27,7 @@ const std::map<std::string, LowerFn, std::less<>>& table() {
     register_conv_lowerings(r);
     register_pool_lowerings(r);
     register_attention_lowerings(r);
+    register_attention_training_lowerings(r);
     register_loss_lowerings(r);
     register_cache_lowerings(r);
     register_sampling_lowerings(r);

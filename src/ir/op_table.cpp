@@ -63,6 +63,7 @@ const Table& table() {
     register_conv_ops(t.registry);
     register_pool_ops(t.registry);
     register_attention_ops(t.registry);
+    register_attention_training_ops(t.registry);
     register_attention_position_ops(t.registry);
     register_sampling_ops(t.registry);
     register_loss_ops(t.registry);

@@ -87,11 +87,18 @@ NodeEstimate CostModel::estimate(const OpDef& op, const Attrs& attrs,
       break;
     }
     case Archetype::attention: {
-      // q [..., Lq, D], k [..., Lk, D]: QKᵀ and PV, 2·2·|q|·Lk.
+      // q [..., Lq, D], k [..., Lk, D]: QKᵀ and PV, 2·2·|q|·Lk. The training ops recompute
+      // QKᵀ: the log-sum-exp nothing more, dV adds PᵀdO, dQ and dK add dO Vᵀ and one product
+      // with dS.
       double lk = inputs.size() >= 2 && inputs[1].rank() >= 2
                       ? static_cast<double>(inputs[1].shape[inputs[1].shape.size() - 2])
                       : 1;
-      e.flops = 4 * (inputs.empty() ? 0 : static_cast<double>(inputs[0].numel())) * lk;
+      const double products = op.name == "attention_lse"      ? 1
+                              : op.name == "attention_grad_v" ? 2
+                              : op.name == "attention_grad_q" || op.name == "attention_grad_k"
+                                  ? 3
+                                  : 2;
+      e.flops = 2 * products * (inputs.empty() ? 0 : static_cast<double>(inputs[0].numel())) * lk;
       e.dispatches = 1;
       break;
     }

@@ -1,4 +1,5 @@
-// scaled_dot_product_attention and rotary embeddings (rope).
+// scaled_dot_product_attention and rotary embeddings (rope). The training forms of attention
+// (log-sum-exp and gradient ops) are in attention_training.cpp.
 //
 // The graph-op forms (decomposition and vjp) view grouped-query heads as two axes: q becomes
 // [..., Hkv, G, Lq, D] and k, v become [..., Hkv, 1, Lk, *], so one broadcasting matmul serves
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 
 #include "ir/op_def.h"
@@ -18,45 +20,34 @@
 namespace mn {
 
 namespace ops {
-namespace {
 
 constexpr std::string_view kSdpa = "scaled_dot_product_attention";
 
-Shape pad_to(const Shape& s, int rank) {
+Shape attention_pad_to(const Shape& s, int rank) {
   Shape p(static_cast<size_t>(rank) - s.size(), 1);
   p.insert(p.end(), s.begin(), s.end());
   return p;
 }
+namespace {
 Shape concat_shape(Shape a, std::initializer_list<int64_t> b) {
   a.insert(a.end(), b);
   return a;
 }
 Shape leading(const Shape& s, size_t drop) { return Shape(s.begin(), s.end() - drop); }
+Shape pad_to(const Shape& s, int rank) { return attention_pad_to(s, rank); }
+}  // namespace
 
 // The default scale divides by sqrt(D) rather than multiplying by a rounded 1/sqrt(D): D is exact
 // in every float dtype, so the graph forms evaluate exactly like the reference.
-double scaled(double s, double scale, int64_t d) {
+double attention_scaled(double s, double scale, int64_t d) {
   return scale > 0.0 ? s * scale : s / std::sqrt(static_cast<double>(d));
 }
-Tensor scaled(Tensor s, double scale, int64_t d) {
+Tensor attention_scaled(Tensor s, double scale, int64_t d) {
   return scale > 0.0 ? s * scale : s / sqrt(scalar_like(s, static_cast<double>(d)));
 }
 
-// Operand shapes padded to a common rank R >= 3 (a head axis of 1 for rank-2 operands), and the
-// sizes every form of the op needs.
-struct Geometry {
-  int rank = 3;
-  bool heads = true;  // false: q, k, v were all [L, D]; the output is [Lq, Dv]
-  Shape q, k, v, mask;
-  Shape batch;  // broadcast leading axes, R - 3 of them
-  int64_t hq = 1, hkv = 1, lq = 1, lk = 1, d = 1, dv = 1;
-  Shape out;
-  Shape scores;  // batch + [Hq, Lq, Lk], rank R
-  int64_t group() const { return hq / hkv; }
-};
-
-Geometry geometry(std::span<const TensorType> in, const AttentionAttrs& a,
-                  std::string_view op = kSdpa) {
+AttentionGeometry attention_geometry(std::span<const TensorType> in, const AttentionAttrs& a,
+                                     std::string_view op) {
   const size_t expected = a.has_mask ? 4 : 3;
   if (in.size() != expected) {
     shape_fail(op, in, a.has_mask ? "operands q, k, v, mask" : "operands q, k, v");
@@ -68,7 +59,7 @@ Geometry geometry(std::span<const TensorType> in, const AttentionAttrs& a,
     if (in[i].rank() < 2) shape_fail(op, in, "q, k, v of shape [..., H, L, D] or [L, D]");
     r = std::max(r, in[i].rank());
   }
-  Geometry g;
+  AttentionGeometry g;
   g.heads = r >= 3;
   g.rank = std::max(r, 3);
   const int R = g.rank;
@@ -109,6 +100,57 @@ Geometry geometry(std::span<const TensorType> in, const AttentionAttrs& a,
   }
   return g;
 }
+
+AttentionGrouped attention_grouped(const AttentionGeometry& g, std::span<const Tensor> in,
+                                   bool has_mask) {
+  const int64_t G = g.group();
+  AttentionGrouped r;
+  r.q = reshape(in[0], concat_shape(leading(g.q, 3), {g.hkv, G, g.lq, g.d}));
+  r.k = reshape(in[1], concat_shape(leading(g.k, 3), {g.hkv, 1, g.lk, g.d}));
+  r.v = reshape(in[2], concat_shape(leading(g.v, 3), {g.hkv, 1, g.lk, g.dv}));
+  if (has_mask) {
+    const int R = g.rank;
+    const bool per_head = g.mask[R - 3] != 1;
+    Shape s = leading(g.mask, 3);
+    s.insert(s.end(), {per_head ? g.hkv : 1, per_head ? G : 1, g.mask[R - 2], g.mask[R - 1]});
+    r.mask = reshape(in[3], s);
+  }
+  r.out = concat_shape(g.batch, {g.hkv, G, g.lq, g.dv});
+  return r;
+}
+
+Tensor attention_scores(const AttentionGeometry& g, const AttentionGrouped& t,
+                        const AttentionAttrs& a) {
+  Tensor s = attention_scaled(matmul(t.q, t.k, false, true), a.scale, g.d);
+  if (a.has_mask) s = s + t.mask;
+  if (a.causal) {
+    Array keep({g.lq, g.lk}, t.q.dtype());
+    for (int64_t i = 0; i < g.lq; ++i) {
+      for (int64_t j = 0; j <= std::min(i, g.lk - 1); ++j) keep.data[i * g.lk + j] = 1.0;
+    }
+    Graph& graph = t.q.graph();
+    s = where(graph.constant(std::move(keep)), s,
+              graph.scalar(-std::numeric_limits<double>::infinity(), s.dtype()));
+  }
+  return s;
+}
+
+namespace {
+
+using Geometry = AttentionGeometry;
+using Grouped = AttentionGrouped;
+Geometry geometry(std::span<const TensorType> in, const AttentionAttrs& a,
+                  std::string_view op = kSdpa) {
+  return attention_geometry(in, a, op);
+}
+Grouped grouped(const Geometry& g, std::span<const Tensor> in, bool has_mask) {
+  return attention_grouped(g, in, has_mask);
+}
+Tensor scores(const Geometry& g, const Grouped& t, const AttentionAttrs& a) {
+  return attention_scores(g, t, a);
+}
+double scaled(double s, double scale, int64_t d) { return attention_scaled(s, scale, d); }
+Tensor scaled(Tensor s, double scale, int64_t d) { return attention_scaled(s, scale, d); }
 
 Geometry geometry_of(std::span<const Tensor> in, const AttentionAttrs& a) {
   std::vector<TensorType> types;
@@ -176,43 +218,6 @@ Array eval_sdpa(const Node& n, std::span<const Array* const> in) {
   return out;
 }
 
-// The operands in the grouped layout, and the attention scores built from them.
-struct Grouped {
-  Tensor q, k, v, mask;
-  Shape out;  // batch + [Hkv, G, Lq, Dv]
-};
-Grouped grouped(const Geometry& g, std::span<const Tensor> in, bool has_mask) {
-  const int64_t G = g.group();
-  Grouped r;
-  r.q = reshape(in[0], concat_shape(leading(g.q, 3), {g.hkv, G, g.lq, g.d}));
-  r.k = reshape(in[1], concat_shape(leading(g.k, 3), {g.hkv, 1, g.lk, g.d}));
-  r.v = reshape(in[2], concat_shape(leading(g.v, 3), {g.hkv, 1, g.lk, g.dv}));
-  if (has_mask) {
-    const int R = g.rank;
-    const bool per_head = g.mask[R - 3] != 1;
-    Shape s = leading(g.mask, 3);
-    s.insert(s.end(), {per_head ? g.hkv : 1, per_head ? G : 1, g.mask[R - 2], g.mask[R - 1]});
-    r.mask = reshape(in[3], s);
-  }
-  r.out = concat_shape(g.batch, {g.hkv, G, g.lq, g.dv});
-  return r;
-}
-
-Tensor scores(const Geometry& g, const Grouped& t, const AttentionAttrs& a) {
-  Tensor s = scaled(matmul(t.q, t.k, false, true), a.scale, g.d);
-  if (a.has_mask) s = s + t.mask;
-  if (a.causal) {
-    Array keep({g.lq, g.lk}, t.q.dtype());
-    for (int64_t i = 0; i < g.lq; ++i) {
-      for (int64_t j = 0; j <= std::min(i, g.lk - 1); ++j) keep.data[i * g.lk + j] = 1.0;
-    }
-    Graph& graph = t.q.graph();
-    s = where(graph.constant(std::move(keep)), s,
-              graph.scalar(-std::numeric_limits<double>::infinity(), s.dtype()));
-  }
-  return s;
-}
-
 Tensor sdpa_decompose(const Node& n, std::span<const Tensor> in) {
   const auto& a = n.attrs.as<AttentionAttrs>();
   const Geometry g = geometry_of(in, a);
@@ -223,32 +228,61 @@ Tensor sdpa_decompose(const Node& n, std::span<const Tensor> in) {
 
 // Flash-attention's backward in graph ops: P is recomputed from q and k, and the softmax term
 // rowsum(dP * P) equals rowsum(dO * O), which is cheaper (Lq x Dv instead of Lq x Lk).
+// d(scores) in the grouped layout, with what the gradients of q, k, v take from it. The softmax
+// term rowsum(dP * P) equals rowsum(dO * O), which is cheaper (Lq x Dv instead of Lq x Lk).
+struct ScoreGrad {
+  Geometry g;
+  Grouped t;
+  Tensor p, d_o, ds;
+};
+ScoreGrad score_grad(const AttentionAttrs& a, std::span<const Tensor> in, Tensor out, Tensor dout) {
+  ScoreGrad r{geometry_of(in, a), {}, {}, {}, {}};
+  r.t = grouped(r.g, in, a.has_mask);
+  r.p = softmax(scores(r.g, r.t, a), -1);
+  Tensor o = reshape(out, r.t.out);
+  r.d_o = reshape(dout, r.t.out);
+  Tensor dp = matmul(r.d_o, r.t.v, false, true);
+  r.ds = r.p * (dp - sum(r.d_o * o, {-1}, true));  // masked positions have p = 0
+  return r;
+}
+
+// A grouped-layout gradient summed over the group axis back to the operand's shape. Shapes are
+// copied first: Tensor::shape() refers into the graph's node list, which the ops built in the
+// same expression may reallocate.
+Tensor ungrouped(Tensor grouped_grad, const Tensor& grouped_operand, const Tensor& operand) {
+  const Shape grouped_shape = grouped_operand.shape(), shape = operand.shape();
+  return reshape(sum_to(grouped_grad, grouped_shape), shape);
+}
+
+// Flash-attention's backward in graph ops: P is recomputed from q and k as an Lq x Lk tensor
+// per head. The training ops (attention_training.cpp) compute the same without it.
 std::vector<Tensor> sdpa_vjp_of(const AttentionAttrs& a, std::span<const Tensor> in, Tensor out,
                                 Tensor dout) {
-  const Geometry g = geometry_of(in, a);
-  const Grouped t = grouped(g, in, a.has_mask);
-  Tensor p = softmax(scores(g, t, a), -1);
-  Tensor o = reshape(out, t.out);
-  Tensor d_o = reshape(dout, t.out);
-  Tensor dp = matmul(d_o, t.v, false, true);
-  Tensor ds = p * (dp - sum(d_o * o, {-1}, true));  // d(scores), masked positions have p = 0
-  Tensor dss = scaled(ds, a.scale, g.d);
-  // Shapes are copied first: Tensor::shape() refers into the graph's node list, which the ops
-  // built in the same expression may reallocate.
-  auto grad_of = [](Tensor grouped_grad, const Tensor& grouped_operand, const Tensor& operand) {
-    const Shape grouped_shape = grouped_operand.shape(), shape = operand.shape();
-    return reshape(sum_to(grouped_grad, grouped_shape), shape);
-  };
+  const ScoreGrad sg = score_grad(a, in, out, dout);
+  const Tensor dss = scaled(sg.ds, a.scale, sg.g.d);
   std::vector<Tensor> grads(in.size());
-  grads[0] = grad_of(matmul(dss, t.k), t.q, in[0]);
-  grads[1] = grad_of(matmul(dss, t.q, true, false), t.k, in[1]);
-  grads[2] = grad_of(matmul(p, d_o, true, false), t.v, in[2]);
-  if (a.has_mask) grads[3] = grad_of(ds, t.mask, in[3]);
+  grads[0] = ungrouped(matmul(dss, sg.t.k), sg.t.q, in[0]);
+  grads[1] = ungrouped(matmul(dss, sg.t.q, true, false), sg.t.k, in[1]);
+  grads[2] = ungrouped(matmul(sg.p, sg.d_o, true, false), sg.t.v, in[2]);
+  if (a.has_mask) grads[3] = ungrouped(sg.ds, sg.t.mask, in[3]);
   return grads;
 }
 
+// MN_ATTENTION_GRAPH_BACKWARD=1 builds the graph-op form everywhere (to compare plans, or to
+// tell a kernel problem from others).
+bool graph_backward_forced() {
+  const char* v = std::getenv("MN_ATTENTION_GRAPH_BACKWARD");
+  return v && *v && std::string_view(v) != "0";
+}
+
+// The training ops where they take the operands; the graph-op form otherwise (q, k or v
+// broadcast over batch axes).
 std::vector<Tensor> sdpa_vjp(const Node& n, std::span<const Tensor> in, Tensor out, Tensor dout) {
-  return sdpa_vjp_of(n.attrs.as<AttentionAttrs>(), in, out, dout);
+  const auto& a = n.attrs.as<AttentionAttrs>();
+  if (!graph_backward_forced() && attention_training_applies(geometry_of(in, a))) {
+    return attention_training_vjp(a, in, out, dout);
+  }
+  return sdpa_vjp_of(a, in, out, dout);
 }
 
 std::vector<OpSample> sdpa_samples() {
@@ -368,11 +402,16 @@ std::vector<OpSample> rope_samples() {
 
 namespace ops {
 Shape attention_output_shape(std::string_view op, std::span<const TensorType> qkv, double scale) {
-  return geometry(qkv, AttentionAttrs{false, scale, false}, op).out;
+  return attention_geometry(qkv, AttentionAttrs{false, scale, false}, op).out;
 }
 std::vector<Tensor> attention_vjp_masked(double scale, std::span<const Tensor> qkv_mask, Tensor out,
                                          Tensor dout) {
   return sdpa_vjp_of(AttentionAttrs{false, scale, true}, qkv_mask, out, dout);
+}
+Tensor attention_mask_grad(const AttentionAttrs& a, std::span<const Tensor> in, Tensor out,
+                           Tensor dout) {
+  const ScoreGrad sg = score_grad(a, in, out, dout);
+  return ungrouped(sg.ds, sg.t.mask, in[3]);
 }
 }  // namespace ops
 

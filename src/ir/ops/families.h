@@ -11,6 +11,7 @@ void register_nn_ops(OpRegistry& r);           // nn.cpp: softmax, norms, dropou
 void register_conv_ops(OpRegistry& r);         // conv.cpp
 void register_pool_ops(OpRegistry& r);         // pool.cpp: pooling, upsampling
 void register_attention_ops(OpRegistry& r);    // attention.cpp: sdpa, rope
+void register_attention_training_ops(OpRegistry& r);  // attention_training.cpp: lse, grads
 void register_attention_position_ops(OpRegistry& r);  // attention_positions.cpp
 void register_sampling_ops(OpRegistry& r);      // sampling.cpp: sample_tokens
 void register_loss_ops(OpRegistry& r);         // loss.cpp

@@ -1,0 +1,219 @@
+// Attention forward and backward for training: scaled_dot_product_attention (causal, grouped
+// key/value heads) and the gradients of q, k and v from a given dout, as one session step,
+// timed with GPU timestamps (median of --reps steps after warm-up). The step runs the forward
+// kernel, attention_lse, the delta = rowsum(dout * out) reduction and attention_grad_q/k/v.
+// One JSON line per case with "gpu_ms_median", "tflops" (forward + backward at 3.5 times the
+// forward's 4·B·Hq·L²·D, halved when causal: the convention of FlashAttention's benchmarks),
+// the arena and the kernels. PyTorch counterpart: bench/attention_train.py.
+//
+// --arena BxL (e.g. 8x512, repeatable) instead plans a training step (AdamW) of a causal LM of
+// SmolLM2-135M's shape (build_causal_lm: 30 layers, 9 heads over 3 key/value heads of 64) at
+// batch B and sequence L, without running it, once with attention's backward in graph ops
+// (MN_ATTENTION_GRAPH_BACKWARD=1) and once with the gradient kernels, and prints both arenas.
+// It needs no GPU.
+//
+// Usage: bench_attention_train [--batch N] [--lengths 512,2048] [--dims 64,128] [--reps N]
+//                              [--device D] [--small] [--arena BxL]...
+// --small: batch 1, length 128 and 2 reps, for CPU devices.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include <meganeura/autodiff.h>
+#include <meganeura/causal_lm.h>
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+#include <meganeura/optimizer.h>
+#include <meganeura/session.h>
+
+#include "bench_util.h"
+#include "plan/step_plan.h"
+
+namespace {
+
+struct Options {
+  int64_t batch = 8, heads = 9, kv_heads = 3;
+  std::vector<int64_t> lengths{512, 2048}, dims{64, 128};
+  int reps = 20;
+  std::string device;
+  std::vector<std::pair<int64_t, int64_t>> arenas;  // (batch, sequence)
+};
+
+std::vector<int64_t> parse_list(const char* s) {
+  std::vector<int64_t> v;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) v.push_back(std::stoll(item));
+  return v;
+}
+
+mn::Array random_array(const mn::Shape& shape, uint64_t seed) {
+  mn::Array a(shape, mn::DType::f32);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> d(0.0, 1.0);
+  for (double& v : a.data) v = static_cast<float>(d(rng));
+  return a;
+}
+
+void run_case(const Options& o, int64_t length, int64_t dim) {
+  mn::Graph g;
+  const mn::Shape qs{o.batch, o.heads, length, dim}, kvs{o.batch, o.kv_heads, length, dim};
+  mn::Tensor q = g.input("q", qs), k = g.input("k", kvs), v = g.input("v", kvs);
+  mn::Tensor dout = g.input("dout", qs);
+  mn::Tensor out = mn::scaled_dot_product_attention(q, k, v, {}, /*causal=*/true);
+  const std::vector<mn::Tensor> grads = mn::gradients(out, {q, k, v}, dout);
+  g.output("out", out);
+  g.output("dq", grads[0]);
+  g.output("dk", grads[1]);
+  g.output("dv", grads[2]);
+
+  mn::SessionOptions so;
+  so.device = o.device;
+  so.profile = true;
+  auto s = mn::build_session(g, so);
+  s->set("q", random_array(qs, 1));
+  s->set("k", random_array(kvs, 2));
+  s->set("v", random_array(kvs, 3));
+  s->set("dout", random_array(qs, 4));
+  for (int i = 0; i < 3; ++i) s->step();  // warm-up
+  std::vector<double> ms;
+  nlohmann::json kernels = nlohmann::json::array();
+  for (int i = 0; i < o.reps; ++i) {
+    s->step();
+    double total = 0;
+    kernels = nlohmann::json::array();
+    for (const auto& kt : s->profile()) {
+      total += kt.ms;
+      kernels.push_back({{"name", kt.name}, {"ms", kt.ms}});
+    }
+    ms.push_back(total);
+  }
+  const double median = mn::bench::median(ms);
+  const double forward_flops = 4.0 * static_cast<double>(o.batch * o.heads) *
+                               static_cast<double>(length) * static_cast<double>(length) *
+                               static_cast<double>(dim) * 0.5;
+  const mn::MemorySummary mem = s->memory();
+  nlohmann::json j = {{"case", "attention_train"},
+                      {"dtype", "f32"},
+                      {"causal", true},
+                      {"batch", o.batch},
+                      {"heads", o.heads},
+                      {"kv_heads", o.kv_heads},
+                      {"length", length},
+                      {"head_dim", dim},
+                      {"device", s->device_name()},
+                      {"gpu_ms_median", median},
+                      {"tflops", median > 0 ? 3.5 * forward_flops / (median * 1e-3) / 1e12 : 0.0},
+                      {"arena_mib", static_cast<double>(mem.arena_bytes) / (1 << 20)},
+                      {"dispatches", mem.dispatches},
+                      {"kernels", kernels}};
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+}
+
+mn::LmConfig smollm2_135m_config() {
+  mn::LmConfig c;
+  c.vocab_size = 49152;
+  c.hidden_size = 576;
+  c.intermediate_size = 1536;
+  c.num_hidden_layers = 30;
+  c.num_attention_heads = 9;
+  c.num_key_value_heads = 3;
+  c.head_dim = 64;
+  c.rms_norm_eps = 1e-5;
+  c.rope_theta = 100000.0;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+void arena_case(int64_t batch, int64_t sequence) {
+  for (bool graph_backward : {true, false}) {
+    if (graph_backward) {
+      setenv("MN_ATTENTION_GRAPH_BACKWARD", "1", 1);
+    } else {
+      unsetenv("MN_ATTENTION_GRAPH_BACKWARD");
+    }
+    mn::CausalLmOptions options;
+    options.batch = batch;
+    options.sequence = sequence;
+    options.with_loss = true;
+    mn::CausalLm m = mn::build_causal_lm(smollm2_135m_config(), options);
+    mn::add_training_step(m.loss, mn::Optimizer::adamw());
+    const mn::plan::StepPlan plan = mn::plan::make_step_plan(*m.graph, mn::plan::PlanOptions{});
+    const nlohmann::json j = {
+        {"case", "arena"},
+        {"model", "smollm2-135m causal_lm, adamw"},
+        {"attention_backward", graph_backward ? "graph ops" : "gradient kernels"},
+        {"batch", batch},
+        {"sequence", sequence},
+        {"arena_mib", static_cast<double>(plan.arena_bytes) / (1 << 20)},
+        {"dispatches", plan.launches.size()}};
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+  unsetenv("MN_ATTENTION_GRAPH_BACKWARD");
+}
+
+}  // namespace
+
+int run(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&](const char* flag) -> const char* {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "bench_attention_train: %s needs a value\n", flag);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (!std::strcmp(argv[i], "--batch")) {
+      o.batch = std::atoll(next("--batch"));
+    } else if (!std::strcmp(argv[i], "--lengths")) {
+      o.lengths = parse_list(next("--lengths"));
+    } else if (!std::strcmp(argv[i], "--dims")) {
+      o.dims = parse_list(next("--dims"));
+    } else if (!std::strcmp(argv[i], "--reps")) {
+      o.reps = std::atoi(next("--reps"));
+    } else if (!std::strcmp(argv[i], "--device")) {
+      o.device = next("--device");
+    } else if (!std::strcmp(argv[i], "--arena")) {
+      const std::string v = next("--arena");
+      const size_t x = v.find('x');
+      if (x == std::string::npos) {
+        std::fprintf(stderr, "bench_attention_train: --arena takes BxL, got %s\n", v.c_str());
+        return 2;
+      }
+      o.arenas.emplace_back(std::stoll(v.substr(0, x)), std::stoll(v.substr(x + 1)));
+    } else if (!std::strcmp(argv[i], "--small")) {
+      o.batch = 1;
+      o.lengths = {128};
+      o.reps = 2;
+    } else {
+      std::fprintf(stderr, "bench_attention_train: unknown option %s\n", argv[i]);
+      return 2;
+    }
+  }
+  if (!o.arenas.empty()) {
+    for (const auto& [batch, sequence] : o.arenas) arena_case(batch, sequence);
+    return 0;
+  }
+  for (int64_t length : o.lengths) {
+    for (int64_t dim : o.dims) run_case(o, length, dim);
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_attention_train: %s\n", e.what());
+    return 1;
+  }
+}

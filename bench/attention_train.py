@@ -1,0 +1,85 @@
+"""PyTorch counterpart of bench_attention_train: F.scaled_dot_product_attention forward and
+backward (fp32, is_causal, enable_gqa: 9 query heads over 3 key/value heads) with a given dout,
+timed with CUDA events (median of --reps after warm-up). "tflops" counts forward + backward as
+3.5 times the forward's 4·B·Hq·L²·D, halved for causal (FlashAttention's convention);
+"peak_mib" is torch.cuda.max_memory_allocated during one step (inputs included). fp32 has no
+flash backend in PyTorch: the default selection (memory-efficient attention) runs, and
+"backend" says which one was allowed.
+
+Usage: /usr/bin/python3 bench/attention_train.py [--batch N] [--lengths 512,2048]
+                                                 [--dims 64,128] [--reps N]
+                                                 [--backend default|efficient|math|flash]
+"""
+import argparse
+import json
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {
+    "efficient": [SDPBackend.EFFICIENT_ATTENTION],
+    "math": [SDPBackend.MATH],
+    "flash": [SDPBackend.FLASH_ATTENTION],
+}
+
+
+def run_case(args, length, dim, device):
+    b, hq, hkv = args.batch, 9, 3
+    gen = torch.Generator(device=device).manual_seed(0)
+    q = torch.randn(b, hq, length, dim, device=device, generator=gen, requires_grad=True)
+    k = torch.randn(b, hkv, length, dim, device=device, generator=gen, requires_grad=True)
+    v = torch.randn(b, hkv, length, dim, device=device, generator=gen, requires_grad=True)
+    dout = torch.randn(b, hq, length, dim, device=device, generator=gen)
+
+    def step():
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        torch.autograd.grad(out, (q, k, v), dout)
+
+    def timed():
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        times = []
+        for _ in range(args.reps):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+        times.sort()
+        return times[len(times) // 2], torch.cuda.max_memory_allocated()
+
+    if args.backend == "default":
+        ms, peak = timed()
+    else:
+        with sdpa_kernel(BACKENDS[args.backend]):
+            ms, peak = timed()
+    forward_flops = 4.0 * b * hq * length * length * dim * 0.5
+    print(json.dumps({"case": "attention_train", "framework": "pytorch", "dtype": "f32",
+                      "causal": True, "batch": b, "heads": hq, "kv_heads": hkv,
+                      "length": length, "head_dim": dim, "backend": args.backend,
+                      "gpu_ms_median": ms, "tflops": 3.5 * forward_flops / (ms * 1e-3) / 1e12,
+                      "peak_mib": peak / 2**20, "device": torch.cuda.get_device_name(),
+                      "torch": torch.__version__}), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--lengths", default="512,2048")
+    p.add_argument("--dims", default="64,128")
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--backend", default="default", choices=["default", *BACKENDS])
+    args = p.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    for length in [int(x) for x in args.lengths.split(",")]:
+        for dim in [int(x) for x in args.dims.split(",")]:
+            run_case(args, length, dim, "cuda")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,314 @@
+// GPU lowering of attention's training ops (src/ir/ops/attention_training.cpp): the per-row
+// log-sum-exp of the scores and the gradients of q, k and v, each probability recomputed from
+// q, k and the log-sum-exp where it is used, so no Lq x Lk tensor is ever stored.
+//
+// Scalar kernels (no tensor cores), a workgroup per row of the result and 64 lanes:
+// - attention_lse, attention_grad_q: a workgroup per query row. Per block of 64 keys, each lane
+//   scores one key (q's row in shared memory); the block's dS (or the running max and sum) is
+//   shared and every lane accumulates its output columns over the block.
+// - attention_grad_k, attention_grad_v: a workgroup per key row of a key/value head. It walks
+//   the query rows of every query head of its group (the GQA sum happens here, no repeated
+//   k or v) in blocks of 64, from the key's own row on when causal (the rows above never see it).
+#include <algorithm>
+#include <cmath>
+
+#include "codegen/glsl.h"
+#include "codegen/kernel.h"
+#include "codegen/lower_families.h"
+#include "ir/ops/attention.h"
+#include "ir/ops/common.h"
+
+namespace mn::codegen {
+
+namespace {
+
+using glsl::ulit;
+
+constexpr uint32_t kLanes = 64;
+
+enum class Form { lse, grad_q, grad_k, grad_v };
+
+// The sizes the kernels bake in (the op's inference has validated the operands: q, k, v share
+// their leading axes) and the mask's strides over the scores [batch..., Hq, Lq, Lk].
+struct TrainingShape {
+  Form form;
+  AttentionAttrs attrs;
+  Shape batch;
+  uint64_t hq = 1, hkv = 1, lq = 1, lk = 1, d = 1, dv = 1;
+  std::vector<uint64_t> mask_strides;  // per axis of the scores, 0 where the mask broadcasts
+
+  TrainingShape(const LowerContext& ctx, Form f) : form(f), attrs(ctx.node.attrs.as<AttentionAttrs>()) {
+    const std::span<const TensorType> in = ctx.inputs;
+    size_t rank = 3;
+    // q, k and (but for lse) v or dout: operands 0, 1, 2, all of rank R or [L, *].
+    for (size_t i = 0; i < std::min<size_t>(3, in.size()); ++i) {
+      if (f != Form::lse || i < 2) rank = std::max(rank, in[i].shape.size());
+    }
+    const auto padded = [rank](const Shape& s) {
+      Shape p(rank - s.size(), 1);
+      p.insert(p.end(), s.begin(), s.end());
+      return p;
+    };
+    const Shape q = padded(in[0].shape), k = padded(in[1].shape);
+    const size_t R = rank;
+    hq = q[R - 3], lq = q[R - 2], d = q[R - 1];
+    hkv = k[R - 3], lk = k[R - 2];
+    // Dv from operand 2: v (grad_q, grad_k) or dout (grad_v, which takes no v); lse needs none.
+    dv = f == Form::lse ? d : static_cast<uint64_t>(in[2].shape.back());
+    batch = Shape(q.begin(), q.end() - 3);
+    if (attrs.has_mask) {
+      Shape scores = batch;
+      scores.insert(scores.end(), {static_cast<int64_t>(hq), static_cast<int64_t>(lq),
+                                   static_cast<int64_t>(lk)});
+      const Shape m = padded(in.back().shape);
+      mask_strides.assign(R, 0);
+      uint64_t stride = 1;
+      for (size_t a = R; a-- > 0;) {
+        if (m[a] != 1) mask_strides[a] = stride;
+        stride *= static_cast<uint64_t>(m[a]);
+      }
+    }
+  }
+  uint64_t batches() const { return static_cast<uint64_t>(numel(batch)); }
+  // The workgroups: one per query row, or one per key row of a key/value head.
+  uint64_t rows() const {
+    return form == Form::lse || form == Form::grad_q ? batches() * hq * lq : batches() * hkv * lk;
+  }
+};
+
+// Bindings, sizes and helpers: the operands in their order (the mask last) and the output.
+std::string declarations(const LowerContext& ctx, const TrainingShape& g,
+                         std::vector<KernelBinding>& bindings) {
+  // The op's operands (src/ir/ops/attention_training.cpp), the mask after them.
+  static const std::vector<const char*> lse_names{"q", "k"}, grad_v_names{"q", "k", "dout", "lse"},
+      grad_names{"q", "k", "v", "dout", "lse", "delta"};
+  const std::vector<const char*>& names = g.form == Form::lse      ? lse_names
+                                          : g.form == Form::grad_v ? grad_v_names
+                                                                   : grad_names;
+  std::string s = glsl::header();
+  for (size_t i = 0; i < ctx.inputs.size(); ++i) {
+    const char* name = i < names.size() ? names[i] : "mask";
+    s += glsl::buffer(static_cast<uint32_t>(i), ctx.inputs[i].dtype, name, true);
+    bindings.push_back({ArgRef::input(static_cast<int>(i)), false});
+  }
+  s += glsl::buffer(static_cast<uint32_t>(ctx.inputs.size()), ctx.node.type.dtype, "out", false);
+  bindings.push_back({ArgRef::output(), true});
+  s += "const uint HQ = " + ulit(g.hq) + ", HKV = " + ulit(g.hkv) + ", LQ = " + ulit(g.lq) +
+       ", LK = " + ulit(g.lk) + ", D = " + ulit(g.d) + ", DV = " + ulit(g.dv) +
+       ", GROUP = " + ulit(g.hq / g.hkv) + ", L = " + ulit(kLanes) + ";\n";
+  s += "float mn_inf() { return uintBitsToFloat(0x7f800000u); }\n";
+  // The scale as the dtype holds it; the default divides by sqrt(D) as the reference.
+  const double scale = g.attrs.scale;
+  s += "float scaled(float x) { return x " +
+       (scale > 0.0 ? "* " + glsl::float_literal(round_to_dtype(scale, ctx.node.type.dtype))
+                    : "/ " + glsl::float_literal(std::sqrt(static_cast<double>(g.d)))) +
+       "; }\n";
+  return s;
+}
+
+// Statements defining `uint mbatch`, the mask's offset of batch b (from `b`), when masked.
+std::string mask_batch(const TrainingShape& g) {
+  if (!g.attrs.has_mask) return "";
+  std::string s = glsl::unravel(g.batch, "b", "c") + "  uint mbatch = 0u";
+  for (size_t a = 0; a < g.batch.size(); ++a) {
+    if (g.mask_strides[a]) s += " + c" + std::to_string(a) + " * " + ulit(g.mask_strides[a]);
+  }
+  return s + ";\n";
+}
+
+// The score of query row `i` of head `h` against key `j` from `dot` (q . k): scaled, masked.
+std::string score_expr(const TrainingShape& g, const std::string& h, const std::string& i,
+                       const std::string& j) {
+  std::string s = "scaled(dot)";
+  if (g.attrs.has_mask) {
+    const size_t R = g.mask_strides.size();
+    s += " + mask_ld(mbatch + " + h + " * " + ulit(g.mask_strides[R - 3]) + " + " + i + " * " +
+         ulit(g.mask_strides[R - 2]) + " + " + j + " * " + ulit(g.mask_strides[R - 1]) + ")";
+  }
+  return s;
+}
+
+// Workgroup sum and max over the lanes (the max ignores NaN as the reference's does).
+std::string reductions() {
+  std::string s = "shared float red[L];\n";
+  for (const auto& [name, comb] :
+       {std::pair{"wg_sum", "x + y"}, std::pair{"wg_max", "y > x ? y : x"}}) {
+    s += std::string("float ") + name + "(float v) {\n  uint t = gl_LocalInvocationID.x;\n";
+    s += "  red[t] = v;\n  barrier();\n";
+    s += "  for (uint h = L / 2u; h > 0u; h >>= 1) {\n";
+    s += "    if (t < h) { float x = red[t], y = red[t + h]; red[t] = " + std::string(comb) +
+         "; }\n    barrier();\n  }\n  float r = red[0];\n  barrier();\n  return r;\n}\n";
+  }
+  return s;
+}
+
+// The prologue of the query-row kernels: row w = (b, h, i), q's row in shared memory, the keys
+// it sees.
+std::string query_row_prologue(const TrainingShape& g) {
+  std::string s = "void main() {\n";
+  s += "  uint w = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
+  s += "  if (w >= " + ulit(g.rows()) + ") return;\n";
+  s += "  uint lane = gl_LocalInvocationID.x;\n";
+  s += "  uint i = w % LQ, bh = w / LQ, h = bh % HQ, b = bh / HQ;\n";
+  s += "  uint kb = (b * HKV + h / GROUP) * LK;\n";  // the head's first key row
+  s += mask_batch(g);
+  s += "  for (uint e = lane; e < D; e += L) q_sh[e] = q_ld(w * D + e);\n";
+  s += std::string("  uint visible = ") + (g.attrs.causal ? "min(LK, i + 1u)" : "LK") + ";\n";
+  return s;
+}
+
+// Lane's key j = j0 + lane of the block: its score into `sc` (-inf past the visible keys).
+std::string lane_score(const TrainingShape& g) {
+  std::string s = "    uint j = j0 + lane;\n    float sc = -mn_inf();\n";
+  s += "    if (j < visible) {\n      float dot = 0.0;\n";
+  s += "      for (uint e = 0u; e < D; ++e) dot += q_sh[e] * k_ld((kb + j) * D + e);\n";
+  s += "      sc = " + score_expr(g, "h", "i", "j") + ";\n    }\n";
+  return s;
+}
+
+KernelLaunch launch(const LowerContext& ctx, const TrainingShape& g, std::string name,
+                    std::string glsl, std::vector<KernelBinding> bindings) {
+  KernelLaunch k;
+  k.name = std::move(name);
+  k.glsl = std::move(glsl);
+  k.bindings = std::move(bindings);
+  k.workgroup = {kLanes, 1, 1};
+  k.groups = glsl::linear_grid(g.rows() * kLanes, ctx.device, kLanes).groups;
+  return k;
+}
+
+// Online max and sum over the keys, one block of 64 at a time, as the forward kernels do.
+KernelLaunch lse_kernel(const LowerContext& ctx, const TrainingShape& g) {
+  std::vector<KernelBinding> bindings;
+  std::string s = declarations(ctx, g, bindings);
+  s += "shared float q_sh[" + ulit(std::max<uint64_t>(g.d, 1)) + "];\n" + reductions();
+  s += query_row_prologue(g);
+  s += "  barrier();\n  float m = -mn_inf(), l = 0.0;\n";
+  s += "  for (uint j0 = 0u; j0 < visible; j0 += L) {\n" + lane_score(g);
+  s += "    float bm = wg_max(sc);\n    float mn = bm > m ? bm : m;\n";
+  s += "    float p = sc == -mn_inf() ? 0.0 : exp(sc - mn);\n";
+  s += "    float alpha = m == -mn_inf() ? 0.0 : exp(m - mn);\n";
+  s += "    l = l * alpha + wg_sum(p);\n    m = mn;\n  }\n";
+  // No visible key, or every one masked: -inf, as the reference.
+  s += "  if (lane == 0u) out_st(w, m == -mn_inf() ? -mn_inf() : m + log(l));\n}\n";
+  return launch(ctx, g, "attention_lse", std::move(s), std::move(bindings));
+}
+
+// dQ_i = scale * sum_j dS_ij k_j, the block's dS shared by the lanes.
+KernelLaunch grad_q_kernel(const LowerContext& ctx, const TrainingShape& g) {
+  std::vector<KernelBinding> bindings;
+  std::string s = declarations(ctx, g, bindings);
+  const std::string COLS = ulit((g.d + kLanes - 1) / kLanes);
+  s += "shared float q_sh[" + ulit(std::max<uint64_t>(g.d, 1)) + "];\n";
+  s += "shared float do_sh[" + ulit(std::max<uint64_t>(g.dv, 1)) + "];\n";
+  s += "shared float ds_sh[L];\n";
+  s += query_row_prologue(g);
+  s += "  for (uint e = lane; e < DV; e += L) do_sh[e] = dout_ld(w * DV + e);\n";
+  s += "  float lse_i = lse_ld(w), delta_i = delta_ld(w);\n  barrier();\n";
+  s += "  float acc[" + COLS + "];\n";
+  s += "  for (uint t = 0u; t < " + COLS + "; ++t) acc[t] = 0.0;\n";
+  s += "  for (uint j0 = 0u; j0 < visible; j0 += L) {\n" + lane_score(g);
+  s += "    float ds = 0.0;\n    if (sc != -mn_inf()) {\n";
+  s += "      float dp = 0.0;\n";
+  s += "      for (uint e = 0u; e < DV; ++e) dp += do_sh[e] * v_ld((kb + j) * DV + e);\n";
+  s += "      ds = exp(sc - lse_i) * (dp - delta_i);\n    }\n";
+  s += "    ds_sh[lane] = ds;\n    barrier();\n";
+  s += "    uint cnt = min(L, visible - j0);\n";
+  s += "    for (uint t = 0u; t < " + COLS + "; ++t) {\n";
+  s += "      uint e = lane + t * L;\n      if (e < D) {\n        float a = acc[t];\n";
+  s += "        for (uint u = 0u; u < cnt; ++u) a += ds_sh[u] * k_ld((kb + j0 + u) * D + e);\n";
+  s += "        acc[t] = a;\n      }\n    }\n    barrier();\n  }\n";
+  s += "  for (uint t = 0u; t < " + COLS + "; ++t) {\n";
+  s += "    uint e = lane + t * L;\n    if (e < D) out_st(w * D + e, scaled(acc[t]));\n  }\n}\n";
+  return launch(ctx, g, "attention_grad_q", std::move(s), std::move(bindings));
+}
+
+// dV_j = sum_i P_ij dO_i and dK_j = scale * sum_i dS_ij q_i over the query rows of every head of
+// the group, the block's weights shared by the lanes.
+KernelLaunch grad_kv_kernel(const LowerContext& ctx, const TrainingShape& g) {
+  const bool dk = g.form == Form::grad_k;
+  const uint64_t width = dk ? g.d : g.dv;
+  const std::string W = ulit(width), COLS = ulit((width + kLanes - 1) / kLanes);
+  std::vector<KernelBinding> bindings;
+  std::string s = declarations(ctx, g, bindings);
+  s += "shared float k_sh[" + ulit(std::max<uint64_t>(g.d, 1)) + "];\n";
+  if (dk) s += "shared float v_sh[" + ulit(std::max<uint64_t>(g.dv, 1)) + "];\n";
+  s += "shared float w_sh[L];\n";
+  s += "void main() {\n";
+  s += "  uint w = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
+  s += "  if (w >= " + ulit(g.rows()) + ") return;\n";
+  s += "  uint lane = gl_LocalInvocationID.x;\n";
+  s += "  uint j = w % LK, bk = w / LK, hk = bk % HKV, b = bk / HKV;\n";
+  s += mask_batch(g);
+  s += "  for (uint e = lane; e < D; e += L) k_sh[e] = k_ld(w * D + e);\n";
+  if (dk) s += "  for (uint e = lane; e < DV; e += L) v_sh[e] = v_ld(w * DV + e);\n";
+  s += "  barrier();\n";
+  s += "  float acc[" + COLS + "];\n";
+  s += "  for (uint t = 0u; t < " + COLS + "; ++t) acc[t] = 0.0;\n";
+  // Causal: query i sees key j when j <= i.
+  s += std::string("  uint first = ") + (g.attrs.causal ? "j" : "0u") + ";\n";
+  s += "  for (uint gi = 0u; gi < GROUP; ++gi) {\n";
+  s += "    uint h = hk * GROUP + gi, rb = (b * HQ + h) * LQ;\n";  // the head's first query row
+  s += "    for (uint i0 = first; i0 < LQ; i0 += L) {\n";
+  s += "      uint i = i0 + lane;\n      float wt = 0.0;\n";
+  s += "      if (i < LQ) {\n        float dot = 0.0;\n";
+  s += "        for (uint e = 0u; e < D; ++e) dot += q_ld((rb + i) * D + e) * k_sh[e];\n";
+  s += "        float sc = " + score_expr(g, "h", "i", "j") + ";\n";
+  s += "        if (sc != -mn_inf()) {\n";
+  s += "          float p = exp(sc - lse_ld(rb + i));\n";
+  if (dk) {
+    s += "          float dp = 0.0;\n";
+    s += "          for (uint e = 0u; e < DV; ++e) dp += dout_ld((rb + i) * DV + e) * v_sh[e];\n";
+    s += "          wt = p * (dp - delta_ld(rb + i));\n";
+  } else {
+    s += "          wt = p;\n";
+  }
+  s += "        }\n      }\n";
+  s += "      w_sh[lane] = wt;\n      barrier();\n";
+  s += "      uint cnt = min(L, LQ - i0);\n";
+  s += "      for (uint t = 0u; t < " + COLS + "; ++t) {\n";
+  s += "        uint e = lane + t * L;\n        if (e < " + W + ") {\n          float a = acc[t];\n";
+  s += std::string("          for (uint u = 0u; u < cnt; ++u) a += w_sh[u] * ") +
+       (dk ? "q_ld((rb + i0 + u) * D + e)" : "dout_ld((rb + i0 + u) * DV + e)") + ";\n";
+  s += "          acc[t] = a;\n        }\n      }\n      barrier();\n    }\n  }\n";
+  s += "  for (uint t = 0u; t < " + COLS + "; ++t) {\n";
+  s += "    uint e = lane + t * L;\n";
+  s += "    if (e < " + W + ") out_st(w * " + W + " + e, " + (dk ? "scaled(acc[t])" : "acc[t]") +
+       ");\n  }\n}\n";
+  return launch(ctx, g, dk ? "attention_grad_k" : "attention_grad_v", std::move(s),
+                std::move(bindings));
+}
+
+Lowering lower_training(const LowerContext& ctx, Form form) {
+  glsl::require_storage(ctx);
+  if (ctx.node.type.numel() == 0) return {};
+  const TrainingShape g(ctx, form);
+  Lowering low;
+  switch (form) {
+    case Form::lse:
+      low.launches.push_back(lse_kernel(ctx, g));
+      break;
+    case Form::grad_q:
+      low.launches.push_back(grad_q_kernel(ctx, g));
+      break;
+    case Form::grad_k:
+    case Form::grad_v:
+      low.launches.push_back(grad_kv_kernel(ctx, g));
+      break;
+  }
+  return low;
+}
+
+}  // namespace
+
+void register_attention_training_lowerings(LoweringRegistry& r) {
+  r.add("attention_lse", [](const LowerContext& ctx) { return lower_training(ctx, Form::lse); });
+  r.add("attention_grad_q",
+        [](const LowerContext& ctx) { return lower_training(ctx, Form::grad_q); });
+  r.add("attention_grad_k",
+        [](const LowerContext& ctx) { return lower_training(ctx, Form::grad_k); });
+  r.add("attention_grad_v",
+        [](const LowerContext& ctx) { return lower_training(ctx, Form::grad_v); });
+}
+
+}  // namespace mn::codegen
