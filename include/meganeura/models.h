@@ -5,9 +5,12 @@
 #include <string>
 
 #include <meganeura/graph.h>
-#include <meganeura/nn.h>
 
 namespace mn {
+
+namespace nn {
+class Module;  // <meganeura/nn.h>
+}
 
 enum class ModelKind : uint8_t { mlp, cnn };
 const char* model_name(ModelKind k);

@@ -233,7 +233,8 @@ class BatchNorm2d : public Module {
 };
 
 // Inverted dropout in training, the identity in evaluation. The mask is a function of the
-// module's seed and the element index, fixed when the graph is built (the same every step).
+// module's seed, the element index and the graph's step counter (the i32 state
+// "nn/dropout_step", increased after every step), so every step drops other elements.
 class Dropout : public Module {
  public:
   explicit Dropout(double p = 0.5);

@@ -3,6 +3,7 @@
 #include <functional>
 
 #include <meganeura/models.h>
+#include <meganeura/nn.h>
 
 namespace mn {
 

@@ -6,6 +6,7 @@
 
 #include <meganeura/nn.h>
 
+#include "nn/dropout_step.h"
 #include "nn/input_checks.h"
 
 namespace mn::nn {
@@ -55,7 +56,7 @@ Tensor MultiheadAttention::attend(Tensor q, Tensor k, Tensor v, Tensor mask, boo
     }
     s = s + q.graph().constant(std::move(m));
   }
-  Tensor p = dropout(softmax(s, -1), config.dropout, op_seed("attention"), true);
+  Tensor p = stepped_dropout(softmax(s, -1), config.dropout, op_seed("attention"));
   return matmul(p, v);
 }
 

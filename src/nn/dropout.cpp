@@ -3,6 +3,7 @@
 
 #include <meganeura/nn.h>
 
+#include "nn/dropout_step.h"
 #include "nn/input_checks.h"
 
 namespace mn::nn {
@@ -15,7 +16,8 @@ Dropout::Dropout(double p) : Module("Dropout"), p(p) {
 
 Tensor Dropout::forward(Tensor x) {
   require_input(*this, x);
-  return dropout(x, p, op_seed("mask"), training());
+  require_float(*this, x);
+  return training() ? stepped_dropout(x, p, op_seed("mask")) : x;
 }
 
 Tensor Flatten::forward(Tensor x) {

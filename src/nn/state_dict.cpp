@@ -17,9 +17,7 @@ std::string quoted_list(const std::vector<std::string>& names) {
   return out;
 }
 
-std::string context(const Module& m, const std::string& what) {
-  return what + " of " + m.where();
-}
+std::string context(const Module& m, const std::string& what) { return what + " of " + m.where(); }
 
 // Missing and unexpected keys, all of them in one message.
 void check_keys(const Module& m, const std::string& what, const std::vector<StateEntry>& entries,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <meganeura/nn.h>
+#include <meganeura/reference.h>
 #include <meganeura/session.h>
 
 #include "support/scratch_dir.h"
@@ -74,9 +75,11 @@ TEST(NnModule, GraphTensorsAreNamedByTheTreeAndShared) {
   EXPECT_TRUE(g.find_parameter("layers.0.weight"));
   EXPECT_TRUE(g.find_state("layers.1.running_var"));
   EXPECT_EQ(g.parameters().size(), 6u);
-  EXPECT_EQ(g.states().size(), 3u);
-  // Only the training forward updates the running statistics.
-  EXPECT_EQ(g.assignments().size(), 3u);
+  // The batch norm's three buffers and the graph's dropout step counter.
+  EXPECT_EQ(g.states().size(), 4u);
+  EXPECT_TRUE(g.find_state("nn/dropout_step"));
+  // Only the training forward updates the running statistics (and counts dropout steps).
+  EXPECT_EQ(g.assignments().size(), 4u);
   EXPECT_FALSE(net.training());
   EXPECT_FALSE(net.head->named_children()[1].second->training());
 }
@@ -223,6 +226,30 @@ TEST(NnModule, DropoutTrainsWithAMaskAndEvaluatesAsIdentity) {
   EXPECT_NEAR(static_cast<double>(zeros) / 4000.0, 0.25, 0.03);
   EXPECT_GT(differ, 500);  // each module draws its own mask
   EXPECT_EQ(session->get("eval").data, std::vector<double>(4000, 1.5));
+}
+
+// Every step of a recorded graph draws a new mask (the graph's dropout step counter advances),
+// each the reference's for that step; the counter is a graph state, not a state_dict key.
+TEST(NnModule, DropoutDrawsANewMaskEveryStep) {
+  nn::Sequential s;
+  s.push_back(std::make_shared<nn::Dropout>(0.5));
+  s.push_back(std::make_shared<nn::Dropout>(0.5));
+  Graph g;
+  g.output("y", s.forward(g.input("x", {300})));
+  EXPECT_TRUE(s.state_entries().empty());
+  auto session = build_session(g);
+  session->set("x", Array::full({300}, 1.0));
+  reference::Feeds persistent;
+  std::vector<std::vector<double>> masks;
+  for (int step = 0; step < 3; ++step) {
+    session->step();
+    const auto want = reference::run_step(g, {{"x", Array::full({300}, 1.0)}}, persistent);
+    masks.push_back(session->get("y").data);
+    EXPECT_EQ(masks.back(), want.at("y").data) << "step " << step;
+  }
+  EXPECT_NE(masks[0], masks[1]);
+  EXPECT_NE(masks[1], masks[2]);
+  EXPECT_EQ(session->get("nn/dropout_step").data, std::vector<double>({3.0}));
 }
 
 }  // namespace
