@@ -76,9 +76,8 @@ struct FinetuneOptions {
   int64_t batch = 1;
   int64_t epochs = 1;
   int64_t steps = 0;  // > 0: this many updates instead of `epochs` passes
-  double lr = 1e-4;
-  LrSchedule schedule;
-  Optimizer optimizer = Optimizer::adamw(0.0);  // accumulate and clip_grad_norm live here
+  // lr (peak), schedule, accumulate and clip_grad_norm live here.
+  Optimizer optimizer = Optimizer::adamw({.lr = 1e-4, .weight_decay = 0.0});
   DType dtype = DType::f32;
   LoraOptions lora;            // rank 0: full fine-tuning
   bool merge_lora = false;     // save W + (alpha/r)·B·A as a full model instead of the adapters

@@ -8,6 +8,10 @@
 
 namespace mn {
 
+namespace nn {
+class Module;  // <meganeura/nn.h>
+}
+
 enum class ModelKind : uint8_t { mlp, cnn };
 const char* model_name(ModelKind k);
 ModelKind model_from_name(const std::string& name);  // "mlp" or "cnn"
@@ -15,8 +19,16 @@ ModelKind model_from_name(const std::string& name);  // "mlp" or "cnn"
 // An image classifier over inputs "x" ([batch, 784] for the MLP, [batch, 1, 28, 28] for the CNN)
 // with logits [batch, classes]; with labels, "y" (i32 [batch], ignore_index -100 for padding)
 // and the mean cross-entropy `loss`.
+//
+// Built of nn modules, so its parameters are PyTorch's state_dict of the same network:
+//   mlp: fc1 (Linear 784 -> hidden[0]), ReLU, fc2, ..., fcN (Linear -> classes)
+//   cnn: conv1 (Conv2d 1 -> 16, 3×3, padding 1), ReLU, max_pool 2, conv2 (16 -> 32), ReLU,
+//        max_pool 2, flatten, then fc1 ... fcN as the MLP over 32·7·7 features
+// Linear weights are [out, in] (PyTorch's layout; checkpoints of format 1 held them [in, out]
+// and are transposed when resumed).
 struct Classifier {
-  std::unique_ptr<Graph> graph;  // owned here: the tensors below point into it
+  std::unique_ptr<Graph> graph;        // owned here: the tensors below point into it
+  std::shared_ptr<nn::Module> module;  // the network, for nn::state_dict / load_state_dict
   Tensor input, labels, logits, loss;
   Shape sample_shape;
 };
@@ -26,14 +38,18 @@ struct ClassifierSpec {
   int64_t batch = 64;
   int64_t classes = 10;
   std::vector<int64_t> hidden = {128};  // widths of the hidden fully connected layers
-  uint64_t seed = 0;                    // parameter initialization
+  uint64_t seed = 0;                    // parameter initialization (nn::Module::seed)
   bool with_loss = true;
 };
 
 // PyTorch's default initialization for Linear and Conv2d (uniform ±1/sqrt(fan_in)).
 Classifier build_classifier(const ClassifierSpec& spec);
 
-// A fully connected layer y = x·w + b with w [in, out] named "<name>.weight", b "<name>.bias".
+// The classifier's network alone, to build other graphs from (nn::Module::forward).
+std::shared_ptr<nn::Module> classifier_module(const ClassifierSpec& spec);
+
+// A fully connected layer y = x·w + b with w [in, out] named "<name>.weight", b "<name>.bias"
+// (the matmul benchmarks' layer; nn::Linear is PyTorch's [out, in] layer).
 Tensor linear(Tensor x, int64_t out_features, const std::string& name, uint64_t seed,
               bool bias = true);
 

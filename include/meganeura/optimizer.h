@@ -10,10 +10,65 @@
 #include <meganeura/graph.h>
 
 namespace mn {
+class Session;
+}
+
+namespace mn {
+
+// The learning rate of update t (0-based) of `total`: linear warm-up over `warmup` updates,
+// then constant, step decay (×gamma every step_size updates), or cosine down to min_lr.
+struct LrSchedule {
+  enum class Kind : uint8_t { constant, step, cosine };
+  Kind kind = Kind::constant;
+  int64_t warmup = 0;
+  int64_t step_size = 1000;
+  double gamma = 0.1;
+  double min_lr = 0.0;
+  double lr_at(double base_lr, int64_t t, int64_t total) const;
+};
+LrSchedule::Kind schedule_from_name(const std::string& name);  // constant, step, cosine
+
+// Hyperparameters by name, PyTorch's defaults (torch.optim.SGD, Adam, AdamW):
+//   auto opt = mn::Optimizer::adamw({.lr = 3e-4, .weight_decay = 0.1});
+// Every field is checked where it is used (add_training_step, OptimizerStepper, the trainers):
+// a negative learning rate, a beta outside [0, 1), a NaN is an mn::Error naming the field.
+struct SgdOptions {
+  double lr = 1e-3;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+  double clip_grad_norm = 0.0;
+  int accumulate = 1;
+  LrSchedule schedule = {};
+};
+struct AdamOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.0;  // an L2 penalty for Adam, decoupled decay for AdamW
+  double clip_grad_norm = 0.0;
+  int accumulate = 1;
+  LrSchedule schedule = {};
+};
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;
+  double clip_grad_norm = 0.0;
+  int accumulate = 1;
+  LrSchedule schedule = {};
+};
 
 struct Optimizer {
   enum class Kind : uint8_t { sgd, adam, adamw };
   Kind kind = Kind::sgd;
+  // The base learning rate; the schedule scales it per update (OptimizerStepper, the trainers).
+  double lr = 1e-3;
+  LrSchedule schedule;
   // SGD (PyTorch semantics: the momentum buffer starts as the first gradient).
   double momentum = 0.0;
   double dampening = 0.0;
@@ -30,25 +85,15 @@ struct Optimizer {
   // update (with their mean) happens on the micro-batch whose `apply` input is 1.
   int accumulate = 1;
 
-  static Optimizer sgd(double momentum = 0.0, double weight_decay = 0.0, bool nesterov = false) {
-    Optimizer o;
-    o.momentum = momentum;
-    o.weight_decay = weight_decay;
-    o.nesterov = nesterov;
-    return o;
-  }
-  static Optimizer adam(double weight_decay = 0.0) {
-    Optimizer o;
-    o.kind = Kind::adam;
-    o.weight_decay = weight_decay;
-    return o;
-  }
-  static Optimizer adamw(double weight_decay = 0.01) {
-    Optimizer o;
-    o.kind = Kind::adamw;
-    o.weight_decay = weight_decay;
-    return o;
-  }
+  static Optimizer sgd(const SgdOptions& o = {});
+  static Optimizer adam(const AdamOptions& o = {});
+  static Optimizer adamw(const AdamWOptions& o = {});
+
+  // The learning rate of update t (0-based) of a run of `total` updates.
+  double lr_at(int64_t t, int64_t total) const { return schedule.lr_at(lr, t, total); }
+  // mn::Error naming the first field out of its range ("Optimizer::beta1 is 1, expected a
+  // number in [0, 1)"), `where` starting the message.
+  void validate(const std::string& where) const;
 };
 
 const char* optimizer_name(Optimizer::Kind k);
@@ -67,6 +112,7 @@ struct StepInputs {
 
 // The scalar inputs of update `step` (1-based) at learning rate `lr`, by name: lr and step,
 // and the bias corrections for Adam and AdamW. (Not apply: it depends on the micro-batch.)
+// For driving a step by hand; OptimizerStepper does it from the optimizer's own lr and schedule.
 std::map<std::string, double> step_scalars(const Optimizer& opt, double lr, int64_t step);
 
 struct TrainingStep {
@@ -83,5 +129,41 @@ struct TrainingStep {
 // Session can read it by name after a step.
 TrainingStep add_training_step(Tensor loss, const Optimizer& opt,
                                std::vector<Tensor> parameters = {}, bool output_gradients = false);
+
+// Keeps the step counter of a training session and sets its scalar inputs before every step:
+// the learning rate from the optimizer's lr and schedule, the update count and Adam's bias
+// corrections, and `apply` on the micro-batch that completes an accumulation.
+//
+//   mn::OptimizerStepper steps(opt, total_updates);
+//   for (...) { session->set("x", ...); steps.step(*session); }
+//
+// The counter is micro-batches run (one per step()); seek() puts it back where a checkpoint
+// says a run stopped, so a resumed run continues with the same learning rates and corrections.
+class OptimizerStepper {
+ public:
+  // `total_updates`: the run's length in updates, which the cosine schedule needs (0: unknown,
+  // an mn::Error for a cosine schedule).
+  explicit OptimizerStepper(Optimizer opt, int64_t total_updates = 0);
+
+  // Sets the scalars of the next micro-batch in `s` (without stepping).
+  void set_inputs(Session& s) const;
+  // set_inputs, one s.step(), and counts it.
+  void step(Session& s);
+  // Counts a micro-batch run by the caller after set_inputs.
+  void advance() { ++micro_batches_; }
+  void seek(int64_t micro_batches);
+
+  int64_t micro_batches() const { return micro_batches_; }
+  int64_t updates() const { return micro_batches_ / optimizer_.accumulate; }
+  bool applies_next() const { return (micro_batches_ + 1) % optimizer_.accumulate == 0; }
+  // The learning rate of the next update.
+  double lr() const;
+  const Optimizer& optimizer() const { return optimizer_; }
+
+ private:
+  Optimizer optimizer_;
+  int64_t total_updates_ = 0;
+  int64_t micro_batches_ = 0;
+};
 
 }  // namespace mn

@@ -14,30 +14,15 @@
 
 namespace mn {
 
-// The learning rate of update t (0-based) of `total`: linear warm-up over `warmup` updates,
-// then constant, step decay (×gamma every step_size updates), or cosine down to min_lr.
-struct LrSchedule {
-  enum class Kind : uint8_t { constant, step, cosine };
-  Kind kind = Kind::constant;
-  int64_t warmup = 0;
-  int64_t step_size = 1000;
-  double gamma = 0.1;
-  double min_lr = 0.0;
-  double lr_at(double base_lr, int64_t t, int64_t total) const;
-};
-LrSchedule::Kind schedule_from_name(const std::string& name);  // constant, step, cosine
-
 struct TrainOptions {
   ClassifierSpec model;  // model.batch is the training batch
   int64_t epochs = 1;
-  Optimizer optimizer = Optimizer::adam();
-  double lr = 1e-3;
-  LrSchedule schedule;
-  std::string device;                  // see SessionOptions::device
-  std::optional<bool> check_numerics;  // see SessionOptions::check_numerics
-  std::filesystem::path save;          // checkpoint written after every epoch (and at the end)
-  std::filesystem::path resume;        // checkpoint to continue from
-  int64_t stop_after_steps = -1;       // stop early (after saving) once this many updates ran
+  Optimizer optimizer = Optimizer::adam();  // with its learning rate and schedule
+  std::string device;                       // see SessionOptions::device
+  std::optional<bool> check_numerics;       // see SessionOptions::check_numerics
+  std::filesystem::path save;               // checkpoint written after every epoch (and at the end)
+  std::filesystem::path resume;             // checkpoint to continue from
+  int64_t stop_after_steps = -1;            // stop early (after saving) once this many updates ran
   uint64_t shuffle_seed = 0;
   int64_t eval_batch = 1000;
   // Progress: called after every step and at the end of every epoch.

@@ -218,20 +218,32 @@ uint mn_random24(uvec2 base, uint i) {
 
 // Element i is kept when its 24-bit uniform u satisfies u / 2^24 >= p, which for integers is
 // u >= ceil(p 2^24): the threshold is exact, so the mask equals the reference's bit for bit.
+// With a step input, the stream starts step·n further: base + step·n in 64 bits.
 Lowering lower_dropout(const LowerContext& ctx) {
   glsl::require_storage(ctx);
   const auto& a = ctx.node.attrs.as<DropoutAttrs>();
   const uint64_t base = a.seed * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL;
   const auto threshold = static_cast<uint64_t>(std::ceil(a.p * 16777216.0));
   const auto n = static_cast<uint64_t>(ctx.node.type.numel());
-  std::string decl = glsl::buffer(0, ctx.inputs[0].dtype, "x", true) +
-                     glsl::buffer(1, ctx.node.type.dtype, "out", false) + kRandomBits;
+  const bool stepped = ctx.inputs.size() == 2;
+  const int out_binding = stepped ? 2 : 1;
+  std::string decl = glsl::buffer(0, ctx.inputs[0].dtype, "x", true);
+  if (stepped) decl += glsl::buffer(1, ctx.inputs[1].dtype, "step", true);
+  decl += glsl::buffer(out_binding, ctx.node.type.dtype, "out", false) + kRandomBits;
   std::string body =
-      "  const uvec2 base = uvec2(" + ulit(base & 0xffffffffu) + ", " + ulit(base >> 32) + ");\n";
+      "  uvec2 base = uvec2(" + ulit(base & 0xffffffffu) + ", " + ulit(base >> 32) + ");\n";
+  if (stepped) {
+    body += "  uint off_hi, off_lo, carry;\n";
+    body += "  umulExtended(uint(step_ldi(0u)), " + ulit(n) + ", off_hi, off_lo);\n";
+    body += "  base.x = uaddCarry(base.x, off_lo, carry);\n";
+    body += "  base.y += off_hi + carry;\n";
+  }
   body += "  bool keep = mn_random24(base, i) >= " + ulit(threshold) + ";\n";
   body += "  out_st(i, keep ? x_ld(i) * " + glsl::float_literal(1.0 / (1.0 - a.p)) + " : 0.0);\n";
-  KernelLaunch k = glsl::elementwise_launch("dropout", decl, body, n, ctx.device,
-                                            {{ArgRef::input(0), false}, {ArgRef::output(), true}});
+  std::vector<KernelBinding> args = {{ArgRef::input(0), false}};
+  if (stepped) args.push_back(KernelBinding{ArgRef::input(1), false});
+  args.push_back(KernelBinding{ArgRef::output(), true});
+  KernelLaunch k = glsl::elementwise_launch("dropout", decl, body, n, ctx.device, args);
   Lowering low;
   low.launches.push_back(std::move(k));
   return low;

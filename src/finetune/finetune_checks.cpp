@@ -93,11 +93,11 @@ void check_options(const FinetuneOptions& o) {
     throw Error("fine-tuning: --checkpoint-every must be positive, got " +
                 std::to_string(o.checkpoint_every));
   positive(o.optimizer.accumulate, "--accumulate");
-  if (!(o.lr > 0) || !std::isfinite(o.lr))
-    throw Error("fine-tuning: --lr must be positive, got " + number(o.lr));
-  if (o.schedule.warmup < 0)
+  if (!(o.optimizer.lr > 0) || !std::isfinite(o.optimizer.lr))
+    throw Error("fine-tuning: --lr must be positive, got " + number(o.optimizer.lr));
+  if (o.optimizer.schedule.warmup < 0)
     throw Error("fine-tuning: --warmup must not be negative, got " +
-                std::to_string(o.schedule.warmup));
+                std::to_string(o.optimizer.schedule.warmup));
   if (!(o.optimizer.weight_decay >= 0))
     throw Error("fine-tuning: --weight-decay must not be negative, got " +
                 number(o.optimizer.weight_decay));

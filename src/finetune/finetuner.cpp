@@ -120,7 +120,7 @@ struct Finetuner::Impl {
 
   double step() {
     const int k = o.optimizer.accumulate;
-    const double lr = o.schedule.lr_at(o.lr, global_step, total);
+    const double lr = o.optimizer.lr_at(global_step, total);
     std::vector<int32_t> ids, labels;
     double loss = 0;
     for (int micro = 0; micro < k; ++micro) {
@@ -221,7 +221,7 @@ FinetuneResult Finetuner::run() {
   const auto t0 = Clock::now();
   const int64_t tokens0 = m.tokens;
   while (m.global_step < m.total) {
-    const double lr = m.o.schedule.lr_at(m.o.lr, m.global_step, m.total);
+    const double lr = m.o.optimizer.lr_at(m.global_step, m.total);
     const double loss = m.step();
     r.losses.push_back(loss);
     const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -1,6 +1,9 @@
+// The built-in image classifiers, written with nn modules.
 #include <cmath>
+#include <functional>
 
 #include <meganeura/models.h>
+#include <meganeura/nn.h>
 
 namespace mn {
 
@@ -25,48 +28,92 @@ Tensor linear(Tensor x, int64_t out_features, const std::string& name, uint64_t 
 
 namespace {
 
-Tensor conv_layer(Tensor x, int64_t out_channels, const std::string& name, uint64_t seed) {
-  Graph& g = x.graph();
-  const int64_t in = x.dim(1);
-  const double bound = 1.0 / std::sqrt(static_cast<double>(in * 9));
-  Tensor w =
-      g.parameter(name + ".weight", {out_channels, in, 3, 3}, Init::uniform(-bound, bound, seed));
-  Tensor b = g.parameter(name + ".bias", {out_channels}, Init::uniform(-bound, bound, seed + 1));
-  Conv2dOptions opt;
-  opt.padding = {1, 1};
-  return conv2d(x, w, b, opt);
-}
+// Fully connected layers fc1 ... fcN with ReLU between them.
+class FullyConnected {
+ public:
+  FullyConnected(nn::Module& owner, int64_t in, const std::vector<int64_t>& hidden, int64_t classes,
+                 std::function<void(const std::string&, std::shared_ptr<nn::Linear>)> adopt) {
+    std::vector<int64_t> widths = hidden;
+    widths.push_back(classes);
+    for (size_t i = 0; i < widths.size(); ++i) {
+      layers_.push_back(std::make_shared<nn::Linear>(in, widths[i]));
+      adopt("fc" + std::to_string(i + 1), layers_.back());
+      in = widths[i];
+    }
+  }
+  Tensor forward(Tensor h) const {
+    for (size_t i = 0; i < layers_.size(); ++i) {
+      h = layers_[i]->forward(h);
+      if (i + 1 < layers_.size()) h = relu(h);
+    }
+    return h;
+  }
+
+ private:
+  std::vector<std::shared_ptr<nn::Linear>> layers_;
+};
+
+class MlpClassifier : public nn::Module {
+ public:
+  MlpClassifier(const ClassifierSpec& spec)
+      : Module("MlpClassifier"),
+        fc_(*this, 784, spec.hidden, spec.classes,
+            [this](const std::string& n, std::shared_ptr<nn::Linear> m) { adopt(n, m); }) {}
+  Tensor forward(Tensor x) override { return fc_.forward(x); }
+
+ private:
+  FullyConnected fc_;
+};
+
+class CnnClassifier : public nn::Module {
+ public:
+  CnnClassifier(const ClassifierSpec& spec)
+      : Module("CnnClassifier"),
+        conv1_(register_module("conv1", conv(1, 16))),
+        conv2_(register_module("conv2", conv(16, 32))),
+        fc_(*this, 32 * 7 * 7, spec.hidden, spec.classes,
+            [this](const std::string& n, std::shared_ptr<nn::Linear> m) { adopt(n, m); }) {}
+  Tensor forward(Tensor x) override {
+    Pool2dOptions pool;
+    pool.kernel = {2, 2};
+    Tensor h = max_pool2d(relu(conv1_->forward(x)), pool);
+    h = max_pool2d(relu(conv2_->forward(h)), pool);
+    return fc_.forward(reshape(h, {h.dim(0), 32 * 7 * 7}));
+  }
+
+ private:
+  static std::shared_ptr<nn::Conv2d> conv(int64_t in, int64_t out) {
+    return std::make_shared<nn::Conv2d>(in, out, std::array<int64_t, 2>{3, 3},
+                                        nn::Conv2dConfig{.padding = {1, 1}});
+  }
+  std::shared_ptr<nn::Conv2d> conv1_, conv2_;
+  FullyConnected fc_;
+};
 
 }  // namespace
+
+std::shared_ptr<nn::Module> classifier_module(const ClassifierSpec& spec) {
+  if (spec.classes < 1) throw Error("build_classifier: classes must be positive");
+  std::shared_ptr<nn::Module> m;
+  if (spec.kind == ModelKind::mlp)
+    m = std::make_shared<MlpClassifier>(spec);
+  else
+    m = std::make_shared<CnnClassifier>(spec);
+  m->seed(spec.seed);
+  return m;
+}
 
 Classifier build_classifier(const ClassifierSpec& spec) {
   if (spec.batch <= 0) throw Error("build_classifier: batch must be positive");
   Classifier c;
   c.graph = std::make_unique<Graph>();
+  c.module = classifier_module(spec);
   Graph& g = *c.graph;
-  if (spec.kind == ModelKind::mlp) {
-    c.sample_shape = {784};
-    c.input = g.input("x", {spec.batch, 784});
-    Tensor h = c.input;
-    for (size_t i = 0; i < spec.hidden.size(); ++i) {
-      h = relu(linear(h, spec.hidden[i], "fc" + std::to_string(i + 1), spec.seed + 10 * i));
-    }
-    c.logits = linear(h, spec.classes, "fc" + std::to_string(spec.hidden.size() + 1),
-                      spec.seed + 10 * spec.hidden.size());
-  } else {
-    c.sample_shape = {1, 28, 28};
-    c.input = g.input("x", {spec.batch, 1, 28, 28});
-    Pool2dOptions pool;
-    pool.kernel = {2, 2};
-    Tensor h = max_pool2d(relu(conv_layer(c.input, 16, "conv1", spec.seed)), pool);
-    h = max_pool2d(relu(conv_layer(h, 32, "conv2", spec.seed + 10)), pool);
-    h = reshape(h, {spec.batch, 32 * 7 * 7});
-    for (size_t i = 0; i < spec.hidden.size(); ++i) {
-      h = relu(linear(h, spec.hidden[i], "fc" + std::to_string(i + 1), spec.seed + 20 + 10 * i));
-    }
-    c.logits = linear(h, spec.classes, "fc" + std::to_string(spec.hidden.size() + 1),
-                      spec.seed + 20 + 10 * spec.hidden.size());
-  }
+  c.sample_shape = spec.kind == ModelKind::mlp ? Shape{784} : Shape{1, 28, 28};
+  Shape input_shape = {spec.batch};
+  input_shape.insert(input_shape.end(), c.sample_shape.begin(), c.sample_shape.end());
+  c.input = g.input("x", input_shape);
+  c.logits = c.module->forward(c.input);
   g.output("logits", c.logits);
   if (spec.with_loss) {
     c.labels = g.input("y", {spec.batch}, DType::i32);

@@ -54,14 +54,34 @@ void check_format(const Meta& meta, const TrainOptions& o) {
                       "': not a meganeura training checkpoint (no 'format' " + family +
                       "N in its metadata)");
   }
-  if (it->second != kCheckpointFormat) {
+  if (it->second != kCheckpointFormat && it->second != kCheckpointFormatInOut) {
     mismatch(o, "checkpoint format '" + it->second + "', this build reads '" +
-                    std::string(kCheckpointFormat) + "'");
+                    std::string(kCheckpointFormat) + "' and '" + kCheckpointFormatInOut + "'");
   }
+}
+
+// A fully connected weight of format 1 ("fc2.weight") or its optimizer state
+// ("fc2.weight/exp_avg"): stored [in, out] there.
+bool stored_in_out(const std::string& name, const Array& current) {
+  const std::string base = name.substr(0, name.find('/'));
+  const std::string suffix = ".weight";
+  return current.rank() == 2 && base.rfind("fc", 0) == 0 && base.size() > suffix.size() &&
+         base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+Array transposed(const Array& a) {
+  const int64_t rows = a.shape[0], cols = a.shape[1];
+  Array t({cols, rows}, a.dtype);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j)
+      t.data[static_cast<size_t>(j * rows + i)] = a.data[static_cast<size_t>(i * cols + j)];
+  }
+  return t;
 }
 
 // Every tensor the session keeps, with the checkpoint's dtype and shape; nothing else.
 void load_tensors(const SafetensorsReader& reader, Session& s, const TrainOptions& o) {
+  const bool in_out = reader.metadata().at("format") == kCheckpointFormatInOut;
   std::vector<std::string> names = s.parameter_names();
   for (const std::string& n : s.state_names()) names.push_back(n);
   const std::set<std::string> wanted(names.begin(), names.end());
@@ -77,12 +97,17 @@ void load_tensors(const SafetensorsReader& reader, Session& s, const TrainOption
       mismatch(o, "tensor '" + n + "' is " + elem_type_name(e.type) + ", expected " +
                       elem_type_name(want));
     }
-    if (e.shape != current.shape) {
+    Shape expected = current.shape;
+    if (in_out && stored_in_out(n, current)) std::swap(expected[0], expected[1]);
+    if (e.shape != expected) {
       mismatch(o, "tensor '" + n + "' has shape " + shape_str(e.shape) + ", expected " +
-                      shape_str(current.shape));
+                      shape_str(expected));
     }
   }
-  for (const std::string& n : names) s.set(n, reader.array(n));
+  for (const std::string& n : names) {
+    Array a = reader.array(n);
+    s.set(n, in_out && stored_in_out(n, a) ? transposed(a) : a);
+  }
 }
 
 }  // namespace

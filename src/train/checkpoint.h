@@ -14,7 +14,10 @@
 
 namespace mn::train {
 
-inline constexpr const char* kCheckpointFormat = "meganeura-checkpoint-1";
+// Format 2: fully connected weights [out, in] as PyTorch (nn::Linear). Format 1, read too, had
+// them [in, out]; its weights and their optimizer state are transposed on loading.
+inline constexpr const char* kCheckpointFormat = "meganeura-checkpoint-2";
+inline constexpr const char* kCheckpointFormatInOut = "meganeura-checkpoint-1";
 
 void save_checkpoint(const std::filesystem::path& path, Session& s, const TrainOptions& o,
                      int64_t global_step, DataLoader::Position next);

@@ -1,8 +1,11 @@
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <string>
 
 #include <meganeura/autodiff.h>
 #include <meganeura/optimizer.h>
+#include <meganeura/session.h>
 
 namespace mn {
 
@@ -25,34 +28,85 @@ Optimizer::Kind optimizer_from_name(const std::string& name) {
   throw Error("unknown optimizer '" + name + "' (expected sgd, adam or adamw)");
 }
 
-namespace {
-
 // Every hyperparameter must mean what it says: a NaN or out-of-range value is an error, never a
 // silent "off" (a NaN clip threshold would disable clipping, a NaN momentum poison the state).
-void check_hyperparameters(const Optimizer& o) {
-  auto require = [](bool ok, const char* field, double value, const char* range) {
+void Optimizer::validate(const std::string& where) const {
+  auto require = [&](bool ok, const std::string& field, double value, const char* range) {
     if (!ok) {
-      throw Error("add_training_step: Optimizer::" + std::string(field) + " is " +
-                  std::to_string(value) + ", expected " + range);
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", value);
+      throw Error(where + ": Optimizer::" + field + " is " + text + ", expected " + range);
     }
   };
   const auto finite = [](double v) { return std::isfinite(v); };
-  require(finite(o.momentum) && o.momentum >= 0 && o.momentum < 1, "momentum", o.momentum,
+  // The learning rate is an f32 input: a finite double beyond f32's range would become inf.
+  require(finite(lr) && lr >= 0 && lr <= std::numeric_limits<float>::max(), "lr", lr,
+          "a number >= 0 representable in f32");
+  require(finite(momentum) && momentum >= 0 && momentum < 1, "momentum", momentum,
           "a number in [0, 1)");
-  require(finite(o.dampening) && o.dampening >= 0 && o.dampening <= 1, "dampening", o.dampening,
+  require(finite(dampening) && dampening >= 0 && dampening <= 1, "dampening", dampening,
           "a number in [0, 1]");
-  require(finite(o.beta1) && o.beta1 >= 0 && o.beta1 < 1, "beta1", o.beta1, "a number in [0, 1)");
-  require(finite(o.beta2) && o.beta2 >= 0 && o.beta2 < 1, "beta2", o.beta2, "a number in [0, 1)");
-  require(finite(o.eps) && o.eps > 0, "eps", o.eps, "a positive finite number");
-  require(finite(o.weight_decay) && o.weight_decay >= 0, "weight_decay", o.weight_decay,
+  require(finite(beta1) && beta1 >= 0 && beta1 < 1, "beta1", beta1, "a number in [0, 1)");
+  require(finite(beta2) && beta2 >= 0 && beta2 < 1, "beta2", beta2, "a number in [0, 1)");
+  require(finite(eps) && eps > 0, "eps", eps, "a positive finite number");
+  require(finite(weight_decay) && weight_decay >= 0, "weight_decay", weight_decay,
           "a finite number >= 0");
-  require(finite(o.clip_grad_norm) && o.clip_grad_norm >= 0, "clip_grad_norm", o.clip_grad_norm,
+  require(finite(clip_grad_norm) && clip_grad_norm >= 0, "clip_grad_norm", clip_grad_norm,
           "a finite number >= 0 (0: off)");
-  if (o.accumulate < 1) {
-    throw Error("add_training_step: Optimizer::accumulate is " + std::to_string(o.accumulate) +
-                ", expected >= 1");
-  }
+  require(accumulate >= 1, "accumulate", accumulate, ">= 1");
+  require(schedule.warmup >= 0, "schedule.warmup", static_cast<double>(schedule.warmup), ">= 0");
+  require(schedule.step_size >= 1, "schedule.step_size", static_cast<double>(schedule.step_size),
+          ">= 1");
+  require(finite(schedule.gamma) && schedule.gamma > 0, "schedule.gamma", schedule.gamma,
+          "a positive finite number");
+  require(finite(schedule.min_lr) && schedule.min_lr >= 0, "schedule.min_lr", schedule.min_lr,
+          "a finite number >= 0");
 }
+
+Optimizer Optimizer::sgd(const SgdOptions& o) {
+  Optimizer opt;
+  opt.kind = Kind::sgd;
+  opt.lr = o.lr;
+  opt.momentum = o.momentum;
+  opt.dampening = o.dampening;
+  opt.weight_decay = o.weight_decay;
+  opt.nesterov = o.nesterov;
+  opt.clip_grad_norm = o.clip_grad_norm;
+  opt.accumulate = o.accumulate;
+  opt.schedule = o.schedule;
+  opt.validate("Optimizer::sgd");
+  return opt;
+}
+
+namespace {
+
+template <class Options>
+Optimizer adam_family(Optimizer::Kind kind, const Options& o, const char* where) {
+  Optimizer opt;
+  opt.kind = kind;
+  opt.lr = o.lr;
+  opt.beta1 = o.beta1;
+  opt.beta2 = o.beta2;
+  opt.eps = o.eps;
+  opt.weight_decay = o.weight_decay;
+  opt.clip_grad_norm = o.clip_grad_norm;
+  opt.accumulate = o.accumulate;
+  opt.schedule = o.schedule;
+  opt.validate(where);
+  return opt;
+}
+
+}  // namespace
+
+Optimizer Optimizer::adam(const AdamOptions& o) {
+  return adam_family(Kind::adam, o, "Optimizer::adam");
+}
+
+Optimizer Optimizer::adamw(const AdamWOptions& o) {
+  return adam_family(Kind::adamw, o, "Optimizer::adamw");
+}
+
+namespace {
 
 struct StepScalars {
   Tensor lr, step, apply;
@@ -127,7 +181,7 @@ TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Te
   if (loss.numel() != 1) {
     throw ShapeError("add_training_step: the loss must have one element, got " + loss.type().str());
   }
-  check_hyperparameters(opt);
+  opt.validate("add_training_step");
   if (parameters.empty()) {
     for (NodeId id : g.parameters()) parameters.push_back(g.tensor(id));
   }
@@ -175,6 +229,42 @@ TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Te
     }
   }
   return out;
+}
+
+OptimizerStepper::OptimizerStepper(Optimizer opt, int64_t total_updates)
+    : optimizer_(std::move(opt)), total_updates_(total_updates) {
+  optimizer_.validate("OptimizerStepper");
+  if (total_updates < 0) {
+    throw Error("OptimizerStepper: total_updates is " + std::to_string(total_updates) +
+                ", expected >= 0 (0: unknown)");
+  }
+  if (optimizer_.schedule.kind == LrSchedule::Kind::cosine && total_updates == 0) {
+    throw Error("OptimizerStepper: the cosine schedule needs the run's length (total_updates)");
+  }
+}
+
+double OptimizerStepper::lr() const {
+  return optimizer_.lr_at(updates(), total_updates_ > 0 ? total_updates_ : updates() + 1);
+}
+
+void OptimizerStepper::set_inputs(Session& s) const {
+  for (const auto& [name, value] : step_scalars(optimizer_, lr(), updates() + 1))
+    s.set_scalar(name, value);
+  if (optimizer_.accumulate > 1) s.set_scalar(StepInputs::apply, applies_next() ? 1.0 : 0.0);
+}
+
+void OptimizerStepper::step(Session& s) {
+  set_inputs(s);
+  s.step();
+  advance();
+}
+
+void OptimizerStepper::seek(int64_t micro_batches) {
+  if (micro_batches < 0) {
+    throw Error("OptimizerStepper::seek: " + std::to_string(micro_batches) +
+                " micro-batches, expected >= 0");
+  }
+  micro_batches_ = micro_batches;
 }
 
 }  // namespace mn

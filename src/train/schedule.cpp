@@ -1,7 +1,7 @@
 #include <cmath>
 #include <numbers>
 
-#include <meganeura/train.h>
+#include <meganeura/optimizer.h>
 
 namespace mn {
 

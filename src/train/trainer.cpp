@@ -49,7 +49,10 @@ struct Evaluator {
   int64_t batch = 0;
 
   TrainResult run(Session& from, const Dataset& data) {
+    // Parameters and the module's buffers (running statistics); the evaluation graph has no
+    // optimizer state.
     for (const std::string& name : session->parameter_names()) session->set(name, from.get(name));
+    for (const std::string& name : session->state_names()) session->set(name, from.get(name));
     std::vector<float> x;
     std::vector<int32_t> y;
     int64_t correct = 0;
@@ -83,16 +86,9 @@ void check_options(const TrainOptions& o) {
   if (o.epochs < 1) fail("epochs", std::to_string(o.epochs), ">= 1");
   if (o.model.batch < 1) fail("model.batch", std::to_string(o.model.batch), ">= 1");
   if (o.eval_batch < 1) fail("eval_batch", std::to_string(o.eval_batch), ">= 1");
-  // The learning rate is an f32 input: a finite double beyond f32's range would become inf.
-  if (!(o.lr > 0 && o.lr <= std::numeric_limits<float>::max()))
-    fail("lr", std::to_string(o.lr), "a positive number representable in f32");
-  if (o.schedule.warmup < 0) fail("schedule.warmup", std::to_string(o.schedule.warmup), ">= 0");
-  if (o.schedule.step_size < 1)
-    fail("schedule.step_size", std::to_string(o.schedule.step_size), ">= 1");
-  if (!std::isfinite(o.schedule.gamma) || o.schedule.gamma <= 0)
-    fail("schedule.gamma", std::to_string(o.schedule.gamma), "a positive finite number");
-  if (!std::isfinite(o.schedule.min_lr) || o.schedule.min_lr < 0)
-    fail("schedule.min_lr", std::to_string(o.schedule.min_lr), "a finite number >= 0");
+  o.optimizer.validate("train_classifier");
+  // PyTorch accepts 0; a whole run at 0 trains nothing, which is never what was meant here.
+  if (o.optimizer.lr == 0) fail("optimizer.lr", "0", "a positive number (nothing would train)");
 }
 
 // The run's step count must fit in int64, and gradient accumulation must reach an update.
@@ -150,10 +146,13 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train,
   check_run_length(o, per_epoch);
   const int64_t total = per_epoch * o.epochs;
 
+  const int64_t acc = o.optimizer.accumulate;
+  OptimizerStepper stepper(o.optimizer, (total + acc - 1) / acc);
   int64_t global_step = 0;
   if (!o.resume.empty()) {
     const train::ResumePoint at = train::load_checkpoint(*session, o, per_epoch, total);
     global_step = at.global_step;
+    stepper.seek(global_step);
     loader.seek(at.next.epoch, at.next.step);
   }
 
@@ -172,14 +171,8 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train,
     session->set("x", x);
     session->set("y", y);
     // With gradient accumulation a step is one micro-batch; every `accumulate`-th one updates,
-    // and the schedule and bias correction count updates.
-    const int64_t acc = std::max(1, o.optimizer.accumulate);
-    const int64_t update = global_step / acc;
-    const double lr = o.schedule.lr_at(o.lr, update, (total + acc - 1) / acc);
-    for (const auto& [name, value] : step_scalars(o.optimizer, lr, update + 1))
-      session->set_scalar(name, value);
-    if (acc > 1) session->set_scalar(StepInputs::apply, (global_step + 1) % acc == 0 ? 1.0 : 0.0);
-    session->step();
+    // and the schedule and bias correction count updates (the stepper keeps the count).
+    stepper.step(*session);
     ++global_step;
     const double loss = session->get("loss").data[0];
     if (!std::isfinite(loss)) {

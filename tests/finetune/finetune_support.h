@@ -51,7 +51,7 @@ inline FinetuneOptions small_options(const std::filesystem::path& model,
   o.text = text;
   o.sequence = 16;
   o.batch = 2;
-  o.lr = 3e-3;
+  o.optimizer.lr = 3e-3;
   o.steps = 2;
   return o;
 }

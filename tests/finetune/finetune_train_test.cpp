@@ -46,6 +46,7 @@ void expect_full_step_matches_reference(Optimizer opt, double tolerance) {
   ScratchDir dir("reference");
   const auto model = lm_fixture("llama_tied");
   FinetuneOptions o = testing::small_options(model, dir.write("t.txt", testing::training_text()));
+  opt.lr = o.optimizer.lr;
   o.optimizer = opt;
   o.optimizer.clip_grad_norm = 0.5;
   Finetuner t(o);
@@ -71,7 +72,7 @@ void expect_full_step_matches_reference(Optimizer opt, double tolerance) {
   CausalLm lm = build_causal_lm(t.config(), lo);
   add_training_step(lm.loss, o.optimizer);
   reference::Feeds inputs{{"input_ids", ids}, {"labels", labels}};
-  for (const auto& [name, value] : step_scalars(o.optimizer, o.lr, 1)) {
+  for (const auto& [name, value] : step_scalars(o.optimizer, o.optimizer.lr, 1)) {
     inputs[name] = Array::scalar(value);
   }
   const auto want = reference::run_step(*lm.graph, inputs, persistent);
@@ -84,14 +85,14 @@ void expect_full_step_matches_reference(Optimizer opt, double tolerance) {
 }
 
 TEST(Finetune, FullSgdStepMatchesReference) {
-  expect_full_step_matches_reference(Optimizer::sgd(0.9, 0.1), 1e-6);
+  expect_full_step_matches_reference(Optimizer::sgd({.momentum = 0.9, .weight_decay = 0.1}), 1e-6);
 }
 
 // Adam's first update is about lr·g/|g|: float32 rounding of gradients near eps moves a few
 // elements by a fraction of lr, hence a looser bound than SGD's (measured: 2.7e-4 of an
 // element).
 TEST(Finetune, FullAdamwStepMatchesReference) {
-  expect_full_step_matches_reference(Optimizer::adamw(0.1), 1e-3);
+  expect_full_step_matches_reference(Optimizer::adamw({.weight_decay = 0.1}), 1e-3);
 }
 
 FinetuneOptions lora_options(const ScratchDir& dir, const std::string& model) {
@@ -99,7 +100,7 @@ FinetuneOptions lora_options(const ScratchDir& dir, const std::string& model) {
       testing::small_options(lm_fixture(model), dir.write("t.txt", testing::training_text()));
   o.lora.rank = 4;
   o.lora.alpha = 8;
-  o.lr = 1e-2;
+  o.optimizer.lr = 1e-2;
   o.steps = 3;
   o.seed = 3;
   return o;
@@ -231,8 +232,8 @@ TEST(Finetune, SavedModelLoadsToTheTrainedLogits) {
 void expect_resume_exact(FinetuneOptions o, const ScratchDir& dir) {
   o.steps = 6;
   o.optimizer.accumulate = 2;
-  o.schedule.kind = LrSchedule::Kind::cosine;
-  o.schedule.warmup = 2;
+  o.optimizer.schedule.kind = LrSchedule::Kind::cosine;
+  o.optimizer.schedule.warmup = 2;
   const FinetuneResult whole = Finetuner(o).run();
   FinetuneOptions first = o;
   first.checkpoint = dir.path() / "ck.safetensors";
@@ -276,8 +277,7 @@ TEST(Finetune, AccumulationEqualsTheLargerBatch) {
   o.text.clear();
   o.jsonl = dir.write("d.jsonl", lines);
   o.sequence = 8;
-  o.optimizer = Optimizer::sgd(0.9);
-  o.lr = 0.1;
+  o.optimizer = Optimizer::sgd({.lr = 0.1, .momentum = 0.9});
   Finetuner big(o);
   o.batch = 1;
   o.optimizer.accumulate = 2;
@@ -407,7 +407,7 @@ TEST(Finetune, BadOptionsNamed) {
       {[&](FinetuneOptions& x) { x.model_dir = dir.path(); }, "config.json"},
       {[](FinetuneOptions& x) { x.optimizer.accumulate = 0; },
        "--accumulate must be positive, got 0"},
-      {[](FinetuneOptions& x) { x.lr = 0; }, "--lr must be positive"},
+      {[](FinetuneOptions& x) { x.optimizer.lr = 0; }, "--lr must be positive"},
   };
   for (const Case& c : cases) {
     FinetuneOptions o = base;

@@ -30,7 +30,7 @@ void print_report(const char* what, const Graph& g, const OptimizeReport& r) {
 
 TEST(OptimizeModels, ClassifierTrainingStepsStayIdentical) {
   for (ModelKind kind : {ModelKind::mlp, ModelKind::cnn}) {
-    for (const Optimizer& opt : {Optimizer::sgd(0.9), Optimizer::adamw()}) {
+    for (const Optimizer& opt : {Optimizer::sgd({.momentum = 0.9}), Optimizer::adamw()}) {
       ClassifierSpec spec;
       spec.kind = kind;
       spec.batch = 4;

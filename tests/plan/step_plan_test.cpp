@@ -108,7 +108,7 @@ TEST(StepPlan, TrainingStepBuffersNeverShareWhileNeeded) {
     spec.batch = 8;
     spec.hidden = {32, 16};
     Classifier c = build_classifier(spec);
-    add_training_step(c.loss, Optimizer::adam(0.01));
+    add_training_step(c.loss, Optimizer::adam({.weight_decay = 0.01}));
     PlanOptions o;
     o.fuse = fuse;
     const StepPlan p = make_step_plan(*c.graph, o);
@@ -185,7 +185,7 @@ TEST(StepPlan, TheOracleCatchesAPlanThatSharesLiveBytes) {
   spec.batch = 8;
   spec.hidden = {16};
   Classifier c = build_classifier(spec);
-  add_training_step(c.loss, Optimizer::sgd(0.9));
+  add_training_step(c.loss, Optimizer::sgd({.momentum = 0.9}));
   const PlanOptions o = as_written();
   StepPlan p = make_step_plan(*c.graph, o);
   ASSERT_TRUE(placement_errors(p, o.alignment).empty());

@@ -57,7 +57,7 @@ void expect_same_steps(Built (*make)(), const char* label) {
   std::unique_ptr<Session> sessions[2];
   Built models[2] = {make(), make()};
   for (int i = 0; i < 2; ++i) {
-    add_training_step(models[i].loss, Optimizer::sgd(0.9));
+    add_training_step(models[i].loss, Optimizer::sgd({.momentum = 0.9}));
     SessionOptions so;
     so.optimize = i == 1;
     sessions[i] = build_session(*models[i].graph, so);

@@ -123,19 +123,21 @@ void expect_same_training(ModelKind kind, const Optimizer& opt, bool poison = fa
             1e-4 * std::sqrt(parameter_distance2(ref, untrained(kind))));
 }
 
-Optimizer sgd_momentum() { return Optimizer::sgd(0.9, 1e-4, true); }
+Optimizer sgd_momentum() {
+  return Optimizer::sgd({.momentum = 0.9, .weight_decay = 1e-4, .nesterov = true});
+}
 
 TEST(Training, MlpSgdMomentumMatchesReference) {
   expect_same_training(ModelKind::mlp, sgd_momentum());
 }
 TEST(Training, MlpAdamWMatchesReference) {
-  expect_same_training(ModelKind::mlp, Optimizer::adamw(0.01));
+  expect_same_training(ModelKind::mlp, Optimizer::adamw({.weight_decay = 0.01}));
 }
 TEST(Training, CnnSgdMomentumMatchesReference) {
   expect_same_training(ModelKind::cnn, sgd_momentum());
 }
 TEST(Training, CnnAdamWMatchesReference) {
-  expect_same_training(ModelKind::cnn, Optimizer::adamw(0.01));
+  expect_same_training(ModelKind::cnn, Optimizer::adamw({.weight_decay = 0.01}));
 }
 
 // AdamW's decoupled decay at 0.01 is the GPU's: its parameters are within a tenth of the
@@ -144,11 +146,14 @@ TEST(Training, CnnAdamWMatchesReference) {
 TEST(Training, AdamWDecayIsVisible) {
   for (ModelKind kind : {ModelKind::mlp, ModelKind::cnn}) {
     SCOPED_TRACE(model_name(kind));
-    const Trained with = train(kind, Optimizer::adamw(0.01), false);
-    const Trained without = train(kind, Optimizer::adamw(0.0), false);
+    const Trained with = train(kind, Optimizer::adamw({.weight_decay = 0.01}), false);
+    const Trained without = train(kind, Optimizer::adamw({.weight_decay = 0.0}), false);
     const double signal2 = parameter_distance2(with, without);
-    EXPECT_LE(parameter_distance2(train(kind, Optimizer::adamw(0.01), true), with), 0.01 * signal2);
-    EXPECT_GT(parameter_distance2(train(kind, Optimizer::adamw(0.0), true), with), 0.01 * signal2);
+    EXPECT_LE(
+        parameter_distance2(train(kind, Optimizer::adamw({.weight_decay = 0.01}), true), with),
+        0.01 * signal2);
+    EXPECT_GT(parameter_distance2(train(kind, Optimizer::adamw({.weight_decay = 0.0}), true), with),
+              0.01 * signal2);
   }
 }
 
@@ -179,9 +184,9 @@ TEST(Training, ResumeContinuesExactly) {
   o.model.batch = 64;
   o.model.hidden = {32};
   o.epochs = 2;
-  o.optimizer = Optimizer::adamw(0.01);
-  o.lr = 1e-2;
-  o.schedule.kind = LrSchedule::Kind::cosine;
+  o.optimizer = Optimizer::adamw({.weight_decay = 0.01});
+  o.optimizer.lr = 1e-2;
+  o.optimizer.schedule.kind = LrSchedule::Kind::cosine;
   o.eval_batch = 25;
   o.save = dir / "full.safetensors";
   TrainResult full = train_classifier(train, test, o);

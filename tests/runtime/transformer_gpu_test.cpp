@@ -21,7 +21,7 @@ namespace {
 
 TEST(TransformerGpu, TrainingStepsMatchTheReference) {
   LanguageModel m = build_transformer(testing::small_transformer(2, 32, 50, 8, 9));
-  const Optimizer opt = Optimizer::sgd(0.9);
+  const Optimizer opt = Optimizer::sgd({.momentum = 0.9});
   add_training_step(m.loss, opt);
   auto session = build_session(*m.graph);
   reference::Feeds persistent = reference::initial_parameters(*m.graph);

@@ -278,12 +278,15 @@ void expect_same_training(ModelKind kind, const Optimizer& opt) {
 
 TEST(FusedGpu, MlpAdamTraining) { expect_same_training(ModelKind::mlp, Optimizer::adam()); }
 TEST(FusedGpu, MlpSgdTraining) {
-  expect_same_training(ModelKind::mlp, Optimizer::sgd(0.9, 1e-4, true));
+  expect_same_training(ModelKind::mlp,
+                       Optimizer::sgd({.momentum = 0.9, .weight_decay = 1e-4, .nesterov = true}));
 }
-TEST(FusedGpu, CnnAdamWTraining) { expect_same_training(ModelKind::cnn, Optimizer::adamw(0.01)); }
+TEST(FusedGpu, CnnAdamWTraining) {
+  expect_same_training(ModelKind::cnn, Optimizer::adamw({.weight_decay = 0.01}));
+}
 
 TEST(FusedGpu, ClippedAccumulatedAdam) {
-  Optimizer opt = Optimizer::adam(1e-3);
+  Optimizer opt = Optimizer::adam({.weight_decay = 1e-3});
   opt.clip_grad_norm = 0.5;
   opt.accumulate = 2;
   ClassifierSpec spec;

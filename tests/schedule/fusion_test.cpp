@@ -334,7 +334,7 @@ TEST(Fusion, AdamUpdatesInFewLaunches) {
 
 TEST(Fusion, TrainingStepsNeedFarFewerLaunches) {
   for (ModelKind kind : {ModelKind::mlp, ModelKind::cnn}) {
-    for (const Optimizer& opt : {Optimizer::sgd(0.9), Optimizer::adamw()}) {
+    for (const Optimizer& opt : {Optimizer::sgd({.momentum = 0.9}), Optimizer::adamw()}) {
       Graph g = lowered_training_step(kind, opt);
       auto groups = fused(g);
       auto single = schedule::unfused_groups(g);

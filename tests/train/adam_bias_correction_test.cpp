@@ -45,7 +45,7 @@ void expect_exact_update(const Optimizer& opt, int64_t t) {
 TEST(AdamBiasCorrection, UpdateMatchesFloat64Reference) {
   for (int64_t t : {1, 2, 10, 1000}) {
     expect_exact_update(Optimizer::adam(), t);
-    expect_exact_update(Optimizer::adamw(0.01), t);
+    expect_exact_update(Optimizer::adamw({.weight_decay = 0.01}), t);
   }
 }
 
@@ -57,7 +57,8 @@ TEST(AdamBiasCorrection, StepScalarsAreComputedInDouble) {
   EXPECT_EQ(s.at(StepInputs::bias_correction2), 1.0 - 0.999);
   EXPECT_DOUBLE_EQ(step_scalars(Optimizer::adamw(), 1, 3).at(StepInputs::bias_correction2),
                    1.0 - 0.999 * 0.999 * 0.999);
-  EXPECT_FALSE(step_scalars(Optimizer::sgd(0.9), 1, 1).count(StepInputs::bias_correction1));
+  EXPECT_FALSE(
+      step_scalars(Optimizer::sgd({.momentum = 0.9}), 1, 1).count(StepInputs::bias_correction1));
   EXPECT_THROW(step_scalars(Optimizer::adam(), 1, 0), Error);
 }
 

@@ -80,7 +80,7 @@ TEST(Optimizer, AccumulationEqualsLargeBatch) {
     auto x = g->input("x", {batch, 4});
     auto y = g->input("y", {batch, 3});
     auto w = g->parameter("w", {4, 3}, Init::normal(0, 1, 5));
-    Optimizer o = Optimizer::adamw(0.1);
+    Optimizer o = Optimizer::adamw({.weight_decay = 0.1});
     o.accumulate = accumulate;
     add_training_step(mse_loss(matmul(x, w), y), o);
     return g;
@@ -95,7 +95,7 @@ TEST(Optimizer, AccumulationEqualsLargeBatch) {
     reference::Feeds in{{"x", Array({8, 4}, DType::f32, xs)},
                         {"y", Array({8, 3}, DType::f32, ys)},
                         {"lr", Array::scalar(0.1)}};
-    for (const auto& [n, v] : step_scalars(Optimizer::adamw(0.1), 0.1, step))
+    for (const auto& [n, v] : step_scalars(Optimizer::adamw({.weight_decay = 0.1}), 0.1, step))
       in[n] = Array::scalar(v);
     reference::run_step(*big, in, pb);
     for (int half = 0; half < 2; ++half) {
@@ -104,7 +104,7 @@ TEST(Optimizer, AccumulationEqualsLargeBatch) {
       reference::Feeds hin{{"x", Array({4, 4}, DType::f32, hx)},
                            {"y", Array({4, 3}, DType::f32, hy)},
                            {"apply", Array::scalar(half == 1 ? 1.0 : 0.0)}};
-      for (const auto& [n, v] : step_scalars(Optimizer::adamw(0.1), 0.1, step))
+      for (const auto& [n, v] : step_scalars(Optimizer::adamw({.weight_decay = 0.1}), 0.1, step))
         hin[n] = Array::scalar(v);
       reference::run_step(*small, hin, ps);
       if (half == 0) {

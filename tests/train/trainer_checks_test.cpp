@@ -66,15 +66,19 @@ TEST(TrainerChecks, OptionsOutOfRangeAreErrors) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   const double inf = std::numeric_limits<double>::infinity();
   for (double lr : {nan, 0.0, -1.0, inf, 1e300})
-    expect_error(run([=](TrainOptions& o) { o.lr = lr; }), {"lr"});
+    expect_error(run([=](TrainOptions& o) { o.optimizer.lr = lr; }), {"lr"});
   expect_error(run([](TrainOptions& o) { o.epochs = 0; }), {"epochs"});
-  expect_error(run([](TrainOptions& o) { o.schedule.warmup = -5; }), {"warmup", "-5"});
+  expect_error(run([](TrainOptions& o) { o.optimizer.schedule.warmup = -5; }), {"warmup", "-5"});
   expect_error(run([=](TrainOptions& o) { o.optimizer.weight_decay = nan; }), {"weight_decay"});
   expect_error(run([](TrainOptions& o) { o.optimizer.weight_decay = -1; }), {"weight_decay"});
   expect_error(run([=](TrainOptions& o) { o.optimizer.clip_grad_norm = nan; }), {"clip_grad_norm"});
   expect_error(run([](TrainOptions& o) { o.optimizer.clip_grad_norm = -1; }), {"clip_grad_norm"});
   for (double m : {nan, -0.1, 1.0}) {
-    expect_error(run([=](TrainOptions& o) { o.optimizer = Optimizer::sgd(m); }), {"momentum"});
+    expect_error(run([=](TrainOptions& o) {
+                   o.optimizer = Optimizer::sgd();
+                   o.optimizer.momentum = m;
+                 }),
+                 {"momentum"});
   }
   // Two batches per epoch: an update needs at most 2 micro-batches.
   expect_error(run([](TrainOptions& o) { o.optimizer.accumulate = 3; }), {"accumulate", "3"});
@@ -103,7 +107,7 @@ TEST(TrainerChecks, NonFiniteParametersAfterTheLastStepAreAnErrorAndNotSaved) {
   auto train = synthetic(16, 3, 1e4f), test = synthetic(16, 4);
   TrainOptions o = small_run();
   o.optimizer = Optimizer::sgd();
-  o.lr = 1e38;
+  o.optimizer.lr = 1e38;
   o.save = dir / "c.safetensors";
   int steps = 0;
   o.on_progress = [&](const TrainOptions::Progress& p) {
@@ -161,8 +165,9 @@ TEST(TrainerChecks, ResumeChecksTheRunsIdentity) {
   other.model.batch = 8;
   run.expect_resume_error({"'batch' is 16", "8"}, other);
 
-  run.rewrite([](Arrays&, Meta& m) { m["format"] = "meganeura-checkpoint-2"; });
-  run.expect_resume_error({"format", "meganeura-checkpoint-2", "meganeura-checkpoint-1"});
+  run.rewrite([](Arrays&, Meta& m) { m["format"] = "meganeura-checkpoint-3"; });
+  run.expect_resume_error(
+      {"format", "meganeura-checkpoint-3", "meganeura-checkpoint-2", "meganeura-checkpoint-1"});
   run.rewrite([](Arrays&, Meta& m) {
     m["format"] = "meganeura-checkpoint-1";
     m.erase("model");
@@ -195,6 +200,38 @@ TEST(TrainerChecks, ResumeChecksStepAndTensors) {
     a["extra"] = bias;
   });
   run.expect_resume_error({"'extra' is not part of this run"});
+}
+
+// A checkpoint of format 1 held the fully connected weights [in, out] (and their Adam moments):
+// resuming it transposes them and continues exactly as from the same checkpoint in format 2.
+TEST(TrainerChecks, FormatOneCheckpointsResumeWithTransposedWeights) {
+  SavedRun run;
+  const TrainResult from_current = train_classifier(run.train, run.test, run.o);
+  auto transpose = [](const Array& a) {
+    Array t({a.shape[1], a.shape[0]}, a.dtype);
+    for (int64_t i = 0; i < a.shape[0]; ++i)
+      for (int64_t j = 0; j < a.shape[1]; ++j)
+        t.data[static_cast<size_t>(j * a.shape[0] + i)] =
+            a.data[static_cast<size_t>(i * a.shape[1] + j)];
+    return t;
+  };
+  int transposed = 0;
+  run.rewrite([&](Arrays& a, Meta& m) {
+    m["format"] = "meganeura-checkpoint-1";
+    for (auto& [name, value] : a) {
+      if (name.rfind("fc", 0) == 0 && name.find(".weight") != std::string::npos) {
+        value = transpose(value);
+        ++transposed;
+      }
+    }
+  });
+  EXPECT_EQ(transposed, 6);  // fc1 and fc2 weights, each with exp_avg and exp_avg_sq
+  const TrainResult from_legacy = train_classifier(run.train, run.test, run.o);
+  EXPECT_EQ(from_legacy.final_loss, from_current.final_loss);
+  EXPECT_EQ(from_legacy.test_accuracy, from_current.test_accuracy);
+  // Untransposed (a format-2 layout labelled format 1) is refused by shape.
+  run.rewrite([&](Arrays& a, Meta&) { a["fc1.weight"] = transpose(a.at("fc1.weight")); });
+  run.expect_resume_error({"'fc1.weight'", "[8, 784]", "[784, 8]"});
 }
 
 TEST(TrainerChecks, ResumingAFinishedRunSaysSo) {

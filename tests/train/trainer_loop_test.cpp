@@ -117,8 +117,8 @@ TrainOptions small_run() {
   o.model.hidden = {8};
   o.model.seed = 4;
   o.eval_batch = 16;
-  o.optimizer = Optimizer::sgd(0.9);
-  o.lr = 0.1;
+  o.optimizer = Optimizer::sgd({.momentum = 0.9});
+  o.optimizer.lr = 0.1;
   return o;
 }
 
@@ -140,7 +140,7 @@ TEST(TrainerLoop, AccumulatedMicroBatchesUpdateLikeOneBatch) {
   auto train = data(32, 1), test = data(16, 2);
   TrainOptions o = small_run();
   o.epochs = 2;
-  o.schedule.kind = LrSchedule::Kind::cosine;
+  o.optimizer.schedule.kind = LrSchedule::Kind::cosine;
   TrainOptions whole = o, micro = o;
   whole.model.batch = 32;
   whole.save = dir / "whole.safetensors";
@@ -233,7 +233,7 @@ TEST(TrainerLoop, LossTurningNonFiniteStopsTheRun) {
   for (float& v : train->inputs) v *= 1e4f;
   TrainOptions o = small_run();
   o.optimizer = Optimizer::sgd();
-  o.lr = 1e38;
+  o.optimizer.lr = 1e38;
   int reports = 0;
   o.on_progress = [&](const TrainOptions::Progress&) { ++reports; };
   try {
@@ -262,10 +262,10 @@ TEST(TrainerLoop, MoreOptionsOutOfRangeAreErrors) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
   expect_error([](TrainOptions& o) { o.model.batch = 0; }, "model.batch");
   expect_error([](TrainOptions& o) { o.eval_batch = 0; }, "eval_batch");
-  expect_error([](TrainOptions& o) { o.schedule.step_size = 0; }, "schedule.step_size");
-  expect_error([](TrainOptions& o) { o.schedule.gamma = 0; }, "schedule.gamma");
-  expect_error([=](TrainOptions& o) { o.schedule.gamma = nan; }, "schedule.gamma");
-  expect_error([](TrainOptions& o) { o.schedule.min_lr = -1; }, "schedule.min_lr");
+  expect_error([](TrainOptions& o) { o.optimizer.schedule.step_size = 0; }, "schedule.step_size");
+  expect_error([](TrainOptions& o) { o.optimizer.schedule.gamma = 0; }, "schedule.gamma");
+  expect_error([=](TrainOptions& o) { o.optimizer.schedule.gamma = nan; }, "schedule.gamma");
+  expect_error([](TrainOptions& o) { o.optimizer.schedule.min_lr = -1; }, "schedule.min_lr");
   TrainOptions o = small_run();
   EXPECT_THROW(train_classifier(std::make_shared<Dataset>(train->slice(0, 0)), test, o), Error);
   auto images = std::make_shared<Dataset>(*train);

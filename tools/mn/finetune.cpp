@@ -43,7 +43,7 @@ FinetuneOptions options_from(FinetuneArgs& a) {
   } else {
     throw Error("--dtype must be f32 or bf16, got '" + a.dtype + "'");
   }
-  o.schedule.kind = schedule_from_name(a.schedule);
+  o.optimizer.schedule.kind = schedule_from_name(a.schedule);
   if (a.lora_rank) {
     if (*a.lora_rank <= 0)
       throw Error("--lora-rank must be positive, got " + std::to_string(*a.lora_rank));
@@ -100,8 +100,9 @@ void add_finetune_command(CLI::App& app) {
       cmd->add_option("--epochs", o.epochs, "passes over the data")->capture_default_str();
   auto* steps = cmd->add_option("--steps", o.steps, "optimizer updates (instead of --epochs)");
   epochs->excludes(steps);
-  cmd->add_option("--lr", o.lr, "peak learning rate")->capture_default_str();
-  cmd->add_option("--warmup", o.schedule.warmup, "linear warm-up updates")->capture_default_str();
+  cmd->add_option("--lr", o.optimizer.lr, "peak learning rate")->capture_default_str();
+  cmd->add_option("--warmup", o.optimizer.schedule.warmup, "linear warm-up updates")
+      ->capture_default_str();
   cmd->add_option("--schedule", a->schedule, "constant or cosine")->capture_default_str();
   cmd->add_option("--weight-decay", o.optimizer.weight_decay, "AdamW decoupled weight decay")
       ->capture_default_str();

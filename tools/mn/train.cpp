@@ -137,9 +137,10 @@ void run_train(const TrainArgs& a, const CLI::App& cmd) {
   // Defaults measured on Fashion-MNIST: Adam at 1e-3 for the MLP (0.844 after one epoch), 2e-3
   // for the CNN (0.894 after two; 1e-3 reached 0.874).
   const double adam_lr = o.model.kind == ModelKind::cnn ? 2e-3 : 1e-3;
-  o.lr = given(cmd, "--lr") ? a.lr : (o.optimizer.kind == Optimizer::Kind::sgd ? 0.05 : adam_lr);
-  o.schedule.kind = schedule_from_name(a.schedule);
-  o.schedule.warmup = a.warmup;
+  o.optimizer.lr =
+      given(cmd, "--lr") ? a.lr : (o.optimizer.kind == Optimizer::Kind::sgd ? 0.05 : adam_lr);
+  o.optimizer.schedule.kind = schedule_from_name(a.schedule);
+  o.optimizer.schedule.warmup = a.warmup;
   o.device = a.device;
   if (a.check_numerics) o.check_numerics = true;
   o.save = a.save;
@@ -160,7 +161,7 @@ void run_train(const TrainArgs& a, const CLI::App& cmd) {
   std::fprintf(
       stderr, "training %s on Fashion-MNIST (%lld train, %lld test), %s lr %g, batch %lld\n",
       a.model.c_str(), static_cast<long long>(train->size()), static_cast<long long>(test->size()),
-      a.optimizer.c_str(), o.lr, static_cast<long long>(a.batch));
+      a.optimizer.c_str(), o.optimizer.lr, static_cast<long long>(a.batch));
   TrainResult r = train_classifier(train, test, o);
   if (a.json) {
     nlohmann::json j = {{"model", a.model},

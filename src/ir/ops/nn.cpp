@@ -86,6 +86,20 @@ std::vector<OpSample> softmax_samples() {
           s("size1_axis", {3, 1}, -1),   s("batch4d", {2, 1, 3, 4}, -2)};
 }
 
+void check_dropout_step(const TensorType& step) {
+  if (!step.shape.empty() || (step.dtype != DType::i32 && step.dtype != DType::u32)) {
+    throw ShapeError("dropout: the step must be an i32 or u32 scalar, got " + step.str());
+  }
+}
+
+// Where step `step` draws its mask in the stream of the op's seed: the masks of successive
+// steps are disjoint stretches of one stream. A negative i32 step counts as its u32 value.
+uint64_t dropout_offset(const Node& n, std::span<const Array* const> in) {
+  if (in.size() < 2) return 0;
+  const auto step = static_cast<uint32_t>(static_cast<int64_t>(in[1]->data[0]));
+  return static_cast<uint64_t>(step) * static_cast<uint64_t>(n.type.numel());
+}
+
 void check_dropout_p(std::string_view op, double p) {
   if (!(p >= 0.0 && p < 1.0)) {
     throw Error(std::string(op) + ": p must be in [0, 1), got " + std::to_string(p));
@@ -150,27 +164,34 @@ void register_softmax_ops(OpRegistry& r) {
   });
   r.add(OpDef{
       .name = "dropout",
-      .arity = 1,
+      .arity = -1,
       .archetype = Archetype::pointwise,
       .infer =
           [](const Attrs& a, std::span<const TensorType> in) {
             check_dropout_p("dropout", a.as<DropoutAttrs>().p);
-            return infer_unary_float("dropout", in);
+            if (in.size() == 2) check_dropout_step(in[1]);
+            if (in.size() > 2) throw ShapeError("dropout: expected x and an optional step");
+            return infer_unary_float("dropout", in.first(1));
           },
       .eval =
           [](const Node& n, std::span<const Array* const> in) {
             const auto& a = n.attrs.as<DropoutAttrs>();
             const double scale = 1.0 / (1.0 - a.p);
+            const uint64_t offset = dropout_offset(n, in);
             Array out(n.type.shape, n.type.dtype);
             for (size_t i = 0; i < out.data.size(); ++i) {
-              const bool keep = random_uniform(a.seed, i) >= a.p;
+              const bool keep = random_uniform(a.seed, offset + i) >= a.p;
               out.data[i] = keep ? in[0]->data[i] * scale : 0.0;
             }
             return out;
           },
-      // Linear in x with a mask fixed by (seed, index): the transpose is the op itself.
-      .vjp = [](const Node& n, std::span<const Tensor> in, Tensor y,
-                Tensor g) { return std::vector<Tensor>{g.graph().apply("dropout", n.attrs, {g})}; },
+      // Linear in x with a mask fixed by (seed, step, index): the transpose is the op itself.
+      .vjp =
+          [](const Node& n, std::span<const Tensor> in, Tensor y, Tensor g) {
+            if (in.size() == 1)
+              return std::vector<Tensor>{g.graph().apply("dropout", n.attrs, {g})};
+            return std::vector<Tensor>{g.graph().apply("dropout", n.attrs, {g, in[1]}), Tensor{}};
+          },
       .samples =
           [] {
             auto s = [](std::string label, Shape shape, double p, uint64_t seed) {
@@ -180,11 +201,22 @@ void register_softmax_ops(OpRegistry& r) {
                               .ranges = {{-2.0, 2.0}},
                               .no_grad = {false}};
             };
+            auto stepped = [](std::string label, Shape shape, double p, DType step) {
+              return OpSample{.label = std::move(label),
+                              .inputs = {{std::move(shape), DType::f32}, {{}, step}},
+                              .attrs = DropoutAttrs{p, 5},
+                              .ranges = {{-2.0, 2.0}, {0.0, 100000.0}},
+                              .no_grad = {false, true}};
+            };
             return std::vector<OpSample>{s("half", {4, 5}, 0.5, 1),
-                                         s("light_3d", {2, 3, 5}, 0.1, 7), s("heavy", {16}, 0.9, 3),
-                                         s("scalar", {}, 0.25, 11)};
+                                         s("light_3d", {2, 3, 5}, 0.1, 7),
+                                         s("heavy", {16}, 0.9, 3),
+                                         s("scalar", {}, 0.25, 11),
+                                         stepped("step_i32", {3, 7}, 0.5, DType::i32),
+                                         stepped("step_u32", {40}, 0.3, DType::u32)};
           },
-      .summary = "inverted dropout: x / (1-p) where random_uniform(seed, i) >= p, else 0",
+      .summary = "inverted dropout: x / (1-p) where random_uniform(seed, step·numel + i) >= p, "
+                 "else 0 (step: an optional i32/u32 scalar input, 0 without it)",
   });
 }
 

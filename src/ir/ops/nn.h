@@ -74,7 +74,9 @@ struct BatchNormAttrs {
 };
 
 // dropout in training mode with p in [0, 1): element i (row-major index in the output) is kept
-// when random_uniform(seed, i) >= p (src/ir/random.h) and scaled by 1/(1-p). The vjp is the same
+// when random_uniform(seed, step·numel + i) >= p (src/ir/random.h) and scaled by 1/(1-p), step
+// being the op's optional second input (an i32/u32 scalar, 0 without it), so a recorded training
+// step draws a new mask each time its step input or state changes. The vjp is the same
 // op applied to the cotangent, which reproduces the mask exactly. random_uniform is a 24-bit
 // integer u24 / 2^24, so the test equals u24 >= ceil(p * 2^24) in integers: a GPU kernel matches
 // the reference bit for bit with that host-computed threshold, whatever its float precision.
