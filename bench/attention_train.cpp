@@ -1,15 +1,17 @@
 // Attention forward and backward for training: scaled_dot_product_attention (causal, grouped
 // key/value heads) and the gradients of q, k and v from a given dout, as one session step,
-// timed with GPU timestamps (median of --reps steps after warm-up). The step runs the forward
-// kernel, attention_lse, the delta = rowsum(dout * out) reduction and attention_grad_q/k/v.
-// One JSON line per case with "gpu_ms_median", "tflops" (forward + backward at 3.5 times the
+// timed with GPU timestamps (median of --reps steps after warm-up). With the gradient kernels
+// the step runs the forward kernel, attention_lse, the delta = rowsum(dout * out) reduction and
+// attention_grad_q/k/v.
+// MN_ATTENTION_BACKWARD=kernels times the gradient kernels; by default the backward is graph
+// ops (matmuls and a softmax over the Lq x Lk scores). One JSON line per case with "gpu_ms_median", "tflops" (forward + backward at 3.5 times the
 // forward's 4·B·Hq·L²·D, halved when causal: the convention of FlashAttention's benchmarks),
 // the arena and the kernels. PyTorch counterpart: bench/attention_train.py.
 //
 // --arena BxL (e.g. 8x512, repeatable) instead plans a training step (AdamW) of a causal LM of
 // SmolLM2-135M's shape (build_causal_lm: 30 layers, 9 heads over 3 key/value heads of 64) at
 // batch B and sequence L, without running it, once with attention's backward in graph ops
-// (MN_ATTENTION_GRAPH_BACKWARD=1) and once with the gradient kernels, and prints both arenas.
+// (MN_ATTENTION_BACKWARD=graph) and once with the gradient kernels (=kernels), and prints both arenas.
 // It needs no GPU.
 //
 // Usage: bench_attention_train [--batch N] [--lengths 512,2048] [--dims 64,128] [--reps N]
@@ -61,6 +63,12 @@ mn::Array random_array(const mn::Shape& shape, uint64_t seed) {
   return a;
 }
 
+// The form MN_ATTENTION_BACKWARD asks for (graph ops unless `kernels`).
+std::string backward_form() {
+  const char* v = std::getenv("MN_ATTENTION_BACKWARD");
+  return v && std::string_view(v) == "kernels" ? "gradient kernels" : "graph ops";
+}
+
 void run_case(const Options& o, int64_t length, int64_t dim) {
   mn::Graph g;
   const mn::Shape qs{o.batch, o.heads, length, dim}, kvs{o.batch, o.kv_heads, length, dim};
@@ -108,6 +116,7 @@ void run_case(const Options& o, int64_t length, int64_t dim) {
                       {"length", length},
                       {"head_dim", dim},
                       {"device", s->device_name()},
+                      {"attention_backward", backward_form()},
                       {"gpu_ms_median", median},
                       {"tflops", median > 0 ? 3.5 * forward_flops / (median * 1e-3) / 1e12 : 0.0},
                       {"arena_mib", static_cast<double>(mem.arena_bytes) / (1 << 20)},
@@ -135,9 +144,9 @@ mn::LmConfig smollm2_135m_config() {
 void arena_case(int64_t batch, int64_t sequence) {
   for (bool graph_backward : {true, false}) {
     if (graph_backward) {
-      setenv("MN_ATTENTION_GRAPH_BACKWARD", "1", 1);
+      setenv("MN_ATTENTION_BACKWARD", "graph", 1);
     } else {
-      unsetenv("MN_ATTENTION_GRAPH_BACKWARD");
+      setenv("MN_ATTENTION_BACKWARD", "kernels", 1);
     }
     mn::CausalLmOptions options;
     options.batch = batch;
@@ -157,7 +166,7 @@ void arena_case(int64_t batch, int64_t sequence) {
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
   }
-  unsetenv("MN_ATTENTION_GRAPH_BACKWARD");
+  unsetenv("MN_ATTENTION_BACKWARD");
 }
 
 }  // namespace

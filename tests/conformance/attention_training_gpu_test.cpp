@@ -14,6 +14,8 @@
 #include "support/elementwise_error.h"
 #include "support/random_fill.h"
 
+#include "support/scoped_env.h"
+
 namespace mn {
 namespace {
 
@@ -28,6 +30,7 @@ class AttentionTrainingGpu : public ::testing::TestWithParam<Case> {};
 
 TEST_P(AttentionTrainingGpu, ForwardAndGradientsMatchTheReference) {
   const Case& c = GetParam();
+  testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
   Graph g;
   Tensor q = g.input("q", {c.batch, c.hq, c.lq, c.d});
   Tensor k = g.input("k", {c.batch, c.hkv, c.lk, c.d});

@@ -22,6 +22,7 @@ size_t count_ops(const Graph& g, std::string_view op) {
 }
 
 TEST(AttentionTrainingOps, VjpFormFollowsTheOperands) {
+  testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
   {
     Graph g;
     Tensor q = g.input("q", {2, 4, 5, 8}), k = g.input("k", {2, 2, 5, 8});
@@ -41,7 +42,7 @@ TEST(AttentionTrainingOps, VjpFormFollowsTheOperands) {
     EXPECT_EQ(count_ops(g, "softmax"), 1u);
   }
   {
-    testing::ScopedEnv env("MN_ATTENTION_GRAPH_BACKWARD", "1");
+    testing::ScopedEnv env("MN_ATTENTION_BACKWARD", "graph");
     Graph g;
     Tensor q = g.input("q", {4, 5, 8}), k = g.input("k", {4, 5, 8}), v = g.input("v", {4, 5, 8});
     gradients(sum(scaled_dot_product_attention(q, k, v)), {q, k, v});
@@ -56,6 +57,18 @@ void expect_refused(const std::function<void()>& f, const std::string& fragment)
   } catch (const ShapeError& e) {
     EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
   }
+}
+
+TEST(AttentionTrainingOps, TheGraphFormIsTheDefaultAndBadChoicesAreRefused) {
+  Graph g;
+  Tensor q = g.input("q", {4, 5, 8}), k = g.input("k", {4, 5, 8}), v = g.input("v", {4, 5, 8});
+  gradients(sum(scaled_dot_product_attention(q, k, v)), {q, k, v});
+  EXPECT_EQ(count_ops(g, "attention_grad_q"), 0u);
+  EXPECT_EQ(count_ops(g, "softmax"), 1u);
+  testing::ScopedEnv bad("MN_ATTENTION_BACKWARD", "flash");
+  Graph h;
+  Tensor hq = h.input("q", {4, 5, 8});
+  EXPECT_THROW(gradients(sum(scaled_dot_product_attention(hq, hq, hq)), {hq}), Error);
 }
 
 TEST(AttentionTrainingOps, BadOperandsAreRefused) {

@@ -43,10 +43,10 @@ struct TrainingGraph {
 };
 
 // The model with its loss and its parameters' gradients as outputs; with graph_backward,
-// attention's backward in graph ops (MN_ATTENTION_GRAPH_BACKWARD).
+// attention's backward in graph ops (MN_ATTENTION_BACKWARD=graph).
 TrainingGraph training_graph(const LmConfig& config, int64_t batch, int64_t sequence,
                              bool graph_backward) {
-  testing::ScopedEnv env("MN_ATTENTION_GRAPH_BACKWARD", graph_backward ? "1" : nullptr);
+  testing::ScopedEnv env("MN_ATTENTION_BACKWARD", graph_backward ? "graph" : "kernels");
   CausalLmOptions options;
   options.batch = batch;
   options.sequence = sequence;
