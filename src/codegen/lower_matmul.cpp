@@ -2,8 +2,7 @@
 // the storage type.
 //
 // Tiled kernel: 256 threads (16×16) compute a 16T×16T output tile, each a T×T block (T = 4
-// once both M and N fill 64, 2 where that grid is smaller than the device's multiprocessors,
-// else 1). Every K step stages a 16-wide slab of both operands in
+// once both M and N fill 64, else 1). Every K step stages a 16-wide slab of both operands in
 // shared memory; the thread-to-element map of those loads follows the operand's memory order
 // (the contiguous axis is the fastest-varying one across threads), so every transpose
 // combination reads whole contiguous runs: TILE floats along M/N, or 16 floats (64 bytes,
@@ -62,18 +61,10 @@ void check_elements(const MatmulGeometry& g, int64_t batch) {
   }
 }
 
-// Each thread's T×T block: 64×64 tiles (T = 4) once both sides fill them; 32×32 (T = 2) where
-// the 64×64 grid would leave multiprocessors of a device that says how many it has without a
-// workgroup (a prompt's 512×576 projections: 72 tiles for an H200's 132); 16×16 otherwise.
-int64_t per_thread(const MatmulGeometry& g, int64_t batch, const DeviceTraits& d) {
-  if (g.m < 64 || g.n < 64) return 1;
-  const int64_t grid = (g.m + 63) / 64 * ((g.n + 63) / 64) * batch;
-  return d.multiprocessors > 0 && grid < d.multiprocessors ? 2 : 4;
-}
-
 Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
                      const MatmulEpilogue* e) {
-  const int64_t t = per_thread(g, batch, ctx.device);
+  // 64×64 tiles with 4×4 per thread once both sides fill them; 16×16 tiles otherwise.
+  const int64_t t = (g.m >= 64 && g.n >= 64) ? 4 : 1;
   const int64_t tile = 16 * t;
   const std::string M = ulit(g.m), N = ulit(g.n), K = ulit(g.k), T = ulit(t), TILE = ulit(tile);
   // Bounds checks only where the shape does not divide into whole tiles.

@@ -68,12 +68,7 @@ TEST(MatmulGpu, ShapesAndTransposes) {
     Tensor b = g.input("b", p.b);
     Tensor c = matmul(a, b, p.ta, p.tb);
     g.output("c", c);
-    // The kernels named are those of a device that does not report its multiprocessors; on one
-    // that does, small grids take 32×32 tiles (SmallGridsOfKnownDevicesTakeThirtyTwoTiles), and
-    // expect_close runs whichever the device's session picks.
-    codegen::DeviceTraits traits = testing::device_traits();
-    traits.multiprocessors = 0;
-    const auto low = testing::lower_node(g, c.id(), traits);
+    const auto low = testing::lower_node(g, c.id(), testing::device_traits());
     const bool split = p.kernel.ends_with("_partial");
     ASSERT_EQ(low.launches.size(), split ? 2u : 1u);
     EXPECT_EQ(low.launches[0].name, p.kernel);
@@ -150,35 +145,6 @@ TEST(MatmulGpu, GridFoldsPastTheGroupLimit) {
   Graph g;
   Tensor c = matmul(g.input("a", {2, 8}), g.input("b", {8, 100}));
   EXPECT_THROW(testing::lower_node(g, c.id(), traits), Error);
-}
-
-// On a device that says it has 132 multiprocessors, products whose 64×64 grid is smaller take
-// 32×32 tiles (two by two per thread), in every transpose and with overhanging edges; a grid
-// that fills the device keeps 64×64.
-TEST(MatmulGpu, SmallGridsOfKnownDevicesTakeThirtyTwoTiles) {
-  auto rng = testing::rng_for("matmul-gpu/32");
-  codegen::DeviceTraits traits = testing::device_traits();
-  traits.multiprocessors = 132;
-  for (bool ta : {false, true}) {
-    for (bool tb : {false, true}) {
-      SCOPED_TRACE(std::string(ta ? "t" : "n") + (tb ? "t" : "n"));
-      // M×N×K = 100×200×70: 2 × 4 tiles of 64, 4 × 7 of 32 (both edges overhang).
-      Graph g;
-      Tensor a = g.input("a", ta ? Shape{70, 100} : Shape{100, 70});
-      Tensor b = g.input("b", tb ? Shape{200, 70} : Shape{70, 200});
-      Tensor c = matmul(a, b, ta, tb);
-      EXPECT_EQ(testing::lower_node(g, c.id(), traits).launches[0].name, "matmul_32x32");
-      const std::vector<Array> in{testing::random_array(rng, a.type()),
-                                  testing::random_array(rng, b.type())};
-      auto want =
-          reference::evaluate_nodes(g, {{"a", in[0]}, {"b", in[1]}}, std::vector<NodeId>{c.id()});
-      EXPECT_TRUE(testing::elementwise_near(testing::run_lowering(g, c.id(), in, traits),
-                                            testing::stored(want[0]), 2e-5));
-    }
-  }
-  Graph g;  // 12 × 12 tiles of 64 = 144 >= 132
-  Tensor c = matmul(g.input("a", {768, 16}), g.input("b", {16, 768}));
-  EXPECT_EQ(testing::lower_node(g, c.id(), traits).launches[0].name, "matmul_64x64");
 }
 
 TEST(MatmulGpu, SixteenBitTensorsNeedStorageAccess) {
