@@ -2,9 +2,10 @@
 // upload the tokens, forward, backward and AdamW in one submission, read the loss back. Runs
 // the graph as written (one kernel per op) and optimized (e-graph + fusion) in the same process
 // and prints one JSON line each. PyTorch counterpart: bench/transformer_train.py.
+// --plan only plans each step (no device, no run) and prints its arena and dispatch count.
 //
 // Usage: bench_transformer_train [--steps N] [--layers L] [--batch B] [--sequence S]
-//                                [--device D] [--only optimized|baseline] [--profile]
+//                                [--device D] [--only optimized|baseline] [--profile] [--plan]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,10 +22,21 @@
 #include <meganeura/optimizer.h>
 #include <meganeura/session.h>
 
+#include "plan/step_plan.h"
+
 namespace {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The step's plan as a session would make it, without a device: arena and dispatches.
+nlohmann::json plan_fields(const mn::Graph& g, bool optimized) {
+  mn::plan::PlanOptions po;
+  po.optimize.enabled = po.fuse = optimized;
+  const mn::plan::StepPlan plan = mn::plan::make_step_plan(g, po);
+  return {{"arena_mib", static_cast<double>(plan.arena_bytes) / (1 << 20)},
+          {"dispatches", plan.launches.size()}};
 }
 
 }  // namespace
@@ -32,7 +44,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 int main(int argc, char** argv) {
   int steps = 30;
   std::string device, only;
-  bool profile = false;
+  bool profile = false, plan_only = false;
   mn::TransformerSpec spec = mn::smollm2_135m();
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
@@ -50,6 +62,8 @@ int main(int argc, char** argv) {
       only = next();
     else if (!std::strcmp(argv[i], "--profile"))
       profile = true;
+    else if (!std::strcmp(argv[i], "--plan"))
+      plan_only = true;
   }
   const std::string name = "smollm2_135m_train_b" + std::to_string(spec.batch) + "_s" +
                            std::to_string(spec.sequence) +
@@ -59,6 +73,13 @@ int main(int argc, char** argv) {
       if (!only.empty() && only != (optimized ? "optimized" : "baseline")) continue;
       mn::LanguageModel m = mn::build_transformer(spec);
       mn::add_training_step(m.loss, mn::Optimizer::adamw());
+      if (plan_only) {
+        nlohmann::json j = plan_fields(*m.graph, optimized);
+        j.update({{"name", name}, {"impl", "meganeura"}, {"optimized", optimized}});
+        std::printf("%s\n", j.dump().c_str());
+        std::fflush(stdout);
+        continue;
+      }
       mn::SessionOptions so;
       so.device = device;
       so.profile = profile;
