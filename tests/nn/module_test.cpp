@@ -61,7 +61,7 @@ TEST(NnModule, KeysFollowPyTorchStateDict) {
   EXPECT_EQ(sub[0].key, "weight");
   EXPECT_EQ(sub[0].graph_name, "head.2.weight");
   EXPECT_EQ(net.layers->at<nn::BatchNorm2d>(1)->path(), "layers.1");
-  const nn::Slot& count = net.named_buffers()[2].slot;
+  const nn::Slot count = net.named_buffers()[2].slot;  // a copy: named_buffers() is a temporary
   EXPECT_EQ(count.type.dtype, DType::i32);
   EXPECT_EQ(count.file_type, ElemType::i64);
 }
