@@ -1,10 +1,14 @@
 // Session::set checks the whole shape, not only the element count, and Session::get refuses
-// outputs before any step has written them.
+// outputs before any step has written them; the session's environment switches refuse bad values.
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
 #include <meganeura/session.h>
+
+#include "support/scoped_env.h"
 
 namespace mn {
 namespace {
@@ -54,6 +58,36 @@ TEST(SessionChecks, GetOfAnOutputBeforeTheFirstStepIsAnError) {
   expect_message([&] { s->get("y"); }, {"not run a step"});
   s->step();
   EXPECT_EQ(s->get("y").data, (std::vector<double>{2, 4, 6, 8}));
+}
+
+}  // namespace
+}  // namespace mn
+
+namespace mn {
+namespace {
+
+// MN_FENCE_SPIN_US: how long the wait for a step polls its fence. A step's result is the same
+// whether it blocks at once (0) or polls; anything but a whole number of microseconds up to a
+// second is refused by name.
+TEST(SessionChecks, FenceSpinIsAWholeNumberOfMicroseconds) {
+  Graph g;
+  g.output("y", g.input("x", {4}) * 2.0);
+  for (const char* spin : {"0", "50", "1000000"}) {
+    testing::ScopedEnv env("MN_FENCE_SPIN_US", spin);
+    auto s = build_session(g);
+    s->set("x", Array({4}, DType::f32, {1, 2, 3, 4}));
+    s->step();
+    EXPECT_EQ(s->get("y").data, (std::vector<double>{2, 4, 6, 8})) << spin;
+  }
+  for (const char* bad : {"", "abc", "-5", "12us", "1000001"}) {
+    testing::ScopedEnv env("MN_FENCE_SPIN_US", bad);
+    try {
+      build_session(g);
+      ADD_FAILURE() << "MN_FENCE_SPIN_US='" << bad << "' accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("MN_FENCE_SPIN_US"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
