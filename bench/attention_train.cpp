@@ -89,20 +89,10 @@ void run_case(const Options& o, int64_t length, int64_t dim) {
   s->set("k", random_array(kvs, 2));
   s->set("v", random_array(kvs, 3));
   s->set("dout", random_array(qs, 4));
-  for (int i = 0; i < 3; ++i) s->step();  // warm-up
-  std::vector<double> ms;
+  const mn::bench::ProfiledSteps steps = mn::bench::profiled_steps(*s, o.reps);
   nlohmann::json kernels = nlohmann::json::array();
-  for (int i = 0; i < o.reps; ++i) {
-    s->step();
-    double total = 0;
-    kernels = nlohmann::json::array();
-    for (const auto& kt : s->profile()) {
-      total += kt.ms;
-      kernels.push_back({{"name", kt.name}, {"ms", kt.ms}});
-    }
-    ms.push_back(total);
-  }
-  const double median = mn::bench::median(ms);
+  for (const auto& kt : steps.kernels) kernels.push_back({{"name", kt.name}, {"ms", kt.ms}});
+  const double median = steps.gpu_ms_median;
   const double forward_flops = 4.0 * static_cast<double>(o.batch * o.heads) *
                                static_cast<double>(length) * static_cast<double>(length) *
                                static_cast<double>(dim) * 0.5;

@@ -36,4 +36,25 @@ inline nlohmann::json step_fields(const Session& s, const std::vector<double>& s
   return j;
 }
 
+// A session built with SessionOptions::profile stepped 3 times to warm up, then `reps` times:
+// the median of the timed steps' summed kernel times, and the last step's kernels.
+struct ProfiledSteps {
+  double gpu_ms_median = 0;
+  std::vector<KernelTime> kernels;
+};
+inline ProfiledSteps profiled_steps(Session& s, int reps) {
+  for (int i = 0; i < 3; ++i) s.step();
+  std::vector<double> ms;
+  ProfiledSteps p;
+  for (int i = 0; i < reps; ++i) {
+    s.step();
+    p.kernels = s.profile();
+    double total = 0;
+    for (const KernelTime& k : p.kernels) total += k.ms;
+    ms.push_back(total);
+  }
+  p.gpu_ms_median = median(ms);
+  return p;
+}
+
 }  // namespace mn::bench

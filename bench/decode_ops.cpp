@@ -51,21 +51,10 @@ nlohmann::json time_steps(const mn::Graph& g,
   so.profile = true;
   auto s = mn::build_session(g, so);
   for (const auto& [name, value] : inputs) s->set(name, value);
-  for (int i = 0; i < 3; ++i) s->step();  // warm-up
-  std::vector<double> ms;
+  const mn::bench::ProfiledSteps steps = mn::bench::profiled_steps(*s, o.reps);
   nlohmann::json kernels = nlohmann::json::array();
-  for (int i = 0; i < o.reps; ++i) {
-    s->step();
-    double total = 0;
-    kernels = nlohmann::json::array();
-    for (const auto& k : s->profile()) {
-      total += k.ms;
-      kernels.push_back(k.name);
-    }
-    ms.push_back(total);
-  }
-  return {
-      {"device", s->device_name()}, {"gpu_ms_median", mn::bench::median(ms)}, {"kernels", kernels}};
+  for (const auto& k : steps.kernels) kernels.push_back(k.name);
+  return {{"device", s->device_name()}, {"gpu_ms_median", steps.gpu_ms_median}, {"kernels", kernels}};
 }
 
 void attention_cases(const Options& o) {

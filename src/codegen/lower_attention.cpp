@@ -385,21 +385,12 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
   KernelLaunch k;
   std::string s = declarations(ctx, g, a.has_mask, k.bindings, split);
   s += rope_declarations(ctx, g, k.bindings);
-  s += "shared float p_sh[" + L + "];\nshared float red[" + L + "];\n";
+  s += "shared float p_sh[" + L + "];\n" + attention_lowering::workgroup_reductions(L);
   if (split) {
     s += "shared bool last_sh;\nshared float split_sh[" + ulit(ks.splits) + "], sum_sh[" +
          ulit(ks.splits) + "];\n";
   }
   if (q_shared) s += "shared float q_sh[" + ulit(g.d) + "];\n";
-  // Workgroup sum and max (the max ignores NaN as the reference's std::max does).
-  for (const auto& [name, comb] :
-       {std::pair{"wg_sum", "x + y"}, std::pair{"wg_max", "y > x ? y : x"}}) {
-    s += std::string("float ") + name + "(float v) {\n  uint t = gl_LocalInvocationID.x;\n";
-    s += "  red[t] = v;\n  barrier();\n";
-    s += "  for (uint h = " + ulit(lanes / 2) + "; h > 0u; h >>= 1) {\n";
-    s += "    if (t < h) { float x = red[t], y = red[t + h]; red[t] = " + std::string(comb) +
-         "; }\n    barrier();\n  }\n  float r = red[0];\n  barrier();\n  return r;\n}\n";
-  }
   s += "void main() {\n";
   s += "  uint w = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
   s += "  if (w >= " + ulit(rows * ks.splits) + ") return;\n";
@@ -499,6 +490,19 @@ Lowering lower_attention(const LowerContext& ctx) {
 }  // namespace
 
 namespace attention_lowering {
+
+std::string workgroup_reductions(const std::string& lanes) {
+  std::string s = "shared float red[" + lanes + "];\n";
+  for (const auto& [name, comb] :
+       {std::pair{"wg_sum", "x + y"}, std::pair{"wg_max", "y > x ? y : x"}}) {
+    s += std::string("float ") + name + "(float v) {\n  uint t = gl_LocalInvocationID.x;\n";
+    s += "  red[t] = v;\n  barrier();\n";
+    s += "  for (uint h = " + lanes + " / 2u; h > 0u; h >>= 1) {\n";
+    s += "    if (t < h) { float x = red[t], y = red[t + h]; red[t] = " + std::string(comb) +
+         "; }\n    barrier();\n  }\n  float r = red[0];\n  barrier();\n  return r;\n}\n";
+  }
+  return s;
+}
 
 bool row_kernel_reads_rope(const LowerContext& ctx) {
   if (ctx.node.op_name() != "cached_attention" || !ctx.rope || ctx.rope->operand != 0) {

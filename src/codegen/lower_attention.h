@@ -1,5 +1,7 @@
 #pragma once
 // Pieces of the attention-family lowerings split across files.
+#include <string>
+
 #include "codegen/kernel.h"
 
 namespace mn::codegen::attention_lowering {
@@ -8,6 +10,10 @@ namespace mn::codegen::attention_lowering {
 Lowering lower_rope(const LowerContext& ctx, bool backward);
 // rope_positions and rope_positions_backward (lower_attention_rope.cpp).
 Lowering lower_rope_positions(const LowerContext& ctx, bool backward);
+// GLSL: `shared float red[lanes]` and float wg_sum(float) / wg_max(float) over a workgroup of
+// `lanes` (a GLSL expression, a power of two) invocations; the max ignores NaN as the reference's
+// std::max does (lower_attention.cpp).
+std::string workgroup_reductions(const std::string& lanes);
 // Whether cached_attention's row kernel takes ctx.rope (its query rotated as it is loaded):
 // the kernel is not tiled and keeps the query row in shared memory (lower_attention.cpp).
 bool row_kernel_reads_rope(const LowerContext& ctx);

@@ -14,6 +14,7 @@
 
 #include "codegen/glsl.h"
 #include "codegen/kernel.h"
+#include "codegen/lower_attention.h"
 #include "codegen/lower_families.h"
 #include "ir/ops/attention.h"
 #include "ir/ops/common.h"
@@ -128,20 +129,6 @@ std::string score_expr(const TrainingShape& g, const std::string& h, const std::
   return s;
 }
 
-// Workgroup sum and max over the lanes (the max ignores NaN as the reference's does).
-std::string reductions() {
-  std::string s = "shared float red[L];\n";
-  for (const auto& [name, comb] :
-       {std::pair{"wg_sum", "x + y"}, std::pair{"wg_max", "y > x ? y : x"}}) {
-    s += std::string("float ") + name + "(float v) {\n  uint t = gl_LocalInvocationID.x;\n";
-    s += "  red[t] = v;\n  barrier();\n";
-    s += "  for (uint h = L / 2u; h > 0u; h >>= 1) {\n";
-    s += "    if (t < h) { float x = red[t], y = red[t + h]; red[t] = " + std::string(comb) +
-         "; }\n    barrier();\n  }\n  float r = red[0];\n  barrier();\n  return r;\n}\n";
-  }
-  return s;
-}
-
 // The prologue of the query-row kernels: row w = (b, h, i), q's row in shared memory, the keys
 // it sees.
 std::string query_row_prologue(const TrainingShape& g) {
@@ -181,7 +168,8 @@ KernelLaunch launch(const LowerContext& ctx, const TrainingShape& g, std::string
 KernelLaunch lse_kernel(const LowerContext& ctx, const TrainingShape& g) {
   std::vector<KernelBinding> bindings;
   std::string s = declarations(ctx, g, bindings);
-  s += "shared float q_sh[" + ulit(std::max<uint64_t>(g.d, 1)) + "];\n" + reductions();
+  s += "shared float q_sh[" + ulit(std::max<uint64_t>(g.d, 1)) + "];\n" +
+       attention_lowering::workgroup_reductions("L");
   s += query_row_prologue(g);
   s += "  barrier();\n  float m = -mn_inf(), l = 0.0;\n";
   s += "  for (uint j0 = 0u; j0 < visible; j0 += L) {\n" + lane_score(g);
