@@ -16,7 +16,7 @@
 
 #include <meganeura/error.h>
 
-#include "codegen/shader_cache.h"
+#include "codegen/shader/shader_cache.h"
 #include "vulkan/arena.h"
 #include "vulkan/device.h"
 #include "vulkan/pipeline.h"

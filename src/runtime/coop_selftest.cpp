@@ -11,7 +11,7 @@
 
 #include "codegen/lower_matmul_coop.h"
 #include "codegen/lower_matmul_coop_wg.h"
-#include "codegen/shader_compiler.h"
+#include "codegen/shader/shader_compiler.h"
 #include "runtime/coop_support.h"
 #include "runtime/host_tensor.h"
 #include "runtime/run_lowering.h"

@@ -6,7 +6,7 @@
 
 #include <meganeura/error.h>
 
-#include "codegen/shader_compiler.h"
+#include "codegen/shader/shader_compiler.h"
 #include "vulkan/cache_dir.h"
 
 namespace mn::runtime {

@@ -2,11 +2,22 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
+#include <string>
 
+#include "codegen/shader/current_glslang.h"
 #include "runtime/coop_selftest.h"
 #include "runtime/device_pool.h"
 
 namespace mn::runtime {
+namespace {
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+}  // namespace
 
 codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
   codegen::DeviceTraits t;
@@ -38,6 +49,9 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
       }
     }
     t.coop_wg_max_dimension = cm.flexible_dimensions_max_dimension;
+    t.coop_tensor = cm.tensor_addressing && cm.per_element_operations &&
+                    codegen::current_glslang().available && env_or("MN_COOP_TENSOR", "1") != "0";
+    t.coop_tensor_tile = env_or("MN_COOP_TENSOR_TILE", "");
   }
   return t;
 }

@@ -55,7 +55,8 @@ std::vector<double> run_lowering(vk::Device& dev, const codegen::Lowering& lower
   for (const codegen::KernelLaunch& k : lowering.launches) {
     options.name = k.name;
     codegen::CompileOptions ko = options;
-    ko.coop_khr = options.coop_khr || k.coop_khr;
+    ko.coop_khr = (options.coop_khr || k.coop_khr) && !k.current_compiler;
+    if (k.current_compiler) ko.compiler = codegen::GlslCompiler::current;
     vk::KernelInterface ki;
     ki.buffer_count = static_cast<uint32_t>(k.bindings.size());
     ki.workgroup_size = k.workgroup;

@@ -8,7 +8,7 @@
 #include <meganeura/dtype.h>
 
 #include "codegen/kernel.h"
-#include "codegen/shader_compiler.h"
+#include "codegen/shader/shader_compiler.h"
 #include "vulkan/device.h"
 
 namespace mn::runtime {

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "codegen/index_check.h"
-#include "codegen/shader_cache.h"
+#include "codegen/shader/shader_cache.h"
 #include "ir/op_def.h"
 #include "plan/program_layout.h"
 #include "plan/step_plan.h"
@@ -196,7 +196,9 @@ void build_pipelines(Session::Impl& impl, const plan::PlanOptions& po) {
         co.name = l.kernel.name;
         // Cooperative-matrix kernels through the KHR rewrite: the device's path, or the
         // kernel's own need (workgroup-scope matrices exist only as KHR types).
-        co.coop_khr = po.device.coop_khr || l.kernel.coop_khr;
+        co.coop_khr = (po.device.coop_khr || l.kernel.coop_khr) && !l.kernel.current_compiler;
+        co.compiler = l.kernel.current_compiler ? codegen::GlslCompiler::current
+                                                : codegen::GlslCompiler::linked;
         sources.push_back({l.kernel.glsl, co});
       }
     }

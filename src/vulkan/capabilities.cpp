@@ -412,6 +412,12 @@ DeviceCapabilities query_capabilities(VkInstance instance, VkPhysicalDevice devi
   if (f.has_coopmat2_nv) {
     caps.cooperative_matrix.workgroup_scope = f.coopmat2_nv.cooperativeMatrixWorkgroupScope;
     caps.cooperative_matrix.flexible_dimensions = f.coopmat2_nv.cooperativeMatrixFlexibleDimensions;
+    caps.cooperative_matrix.tensor_addressing = f.coopmat2_nv.cooperativeMatrixTensorAddressing;
+    caps.cooperative_matrix.per_element_operations =
+        f.coopmat2_nv.cooperativeMatrixPerElementOperations;
+    caps.cooperative_matrix.reductions = f.coopmat2_nv.cooperativeMatrixReductions;
+    caps.cooperative_matrix.conversions = f.coopmat2_nv.cooperativeMatrixConversions;
+    caps.cooperative_matrix.block_loads = f.coopmat2_nv.cooperativeMatrixBlockLoads;
   }
   query_cooperative_matrix(instance, device, caps.cooperative_matrix);
   if (caps.cooperative_matrix.flexible_dimensions) {

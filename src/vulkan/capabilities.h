@@ -112,6 +112,8 @@ struct DeviceCapabilities {
     // VK_NV_cooperative_matrix2: matrices shared by a whole workgroup, of flexible sizes.
     bool nv2_extension = false;
     bool workgroup_scope = false, flexible_dimensions = false;  // features
+    bool tensor_addressing = false, per_element_operations = false, reductions = false;
+    bool conversions = false, block_loads = false;
     uint32_t workgroup_scope_max_workgroup_size = 0;
     uint32_t flexible_dimensions_max_dimension = 0;
     uint32_t workgroup_scope_reserved_shared_bytes = 0;

@@ -13,7 +13,7 @@
 #include "codegen/coop_fixture.h"
 #include "codegen/glsl.h"
 #include "codegen/lower_matmul_coop_wg.h"
-#include "codegen/shader_compiler.h"
+#include "codegen/shader/shader_compiler.h"
 #include "ir/op_def.h"
 #include "ir/ops/conv.h"
 #include "runtime/device_pool.h"

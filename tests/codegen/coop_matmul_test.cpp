@@ -13,8 +13,8 @@
 #include "codegen/glsl.h"
 #include "codegen/lower_matmul_coop.h"
 #include "codegen/matmul_epilogue.h"
-#include "codegen/shader_compiler.h"
-#include "codegen/spirv_coop_khr.h"
+#include "codegen/shader/shader_compiler.h"
+#include "codegen/shader/spirv_coop_khr.h"
 
 namespace mn::codegen {
 namespace {

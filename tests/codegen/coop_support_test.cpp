@@ -16,7 +16,7 @@
 
 #include "codegen/lower_matmul_coop.h"
 #include "codegen/lower_matmul_coop_wg.h"
-#include "codegen/shader_compiler.h"
+#include "codegen/shader/shader_compiler.h"
 #include "runtime/coop_support.h"
 #include "runtime/device_pool.h"
 #include "runtime/host_tensor.h"

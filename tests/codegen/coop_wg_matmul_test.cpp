@@ -13,8 +13,8 @@
 #include "codegen/coop_fixture.h"
 #include "codegen/glsl.h"
 #include "codegen/lower_matmul_coop_wg.h"
-#include "codegen/shader_compiler.h"
-#include "codegen/spirv_coop_khr.h"
+#include "codegen/shader/shader_compiler.h"
+#include "codegen/shader/spirv_coop_khr.h"
 #include "support/scoped_env.h"
 
 namespace mn::codegen {

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <thread>
 
-#include "codegen/shader_cache.h"
+#include "codegen/shader/shader_cache.h"
 #include "support/scratch_dir.h"
 
 namespace mn::codegen {

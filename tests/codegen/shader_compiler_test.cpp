@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "codegen/shader_compiler.h"
+#include "codegen/shader/shader_compiler.h"
 
 namespace mn::codegen {
 namespace {

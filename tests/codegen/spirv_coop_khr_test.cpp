@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "codegen/shader_cache.h"
-#include "codegen/shader_compiler.h"
-#include "codegen/spirv_coop_khr.h"
+#include "codegen/shader/shader_cache.h"
+#include "codegen/shader/shader_compiler.h"
+#include "codegen/shader/spirv_coop_khr.h"
 #include "vulkan/arena.h"
 #include "vulkan/device.h"
 #include "vulkan/pipeline.h"

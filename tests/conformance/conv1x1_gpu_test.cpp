@@ -18,7 +18,7 @@
 
 #include "codegen/coop_fixture.h"
 #include "codegen/kernel.h"
-#include "codegen/shader_compiler.h"
+#include "codegen/shader/shader_compiler.h"
 #include "conv_fixture.h"
 #include "ir/ops/conv.h"
 #include "runtime/plan_options.h"

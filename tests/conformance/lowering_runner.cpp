@@ -5,7 +5,7 @@
 
 #include <meganeura/error.h>
 
-#include "codegen/shader_compiler.h"
+#include "codegen/shader/shader_compiler.h"
 #include "runtime/device_pool.h"
 #include "runtime/plan_options.h"
 #include "runtime/run_lowering.h"

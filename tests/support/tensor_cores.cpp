@@ -6,6 +6,7 @@
 #include <meganeura/error.h>
 
 #include "codegen/lower_matmul_coop_wg.h"
+#include "codegen/shader/current_glslang.h"
 #include "runtime/coop_support.h"
 #include "runtime/device_pool.h"
 #include "runtime/plan_options.h"
@@ -44,6 +45,8 @@ const char* coop_path_name(CoopPath p) {
       return "wg";
     case CoopPath::f16_storage:
       return "f16";
+    case CoopPath::tensor:
+      return "tensor";
   }
   return "?";
 }
@@ -60,6 +63,19 @@ std::string coop_path_missing(CoopPath path) {
       if (!any_workgroup_tile(runtime::device_traits(capabilities()))) {
         return capabilities().name +
                ": no workgroup-scope f16*f16+f32 matrices whose granularities divide a tile";
+      }
+      return {};
+    }
+    case CoopPath::tensor: {
+      if (std::string why = coop_path_missing(CoopPath::workgroup); !why.empty()) return why;
+      if (!runtime::device_traits(capabilities()).coop_tensor) {
+        const auto& cm = capabilities().cooperative_matrix;
+        if (!cm.tensor_addressing || !cm.per_element_operations) {
+          return capabilities().name +
+                 ": no cooperativeMatrixTensorAddressing or PerElementOperations";
+        }
+        if (!codegen::current_glslang().available) return codegen::current_glslang().status;
+        return "tensor-addressed kernels turned off (MN_COOP_TENSOR=0)";
       }
       return {};
     }
@@ -82,7 +98,8 @@ bool coop_path_required(CoopPath path) {
   std::string word;
   while (std::getline(words, word, ',')) {
     bool known = false;
-    for (CoopPath p : {CoopPath::nv, CoopPath::khr, CoopPath::workgroup, CoopPath::f16_storage}) {
+    for (CoopPath p : {CoopPath::nv, CoopPath::khr, CoopPath::workgroup, CoopPath::f16_storage,
+                        CoopPath::tensor}) {
       if (word == coop_path_name(p)) {
         known = true;
         required = required || p == path;
@@ -90,7 +107,7 @@ bool coop_path_required(CoopPath path) {
     }
     if (!known) {
       throw Error("MN_REQUIRE_COOP='" + std::string(v) + "': unknown path '" + word +
-                  "' (expected 1, all, or a comma list of nv, khr, wg, f16)");
+                  "' (expected 1, all, or a comma list of nv, khr, wg, f16, tensor)");
     }
   }
   return required;

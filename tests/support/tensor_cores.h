@@ -16,6 +16,7 @@ enum class CoopPath {
   khr,          // the same kernels through the SPV_KHR_cooperative_matrix rewrite
   workgroup,    // workgroup-scope matrices (VK_NV_cooperative_matrix2), matmul and convolution
   f16_storage,  // f16 operands and outputs in memory (16-bit storage)
+  tensor,       // tensor-addressed workgroup-scope matrices with the current glslang
 };
 
 const char* coop_path_name(CoopPath p);

@@ -13,6 +13,7 @@
 
 #include "codegen/lower_matmul_coop.h"
 #include "codegen/lower_matmul_coop_wg.h"
+#include "codegen/lower_matmul_tensor.h"
 #include "support/tensor_cores.h"
 #include "tensor_cores/coop_product.h"
 
@@ -142,6 +143,26 @@ TEST(CoopMatmulGpu, WorkgroupScopeTiles) {
                           p.m % tile.bm == 0 && p.n % tile.bn == 0;
       EXPECT_EQ(l.launches.back().bindings.size(), direct ? 3u : 4u + (e ? 1u : 0u));
       EXPECT_TRUE(fits_f16_model(run_on_device(l, r, true), r.model));
+    }
+  }
+}
+
+TEST(CoopMatmulGpu, TensorAddressedTiles) {
+  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  const codegen::DeviceTraits t = coop_trial_traits(CoopPath::tensor);
+  uint64_t seed = 200;
+  for (const codegen::TensorTile& tile : codegen::tensor_tiles()) {
+    // Every problem, f16 ones ragged too: tensor loads clamp at the edges.
+    for (const MatmulProblem& p : problems_for(tile.bm, tile.bn, tile.bk, false)) {
+      SCOPED_TRACE(std::string(tile.name) + " " + p.describe());
+      if (!f16_runs(p)) continue;
+      const MatmulRun r = prepare(p, seed++);
+      const auto ctx = context(r, t);
+      const auto e = epilogue_for(p);
+      const codegen::Lowering l =
+          codegen::lower_matmul_tensor(ctx, codegen::geometry(ctx), p.batch(), tile, e.get());
+      EXPECT_EQ(l.launches.back().name, std::string("matmul_tensor_") + tile.name);
+      EXPECT_TRUE(fits_f16_model(run_on_device(l, r, false), r.model));
     }
   }
 }

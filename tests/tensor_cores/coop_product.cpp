@@ -6,7 +6,7 @@
 #include <meganeura/ops.h>
 
 #include "codegen/glsl.h"
-#include "codegen/shader_compiler.h"
+#include "codegen/shader/shader_compiler.h"
 #include "runtime/device_pool.h"
 #include "runtime/run_lowering.h"
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "codegen/shader_compiler.h"
+#include "codegen/shader/shader_compiler.h"
 #include "vulkan/device.h"
 
 namespace mn::vk::testing {

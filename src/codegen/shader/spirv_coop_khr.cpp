@@ -1,4 +1,4 @@
-#include "codegen/spirv_coop_khr.h"
+#include "codegen/shader/spirv_coop_khr.h"
 
 #define SPV_ENABLE_UTILITY_CODE
 #include <spirv/unified1/spirv.hpp>

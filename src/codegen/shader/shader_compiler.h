@@ -1,5 +1,7 @@
 #pragma once
-// GLSL compute shaders to SPIR-V with shaderc (linked statically), optimized for speed.
+// GLSL compute shaders to SPIR-V, optimized for speed: with shaderc and Debian's glslang 12
+// (linked statically), or with the current glslang loaded at run time (current_glslang.h) for
+// kernels that use what only it compiles.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -21,12 +23,19 @@ struct ShaderMacro {
   std::string value;  // "#define name value"
 };
 
+// Which compiler turns a kernel's GLSL into SPIR-V.
+enum class GlslCompiler {
+  linked,   // shaderc with glslang 12: every kernel that does not say otherwise
+  current,  // glslang 16 (current_glslang.h): GL_NV_cooperative_matrix2 tensor addressing
+};
+
 struct CompileOptions {
   std::vector<ShaderMacro> macros;
+  GlslCompiler compiler = GlslCompiler::linked;
   TargetEnv target = TargetEnv::vulkan_1_2;
   bool optimize = true;
   // Rewrite GL_NV_cooperative_matrix code to SPV_KHR_cooperative_matrix after compiling
-  // (codegen/spirv_coop_khr.h), for devices with only VK_KHR_cooperative_matrix.
+  // (codegen/shader/spirv_coop_khr.h), for devices with only VK_KHR_cooperative_matrix.
   bool coop_khr = false;
   std::string name = "kernel";  // the file name in messages; not part of the cache key
 };
@@ -47,8 +56,9 @@ class ShaderCompileError : public DeviceError {
 // Throws ShaderCompileError on a compile error.
 std::vector<uint32_t> compile_glsl(std::string_view source, const CompileOptions& options);
 
-// Identifies the compiler build (shaderc's SPIR-V version, glslang, SPIRV-Tools): part of
-// every cache key, so that a new compiler never reuses old binaries.
-const std::string& compiler_version();
+// Identifies the compiler build (shaderc's SPIR-V version, glslang, SPIRV-Tools; for the current
+// compiler its library's version): part of every cache key, so that a new compiler never reuses
+// old binaries.
+const std::string& compiler_version(GlslCompiler compiler = GlslCompiler::linked);
 
 }  // namespace mn::codegen

@@ -1,4 +1,4 @@
-#include "codegen/shader_compiler.h"
+#include "codegen/shader/shader_compiler.h"
 
 #include <glslang/build_info.h>
 #include <shaderc/shaderc.h>
@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <sstream>
 
-#include "codegen/spirv_coop_khr.h"
+#include "codegen/shader/current_glslang.h"
+#include "codegen/shader/spirv_coop_khr.h"
 
 namespace mn::codegen {
 namespace {
@@ -22,15 +24,20 @@ shaderc_compiler_t shared_compiler() {
   return compiler.get();
 }
 
-// Lines look like "name:12: error: 'x' : undeclared identifier".
+// Lines look like "name:12: error: 'x' : undeclared identifier" (shaderc) or
+// "ERROR: name:12: 'x' : undeclared identifier" (glslang).
 std::vector<int> error_lines(const std::string& log, const std::string& name) {
   std::vector<int> lines;
   std::istringstream in(log);
   std::string line;
   const std::string prefix = name + ":";
   while (std::getline(in, line)) {
-    if (line.compare(0, prefix.size(), prefix) != 0) continue;
-    const size_t at = prefix.size();
+    size_t start = 0;
+    for (const char* tag : {"ERROR: ", "WARNING: "}) {
+      if (line.rfind(tag, 0) == 0) start = std::strlen(tag);
+    }
+    if (line.compare(start, prefix.size(), prefix) != 0) continue;
+    const size_t at = start + prefix.size();
     size_t end = at;
     while (end < line.size() && line[end] >= '0' && line[end] <= '9') ++end;
     if (end == at || end >= line.size() || line[end] != ':') continue;
@@ -89,7 +96,11 @@ TargetEnv target_env_for(uint32_t api) {
   return api >= kVulkan13 ? TargetEnv::vulkan_1_3 : TargetEnv::vulkan_1_2;
 }
 
-const std::string& compiler_version() {
+const std::string& compiler_version(GlslCompiler compiler) {
+  if (compiler == GlslCompiler::current) {
+    static const std::string version = "current " + current_glslang().version;
+    return version;
+  }
   static const std::string version = [] {
     unsigned spv = 0, revision = 0;
     shaderc_get_spv_version(&spv, &revision);
@@ -100,7 +111,53 @@ const std::string& compiler_version() {
   return version;
 }
 
+namespace {
+
+[[noreturn]] void throw_compile_error(std::string_view source, const CompileOptions& options,
+                                      const std::string& log) {
+  std::vector<int> lines = error_lines(log, options.name);
+  std::string what = "shader '" + options.name + "' failed to compile:\n" + log;
+  if (!what.empty() && what.back() != '\n') what += '\n';
+  what += "source of '" + options.name + "':\n" + numbered_source(source, lines);
+  throw ShaderCompileError(what, std::move(lines));
+}
+
+// The current compiler's entry point takes no macros: their #defines follow the #version line,
+// and a #line directive keeps the reported line numbers those of the source.
+std::string with_macros(std::string_view source, const std::vector<ShaderMacro>& macros) {
+  if (macros.empty()) return std::string(source);
+  const size_t version = source.find("#version");
+  const size_t eol = version == std::string_view::npos ? std::string_view::npos
+                                                       : source.find('\n', version);
+  if (eol == std::string_view::npos) {
+    throw DeviceError("a shader with macros for the current compiler needs a #version line");
+  }
+  int line = 2;
+  for (size_t i = 0; i < version; ++i) line += source[i] == '\n';
+  std::string text(source.substr(0, eol + 1));
+  for (const ShaderMacro& m : macros) text += "#define " + m.name + " " + m.value + "\n";
+  text += "#line " + std::to_string(line) + "\n";
+  text += source.substr(eol + 1);
+  return text;
+}
+
+std::vector<uint32_t> compile_current(std::string_view source, const CompileOptions& options) {
+  if (options.coop_khr) {
+    throw DeviceError("shader '" + options.name +
+                      "': the current compiler writes KHR cooperative matrices itself; the "
+                      "NV-to-KHR rewrite does not apply");
+  }
+  const std::string text = with_macros(source, options.macros);
+  const int minor = options.target == TargetEnv::vulkan_1_3 ? 6 : 5;
+  CurrentGlslangResult r = compile_with_current_glslang(text, options.name, minor, options.optimize);
+  if (!r.ok) throw_compile_error(source, options, r.log.empty() ? "no SPIR-V and no message" : r.log);
+  return std::move(r.spirv);
+}
+
+}  // namespace
+
 std::vector<uint32_t> compile_glsl(std::string_view source, const CompileOptions& options) {
+  if (options.compiler == GlslCompiler::current) return compile_current(source, options);
   shaderc_compiler_t compiler = shared_compiler();
   std::unique_ptr<shaderc_compile_options, decltype(&shaderc_compile_options_release)> opts(
       shaderc_compile_options_initialize(), &shaderc_compile_options_release);
@@ -124,12 +181,7 @@ std::vector<uint32_t> compile_glsl(std::string_view source, const CompileOptions
       &shaderc_result_release);
   if (!result) throw DeviceError("shaderc_compile_into_spv returned no result");
   if (shaderc_result_get_compilation_status(result.get()) != shaderc_compilation_status_success) {
-    const std::string log = shaderc_result_get_error_message(result.get());
-    std::vector<int> lines = error_lines(log, options.name);
-    std::string what = "shader '" + options.name + "' failed to compile:\n" + log;
-    if (!what.empty() && what.back() != '\n') what += '\n';
-    what += "source of '" + options.name + "':\n" + numbered_source(source, lines);
-    throw ShaderCompileError(what, std::move(lines));
+    throw_compile_error(source, options, shaderc_result_get_error_message(result.get()));
   }
   const size_t bytes = shaderc_result_get_length(result.get());
   std::vector<uint32_t> spirv(bytes / sizeof(uint32_t));

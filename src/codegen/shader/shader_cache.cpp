@@ -1,4 +1,4 @@
-#include "codegen/shader_cache.h"
+#include "codegen/shader/shader_cache.h"
 
 #include <cstring>
 #include <exception>
@@ -87,7 +87,7 @@ std::optional<std::vector<uint32_t>> decode(const std::vector<std::byte>& file,
 
 std::string shader_cache_key(std::string_view source, const CompileOptions& options) {
   std::string key = "meganeura-spirv-cache 1\n";
-  key += "compiler " + compiler_version() + "\n";
+  key += "compiler " + compiler_version(options.compiler) + "\n";
   key += options.target == TargetEnv::vulkan_1_3 ? "target vulkan1.3\n" : "target vulkan1.2\n";
   key += options.optimize ? "optimize performance\n" : "optimize none\n";
   if (options.coop_khr) key += "cooperative matrix khr\n";  // absent: keys of older files hold

@@ -12,7 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "codegen/shader_compiler.h"
+#include "codegen/shader/shader_compiler.h"
 
 namespace mn::codegen {
 

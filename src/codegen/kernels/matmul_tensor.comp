@@ -1,0 +1,118 @@
+#version 450
+// Matmul on workgroup-scope cooperative matrices with tensor-addressed loads and stores
+// (GL_NV_cooperative_matrix2; filled by codegen/lower_matmul_tensor.cpp, compiled with the
+// current glslang). One workgroup computes a BM×BN tile of C = A·B for one batch entry: every
+// K step loads a BM×BK matrix of A and a BK×BN matrix of B through tensor layouts, which the
+// driver turns into bulk copies, and multiply-adds them into one f32 accumulator. Tiles that lie
+// wholly inside the operands use unclamped layouts; edge tiles read zeros past the extents
+// through clamped ones. The result is stored by the matrix store (f32 C, no epilogue) or per
+// element through mm_epilogue, with bounds.
+#extension GL_EXT_control_flow_attributes : require
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int32 : require
+#extension GL_EXT_shader_explicit_arithmetic_types_float16 : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_cooperative_matrix : require
+#extension GL_NV_cooperative_matrix2 : require
+@EXTENSIONS@
+layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
+
+#define TA @TA@      // A stored K×M
+#define TB @TB@      // B stored N×K
+#define DIRECT @DIRECT@  // f32 C without epilogue: the matrix store writes it
+
+const uint M = @M@u, N = @N@u, K = @K@u;  // extents as read (packed operands: padded)
+const uint OUT_M = @OUT_M@u, OUT_N = @OUT_N@u;  // extents of C
+const uint LDA = @LDA@u, LDB = @LDB@u;
+const uint BM = @BM@u, BN = @BN@u, BK = @BK@u;
+const uint ROW_TILES = @ROW_TILES@u, COL_TILES = @COL_TILES@u, BATCHES = @BATCHES@u;
+
+layout(std430, set = 0, binding = 0) readonly buffer BufferA { @A_TYPE@ A[]; };
+layout(std430, set = 0, binding = 1) readonly buffer BufferB { @B_TYPE@ B[]; };
+@OUTPUT_DECLARATIONS@
+
+#define MAT_A coopmat<@MAT_TYPE@, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA>
+#define MAT_B coopmat<@MAT_TYPE@, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB>
+#define MAT_C coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>
+
+#if !DIRECT
+// Stores element (r, c) of the tile at (row0, col0) of batch entry bz through the epilogue.
+float store_element(const in uint32_t r, const in uint32_t c, const in float v, const in uint bz,
+                    const in uint row0, const in uint col0) {
+  const uint gm = row0 + r, gn = col0 + c;
+  if (gm < OUT_M && gn < OUT_N) C_st(bz * (OUT_M * OUT_N) + gm * OUT_N + gn, mm_epilogue(v, bz, gm, gn));
+  return v;
+}
+#endif
+
+void main() {
+  const uint wid = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  if (wid >= ROW_TILES * COL_TILES * BATCHES) return;
+  const uint bz = wid / (ROW_TILES * COL_TILES), tile = wid % (ROW_TILES * COL_TILES);
+  // Groups of up to 8 row tiles walk the column tiles together (L2 reuse of B).
+  const uint group = tile / (8u * COL_TILES), in_group = tile % (8u * COL_TILES);
+  const uint rows_in = min(8u, ROW_TILES - group * 8u);
+  const uint row0 = (group * 8u + in_group % rows_in) * BM, col0 = (in_group / rows_in) * BN;
+@BATCH_SETUP@
+  const uint a_base = @A_BASE@, b_base = @B_BASE@;
+
+  tensorLayoutNV<2> la = createTensorLayoutNV(2);
+  tensorLayoutNV<2> lb = createTensorLayoutNV(2);
+  tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> la_clamped =
+      createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+  tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lb_clamped =
+      createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+  tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
+#if TA
+  la = setTensorLayoutDimensionNV(la, K, M);
+  la_clamped = setTensorLayoutDimensionNV(la_clamped, K, M);
+#define SLICE_A(l, k) sliceTensorLayoutNV(l, k, BK, row0, BM), transposed
+#else
+  la = setTensorLayoutDimensionNV(la, M, K);
+  la_clamped = setTensorLayoutDimensionNV(la_clamped, M, K);
+#define SLICE_A(l, k) sliceTensorLayoutNV(l, row0, BM, k, BK)
+#endif
+#if TB
+  lb = setTensorLayoutDimensionNV(lb, N, K);
+  lb_clamped = setTensorLayoutDimensionNV(lb_clamped, N, K);
+#define SLICE_B(l, k) sliceTensorLayoutNV(l, col0, BN, k, BK), transposed
+#else
+  lb = setTensorLayoutDimensionNV(lb, K, N);
+  lb_clamped = setTensorLayoutDimensionNV(lb_clamped, K, N);
+#define SLICE_B(l, k) sliceTensorLayoutNV(l, k, BK, col0, BN)
+#endif
+  la = setTensorLayoutStrideNV(la, LDA, 1);
+  la_clamped = setTensorLayoutStrideNV(la_clamped, LDA, 1);
+  lb = setTensorLayoutStrideNV(lb, LDB, 1);
+  lb_clamped = setTensorLayoutStrideNV(lb_clamped, LDB, 1);
+
+  MAT_C acc = MAT_C(0.0);
+  if (row0 + BM <= M && col0 + BN <= N && K % BK == 0) {
+    for (uint k = 0; k < K; k += BK) {
+      MAT_A a;
+      MAT_B b;
+      coopMatLoadTensorNV(a, A, a_base, SLICE_A(la, k));
+      coopMatLoadTensorNV(b, B, b_base, SLICE_B(lb, k));
+      acc = coopMatMulAdd(a, b, acc);
+    }
+  } else {
+    for (uint k = 0; k < K; k += BK) {
+      MAT_A a;
+      MAT_B b;
+      coopMatLoadTensorNV(a, A, a_base, SLICE_A(la_clamped, k));
+      coopMatLoadTensorNV(b, B, b_base, SLICE_B(lb_clamped, k));
+      acc = coopMatMulAdd(a, b, acc);
+    }
+  }
+@SCALE@
+#if DIRECT
+  tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lc =
+      createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+  lc = setTensorLayoutDimensionNV(lc, OUT_M, OUT_N);
+  lc = setTensorLayoutStrideNV(lc, OUT_N, 1);
+  coopMatStoreTensorNV(acc, C, bz * (OUT_M * OUT_N), sliceTensorLayoutNV(lc, row0, BM, col0, BN));
+#else
+  coopMatPerElementNV(acc, acc, store_element, bz, row0, col0);
+#endif
+}

@@ -1,0 +1,184 @@
+// Tensor-addressed workgroup-scope matmul: fills kernels/matmul_tensor.comp.
+//
+// f16 operands are read in place, at any extent (clamped loads give zeros past the edges).
+// f32 operands are first packed to scaled f16 copies padded to whole tiles, as for the other
+// cooperative kernels (lower_matmul_coop.h), and the accumulator is multiplied back by the
+// scales' inverse before the store.
+#include "codegen/lower_matmul_tensor.h"
+
+#include <array>
+#include <limits>
+
+#include "codegen/glsl.h"
+#include "codegen/kernel_template.h"
+#include "codegen/lower_matmul_coop.h"
+#include "codegen/lower_matmul_coop_wg.h"
+
+namespace mn::codegen {
+namespace {
+
+// Candidates, smallest first; measured on the H200 in docs/perf.md ("Tensor-addressed matmul").
+constexpr std::array<TensorTile, 5> kTiles{{
+    {"t128x128k32", 128, 128, 32, 128},
+    {"t128x128k64", 128, 128, 64, 128},
+    {"t128x256k32", 128, 256, 32, 256},
+    {"t128x256k64", 128, 256, 64, 256},
+    {"t256x128k32", 256, 128, 32, 256},
+}};
+
+using glsl::ulit;
+
+int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+bool tile_supported(const TensorTile& t, const DeviceTraits& d) {
+  for (size_t i = 0; i < d.coop_wg_granularity.size(); ++i) {
+    if (t.invocations != 32u << i) continue;
+    const auto& gr = d.coop_wg_granularity[i];
+    if (gr[0] == 0 || t.bm % gr[0] || t.bn % gr[1] || t.bk % gr[2]) return false;
+    const auto mx = static_cast<int>(d.coop_wg_max_dimension);
+    return !(mx && (t.bm > mx || t.bn > mx || t.bk > mx)) &&
+           t.invocations <= d.max_workgroup_invocations;
+  }
+  return false;
+}
+
+// Extents as the kernel reads them: f32 operands are packed into copies padded to whole tiles
+// (both are f32 or both f16).
+struct ReadExtents {
+  int64_t m = 0, n = 0, k = 0;
+};
+
+ReadExtents read_extents(const LowerContext& ctx, const MatmulGeometry& g, const TensorTile& t) {
+  if (ctx.inputs[0].dtype != DType::f32) return {g.m, g.n, g.k};
+  return {round_up(g.m, t.bm), round_up(g.n, t.bn), round_up(g.k, t.bk)};
+}
+
+bool fits_u32(const LowerContext& ctx, const MatmulGeometry& g, const TensorTile& t) {
+  const ReadExtents r = read_extents(ctx, g, t);
+  const int64_t u32_max = std::numeric_limits<uint32_t>::max() - 16;
+  return numel(g.a_batch) * r.m * r.k <= u32_max && numel(g.b_batch) * r.k * r.n <= u32_max &&
+         numel(g.out_batch) * g.m * g.n <= u32_max;
+}
+
+}  // namespace
+
+std::span<const TensorTile> tensor_tiles() { return kTiles; }
+
+std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeometry& g,
+                                      int64_t batch) {
+  const DeviceTraits& d = ctx.device;
+  const int64_t want = d.groups_to_fill();
+  // The largest tile whose grid fills the device; when none does, the one with most workgroups.
+  std::optional<int> best;
+  int64_t best_groups = 0, best_area = 0;
+  for (int i = 0; i < static_cast<int>(kTiles.size()); ++i) {
+    const TensorTile& t = kTiles[static_cast<size_t>(i)];
+    if (!tile_supported(t, d) || !fits_u32(ctx, g, t)) continue;
+    if (!d.coop_tensor_tile.empty()) {
+      if (d.coop_tensor_tile == t.name) return i;
+      continue;
+    }
+    const int64_t groups = ((g.m + t.bm - 1) / t.bm) * ((g.n + t.bn - 1) / t.bn) * batch;
+    const int64_t area = int64_t{t.bm} * t.bn;
+    const bool fills = groups >= want, best_fills = best && best_groups >= want;
+    if (!best || (fills && (!best_fills || area >= best_area)) ||
+        (!fills && !best_fills && groups > best_groups)) {
+      best = i;
+      best_groups = groups;
+      best_area = area;
+    }
+  }
+  return best;
+}
+
+std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometry& g,
+                                    int64_t batch) {
+  const DeviceTraits& d = ctx.device;
+  if (!d.coop) return "the device has no usable cooperative matrices";
+  if (!d.coop_tensor) return "no tensor-addressed cooperative matrices (or no current glslang)";
+  const DType a = ctx.inputs[0].dtype, b = ctx.inputs[1].dtype;
+  if ((a != DType::f32 && a != DType::f16) || b != a) return "operands are not both f32 or both f16";
+  if (!choose_tensor_tile(ctx, g, batch)) return "no tensor-addressed tile fits";
+  return {};
+}
+
+Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
+                             const TensorTile& t, const MatmulEpilogue* e) {
+  const DType in_a = ctx.inputs[0].dtype, in_b = ctx.inputs[1].dtype;
+  if ((in_a != DType::f32 && in_a != DType::f16) || in_b != in_a) {
+    throw Error("matmul (tensor-addressed): operands must be both f32 or both f16");
+  }
+  const bool pack = in_a == DType::f32;
+  const ReadExtents r = read_extents(ctx, g, t);
+  const int64_t a_size = r.m * r.k, b_size = r.k * r.n;
+  const int64_t row_tiles = (g.m + t.bm - 1) / t.bm, col_tiles = (g.n + t.bn - 1) / t.bn;
+  const DType out = ctx.node.type.dtype;
+  const bool direct = !e && out == DType::f32;
+
+  std::string outputs;
+  if (direct) {
+    outputs = "layout(std430, set = 0, binding = 2) writeonly buffer Buffer2 { float C[]; };\n";
+  } else {
+    outputs = glsl::buffer(2, out, "C", false);
+    if (e) outputs += e->declarations;
+    outputs += epilogue_function(e);
+  }
+  std::string scale;
+  if (pack) {
+    const std::string ea = coop_wg_exponent("A", numel(g.a_batch) * a_size);
+    const std::string eb = coop_wg_exponent("B", numel(g.b_batch) * b_size);
+    scale = "  acc = acc * float(exp2(-float(" + ea + " + " + eb + ")));\n";
+  }
+  TemplateFields f{
+      {"EXTENSIONS", ""},
+      {"TA", g.ta ? "1" : "0"},
+      {"TB", g.tb ? "1" : "0"},
+      {"DIRECT", direct ? "1" : "0"},
+      {"M", std::to_string(r.m)},
+      {"N", std::to_string(r.n)},
+      {"K", std::to_string(r.k)},
+      {"OUT_M", std::to_string(g.m)},
+      {"OUT_N", std::to_string(g.n)},
+      {"LDA", std::to_string(g.ta ? r.m : r.k)},
+      {"LDB", std::to_string(g.tb ? r.k : r.n)},
+      {"BM", std::to_string(t.bm)},
+      {"BN", std::to_string(t.bn)},
+      {"BK", std::to_string(t.bk)},
+      {"ROW_TILES", std::to_string(row_tiles)},
+      {"COL_TILES", std::to_string(col_tiles)},
+      {"BATCHES", std::to_string(batch)},
+      {"A_TYPE", "float16_t"},
+      {"B_TYPE", "float16_t"},
+      {"MAT_TYPE", "float16_t"},
+      {"OUTPUT_DECLARATIONS", outputs},
+      {"BATCH_SETUP", glsl::unravel(g.out_batch, "bz", "q")},
+      {"A_BASE", glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " + ulit(a_size)},
+      {"B_BASE", glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " + ulit(b_size)},
+      {"SCALE", scale},
+  };
+  KernelLaunch k;
+  k.name = std::string("matmul_tensor_") + t.name;
+  k.glsl = fill_kernel_template("matmul_tensor.comp", f);
+  k.workgroup = {t.invocations, 1, 1};
+  k.groups = coop_wg_grid(row_tiles * col_tiles * batch, ctx.device, "matmul (tensor-addressed)");
+  k.current_compiler = true;
+
+  Lowering l;
+  int scratch = 0;
+  ArgRef a_arg = ArgRef::input(0), b_arg = ArgRef::input(1);
+  if (pack) {
+    // Packed copies in the operands' storage order, padded to whole tiles.
+    PackPadding pa{g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.ta ? r.k : r.m, g.ta ? r.m : r.k};
+    PackPadding pb{g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.tb ? r.n : r.k, g.tb ? r.k : r.n};
+    a_arg = pack_coop_operand(ctx, 0, l, scratch, &pa);
+    b_arg = pack_coop_operand(ctx, 1, l, scratch, &pb);
+  }
+  k.bindings = {{a_arg, false}, {b_arg, false}, {ArgRef::output(), true}};
+  if (e) {
+    for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
+  }
+  l.launches.push_back(std::move(k));
+  return l;
+}
+
+}  // namespace mn::codegen

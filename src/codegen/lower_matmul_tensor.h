@@ -1,0 +1,39 @@
+#pragma once
+// Matmul on tensor-addressed workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2
+// with tensor addressing and per-element operations; template kernels/matmul_tensor.comp,
+// compiled with the current glslang). Where the device and the compiler offer it, it replaces
+// the workgroup-scope kernel of lower_matmul_coop_wg.h: loads go through tensor layouts (bulk
+// copies, zeros past ragged edges, so f16 operands need not be whole tiles) and the result
+// through the matrix store or a per-element epilogue. See docs/tensor-cores.md.
+#include <optional>
+#include <span>
+#include <string>
+
+#include "codegen/kernel.h"
+#include "codegen/lower_matmul.h"
+#include "codegen/matmul_epilogue.h"
+
+namespace mn::codegen {
+
+struct TensorTile {
+  const char* name = "";
+  int bm = 0, bn = 0, bk = 0;
+  uint32_t invocations = 0;
+};
+
+std::span<const TensorTile> tensor_tiles();
+
+// Why the tensor-addressed kernel is not used for this product (empty: it is).
+std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometry& g,
+                                    int64_t batch);
+
+// The tile for this shape: the largest whose grid fills the device; DeviceTraits::tensor_tile
+// (MN_COOP_TENSOR_TILE) forces one. None when no tile applies.
+std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeometry& g,
+                                      int64_t batch);
+
+// Bindings: A, B, C, then the epilogue's extra operands.
+Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
+                             const TensorTile& t, const MatmulEpilogue* e);
+
+}  // namespace mn::codegen

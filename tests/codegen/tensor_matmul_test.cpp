@@ -1,0 +1,183 @@
+// The tensor-addressed matmul and the current shader toolchain on the CPU side (lavapipe has no
+// cooperative matrices; results are checked on the device by tests/tensor_cores): every tile
+// in every operand layout, dtype, ragged shape and store compiles with the current glslang,
+// passes spirv-val 2025.5 and uses tensor loads; the kernel is chosen only where the device
+// offers tensor addressing; templates refuse unfilled and unknown fields; the current
+// compiler reports errors with the source's own line numbers.
+#include <gtest/gtest.h>
+
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+
+#include "codegen/coop_fixture.h"
+#include "codegen/kernel_template.h"
+#include "codegen/lower_matmul_coop_wg.h"
+#include "codegen/lower_matmul_tensor.h"
+#include "codegen/matmul_epilogue.h"
+#include "codegen/shader/current_glslang.h"
+#include "codegen/shader/shader_compiler.h"
+#include "support/spirv_val.h"
+
+namespace mn::codegen {
+namespace {
+
+using testing::matmul_node;
+
+DeviceTraits tensor_traits() {
+  DeviceTraits t = testing::h200_wg_traits();
+  t.coop_tensor = true;
+  return t;
+}
+
+#define REQUIRE_CURRENT_TOOLCHAIN()                                                   \
+  do {                                                                                \
+    if (!current_glslang().available) GTEST_SKIP() << current_glslang().status;       \
+    if (test::spirv_val_path().empty()) GTEST_SKIP() << "no spirv-val in the build"; \
+  } while (0)
+
+std::vector<uint32_t> compile_current(const std::string& glsl, const std::string& name) {
+  CompileOptions co;
+  co.compiler = GlslCompiler::current;
+  co.target = TargetEnv::vulkan_1_3;
+  co.name = name;
+  return compile_glsl(glsl, co);
+}
+
+TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
+  REQUIRE_CURRENT_TOOLCHAIN();
+  const DeviceTraits t = tensor_traits();
+  for (const TensorTile& tile : tensor_tiles()) {
+    for (int layout = 0; layout < 4; ++layout) {
+      for (DType dt : {DType::f32, DType::f16}) {
+        for (bool ragged : {false, true}) {
+          const bool ta = layout & 1, tb = layout & 2;
+          const std::string what = std::string(tile.name) + " ta=" + std::to_string(ta) +
+                                   " tb=" + std::to_string(tb) + " " +
+                                   std::string(dtype_name(dt)) + (ragged ? " ragged" : "");
+          SCOPED_TRACE(what);
+          const int64_t m = ragged ? 300 : 512, n = ragged ? 520 : 512, k = ragged ? 100 : 256;
+          auto mm = matmul_node(ta ? Shape{k, m} : Shape{m, k}, tb ? Shape{n, k} : Shape{k, n}, ta,
+                                tb, dt);
+          const auto ctx = mm->ctx(t);
+          const Lowering l = lower_matmul_tensor(ctx, geometry(ctx), 1, tile, nullptr);
+          // f32 operands: two packing launches each, then the product; f16: the product only.
+          ASSERT_EQ(l.launches.size(), dt == DType::f32 ? 5u : 1u);
+          const KernelLaunch& kl = l.launches.back();
+          EXPECT_TRUE(kl.current_compiler);
+          EXPECT_FALSE(kl.coop_khr);
+          EXPECT_EQ(kl.workgroup[0], tile.invocations);
+          const int64_t tiles = ((m + tile.bm - 1) / tile.bm) * ((n + tile.bn - 1) / tile.bn);
+          EXPECT_EQ(kl.groups[0] * kl.groups[1], static_cast<uint32_t>(tiles));
+          const auto spirv = compile_current(kl.glsl, kl.name);
+          EXPECT_EQ(test::spirv_val_errors(spirv), "");
+          const std::string dis = test::spirv_dis(spirv);
+          EXPECT_NE(dis.find("OpCooperativeMatrixLoadTensorNV"), std::string::npos);
+          // An f32 result (the node's dtype follows the operands') goes through the matrix
+          // store; f16 through the per-element epilogue.
+          const bool direct = dt == DType::f32;
+          EXPECT_EQ(dis.find("OpCooperativeMatrixStoreTensorNV") != std::string::npos, direct);
+          EXPECT_EQ(dis.find("OpCooperativeMatrixPerElementOpNV") != std::string::npos, !direct);
+        }
+      }
+    }
+  }
+}
+
+TEST(TensorMatmul, EpilogueAndBatchesCompileAndValidate) {
+  REQUIRE_CURRENT_TOOLCHAIN();
+  const DeviceTraits t = tensor_traits();
+  // A batch of 3 against a broadcast B, with a bias-and-activation epilogue.
+  auto mm = matmul_node({3, 200, 96}, {96, 136}, false, false);
+  const auto ctx = mm->ctx(t);
+  MatmulEpilogue relu;
+  relu.body = "return max(acc, 0.0);";
+  const MatmulEpilogue e = with_row_bias(&relu, DType::f32, 2);
+  const TensorTile& tile = tensor_tiles()[*choose_tensor_tile(ctx, geometry(ctx), 3)];
+  const Lowering l = lower_matmul_tensor(ctx, geometry(ctx), 3, tile, &e);
+  const KernelLaunch& kl = l.launches.back();
+  EXPECT_EQ(kl.bindings.size(), 3u + e.extra.size());
+  const auto spirv = compile_current(kl.glsl, kl.name);
+  EXPECT_EQ(test::spirv_val_errors(spirv), "");
+  EXPECT_NE(test::spirv_dis(spirv).find("OpCooperativeMatrixPerElementOpNV"), std::string::npos);
+}
+
+TEST(TensorMatmul, ChosenOnlyWithTensorAddressing) {
+  auto mm = matmul_node({4096, 4096}, {4096, 4096}, false, false);
+  DeviceTraits t = testing::h200_wg_traits();
+  {
+    const auto ctx = mm->ctx(t);
+    EXPECT_NE(tensor_matmul_rejection(ctx, geometry(ctx), 1), "");
+    EXPECT_TRUE(coop_wg_rejection(ctx, geometry(ctx), 1).empty());
+  }
+  t.coop_tensor = true;
+  const auto ctx = mm->ctx(t);
+  EXPECT_EQ(tensor_matmul_rejection(ctx, geometry(ctx), 1), "");
+  const Lowering l = mm->lower(t);
+  EXPECT_EQ(l.launches.back().name.rfind("matmul_tensor_", 0), 0u) << l.launches.back().name;
+  // A forced tile is taken wherever it fits.
+  t.coop_tensor_tile = "t128x128k64";
+  EXPECT_EQ(mm->lower(t).launches.back().name, "matmul_tensor_t128x128k64");
+}
+
+TEST(TensorMatmul, TilesAreChosenToFillTheDevice) {
+  DeviceTraits t = tensor_traits();
+  // 8192²: every tile fills 132 multiprocessors; the largest is taken.
+  auto big = matmul_node({8192, 8192}, {8192, 8192}, false, false);
+  const auto bctx = big->ctx(t);
+  const TensorTile& bt = tensor_tiles()[*choose_tensor_tile(bctx, geometry(bctx), 1)];
+  EXPECT_EQ(bt.bm * bt.bn, 128 * 256);
+  // 512×1024: 32 workgroups of 128×128, 16 of the larger: the smaller tile.
+  auto small = matmul_node({512, 256}, {256, 1024}, false, false);
+  const auto sctx = small->ctx(t);
+  const TensorTile& st = tensor_tiles()[*choose_tensor_tile(sctx, geometry(sctx), 1)];
+  EXPECT_EQ(st.bm * st.bn, 128 * 128);
+}
+
+TEST(KernelTemplate, RefusesUnfilledAndUnknownFields) {
+  EXPECT_THROW(fill_kernel_template("no_such_kernel.comp", {}), Error);
+  try {
+    fill_kernel_template("matmul_tensor.comp", {{"TA", "0"}});
+    ADD_FAILURE() << "a half-filled template was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not filled"), std::string::npos) << e.what();
+  }
+  auto mm = matmul_node({256, 256}, {256, 256}, false, false);
+  const DeviceTraits t = tensor_traits();
+  const auto ctx = mm->ctx(t);
+  EXPECT_NO_THROW(lower_matmul_tensor(ctx, geometry(ctx), 1, tensor_tiles()[0], nullptr));
+  EXPECT_EQ(kernel_templates().count("matmul_tensor.comp"), 1u);
+}
+
+TEST(CurrentGlslang, ReportsErrorsAtTheSourceLines) {
+  REQUIRE_CURRENT_TOOLCHAIN();
+  const std::string source =
+      "#version 450\n"
+      "layout(local_size_x = 1) in;\n"
+      "layout(std430, binding = 0) buffer B { float x[]; };\n"
+      "void main() {\n"
+      "  x[0] = SCALE * undeclared_name;\n"
+      "}\n";
+  CompileOptions co;
+  co.compiler = GlslCompiler::current;
+  co.name = "broken";
+  co.macros = {{"SCALE", "2.0"}};
+  try {
+    compile_glsl(source, co);
+    ADD_FAILURE() << "an undeclared identifier compiled";
+  } catch (const ShaderCompileError& e) {
+    EXPECT_EQ(e.lines(), std::vector<int>{5}) << e.what();
+    EXPECT_NE(std::string(e.what()).find("undeclared_name"), std::string::npos) << e.what();
+  }
+  // The same source with the name declared compiles, and its macro was applied.
+  const std::string fixed = "#version 450\n#define undeclared_name 1.0\n" + source.substr(13);
+  EXPECT_NO_THROW(compile_glsl(fixed, co));
+}
+
+TEST(CurrentGlslang, CacheKeysNameTheCompiler) {
+  if (!current_glslang().available) GTEST_SKIP() << current_glslang().status;
+  EXPECT_NE(compiler_version(GlslCompiler::current), compiler_version(GlslCompiler::linked));
+  EXPECT_NE(compiler_version(GlslCompiler::current).find("slang-glslang-"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mn::codegen
