@@ -300,7 +300,8 @@ int main(int argc, char** argv) {
         }
         const auto c = session->get_f32("c");
         const double err = check(a, b, c, s, static_cast<int>(std::min<int64_t>(check_rows, s.m)));
-        const bool coop_kernel = kernel.find("coop") != std::string::npos;
+        const bool coop_kernel = kernel.find("coop") != std::string::npos ||
+                                 kernel.find("tensor") != std::string::npos;
         const bool ok =
             std::isfinite(err) && err <= (coop_kernel || dtype_arg == "f16" ? 1e-2 : 1e-4);
         all_ok = all_ok && ok;

@@ -18,12 +18,15 @@ namespace mn::codegen {
 namespace {
 
 // Candidates, smallest first; measured on the H200 in docs/perf.md ("Tensor-addressed matmul").
-constexpr std::array<TensorTile, 5> kTiles{{
-    {"t128x128k32", 128, 128, 32, 128},
-    {"t128x128k64", 128, 128, 64, 128},
-    {"t128x256k32", 128, 256, 32, 256},
-    {"t128x256k64", 128, 256, 64, 256},
-    {"t256x128k32", 256, 128, 32, 256},
+constexpr std::array<TensorTile, 8> kTiles{{
+    {"t128x128k32", 128, 128, 32, 1, 128},
+    {"t128x128k32u4", 128, 128, 32, 4, 128},
+    {"t128x256k32", 128, 256, 32, 1, 256},
+    {"t128x256k32u4", 128, 256, 32, 4, 256},
+    {"t128x256k64", 128, 256, 64, 1, 256},
+    {"t128x256k64u2", 128, 256, 64, 2, 256},
+    {"t128x256k16u8", 128, 256, 16, 8, 256},
+    {"t256x128k32u4", 256, 128, 32, 4, 256},
 }};
 
 using glsl::ulit;
@@ -68,9 +71,10 @@ std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeome
                                       int64_t batch) {
   const DeviceTraits& d = ctx.device;
   const int64_t want = d.groups_to_fill();
-  // The largest tile whose grid fills the device; when none does, the one with most workgroups.
+  // The largest tile whose grid fills the device (the first of equal size). Below a full wave
+  // the subgroup-scope kernel's smaller tiles are faster (docs/perf.md).
   std::optional<int> best;
-  int64_t best_groups = 0, best_area = 0;
+  int64_t best_area = 0;
   for (int i = 0; i < static_cast<int>(kTiles.size()); ++i) {
     const TensorTile& t = kTiles[static_cast<size_t>(i)];
     if (!tile_supported(t, d) || !fits_u32(ctx, g, t)) continue;
@@ -80,11 +84,8 @@ std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeome
     }
     const int64_t groups = ((g.m + t.bm - 1) / t.bm) * ((g.n + t.bn - 1) / t.bn) * batch;
     const int64_t area = int64_t{t.bm} * t.bn;
-    const bool fills = groups >= want, best_fills = best && best_groups >= want;
-    if (!best || (fills && (!best_fills || area >= best_area)) ||
-        (!fills && !best_fills && groups > best_groups)) {
+    if (groups >= want && area > best_area) {
       best = i;
-      best_groups = groups;
       best_area = area;
     }
   }
@@ -98,6 +99,8 @@ std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometr
   if (!d.coop_tensor) return "no tensor-addressed cooperative matrices (or no current glslang)";
   const DType a = ctx.inputs[0].dtype, b = ctx.inputs[1].dtype;
   if ((a != DType::f32 && a != DType::f16) || b != a) return "operands are not both f32 or both f16";
+  const DType out = ctx.node.type.dtype;
+  if (out != DType::f32 && out != DType::f16) return "the result is neither f32 nor f16";
   if (!choose_tensor_tile(ctx, g, batch)) return "no tensor-addressed tile fits";
   return {};
 }
@@ -113,16 +116,10 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
   const int64_t a_size = r.m * r.k, b_size = r.k * r.n;
   const int64_t row_tiles = (g.m + t.bm - 1) / t.bm, col_tiles = (g.n + t.bn - 1) / t.bn;
   const DType out = ctx.node.type.dtype;
-  const bool direct = !e && out == DType::f32;
-
-  std::string outputs;
-  if (direct) {
-    outputs = "layout(std430, set = 0, binding = 2) writeonly buffer Buffer2 { float C[]; };\n";
-  } else {
-    outputs = glsl::buffer(2, out, "C", false);
-    if (e) outputs += e->declarations;
-    outputs += epilogue_function(e);
+  if (out != DType::f32 && out != DType::f16) {
+    throw Error("matmul (tensor-addressed): the result must be f32 or f16");
   }
+  const std::string epilogue = e ? e->declarations + epilogue_function(e) : std::string();
   std::string scale;
   if (pack) {
     const std::string ea = coop_wg_exponent("A", numel(g.a_batch) * a_size);
@@ -133,7 +130,9 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
       {"EXTENSIONS", ""},
       {"TA", g.ta ? "1" : "0"},
       {"TB", g.tb ? "1" : "0"},
-      {"DIRECT", direct ? "1" : "0"},
+      {"STORE", e ? "1" : "2"},
+      {"UNROLL", std::to_string(t.unroll)},
+      {"C_TYPE", out == DType::f16 ? "float16_t" : "float"},
       {"M", std::to_string(r.m)},
       {"N", std::to_string(r.n)},
       {"K", std::to_string(r.k)},
@@ -150,7 +149,7 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
       {"A_TYPE", "float16_t"},
       {"B_TYPE", "float16_t"},
       {"MAT_TYPE", "float16_t"},
-      {"OUTPUT_DECLARATIONS", outputs},
+      {"EPILOGUE_DECLARATIONS", epilogue},
       {"BATCH_SETUP", glsl::unravel(g.out_batch, "bz", "q")},
       {"A_BASE", glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " + ulit(a_size)},
       {"B_BASE", glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " + ulit(b_size)},

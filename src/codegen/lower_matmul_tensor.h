@@ -15,9 +15,11 @@
 
 namespace mn::codegen {
 
+// A bm×bn output tile per workgroup of `invocations`, in K steps of bk, `unroll` steps per loop
+// iteration.
 struct TensorTile {
   const char* name = "";
-  int bm = 0, bn = 0, bk = 0;
+  int bm = 0, bn = 0, bk = 0, unroll = 1;
   uint32_t invocations = 0;
 };
 
@@ -27,8 +29,9 @@ std::span<const TensorTile> tensor_tiles();
 std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometry& g,
                                     int64_t batch);
 
-// The tile for this shape: the largest whose grid fills the device; DeviceTraits::tensor_tile
-// (MN_COOP_TENSOR_TILE) forces one. None when no tile applies.
+// The tile for this shape: the largest whose grid fills the device;
+// DeviceTraits::coop_tensor_tile (MN_COOP_TENSOR_TILE) forces one wherever it fits. None when
+// no tile applies.
 std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeometry& g,
                                       int64_t batch);
 

@@ -72,11 +72,9 @@ TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
           EXPECT_EQ(test::spirv_val_errors(spirv), "");
           const std::string dis = test::spirv_dis(spirv);
           EXPECT_NE(dis.find("OpCooperativeMatrixLoadTensorNV"), std::string::npos);
-          // An f32 result (the node's dtype follows the operands') goes through the matrix
-          // store; f16 through the per-element epilogue.
-          const bool direct = dt == DType::f32;
-          EXPECT_EQ(dis.find("OpCooperativeMatrixStoreTensorNV") != std::string::npos, direct);
-          EXPECT_EQ(dis.find("OpCooperativeMatrixPerElementOpNV") != std::string::npos, !direct);
+          // Without epilogue the matrix store writes C, f32 or f16, with nothing per element.
+          EXPECT_NE(dis.find("OpCooperativeMatrixStoreTensorNV"), std::string::npos);
+          EXPECT_EQ(dis.find("OpCooperativeMatrixPerElementOpNV"), std::string::npos);
         }
       }
     }
@@ -98,7 +96,9 @@ TEST(TensorMatmul, EpilogueAndBatchesCompileAndValidate) {
   EXPECT_EQ(kl.bindings.size(), 3u + e.extra.size());
   const auto spirv = compile_current(kl.glsl, kl.name);
   EXPECT_EQ(test::spirv_val_errors(spirv), "");
-  EXPECT_NE(test::spirv_dis(spirv).find("OpCooperativeMatrixPerElementOpNV"), std::string::npos);
+  const std::string dis = test::spirv_dis(spirv);
+  EXPECT_NE(dis.find("OpCooperativeMatrixPerElementOpNV"), std::string::npos);
+  EXPECT_NE(dis.find("OpCooperativeMatrixStoreTensorNV"), std::string::npos);
 }
 
 TEST(TensorMatmul, ChosenOnlyWithTensorAddressing) {
@@ -115,8 +115,8 @@ TEST(TensorMatmul, ChosenOnlyWithTensorAddressing) {
   const Lowering l = mm->lower(t);
   EXPECT_EQ(l.launches.back().name.rfind("matmul_tensor_", 0), 0u) << l.launches.back().name;
   // A forced tile is taken wherever it fits.
-  t.coop_tensor_tile = "t128x128k64";
-  EXPECT_EQ(mm->lower(t).launches.back().name, "matmul_tensor_t128x128k64");
+  t.coop_tensor_tile = "t128x256k16u8";
+  EXPECT_EQ(mm->lower(t).launches.back().name, "matmul_tensor_t128x256k16u8");
 }
 
 TEST(TensorMatmul, TilesAreChosenToFillTheDevice) {
@@ -126,11 +126,17 @@ TEST(TensorMatmul, TilesAreChosenToFillTheDevice) {
   const auto bctx = big->ctx(t);
   const TensorTile& bt = tensor_tiles()[*choose_tensor_tile(bctx, geometry(bctx), 1)];
   EXPECT_EQ(bt.bm * bt.bn, 128 * 256);
-  // 512×1024: 32 workgroups of 128×128, 16 of the larger: the smaller tile.
-  auto small = matmul_node({512, 256}, {256, 1024}, false, false);
+  // 2048²: 256 workgroups of 128×128 fill the device, 128 of the larger do not.
+  auto mid = matmul_node({2048, 256}, {256, 2048}, false, false);
+  const auto mctx = mid->ctx(t);
+  const TensorTile& mt = tensor_tiles()[*choose_tensor_tile(mctx, geometry(mctx), 1)];
+  EXPECT_EQ(mt.bm * mt.bn, 128 * 128);
+  // 512×1024: no tile fills the device; the subgroup-scope kernel takes it.
+  auto small = matmul_node({512, 1024}, {1024, 1024}, false, false);
   const auto sctx = small->ctx(t);
-  const TensorTile& st = tensor_tiles()[*choose_tensor_tile(sctx, geometry(sctx), 1)];
-  EXPECT_EQ(st.bm * st.bn, 128 * 128);
+  EXPECT_FALSE(choose_tensor_tile(sctx, geometry(sctx), 1).has_value());
+  EXPECT_NE(tensor_matmul_rejection(sctx, geometry(sctx), 1), "");
+  EXPECT_EQ(small->lower(t).launches.back().name.rfind("matmul_coop_", 0), 0u);
 }
 
 TEST(KernelTemplate, RefusesUnfilledAndUnknownFields) {

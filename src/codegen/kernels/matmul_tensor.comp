@@ -5,8 +5,8 @@
 // K step loads a BM×BK matrix of A and a BK×BN matrix of B through tensor layouts, which the
 // driver turns into bulk copies, and multiply-adds them into one f32 accumulator. Tiles that lie
 // wholly inside the operands use unclamped layouts; edge tiles read zeros past the extents
-// through clamped ones. The result is stored by the matrix store (f32 C, no epilogue) or per
-// element through mm_epilogue, with bounds.
+// through clamped ones. The result goes through the epilogue per element (mm_epilogue) and is
+// written by the matrix store in C's dtype (f32 or f16), clamped at the edges.
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
@@ -20,29 +20,30 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
 #define TA @TA@      // A stored K×M
 #define TB @TB@      // B stored N×K
-#define DIRECT @DIRECT@  // f32 C without epilogue: the matrix store writes it
+#define STORE @STORE@  // 1: the epilogue per element, then the matrix store; 2: the store only
 
 const uint M = @M@u, N = @N@u, K = @K@u;  // extents as read (packed operands: padded)
 const uint OUT_M = @OUT_M@u, OUT_N = @OUT_N@u;  // extents of C
 const uint LDA = @LDA@u, LDB = @LDB@u;
-const uint BM = @BM@u, BN = @BN@u, BK = @BK@u;
+const uint BM = @BM@u, BN = @BN@u, BK = @BK@u, UNROLL = @UNROLL@u;
 const uint ROW_TILES = @ROW_TILES@u, COL_TILES = @COL_TILES@u, BATCHES = @BATCHES@u;
 
 layout(std430, set = 0, binding = 0) readonly buffer BufferA { @A_TYPE@ A[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufferB { @B_TYPE@ B[]; };
-@OUTPUT_DECLARATIONS@
+layout(std430, set = 0, binding = 2) writeonly buffer BufferC { @C_TYPE@ C[]; };
+@EPILOGUE_DECLARATIONS@
 
 #define MAT_A coopmat<@MAT_TYPE@, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA>
 #define MAT_B coopmat<@MAT_TYPE@, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB>
 #define MAT_C coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>
 
-#if !DIRECT
-// Stores element (r, c) of the tile at (row0, col0) of batch entry bz through the epilogue.
-float store_element(const in uint32_t r, const in uint32_t c, const in float v, const in uint bz,
-                    const in uint row0, const in uint col0) {
+#if STORE == 1
+// Element (r, c) of the tile through the epilogue; the matrix store writes it. Every element's
+// operands are read before any of the tile is stored (they may alias C at the same index).
+float epilogue_element(const in uint32_t r, const in uint32_t c, const in float v,
+                       const in uint bz, const in uint row0, const in uint col0) {
   const uint gm = row0 + r, gn = col0 + c;
-  if (gm < OUT_M && gn < OUT_N) C_st(bz * (OUT_M * OUT_N) + gm * OUT_N + gn, mm_epilogue(v, bz, gm, gn));
-  return v;
+  return gm < OUT_M && gn < OUT_N ? mm_epilogue(v, bz, gm, gn) : v;
 }
 #endif
 
@@ -89,7 +90,18 @@ void main() {
 
   MAT_C acc = MAT_C(0.0);
   if (row0 + BM <= M && col0 + BN <= N && K % BK == 0) {
-    for (uint k = 0; k < K; k += BK) {
+    // UNROLL steps per iteration give the driver loads to issue ahead of the products.
+    uint k = 0;
+    for (; k + UNROLL * BK <= K; k += UNROLL * BK) {
+      [[unroll]] for (uint j = 0; j < UNROLL; ++j) {
+        MAT_A a;
+        MAT_B b;
+        coopMatLoadTensorNV(a, A, a_base, SLICE_A(la, k + j * BK));
+        coopMatLoadTensorNV(b, B, b_base, SLICE_B(lb, k + j * BK));
+        acc = coopMatMulAdd(a, b, acc);
+      }
+    }
+    for (; k < K; k += BK) {
       MAT_A a;
       MAT_B b;
       coopMatLoadTensorNV(a, A, a_base, SLICE_A(la, k));
@@ -106,13 +118,14 @@ void main() {
     }
   }
 @SCALE@
-#if DIRECT
+#if STORE == 1
+  coopMatPerElementNV(acc, acc, epilogue_element, bz, row0, col0);
+#endif
   tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lc =
       createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
   lc = setTensorLayoutDimensionNV(lc, OUT_M, OUT_N);
   lc = setTensorLayoutStrideNV(lc, OUT_N, 1);
-  coopMatStoreTensorNV(acc, C, bz * (OUT_M * OUT_N), sliceTensorLayoutNV(lc, row0, BM, col0, BN));
-#else
-  coopMatPerElementNV(acc, acc, store_element, bz, row0, col0);
-#endif
+  coopmat<@C_TYPE@, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> c_tile =
+      coopmat<@C_TYPE@, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
+  coopMatStoreTensorNV(c_tile, C, bz * (OUT_M * OUT_N), sliceTensorLayoutNV(lc, row0, BM, col0, BN));
 }
