@@ -20,7 +20,8 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 
 #define TA @TA@      // A stored K×M
 #define TB @TB@      // B stored N×K
-#define STORE @STORE@  // 1: the epilogue per element, then the matrix store; 2: the store only
+#define EPILOGUE @EPILOGUE@  // mm_epilogue applies to each element before the store
+#define FINISH @FINISH@      // a scale or an epilogue to apply per element
 
 const uint M = @M@u, N = @N@u, K = @K@u;  // extents as read (packed operands: padded)
 const uint OUT_M = @OUT_M@u, OUT_N = @OUT_N@u;  // extents of C
@@ -37,13 +38,20 @@ layout(std430, set = 0, binding = 2) writeonly buffer BufferC { @C_TYPE@ C[]; };
 #define MAT_B coopmat<@MAT_TYPE@, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB>
 #define MAT_C coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>
 
-#if STORE == 1
-// Element (r, c) of the tile through the epilogue; the matrix store writes it. Every element's
+#if FINISH
+// Element (r, c) of the tile at (row0, col0) of batch entry bz, scaled back by `scale` (packed
+// operands) and through the epilogue; the matrix store then writes the tile. Every element's
 // operands are read before any of the tile is stored (they may alias C at the same index).
-float epilogue_element(const in uint32_t r, const in uint32_t c, const in float v,
-                       const in uint bz, const in uint row0, const in uint col0) {
+// Per element: multiplying the workgroup-scope accumulator as a whole costs as much as a short
+// K loop on the H200.
+float finish_element(const in uint32_t r, const in uint32_t c, const in float v, const in uint bz,
+                     const in uint row0, const in uint col0, const in float scale) {
+  const float s = v * scale;
+#if EPILOGUE
   const uint gm = row0 + r, gn = col0 + c;
-  return gm < OUT_M && gn < OUT_N ? mm_epilogue(v, bz, gm, gn) : v;
+  if (gm < OUT_M && gn < OUT_N) return mm_epilogue(s, bz, gm, gn);
+#endif
+  return s;
 }
 #endif
 
@@ -117,9 +125,8 @@ void main() {
       acc = coopMatMulAdd(a, b, acc);
     }
   }
-@SCALE@
-#if STORE == 1
-  coopMatPerElementNV(acc, acc, epilogue_element, bz, row0, col0);
+#if FINISH
+  coopMatPerElementNV(acc, acc, finish_element, bz, row0, col0, @SCALE@);
 #endif
   tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lc =
       createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
