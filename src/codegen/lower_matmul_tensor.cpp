@@ -1,9 +1,9 @@
 // Tensor-addressed workgroup-scope matmul: fills kernels/matmul_tensor.comp.
 //
 // f16 operands are read in place, at any extent (clamped loads give zeros past the edges).
-// f32 operands are first packed to scaled f16 copies padded to whole tiles, as for the other
-// cooperative kernels (lower_matmul_coop.h), and the accumulator is multiplied back by the
-// scales' inverse before the store.
+// f32 operands stay on the workgroup-scope kernel (lower_matmul_coop_wg.h): through their packed
+// copies this kernel measured no faster at 4096³-8192³ and 2.8× slower at 256×576×49152, where
+// undoing the packing's scale and storing f32 tiles weigh against a short K loop (docs/perf.md).
 #include "codegen/lower_matmul_tensor.h"
 
 #include <array>
@@ -11,7 +11,6 @@
 
 #include "codegen/glsl.h"
 #include "codegen/kernel_template.h"
-#include "codegen/lower_matmul_coop.h"
 #include "codegen/lower_matmul_coop_wg.h"
 
 namespace mn::codegen {
@@ -29,7 +28,6 @@ constexpr std::array<TensorTile, 2> kTiles{{
 
 using glsl::ulit;
 
-int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
 bool tile_supported(const TensorTile& t, const DeviceTraits& d) {
   for (size_t i = 0; i < d.coop_wg_granularity.size(); ++i) {
@@ -43,21 +41,9 @@ bool tile_supported(const TensorTile& t, const DeviceTraits& d) {
   return false;
 }
 
-// Extents as the kernel reads them: f32 operands are packed into copies padded to whole tiles
-// (both are f32 or both f16).
-struct ReadExtents {
-  int64_t m = 0, n = 0, k = 0;
-};
-
-ReadExtents read_extents(const LowerContext& ctx, const MatmulGeometry& g, const TensorTile& t) {
-  if (ctx.inputs[0].dtype != DType::f32) return {g.m, g.n, g.k};
-  return {round_up(g.m, t.bm), round_up(g.n, t.bn), round_up(g.k, t.bk)};
-}
-
-bool fits_u32(const LowerContext& ctx, const MatmulGeometry& g, const TensorTile& t) {
-  const ReadExtents r = read_extents(ctx, g, t);
+bool fits_u32(const MatmulGeometry& g) {
   const int64_t u32_max = std::numeric_limits<uint32_t>::max() - 16;
-  return numel(g.a_batch) * r.m * r.k <= u32_max && numel(g.b_batch) * r.k * r.n <= u32_max &&
+  return numel(g.a_batch) * g.m * g.k <= u32_max && numel(g.b_batch) * g.k * g.n <= u32_max &&
          numel(g.out_batch) * g.m * g.n <= u32_max;
 }
 
@@ -75,7 +61,7 @@ std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeome
   int64_t best_area = 0;
   for (int i = 0; i < static_cast<int>(kTiles.size()); ++i) {
     const TensorTile& t = kTiles[static_cast<size_t>(i)];
-    if (!tile_supported(t, d) || !fits_u32(ctx, g, t)) continue;
+    if (!tile_supported(t, d) || !fits_u32(g)) continue;
     if (!d.coop_tensor_tile.empty()) {
       if (d.coop_tensor_tile == t.name) return i;
       continue;
@@ -96,7 +82,9 @@ std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometr
   if (!d.coop) return "the device has no usable cooperative matrices";
   if (!d.coop_tensor) return "no tensor-addressed cooperative matrices (or no current glslang)";
   const DType a = ctx.inputs[0].dtype, b = ctx.inputs[1].dtype;
-  if ((a != DType::f32 && a != DType::f16) || b != a) return "operands are not both f32 or both f16";
+  if (a != DType::f16 || b != DType::f16) {
+    return "operands are not both f16 (f32 operands take the workgroup-scope kernel)";
+  }
   const DType out = ctx.node.type.dtype;
   if (out != DType::f32 && out != DType::f16) return "the result is neither f32 nor f16";
   if (!choose_tensor_tile(ctx, g, batch)) return "no tensor-addressed tile fits";
@@ -106,40 +94,28 @@ std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometr
 Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
                              const TensorTile& t, const MatmulEpilogue* e) {
   const DType in_a = ctx.inputs[0].dtype, in_b = ctx.inputs[1].dtype;
-  if ((in_a != DType::f32 && in_a != DType::f16) || in_b != in_a) {
-    throw Error("matmul (tensor-addressed): operands must be both f32 or both f16");
+  if (in_a != DType::f16 || in_b != DType::f16) {
+    throw Error("matmul (tensor-addressed): operands must be f16");
   }
-  const bool pack = in_a == DType::f32;
-  const ReadExtents r = read_extents(ctx, g, t);
-  const int64_t a_size = r.m * r.k, b_size = r.k * r.n;
+  const int64_t a_size = g.m * g.k, b_size = g.k * g.n;
   const int64_t row_tiles = (g.m + t.bm - 1) / t.bm, col_tiles = (g.n + t.bn - 1) / t.bn;
   const DType out = ctx.node.type.dtype;
   if (out != DType::f32 && out != DType::f16) {
     throw Error("matmul (tensor-addressed): the result must be f32 or f16");
   }
   const std::string epilogue = e ? e->declarations + epilogue_function(e) : std::string();
-  // Packed operands were scaled by 2^e (the exponent after the packed halves): undo it.
-  std::string scale = "1.0";
-  if (pack) {
-    const std::string ea = coop_wg_exponent("A", numel(g.a_batch) * a_size);
-    const std::string eb = coop_wg_exponent("B", numel(g.b_batch) * b_size);
-    scale = "exp2(-float(" + ea + " + " + eb + "))";
-  }
   TemplateFields f{
       {"EXTENSIONS", ""},
       {"TA", g.ta ? "1" : "0"},
       {"TB", g.tb ? "1" : "0"},
       {"EPILOGUE", e ? "1" : "0"},
-      {"FINISH", e || pack ? "1" : "0"},
       {"UNROLL", std::to_string(t.unroll)},
       {"C_TYPE", out == DType::f16 ? "float16_t" : "float"},
-      {"M", std::to_string(r.m)},
-      {"N", std::to_string(r.n)},
-      {"K", std::to_string(r.k)},
-      {"OUT_M", std::to_string(g.m)},
-      {"OUT_N", std::to_string(g.n)},
-      {"LDA", std::to_string(g.ta ? r.m : r.k)},
-      {"LDB", std::to_string(g.tb ? r.k : r.n)},
+      {"M", std::to_string(g.m)},
+      {"N", std::to_string(g.n)},
+      {"K", std::to_string(g.k)},
+      {"LDA", std::to_string(g.ta ? g.m : g.k)},
+      {"LDB", std::to_string(g.tb ? g.k : g.n)},
       {"BM", std::to_string(t.bm)},
       {"BN", std::to_string(t.bn)},
       {"BK", std::to_string(t.bk)},
@@ -153,7 +129,6 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
       {"BATCH_SETUP", glsl::unravel(g.out_batch, "bz", "q")},
       {"A_BASE", glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " + ulit(a_size)},
       {"B_BASE", glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " + ulit(b_size)},
-      {"SCALE", scale},
   };
   KernelLaunch k;
   k.name = std::string("matmul_tensor_") + t.name;
@@ -163,16 +138,7 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
   k.current_compiler = true;
 
   Lowering l;
-  int scratch = 0;
-  ArgRef a_arg = ArgRef::input(0), b_arg = ArgRef::input(1);
-  if (pack) {
-    // Packed copies in the operands' storage order, padded to whole tiles.
-    PackPadding pa{g.ta ? g.k : g.m, g.ta ? g.m : g.k, g.ta ? r.k : r.m, g.ta ? r.m : r.k};
-    PackPadding pb{g.tb ? g.n : g.k, g.tb ? g.k : g.n, g.tb ? r.n : r.k, g.tb ? r.k : r.n};
-    a_arg = pack_coop_operand(ctx, 0, l, scratch, &pa);
-    b_arg = pack_coop_operand(ctx, 1, l, scratch, &pb);
-  }
-  k.bindings = {{a_arg, false}, {b_arg, false}, {ArgRef::output(), true}};
+  k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
   if (e) {
     for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
   }

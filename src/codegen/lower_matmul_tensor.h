@@ -2,9 +2,10 @@
 // Matmul on tensor-addressed workgroup-scope cooperative matrices (VK_NV_cooperative_matrix2
 // with tensor addressing and per-element operations; template kernels/matmul_tensor.comp,
 // compiled with the current glslang). Where the device and the compiler offer it, it replaces
-// the workgroup-scope kernel of lower_matmul_coop_wg.h: loads go through tensor layouts (bulk
-// copies, zeros past ragged edges, so f16 operands need not be whole tiles) and the result
-// through the matrix store or a per-element epilogue. See docs/tensor-cores.md.
+// the workgroup-scope kernel of lower_matmul_coop_wg.h for f16 operands: loads go through
+// tensor layouts (bulk copies, zeros past ragged edges, so operands need not be whole tiles),
+// the epilogue runs per element and the matrix store writes the result. See
+// docs/tensor-cores.md.
 #include <optional>
 #include <span>
 #include <string>

@@ -48,7 +48,7 @@ TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
   const DeviceTraits t = tensor_traits();
   for (const TensorTile& tile : tensor_tiles()) {
     for (int layout = 0; layout < 4; ++layout) {
-      for (DType dt : {DType::f32, DType::f16}) {
+      for (DType dt : {DType::f16}) {
         for (bool ragged : {false, true}) {
           const bool ta = layout & 1, tb = layout & 2;
           const std::string what = std::string(tile.name) + " ta=" + std::to_string(ta) +
@@ -60,8 +60,7 @@ TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
                                 tb, dt);
           const auto ctx = mm->ctx(t);
           const Lowering l = lower_matmul_tensor(ctx, geometry(ctx), 1, tile, nullptr);
-          // f32 operands: two packing launches each, then the product; f16: the product only.
-          ASSERT_EQ(l.launches.size(), dt == DType::f32 ? 5u : 1u);
+          ASSERT_EQ(l.launches.size(), 1u);  // f16 operands are read in place
           const KernelLaunch& kl = l.launches.back();
           EXPECT_TRUE(kl.current_compiler);
           EXPECT_FALSE(kl.coop_khr);
@@ -72,10 +71,9 @@ TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
           EXPECT_EQ(test::spirv_val_errors(spirv), "");
           const std::string dis = test::spirv_dis(spirv);
           EXPECT_NE(dis.find("OpCooperativeMatrixLoadTensorNV"), std::string::npos);
-          // The matrix store writes C; f32 operands' scales are undone per element first.
+          // Without epilogue the matrix store writes C, with nothing per element.
           EXPECT_NE(dis.find("OpCooperativeMatrixStoreTensorNV"), std::string::npos);
-          EXPECT_EQ(dis.find("OpCooperativeMatrixPerElementOpNV") != std::string::npos,
-                    dt == DType::f32);
+          EXPECT_EQ(dis.find("OpCooperativeMatrixPerElementOpNV"), std::string::npos);
         }
       }
     }
@@ -86,7 +84,7 @@ TEST(TensorMatmul, EpilogueAndBatchesCompileAndValidate) {
   REQUIRE_CURRENT_TOOLCHAIN();
   const DeviceTraits t = tensor_traits();
   // A batch of 3 against a broadcast B, with a bias-and-activation epilogue.
-  auto mm = matmul_node({3, 200, 96}, {96, 136}, false, false);
+  auto mm = matmul_node({3, 200, 96}, {96, 136}, false, false, DType::f16);
   const auto ctx = mm->ctx(t);
   MatmulEpilogue relu;
   relu.body = "return max(acc, 0.0);";
@@ -102,8 +100,8 @@ TEST(TensorMatmul, EpilogueAndBatchesCompileAndValidate) {
   EXPECT_NE(dis.find("OpCooperativeMatrixStoreTensorNV"), std::string::npos);
 }
 
-TEST(TensorMatmul, ChosenOnlyWithTensorAddressing) {
-  auto mm = matmul_node({4096, 4096}, {4096, 4096}, false, false);
+TEST(TensorMatmul, ChosenOnlyWithTensorAddressingForF16Operands) {
+  auto mm = matmul_node({4096, 4096}, {4096, 4096}, false, false, DType::f16);
   DeviceTraits t = testing::h200_wg_traits();
   {
     const auto ctx = mm->ctx(t);
@@ -118,22 +116,27 @@ TEST(TensorMatmul, ChosenOnlyWithTensorAddressing) {
   // A forced tile is taken wherever it fits.
   t.coop_tensor_tile = "t128x128k32";
   EXPECT_EQ(mm->lower(t).launches.back().name, "matmul_tensor_t128x128k32");
+  // f32 operands stay on the workgroup-scope kernel (measured faster through their packing).
+  auto f32 = matmul_node({4096, 4096}, {4096, 4096}, false, false);
+  const auto fctx = f32->ctx(t);
+  EXPECT_NE(tensor_matmul_rejection(fctx, geometry(fctx), 1), "");
+  EXPECT_EQ(f32->lower(t).launches.back().name.rfind("matmul_coop_w", 0), 0u);
 }
 
 TEST(TensorMatmul, TilesAreChosenToFillTheDevice) {
   DeviceTraits t = tensor_traits();
   // 8192²: every tile fills 132 multiprocessors; the largest is taken.
-  auto big = matmul_node({8192, 8192}, {8192, 8192}, false, false);
+  auto big = matmul_node({8192, 8192}, {8192, 8192}, false, false, DType::f16);
   const auto bctx = big->ctx(t);
   const TensorTile& bt = tensor_tiles()[*choose_tensor_tile(bctx, geometry(bctx), 1)];
   EXPECT_EQ(bt.bm * bt.bn, 128 * 256);
   // 2048²: 256 workgroups of 128×128 fill the device, 128 of the larger do not.
-  auto mid = matmul_node({2048, 256}, {256, 2048}, false, false);
+  auto mid = matmul_node({2048, 256}, {256, 2048}, false, false, DType::f16);
   const auto mctx = mid->ctx(t);
   const TensorTile& mt = tensor_tiles()[*choose_tensor_tile(mctx, geometry(mctx), 1)];
   EXPECT_EQ(mt.bm * mt.bn, 128 * 128);
   // 512×1024: no tile fills the device; the subgroup-scope kernel takes it.
-  auto small = matmul_node({512, 1024}, {1024, 1024}, false, false);
+  auto small = matmul_node({512, 1024}, {1024, 1024}, false, false, DType::f16);
   const auto sctx = small->ctx(t);
   EXPECT_FALSE(choose_tensor_tile(sctx, geometry(sctx), 1).has_value());
   EXPECT_NE(tensor_matmul_rejection(sctx, geometry(sctx), 1), "");
@@ -148,7 +151,7 @@ TEST(KernelTemplate, RefusesUnfilledAndUnknownFields) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("not filled"), std::string::npos) << e.what();
   }
-  auto mm = matmul_node({256, 256}, {256, 256}, false, false);
+  auto mm = matmul_node({256, 256}, {256, 256}, false, false, DType::f16);
   const DeviceTraits t = tensor_traits();
   const auto ctx = mm->ctx(t);
   EXPECT_NO_THROW(lower_matmul_tensor(ctx, geometry(ctx), 1, tensor_tiles()[0], nullptr));

@@ -61,9 +61,7 @@ TEST(CoopSessionGpu, DenseLayerOnWorkgroupTiles) {
   // 256 tiles of 128×128 fill the device's multiprocessors.
   const std::string k = run_dense(
       {.tag = "wide", .m = 2048, .n = 2048, .k = 128, .epilogue = Epilogue::bias_relu}, 2);
-  // The tensor-addressed kernel where the device and the current compiler offer it.
-  const bool tensor = coop_path_missing(CoopPath::tensor).empty();
-  EXPECT_NE(k.find(tensor ? "matmul_tensor_t128x" : "matmul_coop_w128x"), std::string::npos) << k;
+  EXPECT_NE(k.find("matmul_coop_w128x"), std::string::npos) << k;
   EXPECT_NE(k.find("+epilogue["), std::string::npos) << k;
 }
 

@@ -21,10 +21,8 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #define TA @TA@      // A stored K×M
 #define TB @TB@      // B stored N×K
 #define EPILOGUE @EPILOGUE@  // mm_epilogue applies to each element before the store
-#define FINISH @FINISH@      // a scale or an epilogue to apply per element
 
-const uint M = @M@u, N = @N@u, K = @K@u;  // extents as read (packed operands: padded)
-const uint OUT_M = @OUT_M@u, OUT_N = @OUT_N@u;  // extents of C
+const uint M = @M@u, N = @N@u, K = @K@u;
 const uint LDA = @LDA@u, LDB = @LDB@u;
 const uint BM = @BM@u, BN = @BN@u, BK = @BK@u, UNROLL = @UNROLL@u;
 const uint ROW_TILES = @ROW_TILES@u, COL_TILES = @COL_TILES@u, BATCHES = @BATCHES@u;
@@ -38,20 +36,14 @@ layout(std430, set = 0, binding = 2) writeonly buffer BufferC { @C_TYPE@ C[]; };
 #define MAT_B coopmat<@MAT_TYPE@, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB>
 #define MAT_C coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>
 
-#if FINISH
-// Element (r, c) of the tile at (row0, col0) of batch entry bz, scaled back by `scale` (packed
-// operands) and through the epilogue; the matrix store then writes the tile. Every element's
-// operands are read before any of the tile is stored (they may alias C at the same index).
-// Per element: multiplying the workgroup-scope accumulator as a whole costs as much as a short
-// K loop on the H200.
-float finish_element(const in uint32_t r, const in uint32_t c, const in float v, const in uint bz,
-                     const in uint row0, const in uint col0, const in float scale) {
-  const float s = v * scale;
 #if EPILOGUE
+// Element (r, c) of the tile at (row0, col0) of batch entry bz through the epilogue; the matrix
+// store then writes the tile. Every element's operands are read before any of the tile is
+// stored (they may alias C at the same index).
+float epilogue_element(const in uint32_t r, const in uint32_t c, const in float v,
+                       const in uint bz, const in uint row0, const in uint col0) {
   const uint gm = row0 + r, gn = col0 + c;
-  if (gm < OUT_M && gn < OUT_N) return mm_epilogue(s, bz, gm, gn);
-#endif
-  return s;
+  return gm < M && gn < N ? mm_epilogue(v, bz, gm, gn) : v;
 }
 #endif
 
@@ -125,14 +117,14 @@ void main() {
       acc = coopMatMulAdd(a, b, acc);
     }
   }
-#if FINISH
-  coopMatPerElementNV(acc, acc, finish_element, bz, row0, col0, @SCALE@);
+#if EPILOGUE
+  coopMatPerElementNV(acc, acc, epilogue_element, bz, row0, col0);
 #endif
   tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lc =
       createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-  lc = setTensorLayoutDimensionNV(lc, OUT_M, OUT_N);
-  lc = setTensorLayoutStrideNV(lc, OUT_N, 1);
+  lc = setTensorLayoutDimensionNV(lc, M, N);
+  lc = setTensorLayoutStrideNV(lc, N, 1);
   coopmat<@C_TYPE@, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> c_tile =
       coopmat<@C_TYPE@, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
-  coopMatStoreTensorNV(c_tile, C, bz * (OUT_M * OUT_N), sliceTensorLayoutNV(lc, row0, BM, col0, BN));
+  coopMatStoreTensorNV(c_tile, C, bz * (M * N), sliceTensorLayoutNV(lc, row0, BM, col0, BN));
 }
