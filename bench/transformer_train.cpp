@@ -6,6 +6,7 @@
 //
 // Usage: bench_transformer_train [--steps N] [--layers L] [--batch B] [--sequence S]
 //                                [--device D] [--only optimized|baseline] [--profile] [--plan]
+//                                [--precision f32|bf16|f16]   (SessionOptions::precision)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
   int steps = 30;
   std::string device, only;
   bool profile = false, plan_only = false;
+  std::string precision = "f32";
   mn::TransformerSpec spec = mn::smollm2_135m();
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
@@ -64,6 +66,8 @@ int main(int argc, char** argv) {
       profile = true;
     else if (!std::strcmp(argv[i], "--plan"))
       plan_only = true;
+    else if (!std::strcmp(argv[i], "--precision"))
+      precision = next();
   }
   const std::string name = "smollm2_135m_train_b" + std::to_string(spec.batch) + "_s" +
                            std::to_string(spec.sequence) +
@@ -84,6 +88,7 @@ int main(int argc, char** argv) {
       so.device = device;
       so.profile = profile;
       so.optimize = optimized;
+      so.precision = mn::dtype_from_name(precision);
       const auto t0 = std::chrono::steady_clock::now();
       auto s = mn::build_session(*m.graph, so);
       const double compile_s = seconds_since(t0);
@@ -111,6 +116,7 @@ int main(int argc, char** argv) {
       j.update({{"name", name},
                 {"impl", "meganeura"},
                 {"optimized", optimized},
+                {"precision", precision},
                 {"steps", steps},
                 {"compile_s", compile_s},
                 {"first_loss", first_loss},

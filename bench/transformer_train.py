@@ -1,8 +1,11 @@
 """PyTorch counterpart of bench_transformer_train: a SmolLM2-135M-shaped Llama (Hugging Face
 transformers, SDPA attention, tied embeddings), AdamW, fp32, eager; one step = forward,
-backward, optimizer step and loss readback. Prints one JSON line.
+backward, optimizer step and loss readback. Prints one JSON line. --precision bf16|f16 runs
+the forward under torch.autocast (f32 master weights and optimizer, as
+SessionOptions::precision does; f16 with a GradScaler).
 
 Usage: python3 bench/transformer_train.py [--steps N] [--layers L] [--batch B] [--sequence S]
+                                          [--precision f32|bf16|f16]
 """
 import argparse
 import json
@@ -17,6 +20,7 @@ p.add_argument("--steps", type=int, default=30)
 p.add_argument("--layers", type=int, default=30)
 p.add_argument("--batch", type=int, default=1)
 p.add_argument("--sequence", type=int, default=256)
+p.add_argument("--precision", choices=["f32", "bf16", "f16"], default="f32")
 a = p.parse_args()
 
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
@@ -35,12 +39,22 @@ targets = torch.roll(tokens, -1, 1)
 targets[:, -1] = -100
 
 
+amp = {"bf16": torch.bfloat16, "f16": torch.float16}.get(a.precision)
+scaler = torch.amp.GradScaler("cuda") if a.precision == "f16" else None
+
+
 def step():
     opt.zero_grad(set_to_none=True)
-    logits = model(input_ids=tokens).logits
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-    loss.backward()
-    opt.step()
+    with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
+        logits = model(input_ids=tokens).logits
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+    if scaler:
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    else:
+        loss.backward()
+        opt.step()
     return loss.item()
 
 
@@ -53,6 +67,6 @@ for _ in range(a.steps):
     loss = step()
     times.append((time.perf_counter() - t0) * 1e3)
 name = f"smollm2_135m_train_b{a.batch}_s{a.sequence}" + ("" if a.layers == 30 else f"_l{a.layers}")
-print(json.dumps({"name": name, "impl": "pytorch", "mode": "eager", "precision": "fp32",
+print(json.dumps({"name": name, "impl": "pytorch", "mode": "eager", "precision": a.precision,
                   "torch": torch.__version__, "step_ms_median": statistics.median(times),
                   "step_ms_min": min(times), "steps": a.steps, "final_loss": loss}), flush=True)

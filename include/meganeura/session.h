@@ -49,6 +49,13 @@ struct SessionOptions {
   // Off, every op of the graph as written runs as its own kernel(s), the baseline the
   // benchmarks compare against.
   bool optimize = true;
+  // Mixed precision: f32 (off), bf16 or f16. Every matmul of f32 operands then multiplies
+  // them rounded to this dtype, accumulates in f32 and stores its result in it, as PyTorch's
+  // autocast does (on tensor cores where the device has them: bf16 needs
+  // VK_KHR_shader_bfloat16's cooperative matrices). Parameters, optimizer states, norms,
+  // softmax and losses stay f32. f16 has no loss scaling yet: gradients below 2^-24 flush to
+  // zero. Any other dtype is an mn::Error.
+  DType precision = DType::f32;
   // Parameters and states the caller sets before the first step (weights read from a file):
   // their initializers are not evaluated, which for a large model is most of building the
   // session. Until set, their values are unspecified.

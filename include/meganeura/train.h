@@ -20,6 +20,7 @@ struct TrainOptions {
   Optimizer optimizer = Optimizer::adam();  // with its learning rate and schedule
   std::string device;                       // see SessionOptions::device
   std::optional<bool> check_numerics;       // see SessionOptions::check_numerics
+  DType precision = DType::f32;             // see SessionOptions::precision
   std::filesystem::path save;               // checkpoint written after every epoch (and at the end)
   std::filesystem::path resume;             // checkpoint to continue from
   int64_t stop_after_steps = -1;            // stop early (after saving) once this many updates ran

@@ -43,6 +43,9 @@ struct DeviceTraits {
   // current glslang to compile them (codegen/lower_matmul_tensor.h); MN_COOP_TENSOR=0 clears it.
   bool coop_tensor = false;
   std::string coop_tensor_tile;  // MN_COOP_TENSOR_TILE: force this tile where it fits
+  // The granularities of workgroup-scope bf16·bf16+f32 matrices, as coop_wg_granularity's
+  // (zeros: not offered; VK_KHR_shader_bfloat16's cooperative matrices are needed too).
+  std::array<std::array<uint32_t, 3>, 4> coop_wg_bf16_granularity{};
   uint32_t multiprocessors = 0;  // 0: unknown
   // Workgroups that give every multiprocessor one (a large GPU's count when unknown): the grid
   // size below which tile choices prefer smaller tiles or split K.

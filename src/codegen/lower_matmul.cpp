@@ -198,11 +198,11 @@ Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
     throw Error("matmul: this product's kernel cannot take a norm or a sibling product");
   }
   if (g.m == 1 || g.n == 1) return lower_gemv(ctx, g, batch, e, extras);
+  if (tensor_matmul_rejection(ctx, g, batch).empty()) {
+    const TensorTile& t = tensor_tiles()[static_cast<size_t>(*choose_tensor_tile(ctx, g, batch))];
+    return lower_matmul_tensor(ctx, g, batch, t, e);
+  }
   if (coop_rejection(ctx, g, batch).empty()) {
-    if (tensor_matmul_rejection(ctx, g, batch).empty()) {
-      const TensorTile& t = tensor_tiles()[static_cast<size_t>(*choose_tensor_tile(ctx, g, batch))];
-      return lower_matmul_tensor(ctx, g, batch, t, e);
-    }
     if (coop_wg_rejection(ctx, g, batch).empty()) {
       const CoopWgTile& t =
           coop_wg_tiles()[static_cast<size_t>(*choose_coop_wg_tile(ctx, g, batch))];

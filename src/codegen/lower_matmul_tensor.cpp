@@ -1,6 +1,8 @@
 // Tensor-addressed workgroup-scope matmul: fills kernels/matmul_tensor.comp.
 //
-// f16 operands are read in place, at any extent (clamped loads give zeros past the edges).
+// f16 and bf16 operands are read in place, at any extent (clamped loads give zeros past the
+// edges); bf16 products need VK_KHR_shader_bfloat16's cooperative matrices. bf16 products have
+// no other tensor-core kernel, so they take this one below a full wave of tiles too.
 // f32 operands stay on the workgroup-scope kernel (lower_matmul_coop_wg.h): through their packed
 // copies this kernel measured no faster at 4096³-8192³ and 2.8× slower at 256×576×49152, where
 // undoing the packing's scale and storing f32 tiles weigh against a short K loop (docs/perf.md).
@@ -11,6 +13,7 @@
 
 #include "codegen/glsl.h"
 #include "codegen/kernel_template.h"
+#include "codegen/lower_matmul_coop.h"
 #include "codegen/lower_matmul_coop_wg.h"
 
 namespace mn::codegen {
@@ -21,18 +24,21 @@ namespace {
 // / 259: t128x128k32 232 / 263 / 283, t128x256k32u4 249 / 291 / 318. Slower, and so not
 // offered: K steps of 64 (with or without 2 per iteration), of 16 with 8 per iteration,
 // 128×256 with 1 step per iteration, 128×128 with 4, and 256×128 with 4.
-constexpr std::array<TensorTile, 2> kTiles{{
+// t64x64k32 serves bf16 products too small to fill the device with the larger tiles.
+constexpr std::array<TensorTile, 3> kTiles{{
+    {"t64x64k32", 64, 64, 32, 1, 64},
     {"t128x128k32", 128, 128, 32, 1, 128},
     {"t128x256k32u4", 128, 256, 32, 4, 256},
 }};
 
 using glsl::ulit;
 
-
-bool tile_supported(const TensorTile& t, const DeviceTraits& d) {
-  for (size_t i = 0; i < d.coop_wg_granularity.size(); ++i) {
+bool tile_supported(const TensorTile& t, const DeviceTraits& d, DType operands) {
+  const auto& granularity =
+      operands == DType::bf16 ? d.coop_wg_bf16_granularity : d.coop_wg_granularity;
+  for (size_t i = 0; i < granularity.size(); ++i) {
     if (t.invocations != 32u << i) continue;
-    const auto& gr = d.coop_wg_granularity[i];
+    const auto& gr = granularity[i];
     if (gr[0] == 0 || t.bm % gr[0] || t.bn % gr[1] || t.bk % gr[2]) return false;
     const auto mx = static_cast<int>(d.coop_wg_max_dimension);
     return !(mx && (t.bm > mx || t.bn > mx || t.bk > mx)) &&
@@ -54,14 +60,16 @@ std::span<const TensorTile> tensor_tiles() { return kTiles; }
 std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeometry& g,
                                       int64_t batch) {
   const DeviceTraits& d = ctx.device;
+  const DType operands = ctx.inputs[0].dtype;
   const int64_t want = d.groups_to_fill();
   // The largest tile whose grid fills the device (the first of equal size). Below a full wave
-  // the subgroup-scope kernel's smaller tiles are faster (docs/perf.md).
-  std::optional<int> best;
-  int64_t best_area = 0;
+  // the subgroup-scope kernel's smaller tiles are faster for f16 (docs/perf.md); bf16 has no
+  // such kernel and takes the tile with most workgroups.
+  std::optional<int> best, most;
+  int64_t best_area = 0, most_groups = 0;
   for (int i = 0; i < static_cast<int>(kTiles.size()); ++i) {
     const TensorTile& t = kTiles[static_cast<size_t>(i)];
-    if (!tile_supported(t, d) || !fits_u32(g)) continue;
+    if (!tile_supported(t, d, operands) || !fits_u32(g)) continue;
     if (!d.coop_tensor_tile.empty()) {
       if (d.coop_tensor_tile == t.name) return i;
       continue;
@@ -72,8 +80,12 @@ std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeome
       best = i;
       best_area = area;
     }
+    if (groups > most_groups) {
+      most = i;
+      most_groups = groups;
+    }
   }
-  return best;
+  return best || operands != DType::bf16 ? best : most;
 }
 
 std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometry& g,
@@ -82,11 +94,16 @@ std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometr
   if (!d.coop) return "the device has no usable cooperative matrices";
   if (!d.coop_tensor) return "no tensor-addressed cooperative matrices (or no current glslang)";
   const DType a = ctx.inputs[0].dtype, b = ctx.inputs[1].dtype;
-  if (a != DType::f16 || b != DType::f16) {
-    return "operands are not both f16 (f32 operands take the workgroup-scope kernel)";
+  if ((a != DType::f16 && a != DType::bf16) || b != a) {
+    return "operands are not both f16 or both bf16 (f32 operands take the workgroup-scope "
+           "kernel)";
   }
   const DType out = ctx.node.type.dtype;
-  if (out != DType::f32 && out != DType::f16) return "the result is neither f32 nor f16";
+  if (out != DType::f32 && out != a) return "the result is neither f32 nor the operands' dtype";
+  // The subgroup-scope thresholds (lower_matmul_coop.h): below them the scalar kernel wins.
+  if (g.m < 32 || g.n < 32 || g.m * g.n < kCoopMinOutputs || g.m * g.n * g.k < kCoopMinMacs) {
+    return "product too small for tensor cores";
+  }
   if (!choose_tensor_tile(ctx, g, batch)) return "no tensor-addressed tile fits";
   return {};
 }
@@ -94,23 +111,25 @@ std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometr
 Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
                              const TensorTile& t, const MatmulEpilogue* e) {
   const DType in_a = ctx.inputs[0].dtype, in_b = ctx.inputs[1].dtype;
-  if (in_a != DType::f16 || in_b != DType::f16) {
-    throw Error("matmul (tensor-addressed): operands must be f16");
+  if ((in_a != DType::f16 && in_a != DType::bf16) || in_b != in_a) {
+    throw Error("matmul (tensor-addressed): operands must be both f16 or both bf16");
   }
+  const bool bf16 = in_a == DType::bf16;
+  const std::string elem = bf16 ? "bfloat16_t" : "float16_t";
   const int64_t a_size = g.m * g.k, b_size = g.k * g.n;
   const int64_t row_tiles = (g.m + t.bm - 1) / t.bm, col_tiles = (g.n + t.bn - 1) / t.bn;
   const DType out = ctx.node.type.dtype;
-  if (out != DType::f32 && out != DType::f16) {
-    throw Error("matmul (tensor-addressed): the result must be f32 or f16");
+  if (out != DType::f32 && out != in_a) {
+    throw Error("matmul (tensor-addressed): the result must be f32 or the operands' dtype");
   }
   const std::string epilogue = e ? e->declarations + epilogue_function(e) : std::string();
   TemplateFields f{
-      {"EXTENSIONS", ""},
+      {"EXTENSIONS", bf16 ? "#extension GL_EXT_bfloat16 : require" : ""},
       {"TA", g.ta ? "1" : "0"},
       {"TB", g.tb ? "1" : "0"},
       {"EPILOGUE", e ? "1" : "0"},
       {"UNROLL", std::to_string(t.unroll)},
-      {"C_TYPE", out == DType::f16 ? "float16_t" : "float"},
+      {"C_TYPE", out == DType::f32 ? "float" : elem},
       {"M", std::to_string(g.m)},
       {"N", std::to_string(g.n)},
       {"K", std::to_string(g.k)},
@@ -122,9 +141,9 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
       {"ROW_TILES", std::to_string(row_tiles)},
       {"COL_TILES", std::to_string(col_tiles)},
       {"BATCHES", std::to_string(batch)},
-      {"A_TYPE", "float16_t"},
-      {"B_TYPE", "float16_t"},
-      {"MAT_TYPE", "float16_t"},
+      {"A_TYPE", elem},
+      {"B_TYPE", elem},
+      {"MAT_TYPE", elem},
       {"EPILOGUE_DECLARATIONS", epilogue},
       {"BATCH_SETUP", glsl::unravel(g.out_batch, "bz", "q")},
       {"A_BASE", glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " + ulit(a_size)},

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <set>
 #include <string_view>
 
 #include "codegen/index_check.h"
 #include "ir/op_def.h"
+#include "optimize/mixed_precision.h"
 #include "plan/in_place.h"
 #include "schedule/fusion.h"
 #include "schedule/gemv_fusion.h"
@@ -58,7 +60,11 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
   const bool off = no_optimize && std::string_view(no_optimize) == "1";
   optimize::OptimizeOptions oo = options.optimize;
   oo.enabled = oo.enabled && !off;
-  optimize::OptimizeResult optimized = optimize::optimize(original, oo);
+  std::optional<Graph> mixed;
+  if (options.precision != DType::f32) {
+    mixed.emplace(optimize::with_mixed_precision(original, options.precision));
+  }
+  optimize::OptimizeResult optimized = optimize::optimize(mixed ? *mixed : original, oo);
   p.report = std::move(optimized.report);
   p.graph = schedule::lower_for_gpu(optimized.graph);
   const Graph& g = p.graph;

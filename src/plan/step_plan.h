@@ -83,6 +83,8 @@ struct PlanOptions {
   optimize::OptimizeOptions optimize;
   // Kernels reading indices record out-of-range ones (codegen/index_check.h).
   bool check_indices = true;
+  // Products in 16 bits (optimize/mixed_precision.h): f32 (off), bf16 or f16.
+  DType precision = DType::f32;
 };
 
 StepPlan make_step_plan(const Graph& g, const PlanOptions& options);

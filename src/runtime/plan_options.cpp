@@ -38,13 +38,16 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
   const auto& cm = c.cooperative_matrix;
   if (cm.khr_feature && cm.workgroup_scope && cm.flexible_dimensions) {
     for (const auto& f : cm.flexible_configs) {
-      if (f.scope != "workgroup" || f.a_type != "f16" || f.b_type != "f16" || f.c_type != "f32" ||
+      if (f.scope != "workgroup" || f.a_type != f.b_type || f.c_type != "f32" ||
           f.result_type != "f32" || f.workgroup_invocations > t.max_workgroup_invocations) {
         continue;
       }
-      for (size_t i = 0; i < t.coop_wg_granularity.size(); ++i) {
+      const bool bf16 = f.a_type == "bf16" && c.types.bfloat16_cooperative_matrix;
+      if (f.a_type != "f16" && !bf16) continue;
+      auto& granularity = bf16 ? t.coop_wg_bf16_granularity : t.coop_wg_granularity;
+      for (size_t i = 0; i < granularity.size(); ++i) {
         if (f.workgroup_invocations == 32u << i) {
-          t.coop_wg_granularity[i] = {f.m_granularity, f.n_granularity, f.k_granularity};
+          granularity[i] = {f.m_granularity, f.n_granularity, f.k_granularity};
         }
       }
     }

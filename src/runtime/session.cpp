@@ -372,6 +372,12 @@ std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& specs,
   plan::PlanOptions po = runtime::plan_options(dev);
   po.optimize.enabled = po.fuse = options.optimize;
   po.check_indices = options.check_indices.value_or(runtime::check_indices_from_env());
+  if (options.precision != DType::f32 && options.precision != DType::bf16 &&
+      options.precision != DType::f16) {
+    throw Error(std::string("SessionOptions::precision must be f32, bf16 or f16, got ") +
+                dtype_name(options.precision));
+  }
+  po.precision = options.precision;
   std::vector<plan::StepPlan*> plans;
   std::vector<std::string> names;
   impl->programs.resize(specs.size());

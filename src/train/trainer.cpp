@@ -129,6 +129,7 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train,
   SessionOptions so;
   so.device = o.device;
   so.check_numerics = o.check_numerics;
+  so.precision = o.precision;
   auto session = build_session(*net.graph, so);
 
   Evaluator eval;

@@ -84,9 +84,21 @@ TEST(Cli, BadTrainOptionValuesAreErrors) {
                                                                 {"--momentum", "-0.1"},
                                                                 {"--epochs", "0"},
                                                                 {"--batch", "0"},
-                                                                {"--accumulate", "0"}};
+                                                                {"--accumulate", "0"},
+                                                                {"--precision", "i32"},
+                                                                {"--precision", "fp16"}};
   for (const auto& [option, value] : bad)
     expect_failure({"train", option, value}, {option + " " + value});
+}
+
+// Mixed precision from the command line: the run trains (its products in bf16) and reports.
+TEST(Cli, TrainsInBf16) {
+  test::ScratchDir dir("cli-test");
+  write_tiny_fashion_mnist(dir.path(), 40);
+  Result r = run_mn({"train", "--data", dir.path().string(), "--batch", "16", "--limit", "32",
+                     "--precision", "bf16", "--json"});
+  EXPECT_EQ(r.rc, 0) << r.output;
+  EXPECT_NE(r.output.find("\"steps\":2"), std::string::npos) << r.output;
 }
 
 TEST(Cli, BadInspectOptionValuesAreErrors) {

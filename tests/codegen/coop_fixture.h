@@ -51,9 +51,12 @@ inline DeviceTraits h200_traits() {
 }
 
 // An H200 with VK_NV_cooperative_matrix2, as its driver lists the workgroup-scope f16·f16+f32
-// matrices: 128 invocations (32, 16, 16), 256 invocations (32, 32, 16), dimensions to 1024.
+// matrices: 32 and 64 invocations (16, 16, 16), 128 invocations (32, 16, 16), 256 invocations
+// (32, 32, 16), dimensions to 1024.
 inline DeviceTraits h200_wg_traits() {
   DeviceTraits t = h200_traits();
+  t.coop_wg_granularity[0] = {16, 16, 16};
+  t.coop_wg_granularity[1] = {16, 16, 16};
   t.coop_wg_granularity[2] = {32, 16, 16};
   t.coop_wg_granularity[3] = {32, 32, 16};
   t.coop_wg_max_dimension = 1024;

@@ -23,9 +23,12 @@ namespace {
 
 using testing::matmul_node;
 
+// The H200 with tensor addressing and its bf16·bf16+f32 workgroup-scope matrices (the same
+// granularities as f16's).
 DeviceTraits tensor_traits() {
   DeviceTraits t = testing::h200_wg_traits();
   t.coop_tensor = true;
+  t.coop_wg_bf16_granularity = t.coop_wg_granularity;
   return t;
 }
 
@@ -43,12 +46,18 @@ std::vector<uint32_t> compile_current(const std::string& glsl, const std::string
   return compile_glsl(glsl, co);
 }
 
+// The kernel's SPIR-V from the current compiler, or empty when the toolchain is missing.
+std::vector<uint32_t> compile_or_skip(const KernelLaunch& k) {
+  if (!current_glslang().available || test::spirv_val_path().empty()) return {};
+  return compile_current(k.glsl, k.name);
+}
+
 TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
   REQUIRE_CURRENT_TOOLCHAIN();
   const DeviceTraits t = tensor_traits();
   for (const TensorTile& tile : tensor_tiles()) {
     for (int layout = 0; layout < 4; ++layout) {
-      for (DType dt : {DType::f16}) {
+      for (DType dt : {DType::f16, DType::bf16}) {
         for (bool ragged : {false, true}) {
           const bool ta = layout & 1, tb = layout & 2;
           const std::string what = std::string(tile.name) + " ta=" + std::to_string(ta) +
@@ -60,7 +69,7 @@ TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
                                 tb, dt);
           const auto ctx = mm->ctx(t);
           const Lowering l = lower_matmul_tensor(ctx, geometry(ctx), 1, tile, nullptr);
-          ASSERT_EQ(l.launches.size(), 1u);  // f16 operands are read in place
+          ASSERT_EQ(l.launches.size(), 1u);  // 16-bit operands are read in place
           const KernelLaunch& kl = l.launches.back();
           EXPECT_TRUE(kl.current_compiler);
           EXPECT_FALSE(kl.coop_khr);
@@ -121,6 +130,27 @@ TEST(TensorMatmul, ChosenOnlyWithTensorAddressingForF16Operands) {
   const auto fctx = f32->ctx(t);
   EXPECT_NE(tensor_matmul_rejection(fctx, geometry(fctx), 1), "");
   EXPECT_EQ(f32->lower(t).launches.back().name.rfind("matmul_coop_w", 0), 0u);
+}
+
+TEST(TensorMatmul, Bf16ProductsNeedBf16MatricesAndTakeSmallTiles) {
+  // 512×1024: no tile fills the device; bf16 has no other tensor-core kernel and takes the
+  // tile with most workgroups.
+  auto mm = matmul_node({512, 576}, {1024, 576}, false, true, DType::bf16);
+  DeviceTraits t = tensor_traits();
+  const auto ctx = mm->ctx(t);
+  EXPECT_EQ(tensor_matmul_rejection(ctx, geometry(ctx), 1), "");
+  EXPECT_EQ(mm->lower(t).launches.back().name, "matmul_tensor_t64x64k32");
+  const auto spirv = compile_or_skip(mm->lower(t).launches.back());
+  if (!spirv.empty()) EXPECT_EQ(test::spirv_val_errors(spirv), "");
+  // Without bf16 matrices, the scalar kernel.
+  t.coop_wg_bf16_granularity = {};
+  const auto ctx2 = mm->ctx(t);
+  EXPECT_NE(tensor_matmul_rejection(ctx2, geometry(ctx2), 1), "");
+  EXPECT_EQ(mm->lower(t).launches.back().name.find("tensor"), std::string::npos);
+  // Tiny products stay on the scalar kernel.
+  auto tiny = matmul_node({64, 64}, {64, 64}, false, false, DType::bf16);
+  const auto tctx = tiny->ctx(tensor_traits());
+  EXPECT_NE(tensor_matmul_rejection(tctx, geometry(tctx), 1), "");
 }
 
 TEST(TensorMatmul, TilesAreChosenToFillTheDevice) {

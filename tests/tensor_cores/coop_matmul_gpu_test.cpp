@@ -6,6 +6,7 @@
 // scale), and fused epilogues. On a device without cooperative matrices (lavapipe in CI) every
 // test skips, saying why; scripts/test_gpu.sh sets MN_REQUIRE_COOP so that there they fail.
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -25,7 +26,7 @@ using codegen::CoopWgTile;
 
 // Skips one problem of 16-bit storage where the device has none (or fails where required).
 bool f16_runs(const MatmulProblem& p) {
-  if (p.dtype != DType::f16) return true;
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) return true;
   const std::string missing = coop_path_missing(CoopPath::f16_storage);
   if (missing.empty()) return true;
   if (coop_path_required(CoopPath::f16_storage)) ADD_FAILURE() << p.describe() << ": " << missing;
@@ -152,11 +153,15 @@ TEST(CoopMatmulGpu, TensorAddressedTiles) {
   const codegen::DeviceTraits t = coop_trial_traits(CoopPath::tensor);
   uint64_t seed = 200;
   for (const codegen::TensorTile& tile : codegen::tensor_tiles()) {
-    // Every problem in f16 storage (the kernel's operands), ragged too: tensor loads clamp at
-    // the edges. Operands far from 1 do not fit f16 storage.
+    // Every problem in f16 and in bf16 storage (the kernel's operands), ragged too: tensor loads
+    // clamp at the edges. Operands far from 1 do not fit f16 storage.
     for (MatmulProblem p : problems_for(tile.bm, tile.bn, tile.bk, false)) {
       if (p.a_scale != 1 || p.b_scale != 1) continue;
-      p.dtype = DType::f16;
+      p.dtype = p.m % 2 ? DType::bf16 : DType::f16;
+      if (p.dtype == DType::bf16 && t.coop_wg_bf16_granularity[2][0] == 0) {
+        std::printf("%s: no workgroup-scope bf16 matrices; in f16\n", p.describe().c_str());
+        p.dtype = DType::f16;
+      }
       SCOPED_TRACE(std::string(tile.name) + " " + p.describe());
       if (!f16_runs(p)) continue;
       const MatmulRun r = prepare(p, seed++);

@@ -99,7 +99,7 @@ MatmulRun prepare(const MatmulProblem& p, uint64_t seed) {
       return relu ? std::max(v + t, 0.0) : v + t;
     };
   }
-  const double rounding = p.dtype == DType::f16 ? 0.0 : 0x1p-11;
+  const double rounding = p.dtype == DType::f32 ? 0x1p-11 : 0.0;  // 16-bit operands: exact
   r.model = product_model([&](const auto& a, const auto& b) { return matmul_f64(p, a, b); },
                           r.operands[0], r.operands[1], p.k, rounding, p.dtype, epi);
   return r;

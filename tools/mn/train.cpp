@@ -38,6 +38,7 @@ struct TrainArgs {
   uint64_t seed = 0;
   bool json = false;
   bool check_numerics = false;
+  std::string precision = "f32";
 };
 
 std::string format_duration(double s) {
@@ -104,6 +105,8 @@ void check_args(const TrainArgs& a, const CLI::App& cmd) {
   require(a.warmup >= 0, cmd, "--warmup", "an integer >= 0");
   require(a.accumulate >= 1, cmd, "--accumulate", "an integer >= 1");
   require(!given(cmd, "--limit") || a.limit >= 1, cmd, "--limit", "an integer >= 1");
+  require(a.precision == "f32" || a.precision == "bf16" || a.precision == "f16", cmd,
+          "--precision", "f32, bf16 or f16");
 }
 
 // Checks that need the data set's size: the run's length and what accumulation can reach.
@@ -143,6 +146,7 @@ void run_train(const TrainArgs& a, const CLI::App& cmd) {
   o.optimizer.schedule.warmup = a.warmup;
   o.device = a.device;
   if (a.check_numerics) o.check_numerics = true;
+  o.precision = dtype_from_name(a.precision);
   o.save = a.save;
   o.resume = a.resume;
   o.shuffle_seed = a.seed;
@@ -209,6 +213,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--limit", a->limit, "use only the first N samples of each split");
   cmd->add_option("--seed", a->seed, "initialization and shuffling seed")->capture_default_str();
   cmd->add_flag("--json", a->json, "print one JSON object as the last line");
+  cmd->add_option("--precision", a->precision,
+                  "products in f32, or from bf16 or f16 operands with f32 accumulation and master "
+                  "weights (mixed precision)")
+      ->capture_default_str();
   cmd->add_flag("--check-numerics", a->check_numerics,
                 "after every step, name the first graph node that produced a NaN or Inf "
                 "(slow; also $MN_CHECK_NUMERICS=1)");

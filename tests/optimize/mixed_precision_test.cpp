@@ -1,0 +1,82 @@
+// The mixed-precision rewrite (optimize/mixed_precision.h): each f32 matmul becomes a product of
+// 16-bit operands stored in 16 bits and widened for its consumers; an operand that widens a
+// tensor already in that dtype is used as it is; other ops and non-f32 products are left alone;
+// the rewritten graph's reference values are the product of the rounded operands.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+#include <meganeura/reference.h>
+
+#include "optimize/mixed_precision.h"
+
+namespace mn::optimize {
+namespace {
+
+std::map<std::string, int> op_counts(const Graph& g) {
+  std::map<std::string, int> c;
+  for (NodeId i = 0; i < static_cast<NodeId>(g.size()); ++i) ++c[std::string(g.node(i).op_name())];
+  return c;
+}
+
+TEST(MixedPrecisionRewrite, CastsAroundEachF32Product) {
+  Graph g;
+  Tensor x = g.input("x", {4, 8});
+  Tensor w = g.parameter("w", {8, 3}, Init::ones());
+  Tensor wb = g.parameter("wb", {8, 3}, Init::ones(), DType::bf16);
+  Tensor h = matmul(x, w);                                  // f32 operands: rewritten
+  Tensor y = matmul(h, cast(wb, DType::f32), false, true);  // a widened bf16 weight
+  g.output("y", exp(y));
+  const auto before = op_counts(g);
+  const Graph m = with_mixed_precision(g, DType::bf16);
+  const auto after = op_counts(m);
+  EXPECT_EQ(after.at("matmul"), 2);
+  EXPECT_EQ(after.at("exp"), 1);
+  // Casts: the graph's own widening of wb (copied, now unread), x and w narrowed, the first
+  // product widened for its other readers, the second product widened. h is not narrowed again:
+  // the second product reads the first one's bf16 result directly.
+  EXPECT_EQ(before.at("cast"), 1);
+  EXPECT_EQ(after.at("cast"), 5);
+  for (NodeId i = 0; i < static_cast<NodeId>(m.size()); ++i) {
+    const Node& n = m.node(i);
+    if (n.op_name() != "matmul") continue;
+    EXPECT_EQ(n.type.dtype, DType::bf16);
+    for (NodeId in : n.inputs) {
+      const Node& operand = m.node(in);
+      EXPECT_EQ(operand.type.dtype, DType::bf16);
+      // The bf16 weight is read as stored, never rounded through f32 again.
+      if (operand.op_name() == "cast") EXPECT_NE(m.node(operand.inputs[0]).name, "wb");
+    }
+  }
+  EXPECT_EQ(m.node(*m.find_output("y")).type.dtype, DType::f32);
+}
+
+TEST(MixedPrecisionRewrite, LeavesOtherProductsAndF32Alone) {
+  Graph g;
+  Tensor a = g.input("a", {4, 8}, DType::f16);
+  Tensor b = g.input("b", {8, 4}, DType::f16);
+  g.output("c", matmul(a, b));
+  EXPECT_EQ(op_counts(with_mixed_precision(g, DType::bf16)), op_counts(g));
+  Graph f;
+  f.output("c", matmul(f.input("a", {4, 8}), f.input("b", {8, 4})));
+  EXPECT_EQ(op_counts(with_mixed_precision(f, DType::f32)), op_counts(f));
+  EXPECT_THROW(with_mixed_precision(f, DType::i32), Error);
+}
+
+TEST(MixedPrecisionRewrite, ReferenceRoundsOperandsAndProduct) {
+  Graph g;
+  g.output("c", matmul(g.input("a", {1, 2}), g.input("b", {2, 1})));
+  const Graph m = with_mixed_precision(g, DType::bf16);
+  // 1 + 2^-9 rounds to 1 in bf16 (8 significant bits); 1 + 2^-7 and 3 are exact. The reference
+  // computes the product of the rounded operands exactly (a 16-bit result's own rounding is the
+  // device's storage, which the session tests bound).
+  reference::Feeds f{{"a", Array({1, 2}, DType::f32, {1 + 0x1p-9, 3})},
+                     {"b", Array({2, 1}, DType::f32, {1, 1 + 0x1p-7})}};
+  EXPECT_EQ(reference::evaluate(g, f).at("c").data[0], 1 + 0x1p-9 + 3 * (1 + 0x1p-7));
+  EXPECT_EQ(reference::evaluate(m, f).at("c").data[0], 1 + 3 * (1 + 0x1p-7));
+}
+
+}  // namespace
+}  // namespace mn::optimize
