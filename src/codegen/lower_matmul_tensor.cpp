@@ -128,6 +128,7 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
       {"TA", g.ta ? "1" : "0"},
       {"TB", g.tb ? "1" : "0"},
       {"EPILOGUE", e ? "1" : "0"},
+      {"ROUND_BF16", out == DType::bf16 ? "1" : "0"},
       {"UNROLL", std::to_string(t.unroll)},
       {"C_TYPE", out == DType::f32 ? "float" : elem},
       {"M", std::to_string(g.m)},

@@ -80,9 +80,11 @@ TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
           EXPECT_EQ(test::spirv_val_errors(spirv), "");
           const std::string dis = test::spirv_dis(spirv);
           EXPECT_NE(dis.find("OpCooperativeMatrixLoadTensorNV"), std::string::npos);
-          // Without epilogue the matrix store writes C, with nothing per element.
+          // Without epilogue the matrix store writes C, with nothing per element but the
+          // rounding of a bf16 result (the driver's conversion truncates).
           EXPECT_NE(dis.find("OpCooperativeMatrixStoreTensorNV"), std::string::npos);
-          EXPECT_EQ(dis.find("OpCooperativeMatrixPerElementOpNV"), std::string::npos);
+          EXPECT_EQ(dis.find("OpCooperativeMatrixPerElementOpNV") != std::string::npos,
+                    dt == DType::bf16);
         }
       }
     }

@@ -21,6 +21,7 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #define TA @TA@      // A stored K×M
 #define TB @TB@      // B stored N×K
 #define EPILOGUE @EPILOGUE@  // mm_epilogue applies to each element before the store
+#define ROUND_BF16 @ROUND_BF16@  // C is bf16: round to nearest before the conversion
 
 const uint M = @M@u, N = @N@u, K = @K@u;
 const uint LDA = @LDA@u, LDB = @LDB@u;
@@ -36,14 +37,34 @@ layout(std430, set = 0, binding = 2) writeonly buffer BufferC { @C_TYPE@ C[]; };
 #define MAT_B coopmat<@MAT_TYPE@, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB>
 #define MAT_C coopmat<float, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>
 
+#if ROUND_BF16
+// v rounded to the nearest bf16 (ties to even), as every other kernel stores bf16: the
+// driver's f32-to-bf16 matrix conversion truncates (measured on the H200), and truncating a
+// value bf16 already represents is exact. NaNs stay NaN (truncation could make one infinite).
+float round_to_bf16(float v) {
+  const uint b = floatBitsToUint(v);
+  if ((b & 0x7f800000u) == 0x7f800000u) {
+    return (b & 0x007fffffu) != 0u ? uintBitsToFloat((b & 0x80000000u) | 0x7fc00000u) : v;
+  }
+  return uintBitsToFloat((b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u);
+}
+#endif
+
+#if EPILOGUE || ROUND_BF16
+// Element (r, c) of the tile at (row0, col0) of batch entry bz through the epilogue and the
+// rounding of a bf16 result; the matrix store then writes the tile. Every element's operands are
+// read before any of the tile is stored (they may alias C at the same index).
+float finish_element(const in uint32_t r, const in uint32_t c, const in float v,
+                     const in uint bz, const in uint row0, const in uint col0) {
+  float x = v;
 #if EPILOGUE
-// Element (r, c) of the tile at (row0, col0) of batch entry bz through the epilogue; the matrix
-// store then writes the tile. Every element's operands are read before any of the tile is
-// stored (they may alias C at the same index).
-float epilogue_element(const in uint32_t r, const in uint32_t c, const in float v,
-                       const in uint bz, const in uint row0, const in uint col0) {
   const uint gm = row0 + r, gn = col0 + c;
-  return gm < M && gn < N ? mm_epilogue(v, bz, gm, gn) : v;
+  if (gm < M && gn < N) x = mm_epilogue(v, bz, gm, gn);
+#endif
+#if ROUND_BF16
+  x = round_to_bf16(x);
+#endif
+  return x;
 }
 #endif
 
@@ -117,8 +138,8 @@ void main() {
       acc = coopMatMulAdd(a, b, acc);
     }
   }
-#if EPILOGUE
-  coopMatPerElementNV(acc, acc, epilogue_element, bz, row0, col0);
+#if EPILOGUE || ROUND_BF16
+  coopMatPerElementNV(acc, acc, finish_element, bz, row0, col0);
 #endif
   tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lc =
       createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
