@@ -2,7 +2,8 @@
 // upload the tokens, forward, backward and AdamW in one submission, read the loss back. Runs
 // the graph as written (one kernel per op) and optimized (e-graph + fusion) in the same process
 // and prints one JSON line each. PyTorch counterpart: bench/transformer_train.py.
-// --plan only plans each step (no device, no run) and prints its arena and dispatch count.
+// --plan only plans each step (no device, no run) and prints its arena and dispatch count;
+// --plan-kernels also counts the launches of each kernel name.
 //
 // Usage: bench_transformer_train [--steps N] [--layers L] [--batch B] [--sequence S]
 //                                [--device D] [--only optimized|baseline] [--profile] [--plan]
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -32,12 +34,23 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // The step's plan as a session would make it, without a device: arena and dispatches.
-nlohmann::json plan_fields(const mn::Graph& g, bool optimized) {
+// Launches are counted by kernel name (--plan-kernels).
+nlohmann::json plan_fields(const mn::Graph& g, bool optimized, mn::DType precision,
+                           bool kernels) {
   mn::plan::PlanOptions po;
   po.optimize.enabled = po.fuse = optimized;
+  po.precision = precision;
+  po.device.storage_16bit = true;  // as on every GPU with 16-bit tensors (the planner's default
+                                   // device has none)
   const mn::plan::StepPlan plan = mn::plan::make_step_plan(g, po);
-  return {{"arena_mib", static_cast<double>(plan.arena_bytes) / (1 << 20)},
-          {"dispatches", plan.launches.size()}};
+  nlohmann::json j{{"arena_mib", static_cast<double>(plan.arena_bytes) / (1 << 20)},
+                   {"dispatches", plan.launches.size()}};
+  if (kernels) {
+    std::map<std::string, int> counts;
+    for (const auto& l : plan.launches) ++counts[l.kernel.name];
+    j["kernels"] = counts;
+  }
+  return j;
 }
 
 }  // namespace
@@ -45,7 +58,7 @@ nlohmann::json plan_fields(const mn::Graph& g, bool optimized) {
 int main(int argc, char** argv) {
   int steps = 30;
   std::string device, only;
-  bool profile = false, plan_only = false;
+  bool profile = false, plan_only = false, plan_kernels = false;
   std::string precision = "f32";
   mn::TransformerSpec spec = mn::smollm2_135m();
   for (int i = 1; i < argc; ++i) {
@@ -66,6 +79,8 @@ int main(int argc, char** argv) {
       profile = true;
     else if (!std::strcmp(argv[i], "--plan"))
       plan_only = true;
+    else if (!std::strcmp(argv[i], "--plan-kernels"))
+      plan_only = plan_kernels = true;
     else if (!std::strcmp(argv[i], "--precision"))
       precision = next();
   }
@@ -78,8 +93,12 @@ int main(int argc, char** argv) {
       mn::LanguageModel m = mn::build_transformer(spec);
       mn::add_training_step(m.loss, mn::Optimizer::adamw());
       if (plan_only) {
-        nlohmann::json j = plan_fields(*m.graph, optimized);
-        j.update({{"name", name}, {"impl", "meganeura"}, {"optimized", optimized}});
+        nlohmann::json j =
+            plan_fields(*m.graph, optimized, mn::dtype_from_name(precision), plan_kernels);
+        j.update({{"name", name},
+                  {"impl", "meganeura"},
+                  {"optimized", optimized},
+                  {"precision", precision}});
         std::printf("%s\n", j.dump().c_str());
         std::fflush(stdout);
         continue;

@@ -25,8 +25,9 @@ std::optional<std::string> pointwise_expression(const Node& node);
 const char* pointwise_math_library();
 
 // Whether `node` can be evaluated inside a fused kernel: a pointwise op with an f32 expression
-// whose operands and result are f32 (integer and 16-bit values keep their single kernels, which
-// round and convert exactly as the reference does).
+// whose operands and result are f32, or a cast between f32, f16 and bf16 (its 16-bit result
+// rounded in registers exactly as a store would). Integer values and other ops on 16-bit values
+// keep their single kernels, which round and convert exactly as the reference does.
 bool fusable_pointwise(const Node& node, std::span<const TensorType> inputs);
 
 // An operand of a step: an earlier step of the same segment, external input k, or a literal

@@ -113,6 +113,8 @@ std::string buffer(uint32_t binding, DType dtype, const std::string& name, bool 
   return s;
 }
 
+const char* half_conversions() { return kHalfConversions; }
+
 void require_storage(const LowerContext& ctx) {
   if (ctx.device.storage_16bit) return;
   auto check = [&](DType t, const std::string& what) {

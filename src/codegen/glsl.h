@@ -30,6 +30,9 @@ inline std::string ulit(int64_t v) { return std::to_string(v) + "u"; }
 // overflows to infinity), as the CPU reference does; they need 16-bit storage access
 // (require_storage).
 std::string buffer(uint32_t binding, DType dtype, const std::string& name, bool readonly);
+// The exact f32 <-> f16/bf16 conversions buffer() declares for 16-bit tensors (mn_f16_to_f32,
+// mn_f32_to_f16, mn_bf16_to_f32, mn_f32_to_bf16), guarded so that a kernel may hold them twice.
+const char* half_conversions();
 
 // mn::Error naming the op and operand when the node reads or writes f16/bf16 tensors and the
 // device has no 16-bit storage buffer access. Every lowering using buffer() calls it.

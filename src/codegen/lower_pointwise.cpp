@@ -189,9 +189,16 @@ const std::map<std::string, PointwiseSpec>& specs() {
               "clamp(ia, " + int_bound(c.lo, false) + ", " + int_bound(c.hi, false) + ")",
               "clamp(ia, " + int_bound(c.lo, true) + ", " + int_bound(c.hi, true) + ")"};
         }}},
+      // A cast to f16/bf16 rounds in registers as its store would (the value then fits the
+      // dtype exactly), so fused kernels see what the reference and a stored tensor hold.
       // Between integer types only (see lower_pointwise): i32 -> u32 stores negatives as 0.
       {"cast",
-       {1, fixed("a"),
+       {1,
+        [](const Node& n) -> std::string {
+          if (n.type.dtype == DType::bf16) return "mn_bf16_to_f32(mn_f32_to_bf16(a))";
+          if (n.type.dtype == DType::f16) return "mn_f16_to_f32(mn_f32_to_f16(a))";
+          return "a";
+        },
         [](const Node& n) {
           return IntForm{n.type.dtype == DType::u32 ? "max(ia, 0)" : "ia", "ia"};
         }}},
@@ -226,7 +233,7 @@ Lowering lower_pointwise(const LowerContext& ctx, const PointwiseSpec& spec) {
   }
   decl += glsl::buffer(static_cast<uint32_t>(spec.arity), n.type.dtype, "out", false);
   k.bindings.push_back({ArgRef::output(), true});
-  decl += kMathLibrary;
+  decl += pointwise_math_library();
 
   // The op as a function of its operand values, storing element i.
   auto operand_type = [&](int i) -> std::string {
@@ -301,11 +308,20 @@ std::optional<std::string> pointwise_expression(const Node& node) {
   return it->second.expr(node);
 }
 
-const char* pointwise_math_library() { return kMathLibrary; }
+const char* pointwise_math_library() {
+  // The 16-bit conversions for casts evaluated in registers (see "cast" above).
+  static const std::string library = std::string(glsl::half_conversions()) + kMathLibrary;
+  return library.c_str();
+}
 
 bool fusable_pointwise(const Node& node, std::span<const TensorType> inputs) {
   auto it = specs().find(std::string(node.op_name()));
   if (it == specs().end() || it->second.arity != static_cast<int>(inputs.size())) return false;
+  // Casts between the float formats: loads widen exactly, 16-bit results round in registers.
+  auto float_format = [](DType t) {
+    return t == DType::f32 || t == DType::f16 || t == DType::bf16;
+  };
+  if (node.op_name() == "cast") return float_format(node.type.dtype) && float_format(inputs[0].dtype);
   if (node.type.dtype != DType::f32) return false;
   return std::all_of(inputs.begin(), inputs.end(),
                      [](const TensorType& t) { return t.dtype == DType::f32; });

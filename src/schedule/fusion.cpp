@@ -9,6 +9,7 @@
 #include "codegen/fused_pointwise.h"
 #include "codegen/fused_reduce.h"
 #include "ir/op_def.h"
+#include "schedule/widened_loads.h"
 
 namespace mn::schedule {
 
@@ -68,6 +69,12 @@ struct Builder {
 
   bool fusable(NodeId id) const {
     const Node& nd = node(id);
+    // A stored 16-bit tensor widened to f32 (a weight) is read widened by the kernels that use
+    // it (widened_loads.h): its cast stays single, to be dropped there.
+    if (const NodeId src = widened_source(g, id); src >= 0) {
+      const std::string_view op = node(src).op_name();
+      if (op == "input" || op == "parameter" || op == "state" || op == "constant") return false;
+    }
     std::vector<TensorType> in;
     for (NodeId i : nd.inputs) in.push_back(node(i).type);
     return codegen::fusable_pointwise(nd, in);
@@ -267,6 +274,13 @@ struct Builder {
         legal = legal && conv && !reaches(group_of[c], x);
       }
       if (!legal) continue;
+      // The product's own store writes the group's first output in the product's dtype (f32):
+      // a group storing a 16-bit value (a cast) keeps its own kernel.
+      const std::vector<NodeId> stored = outputs_of(w.nodes);
+      if (!std::all_of(stored.begin(), stored.end(),
+                       [&](NodeId o) { return node(o).type.dtype == DType::f32; })) {
+        continue;
+      }
       std::vector<NodeId> all = w.nodes;
       all.push_back(m);
       // The operands, the output, then every operand the epilogue reads (the operands again if
@@ -328,7 +342,9 @@ struct Builder {
                        [&](NodeId c) { return group_of[c] == x; })) {
         continue;
       }
-      if (outputs_of(w.nodes).size() != 1) continue;
+      const std::vector<NodeId> stored = outputs_of(w.nodes);
+      // The reduction's store writes the epilogue's value in the reduction's dtype.
+      if (stored.size() != 1 || node(stored.front()).type.dtype != red.type.dtype) continue;
       std::vector<NodeId> all = wr.nodes;
       all.insert(all.end(), w.nodes.begin(), w.nodes.end());
       if (external_inputs(all).size() + 2 > options.max_bindings) continue;

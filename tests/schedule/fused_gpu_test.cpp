@@ -189,6 +189,44 @@ TEST(FusedGpu, ReductionPrologues) {
   expect_matches(g, feeds, 2e-5, "reduction prologues");
 }
 
+// Casts between f32, bf16 and f16 inside fused kernels, as mixed precision makes them
+// (optimize/mixed_precision.h): a narrowing rounds in registers exactly as a store would, so the
+// fused values equal the reference's and the unfused kernels' bit for bit where the rest of the
+// group is exact; narrowed values stored from a group, 16-bit products widened by their
+// consumers' kernels, and a 16-bit value summed by a reduction's prologue.
+TEST(FusedGpu, CastsBetweenFloatFormats) {
+  auto rng = testing::rng_for("fused-casts");
+  Graph g;
+  Feeds feeds;
+  Tensor x = g.input("x", {7, 33});
+  feeds["x"] = testing::random_array(rng, x.type());
+  // Rounding in registers: 2·x is exact, so these agree exactly with the reference.
+  g.output("bf16_round_trip", cast(cast(x * 2.0, DType::bf16), DType::f32));
+  g.output("f16_round_trip", cast(cast(x * 2.0, DType::f16), DType::f32));
+  // A narrowed value stored as a second output beside an f32 one.
+  Tensor h = x * 0.5 + 1.0;
+  g.output("narrow", cast(h, DType::bf16));
+  g.output("wide", h * h);
+  // A 16-bit product widened inside its consumer's kernel, and summed by a reduction.
+  Tensor w = g.input("w", {33, 16});
+  feeds["w"] = testing::random_array(rng, w.type());
+  Tensor p = matmul(cast(x, DType::bf16), cast(w, DType::bf16));
+  g.output("widened", relu(cast(p, DType::f32)) + 1.0);
+  g.output("summed", sum(cast(p, DType::f32), {0}));
+  const Runs r = run_both(g, feeds);
+  const auto ref = reference::evaluate(g, feeds);
+  for (const char* exact : {"bf16_round_trip", "f16_round_trip", "narrow"}) {
+    EXPECT_EQ(r.fused.at(exact).data, ref.at(exact).data) << exact;
+    EXPECT_EQ(r.fused.at(exact).data, r.unfused.at(exact).data) << exact;
+  }
+  // The product is rounded to bf16 on the device and not in the reference: a unit of bf16.
+  for (const char* near : {"widened", "summed"}) {
+    EXPECT_TRUE(testing::elementwise_near(r.fused.at(near), r.unfused.at(near), 1e-6)) << near;
+    EXPECT_TRUE(testing::elementwise_near(r.fused.at(near), ref.at(near), 1e-2)) << near;
+  }
+  EXPECT_LT(r.fused_dispatches, r.unfused_dispatches);
+}
+
 TEST(FusedGpu, ManyOperandsSplitAtTheBindingLimit) {
   auto rng = testing::rng_for("fused-many");
   Graph g;
