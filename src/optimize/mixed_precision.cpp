@@ -10,13 +10,33 @@
 namespace mn::optimize {
 namespace {
 
-// `x` in `precision`: the tensor it widened, when it is cast(y) of a y already in `precision`.
+bool is_source(const Node& n) {
+  const std::string_view op = n.op_name();
+  return op == "input" || op == "parameter" || op == "state" || op == "constant";
+}
+
+// `x` in `precision`: the tensor it widened, when it is cast(y) of a y already in `precision`;
+// through a reshape of a computed value, the reshape of that value narrowed, so the cast sits
+// next to the value's producer (and fuses into its kernel) rather than after a view.
 Tensor narrowed(Graph& out, Tensor x, DType precision) {
   const Node& n = out.node(x.id());
   if (n.op_name() == "cast" && out.node(n.inputs[0]).type.dtype == precision) {
     return Tensor(&out, n.inputs[0]);
   }
+  if (n.op_name() == "reshape" && !is_source(out.node(n.inputs[0]))) {
+    const Shape shape = n.type.shape;
+    return reshape(narrowed(out, Tensor(&out, n.inputs[0]), precision), shape);
+  }
   return cast(x, precision);
+}
+
+// The product `x` widens, when x = cast(matmul, f32) of a 16-bit product this rewrite made.
+Tensor widened_product(Graph& out, Tensor x, DType precision) {
+  const Node& n = out.node(x.id());
+  if (n.op_name() != "cast" || n.type.dtype != DType::f32) return {};
+  const Node& p = out.node(n.inputs[0]);
+  if (p.op_name() != "matmul" || p.type.dtype != precision) return {};
+  return Tensor(&out, n.inputs[0]);
 }
 
 }  // namespace
@@ -28,6 +48,12 @@ Graph with_mixed_precision(const Graph& g, DType precision) {
                 std::string(dtype_name(precision)));
   }
   return rewrite_graph(g, [&](Graph& out, const Node& n, std::span<const Tensor> operands) {
+    // A reshape of a widened product widens the reshaped product instead: the cast then meets
+    // the (pointwise) readers of the reshape and fuses into their kernel.
+    if (n.op_name() == "reshape") {
+      const Tensor product = widened_product(out, operands[0], precision);
+      return product.valid() ? cast(reshape(product, n.type.shape), DType::f32) : Tensor{};
+    }
     if (n.op_name() != "matmul" || n.type.dtype != DType::f32 ||
         operands[0].dtype() != DType::f32 || operands[1].dtype() != DType::f32) {
       return Tensor{};
@@ -38,6 +64,51 @@ Graph with_mixed_precision(const Graph& g, DType precision) {
                                   attrs.transpose_b);
     return cast(product, DType::f32);
   });
+}
+
+namespace {
+
+bool is_movement(std::string_view op) {
+  return op == "reshape" || op == "permute" || op == "transpose" || op == "squeeze" ||
+         op == "unsqueeze" || op == "broadcast_to" || op == "slice";
+}
+
+bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
+
+// One pass; `moved` tells whether any cast moved.
+Graph move_casts_once(const Graph& g, bool& moved) {
+  return rewrite_graph(g, [&](Graph& out, const Node& n, std::span<const Tensor> operands) {
+    if (operands.size() != 1) return Tensor{};
+    const Node& in = out.node(operands[0].id());
+    if (is_movement(n.op_name()) && in.op_name() == "cast" && in.type.dtype == DType::f32 &&
+        is_half(out.node(in.inputs[0]).type.dtype) && !is_source(out.node(in.inputs[0]))) {
+      moved = true;
+      const Tensor narrow(&out, in.inputs[0]);
+      return cast(out.apply(n.op_name(), n.attrs, {narrow}), DType::f32);
+    }
+    if (n.op_name() == "cast" && is_half(n.type.dtype) && is_movement(in.op_name()) &&
+        out.node(in.inputs[0]).type.dtype == DType::f32) {
+      moved = true;
+      const Tensor wide(&out, in.inputs[0]);
+      return out.apply(in.op_name(), in.attrs, {cast(wide, n.type.dtype)});
+    }
+    return Tensor{};
+  });
+}
+
+}  // namespace
+
+Graph casts_through_movement(const Graph& g) {
+  // Each pass moves a cast across one op; chains of views are short.
+  constexpr int kMaxPasses = 8;
+  Graph current = copy_graph(g);
+  for (int pass = 0; pass < kMaxPasses; ++pass) {
+    bool moved = false;
+    Graph next = move_casts_once(current, moved);
+    if (!moved) break;
+    current = std::move(next);
+  }
+  return current;
 }
 
 }  // namespace mn::optimize

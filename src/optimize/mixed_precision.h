@@ -18,4 +18,14 @@ namespace mn::optimize {
 // f32 copies the graph; bf16 and f16 rewrite it; any other dtype is an mn::Error.
 Graph with_mixed_precision(const Graph& g, DType precision);
 
+// Casts between f32 and 16-bit formats moved across the data-movement ops next to them (reshape,
+// permute, transpose, squeeze, unsqueeze, broadcast_to, slice), which commute with them exactly:
+// a widening of a computed 16-bit value moves after the movement (towards the consumers, whose
+// pointwise kernels then absorb it; the movement moves half the bytes), a narrowing moves
+// before it (towards the producer, whose kernel then stores the 16-bit value). Run on the
+// lowered graph (plan::make_step_plan, with mixed precision), where the e-graph and the GPU
+// lowering have put reshapes around products. Widenings of stored tensors stay where they are
+// (schedule/widened_loads.h reads them widened).
+Graph casts_through_movement(const Graph& g);
+
 }  // namespace mn::optimize

@@ -67,6 +67,7 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
   optimize::OptimizeResult optimized = optimize::optimize(mixed ? *mixed : original, oo);
   p.report = std::move(optimized.report);
   p.graph = schedule::lower_for_gpu(optimized.graph);
+  if (options.precision != DType::f32) p.graph = optimize::casts_through_movement(p.graph);
   const Graph& g = p.graph;
   const size_t n = g.size();
 

@@ -577,15 +577,23 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
 
   // Small pointwise groups that read only sources (bias corrections of the step count, rotary
   // tables) depend on nothing computed: they run together, first. The size bound keeps large
-  // values from living through the whole step.
+  // values from living through the whole step; 16-bit copies of parameters (mixed precision's
+  // weights) are exempt: the forward reads them first and the backward last, so they live
+  // through most of the step wherever they are made.
   constexpr int64_t kHoistElements = 65536;
+  auto narrowed_parameter = [&](NodeId o) {
+    const Node& c = g.node(o);
+    return c.op_name() == "cast" && (c.type.dtype == DType::bf16 || c.type.dtype == DType::f16) &&
+           g.node(c.inputs.front()).op_name() == "parameter";
+  };
   auto hoistable = [&](int x) {
     if (!options.horizontal || b.groups[x].kind != KernelGroup::Kind::pointwise) return false;
     const KernelGroup k = b.finish(x);
     return std::all_of(k.inputs.begin(), k.inputs.end(),
                        [&](NodeId i) { return is_source(g.node(i).op_name()); }) &&
-           std::all_of(k.outputs.begin(), k.outputs.end(),
-                       [&](NodeId o) { return g.node(o).type.numel() <= kHoistElements; });
+           std::all_of(k.outputs.begin(), k.outputs.end(), [&](NodeId o) {
+             return g.node(o).type.numel() <= kHoistElements || narrowed_parameter(o);
+           });
   };
   std::vector<KernelGroup> out, body;
   std::vector<int> hoisted;

@@ -78,5 +78,42 @@ TEST(MixedPrecisionRewrite, ReferenceRoundsOperandsAndProduct) {
   EXPECT_EQ(reference::evaluate(m, f).at("c").data[0], 1 + 3 * (1 + 0x1p-7));
 }
 
+// The op of `t`'s node and of its operand: "cast<-reshape" reads as cast(reshape(...)).
+std::string chain(const Graph& g, NodeId id) {
+  const Node& n = g.node(id);
+  return std::string(n.op_name()) + "<-" + std::string(g.node(n.inputs[0]).op_name());
+}
+
+TEST(CastsThroughMovement, WideningsMoveToConsumersNarrowingsToProducers) {
+  Graph g;
+  Tensor x = g.input("x", {4, 6});
+  Tensor w = g.input("w", {6, 8}, DType::bf16);
+  // A 16-bit product widened, then reshaped and permuted before its pointwise reader.
+  Tensor p = matmul(cast(x, DType::bf16), w);
+  Tensor moved = permute(reshape(cast(p, DType::f32), {4, 2, 4}), {1, 0, 2});
+  g.output("y", exp(moved));
+  // A computed value reshaped, then narrowed.
+  Tensor h = x * 3.0;
+  g.output("n", cast(reshape(h, {24}), DType::bf16));
+  // A stored 16-bit tensor widened and reshaped: left for the kernels that read it widened.
+  g.output("ws", reshape(cast(w, DType::f32), {48}) * 2.0);
+  const Graph m = casts_through_movement(g);
+  const NodeId y = m.node(*m.find_output("y")).inputs[0];
+  EXPECT_EQ(chain(m, y), "cast<-permute");
+  EXPECT_EQ(chain(m, m.node(y).inputs[0]), "permute<-reshape");
+  EXPECT_EQ(m.node(m.node(y).inputs[0]).type.dtype, DType::bf16);
+  const NodeId n = *m.find_output("n");
+  EXPECT_EQ(chain(m, n), "reshape<-cast");
+  EXPECT_EQ(chain(m, m.node(n).inputs[0]), "cast<-mul");
+  const NodeId ws = m.node(*m.find_output("ws")).inputs[0];
+  EXPECT_EQ(chain(m, ws), "reshape<-cast");
+  // Exact: the same values, bit for bit.
+  reference::Feeds f{{"x", Array({4, 6}, DType::f32, std::vector<double>(24, 0.3))},
+                     {"w", Array({6, 8}, DType::bf16, std::vector<double>(48, 0.75))}};
+  for (int i = 0; i < 24; ++i) f.at("x").data[static_cast<size_t>(i)] = 0.1 * i - 1.1;
+  const auto before = reference::evaluate(g, f), after = reference::evaluate(m, f);
+  for (const char* out : {"y", "n", "ws"}) EXPECT_EQ(before.at(out).data, after.at(out).data) << out;
+}
+
 }  // namespace
 }  // namespace mn::optimize
