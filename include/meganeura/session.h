@@ -49,8 +49,8 @@ struct SessionOptions {
   // Off, every op of the graph as written runs as its own kernel(s), the baseline the
   // benchmarks compare against.
   bool optimize = true;
-  // Mixed precision: f32 (off), bf16 or f16. Every matmul of f32 operands then multiplies
-  // them rounded to this dtype, accumulates in f32 and stores its result in it, as PyTorch's
+  // Mixed precision: f32 (off), bf16 or f16. Every matmul of f32 operands (of at least 16 rows
+  // and 16 columns) then multiplies them rounded to this dtype, accumulates in f32 and stores its result in it, as PyTorch's
   // autocast does (on tensor cores where the device has them: bf16 needs
   // VK_KHR_shader_bfloat16's cooperative matrices). Parameters, optimizer states, norms,
   // softmax and losses stay f32. f16 has no loss scaling yet: gradients below 2^-24 flush to

@@ -53,6 +53,7 @@ class SessionLmRunner : public LmRunner {
     so.device = o.device;
     so.profile = o.profile;
     so.time_steps = o.time_steps;
+    so.precision = o.precision;
     // Every weight comes from the model's files (load_weights checks that none is missing).
     for (const ParameterSpec& p : lm_parameters(model.config)) so.preset.insert(p.name);
     // Two programs over one set of weights and caches; a step reads back only the sampled ids.

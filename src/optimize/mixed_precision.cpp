@@ -39,6 +39,19 @@ Tensor widened_product(Graph& out, Tensor x, DType precision) {
   return Tensor(&out, n.inputs[0]);
 }
 
+// Products of fewer than kMinExtent rows or columns (matrix-vector products: a decoded token)
+// stay f32: they are bound by reading the weights, which 16-bit operands would not shorten, and
+// their kernels absorb the norm in front of them (schedule/gemv_fusion.h), which a cast between
+// would prevent.
+constexpr int64_t kMinExtent = 16;
+
+bool large_enough(const TensorType& product) {
+  const Shape& s = product.shape;
+  const int64_t rows = s.size() >= 2 ? s[s.size() - 2] : 1;
+  const int64_t cols = s.empty() ? 1 : s.back();
+  return rows >= kMinExtent && cols >= kMinExtent;
+}
+
 }  // namespace
 
 Graph with_mixed_precision(const Graph& g, DType precision) {
@@ -55,7 +68,8 @@ Graph with_mixed_precision(const Graph& g, DType precision) {
       return product.valid() ? cast(reshape(product, n.type.shape), DType::f32) : Tensor{};
     }
     if (n.op_name() != "matmul" || n.type.dtype != DType::f32 ||
-        operands[0].dtype() != DType::f32 || operands[1].dtype() != DType::f32) {
+        operands[0].dtype() != DType::f32 || operands[1].dtype() != DType::f32 ||
+        !large_enough(n.type)) {
       return Tensor{};
     }
     const auto& attrs = n.attrs.as<MatmulAttrs>();

@@ -1,6 +1,8 @@
 #pragma once
 // Mixed precision: the products of a graph computed from 16-bit operands, as PyTorch's autocast
-// does. Every matmul of f32 operands becomes cast(matmul(cast(a, p), cast(b, p)), f32): the
+// does. Every matmul of f32 operands with at least 16 rows and 16 columns (smaller ones are
+// matrix-vector products, bound by reading the weights) becomes
+// cast(matmul(cast(a, p), cast(b, p)), f32): the
 // operands are rounded to p (bf16 or f16), the product accumulates in f32 and is stored in p,
 // and its consumers read it widened back to f32. Everything else (norms, softmax, losses,
 // reductions, the optimizer's master weights and states) stays in f32. Applied to a training

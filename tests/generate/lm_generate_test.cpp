@@ -148,6 +148,44 @@ TEST(LmRunner, RejectsBadOptions) {
   expect_error({.prefill_block = -1}, "prefill_block");
   expect_error({.max_context = 16, .prefill_block = 32}, "exceeds the context of 16");
   expect_error({.dtype = DType::i32}, "dtype");
+  expect_error({.precision = DType::i32}, "precision must be f32, bf16 or f16");
+}
+
+// A prompt's logits with the products in bf16 (SessionOptions::precision) stay within bf16's
+// rounding of f32's; and a runner in bf16 generates.
+TEST(LmStep, Bf16ProductsStayNearF32) {
+  const HfModel model = load_hf_model(kLm / "models" / "qwen3_tiny");
+  std::vector<int32_t> seq(16);
+  for (size_t i = 0; i < seq.size(); ++i) seq[i] = static_cast<int32_t>((37 * i + 5) % 600);
+  CausalLmOptions full;
+  full.sequence = static_cast<int64_t>(seq.size());
+  auto logits = [&](DType precision) {
+    CausalLm whole = build_causal_lm(model.config, full);
+    SessionOptions so;
+    so.precision = precision;
+    auto s = build_session(*whole.graph, so);
+    load_weights(*s, model);
+    s->set("input_ids", seq);
+    s->step();
+    return s->get("logits").data;
+  };
+  const std::vector<double> f32 = logits(DType::f32), bf16 = logits(DType::bf16);
+  double scale = 0, err = 0;
+  for (double x : f32) scale = std::max(scale, std::abs(x));
+  for (size_t i = 0; i < f32.size(); ++i) err = std::max(err, std::abs(bf16[i] - f32[i]));
+  // Two layers of products rounded to bf16 (2^-9 each) against f32: a few units.
+  EXPECT_LE(err / scale, 0x1p-5);
+  EXPECT_GT(err / scale, 1e-6);
+
+  LmRunnerOptions o;
+  o.max_context = 64;
+  o.prefill_block = 16;
+  o.precision = DType::bf16;
+  auto runner = LmRunner::create(model, o);
+  StopOptions stop;
+  stop.max_new_tokens = 6;
+  const auto out = generate(*runner, {seq}, {}, stop);
+  EXPECT_EQ(out[0].tokens.size(), 6u);
 }
 
 // Sampling on the device: seeded runs repeat, seeds differ, top_k = 1 is greedy.

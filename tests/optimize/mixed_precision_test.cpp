@@ -23,9 +23,9 @@ std::map<std::string, int> op_counts(const Graph& g) {
 
 TEST(MixedPrecisionRewrite, CastsAroundEachF32Product) {
   Graph g;
-  Tensor x = g.input("x", {4, 8});
-  Tensor w = g.parameter("w", {8, 3}, Init::ones());
-  Tensor wb = g.parameter("wb", {8, 3}, Init::ones(), DType::bf16);
+  Tensor x = g.input("x", {16, 32});
+  Tensor w = g.parameter("w", {32, 16}, Init::ones());
+  Tensor wb = g.parameter("wb", {24, 16}, Init::ones(), DType::bf16);
   Tensor h = matmul(x, w);                                  // f32 operands: rewritten
   Tensor y = matmul(h, cast(wb, DType::f32), false, true);  // a widened bf16 weight
   g.output("y", exp(y));
@@ -60,20 +60,30 @@ TEST(MixedPrecisionRewrite, LeavesOtherProductsAndF32Alone) {
   g.output("c", matmul(a, b));
   EXPECT_EQ(op_counts(with_mixed_precision(g, DType::bf16)), op_counts(g));
   Graph f;
-  f.output("c", matmul(f.input("a", {4, 8}), f.input("b", {8, 4})));
+  f.output("c", matmul(f.input("a", {16, 32}), f.input("b", {32, 16})));
   EXPECT_EQ(op_counts(with_mixed_precision(f, DType::f32)), op_counts(f));
+  EXPECT_NE(op_counts(with_mixed_precision(f, DType::bf16)), op_counts(f));
   EXPECT_THROW(with_mixed_precision(f, DType::i32), Error);
+  // Matrix-vector products (a decoded token) and products under 16 columns stay f32.
+  Graph v;
+  v.output("row", matmul(v.input("x", {1, 64}), v.input("w", {64, 64})));
+  v.output("narrow", matmul(v.input("y", {64, 64}), v.input("u", {64, 8})));
+  EXPECT_EQ(op_counts(with_mixed_precision(v, DType::bf16)), op_counts(v));
 }
 
 TEST(MixedPrecisionRewrite, ReferenceRoundsOperandsAndProduct) {
   Graph g;
-  g.output("c", matmul(g.input("a", {1, 2}), g.input("b", {2, 1})));
+  g.output("c", matmul(g.input("a", {16, 2}), g.input("b", {2, 16})));
   const Graph m = with_mixed_precision(g, DType::bf16);
-  // 1 + 2^-9 rounds to 1 in bf16 (8 significant bits); 1 + 2^-7 and 3 are exact. The reference
-  // computes the product of the rounded operands exactly (a 16-bit result's own rounding is the
-  // device's storage, which the session tests bound).
-  reference::Feeds f{{"a", Array({1, 2}, DType::f32, {1 + 0x1p-9, 3})},
-                     {"b", Array({2, 1}, DType::f32, {1, 1 + 0x1p-7})}};
+  // Element (0, 0) = a[0]·b[:, 0]. 1 + 2^-9 rounds to 1 in bf16 (8 significant bits); 1 + 2^-7
+  // and 3 are exact. The reference computes the product of the rounded operands exactly (a
+  // 16-bit result's own rounding is the device's storage, which the session tests bound).
+  std::vector<double> a(32, 0.0), b(32, 0.0);
+  a[0] = 1 + 0x1p-9;
+  a[1] = 3;
+  b[0] = 1;
+  b[16] = 1 + 0x1p-7;
+  reference::Feeds f{{"a", Array({16, 2}, DType::f32, a)}, {"b", Array({2, 16}, DType::f32, b)}};
   EXPECT_EQ(reference::evaluate(g, f).at("c").data[0], 1 + 0x1p-9 + 3 * (1 + 0x1p-7));
   EXPECT_EQ(reference::evaluate(m, f).at("c").data[0], 1 + 3 * (1 + 0x1p-7));
 }

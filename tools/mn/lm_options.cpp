@@ -11,6 +11,10 @@ void add_lm_options(CLI::App& cmd, LmArgs& a) {
                  "PEFT LoRA adapter directory (mn finetune --lora-rank --save) merged into the weights");
   cmd.add_option("--dtype", a.dtype, "storage of the weights: f32, f16 or bf16 (the cache is f32)")
       ->capture_default_str();
+  cmd.add_option("--precision", a.precision,
+                 "products of the prefill in f32, or from bf16 or f16 operands with f32 "
+                 "accumulation (decoding's matrix-vector products stay f32)")
+      ->capture_default_str();
   cmd.add_option("--device", a.device,
                  "device index or name substring (default: $MN_DEVICE or the best)");
   cmd.add_option("--max-context", a.max_context,
@@ -68,6 +72,10 @@ LmRunnerOptions runner_options(const LmArgs& a, int64_t batch) {
   o.batch = batch;
   o.dtype = dtype_from_name(a.dtype);
   if (!is_float(o.dtype)) throw Error("--dtype must be f32, f16 or bf16 (got " + a.dtype + ")");
+  o.precision = dtype_from_name(a.precision);
+  if (!is_float(o.precision)) {
+    throw Error("--precision must be f32, f16 or bf16 (got " + a.precision + ")");
+  }
   if (a.max_context < 0) {
     throw Error("--max-context must be positive (got " + std::to_string(a.max_context) + ")");
   }

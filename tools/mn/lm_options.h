@@ -16,6 +16,7 @@ struct LmArgs {
   std::string model_dir;
   std::string adapter;  // PEFT LoRA adapter directory merged into the weights
   std::string dtype = "f32";
+  std::string precision = "f32";
   std::string device;
   int64_t max_context = 0;
   int64_t max_tokens = 0;  // 0: generation_config's max_new_tokens, else 256
