@@ -2,7 +2,8 @@
 // --make writes, so both run the same weights): batch 1, greedy. Prints one JSON line.
 // PyTorch counterpart: bench/generate.py.
 //
-// Usage: bench_generate MODEL_DIR [--dtype f32|f16|bf16] [--prompt-tokens 256]
+// Usage: bench_generate MODEL_DIR [--dtype f32|f16|bf16] [--precision f32|bf16|f16]
+//                       [--prompt-tokens 256]
 //                       [--new-tokens 64] [--prefill-tokens 512] [--device D] [--profile]
 //                       [--step-time]
 // --profile adds the GPU time of the last decode and prefill steps' kernels, summed by name.
@@ -45,13 +46,15 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "usage: bench_generate MODEL_DIR [options]\n");
     return 2;
   }
-  std::string dir = argv[1], dtype = "f32", device;
+  std::string dir = argv[1], dtype = "f32", precision = "f32", device;
   int64_t prompt_tokens = 256, new_tokens = 64, prefill_tokens = 512;
   bool profile = false, step_time = false;
   for (int i = 2; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
     if (!std::strcmp(argv[i], "--dtype"))
       dtype = next();
+    else if (!std::strcmp(argv[i], "--precision"))
+      precision = next();
     else if (!std::strcmp(argv[i], "--prompt-tokens"))
       prompt_tokens = std::atoll(next());
     else if (!std::strcmp(argv[i], "--new-tokens"))
@@ -70,6 +73,7 @@ int main(int argc, char** argv) try {
   const mn::HfModel model = mn::load_hf_model(dir);
   mn::LmRunnerOptions o;
   o.dtype = mn::dtype_from_name(dtype);
+  o.precision = mn::dtype_from_name(precision);
   o.device = device;
   o.profile = profile;
   o.time_steps = step_time;
@@ -101,6 +105,7 @@ int main(int argc, char** argv) try {
   nlohmann::json j = {{"name", "generate_" + std::filesystem::path(dir).filename().string()},
                       {"impl", "meganeura"},
                       {"precision", dtype},
+                      {"products", precision},
                       {"prompt_tokens", prompt_tokens},
                       {"generated_tokens", st.generated_tokens},
                       {"prefill_tokens", prefill_tokens},
