@@ -55,16 +55,21 @@ bool operands_fit(const CoopWgTile& t, const MatmulGeometry& g, const LowerConte
 
 }  // namespace
 
-bool coop_wg_tile_supported(const CoopWgTile& t, const DeviceTraits& d) {
-  for (size_t i = 0; i < d.coop_wg_granularity.size(); ++i) {
-    if (t.invocations != 32u << i) continue;
-    const auto& gr = d.coop_wg_granularity[i];
-    if (gr[0] == 0 || t.bm % gr[0] || t.bn % gr[1] || t.bk % gr[2]) return false;
+bool workgroup_tile_fits(int bm, int bn, int bk, uint32_t invocations,
+                         const std::array<std::array<uint32_t, 3>, 4>& granularity,
+                         const DeviceTraits& d) {
+  for (size_t i = 0; i < granularity.size(); ++i) {
+    if (invocations != 32u << i) continue;
+    const auto& gr = granularity[i];
+    if (gr[0] == 0 || bm % gr[0] || bn % gr[1] || bk % gr[2]) return false;
     const auto mx = static_cast<int>(d.coop_wg_max_dimension);
-    return !(mx && (t.bm > mx || t.bn > mx || t.bk > mx)) &&
-           t.invocations <= d.max_workgroup_invocations;
+    return !(mx && (bm > mx || bn > mx || bk > mx)) && invocations <= d.max_workgroup_invocations;
   }
   return false;
+}
+
+bool coop_wg_tile_supported(const CoopWgTile& t, const DeviceTraits& d) {
+  return workgroup_tile_fits(t.bm, t.bn, t.bk, t.invocations, d.coop_wg_granularity, d);
 }
 
 std::string coop_wg_exponent(const std::string& name, int64_t halves) {

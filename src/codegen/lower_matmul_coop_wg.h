@@ -32,6 +32,11 @@ inline constexpr int kCoopWgTileBit = 8;
 // The device offers workgroup-scope matrices for the tile's workgroup size, with
 // granularities that divide the tile.
 bool coop_wg_tile_supported(const CoopWgTile& t, const DeviceTraits& d);
+// The same for any bm×bn×bk tile of `invocations` against a granularity table indexed as
+// DeviceTraits::coop_wg_granularity (f16) or coop_wg_bf16_granularity.
+bool workgroup_tile_fits(int bm, int bn, int bk, uint32_t invocations,
+                         const std::array<std::array<uint32_t, 3>, 4>& granularity,
+                         const DeviceTraits& d);
 // Workgroup tile i is supported and passed the device's self-test.
 bool coop_wg_tile_usable(size_t i, const DeviceTraits& d);
 

@@ -34,17 +34,9 @@ constexpr std::array<TensorTile, 3> kTiles{{
 using glsl::ulit;
 
 bool tile_supported(const TensorTile& t, const DeviceTraits& d, DType operands) {
-  const auto& granularity =
-      operands == DType::bf16 ? d.coop_wg_bf16_granularity : d.coop_wg_granularity;
-  for (size_t i = 0; i < granularity.size(); ++i) {
-    if (t.invocations != 32u << i) continue;
-    const auto& gr = granularity[i];
-    if (gr[0] == 0 || t.bm % gr[0] || t.bn % gr[1] || t.bk % gr[2]) return false;
-    const auto mx = static_cast<int>(d.coop_wg_max_dimension);
-    return !(mx && (t.bm > mx || t.bn > mx || t.bk > mx)) &&
-           t.invocations <= d.max_workgroup_invocations;
-  }
-  return false;
+  return workgroup_tile_fits(
+      t.bm, t.bn, t.bk, t.invocations,
+      operands == DType::bf16 ? d.coop_wg_bf16_granularity : d.coop_wg_granularity, d);
 }
 
 bool fits_u32(const MatmulGeometry& g) {

@@ -87,4 +87,10 @@ class OpRegistry {
 [[noreturn]] void shape_fail(std::string_view op, std::span<const TensorType> inputs,
                              const std::string& expected);
 
+// The ops that make a graph's values rather than compute them: inputs, parameters, states and
+// constants.
+inline bool is_source_op(std::string_view op) {
+  return op == "input" || op == "parameter" || op == "state" || op == "constant";
+}
+
 }  // namespace mn

@@ -5,15 +5,11 @@
 #include <meganeura/ops.h>
 
 #include "ir/graph_rewrite.h"
+#include "ir/op_def.h"
 #include "ir/ops/matmul.h"
 
 namespace mn::optimize {
 namespace {
-
-bool is_source(const Node& n) {
-  const std::string_view op = n.op_name();
-  return op == "input" || op == "parameter" || op == "state" || op == "constant";
-}
 
 // `x` in `precision`: the tensor it widened, when it is cast(y) of a y already in `precision`;
 // through a reshape of a computed value, the reshape of that value narrowed, so the cast sits
@@ -23,7 +19,7 @@ Tensor narrowed(Graph& out, Tensor x, DType precision) {
   if (n.op_name() == "cast" && out.node(n.inputs[0]).type.dtype == precision) {
     return Tensor(&out, n.inputs[0]);
   }
-  if (n.op_name() == "reshape" && !is_source(out.node(n.inputs[0]))) {
+  if (n.op_name() == "reshape" && !is_source_op(out.node(n.inputs[0]).op_name())) {
     const Shape shape = n.type.shape;
     return reshape(narrowed(out, Tensor(&out, n.inputs[0]), precision), shape);
   }
@@ -94,8 +90,9 @@ Graph move_casts_once(const Graph& g, bool& moved) {
   return rewrite_graph(g, [&](Graph& out, const Node& n, std::span<const Tensor> operands) {
     if (operands.size() != 1) return Tensor{};
     const Node& in = out.node(operands[0].id());
+    const Node& source = out.node(in.inputs.empty() ? operands[0].id() : in.inputs[0]);
     if (is_movement(n.op_name()) && in.op_name() == "cast" && in.type.dtype == DType::f32 &&
-        is_half(out.node(in.inputs[0]).type.dtype) && !is_source(out.node(in.inputs[0]))) {
+        is_half(source.type.dtype) && !is_source_op(source.op_name())) {
       moved = true;
       const Tensor narrow(&out, in.inputs[0]);
       return cast(out.apply(n.op_name(), n.attrs, {narrow}), DType::f32);

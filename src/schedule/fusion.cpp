@@ -15,10 +15,6 @@ namespace mn::schedule {
 
 namespace {
 
-bool is_source(std::string_view op) {
-  return op == "input" || op == "parameter" || op == "state" || op == "constant";
-}
-
 // `small` broadcasts to exactly `big` (right-aligned, size-1 or equal extents).
 bool broadcasts_to(const Shape& small, const Shape& big) {
   if (small.size() > big.size()) return false;
@@ -71,9 +67,8 @@ struct Builder {
     const Node& nd = node(id);
     // A stored 16-bit tensor widened to f32 (a weight) is read widened by the kernels that use
     // it (widened_loads.h): its cast stays single, to be dropped there.
-    if (const NodeId src = widened_source(g, id); src >= 0) {
-      const std::string_view op = node(src).op_name();
-      if (op == "input" || op == "parameter" || op == "state" || op == "constant") return false;
+    if (const NodeId src = widened_source(g, id); src >= 0 && is_source_op(node(src).op_name())) {
+      return false;
     }
     std::vector<TensorType> in;
     for (NodeId i : nd.inputs) in.push_back(node(i).type);
@@ -460,7 +455,7 @@ std::vector<KernelGroup> unfused_groups(const Graph& g) {
   std::vector<KernelGroup> out;
   for (size_t i = 0; i < g.size(); ++i) {
     const Node& nd = g.node(static_cast<NodeId>(i));
-    if (!needed[i] || is_source(nd.op_name())) continue;
+    if (!needed[i] || is_source_op(nd.op_name())) continue;
     KernelGroup k;
     k.nodes = {static_cast<NodeId>(i)};
     k.inputs = nd.inputs;
@@ -474,7 +469,7 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
   Builder b(g, options);
   for (size_t i = g.size(); i-- > 0;) {
     const auto v = static_cast<NodeId>(i);
-    if (!b.needed[i] || is_source(g.node(v).op_name())) continue;
+    if (!b.needed[i] || is_source_op(g.node(v).op_name())) continue;
     if (options.pointwise && b.fusable(v)) {
       b.place_pointwise(v);
     } else if (!options.pointwise && b.fusable(v)) {
@@ -590,7 +585,7 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
     if (!options.horizontal || b.groups[x].kind != KernelGroup::Kind::pointwise) return false;
     const KernelGroup k = b.finish(x);
     return std::all_of(k.inputs.begin(), k.inputs.end(),
-                       [&](NodeId i) { return is_source(g.node(i).op_name()); }) &&
+                       [&](NodeId i) { return is_source_op(g.node(i).op_name()); }) &&
            std::all_of(k.outputs.begin(), k.outputs.end(), [&](NodeId o) {
              return g.node(o).type.numel() <= kHoistElements || narrowed_parameter(o);
            });
