@@ -26,7 +26,7 @@ namespace {
 // 128×256 with 1 step per iteration, 128×128 with 4, and 256×128 with 4.
 // t64x64k32 serves bf16 products too small to fill the device with the larger tiles.
 constexpr std::array<TensorTile, 3> kTiles{{
-    {"t64x64k32", 64, 64, 32, 1, 64},
+    {"t64x64k32", 64, 64, 32, 1, 64, true},
     {"t128x128k32", 128, 128, 32, 1, 128},
     {"t128x256k32u4", 128, 256, 32, 4, 256},
 }};
@@ -62,6 +62,7 @@ std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeome
   for (int i = 0; i < static_cast<int>(kTiles.size()); ++i) {
     const TensorTile& t = kTiles[static_cast<size_t>(i)];
     if (!tile_supported(t, d, operands) || !fits_u32(g)) continue;
+    if (t.bf16_only && operands != DType::bf16) continue;
     if (!d.coop_tensor_tile.empty()) {
       if (d.coop_tensor_tile == t.name) return i;
       continue;

@@ -22,6 +22,9 @@ struct TensorTile {
   const char* name = "";
   int bm = 0, bn = 0, bk = 0, unroll = 1;
   uint32_t invocations = 0;
+  // Only for products no other tensor-core kernel serves (bf16): f16 products this small run
+  // faster on the subgroup-scope kernel.
+  bool bf16_only = false;
 };
 
 std::span<const TensorTile> tensor_tiles();

@@ -151,7 +151,8 @@ TEST(TensorMatmul, Bf16ProductsNeedBf16MatricesAndTakeSmallTiles) {
   EXPECT_EQ(mm->lower(t).launches.back().name.find("tensor"), std::string::npos);
   // Tiny products stay on the scalar kernel.
   auto tiny = matmul_node({64, 64}, {64, 64}, false, false, DType::bf16);
-  const auto tctx = tiny->ctx(tensor_traits());
+  const DeviceTraits with_bf16 = tensor_traits();  // the context refers to it
+  const auto tctx = tiny->ctx(with_bf16);
   EXPECT_NE(tensor_matmul_rejection(tctx, geometry(tctx), 1), "");
 }
 
@@ -167,6 +168,11 @@ TEST(TensorMatmul, TilesAreChosenToFillTheDevice) {
   const auto mctx = mid->ctx(t);
   const TensorTile& mt = tensor_tiles()[*choose_tensor_tile(mctx, geometry(mctx), 1)];
   EXPECT_EQ(mt.bm * mt.bn, 128 * 128);
+  // 1024²: 256 tiles of 64×64 would fill the device, but f16 products this small run faster on
+  // the subgroup-scope kernel (the 64×64 tile is for bf16).
+  auto k1 = matmul_node({1024, 1024}, {1024, 1024}, false, false, DType::f16);
+  const auto k1ctx = k1->ctx(t);
+  EXPECT_FALSE(choose_tensor_tile(k1ctx, geometry(k1ctx), 1).has_value());
   // 512×1024: no tile fills the device; the subgroup-scope kernel takes it.
   auto small = matmul_node({512, 1024}, {1024, 1024}, false, false, DType::f16);
   const auto sctx = small->ctx(t);
