@@ -55,6 +55,12 @@ TEST(InfoCli, DevicesListsTheDeviceSessionsSelect) {
     }
   }
   EXPECT_EQ(selected, 1);
+  // The shader compilers: the linked one's version, and the current one's or why it is absent.
+  ASSERT_TRUE(j.contains("shader_compiler"));
+  EXPECT_NE(j["shader_compiler"]["linked"].get<std::string>().find("glslang"), std::string::npos);
+  const std::string status = j["shader_compiler"]["current_status"].get<std::string>();
+  EXPECT_TRUE(status == "loaded" || status.find("no current glslang") == 0) << status;
+  EXPECT_EQ(status == "loaded", !j["shader_compiler"]["current"].get<std::string>().empty());
   const test::CommandResult text = test::run_mn("devices");
   EXPECT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find(session_device() + " [selected]"), std::string::npos) << text.out;

@@ -7,6 +7,8 @@
 
 #include <meganeura/error.h>
 
+#include "codegen/shader/current_glslang.h"
+#include "codegen/shader/shader_compiler.h"
 #include "commands.h"
 #include "vulkan/capabilities.h"
 #include "vulkan/device.h"
@@ -200,6 +202,12 @@ void run_devices(bool json) {
     j["selected"] = !selected.is_null() && selected.get<uint32_t>() == d.index;
     out["devices"].push_back(std::move(j));
   }
+  // The current glslang (docs/shader-toolchain.md): where it was found, or why not.
+  const codegen::CurrentGlslang& cg = codegen::current_glslang();
+  out["shader_compiler"] = {{"linked", codegen::compiler_version()},
+                            {"current", cg.available ? cg.version : std::string()},
+                            {"current_path", cg.path},
+                            {"current_status", cg.available ? std::string("loaded") : cg.status}};
   if (json) {
     std::printf("%s\n", out.dump(2).c_str());
   } else {
@@ -214,6 +222,8 @@ void run_devices(bool json) {
       rest.erase("selected");
       print_text(rest, 2);
     }
+    std::printf("shader compilers:\n");
+    print_text(out["shader_compiler"], 2);
   }
   if (!selection_error.empty()) std::fprintf(stderr, "mn: %s\n", selection_error.c_str());
   instance.validation_log().check("mn devices");
@@ -224,7 +234,8 @@ void run_devices(bool json) {
 void add_devices_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("devices", "list Vulkan devices and their capabilities");
   auto json = std::make_shared<bool>(false);
-  cmd->add_flag("--json", *json, "print one JSON object: {\"devices\": [...]}");
+  cmd->add_flag("--json", *json,
+                "print one JSON object: {\"devices\": [...], \"shader_compiler\": {...}}");
   cmd->callback([json] { run_devices(*json); });
 }
 
