@@ -85,6 +85,27 @@ TEST(MixedPrecision, ForwardMatchesTheRewrittenReference) {
   EXPECT_LE(max_rel(run_forward(DType::f32, x), f32_ref), 1e-5);
 }
 
+// The loss after each of `steps` steps of the session's training graph, at the optimizer's lr.
+std::vector<double> losses_of(Session& s, const Optimizer& opt, int steps) {
+  std::vector<double> losses;
+  for (int i = 0; i < steps; ++i) {
+    for (const auto& [n, v] : step_scalars(opt, opt.lr, i + 1)) s.set_scalar(n, v);
+    s.step();
+    losses.push_back(s.get("loss").data[0]);
+  }
+  return losses;
+}
+
+// The largest |got - want| / want over the steps.
+double largest_relative_difference(const std::vector<double>& got,
+                                   const std::vector<double>& want) {
+  double worst = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    worst = std::max(worst, std::abs(got[i] - want[i]) / want[i]);
+  }
+  return worst;
+}
+
 // Losses of `steps` Adam steps of a regression MLP in `precision`, from the same start.
 std::vector<double> train(DType precision, int steps) {
   Graph g;
@@ -92,7 +113,8 @@ std::vector<double> train(DType precision, int steps) {
   Tensor d = build_mlp(g) - target;
   const Tensor loss = mean(d * d);
   g.output("loss", loss);
-  add_training_step(loss, Optimizer::adam({.lr = 3e-3}));
+  const Optimizer opt = Optimizer::adam({.lr = 3e-3});
+  add_training_step(loss, opt);
   SessionOptions so;
   so.precision = precision;
   auto s = build_session(g, so);
@@ -108,15 +130,7 @@ std::vector<double> train(DType precision, int steps) {
     }
   }
   s->set("target", Array({64, 32}, DType::f32, t));
-  std::vector<double> losses;
-  for (int i = 0; i < steps; ++i) {
-    for (const auto& [n, v] : step_scalars(Optimizer::adam({.lr = 3e-3}), 3e-3, i + 1)) {
-      s->set_scalar(n, v);
-    }
-    s->step();
-    losses.push_back(s->get("loss").data[0]);
-  }
-  return losses;
+  return losses_of(*s, opt, steps);
 }
 
 TEST(MixedPrecision, TrainingFollowsTheF32Trajectory) {
@@ -127,8 +141,7 @@ TEST(MixedPrecision, TrainingFollowsTheF32Trajectory) {
     SCOPED_TRACE(dtype_name(p));
     const std::vector<double> mixed = train(p, kSteps);
     ASSERT_LT(mixed.back(), 0.5 * mixed.front());
-    double worst = 0;
-    for (int i = 0; i < kSteps; ++i) worst = std::max(worst, std::abs(mixed[i] - f32[i]) / f32[i]);
+    const double worst = largest_relative_difference(mixed, f32);
     std::printf("%s: largest relative loss difference from f32 over %d steps %.3g (loss %.4g -> %.4g)\n",
                 dtype_name(p), kSteps, worst, mixed.front(), mixed.back());
     // docs/mixed-precision.md: within 2% of f32's loss at every step (bf16's operand rounding,
@@ -143,7 +156,8 @@ TEST(MixedPrecision, TrainingFollowsTheF32Trajectory) {
 // and permutes (optimize::casts_through_movement).
 std::vector<double> train_transformer(DType precision, int steps) {
   LanguageModel m = build_transformer(testing::small_transformer(2, 64, 96, 16, 5));
-  add_training_step(m.loss, Optimizer::adamw({.lr = 3e-3}));
+  const Optimizer opt = Optimizer::adamw({.lr = 3e-3});
+  add_training_step(m.loss, opt);
   SessionOptions so;
   so.precision = precision;
   auto s = build_session(*m.graph, so);
@@ -153,15 +167,7 @@ std::vector<double> train_transformer(DType precision, int steps) {
   for (size_t i = 0; i < tokens.size(); ++i) targets[i] = (i + 1) % 16 == 0 ? -100 : tokens[i + 1];
   s->set("tokens", tokens);
   s->set("targets", targets);
-  std::vector<double> losses;
-  for (int i = 0; i < steps; ++i) {
-    for (const auto& [n, v] : step_scalars(Optimizer::adamw({.lr = 3e-3}), 3e-3, i + 1)) {
-      s->set_scalar(n, v);
-    }
-    s->step();
-    losses.push_back(s->get("loss").data[0]);
-  }
-  return losses;
+  return losses_of(*s, opt, steps);
 }
 
 TEST(MixedPrecision, TransformerTrainingFollowsF32) {
@@ -169,8 +175,7 @@ TEST(MixedPrecision, TransformerTrainingFollowsF32) {
   const std::vector<double> f32 = train_transformer(DType::f32, kSteps);
   const std::vector<double> bf16 = train_transformer(DType::bf16, kSteps);
   ASSERT_LT(f32.back(), 0.8 * f32.front());
-  double worst = 0;
-  for (int i = 0; i < kSteps; ++i) worst = std::max(worst, std::abs(bf16[i] - f32[i]) / f32[i]);
+  const double worst = largest_relative_difference(bf16, f32);
   std::printf("transformer bf16: largest relative loss difference from f32 over %d steps %.3g "
               "(loss %.4g -> %.4g)\n",
               kSteps, worst, bf16.front(), bf16.back());
