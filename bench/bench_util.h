@@ -2,6 +2,8 @@
 // Pieces the benchmarks share: the median they report, and the fields every training-step
 // benchmark prints about its session.
 #include <algorithm>
+#include <map>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -30,8 +32,23 @@ inline nlohmann::json step_fields(const Session& s, const std::vector<double>& s
       {"arena_mib", static_cast<double>(mem.arena_bytes) / (1 << 20)}};
   if (profile) {
     double gpu = 0;
-    for (const auto& k : s.profile()) gpu += k.ms;
+    // Kernel time by name, largest first: where the step's GPU time goes.
+    std::map<std::string, std::pair<double, int>> by_name;
+    for (const auto& k : s.profile()) {
+      gpu += k.ms;
+      auto& [ms, count] = by_name[k.name];
+      ms += k.ms;
+      ++count;
+    }
+    std::vector<std::pair<std::string, std::pair<double, int>>> sorted(by_name.begin(),
+                                                                      by_name.end());
+    std::sort(sorted.begin(), sorted.end(),
+              [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+    nlohmann::json kernels = nlohmann::json::array();
+    for (const auto& [name, v] : sorted)
+      kernels.push_back({{"name", name}, {"ms", v.first}, {"count", v.second}});
     j["gpu_ms"] = gpu;
+    j["kernels"] = kernels;
   }
   return j;
 }

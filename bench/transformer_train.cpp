@@ -44,7 +44,8 @@ nlohmann::json plan_fields(const mn::Graph& g, bool optimized, mn::DType precisi
                                    // device has none)
   const mn::plan::StepPlan plan = mn::plan::make_step_plan(g, po);
   nlohmann::json j{{"arena_mib", static_cast<double>(plan.arena_bytes) / (1 << 20)},
-                   {"dispatches", plan.launches.size()}};
+                   {"dispatches", plan.launches.size()},
+                   {"copies", plan.assignment_copies.size()}};
   if (kernels) {
     std::map<std::string, int> counts;
     for (const auto& l : plan.launches) ++counts[l.kernel.name];

@@ -74,16 +74,34 @@ Lowering lower_fused_pointwise(const FusedPointwise& f, const DeviceTraits& devi
   std::string decl;
   KernelLaunch k;
   k.name = f.name;
+  // Output j's store: into its own binding, or into the input it updates in place.
+  std::vector<std::string> stores(f.outputs.size());
+  std::vector<char> written(f.inputs.size(), 0);
+  for (size_t j = 0; j < f.outputs.size(); ++j) {
+    const int in = j < f.in_place.size() ? f.in_place[j] : -1;
+    if (in < 0) {
+      stores[j] = "out" + std::to_string(j) + "_st";
+      continue;
+    }
+    if (static_cast<size_t>(in) >= f.inputs.size() || f.inputs[static_cast<size_t>(in)] != f.outputs[j] ||
+        written[static_cast<size_t>(in)]) {
+      throw Error("fused kernel '" + f.name + "': output " + std::to_string(j) +
+                  " cannot be stored in place into input " + std::to_string(in));
+    }
+    written[static_cast<size_t>(in)] = 1;
+    stores[j] = "in" + std::to_string(in) + "_st";
+  }
   std::vector<std::string> loads;
+  uint32_t binding = 0;
   for (size_t i = 0; i < f.inputs.size(); ++i) {
     const std::string name = "in" + std::to_string(i);
-    decl += glsl::buffer(static_cast<uint32_t>(i), f.inputs[i].dtype, name, true);
+    decl += glsl::buffer(binding++, f.inputs[i].dtype, name, !written[i]);
     loads.push_back(name + "_ld($)");
-    k.bindings.push_back({ArgRef::input(static_cast<int>(i)), false});
+    k.bindings.push_back({ArgRef::input(static_cast<int>(i)), written[i] != 0});
   }
   for (size_t j = 0; j < f.outputs.size(); ++j) {
-    decl += glsl::buffer(static_cast<uint32_t>(f.inputs.size() + j), f.outputs[j].dtype,
-                         "out" + std::to_string(j), false);
+    if (stores[j].starts_with("in")) continue;
+    decl += glsl::buffer(binding++, f.outputs[j].dtype, "out" + std::to_string(j), false);
     k.bindings.push_back({ArgRef::output(static_cast<int>(j)), true});
   }
   if (k.bindings.size() > device.max_storage_buffers) {
@@ -100,7 +118,7 @@ Lowering lower_fused_pointwise(const FusedPointwise& f, const DeviceTraits& devi
     const std::string fn = "mn_segment" + std::to_string(s);
     decl += "void " + fn + "(uint e) {\n" + fused_statements(seg, f.inputs, loads, "e", "v_");
     for (const auto& [out, step] : seg.stores) {
-      decl += "out" + std::to_string(out) + "_st(e, v_" + std::to_string(step) + ");\n";
+      decl += stores[static_cast<size_t>(out)] + "(e, v_" + std::to_string(step) + ");\n";
     }
     decl += "}\n";
     const uint64_t end = start + count;

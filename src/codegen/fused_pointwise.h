@@ -60,6 +60,10 @@ struct FusedPointwise {
   std::vector<TensorType> inputs;   // binding i = ArgRef::input(i)
   std::vector<TensorType> outputs;  // binding inputs.size() + j = ArgRef::output(j)
   std::vector<FusedSegment> segments;
+  // Per output: the input whose buffer it is stored into (-1: its own binding). That input is
+  // bound read-write, once, and read by its segment only at the element stored (the planner's
+  // in-place updates, plan/in_place.h); empty: none.
+  std::vector<int> in_place;
 };
 
 Lowering lower_fused_pointwise(const FusedPointwise& f, const DeviceTraits& device);

@@ -13,6 +13,7 @@ namespace mn::plan {
 namespace {
 
 using schedule::KernelGroup;
+using schedule::KernelSegment;
 
 // Edges between groups (from must run before to): the data dependencies.
 std::vector<std::vector<int>> data_edges(const std::vector<KernelGroup>& groups) {
@@ -56,58 +57,113 @@ std::optional<std::vector<int>> stable_order(const std::vector<std::vector<int>>
   return order;
 }
 
-// The persistent tensor group `gi` could update in place, if its op allows and its result is
-// assigned back to its input 0.
-std::optional<NodeId> in_place_target(const Graph& g, const KernelGroup& group) {
-  if (group.kind != KernelGroup::Kind::single || group.nodes.size() != 1) return std::nullopt;
+// The persistent tensor that `value` is assigned to, when that tensor is assigned nothing else
+// and its old value is not itself assigned anywhere (that copy would read it after the write).
+std::optional<NodeId> sole_assignment_target(const Graph& g, NodeId value) {
+  std::optional<NodeId> target;
+  for (const auto& [to, v] : g.assignments()) {
+    if (v == value) target = to;
+  }
+  if (!target) return std::nullopt;
+  for (const auto& [to, v] : g.assignments()) {
+    if (v == *target) return std::nullopt;
+    if (to == *target && v != value) return std::nullopt;
+  }
+  return target;
+}
+
+struct Candidate {
+  int output = 0;  // index among the group's outputs
+  int input = 0;   // index among its inputs: the buffer written
+};
+
+// A single group of an op that may update its input 0 in place, assigned back to it.
+std::optional<Candidate> single_candidate(const Graph& g, const KernelGroup& group) {
+  if (group.nodes.size() != 1) return std::nullopt;
   const NodeId v = group.nodes.front();
   const Node& node = g.node(v);
   if (!node.op || !node.op->updates_input0_in_place || node.inputs.empty()) return std::nullopt;
   const NodeId target = node.inputs.front();
   // Input 0 only once among the operands: another binding would read it while it is written.
   if (std::count(node.inputs.begin(), node.inputs.end(), target) != 1) return std::nullopt;
-  bool assigned_here = false;
-  for (const auto& [to, value] : g.assignments()) {
-    if (value == target) return std::nullopt;  // another assignment copies the old value
-    if (to == target) {
-      if (value != v) return std::nullopt;  // assigned something else
-      assigned_here = true;
+  if (sole_assignment_target(g, v) != target) return std::nullopt;
+  return Candidate{0, 0};
+}
+
+// The outputs of a pointwise group that may overwrite the state they are assigned to: the
+// state is one of the group's inputs, of the output's type, read only within the output's
+// segment and there over the segment's whole domain (so at the element being computed).
+std::vector<Candidate> pointwise_candidates(const Graph& g, const KernelGroup& group) {
+  std::vector<Candidate> found;
+  for (size_t j = 0; j < group.outputs.size(); ++j) {
+    const NodeId v = group.outputs[j];
+    const std::optional<NodeId> target = sole_assignment_target(g, v);
+    if (!target) continue;
+    const auto in = std::find(group.inputs.begin(), group.inputs.end(), *target);
+    if (in == group.inputs.end() || g.node(*target).type != g.node(v).type) continue;
+    const auto seg = std::find_if(group.segments.begin(), group.segments.end(), [&](const auto& s) {
+      return std::find(s.outputs.begin(), s.outputs.end(), v) != s.outputs.end();
+    });
+    if (seg == group.segments.end() || seg->domain != g.node(v).type.shape) continue;
+    bool read_elsewhere = false;
+    for (const KernelSegment& s : group.segments) {
+      if (&s == &*seg) continue;
+      for (NodeId n : s.nodes) {
+        const auto& ins = g.node(n).inputs;
+        read_elsewhere = read_elsewhere || std::find(ins.begin(), ins.end(), *target) != ins.end();
+      }
     }
+    if (read_elsewhere) continue;
+    found.push_back({static_cast<int>(j), static_cast<int>(in - group.inputs.begin())});
   }
-  return assigned_here ? std::optional<NodeId>(target) : std::nullopt;
+  return found;
+}
+
+std::vector<Candidate> candidates(const Graph& g, const KernelGroup& group) {
+  switch (group.kind) {
+    case KernelGroup::Kind::single:
+      if (auto c = single_candidate(g, group)) return {*c};
+      return {};
+    case KernelGroup::Kind::pointwise:
+      return pointwise_candidates(g, group);
+    default:
+      return {};
+  }
 }
 
 }  // namespace
 
-std::vector<char> plan_in_place(const Graph& g, std::vector<KernelGroup>& groups) {
+std::vector<std::vector<int>> plan_in_place(const Graph& g, std::vector<KernelGroup>& groups) {
   std::vector<std::vector<int>> edges = data_edges(groups);
-  std::vector<char> in_place(groups.size(), 0);
+  std::vector<std::vector<int>> in_place(groups.size());
   bool added = false;
   for (size_t gi = 0; gi < groups.size(); ++gi) {
-    const std::optional<NodeId> target = in_place_target(g, groups[gi]);
-    if (!target) continue;
-    std::vector<std::vector<int>> trial = edges;
-    for (size_t r = 0; r < groups.size(); ++r) {
-      const auto& ins = groups[r].inputs;
-      if (r != gi && std::find(ins.begin(), ins.end(), *target) != ins.end()) {
-        trial[r].push_back(static_cast<int>(gi));
+    in_place[gi].assign(groups[gi].outputs.size(), -1);
+    for (const Candidate& c : candidates(g, groups[gi])) {
+      const NodeId target = groups[gi].inputs[static_cast<size_t>(c.input)];
+      std::vector<std::vector<int>> trial = edges;
+      for (size_t r = 0; r < groups.size(); ++r) {
+        const auto& ins = groups[r].inputs;
+        if (r != gi && std::find(ins.begin(), ins.end(), target) != ins.end()) {
+          trial[r].push_back(static_cast<int>(gi));
+        }
       }
+      if (!stable_order(trial)) continue;  // a reader of the old value needs the new one
+      edges = std::move(trial);
+      in_place[gi][static_cast<size_t>(c.output)] = c.input;
+      added = true;
     }
-    if (!stable_order(trial)) continue;  // a reader of the old value needs the new one
-    edges = std::move(trial);
-    in_place[gi] = 1;
-    added = true;
   }
   if (!added) return in_place;
   const std::vector<int> order = *stable_order(edges);
   std::vector<KernelGroup> sorted;
-  std::vector<char> flags;
+  std::vector<std::vector<int>> outputs;
   for (int gi : order) {
     sorted.push_back(std::move(groups[static_cast<size_t>(gi)]));
-    flags.push_back(in_place[static_cast<size_t>(gi)]);
+    outputs.push_back(std::move(in_place[static_cast<size_t>(gi)]));
   }
   groups = std::move(sorted);
-  return flags;
+  return outputs;
 }
 
 }  // namespace mn::plan

@@ -86,7 +86,7 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
     schedule::absorb_widening_casts(g, p.groups, options.device);
     schedule::fuse_rope_loads(g, p.groups, options.device);
   }
-  const std::vector<char> in_place = plan_in_place(g, p.groups);
+  const std::vector<std::vector<int>> in_place = plan_in_place(g, p.groups);
 
   p.node_buffer.assign(n, -1);
   auto new_buffer = [&](uint64_t bytes, bool persistent, NodeId node) {
@@ -127,16 +127,18 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
       return b;
     };
     codegen::Lowering l =
-        schedule::lower_group(g, group, options.device, in_place[gi] != 0, options.check_indices);
+        schedule::lower_group(g, group, options.device, in_place[gi], options.check_indices);
     if (l.alias_input0) {
       p.node_buffer[group.outputs.at(0)] = buffer_of(group.inputs.at(0));
       continue;
     }
     std::vector<int> outs;
-    for (NodeId o : group.outputs) {
-      // In place: the output is input 0's buffer, and its assignment needs no copy.
-      outs.push_back(in_place[gi] ? buffer_of(group.inputs.at(0))
-                                  : new_buffer(device_bytes(g.node(o).type), false, o));
+    for (size_t j = 0; j < group.outputs.size(); ++j) {
+      // In place: the output is an input's buffer, and its assignment needs no copy.
+      const NodeId o = group.outputs[j];
+      const int in = in_place[gi].at(j);
+      outs.push_back(in >= 0 ? buffer_of(group.inputs.at(static_cast<size_t>(in)))
+                             : new_buffer(device_bytes(g.node(o).type), false, o));
       p.node_buffer[o] = outs.back();
     }
     std::vector<int> scratch;

@@ -182,6 +182,12 @@ Session::~Session() {
 
 namespace {
 
+// An input binding the kernel also writes is an in-place update: it reads the old value first.
+vk::Access access_of(const codegen::KernelBinding& b) {
+  if (!b.written) return vk::Access::read;
+  return b.arg.kind == codegen::ArgRef::Kind::input ? vk::Access::read_write : vk::Access::write;
+}
+
 // Compiles every distinct shader of every program (in parallel, cached on disk), one pipeline
 // each.
 void build_pipelines(Session::Impl& impl, const plan::PlanOptions& po) {
@@ -317,7 +323,7 @@ void record_step(Session::Impl& impl, Program& prog, const SessionOptions& optio
       d.buffers.push_back({slot ? arena.range(p.index_region.slot_offset(p.buffers, l.index_slot),
                                               codegen::kIndexSlotBytes)
                                 : range_of(l.buffers[k]),
-                           l.kernel.bindings[k].written ? vk::Access::write : vk::Access::read});
+                           access_of(l.kernel.bindings[k])});
     }
     d.groups = l.kernel.groups;
     d.label = l.kernel.name;

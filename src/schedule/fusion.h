@@ -39,6 +39,7 @@
 //    pointwise group over the reduced shape holding every consumer of the reduction
 //    (rsqrt(mean + eps): evaluated before the store). See codegen/fused_reduce.h.
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -119,11 +120,11 @@ void drop_unread_groups(const Graph& g, std::vector<KernelGroup>& groups,
 std::vector<KernelGroup> unfused_groups(const Graph& lowered);
 
 // The kernels of a group, its ArgRefs relative to the group's inputs and outputs.
-// in_place: a single group of an op with OpDef::updates_input0_in_place whose output will be
-// input 0's buffer (plan/in_place.h). check_indices: LowerContext::check_indices.
+// in_place: per output, the input whose buffer it is written into, or -1 (plan/in_place.h);
+// empty: none. check_indices: LowerContext::check_indices.
 codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
-                              const codegen::DeviceTraits& device, bool in_place = false,
-                              bool check_indices = true);
+                              const codegen::DeviceTraits& device,
+                              std::span<const int> in_place = {}, bool check_indices = true);
 
 // "fused_pointwise[add,mul,relu]", "optimizer_update[12 segments]"... for profiles.
 std::string group_name(const Graph& g, const KernelGroup& group);

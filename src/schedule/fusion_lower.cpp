@@ -272,8 +272,8 @@ std::string group_name(const Graph& g, const KernelGroup& group) {
 }
 
 codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
-                              const codegen::DeviceTraits& device, bool in_place,
-                              bool check_indices) {
+                              const codegen::DeviceTraits& device,
+                              std::span<const int> in_place, bool check_indices) {
   if (group.kind == KernelGroup::Kind::matmul_epilogue) return lower_epilogue(g, group, device);
   if (group.kind == KernelGroup::Kind::reduction) return lower_reduction(g, group, device);
   if (group.kind == KernelGroup::Kind::pointwise) {
@@ -284,8 +284,16 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
     for (const KernelSegment& seg : group.segments) {
       f.segments.push_back(fused_segment(g, seg, group.inputs, group.outputs));
     }
+    f.in_place.assign(in_place.begin(), in_place.end());
     return codegen::lower_fused_pointwise(f, device);
   }
+  for (size_t j = 1; j < in_place.size(); ++j) {
+    if (in_place[j] >= 0) throw Error("plan: only output 0 of a single kernel updates in place");
+  }
+  if (group.kind != KernelGroup::Kind::single && !in_place.empty() && in_place[0] >= 0) {
+    throw Error("plan: kernel '" + group_name(g, group) + "' cannot update its input in place");
+  }
+  const bool single_in_place = !in_place.empty() && in_place[0] == 0;
   const Node& node = g.node(group.nodes.front());
   const codegen::LowerFn* lower = codegen::find_lowering(node.op_name());
   if (!lower) throw Error("plan: op '" + std::string(node.op_name()) + "' has no GPU lowering");
@@ -300,9 +308,9 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
     const codegen::RopeLoad rope{g.node(group.rope.node).attrs.as<RopePositionsAttrs>(),
                                  group.rope.operand, group.rope.positions_input};
     return (*lower)(
-        codegen::LowerContext{node, in_types, device, in_place, check_indices, &rope});
+        codegen::LowerContext{node, in_types, device, single_in_place, check_indices, &rope});
   }
-  return (*lower)(codegen::LowerContext{node, in_types, device, in_place, check_indices});
+  return (*lower)(codegen::LowerContext{node, in_types, device, single_in_place, check_indices});
 }
 
 }  // namespace mn::schedule

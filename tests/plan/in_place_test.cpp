@@ -1,13 +1,16 @@
-// In-place cache updates in the step plan: assign(state, cache_write(state, ...)) writes the
-// state's own buffer (no second cache buffer, no assignment copy); readers of the old value run
-// before the write, or the write falls back to the copying form.
+// In-place updates in the step plan: assign(state, cache_write(state, ...)) and the fused
+// optimizer updates write the state's own buffer (no second buffer, no assignment copy);
+// readers of the old value run before the write, or the write falls back to the copying form.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include <meganeura/graph.h>
+#include <meganeura/models.h>
 #include <meganeura/ops.h>
+#include <meganeura/optimizer.h>
 
+#include "plan/in_place.h"
 #include "plan/step_plan.h"
 
 namespace mn {
@@ -99,6 +102,66 @@ TEST(InPlace, OtherAssignmentOfTheOldValueFallsBackToACopy) {
   c.g.assign(previous, c.cache);
   const plan::StepPlan p = plan::make_step_plan(c.g, {});
   EXPECT_EQ(launches_named(p, "cache_write_copy"), 1u);
+}
+
+// The fused optimizer update of a transformer writes every parameter and moment into its own
+// buffer: no assignment copies, and each assigned value shares its target's buffer.
+TEST(InPlace, FusedOptimizerUpdatesWriteTheParameters) {
+  for (const Optimizer& opt : {Optimizer::adamw(), Optimizer::sgd({.momentum = 0.9})}) {
+    TransformerSpec spec = smollm2_135m();
+    spec.layers = 2;
+    spec.vocab = 256;
+    spec.sequence = 16;
+    LanguageModel m = build_transformer(spec);
+    add_training_step(m.loss, opt);
+    plan::PlanOptions po;
+    const plan::StepPlan p = plan::make_step_plan(*m.graph, po);
+    EXPECT_TRUE(p.assignment_copies.empty()) << p.assignment_copies.size() << " copies";
+    for (const auto& [target, value] : p.graph.assignments()) {
+      EXPECT_EQ(p.node_buffer[value], p.node_buffer[target]) << p.graph.node(target).name;
+    }
+    // The kernels writing them bind each such buffer once, read-write.
+    size_t written_inputs = 0;
+    for (const auto& l : p.launches) {
+      for (const auto& b : l.kernel.bindings) {
+        written_inputs += b.written && b.arg.kind == codegen::ArgRef::Kind::input;
+      }
+    }
+    EXPECT_EQ(written_inputs, p.graph.assignments().size());
+  }
+}
+
+// A pointwise group of two segments over a state s: one computes s's new value, the other reads
+// s through a broadcast (another thread's element). Written in place, that reader could see the
+// new value, so the state keeps its copy; without the reader it is written in place.
+struct TwoSegments {
+  Graph g;
+  Tensor s, x, a, b;
+  explicit TwoSegments(bool other_reads_state) {
+    s = g.state("s", {3});
+    x = g.input("x", {4, 3});
+    a = other_reads_state ? x * s : x * 2.0f;
+    b = s + 1.0f;
+    g.assign(s, b);
+    g.output("a", a);
+  }
+  std::vector<schedule::KernelGroup> groups() const {
+    schedule::KernelGroup k;
+    k.kind = schedule::KernelGroup::Kind::pointwise;
+    k.inputs = {x.id(), s.id()};
+    k.outputs = {a.id(), b.id()};
+    k.nodes = {a.id(), b.id()};
+    k.segments = {{{4, 3}, {a.id()}, {a.id()}}, {{3}, {b.id()}, {b.id()}}};
+    return {k};
+  }
+};
+
+TEST(InPlace, StateReadByAnotherSegmentKeepsItsBuffer) {
+  TwoSegments read(true), unread(false);
+  std::vector<schedule::KernelGroup> groups = read.groups();
+  EXPECT_EQ(plan::plan_in_place(read.g, groups), (std::vector<std::vector<int>>{{-1, -1}}));
+  groups = unread.groups();
+  EXPECT_EQ(plan::plan_in_place(unread.g, groups), (std::vector<std::vector<int>>{{-1, 1}}));
 }
 
 }  // namespace
