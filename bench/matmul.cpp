@@ -63,6 +63,10 @@ std::vector<Shape3> shapes(const std::string& which) {
     s.push_back({256, 1536, 576, "training"});
     s.push_back({256, 576, 49152, "training"});
     s.push_back({64, 784, 128, "training"});
+    // SmolLM2-135M at 1 x 256: the q/o projection and the weight gradients (K = the tokens).
+    s.push_back({256, 576, 576, "training"});
+    s.push_back({576, 256, 576, "training"});
+    s.push_back({576, 256, 1536, "training"});
   }
   if (which == "small" || which == "all") {
     for (int64_t v : {32, 64, 128, 256, 512}) s.push_back({v, v, v, "small"});

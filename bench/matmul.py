@@ -1,5 +1,5 @@
-"""PyTorch counterpart of bench_matmul: the same shapes in fp16 (tensor cores, fp32
-accumulation) and fp32 (TF32 off), timed with CUDA events. One JSON line per (shape, dtype).
+"""PyTorch counterpart of bench_matmul: the same shapes in fp16 and bf16 (tensor cores,
+fp32 accumulation) and fp32 (TF32 off), timed with CUDA events. One JSON line per (shape, dtype).
 
 Usage: python3 bench/matmul.py [--shapes square|training|small|all] [--reps N]
 """
@@ -15,7 +15,9 @@ def shapes(which):
         s += [(v, v, v, "square") for v in (1024, 2048, 4096, 8192)]
     if which in ("training", "all"):
         s += [(256, 576, 1536, "training"), (256, 1536, 576, "training"),
-              (256, 576, 49152, "training"), (64, 784, 128, "training")]
+              (256, 576, 49152, "training"), (64, 784, 128, "training"),
+              (256, 576, 576, "training"), (576, 256, 576, "training"),
+              (576, 256, 1536, "training")]
     if which in ("small", "all"):
         s += [(v, v, v, "small") for v in (32, 64, 128, 256, 512)]
         s += [(64, 64, 4096, "small"), (16, 1024, 1024, "small")]
@@ -30,7 +32,7 @@ def main():
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = False
     for m, k, n, tag in shapes(args.shapes):
-        for dtype, name in ((torch.float16, "fp16"), (torch.float32, "fp32")):
+        for dtype, name in ((torch.float16, "fp16"), (torch.bfloat16, "bf16"), (torch.float32, "fp32")):
             a = torch.rand(m, k, device=dev, dtype=dtype) * 2 - 1
             b = torch.rand(k, n, device=dev, dtype=dtype) * 2 - 1
             for _ in range(3):

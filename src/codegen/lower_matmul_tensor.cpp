@@ -8,6 +8,7 @@
 // undoing the packing's scale and storing f32 tiles weigh against a short K loop (docs/perf.md).
 #include "codegen/lower_matmul_tensor.h"
 
+#include <algorithm>
 #include <array>
 #include <limits>
 
@@ -37,6 +38,26 @@ bool tile_supported(const TensorTile& t, const DeviceTraits& d, DType operands) 
   return workgroup_tile_fits(
       t.bm, t.bn, t.bk, t.invocations,
       operands == DType::bf16 ? d.coop_wg_bf16_granularity : d.coop_wg_granularity, d);
+}
+
+// K splits for a grid of `groups` tiles that fills at most half the device: enough workgroups
+// to fill it, each split at least kMinSplitSteps K steps long (shorter ones spend more on the
+// partials than they save), at most kMaxSplits. DeviceTraits::coop_tensor_split_k overrides
+// the count.
+constexpr int64_t kMinSplitSteps = 4, kMaxSplits = 16;
+
+int split_count(const MatmulGeometry& g, const TensorTile& t, int64_t groups,
+                const DeviceTraits& d) {
+  const int64_t steps = (g.k + t.bk - 1) / t.bk;
+  int64_t s = d.coop_tensor_split_k;
+  if (s == 0) {
+    const int64_t want = d.groups_to_fill();
+    if (groups * 2 > want) return 1;
+    s = std::min({(want + groups - 1) / groups, steps / kMinSplitSteps, kMaxSplits});
+  }
+  s = std::clamp<int64_t>(s, 1, std::max<int64_t>(steps, 1));
+  const int64_t per = (steps + s - 1) / s;  // K steps per split
+  return static_cast<int>((steps + per - 1) / per);  // so that no split is empty
 }
 
 bool fits_u32(const MatmulGeometry& g) {
@@ -93,8 +114,10 @@ std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometr
   }
   const DType out = ctx.node.type.dtype;
   if (out != DType::f32 && out != a) return "the result is neither f32 nor the operands' dtype";
-  // The subgroup-scope thresholds (lower_matmul_coop.h): below them the scalar kernel wins.
-  if (g.m < 32 || g.n < 32 || g.m * g.n < kCoopMinOutputs || g.m * g.n * g.k < kCoopMinMacs) {
+  // The subgroup-scope thresholds (lower_matmul_coop.h), over the whole batch (attention's
+  // products per head are small one by one): below them the scalar kernel wins.
+  if (g.m < 32 || g.n < 32 || g.m * g.n * batch < kCoopMinOutputs ||
+      g.m * g.n * g.k * batch < kCoopMinMacs) {
     return "product too small for tensor cores";
   }
   if (!choose_tensor_tile(ctx, g, batch)) return "no tensor-addressed tile fits";
@@ -116,6 +139,16 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
     throw Error("matmul (tensor-addressed): the result must be f32 or the operands' dtype");
   }
   const std::string epilogue = e ? e->declarations + epilogue_function(e) : std::string();
+  const int64_t tiles = row_tiles * col_tiles * batch;
+  const int splits = split_count(g, t, tiles, ctx.device);
+  const int64_t k_steps = (g.k + t.bk - 1) / t.bk;
+  const int64_t split_k = (k_steps + splits - 1) / splits * t.bk;
+  const int64_t partials = int64_t{splits} * batch * g.m * g.n;
+  if (splits > 1 && partials > int64_t{std::numeric_limits<uint32_t>::max()} - 16) {
+    throw Error("matmul (tensor-addressed): " + std::to_string(splits) +
+                " K splits of this product need more partial sums than 32-bit offsets address");
+  }
+  const size_t extra = e ? e->extra.size() : 0;
   TemplateFields f{
       {"EXTENSIONS", bf16 ? "#extension GL_EXT_bfloat16 : require" : ""},
       {"TA", g.ta ? "1" : "0"},
@@ -135,6 +168,10 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
       {"ROW_TILES", std::to_string(row_tiles)},
       {"COL_TILES", std::to_string(col_tiles)},
       {"BATCHES", std::to_string(batch)},
+      {"SPLITS", std::to_string(splits)},
+      {"KS", std::to_string(split_k)},
+      {"P_BINDING", std::to_string(3 + extra)},
+      {"DONE_BINDING", std::to_string(4 + extra)},
       {"A_TYPE", elem},
       {"B_TYPE", elem},
       {"MAT_TYPE", elem},
@@ -144,16 +181,23 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
       {"B_BASE", glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " + ulit(b_size)},
   };
   KernelLaunch k;
-  k.name = std::string("matmul_tensor_") + t.name;
+  k.name = std::string("matmul_tensor_") + t.name +
+           (splits > 1 ? "_split" + std::to_string(splits) : std::string());
   k.glsl = fill_kernel_template("matmul_tensor.comp", f);
   k.workgroup = {t.invocations, 1, 1};
-  k.groups = coop_wg_grid(row_tiles * col_tiles * batch, ctx.device, "matmul (tensor-addressed)");
+  k.groups = coop_wg_grid(tiles * splits, ctx.device, "matmul (tensor-addressed)");
   k.current_compiler = true;
 
   Lowering l;
   k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
   if (e) {
     for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
+  }
+  if (splits > 1) {
+    k.bindings.push_back({ArgRef::scratch(0), true});
+    k.bindings.push_back({ArgRef::counters(0), true});
+    l.scratch_bytes.push_back(static_cast<uint64_t>(partials) * sizeof(float));
+    l.counter_bytes.push_back(static_cast<uint64_t>(tiles) * sizeof(uint32_t));
   }
   l.launches.push_back(std::move(k));
   return l;

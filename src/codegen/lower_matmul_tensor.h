@@ -39,7 +39,8 @@ std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometr
 std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeometry& g,
                                       int64_t batch);
 
-// Bindings: A, B, C, then the epilogue's extra operands.
+// Bindings: A, B, C, then the epilogue's extra operands; with K split (a grid of tiles too
+// small to fill the device), the f32 partial sums (scratch 0) and the per-tile counters.
 Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
                              const TensorTile& t, const MatmulEpilogue* e);
 

@@ -17,6 +17,17 @@ std::string env_or(const char* name, const char* fallback) {
   return v ? v : fallback;
 }
 
+// A count from the environment (`fallback` when unset); anything but digits is an error.
+int env_count(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v) return fallback;
+  const std::string s = v;
+  if (s.empty() || s.size() > 4 || s.find_first_not_of("0123456789") != std::string::npos) {
+    throw Error(std::string(name) + "='" + s + "' is not a count (0 to 9999)");
+  }
+  return std::stoi(s);
+}
+
 }  // namespace
 
 codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
@@ -55,6 +66,7 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
     t.coop_tensor = cm.tensor_addressing && cm.per_element_operations &&
                     codegen::current_glslang().available && env_or("MN_COOP_TENSOR", "1") != "0";
     t.coop_tensor_tile = env_or("MN_COOP_TENSOR_TILE", "");
+    t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);
   }
   return t;
 }

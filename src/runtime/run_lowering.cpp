@@ -105,6 +105,18 @@ std::vector<double> run_lowering(vk::Device& dev, const codegen::Lowering& lower
         "run_lowering: " + lowering.launches.front().name + ": " +
         describe_bad_index(*lowering.index_check, slot[1], static_cast<int32_t>(slot[2])));
   }
+  // Counters must be zero again after every run (codegen::Lowering::counter_bytes): a session
+  // runs the same kernels next step on the words they leave.
+  for (const auto& [at, count_bytes] : counter_at) {
+    std::vector<uint32_t> words(count_bytes / sizeof(uint32_t));
+    arena.read(at, std::as_writable_bytes(std::span(words)));
+    for (size_t w = 0; w < words.size(); ++w) {
+      if (words[w] != 0) {
+        throw Error("run_lowering: " + lowering.launches.back().name + " left counter word " +
+                    std::to_string(w) + " at " + std::to_string(words[w]) + ", not zero");
+      }
+    }
+  }
   std::vector<std::byte> bytes(output_bytes);
   arena.read(output_at.first, bytes);
   return decode(bytes, output_dtype, static_cast<size_t>(output_elements));

@@ -54,15 +54,20 @@ std::vector<uint32_t> compile_or_skip(const KernelLaunch& k) {
 
 TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
   REQUIRE_CURRENT_TOOLCHAIN();
-  const DeviceTraits t = tensor_traits();
+  DeviceTraits t = tensor_traits();
   for (const TensorTile& tile : tensor_tiles()) {
     for (int layout = 0; layout < 4; ++layout) {
       for (DType dt : {DType::f16, DType::bf16}) {
         for (bool ragged : {false, true}) {
           const bool ta = layout & 1, tb = layout & 2;
+          // K split in 3 (whole: 8 K steps in 3, 3, 2) or 2 (ragged: 4 steps in 2, 2) for half
+          // the layouts, whole for the others.
+          t.coop_tensor_split_k = layout % 2 ? 1 : 3;
+          const int splits = layout % 2 ? 1 : ragged ? 2 : 3;
           const std::string what = std::string(tile.name) + " ta=" + std::to_string(ta) +
                                    " tb=" + std::to_string(tb) + " " +
-                                   std::string(dtype_name(dt)) + (ragged ? " ragged" : "");
+                                   std::string(dtype_name(dt)) + (ragged ? " ragged" : "") +
+                                   " splits " + std::to_string(splits);
           SCOPED_TRACE(what);
           const int64_t m = ragged ? 300 : 512, n = ragged ? 520 : 512, k = ragged ? 100 : 256;
           auto mm = matmul_node(ta ? Shape{k, m} : Shape{m, k}, tb ? Shape{n, k} : Shape{k, n}, ta,
@@ -75,7 +80,14 @@ TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
           EXPECT_FALSE(kl.coop_khr);
           EXPECT_EQ(kl.workgroup[0], tile.invocations);
           const int64_t tiles = ((m + tile.bm - 1) / tile.bm) * ((n + tile.bn - 1) / tile.bn);
-          EXPECT_EQ(kl.groups[0] * kl.groups[1], static_cast<uint32_t>(tiles));
+          EXPECT_EQ(kl.groups[0] * kl.groups[1], static_cast<uint32_t>(tiles * splits));
+          EXPECT_EQ(kl.name.ends_with("_split" + std::to_string(splits)), splits > 1) << kl.name;
+          EXPECT_EQ(kl.bindings.size(), splits > 1 ? 5u : 3u);
+          EXPECT_EQ(l.scratch_bytes.size(), splits > 1 ? 1u : 0u);
+          if (splits > 1) {
+            EXPECT_EQ(l.scratch_bytes[0], static_cast<uint64_t>(splits * m * n * 4));
+            EXPECT_EQ(l.counter_bytes.at(0), static_cast<uint64_t>(tiles * 4));
+          }
           const auto spirv = compile_current(kl.glsl, kl.name);
           EXPECT_EQ(test::spirv_val_errors(spirv), "");
           const std::string dis = test::spirv_dis(spirv);
@@ -85,6 +97,7 @@ TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
           EXPECT_NE(dis.find("OpCooperativeMatrixStoreTensorNV"), std::string::npos);
           EXPECT_EQ(dis.find("OpCooperativeMatrixPerElementOpNV") != std::string::npos,
                     dt == DType::bf16);
+          EXPECT_EQ(dis.find("OpAtomicIAdd") != std::string::npos, splits > 1);
         }
       }
     }
@@ -109,6 +122,39 @@ TEST(TensorMatmul, EpilogueAndBatchesCompileAndValidate) {
   const std::string dis = test::spirv_dis(spirv);
   EXPECT_NE(dis.find("OpCooperativeMatrixPerElementOpNV"), std::string::npos);
   EXPECT_NE(dis.find("OpCooperativeMatrixStoreTensorNV"), std::string::npos);
+  // K split: the partials and counters bind after the epilogue's operands.
+  DeviceTraits split = t;
+  split.coop_tensor_split_k = 2;
+  const auto sctx = mm->ctx(split);
+  const Lowering sl = lower_matmul_tensor(sctx, geometry(sctx), 3, tile, &e);
+  const KernelLaunch& sk = sl.launches.back();
+  ASSERT_EQ(sk.bindings.size(), 5u + e.extra.size());
+  EXPECT_EQ(sk.bindings[3 + e.extra.size()].arg.kind, ArgRef::Kind::scratch);
+  EXPECT_EQ(sk.bindings[4 + e.extra.size()].arg.kind, ArgRef::Kind::counters);
+  EXPECT_EQ(test::spirv_val_errors(compile_current(sk.glsl, sk.name)), "");
+}
+
+TEST(TensorMatmul, SmallGridsSplitK) {
+  const DeviceTraits t = tensor_traits();  // 132 multiprocessors
+  // 256×576 in 64×64 tiles: 36 workgroups; 4 splits of K = 576 (18 steps) fill the device.
+  auto qo = matmul_node({256, 576}, {576, 576}, false, false, DType::bf16);
+  EXPECT_EQ(qo->lower(t).launches.back().name, "matmul_tensor_t64x64k32_split4");
+  // K = 256 (8 steps): at most 2 splits of 4 steps.
+  auto dw = matmul_node({256, 256}, {256, 576}, false, false, DType::bf16);
+  EXPECT_EQ(dw->lower(t).launches.back().name, "matmul_tensor_t64x64k32_split2");
+  // A grid that fills more than half the device is not split; neither is a short K.
+  auto wide = matmul_node({576, 256}, {256, 576}, false, false, DType::bf16);
+  EXPECT_EQ(wide->lower(t).launches.back().name, "matmul_tensor_t64x64k32");
+  auto short_k = matmul_node({256, 96}, {96, 1024}, false, false, DType::bf16);
+  EXPECT_EQ(short_k->lower(t).launches.back().name, "matmul_tensor_t64x64k32");
+  // Attention's products per head (256×256×64, 9 heads): small one by one, not as a batch.
+  auto scores = matmul_node({9, 256, 64}, {9, 256, 64}, false, true, DType::bf16);
+  EXPECT_EQ(scores->lower(t).launches.back().name.rfind("matmul_tensor_t64x64k32", 0), 0u)
+      << scores->lower(t).launches.back().name;
+  // Never, when told so.
+  DeviceTraits never = t;
+  never.coop_tensor_split_k = 1;
+  EXPECT_EQ(qo->lower(never).launches.back().name, "matmul_tensor_t64x64k32");
 }
 
 TEST(TensorMatmul, ChosenOnlyWithTensorAddressingForF16Operands) {

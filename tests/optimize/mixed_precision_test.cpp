@@ -7,10 +7,13 @@
 #include <map>
 
 #include <meganeura/graph.h>
+#include <meganeura/models.h>
 #include <meganeura/ops.h>
+#include <meganeura/optimizer.h>
 #include <meganeura/reference.h>
 
 #include "optimize/mixed_precision.h"
+#include "plan/step_plan.h"
 
 namespace mn::optimize {
 namespace {
@@ -123,6 +126,32 @@ TEST(CastsThroughMovement, WideningsMoveToConsumersNarrowingsToProducers) {
   for (int i = 0; i < 24; ++i) f.at("x").data[static_cast<size_t>(i)] = 0.1 * i - 1.1;
   const auto before = reference::evaluate(g, f), after = reference::evaluate(m, f);
   for (const char* out : {"y", "n", "ws"}) EXPECT_EQ(before.at(out).data, after.at(out).data) << out;
+}
+
+// In a bf16 training plan every product takes 16-bit operands, the attention products (scores,
+// probabilities times values, and their gradients) included.
+TEST(MixedPrecisionPlan, EveryProductOfATransformerStepIsBf16) {
+  TransformerSpec spec = smollm2_135m();
+  spec.layers = 1;
+  spec.vocab = 512;
+  spec.sequence = 64;
+  LanguageModel m = build_transformer(spec);
+  add_training_step(m.loss, Optimizer::adamw());
+  plan::PlanOptions po;
+  po.precision = DType::bf16;
+  po.device.storage_16bit = true;
+  const plan::StepPlan p = plan::make_step_plan(*m.graph, po);
+  int products = 0, batched = 0;
+  for (NodeId n = 0; n < static_cast<NodeId>(p.graph.size()); ++n) {
+    const Node& x = p.graph.node(n);
+    if (x.op_name() != "matmul") continue;
+    ++products;
+    batched += x.type.shape.size() > 3;
+    EXPECT_EQ(x.type.dtype, DType::bf16) << shape_str(x.type.shape);
+    for (NodeId i : x.inputs) EXPECT_EQ(p.graph.node(i).type.dtype, DType::bf16);
+  }
+  EXPECT_GE(products, 20);
+  EXPECT_GE(batched, 6);  // the attention products, per head
 }
 
 }  // namespace

@@ -150,9 +150,13 @@ TEST(CoopMatmulGpu, WorkgroupScopeTiles) {
 
 TEST(CoopMatmulGpu, TensorAddressedTiles) {
   MN_REQUIRE_COOP_PATH(CoopPath::tensor);
-  const codegen::DeviceTraits t = coop_trial_traits(CoopPath::tensor);
+  codegen::DeviceTraits t = coop_trial_traits(CoopPath::tensor);
   uint64_t seed = 200;
+  // K whole in one workgroup, and split in up to 3 whose last adds the partials (run_lowering
+  // also checks that the tile counters are left zero for the next run).
+  for (const int splits : {1, 3})
   for (const codegen::TensorTile& tile : codegen::tensor_tiles()) {
+    t.coop_tensor_split_k = splits;
     // Every problem in f16 and in bf16 storage (the kernel's operands), ragged too: tensor loads
     // clamp at the edges. Operands far from 1 do not fit f16 storage.
     for (MatmulProblem p : problems_for(tile.bm, tile.bn, tile.bk, false)) {
@@ -162,14 +166,17 @@ TEST(CoopMatmulGpu, TensorAddressedTiles) {
         std::printf("%s: no workgroup-scope bf16 matrices; in f16\n", p.describe().c_str());
         p.dtype = DType::f16;
       }
-      SCOPED_TRACE(std::string(tile.name) + " " + p.describe());
+      SCOPED_TRACE(std::string(tile.name) + " " + p.describe() + " splits " +
+                   std::to_string(splits));
       if (!f16_runs(p)) continue;
       const MatmulRun r = prepare(p, seed++);
       const auto ctx = context(r, t);
       const auto e = epilogue_for(p);
       const codegen::Lowering l =
           codegen::lower_matmul_tensor(ctx, codegen::geometry(ctx), p.batch(), tile, e.get());
-      EXPECT_EQ(l.launches.back().name, std::string("matmul_tensor_") + tile.name);
+      EXPECT_EQ(l.launches.back().name.rfind(std::string("matmul_tensor_") + tile.name, 0), 0u);
+      EXPECT_EQ(l.launches.back().name.find("_split") != std::string::npos,
+                splits > 1 && p.k > tile.bk);
       EXPECT_TRUE(fits_f16_model(run_on_device(l, r, false), r.model));
     }
   }

@@ -7,6 +7,10 @@
 // wholly inside the operands use unclamped layouts; edge tiles read zeros past the extents
 // through clamped ones. The result goes through the epilogue per element (mm_epilogue) and is
 // written by the matrix store in C's dtype (f32 or f16), clamped at the edges.
+// Split K (SPLIT_K > 1, for grids too small to fill the device): SPLITS workgroups share a tile,
+// each over KS of K; each stores its f32 partial into P, and the last to finish (counted in
+// done[], which it sets back to zero for the next run) adds the others' partials to its own and
+// finishes the tile. One launch, no second pass.
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
@@ -27,11 +31,19 @@ const uint M = @M@u, N = @N@u, K = @K@u;
 const uint LDA = @LDA@u, LDB = @LDB@u;
 const uint BM = @BM@u, BN = @BN@u, BK = @BK@u, UNROLL = @UNROLL@u;
 const uint ROW_TILES = @ROW_TILES@u, COL_TILES = @COL_TILES@u, BATCHES = @BATCHES@u;
+#define SPLIT_K @SPLITS@  // K splits (1: none)
+const uint SPLITS = @SPLITS@u, KS = @KS@u;  // and the K range of each
 
 layout(std430, set = 0, binding = 0) readonly buffer BufferA { @A_TYPE@ A[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufferB { @B_TYPE@ B[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer BufferC { @C_TYPE@ C[]; };
 @EPILOGUE_DECLARATIONS@
+#if SPLIT_K > 1
+// Coherent: the last workgroup of a tile reads the partials the others stored.
+layout(std430, set = 0, binding = @P_BINDING@) coherent buffer BufferP { float P[]; };
+layout(std430, set = 0, binding = @DONE_BINDING@) buffer Counters { uint done[]; };
+shared bool last_sh;
+#endif
 
 #define MAT_A coopmat<@MAT_TYPE@, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA>
 #define MAT_B coopmat<@MAT_TYPE@, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB>
@@ -70,8 +82,11 @@ float finish_element(const in uint32_t r, const in uint32_t c, const in float v,
 
 void main() {
   const uint wid = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-  if (wid >= ROW_TILES * COL_TILES * BATCHES) return;
-  const uint bz = wid / (ROW_TILES * COL_TILES), tile = wid % (ROW_TILES * COL_TILES);
+  if (wid >= ROW_TILES * COL_TILES * BATCHES * SPLITS) return;
+  const uint split = wid / (ROW_TILES * COL_TILES * BATCHES);
+  const uint tile_id = wid % (ROW_TILES * COL_TILES * BATCHES);
+  const uint bz = tile_id / (ROW_TILES * COL_TILES), tile = tile_id % (ROW_TILES * COL_TILES);
+  const uint k_begin = split * KS, k_end = min(K, k_begin + KS);
   // Groups of up to 8 row tiles walk the column tiles together (L2 reuse of B).
   const uint group = tile / (8u * COL_TILES), in_group = tile % (8u * COL_TILES);
   const uint rows_in = min(8u, ROW_TILES - group * 8u);
@@ -112,8 +127,8 @@ void main() {
   MAT_C acc = MAT_C(0.0);
   if (row0 + BM <= M && col0 + BN <= N && K % BK == 0) {
     // UNROLL steps per iteration give the driver loads to issue ahead of the products.
-    uint k = 0;
-    for (; k + UNROLL * BK <= K; k += UNROLL * BK) {
+    uint k = k_begin;
+    for (; k + UNROLL * BK <= k_end; k += UNROLL * BK) {
       [[unroll]] for (uint j = 0; j < UNROLL; ++j) {
         MAT_A a;
         MAT_B b;
@@ -122,7 +137,7 @@ void main() {
         acc = coopMatMulAdd(a, b, acc);
       }
     }
-    for (; k < K; k += BK) {
+    for (; k < k_end; k += BK) {
       MAT_A a;
       MAT_B b;
       coopMatLoadTensorNV(a, A, a_base, SLICE_A(la, k));
@@ -130,7 +145,7 @@ void main() {
       acc = coopMatMulAdd(a, b, acc);
     }
   } else {
-    for (uint k = 0; k < K; k += BK) {
+    for (uint k = k_begin; k < k_end; k += BK) {
       MAT_A a;
       MAT_B b;
       coopMatLoadTensorNV(a, A, a_base, SLICE_A(la_clamped, k));
@@ -138,13 +153,34 @@ void main() {
       acc = coopMatMulAdd(a, b, acc);
     }
   }
-#if EPILOGUE || ROUND_BF16
-  coopMatPerElementNV(acc, acc, finish_element, bz, row0, col0);
-#endif
   tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lc =
       createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
   lc = setTensorLayoutDimensionNV(lc, M, N);
   lc = setTensorLayoutStrideNV(lc, N, 1);
+#if SPLIT_K > 1
+  // Partial s of batch entry bz at P[(s * BATCHES + bz) * M * N], laid out as C.
+  coopMatStoreTensorNV(acc, P, (split * BATCHES + bz) * (M * N),
+                       sliceTensorLayoutNV(lc, row0, BM, col0, BN));
+  memoryBarrierBuffer();
+  barrier();
+  if (gl_LocalInvocationIndex == 0u) {
+    last_sh = atomicAdd(done[tile_id], 1u) == SPLITS - 1u;
+    if (last_sh) done[tile_id] = 0u;
+  }
+  barrier();
+  if (!last_sh) return;
+  memoryBarrierBuffer();
+  for (uint s = 0u; s < SPLITS; ++s) {
+    if (s == split) continue;
+    MAT_C part;
+    coopMatLoadTensorNV(part, P, (s * BATCHES + bz) * (M * N),
+                        sliceTensorLayoutNV(lc, row0, BM, col0, BN));
+    acc += part;
+  }
+#endif
+#if EPILOGUE || ROUND_BF16
+  coopMatPerElementNV(acc, acc, finish_element, bz, row0, col0);
+#endif
   coopmat<@C_TYPE@, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> c_tile =
       coopmat<@C_TYPE@, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
   coopMatStoreTensorNV(c_tile, C, bz * (M * N), sliceTensorLayoutNV(lc, row0, BM, col0, BN));
