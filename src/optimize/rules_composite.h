@@ -43,6 +43,8 @@
 //   rope(x, theta, offset)  x * concat({c, c}, -1) + concat({-x2, x1}, -1) * concat({s, s}, -1)
 //                  with x1, x2 the halves of the last axis (slices), c, s = cos, sin of
 //                  positions [L, 1] constant * (1 / pow(theta, two_i [1, D/2] constant / D))
+//   rope_backward  rope's gradient as autodiff writes it: with gs = g * concat({s, s}, -1),
+//                  (g * concat({c, c}, -1) + pad(gs2, after D/2)) + pad(-gs1, before D/2)
 //   cross_entropy  log_softmax form + nll_loss (class indices) or -sum(log_softmax * t)
 //   mean, variance, the losses, transpose, split, group/batch norm: their decompositions, with
 //                  the attributes recovered (mean, variance) or one of their samples'.

@@ -196,6 +196,7 @@ RecoverFn attribute_recovery(std::string_view name) {
       {"mean", recover_mean},
       {"variance", recover_variance},
       {"rope", recover_rope},
+      {"rope_backward", recover_rope},
   };
   auto it = table.find(name);
   return it == table.end() ? nullptr : it->second;

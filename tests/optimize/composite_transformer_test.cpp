@@ -88,6 +88,8 @@ TEST(CompositeTransformer, TrainingStepAtThirtyLayersIsCheap) {
   EXPECT_EQ(count_in_egraph(teg, "scaled_dot_product_attention"), static_cast<size_t>(layers));
   EXPECT_EQ(count_in_egraph(teg, "log_softmax"), 1u);
   EXPECT_EQ(count_in_egraph(teg, "rope"), static_cast<size_t>(2 * layers));
+  // The rotary embeddings' backward passes, as autodiff wrote them.
+  EXPECT_EQ(count_in_egraph(teg, "rope_backward"), static_cast<size_t>(2 * layers));
   EXPECT_GE(count_in_egraph(teg, "silu"), static_cast<size_t>(layers));
   EXPECT_EQ(report.stop_reason, egraph::StopReason::saturated);
 
@@ -132,6 +134,20 @@ TEST(CompositeTransformer, OptimizeKeepsValues) {
   EXPECT_EQ(count_op(r.graph, "silu"), 2u);
   EXPECT_EQ(count_op(r.graph, "exp"), 0u);
   std::mt19937_64 rng(5);
+  reference::Feeds feeds = random_feeds(*m.graph, rng, 64);
+  EXPECT_LT(step_difference(*m.graph, r.graph, feeds), 1e-5);
+}
+
+// The training step's gradients through the whole optimizer: each rotary embedding's backward
+// pass (slices, a negation, pads and adds as autodiff writes them) comes out as one
+// rope_backward, and every gradient keeps its value.
+TEST(CompositeTransformer, TrainingStepRopeBackwardKeepsValues) {
+  LanguageModel m = build_transformer(small_spec(2));
+  add_gradients(m);
+  optimize::OptimizeResult r = optimize::optimize(*m.graph);
+  EXPECT_EQ(count_op(r.graph, "rope_backward"), 4u);
+  EXPECT_EQ(count_op(r.graph, "pad"), 0u);
+  std::mt19937_64 rng(7);
   reference::Feeds feeds = random_feeds(*m.graph, rng, 64);
   EXPECT_LT(step_difference(*m.graph, r.graph, feeds), 1e-5);
 }

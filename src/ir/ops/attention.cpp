@@ -373,9 +373,10 @@ Array eval_rope(const Node& n, const Array& x, double direction) {
 // the graph from integer constants (positions, 2i, D) as exported models do: exact in every float
 // dtype, unlike tables of rounded cos/sin values. (theta is a graph scalar, so it is exact for the
 // integer bases models use.)
-Tensor rope_decompose(const Node& n, std::span<const Tensor> in) {
-  const auto& a = n.attrs.as<RopeAttrs>();
-  Tensor x = in[0];
+struct RopeTables {
+  Tensor cos, sin;  // [L, D]: the half-angle tables side by side, concat({c, c}, -1)
+};
+RopeTables rope_tables(Tensor x, const RopeAttrs& a) {
   const int64_t length = x.dim(-2), dim = x.dim(-1), half = dim / 2;
   Array positions({length, 1}, x.dtype()), two_i({1, half}, x.dtype());
   for (int64_t l = 0; l < length; ++l)
@@ -386,8 +387,33 @@ Tensor rope_decompose(const Node& n, std::span<const Tensor> in) {
   Tensor inv_freq = 1.0 / pow(scalar_like(x, a.theta), exponent);
   Tensor angle = g.constant(std::move(positions)) * inv_freq;  // [L, D/2]
   Tensor c = cos(angle), s = sin(angle);
+  return {concat({c, c}, -1), concat({s, s}, -1)};
+}
+
+Tensor rope_decompose(const Node& n, std::span<const Tensor> in) {
+  Tensor x = in[0];
+  const int64_t dim = x.dim(-1), half = dim / 2;
+  const RopeTables t = rope_tables(x, n.attrs.as<RopeAttrs>());
   Tensor rotated = concat({-slice(x, -1, half, dim), slice(x, -1, 0, half)}, -1);
-  return x * concat({c, c}, -1) + rotated * concat({s, s}, -1);
+  return x * t.cos + rotated * t.sin;
+}
+
+// The gradient of rope's decomposition exactly as autodiff writes it, so that the e-graph
+// recognizes the backward pass of a rotary embedding written out (the built-in transformer's):
+// g * [cos, cos] plus rotate_half's transpose of g * [sin, sin], each half padded back into
+// place, summed in autodiff's order.
+Tensor rope_backward_decompose(const Node& n, std::span<const Tensor> in) {
+  Tensor g = in[0];
+  const int64_t dim = g.dim(-1), half = dim / 2;
+  const RopeTables t = rope_tables(g, n.attrs.as<RopeAttrs>());
+  auto last_axis = [&](int64_t before, int64_t after) {
+    std::vector<std::pair<int64_t, int64_t>> p(static_cast<size_t>(g.rank()), {0, 0});
+    p.back() = {before, after};
+    return p;
+  };
+  Tensor gs = g * t.sin;
+  return g * t.cos + pad(slice(gs, -1, half, dim), last_axis(0, half)) +
+         pad(-slice(gs, -1, 0, half), last_axis(half, 0));
 }
 
 std::vector<OpSample> rope_samples() {
@@ -462,6 +488,7 @@ void register_attention_ops(OpRegistry& r) {
                  std::span<const Array* const> in) { return eval_rope(n, *in[0], -1.0); },
       .vjp = [](const Node& n, std::span<const Tensor>, Tensor,
                 Tensor g) { return std::vector<Tensor>{g.graph().apply("rope", n.attrs, {g})}; },
+      .decompose = rope_backward_decompose,
       .samples = rope_samples,
       .summary = "transpose of rope: rotation by the negated angles",
       .internal = true,
