@@ -78,6 +78,12 @@ struct ProgramMemory {
   uint64_t transient_bytes = 0;  // its intermediates (the region all programs share)
   size_t dispatches = 0;
   size_t barriers = 0;
+  // The intermediates live at once at its peak: values its outputs depend on (a training step's
+  // forward activations), values only its assignments need (gradients and the optimizer's
+  // temporaries), and kernel scratch. Their sum is at most transient_bytes.
+  uint64_t activation_bytes = 0;
+  uint64_t backward_bytes = 0;
+  uint64_t workspace_bytes = 0;
 };
 
 struct MemorySummary {
@@ -88,6 +94,8 @@ struct MemorySummary {
   size_t dispatches = 0;
   size_t barriers = 0;
   uint64_t shared_bytes = 0;            // parameters and states (one buffer each, all programs)
+  uint64_t parameter_bytes = 0;         // of shared_bytes: the parameters
+  uint64_t state_bytes = 0;             // the states (optimizer moments, statistics, caches)
   std::vector<ProgramMemory> programs;  // one per program (one for a one-graph session)
 };
 

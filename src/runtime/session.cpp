@@ -10,6 +10,7 @@
 #include "codegen/shader/shader_cache.h"
 #include "ir/op_def.h"
 #include "plan/program_layout.h"
+#include "plan/memory_breakdown.h"
 #include "plan/step_plan.h"
 #include "runtime/convert_raw.h"
 #include "runtime/device_pool.h"
@@ -612,10 +613,24 @@ MemorySummary Session::memory() const {
   m.arena_bytes = impl_->layout.arena_bytes;
   m.shared_bytes = impl_->layout.shared_bytes;
   m.persistent_bytes = m.shared_bytes;
+  std::map<std::string, uint64_t> parameters, states;  // by name: programs share them
   for (size_t i = 0; i < impl_->programs.size(); ++i) {
     const Program& p = impl_->programs[i];
-    ProgramMemory pm{p.name, impl_->layout.own_bytes[i], impl_->layout.transient_bytes[i],
-                     p.recording->dispatch_count(), p.recording->barrier_count()};
+    const plan::MemoryBreakdown b = plan::memory_breakdown(p.plan);
+    ProgramMemory pm{p.name,
+                     impl_->layout.own_bytes[i],
+                     impl_->layout.transient_bytes[i],
+                     p.recording->dispatch_count(),
+                     p.recording->barrier_count(),
+                     b.activation_bytes,
+                     b.backward_bytes,
+                     b.workspace_bytes};
+    for (const plan::PlannedBuffer& buf : p.plan.buffers) {
+      if (buf.node < 0) continue;
+      const Node& n = p.plan.graph.node(buf.node);
+      if (n.op_name() == "parameter") parameters[n.name] = buf.bytes;
+      if (n.op_name() == "state") states[n.name] = buf.bytes;
+    }
     m.persistent_bytes += pm.own_bytes;
     m.naive_bytes += p.plan.memory.naive_bytes;
     m.tensors += p.plan.buffers.size();
@@ -623,6 +638,8 @@ MemorySummary Session::memory() const {
     m.barriers += pm.barriers;
     m.programs.push_back(std::move(pm));
   }
+  for (const auto& [name, bytes] : parameters) m.parameter_bytes += bytes;
+  for (const auto& [name, bytes] : states) m.state_bytes += bytes;
   return m;
 }
 

@@ -119,12 +119,24 @@ TEST(InfoCli, InspectReportsWhatASessionRuns) {
   EXPECT_LE(j["nodes_after"].get<size_t>(), j["nodes_before"].get<size_t>());
   EXPECT_GT(j["egraph"]["enodes"].get<size_t>(), 0u);
   EXPECT_TRUE(j.contains("graph"));
+  // What fills the arena, as the session reports it.
+  const MemorySummary mem = s->memory();
+  EXPECT_EQ(j["memory"]["parameter_bytes"].get<uint64_t>(), mem.parameter_bytes);
+  EXPECT_EQ(j["memory"]["state_bytes"].get<uint64_t>(), mem.state_bytes);
+  // The session's plan may keep a scalar or two elsewhere (its read-backs).
+  EXPECT_NEAR(j["memory"]["activation_bytes"].get<double>(),
+              static_cast<double>(mem.programs.at(0).activation_bytes), 64);
+  EXPECT_NEAR(j["memory"]["backward_bytes"].get<double>(),
+              static_cast<double>(mem.programs.at(0).backward_bytes), 64);
+  EXPECT_GT(mem.parameter_bytes, 0u);
+  EXPECT_GT(mem.state_bytes, 0u);
   const json bare = parsed(test::run_mn("inspect mlp --train --batch 32 --json --no-graph"));
   EXPECT_FALSE(bare.contains("graph"));
   const test::CommandResult text = test::run_mn("inspect cnn --no-graph");
   EXPECT_EQ(text.exit_code, 0) << text.err;
   EXPECT_NE(text.out.find("# kernels ("), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("dispatches"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("peak of intermediates at dispatch"), std::string::npos) << text.out;
 }
 
 TEST(InfoCli, InspectRefusesUnknownModels) {

@@ -82,12 +82,19 @@ TEST(MultiProgram, MemoryCountsSharedBuffersOnce) {
   // w (36 bytes) and the cache (60 bytes), each once, at the 256-byte binding alignment at most.
   EXPECT_GE(m.shared_bytes, (kD * kD + kT * kD) * 4u);
   EXPECT_LE(m.shared_bytes, 2u * 256u);
+  // By kind, each counted once although both programs bind them.
+  EXPECT_EQ(m.parameter_bytes, kD * kD * 4u);
+  EXPECT_EQ(m.state_bytes, kT * kD * 4u);
   uint64_t own = 0, transient = 0;
   for (const ProgramMemory& p : m.programs) {
     own += p.own_bytes;
     transient = std::max(transient, p.transient_bytes);
     EXPECT_GT(p.dispatches, 0u) << p.name;
+    // Neither program has gradients; what is live at once fits the shared region.
+    EXPECT_EQ(p.backward_bytes, 0u) << p.name;
+    EXPECT_LE(p.activation_bytes + p.workspace_bytes, p.transient_bytes) << p.name;
   }
+  EXPECT_GT(m.programs[0].activation_bytes, 0u);  // prefill's product before the cache write
   EXPECT_EQ(m.persistent_bytes, m.shared_bytes + own);
   // Intermediates of the two programs share one region.
   EXPECT_LE(m.arena_bytes, m.persistent_bytes + transient + 256u);

@@ -14,6 +14,7 @@
 
 #include "commands.h"
 #include "optimize/optimize.h"
+#include "plan/memory_breakdown.h"
 #include "plan/step_plan.h"
 #include "runtime/plan_options.h"
 
@@ -56,6 +57,29 @@ std::unique_ptr<Graph> build_model(const InspectArgs& a) {
   return graph;
 }
 
+double mib(uint64_t bytes) { return static_cast<double>(bytes) / (1 << 20); }
+
+// What fills the arena: persistent tensors by kind, and the intermediates live at the peak.
+void print_memory(const plan::MemoryBreakdown& m, const plan::StepPlan& p) {
+  std::printf("memory        arena %.1f MiB: persistent %.1f MiB, intermediates %.1f MiB\n",
+              mib(p.arena_bytes), mib(p.memory.persistent_bytes), mib(m.transient_region_bytes));
+  std::printf("  parameters  %10.1f MiB\n", mib(m.parameter_bytes));
+  std::printf("  states      %10.1f MiB (optimizer moments, statistics, caches)\n",
+              mib(m.state_bytes));
+  std::printf("  io          %10.1f MiB (inputs, outputs, constants)\n", mib(m.io_bytes));
+  if (m.peak_launch < 0) return;
+  const std::string at = static_cast<size_t>(m.peak_launch) < p.launches.size()
+                             ? p.launches[static_cast<size_t>(m.peak_launch)].kernel.name
+                             : std::string("the assignments");
+  std::printf("  peak of intermediates at dispatch %d (%s): %.1f MiB\n", m.peak_launch, at.c_str(),
+              mib(m.peak_bytes()));
+  std::printf("    activations %8.1f MiB (values the outputs depend on)\n",
+              mib(m.activation_bytes));
+  std::printf("    backward    %8.1f MiB (gradients, optimizer temporaries)\n",
+              mib(m.backward_bytes));
+  std::printf("    workspace   %8.1f MiB (kernel scratch)\n", mib(m.workspace_bytes));
+}
+
 void run_inspect(const InspectArgs& a, const CLI::App& cmd) {
   for (const auto& [name, value] :
        {std::pair{"--batch", a.batch}, std::pair{"--layers", a.layers}}) {
@@ -78,6 +102,7 @@ void run_inspect(const InspectArgs& a, const CLI::App& cmd) {
   baseline.fuse = false;
   const plan::StepPlan before = plan::make_step_plan(*graph, baseline);
   const optimize::OptimizeReport& r = after.report;
+  const plan::MemoryBreakdown mem = plan::memory_breakdown(after);
   const size_t dispatches_before = before.launches.size(), dispatches_after = after.launches.size();
 
   if (a.json) {
@@ -98,6 +123,16 @@ void run_inspect(const InspectArgs& a, const CLI::App& cmd) {
                         {"flops_after", r.flops_after},
                         {"arena_bytes_before", before.arena_bytes},
                         {"arena_bytes_after", after.arena_bytes},
+                        {"memory",
+                         {{"parameter_bytes", mem.parameter_bytes},
+                          {"state_bytes", mem.state_bytes},
+                          {"io_bytes", mem.io_bytes},
+                          {"persistent_workspace_bytes", mem.persistent_workspace_bytes},
+                          {"transient_region_bytes", mem.transient_region_bytes},
+                          {"peak_launch", mem.peak_launch},
+                          {"activation_bytes", mem.activation_bytes},
+                          {"backward_bytes", mem.backward_bytes},
+                          {"workspace_bytes", mem.workspace_bytes}}},
                         {"egraph",
                          {{"enodes", r.enodes},
                           {"eclasses", r.eclasses},
@@ -138,6 +173,7 @@ void run_inspect(const InspectArgs& a, const CLI::App& cmd) {
   std::printf("flops (est.)  %.4g -> %.4g\n", r.flops_before, r.flops_after);
   std::printf("arena bytes   %llu -> %llu\n", static_cast<unsigned long long>(before.arena_bytes),
               static_cast<unsigned long long>(after.arena_bytes));
+  print_memory(mem, after);
   std::printf("rules fired\n");
   for (const auto& f : r.rules) std::printf("  %-40s %zu\n", f.name.c_str(), f.count);
 }
