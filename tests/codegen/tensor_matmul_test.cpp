@@ -151,6 +151,9 @@ TEST(TensorMatmul, SmallGridsSplitK) {
   auto scores = matmul_node({9, 256, 64}, {9, 256, 64}, false, true, DType::bf16);
   EXPECT_EQ(scores->lower(t).launches.back().name.rfind("matmul_tensor_t64x64k32", 0), 0u)
       << scores->lower(t).launches.back().name;
+  // Few outputs over a long K: the key/value projections (256 × 192, K = 576).
+  auto kv = matmul_node({256, 576}, {192, 576}, false, true, DType::bf16);
+  EXPECT_EQ(kv->lower(t).launches.back().name, "matmul_tensor_t64x64k32_split4");
   // Never, when told so.
   DeviceTraits never = t;
   never.coop_tensor_split_k = 1;
