@@ -1,8 +1,5 @@
 #include "lm_options.h"
 
-#include <algorithm>
-#include <cmath>
-
 namespace mn::cli {
 
 void add_lm_options(CLI::App& cmd, LmArgs& a) {
@@ -28,43 +25,33 @@ void add_lm_options(CLI::App& cmd, LmArgs& a) {
   cmd.add_option("--stop", a.stop, "stop before this text (repeatable)");
 }
 
+namespace {
+
+// The command line's spelling of each option, for the library's messages.
+constexpr GenerationOptionNames kOptionNames{.temperature = "--temperature",
+                                             .top_k = "--top-k",
+                                             .top_p = "--top-p",
+                                             .max_new_tokens = "--max-tokens",
+                                             .stop = "--stop"};
+
+GenerationRequest request_of(const LmArgs& a) {
+  return {.temperature = a.temperature,
+          .top_p = a.top_p,
+          .top_k = a.top_k,
+          .seed = a.seed,
+          .max_new_tokens = a.max_tokens,
+          .stop = a.stop};
+}
+
+}  // namespace
+
 SamplingOptions sampling_options(const LmArgs& a, const GenerationConfig& g) {
-  SamplingOptions s;
-  // Without a temperature on the command line, the model's own choice: sampling with its
-  // parameters when generation_config.json says do_sample, else greedy.
-  s.temperature = a.temperature.value_or(g.do_sample ? g.temperature : 0.0);
-  s.top_k = a.top_k.value_or(g.do_sample ? g.top_k : 0);
-  s.top_p = a.top_p.value_or(g.do_sample ? g.top_p : 1.0);
-  s.seed = a.seed;
-  if (!std::isfinite(s.temperature) || s.temperature < 0) {
-    throw Error("--temperature must be a finite number >= 0 (got " +
-                std::to_string(s.temperature) + ")");
-  }
-  if (s.top_k < 0) throw Error("--top-k must be >= 0 (got " + std::to_string(s.top_k) + ")");
-  if (!(s.top_p > 0 && s.top_p <= 1)) {
-    throw Error("--top-p must be in (0, 1] (got " + std::to_string(s.top_p) + ")");
-  }
-  return s;
+  return resolve_sampling(request_of(a), g, kOptionNames);
 }
 
 StopOptions stop_options(const LmArgs& a, const GenerationConfig& g, const Tokenizer& tokenizer,
                          int64_t room) {
-  StopOptions s;
-  if (a.max_tokens < 0) {
-    throw Error("--max-tokens must be positive (got " + std::to_string(a.max_tokens) + ")");
-  }
-  s.max_new_tokens = a.max_tokens > 0
-                         ? a.max_tokens
-                         : g.max_new_tokens.value_or(std::clamp<int64_t>(room, 1, 256));
-  s.stop_ids = tokenizer.stop_ids();
-  for (int64_t id : g.eos_token_id) s.stop_ids.push_back(static_cast<int32_t>(id));
-  std::sort(s.stop_ids.begin(), s.stop_ids.end());
-  s.stop_ids.erase(std::unique(s.stop_ids.begin(), s.stop_ids.end()), s.stop_ids.end());
-  for (const std::string& t : a.stop) {
-    if (t.empty()) throw Error("--stop: the stop text is empty");
-    s.stop_strings.push_back(t);
-  }
-  return s;
+  return resolve_stop(request_of(a), g, tokenizer, room, kOptionNames);
 }
 
 LmRunnerOptions runner_options(const LmArgs& a, int64_t batch) {

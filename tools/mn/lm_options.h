@@ -7,6 +7,7 @@
 #include <string>
 
 #include <meganeura/generate.h>
+#include <meganeura/generation_options.h>
 #include <meganeura/hf.h>
 #include <meganeura/tokenizer.h>
 
