@@ -174,7 +174,4 @@ std::unique_ptr<Session> build_session(const Graph& graph, const SessionOptions&
 std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& programs,
                                        const SessionOptions& options = {});
 
-// Names of the Vulkan devices, one per line with their index and type (for `mn devices`).
-std::string list_devices();
-
 }  // namespace mn
