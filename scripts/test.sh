@@ -6,6 +6,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --tests
+# The Python package installed into .venv from build/ (nothing is compiled twice), then imported
+# from outside the source tree; its tests (ctest python_package) import the build tree.
+.venv/bin/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation \
+  --config-settings=build-dir=build --config-settings=cmake.build-type=RelWithDebInfo \
+  --config-settings=cmake.define.MN_BUILD_TESTS=ON --config-settings=cmake.define.MN_BUILD_BENCH=ON .
+(cd / && "$OLDPWD/.venv/bin/python" -c \
+  "import meganeura; assert 'site-packages' in meganeura.__file__, meganeura.__file__")
 export MN_VALIDATION=1
 ctest --test-dir build --output-on-failure --parallel "$(nproc)" --timeout 900
 [[ "${1:-}" == "--quick" ]] && exit 0

@@ -1,0 +1,21 @@
+"""
+Data sets and tensor files.
+"""
+from __future__ import annotations
+import os
+import typing
+__all__ = ['fashion_mnist_classes', 'load_fashion_mnist', 'load_safetensors', 'save_safetensors']
+def fashion_mnist_classes() -> list[str]:
+    ...
+def load_fashion_mnist(split: str = 'train', layout: str = 'flat', dir: os.PathLike = '', max_samples: int | None = None) -> tuple:
+    """
+    (images float32 [N, 784] or [N, 1, 28, 28] in [0, 1], labels int32 [N]); the files are looked for in `dir`, $MN_FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist.
+    """
+def load_safetensors(path: os.PathLike) -> dict:
+    """
+    Every tensor of a safetensors file, by name.
+    """
+def save_safetensors(path: os.PathLike, tensors: dict, metadata: dict[str, str] = {}) -> None:
+    """
+    Writes the arrays (float32, int32, uint32) atomically: a failure leaves the old file.
+    """

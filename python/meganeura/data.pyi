@@ -1,0 +1,1 @@
+from ._core.data import *  # noqa: F401,F403

@@ -1,0 +1,1 @@
+from ._core.lm import *  # noqa: F401,F403

@@ -1,0 +1,1 @@
+from ._core.optim import *  # noqa: F401,F403

@@ -1,0 +1,1 @@
+from ._core.reference import *  # noqa: F401,F403

@@ -1,0 +1,112 @@
+"""nn modules from Python: PyTorch's state_dict keys, a PyTorch-saved checkpoint loaded into a
+Python-defined network (tests/fixtures/nn, made by make_nn_fixtures.py), strict loading."""
+
+import numpy as np
+import pytest
+
+import meganeura as mn
+from conftest import FIXTURES, relative_error
+
+NN = FIXTURES / "nn"
+
+
+class SmallCnn(mn.nn.Module):
+    """make_nn_fixtures.py's SmallCnn, written with our modules."""
+
+    def __init__(self):
+        super().__init__("SmallCnn")
+        self.conv = mn.nn.Conv2d(2, 4, 3, padding=1)
+        self.bn = mn.nn.BatchNorm2d(4)
+        self.fc = mn.nn.Linear(4 * 4 * 4, 5)
+
+    def forward(self, x):
+        h = mn.max_pool2d(mn.relu(self.bn(self.conv(x))), 2)
+        return self.fc(h.flatten(1))
+
+
+class Scale(mn.nn.Module):
+    """A module with a parameter of its own."""
+
+    def __init__(self, n):
+        super().__init__("Scale")
+        self.register_parameter("gain", [n], mn.Init.ones())
+
+    def forward(self, x):
+        return x * self.tensor(x.graph, "gain")
+
+
+def test_pytorch_checkpoint_gives_pytorch_outputs():
+    io = mn.data.load_safetensors(NN / "cnn_io.safetensors")
+    net = SmallCnn().eval()
+    g = mn.Graph()
+    g.output("y", net(g.input("x", io["x"].shape)))
+    s = mn.Session(g)
+    net.load_state_dict(s, NN / "cnn.safetensors")
+    s["x"] = io["x"]
+    s.step()
+    assert relative_error(s["y"], io["eval0"]) < 1e-4
+
+
+def test_keys_follow_pytorch():
+    net = mn.nn.Sequential(mn.nn.Linear(6, 8), mn.nn.ReLU(), Scale(8), mn.nn.BatchNorm2d(3))
+    keys = net.state_keys()
+    assert keys == ["0.weight", "0.bias", "2.gain", "3.weight", "3.bias", "3.running_mean",
+                    "3.running_var", "3.num_batches_tracked"]
+    assert [k for k, _, _ in net.named_parameters()] == keys[:5]
+    assert net.named_parameters()[0][1] == (8, 6)
+    assert isinstance(net[0], mn.nn.Linear) and net[0].out_features == 8
+    cnn = SmallCnn()
+    assert isinstance(cnn.conv, mn.nn.Conv2d)
+    assert cnn.fc.path == "fc"
+
+
+def test_python_children_survive_without_python_references():
+    net = mn.nn.Sequential(Scale(3), Scale(3))
+    import gc
+
+    gc.collect()
+    g = mn.Graph()
+    g.output("y", net(g.input("x", [2, 3])))
+    s = mn.Session(g)
+    s["x"] = np.ones((2, 3))
+    s["0.gain"] = np.full(3, 2.0)
+    s["1.gain"] = np.full(3, 3.0)
+    s.step()
+    assert np.array_equal(s["y"], np.full((2, 3), 6.0))
+
+
+def test_state_dict_round_trip_and_strict_errors(scratch):
+    net = mn.nn.Sequential(mn.nn.Linear(3, 2), mn.nn.LayerNorm(2))
+    g = mn.Graph()
+    g.output("y", net(g.input("x", [1, 3])))
+    s = mn.Session(g)
+    state = net.state_dict(s)
+    assert sorted(state) == ["0.bias", "0.weight", "1.bias", "1.weight"]
+    path = scratch / "net.safetensors"
+    net.save_state_dict(s, path)
+    state["0.weight"] = state["0.weight"] * 3
+    net.load_state_dict(s, state)
+    assert relative_error(net.state_dict(s)["0.weight"], state["0.weight"]) < 1e-7
+    net.load_state_dict(s, path)
+    assert relative_error(net.state_dict(s)["0.weight"], state["0.weight"] / 3) < 1e-6
+    missing = dict(state)
+    del missing["1.bias"]
+    missing["extra"] = np.zeros(2)
+    with pytest.raises(mn.Error, match="1.bias") as e:
+        net.load_state_dict(s, missing)
+    assert "extra" in str(e.value)
+    wrong = dict(state)
+    wrong["0.weight"] = np.zeros((3, 2))
+    with pytest.raises(mn.Error, match="0.weight"):
+        net.load_state_dict(s, wrong)
+    with pytest.raises(mn.FormatError, match="missing.safetensors"):
+        net.load_state_dict(s, scratch / "missing.safetensors")
+
+
+def test_module_arguments_are_checked():
+    with pytest.raises(mn.Error, match="approximate='fast'"):
+        mn.nn.GELU("fast")
+    with pytest.raises(mn.Error, match="activation='swish'"):
+        mn.nn.TransformerBlock(8, 2, activation="swish")
+    with pytest.raises(mn.Error, match="kernel_size"):
+        mn.nn.Conv2d(1, 2, [3, 3, 3])

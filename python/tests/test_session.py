@@ -1,0 +1,115 @@
+"""Sessions from Python: values against the reference, NumPy in and out, errors by name."""
+
+import numpy as np
+import pytest
+
+import meganeura as mn
+from conftest import relative_error
+
+
+def small_graph():
+    g = mn.Graph()
+    x = g.input("x", [4, 3])
+    w = g.parameter("w", [3, 5], mn.Init.normal(0.0, 1.0, seed=2))
+    b = g.parameter("b", [5], mn.Init.uniform(-1.0, 1.0, seed=3))
+    h = mn.relu(x @ w + b)
+    g.output("h", h)
+    g.output("best", mn.argmax(h, axis=1))
+    return g
+
+
+def test_outputs_equal_the_reference():
+    g = small_graph()
+    s = mn.Session(g)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((4, 3)).astype(np.float32)
+    s.set("x", x)
+    s.step()
+    expected = mn.reference.evaluate(g, {"x": x})
+    h = s.get("h")
+    assert h.dtype == np.float32 and h.shape == (4, 5)
+    assert relative_error(h, expected["h"]) < 1e-5
+    best = s["best"]
+    assert best.dtype == np.int32
+    assert np.array_equal(best, expected["best"])
+    assert s.device_name
+    assert s.input_names == ["x"] and sorted(s.parameter_names) == ["b", "w"]
+    assert s.type_of("w") == ((3, 5), mn.f32)
+    assert s.memory().arena_bytes > 0
+
+
+def test_parameters_set_and_read_back():
+    s = mn.Session(small_graph())
+    w = np.arange(15, dtype=np.float64).reshape(3, 5) / 7
+    s["w"] = w  # float64 converted to the parameter's f32
+    assert relative_error(s["w"], w) < 1e-7
+    s.set("x", np.ones((4, 3), dtype=np.float32))
+    s.set("b", np.zeros(5))
+    s.step()
+    assert relative_error(s["h"], np.ones((4, 3)) @ w) < 1e-6
+
+
+def test_bad_values_are_named_errors():
+    s = mn.Session(small_graph())
+    with pytest.raises(mn.ShapeError, match=r"'x'.*expected shape \(4, 3\).*got \(3, 4\)"):
+        s.set("x", np.zeros((3, 4), dtype=np.float32))
+    with pytest.raises(mn.Error, match="nope"):
+        s.set("nope", np.zeros(3))
+    with pytest.raises(mn.Error, match="nope"):
+        s.get("nope")
+    with pytest.raises(mn.Error, match="expected numbers"):
+        s.set("x", np.full((4, 3), "a"))
+
+
+def test_integer_inputs_are_checked_not_truncated():
+    g = mn.Graph()
+    labels = g.input("labels", [3], mn.i32)
+    g.output("twice", labels + labels)
+    s = mn.Session(g)
+    s.set("labels", np.array([1, 2, 3], dtype=np.int64))
+    s.step()
+    assert s["twice"].tolist() == [2, 4, 6]
+    with pytest.raises(mn.Error, match="non-integral value 1.5"):
+        s.set("labels", np.array([1.5, 2, 3]))
+    with pytest.raises(mn.Error, match="outside the range of i32"):
+        s.set("labels", np.array([1, 2, 2**40]))
+
+
+def test_a_bad_index_on_the_device_raises_index_error():
+    g = mn.Graph()
+    table = g.parameter("table", [4, 2], mn.Init.ones())
+    ids = g.input("ids", [3], mn.i32)
+    g.output("rows", mn.take(table, ids))
+    s = mn.Session(g)
+    s.set("ids", np.array([0, 7, 1], dtype=np.int32))
+    with pytest.raises(mn.IndexError, match="7") as e:
+        s.step()
+    assert isinstance(e.value, IndexError)
+    s.set("ids", np.array([0, 3, 1], dtype=np.int32))
+    s.submit()
+    s.wait()
+    assert np.array_equal(s["rows"], np.ones((3, 2)))
+
+
+def test_programs_share_parameters():
+    counter = mn.Graph()
+    c = counter.state("count", [2], mn.Init.zeros())
+    counter.assign(c, c + 1.0)
+    counter.output("before", c * 1.0)
+    reader = mn.Graph()
+    r = reader.state("count", [2], mn.Init.zeros())
+    reader.output("scaled", r * 10.0)
+    s = mn.Session({"count": counter, "read": reader})
+    assert sorted(s.program_names) == ["count", "read"]
+    s.step("count")
+    s.step("count")
+    s.step("read")
+    assert s.get("scaled").tolist() == [20.0, 20.0]
+    assert s.get("count").tolist() == [2.0, 2.0]
+
+
+def test_bad_session_options_are_errors():
+    with pytest.raises(mn.Error, match="precision"):
+        mn.Session(small_graph(), precision="i32")
+    with pytest.raises(mn.Error, match="expected a Graph"):
+        mn.Session(42)
