@@ -173,6 +173,17 @@ void bind_normalization(py::module_& m) {
         py::arg("training") = true, keep);
 }
 
+// Window, stride (None: the window, as PyTorch) and padding of a pooling op.
+Pool2dOptions pool_options(const std::string& op, const py::object& kernel_size,
+                           const py::object& stride, const py::object& padding, bool ceil_mode) {
+  Pool2dOptions o;
+  o.kernel = to_pair(kernel_size, op + " kernel_size");
+  o.stride = stride.is_none() ? o.kernel : to_pair(stride, op + " stride");
+  o.padding = to_pair(padding, op + " padding");
+  o.ceil_mode = ceil_mode;
+  return o;
+}
+
 void bind_convolution(py::module_& m) {
   m.def(
       "conv2d",
@@ -206,12 +217,8 @@ void bind_convolution(py::module_& m) {
       "max_pool2d",
       [](Tensor x, const py::object& kernel_size, const py::object& stride,
          const py::object& padding, const py::object& dilation, bool ceil_mode) {
-        Pool2dOptions o;
-        o.kernel = to_pair(kernel_size, "max_pool2d kernel_size");
-        o.stride = stride.is_none() ? o.kernel : to_pair(stride, "max_pool2d stride");
-        o.padding = to_pair(padding, "max_pool2d padding");
+        Pool2dOptions o = pool_options("max_pool2d", kernel_size, stride, padding, ceil_mode);
         o.dilation = to_pair(dilation, "max_pool2d dilation");
-        o.ceil_mode = ceil_mode;
         return max_pool2d(x, o);
       },
       py::arg("x"), py::arg("kernel_size"), py::arg("stride") = py::none(),
@@ -220,11 +227,7 @@ void bind_convolution(py::module_& m) {
       "avg_pool2d",
       [](Tensor x, const py::object& kernel_size, const py::object& stride,
          const py::object& padding, bool ceil_mode, bool count_include_pad) {
-        Pool2dOptions o;
-        o.kernel = to_pair(kernel_size, "avg_pool2d kernel_size");
-        o.stride = stride.is_none() ? o.kernel : to_pair(stride, "avg_pool2d stride");
-        o.padding = to_pair(padding, "avg_pool2d padding");
-        o.ceil_mode = ceil_mode;
+        Pool2dOptions o = pool_options("avg_pool2d", kernel_size, stride, padding, ceil_mode);
         o.count_include_pad = count_include_pad;
         return avg_pool2d(x, o);
       },

@@ -21,6 +21,22 @@ LrSchedule schedule_of(const py::object& value) {
               py::repr(value).cast<std::string>());
 }
 
+// Adam or AdamW (their options have the same fields), checked.
+template <class Options, Optimizer (*make)(const Options&)>
+Optimizer adam_family(double lr, double beta1, double beta2, double eps, double weight_decay,
+                      double clip, int accumulate, const py::object& schedule) {
+  Optimizer o = make({.lr = lr,
+                      .beta1 = beta1,
+                      .beta2 = beta2,
+                      .eps = eps,
+                      .weight_decay = weight_decay,
+                      .clip_grad_norm = clip,
+                      .accumulate = accumulate,
+                      .schedule = schedule_of(schedule)});
+  o.validate(std::string("optim.") + optimizer_name(o.kind));
+  return o;
+}
+
 void bind_schedule(py::module_& optim) {
   py::class_<LrSchedule>(optim, "LrSchedule",
                          "Learning rate per update: linear warm-up, then constant, step decay "
@@ -89,34 +105,8 @@ void bind_optimizer(py::module_& optim) {
       py::arg("schedule") = py::none(), "torch.optim.SGD's semantics and defaults.");
   using AdamFactory = Optimizer (*)(double, double, double, double, double, double, int,
                                     const py::object&);
-  const AdamFactory adam = [](double lr, double beta1, double beta2, double eps,
-                              double weight_decay, double clip, int accumulate,
-                              const py::object& schedule) {
-    auto o = Optimizer::adam({.lr = lr,
-                              .beta1 = beta1,
-                              .beta2 = beta2,
-                              .eps = eps,
-                              .weight_decay = weight_decay,
-                              .clip_grad_norm = clip,
-                              .accumulate = accumulate,
-                              .schedule = schedule_of(schedule)});
-    o.validate("optim.Adam");
-    return o;
-  };
-  const AdamFactory adamw = [](double lr, double beta1, double beta2, double eps,
-                               double weight_decay, double clip, int accumulate,
-                               const py::object& schedule) {
-    auto o = Optimizer::adamw({.lr = lr,
-                               .beta1 = beta1,
-                               .beta2 = beta2,
-                               .eps = eps,
-                               .weight_decay = weight_decay,
-                               .clip_grad_norm = clip,
-                               .accumulate = accumulate,
-                               .schedule = schedule_of(schedule)});
-    o.validate("optim.AdamW");
-    return o;
-  };
+  const AdamFactory adam = &adam_family<AdamOptions, &Optimizer::adam>;
+  const AdamFactory adamw = &adam_family<AdamWOptions, &Optimizer::adamw>;
   for (const auto& [name, factory, decay, doc] :
        {std::tuple{"Adam", adam, 0.0, "torch.optim.Adam's semantics and defaults."},
         std::tuple{"AdamW", adamw, 0.01, "torch.optim.AdamW's semantics and defaults."}}) {

@@ -109,6 +109,20 @@ std::unique_ptr<Session> build(const py::object& graphs, const SessionOptions& o
   return build_session(programs, o);
 }
 
+// step() or submit() of a program (the session's only one when unnamed), without the GIL.
+void run_program(Session& s, const std::optional<std::string>& program, bool wait) {
+  py::gil_scoped_release release;
+  if (program && wait) {
+    s.step(*program);
+  } else if (program) {
+    s.submit(*program);
+  } else if (wait) {
+    s.step();
+  } else {
+    s.submit();
+  }
+}
+
 void bind_memory(py::module_& m) {
   py::class_<ProgramMemory>(m, "ProgramMemory")
       .def_readonly("name", &ProgramMemory::name)
@@ -179,23 +193,13 @@ void bind_session(py::module_& m) {
       .def(
           "step",
           [](Session& s, const std::optional<std::string>& program) {
-            py::gil_scoped_release release;
-            if (program) {
-              s.step(*program);
-            } else {
-              s.step();
-            }
+            run_program(s, program, /*wait=*/true);
           },
           py::arg("program") = py::none(), "One step: submit and wait.")
       .def(
           "submit",
           [](Session& s, const std::optional<std::string>& program) {
-            py::gil_scoped_release release;
-            if (program) {
-              s.submit(*program);
-            } else {
-              s.submit();
-            }
+            run_program(s, program, /*wait=*/false);
           },
           py::arg("program") = py::none(), "Starts a step and returns at once.")
       .def(
