@@ -2,6 +2,8 @@
 // as NumPy arrays.
 #include <meganeura/data.h>
 
+#include <algorithm>
+
 #include "bindings.h"
 
 namespace mn::python {
@@ -14,9 +16,77 @@ py::dict arrays_dict(const std::map<std::string, Array>& arrays) {
   return out;
 }
 
+// A classification data set from arrays: inputs [N, ...] (float32) and integer labels [N] in
+// [0, classes); classes unset: the largest label + 1.
+std::shared_ptr<const Dataset> dataset_of(const py::handle& inputs, const py::handle& labels,
+                                          std::optional<int64_t> classes) {
+  const auto np = py::module_::import("numpy");
+  py::array_t<float, py::array::c_style | py::array::forcecast> x(np.attr("asarray")(inputs));
+  const Array y = to_array(labels, DType::i32, "DataLoader labels");
+  if (x.ndim() < 1 || y.rank() != 1 || x.shape(0) != y.shape[0]) {
+    throw ShapeError("DataLoader: expected inputs [N, ...] and labels [N], got inputs " +
+                     shape_tuple({x.shape(), x.shape() + x.ndim()}) + " and labels " +
+                     shape_str(y.shape));
+  }
+  auto d = std::make_shared<Dataset>();
+  d->sample_shape.assign(x.shape() + 1, x.shape() + x.ndim());
+  d->inputs.assign(x.data(), x.data() + x.size());
+  int64_t top = -1;
+  for (double v : y.data) {
+    d->labels.push_back(static_cast<int32_t>(v));
+    top = std::max<int64_t>(top, static_cast<int64_t>(v));
+  }
+  for (int64_t c = 0; c < classes.value_or(top + 1); ++c) d->class_names.push_back(std::to_string(c));
+  d->validate();
+  return d;
+}
+
 }  // namespace
 
 void bind_data(py::module_& data) {
+  py::class_<DataLoader>(data, "DataLoader",
+                         "Batches of a classification data set, epoch after epoch, in the order "
+                         "the C++ trainer uses (a pure function of the seed and the epoch).")
+      .def(py::init([](const py::object& inputs, const py::object& labels, int64_t batch_size,
+                       bool shuffle, uint64_t seed, bool drop_last, std::optional<int64_t> classes) {
+             if (batch_size < 1) throw Error("DataLoader: batch_size must be >= 1");
+             DataLoaderOptions o;
+             o.batch_size = batch_size;
+             o.shuffle = shuffle;
+             o.seed = seed;
+             o.drop_last = drop_last;
+             return std::make_unique<DataLoader>(dataset_of(inputs, labels, classes), o);
+           }),
+           py::arg("inputs"), py::arg("labels"), py::kw_only(), py::arg("batch_size") = 32,
+           py::arg("shuffle") = true, py::arg("seed") = 0, py::arg("drop_last") = false,
+           py::arg("classes") = py::none())
+      .def_property_readonly("batches_per_epoch", &DataLoader::batches_per_epoch)
+      .def(
+          "next",
+          [](DataLoader& l) {
+            Batch b;
+            {
+              py::gil_scoped_release release;
+              b = l.next();
+            }
+            const Shape labels_shape{b.size()};
+            py::dict out;
+            out["inputs"] = adopt_vector(std::move(b.inputs), b.inputs_shape);
+            out["labels"] = adopt_vector(std::move(b.labels), labels_shape);
+            out["epoch"] = b.epoch;
+            out["step"] = b.step;
+            out["indices"] = b.indices;
+            return out;
+          },
+          "The next batch: {'inputs', 'labels', 'epoch', 'step', 'indices'} (the last batch of "
+          "an epoch may be short unless drop_last).")
+      .def_property_readonly("position",
+                             [](const DataLoader& l) {
+                               const auto p = l.position();
+                               return py::make_tuple(p.epoch, p.step);
+                             })
+      .def("seek", &DataLoader::seek, py::arg("epoch"), py::arg("step") = 0)
+      .def("epoch_order", &DataLoader::epoch_order, py::arg("epoch"));
   data.def(
       "load_fashion_mnist",
       [](const std::string& split, const std::string& layout, const std::filesystem::path& dir,

@@ -4,7 +4,27 @@ Data sets and tensor files.
 from __future__ import annotations
 import os
 import typing
-__all__ = ['fashion_mnist_classes', 'load_fashion_mnist', 'load_safetensors', 'save_safetensors']
+__all__ = ['DataLoader', 'fashion_mnist_classes', 'load_fashion_mnist', 'load_safetensors', 'save_safetensors']
+class DataLoader:
+    """
+    Batches of a classification data set, epoch after epoch, in the order the C++ trainer uses (a pure function of the seed and the epoch).
+    """
+    def __init__(self, inputs: typing.Any, labels: typing.Any, *, batch_size: int = 32, shuffle: bool = True, seed: int = 0, drop_last: bool = False, classes: int | None = None) -> None:
+        ...
+    def epoch_order(self, epoch: int) -> list[int]:
+        ...
+    def next(self) -> dict:
+        """
+        The next batch: {'inputs', 'labels', 'epoch', 'step', 'indices'} (the last batch of an epoch may be short unless drop_last).
+        """
+    def seek(self, epoch: int, step: int = 0) -> None:
+        ...
+    @property
+    def batches_per_epoch(self) -> int:
+        ...
+    @property
+    def position(self) -> tuple:
+        ...
 def fashion_mnist_classes() -> list[str]:
     ...
 def load_fashion_mnist(split: str = 'train', layout: str = 'flat', dir: os.PathLike = '', max_samples: int | None = None) -> tuple:
