@@ -39,6 +39,54 @@ std::vector<int64_t> dims_of(const py::args& args) {
   return args.cast<std::vector<int64_t>>();
 }
 
+// x[index] with NumPy's basic indexing: ints (the axis dropped), slices with a positive step,
+// one Ellipsis and None (a new axis). Anything else (arrays, negative steps) is an mn::Error.
+Tensor index(Tensor x, const py::object& key) {
+  py::tuple items = py::isinstance<py::tuple>(key) ? key.cast<py::tuple>() : py::make_tuple(key);
+  int64_t consumed = 0;  // items that index an axis of x
+  for (const auto& item : items) {
+    if (!item.is_none() && !py::isinstance<py::ellipsis>(item)) ++consumed;
+  }
+  if (consumed > x.rank()) {
+    throw Error("Tensor index: " + std::to_string(consumed) + " indices for a tensor of rank " +
+                std::to_string(x.rank()));
+  }
+  int64_t axis = 0;
+  std::vector<int64_t> dropped;  // axes of the result indexed by an int, removed at the end
+  bool ellipsis = false;
+  for (const auto& item : items) {
+    if (py::isinstance<py::ellipsis>(item)) {
+      if (ellipsis) throw Error("Tensor index: more than one Ellipsis");
+      ellipsis = true;
+      axis += x.rank() - consumed;
+    } else if (item.is_none()) {
+      x = unsqueeze(x, axis++);
+    } else if (py::isinstance<py::int_>(item)) {
+      const int64_t dim = x.shape()[static_cast<size_t>(axis)];
+      int64_t i = item.cast<int64_t>();
+      if (i < -dim || i >= dim) {
+        throw IndexError("Tensor index: " + std::to_string(i) + " is out of range for axis " +
+                         std::to_string(axis) + " of size " + std::to_string(dim));
+      }
+      if (i < 0) i += dim;
+      x = slice(x, axis, i, i + 1);
+      dropped.push_back(axis++);
+    } else if (py::isinstance<py::slice>(item)) {
+      const int64_t dim = x.shape()[static_cast<size_t>(axis)];
+      py::ssize_t start = 0, stop = 0, step = 0, length = 0;
+      if (!item.cast<py::slice>().compute(dim, &start, &stop, &step, &length)) {
+        throw py::error_already_set();
+      }
+      if (step < 1) throw Error("Tensor index: slices with a negative step are not supported");
+      x = slice(x, axis++, start, stop, step);
+    } else {
+      throw Error("Tensor index: expected ints, slices, None or ..., got " +
+                  py::repr(item).cast<std::string>());
+    }
+  }
+  return dropped.empty() ? x : squeeze(x, dropped);
+}
+
 }  // namespace
 
 void bind_tensor_methods(py::module_& m) {
@@ -58,6 +106,7 @@ void bind_tensor_methods(py::module_& m) {
   bind_operator(t, "__ge__", nullptr, &ge);
   t.def("__matmul__", [](Tensor a, Tensor b) { return matmul(a, b); }, py::is_operator(), keep);
   t.def("__neg__", [](Tensor a) { return neg(a); }, keep);
+  t.def("__getitem__", &index, py::arg("index"), keep);
   t.def("__abs__", [](Tensor a) { return abs(a); }, keep);
 
   t.def("reshape", [](Tensor x, py::args shape) { return reshape(x, dims_of(shape)); }, keep);

@@ -124,3 +124,28 @@ def test_a_graph_lives_as_long_as_its_tensors():
     gc.collect()
     assert y.shape == (2,)
     assert "mul" in str(y.graph)
+
+
+def test_indexing_follows_numpy():
+    g = mn.Graph()
+    x = g.input("x", [4, 5, 6])
+    picks = {
+        "a": (x[1], lambda v: v[1]),
+        "b": (x[:, 1:4], lambda v: v[:, 1:4]),
+        "c": (x[..., ::2], lambda v: v[..., ::2]),
+        "d": (x[-1, :, None, 2], lambda v: v[-1, :, None, 2]),
+        "e": (x[1:, -3:-1, 5], lambda v: v[1:, -3:-1, 5]),
+    }
+    for name, (t, _) in picks.items():
+        g.output(name, t)
+    xv = np.arange(120, dtype=np.float64).reshape(4, 5, 6)
+    out = mn.reference.evaluate(g, {"x": xv})
+    for name, (t, f) in picks.items():
+        assert t.shape == f(xv).shape, name
+        assert np.array_equal(out[name], f(xv)), name
+    with pytest.raises(mn.IndexError, match="out of range for axis 0"):
+        x[4]
+    with pytest.raises(mn.Error, match="negative step"):
+        x[::-1]
+    with pytest.raises(mn.Error, match="4 indices for a tensor of rank 3"):
+        x[0, 0, 0, 0]
