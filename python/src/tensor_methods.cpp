@@ -112,7 +112,8 @@ void bind_tensor_methods(py::module_& m) {
   t.def("reshape", [](Tensor x, py::args shape) { return reshape(x, dims_of(shape)); }, keep);
   t.def("permute", [](Tensor x, py::args dims) { return permute(x, dims_of(dims)); }, keep);
   t.def("transpose", &transpose, py::arg("dim0") = -2, py::arg("dim1") = -1, keep);
-  t.def_property_readonly("T", [](Tensor x) { return transpose(x); }, keep);
+  // A property cannot take keep_alive itself (pybind11 3 refuses it); its getter can.
+  t.def_property_readonly("T", py::cpp_function([](Tensor x) { return transpose(x); }, keep));
   t.def("unsqueeze", &unsqueeze, py::arg("axis"), keep);
   t.def(
       "squeeze", [](Tensor x, const py::object& axis) { return squeeze(x, to_axes(axis)); },
