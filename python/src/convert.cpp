@@ -132,22 +132,16 @@ Array to_array(const py::handle& value, std::optional<DType> dtype, const std::s
 
 py::array to_numpy(const Array& a) {
   std::vector<py::ssize_t> dims(a.shape.begin(), a.shape.end());
-  if (a.dtype == DType::i32) {
-    py::array_t<int32_t> out(dims);
+  auto convert = [&](auto type_tag) -> py::array {
+    using T = decltype(type_tag);
+    py::array_t<T> out(dims);
     auto* p = out.mutable_data();
-    for (size_t i = 0; i < a.data.size(); ++i) p[i] = static_cast<int32_t>(a.data[i]);
+    for (size_t i = 0; i < a.data.size(); ++i) p[i] = static_cast<T>(a.data[i]);
     return out;
-  }
-  if (a.dtype == DType::u32) {
-    py::array_t<uint32_t> out(dims);
-    auto* p = out.mutable_data();
-    for (size_t i = 0; i < a.data.size(); ++i) p[i] = static_cast<uint32_t>(a.data[i]);
-    return out;
-  }
-  py::array_t<float> out(dims);
-  auto* p = out.mutable_data();
-  for (size_t i = 0; i < a.data.size(); ++i) p[i] = static_cast<float>(a.data[i]);
-  return out;
+  };
+  if (a.dtype == DType::i32) return convert(int32_t{});
+  if (a.dtype == DType::u32) return convert(uint32_t{});
+  return convert(float{});
 }
 
 }  // namespace mn::python

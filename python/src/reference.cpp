@@ -18,9 +18,7 @@ reference::Feeds feeds_of(const Graph& g, const py::dict& values) {
   for (auto [key, value] : values) {
     const auto name = key.cast<std::string>();
     std::optional<DType> dtype;
-    for (auto id : g.inputs()) {
-      if (g.node(id).name == name) dtype = g.node(id).type.dtype;
-    }
+    if (auto id = g.find_input(name)) dtype = g.node(*id).type.dtype;
     if (auto id = g.find_persistent(name)) dtype = g.node(*id).type.dtype;
     feeds[name] = to_array(value, dtype, "reference feed '" + name + "'");
   }
