@@ -53,6 +53,21 @@ GenerationRequest request_of(int64_t max_new_tokens, std::optional<double> tempe
           .stop = std::move(stop)};
 }
 
+// Sampling and stopping of a request, resolved against the model's generation_config.json;
+// `room`: the context left after the longest prompt.
+std::pair<SamplingOptions, StopOptions> resolve(const LanguageModel& lm,
+                                                const GenerationRequest& request, int64_t room) {
+  return {resolve_sampling(request, lm.model.generation),
+          resolve_stop(request, lm.model.generation, lm.tokenizer, room)};
+}
+
+// Callbacks that decode generated ids with the model's tokenizer.
+GenerateCallbacks decoding(const LanguageModel& lm) {
+  GenerateCallbacks cb;
+  cb.decode = [&lm](std::span<const int32_t> t) { return generated_text(lm.tokenizer, t); };
+  return cb;
+}
+
 // Prompts given as one text, texts, or token id lists; with chat, texts become a user turn
 // (after the system message) laid out by the model's chat template.
 std::vector<std::vector<int32_t>> encode_prompts(const LanguageModel& lm,
@@ -96,12 +111,9 @@ py::object generate_texts(LanguageModel& lm, const py::object& prompts, int64_t 
   size_t longest = 0;
   for (const auto& p : ids) longest = std::max(longest, p.size());
   const auto request = request_of(max_new_tokens, temperature, top_k, top_p, seed, std::move(stop));
-  const SamplingOptions sampling = resolve_sampling(request, lm.model.generation);
-  const StopOptions stops =
-      resolve_stop(request, lm.model.generation, lm.tokenizer,
-                   lm.runner->max_context() - static_cast<int64_t>(longest) + 1);
-  GenerateCallbacks cb;
-  cb.decode = [&lm](std::span<const int32_t> t) { return generated_text(lm.tokenizer, t); };
+  const auto [sampling, stops] =
+      resolve(lm, request, lm.runner->max_context() - static_cast<int64_t>(longest) + 1);
+  GenerateCallbacks cb = decoding(lm);
   if (!on_text.is_none()) {
     cb.on_text = [&on_text](int64_t index, std::string_view text) {
       py::gil_scoped_acquire hold;
@@ -251,13 +263,9 @@ void bind_conversation(py::module_& lm) {
              std::optional<double> top_p, uint64_t seed) {
             LanguageModel& m = *c.model;
             const auto request = request_of(max_new_tokens, temperature, top_k, top_p, seed, {});
-            const SamplingOptions sampling = resolve_sampling(request, m.model.generation);
-            const StopOptions stops = resolve_stop(request, m.model.generation, m.tokenizer,
-                                                   m.runner->max_context() / 2);
-            GenerateCallbacks cb;
-            cb.decode = [&m](std::span<const int32_t> t) { return generated_text(m.tokenizer, t); };
+            const auto [sampling, stops] = resolve(m, request, m.runner->max_context() / 2);
             py::gil_scoped_release release;
-            return c.conversation.reply(user, sampling, stops, cb).text;
+            return c.conversation.reply(user, sampling, stops, decoding(m)).text;
           },
           py::arg("user"), py::kw_only(), py::arg("max_new_tokens") = 0,
           py::arg("temperature") = py::none(), py::arg("top_k") = py::none(),
