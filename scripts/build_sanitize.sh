@@ -6,12 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --tests --clang --no-build
+source scripts/ccache-env.sh
 if [[ ! -f build-asan/build.ninja ]]; then
-  launcher=()
-  command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
   # -O1: the usual sanitizer trade between build time and run time.
   cmake -S . -B build-asan -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=Sanitize \
     -DCMAKE_CXX_FLAGS_SANITIZE="-O1 -g" -DMN_BUILD_FUZZERS=ON -DMN_BUILD_TESTS=ON \
-    -DMN_BUILD_BENCH=OFF "${launcher[@]}"
+    -DMN_BUILD_BENCH=OFF "${mn_compiler_launcher[@]}"
 fi
 cmake --build build-asan --parallel "$(nproc)" ${1:+--target "$@"}

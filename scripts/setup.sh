@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake ninja-build pkg-config python3-venv python3-dev pybind11-dev
+packages=(build-essential cmake ninja-build ccache pkg-config python3-venv python3-dev pybind11-dev
   libvulkan-dev vulkan-validationlayers mesa-vulkan-drivers
   libshaderc-dev glslang-dev spirv-tools
   nlohmann-json3-dev libfmt-dev libcli11-dev zlib1g-dev libicu-dev
@@ -68,8 +68,11 @@ if ((tests)) && ! compgen -G ".venv/lib/python3*/site-packages/scikit_build_core
 fi
 
 ((build)) || exit 0
+# ccache keyed on paths relative to the checkout, so a second clone in another folder reuses
+# the objects of the first (scripts/ccache-env.sh).
+source scripts/ccache-env.sh
 if [[ ! -f build/build.ninja ]]; then
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DPython_EXECUTABLE="$PWD/.venv/bin/python"
+    -DPython_EXECUTABLE="$PWD/.venv/bin/python" "${mn_compiler_launcher[@]}"
 fi
 cmake --build build --parallel "$(nproc)"
