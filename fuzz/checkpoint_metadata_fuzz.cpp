@@ -15,12 +15,12 @@ namespace {
 constexpr int64_t kPerEpoch = 4, kTotal = 40, kExamples = 10;
 
 void check_training(const std::map<std::string, std::string>& meta) {
-  TrainOptions o;
-  o.model.kind = ModelKind::mlp;
-  o.model.batch = 16;
-  o.optimizer = Optimizer::adam();
-  o.resume = "fuzz.safetensors";
-  const train::ResumePoint r = train::resume_point(meta, o, kPerEpoch, kTotal);
+  const train::RunShape run{"fuzz.safetensors",
+                            {{"model", "mlp"}, {"optimizer", "adam"}, {"batch", "16"}},
+                            kPerEpoch,
+                            kTotal,
+                            kTotal / kPerEpoch};
+  const train::ResumePoint r = train::resume_point(meta, run);
   require(r.global_step >= 0 && r.global_step < kTotal, "resume_point: step outside the run");
   require(r.next.step >= 0 && r.next.step < kPerEpoch, "resume_point: batch outside the epoch");
 }

@@ -139,6 +139,8 @@ class Session {
   void step(std::string_view program);
   void submit(std::string_view program);
   void set(std::string_view program, std::string_view name, const Array& value);
+  void set_raw(std::string_view program, std::string_view name, DType source,
+               std::span<const std::byte> bytes);
   Array get(std::string_view program, std::string_view name) const;
   std::vector<std::string> program_names() const;
   std::vector<std::string> input_names(std::string_view program) const;

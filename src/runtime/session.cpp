@@ -487,9 +487,12 @@ void Session::set_scalar(std::string_view name, double value) {
   set(name, Array(n.type.shape, n.type.dtype, {value}));
 }
 
-void Session::set_raw(std::string_view name, DType source, std::span<const std::byte> bytes) {
-  Program& p = impl_->owner(name, "Session::set_raw");
-  const Node& n = *p.find(name);
+namespace {
+
+// set_raw's work once the program is known: the byte count checked, converted when the dtypes
+// differ.
+std::vector<std::byte> raw_bytes(const Node& n, std::string_view name, DType source,
+                                 std::span<const std::byte> bytes) {
   const uint64_t count = static_cast<uint64_t>(n.type.numel());
   if (bytes.size() != count * dtype_size(source)) {
     throw ShapeError("Session::set_raw '" + std::string(name) + "': expected " +
@@ -497,13 +500,39 @@ void Session::set_raw(std::string_view name, DType source, std::span<const std::
                      std::to_string(count * dtype_size(source)) + " bytes) for " + n.type.str() +
                      ", got " + std::to_string(bytes.size()) + " bytes");
   }
-  if (source == n.type.dtype) {  // no conversion: the bytes go to the device as they are
+  std::vector<std::byte> converted(count * dtype_size(n.type.dtype));
+  runtime::convert_elements(bytes, source, converted, n.type.dtype);
+  return converted;
+}
+
+}  // namespace
+
+void Session::set_raw(std::string_view name, DType source, std::span<const std::byte> bytes) {
+  Program& p = impl_->owner(name, "Session::set_raw");
+  const Node& n = *p.find(name);
+  if (source == n.type.dtype && bytes.size() == static_cast<uint64_t>(n.type.numel()) *
+                                                   dtype_size(source)) {
+    impl_->write_tensor(p, name, bytes);  // no conversion: the bytes go as they are
+    return;
+  }
+  impl_->write_tensor(p, name, raw_bytes(n, name, source, bytes));
+}
+
+void Session::set_raw(std::string_view program, std::string_view name, DType source,
+                      std::span<const std::byte> bytes) {
+  Program& p = impl_->program(program, "Session::set_raw");
+  const Node* n = p.find(name);
+  if (!n) {
+    throw Error("Session::set_raw: program '" + p.name +
+                "' has no input, parameter or state named '" + std::string(name) +
+                "' (have: " + known_names(p) + ")");
+  }
+  if (source == n->type.dtype &&
+      bytes.size() == static_cast<uint64_t>(n->type.numel()) * dtype_size(source)) {
     impl_->write_tensor(p, name, bytes);
     return;
   }
-  std::vector<std::byte> converted(count * dtype_size(n.type.dtype));
-  runtime::convert_elements(bytes, source, converted, n.type.dtype);
-  impl_->write_tensor(p, name, converted);
+  impl_->write_tensor(p, name, raw_bytes(*n, name, source, bytes));
 }
 
 Array Session::get(std::string_view name) const {

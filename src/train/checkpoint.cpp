@@ -10,13 +10,11 @@ namespace mn::train {
 
 namespace {
 
-using Meta = std::map<std::string, std::string>;
-
-[[noreturn]] void mismatch(const TrainOptions& o, const std::string& what) {
+[[noreturn]] void mismatch(const RunShape& o, const std::string& what) {
   throw Error("cannot resume from '" + o.resume.string() + "': " + what);
 }
 
-const std::string& meta_field(const Meta& meta, const TrainOptions& o, const std::string& key) {
+const std::string& meta_field(const Meta& meta, const RunShape& o, const std::string& key) {
   auto it = meta.find(key);
   if (it == meta.end()) {
     throw FormatError("cannot resume from '" + o.resume.string() +
@@ -26,7 +24,7 @@ const std::string& meta_field(const Meta& meta, const TrainOptions& o, const std
 }
 
 // The whole text as a decimal integer, nothing before or after it.
-int64_t meta_int(const Meta& meta, const TrainOptions& o, const std::string& key) {
+int64_t meta_int(const Meta& meta, const RunShape& o, const std::string& key) {
   const std::string& text = meta_field(meta, o, key);
   int64_t v = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
@@ -37,7 +35,7 @@ int64_t meta_int(const Meta& meta, const TrainOptions& o, const std::string& key
   return v;
 }
 
-void expect_field(const Meta& meta, const TrainOptions& o, const std::string& key,
+void expect_field(const Meta& meta, const RunShape& o, const std::string& key,
                   const std::string& expected) {
   const std::string& found = meta_field(meta, o, key);
   if (found != expected) {
@@ -46,7 +44,7 @@ void expect_field(const Meta& meta, const TrainOptions& o, const std::string& ke
   }
 }
 
-void check_format(const Meta& meta, const TrainOptions& o) {
+void check_format(const Meta& meta, const RunShape& o) {
   auto it = meta.find("format");
   const std::string family = "meganeura-checkpoint-";
   if (it == meta.end() || it->second.rfind(family, 0) != 0) {
@@ -80,7 +78,7 @@ Array transposed(const Array& a) {
 }
 
 // Every tensor the session keeps, with the checkpoint's dtype and shape; nothing else.
-void load_tensors(const SafetensorsReader& reader, Session& s, const TrainOptions& o) {
+void load_tensors(const SafetensorsReader& reader, Session& s, const RunShape& o) {
   const bool in_out = reader.metadata().at("format") == kCheckpointFormatInOut;
   std::vector<std::string> names = s.parameter_names();
   for (const std::string& n : s.state_names()) names.push_back(n);
@@ -112,42 +110,34 @@ void load_tensors(const SafetensorsReader& reader, Session& s, const TrainOption
 
 }  // namespace
 
-void save_checkpoint(const std::filesystem::path& path, Session& s, const TrainOptions& o,
-                     int64_t global_step, DataLoader::Position next) {
+void save_checkpoint(const std::filesystem::path& path, Session& s, const Meta& identity,
+                     int64_t global_step, DataLoader::Position next, const Meta& extra) {
   check_finite(s, global_step);  // a diverged run is never saved
   std::map<std::string, Array> arrays;
   for (const std::string& n : s.parameter_names()) arrays[n] = s.get(n);
   for (const std::string& n : s.state_names()) arrays[n] = s.get(n);
-  Meta meta = {
-      {"format", kCheckpointFormat},
-      {"model", model_name(o.model.kind)},
-      {"optimizer", optimizer_name(o.optimizer.kind)},
-      {"global_step", std::to_string(global_step)},
-      {"next_epoch", std::to_string(next.epoch)},
-      {"next_step", std::to_string(next.step)},
-      {"batch", std::to_string(o.model.batch)},
-  };
+  Meta meta = extra;
+  for (const auto& [key, value] : identity) meta[key] = value;
+  meta["format"] = kCheckpointFormat;
+  meta["global_step"] = std::to_string(global_step);
+  meta["next_epoch"] = std::to_string(next.epoch);
+  meta["next_step"] = std::to_string(next.step);
   save_safetensors(path, arrays, meta);
 }
 
-ResumePoint load_checkpoint(Session& s, const TrainOptions& o, int64_t per_epoch, int64_t total) {
-  SafetensorsReader reader(o.resume);
-  const ResumePoint r = resume_point(reader.metadata(), o, per_epoch, total);
-  load_tensors(reader, s, o);
+ResumePoint load_checkpoint(Session& s, const RunShape& run) {
+  SafetensorsReader reader(run.resume);
+  const ResumePoint r = resume_point(reader.metadata(), run);
+  load_tensors(reader, s, run);
   return r;
 }
 
-ResumePoint resume_point(const Meta& meta, const TrainOptions& o, int64_t per_epoch,
-                         int64_t total) {
+ResumePoint resume_point(const Meta& meta, const RunShape& o) {
   check_format(meta, o);
-  expect_field(meta, o, "model", model_name(o.model.kind));
-  expect_field(meta, o, "optimizer", optimizer_name(o.optimizer.kind));
-  const int64_t batch = meta_int(meta, o, "batch");
-  if (batch != o.model.batch) {
-    mismatch(o, "'batch' is " + std::to_string(batch) + " in the checkpoint, this run has " +
-                    std::to_string(o.model.batch));
-  }
+  for (const auto& [key, value] : o.identity) expect_field(meta, o, key, value);
+  const int64_t per_epoch = o.per_epoch, total = o.total;
   ResumePoint r;
+  r.meta = meta;
   r.global_step = meta_int(meta, o, "global_step");
   r.next = {meta_int(meta, o, "next_epoch"), meta_int(meta, o, "next_step")};
   if (r.global_step < 0) mismatch(o, "'global_step' is " + std::to_string(r.global_step));

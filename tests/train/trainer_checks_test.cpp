@@ -163,7 +163,7 @@ TEST(TrainerChecks, ResumeChecksTheRunsIdentity) {
   run.expect_resume_error({"'optimizer' is 'adam'", "'sgd'"}, other);
   other = run.o;
   other.model.batch = 8;
-  run.expect_resume_error({"'batch' is 16", "8"}, other);
+  run.expect_resume_error({"'batch' is '16'", "'8'"}, other);
 
   run.rewrite([](Arrays&, Meta& m) { m["format"] = "meganeura-checkpoint-3"; });
   run.expect_resume_error(
@@ -253,8 +253,7 @@ TEST(TrainerChecks, ResumingAFinishedRunSaysSo) {
 // The metadata alone: a data position far past int64 (epoch x batches per epoch overflows) is a
 // mismatch named as one, not an overflowed product that happens to equal global_step.
 TEST(TrainerChecks, ResumePositionsPastInt64AreMismatches) {
-  TrainOptions o = small_run();
-  o.resume = "run.safetensors";
+  const train::RunShape o{"run.safetensors", {{"model", "mlp"}, {"optimizer", "adam"}, {"batch", "16"}}, 4, 40, 10};
   std::map<std::string, std::string> meta = {{"format", train::kCheckpointFormat},
                                              {"model", "mlp"},
                                              {"optimizer", "adam"},
@@ -262,17 +261,17 @@ TEST(TrainerChecks, ResumePositionsPastInt64AreMismatches) {
                                              {"global_step", "5"},
                                              {"next_epoch", "1"},
                                              {"next_step", "1"}};
-  const train::ResumePoint r = train::resume_point(meta, o, 4, 40);
+  const train::ResumePoint r = train::resume_point(meta, o);
   EXPECT_EQ(r.global_step, 5);
   EXPECT_EQ(r.next.epoch, 1);
   // 2^62 + 1 epochs of 4 batches wrap to step 4 in 64 bits.
   meta["next_epoch"] = "4611686018427387905";
   meta["next_step"] = "0";
   meta["global_step"] = "4";
-  expect_error([&] { train::resume_point(meta, o, 4, 40); },
+  expect_error([&] { train::resume_point(meta, o); },
                {"data position (epoch 4611686018427387905", "not step 4"});
   meta["next_epoch"] = "99999999999999999999";
-  expect_error([&] { train::resume_point(meta, o, 4, 40); },
+  expect_error([&] { train::resume_point(meta, o); },
                {"'next_epoch'", "expected an integer"});
 }
 
