@@ -39,12 +39,14 @@ struct Init {
     kaiming_normal,
     kaiming_uniform,
     xavier_normal,
-    xavier_uniform
+    xavier_uniform,
+    normal_zero_row
   };
   Kind kind = Kind::zeros;
-  double a =
-      0.0;  // constant: value; normal: mean; uniform: low; kaiming: negative slope; xavier: gain
-  double b = 0.0;  // normal: std; uniform: high
+  // constant: value; normal: mean; uniform: low; kaiming: negative slope; xavier: gain;
+  // normal_zero_row: the row (index on the first axis) left at zero.
+  double a = 0.0;
+  double b = 0.0;  // normal, normal_zero_row: std; uniform: high
   uint64_t seed = 0;
 
   static Init zeros() { return {Kind::zeros}; }
@@ -65,6 +67,10 @@ struct Init {
   }
   static Init xavier_uniform(uint64_t seed, double gain = 1.0) {
     return {Kind::xavier_uniform, gain, 0, seed};
+  }
+  // N(0, std) with one row zero: torch.nn.Embedding's padding_idx.
+  static Init normal_zero_row(double std, int64_t row, uint64_t seed) {
+    return {Kind::normal_zero_row, static_cast<double>(row), std, seed};
   }
 
   bool operator==(const Init&) const = default;

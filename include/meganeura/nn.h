@@ -170,11 +170,15 @@ class Linear : public Module {
 };
 
 // weight [num_embeddings, embedding_dim] ~ N(0, 1); forward takes i32 indices of any shape.
+// With padding_idx (negative counts from the end, as PyTorch), that row starts at zero and gets
+// no gradient: it stays what it was initialized or loaded as.
 class Embedding : public Module {
  public:
-  Embedding(int64_t num_embeddings, int64_t embedding_dim);
+  Embedding(int64_t num_embeddings, int64_t embedding_dim,
+            std::optional<int64_t> padding_idx = std::nullopt);
   Tensor forward(Tensor indices) override;
   int64_t num_embeddings, embedding_dim;
+  std::optional<int64_t> padding_idx;  // in [0, num_embeddings) once constructed
 };
 
 // Normalizes over the trailing normalized_shape axes; weight ones, bias zeros.
@@ -275,12 +279,14 @@ struct MultiheadAttentionConfig {
 
 // torch.nn.MultiheadAttention with batch_first=True: in_proj_weight [3E, E] (query, key, value
 // rows), in_proj_bias [3E], out_proj (Linear E -> E). Inputs [B, L, E]; mask additive, broadcast
-// to [B, heads, Lq, Lk] (a [Lq, Lk] float mask as PyTorch's attn_mask).
+// to [B, heads, Lq, Lk] (a [Lq, Lk] float mask as PyTorch's attn_mask); key_padding_mask [B, Lk]
+// as PyTorch's: integers (its bool) where nonzero marks a key left out, or floats added.
 class MultiheadAttention : public Module {
  public:
   MultiheadAttention(int64_t embed_dim, int64_t num_heads, MultiheadAttentionConfig config = {});
   Tensor forward(Tensor x) override { return forward(x, x, x); }
-  Tensor forward(Tensor query, Tensor key, Tensor value, Tensor mask = {}, bool causal = false);
+  Tensor forward(Tensor query, Tensor key, Tensor value, Tensor mask = {}, bool causal = false,
+                 Tensor key_padding_mask = {});
   int64_t embed_dim, num_heads;
   MultiheadAttentionConfig config;
   std::shared_ptr<Linear> out_proj;
@@ -305,7 +311,8 @@ class TransformerBlock : public Module {
  public:
   TransformerBlock(int64_t d_model, int64_t nhead, TransformerBlockConfig config = {});
   Tensor forward(Tensor x) override { return forward(x, {}, false); }
-  Tensor forward(Tensor x, Tensor mask, bool causal);
+  // src_key_padding_mask as MultiheadAttention's key_padding_mask.
+  Tensor forward(Tensor x, Tensor mask, bool causal, Tensor key_padding_mask = {});
   TransformerBlockConfig config;
   std::shared_ptr<MultiheadAttention> self_attn;
   std::shared_ptr<Linear> linear1, linear2;

@@ -74,6 +74,16 @@ Array initialize(const Init& init, const Shape& shape, DType dtype) {
       fill_uniform(-bound, bound);
       break;
     }
+    case Init::Kind::normal_zero_row: {
+      fill_normal(0.0, init.b);
+      const int64_t row = static_cast<int64_t>(init.a);
+      if (!shape.empty() && row >= 0 && row < shape[0]) {
+        const auto width = static_cast<size_t>(out.numel() / shape[0]);
+        std::fill_n(out.data.begin() + static_cast<ptrdiff_t>(row) * static_cast<ptrdiff_t>(width),
+                    width, 0.0);
+      }
+      break;
+    }
   }
   for (double& v : out.data) v = round_to_dtype(v, dtype);
   return out;

@@ -60,8 +60,27 @@ Tensor MultiheadAttention::attend(Tensor q, Tensor k, Tensor v, Tensor mask, boo
   return matmul(p, v);
 }
 
+namespace {
+
+// A [B, Lk] key padding mask as an additive [B, 1, 1, Lk] one: -inf where an integer mask is
+// nonzero (PyTorch's True), a float mask as it is.
+Tensor padding_as_additive(const Module& m, Tensor padding, int64_t batch, int64_t keys) {
+  if (padding.rank() != 2 || padding.dim(0) != batch || padding.dim(1) != keys) {
+    throw ShapeError(m.where() + ": key_padding_mask must be [" + std::to_string(batch) + ", " +
+                     std::to_string(keys) + "] (batch, key length), got " + padding.type().str());
+  }
+  Graph& g = padding.graph();
+  Tensor additive = padding;
+  if (!is_float(padding.dtype())) {
+    additive = mn::where(padding, g.scalar(-std::numeric_limits<double>::infinity()), g.scalar(0.0));
+  }
+  return reshape(additive, {batch, 1, 1, keys});
+}
+
+}  // namespace
+
 Tensor MultiheadAttention::forward(Tensor query, Tensor key, Tensor value, Tensor mask,
-                                   bool causal) {
+                                   bool causal, Tensor key_padding_mask) {
   const std::string layout = "[batch, length, " + std::to_string(embed_dim) + "]";
   for (const Tensor* t : {&query, &key, &value}) {
     require_rank(*this, *t, 3, layout);
@@ -74,6 +93,10 @@ Tensor MultiheadAttention::forward(Tensor query, Tensor key, Tensor value, Tenso
     throw ShapeError(where() + ": query " + query.type().str() + ", key " + key.type().str() +
                      " and value " + value.type().str() +
                      " must share the batch, and key and value the length");
+  }
+  if (key_padding_mask.valid()) {
+    Tensor padding = padding_as_additive(*this, key_padding_mask, B, key.dim(1));
+    mask = mask.valid() ? mask + padding : padding;
   }
   auto heads = [&](Tensor t) {
     return permute(reshape(t, {B, t.dim(1), H, D}), {0, 2, 1, 3});  // [B, H, L, D]
@@ -103,9 +126,9 @@ TransformerBlock::TransformerBlock(int64_t d_model, int64_t nhead, TransformerBl
   dropout2 = register_module("dropout2", std::make_shared<Dropout>(config.dropout));
 }
 
-Tensor TransformerBlock::forward(Tensor x, Tensor mask, bool causal) {
+Tensor TransformerBlock::forward(Tensor x, Tensor mask, bool causal, Tensor key_padding_mask) {
   Tensor h = norm1->forward(x);
-  x = x + dropout1->forward(self_attn->forward(h, h, h, mask, causal));
+  x = x + dropout1->forward(self_attn->forward(h, h, h, mask, causal, key_padding_mask));
   Tensor f = linear1->forward(norm2->forward(x));
   f = config.gelu ? gelu(f) : relu(f);
   return x + dropout2->forward(linear2->forward(dropout->forward(f)));

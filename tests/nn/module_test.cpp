@@ -118,6 +118,22 @@ TEST(NnModule, DeclarationErrorsNameTheModule) {
       },
       {"Conv2d", "multiples of groups 2"});
   expect_error([&] { a.child("7"); }, {"Sequential (root)", "no child '7'"});
+  expect_error([] { nn::Embedding(10, 4, 10); }, {"Embedding", "padding_idx 10", "[-10, 10)"});
+  expect_error([] { nn::Embedding(10, 4, -11); }, {"padding_idx -11"});
+}
+
+// A fresh Embedding's padding row is zero (PyTorch's initialization), the others are not.
+TEST(NnModule, EmbeddingPaddingRowStartsAtZero) {
+  nn::Embedding emb(5, 3, -2);
+  EXPECT_EQ(emb.padding_idx, 3);
+  const Array w = initialize(emb.state_entries().at(0).slot.init, {5, 3});
+  for (int64_t r = 0; r < 5; ++r) {
+    for (int64_t c = 0; c < 3; ++c) {
+      const double v = w.data[static_cast<size_t>(r * 3 + c)];
+      if (r == 3) EXPECT_EQ(v, 0.0);
+      else EXPECT_NE(v, 0.0);
+    }
+  }
 }
 
 TEST(NnModule, BadInputsNameTheModule) {
@@ -132,6 +148,9 @@ TEST(NnModule, BadInputsNameTheModule) {
   expect_error([&] { bn.forward(g.input("img", {2, 4, 5, 5})); }, {"BatchNorm2d", "3 channels"});
   nn::MultiheadAttention mha(8, 2);
   expect_error([&] { mha.forward(g.input("q", {2, 8})); }, {"MultiheadAttention", "3-D input"});
+  Tensor q = g.input("q3", {2, 5, 8});
+  expect_error([&] { mha.forward(q, q, q, {}, false, g.input("pad", {2, 4}, DType::i32)); },
+               {"MultiheadAttention", "key_padding_mask must be [2, 5]", "i32[2, 4]"});
   // A graph that already holds the name with another type.
   Graph h;
   h.parameter("weight", {3, 3});

@@ -74,6 +74,13 @@ std::vector<Case> cases() {
        std::make_shared<nn::TransformerBlock>(
            8, 2, nn::TransformerBlockConfig{.dim_feedforward = 16, .dropout = 0.0, .gelu = true}),
        single});
+  out.push_back({"padded_embedding", std::make_shared<nn::Embedding>(10, 6, -7), single});
+  out.push_back({"attention_padding", std::make_shared<nn::MultiheadAttention>(8, 2),
+                 [](nn::Module& m, const std::map<std::string, Tensor>& in) {
+                   auto& mha = dynamic_cast<nn::MultiheadAttention&>(m);
+                   Tensor x = in.at("x"), y = in.at("y");
+                   return std::vector<Tensor>{mha.forward(x, y, y, {}, false, in.at("mask"))};
+                 }});
   return out;
 }
 
@@ -90,7 +97,7 @@ std::unique_ptr<Built> build(const Case& c, const SafetensorsReader& io, bool tr
   Graph& g = b->graph;
   c.module->train(training);
   std::map<std::string, Tensor> inputs;
-  for (const char* name : {"x", "y"}) {
+  for (const char* name : {"x", "y", "mask"}) {
     if (!io.contains(name)) continue;
     const Array a = io.array(name);
     inputs[name] = g.input(name, a.shape, a.dtype);
