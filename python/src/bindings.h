@@ -29,6 +29,7 @@ void bind_nn(py::module_& nn);
 void bind_data(py::module_& data);
 void bind_reference(py::module_& reference);
 void bind_lm(py::module_& lm);
+void bind_trainer(py::module_& m, py::module_& data);
 
 // A dtype given as mn.DType, its name ("f32", "bf16"), NumPy's name ("float32", "int32") or a
 // NumPy dtype. mn::Error naming `where` and the value for anything else.

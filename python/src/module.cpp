@@ -17,6 +17,7 @@ PYBIND11_MODULE(_core, m) {
   bind_optim(m, optim);
   bind_nn(nn);
   bind_data(data);
+  bind_trainer(m, data);
   bind_reference(reference);
   bind_lm(lm);
 }

@@ -204,7 +204,9 @@ void bind_layers(py::module_& nn) {
       .def_readonly("in_features", &nn::Linear::in_features)
       .def_readonly("out_features", &nn::Linear::out_features);
   ModuleClass<nn::Embedding>(nn, "Embedding")
-      .def(py::init<int64_t, int64_t>(), py::arg("num_embeddings"), py::arg("embedding_dim"))
+      .def(py::init<int64_t, int64_t, std::optional<int64_t>>(), py::arg("num_embeddings"),
+           py::arg("embedding_dim"), py::arg("padding_idx") = py::none())
+      .def_readonly("padding_idx", &nn::Embedding::padding_idx)
       .def_readonly("num_embeddings", &nn::Embedding::num_embeddings)
       .def_readonly("embedding_dim", &nn::Embedding::embedding_dim);
   ModuleClass<nn::LayerNorm>(nn, "LayerNorm")
@@ -265,13 +267,17 @@ void bind_attention_modules(py::module_& nn) {
       .def(
           "forward",
           [](nn::MultiheadAttention& a, Tensor query, std::optional<Tensor> key,
-             std::optional<Tensor> value, std::optional<Tensor> mask, bool causal) {
+             std::optional<Tensor> value, std::optional<Tensor> mask, bool causal,
+             std::optional<Tensor> key_padding_mask) {
             return a.forward(query, key.value_or(query), value.value_or(key.value_or(query)),
-                             mask.value_or(Tensor{}), causal);
+                             mask.value_or(Tensor{}), causal, key_padding_mask.value_or(Tensor{}));
           },
           py::arg("query"), py::arg("key") = py::none(), py::arg("value") = py::none(),
-          py::arg("mask") = py::none(), py::arg("causal") = false, py::keep_alive<0, 2>(),
-          "Inputs [B, L, E] (batch first); key and value default to the query.");
+          py::arg("mask") = py::none(), py::arg("causal") = false,
+          py::arg("key_padding_mask") = py::none(), py::keep_alive<0, 2>(),
+          "Inputs [B, L, E] (batch first); key and value default to the query. "
+          "key_padding_mask [B, Lk]: integers, nonzero where a key is left out (PyTorch's "
+          "bool), or floats added to the scores.");
   ModuleClass<nn::TransformerBlock>(nn, "TransformerBlock")
       .def(py::init([](int64_t d_model, int64_t nhead, int64_t dim_feedforward, double dropout,
                        const std::string& activation, double eps, bool bias) {
@@ -292,11 +298,13 @@ void bind_attention_modules(py::module_& nn) {
            py::arg("layer_norm_eps") = 1e-5, py::arg("bias") = true)
       .def(
           "forward",
-          [](nn::TransformerBlock& b, Tensor x, std::optional<Tensor> mask, bool causal) {
-            return b.forward(x, mask.value_or(Tensor{}), causal);
+          [](nn::TransformerBlock& b, Tensor x, std::optional<Tensor> mask, bool causal,
+             std::optional<Tensor> key_padding_mask) {
+            return b.forward(x, mask.value_or(Tensor{}), causal,
+                             key_padding_mask.value_or(Tensor{}));
           },
           py::arg("x"), py::arg("mask") = py::none(), py::arg("causal") = false,
-          py::keep_alive<0, 2>(),
+          py::arg("src_key_padding_mask") = py::none(), py::keep_alive<0, 2>(),
           "torch.nn.TransformerEncoderLayer(batch_first=True, norm_first=True).");
 }
 

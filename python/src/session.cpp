@@ -16,13 +16,26 @@ DType host_dtype(DType t) {
   return DType::f32;
 }
 
+// A non-NumPy value as an ndarray: objects with __dlpack__ (PyTorch, JAX, CuPy...) through
+// numpy.from_dlpack, which shares their memory; anything else through numpy.asarray.
+py::array as_ndarray(const py::handle& value, const std::string& where) {
+  const auto np = py::module_::import("numpy");
+  if (!py::hasattr(value, "__dlpack__")) return np.attr("asarray")(value);
+  try {
+    return np.attr("from_dlpack")(value);
+  } catch (py::error_already_set& e) {
+    throw Error(where + ": the tensor cannot be read in host memory through DLPack (" +
+                std::string(e.what()) + "); copy it to the CPU first");
+  }
+}
+
 // `value` as a C-contiguous array of host_dtype(type.dtype) with type's shape, converted only
 // where it is not one already (a float32 array in C order is passed on as it is).
 py::array host_array(const TensorType& type, const py::handle& value, const std::string& where) {
-  // An ndarray is taken as it is (the common case, and the cheap one: set() is called per step).
-  py::array given = py::isinstance<py::array>(value)
-                        ? py::reinterpret_borrow<py::array>(value)
-                        : py::array(py::module_::import("numpy").attr("asarray")(value));
+  // An ndarray is taken as it is (the common case, and the cheap one: set() is called per step);
+  // a tensor of another library through DLPack, viewed in place.
+  py::array given = py::isinstance<py::array>(value) ? py::reinterpret_borrow<py::array>(value)
+                                                     : as_ndarray(value, where);
   const std::vector<py::ssize_t> given_shape(given.shape(), given.shape() + given.ndim());
   const std::vector<py::ssize_t> expected(type.shape.begin(), type.shape.end());
   if (given_shape != expected) {

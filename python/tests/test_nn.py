@@ -110,3 +110,46 @@ def test_module_arguments_are_checked():
         mn.nn.TransformerBlock(8, 2, activation="swish")
     with pytest.raises(mn.Error, match="kernel_size"):
         mn.nn.Conv2d(1, 2, [3, 3, 3])
+
+
+def test_padding_idx_and_key_padding_mask_follow_pytorch():
+    torch = pytest.importorskip("torch")
+    torch.manual_seed(0)
+    # Embedding: a loaded, nonzero padding row is read as it is and gets no gradient.
+    ref = torch.nn.Embedding(7, 4, padding_idx=-5)
+    with torch.no_grad():
+        ref.weight[2] = 0.5
+    idx = np.array([[2, 0, 5], [2, 2, 6]], np.int32)
+    w = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+    emb = mn.nn.Embedding(7, 4, padding_idx=-5)
+    assert emb.padding_idx == 2
+    g = mn.Graph()
+    out = emb(g.input("i", [2, 3], mn.i32))
+    g.output("out", out)
+    mn.add_training_step(mn.sum(out * w), mn.optim.SGD(0.1), output_gradients=True)
+    s = mn.Session(g)
+    emb.load_state_dict(s, {"weight": ref.weight.detach()})
+    s["i"] = idx
+    mn.optim.Stepper(mn.optim.SGD(0.1)).step(s)
+    theirs = ref(torch.from_numpy(idx).long())
+    (theirs * torch.from_numpy(w)).sum().backward()
+    assert relative_error(s["out"], theirs.detach().numpy()) < 1e-6
+    np.testing.assert_array_equal(s["grad/weight"][2], np.zeros(4, np.float32))
+    assert relative_error(s["grad/weight"], ref.weight.grad.numpy()) < 1e-6
+
+    # MultiheadAttention: PyTorch's bool key_padding_mask as integers.
+    mha_ref = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+    x = torch.randn(2, 3, 8)
+    y = torch.randn(2, 5, 8)
+    pad = np.array([[0, 0, 0, 1, 1], [1, 0, 0, 0, 0]], np.int32)
+    expected = mha_ref(x, y, y, key_padding_mask=torch.from_numpy(pad).bool(),
+                       need_weights=False)[0]
+    mha = mn.nn.MultiheadAttention(8, 2)
+    g = mn.Graph()
+    q, kv = g.input("x", [2, 3, 8]), g.input("y", [2, 5, 8])
+    g.output("o", mha(q, kv, kv, key_padding_mask=g.input("pad", [2, 5], mn.i32)))
+    s = mn.Session(g)
+    mha.load_state_dict(s, mha_ref.state_dict())
+    s["x"], s["y"], s["pad"] = x.numpy(), y.numpy(), pad
+    s.step()
+    assert relative_error(s["o"], expected.detach().numpy()) < 1e-5

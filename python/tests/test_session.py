@@ -113,3 +113,22 @@ def test_bad_session_options_are_errors():
         mn.Session(small_graph(), precision="i32")
     with pytest.raises(mn.Error, match="expected a Graph"):
         mn.Session(42)
+
+
+def test_dlpack_tensors_in_and_out():
+    torch = pytest.importorskip("torch")
+    g = mn.Graph()
+    g.output("y", g.input("x", [2, 3]) * 2.0)
+    s = mn.Session(g)
+    t = torch.arange(6, dtype=torch.float32).reshape(2, 3)
+    s.set("x", t)  # read through DLPack, in place
+    s.step()
+    y = s.get("y")
+    back = torch.from_dlpack(y)  # NumPy's __dlpack__: the same memory
+    assert back.data_ptr() == y.ctypes.data
+    assert torch.equal(back, t * 2)
+    s.set("x", torch.ones(2, 3, dtype=torch.float64))  # converted like any float64 array
+    s.step()
+    np.testing.assert_array_equal(s.get("y"), np.full((2, 3), 2, np.float32))
+    with pytest.raises(mn.Error, match="DLPack"):
+        s.set("x", torch.ones(2, 3, requires_grad=True))

@@ -7,13 +7,15 @@ from meganeura import Error
 from meganeura import FormatError
 from meganeura import IndexError
 from meganeura import ShapeError
+import numpy
+import os
 import typing
 from . import data
 from . import lm
 from . import nn
 from . import optim
 from . import reference
-__all__ = ['DType', 'DeviceError', 'Error', 'FormatError', 'Graph', 'IndexError', 'Init', 'MemorySummary', 'ProgramMemory', 'Session', 'ShapeError', 'Tensor', 'TrainingStep', 'abs', 'adaptive_avg_pool2d', 'add', 'add_training_step', 'argmax', 'avg_pool2d', 'batch_norm', 'bf16', 'binary_cross_entropy', 'binary_cross_entropy_with_logits', 'broadcast_to', 'cache_write', 'cached_attention', 'cast', 'clamp', 'concat', 'conv2d', 'conv_transpose2d', 'cos', 'cross_entropy', 'data', 'div', 'dropout', 'eq', 'exp', 'f16', 'f32', 'gather', 'ge', 'gelu', 'global_avg_pool2d', 'gradients', 'group_norm', 'gt', 'i32', 'l1_loss', 'layer_norm', 'le', 'leaky_relu', 'lm', 'log', 'log_softmax', 'lt', 'matmul', 'max', 'max_pool2d', 'maximum', 'mean', 'min', 'minimum', 'mse_loss', 'mul', 'ne', 'neg', 'nll_loss', 'nn', 'one_hot', 'optim', 'pad', 'permute', 'pow', 'reference', 'relu', 'reshape', 'rms_norm', 'rope', 'rope_positions', 'rsqrt', 'sample_tokens', 'scaled_dot_product_attention', 'scatter_add', 'sigmoid', 'silu', 'sin', 'slice', 'smooth_l1_loss', 'softmax', 'softplus', 'split', 'sqrt', 'squeeze', 'stop_gradient', 'sub', 'sum', 'sum_to', 'take', 'tanh', 'transpose', 'u32', 'unsqueeze', 'upsample_bilinear2d', 'upsample_nearest2d', 'variance', 'where']
+__all__ = ['DType', 'DeviceError', 'Error', 'FormatError', 'Graph', 'IndexError', 'Init', 'MemorySummary', 'Metric', 'ProgramMemory', 'Session', 'ShapeError', 'Tensor', 'TrainEpoch', 'TrainEvent', 'TrainHistory', 'Trainer', 'TrainingStep', 'abs', 'adaptive_avg_pool2d', 'add', 'add_training_step', 'argmax', 'avg_pool2d', 'batch_norm', 'bf16', 'binary_cross_entropy', 'binary_cross_entropy_with_logits', 'broadcast_to', 'cache_write', 'cached_attention', 'cast', 'clamp', 'concat', 'conv2d', 'conv_transpose2d', 'cos', 'cross_entropy', 'data', 'div', 'dropout', 'eq', 'exp', 'f16', 'f32', 'gather', 'ge', 'gelu', 'global_avg_pool2d', 'gradients', 'group_norm', 'gt', 'i32', 'l1_loss', 'layer_norm', 'le', 'leaky_relu', 'lm', 'log', 'log_softmax', 'lt', 'matmul', 'max', 'max_pool2d', 'maximum', 'mean', 'min', 'minimum', 'mse_loss', 'mul', 'ne', 'neg', 'nll_loss', 'nn', 'one_hot', 'optim', 'pad', 'permute', 'pow', 'reference', 'relu', 'reshape', 'rms_norm', 'rope', 'rope_positions', 'rsqrt', 'sample_tokens', 'scaled_dot_product_attention', 'scatter_add', 'sigmoid', 'silu', 'sin', 'slice', 'smooth_l1_loss', 'softmax', 'softplus', 'split', 'sqrt', 'squeeze', 'stop_gradient', 'sub', 'sum', 'sum_to', 'take', 'tanh', 'transpose', 'u32', 'unsqueeze', 'upsample_bilinear2d', 'upsample_nearest2d', 'variance', 'where']
 class DType:
     """
     Element types: f16 and bf16 are storage, arithmetic is f32.
@@ -193,6 +195,30 @@ class MemorySummary:
         ...
     @property
     def tensors(self) -> int:
+        ...
+class Metric:
+    """
+    Sums (value, weight) over the batches of an epoch or an evaluation and reports value / weight.
+    """
+    @staticmethod
+    def accuracy(logits: str, labels: str, name: str = 'accuracy') -> Metric:
+        """
+        The share of samples whose largest logit is at their label (a column).
+        """
+    @staticmethod
+    def mean(output: str, name: str = '') -> Metric:
+        """
+        An output's mean: a scalar weighted by the batch's samples, or [batch, ...] over the real rows.
+        """
+    def __init__(self, name: str, outputs: list[str], fn: typing.Callable) -> None:
+        """
+        fn(rows, batch_size, outputs, columns) -> (sum, weight): `outputs` the graph outputs named, `columns` the batch's data (its first `rows` rows are samples).
+        """
+    @property
+    def name(self) -> str:
+        ...
+    @property
+    def outputs(self) -> list[str]:
         ...
 class ProgramMemory:
     @property
@@ -407,6 +433,104 @@ class Tensor:
         ...
     @property
     def shape(self) -> tuple:
+        ...
+class TrainEpoch:
+    @property
+    def epoch(self) -> int:
+        ...
+    @property
+    def eval_metrics(self) -> dict[str, float]:
+        ...
+    @property
+    def metrics(self) -> dict[str, float]:
+        ...
+class TrainEvent:
+    """
+    What a callback sees; setting `stop` ends the run after this event.
+    """
+    stop: bool
+    @property
+    def epoch(self) -> int:
+        ...
+    @property
+    def epochs(self) -> int:
+        ...
+    @property
+    def eta_seconds(self) -> float:
+        ...
+    @property
+    def eval_metrics(self) -> dict:
+        ...
+    @property
+    def global_step(self) -> int:
+        ...
+    @property
+    def kind(self) -> str:
+        ...
+    @property
+    def loss(self) -> float:
+        ...
+    @property
+    def lr(self) -> float:
+        ...
+    @property
+    def metrics(self) -> dict:
+        ...
+    @property
+    def samples_per_second(self) -> float:
+        ...
+    @property
+    def seconds(self) -> float:
+        ...
+    @property
+    def step(self) -> int:
+        ...
+    @property
+    def steps_per_epoch(self) -> int:
+        ...
+    @property
+    def total_steps(self) -> int:
+        ...
+class TrainHistory:
+    @property
+    def epochs(self) -> list[TrainEpoch]:
+        ...
+    @property
+    def eval_metrics(self) -> dict[str, float]:
+        ...
+    @property
+    def samples_per_second(self) -> float:
+        ...
+    @property
+    def seconds(self) -> float:
+        ...
+    @property
+    def steps(self) -> int:
+        ...
+    @property
+    def stopped(self) -> bool:
+        ...
+class Trainer:
+    """
+    Trains a graph with a scalar loss on TensorDatasets: one submission per step, metrics, evaluation, callbacks, checkpoints with exact resume.
+    """
+    def __init__(self, loss: Tensor, *, optimizer: optim.Optimizer, epochs: int = 1, max_steps: int = -1, shuffle: bool = True, seed: int = 0, drop_last: bool = False, pad_values: dict[str, float] = {}, metrics: list[Metric] = [], eval_metrics: list[Metric] = [], eval_graph: Graph = None, eval_every: int = 0, checkpoint: os.PathLike = '', checkpoint_every: int = 0, resume: os.PathLike = '', run_identity: dict[str, str] = {}, progress: str = 'auto', log_every: int = 100, callbacks: list[typing.Callable] = [], device: str = '', precision: typing.Any = DType.f32) -> None:
+        """
+        `loss`: a one-element tensor of a graph whose inputs are data columns; the graph gets the backward pass and the update. `eval_graph`: a graph over the same parameters for evaluation (modules in eval mode); without one, a copy of the loss's graph before the update.
+        """
+    def evaluate(self, data: data.TensorDataset) -> dict[str, float]:
+        """
+        'loss' and the eval metrics over every sample of `data`.
+        """
+    def fit(self, train: data.TensorDataset, eval: data.TensorDataset = None) -> TrainHistory:
+        """
+        Trains for the epochs (evaluating on `eval` when given); returns a TrainHistory.
+        """
+    @property
+    def global_step(self) -> int:
+        ...
+    @property
+    def session(self) -> Session:
         ...
 class TrainingStep:
     @property

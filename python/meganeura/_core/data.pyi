@@ -2,9 +2,10 @@
 Data sets and tensor files.
 """
 from __future__ import annotations
+import numpy
 import os
 import typing
-__all__ = ['DataLoader', 'fashion_mnist_classes', 'load_fashion_mnist', 'load_safetensors', 'save_safetensors']
+__all__ = ['DataLoader', 'TensorDataset', 'fashion_mnist_classes', 'load_fashion_mnist', 'load_npy', 'load_safetensors', 'save_safetensors']
 class DataLoader:
     """
     Batches of a classification data set, epoch after epoch, in the order the C++ trainer uses (a pure function of the seed and the epoch).
@@ -25,11 +26,44 @@ class DataLoader:
     @property
     def position(self) -> tuple:
         ...
+class TensorDataset:
+    """
+    Named columns of samples (the first dimension of every array), fed to a graph's inputs of the same names by the Trainer.
+    """
+    @staticmethod
+    def from_npy(files: dict[str, os.PathLike]) -> TensorDataset:
+        """
+        Each .npy file (dict of column name -> path) a column.
+        """
+    @staticmethod
+    def from_safetensors(path: os.PathLike, names: list[str] = []) -> TensorDataset:
+        """
+        The named tensors of a safetensors file (all when `names` is empty), each a column.
+        """
+    def __init__(self, columns: dict = {}) -> None:
+        """
+        From a dict of column name -> array.
+        """
+    def __len__(self) -> int:
+        ...
+    def add(self, name: str, values: typing.Any) -> None:
+        ...
+    def column(self, name: str) -> numpy.ndarray:
+        ...
+    def slice(self, begin: int, count: int) -> TensorDataset:
+        ...
+    @property
+    def names(self) -> list[str]:
+        ...
 def fashion_mnist_classes() -> list[str]:
     ...
 def load_fashion_mnist(split: str = 'train', layout: str = 'flat', dir: os.PathLike = '', max_samples: int | None = None) -> tuple:
     """
     (images float32 [N, 784] or [N, 1, 28, 28] in [0, 1], labels int32 [N]); the files are looked for in `dir`, $MN_FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist.
+    """
+def load_npy(path: os.PathLike) -> numpy.ndarray:
+    """
+    A .npy file as the column the Trainer would make of it.
     """
 def load_safetensors(path: os.PathLike) -> dict:
     """

@@ -16,13 +16,16 @@ class Dropout(Module):
     def __init__(self, p: float = 0.5) -> None:
         ...
 class Embedding(Module):
-    def __init__(self, num_embeddings: int, embedding_dim: int) -> None:
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None) -> None:
         ...
     @property
     def embedding_dim(self) -> int:
         ...
     @property
     def num_embeddings(self) -> int:
+        ...
+    @property
+    def padding_idx(self) -> int | None:
         ...
 class Flatten(Module):
     def __init__(self, start_dim: int = 1) -> None:
@@ -121,9 +124,9 @@ class ModuleList(Module):
 class MultiheadAttention(Module):
     def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
         ...
-    def forward(self, query: meganeura._core.Tensor, key: meganeura._core.Tensor | None = None, value: meganeura._core.Tensor | None = None, mask: meganeura._core.Tensor | None = None, causal: bool = False) -> meganeura._core.Tensor:
+    def forward(self, query: meganeura._core.Tensor, key: meganeura._core.Tensor | None = None, value: meganeura._core.Tensor | None = None, mask: meganeura._core.Tensor | None = None, causal: bool = False, key_padding_mask: meganeura._core.Tensor | None = None) -> meganeura._core.Tensor:
         """
-        Inputs [B, L, E] (batch first); key and value default to the query.
+        Inputs [B, L, E] (batch first); key and value default to the query. key_padding_mask [B, Lk]: integers, nonzero where a key is left out (PyTorch's bool), or floats added to the scores.
         """
 class RMSNorm(Module):
     def __init__(self, normalized_shape: typing.Any, eps: float | None = None, elementwise_affine: bool = True) -> None:
@@ -146,7 +149,7 @@ class SiLU(Module):
 class TransformerBlock(Module):
     def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1, activation: str = 'relu', layer_norm_eps: float = 1e-05, bias: bool = True) -> None:
         ...
-    def forward(self, x: meganeura._core.Tensor, mask: meganeura._core.Tensor | None = None, causal: bool = False) -> meganeura._core.Tensor:
+    def forward(self, x: meganeura._core.Tensor, mask: meganeura._core.Tensor | None = None, causal: bool = False, src_key_padding_mask: meganeura._core.Tensor | None = None) -> meganeura._core.Tensor:
         """
         torch.nn.TransformerEncoderLayer(batch_first=True, norm_first=True).
         """
