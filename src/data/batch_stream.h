@@ -38,6 +38,22 @@ inline std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, 
   return o;
 }
 
+// The order of the epoch being built, computed once per epoch (by whichever thread builds).
+class EpochOrderCache {
+ public:
+  const std::vector<int64_t>& of(int64_t n, bool shuffle, uint64_t seed, int64_t epoch) {
+    if (epoch != epoch_) {
+      order_ = epoch_order(n, shuffle, seed, epoch);
+      epoch_ = epoch;
+    }
+    return order_;
+  }
+
+ private:
+  int64_t epoch_ = -1;
+  std::vector<int64_t> order_;
+};
+
 // Batches per epoch of n samples; mn::Error (starting with `who`) when there are none.
 inline int64_t batches_per_epoch(const char* who, int64_t n, int64_t batch_size, bool drop_last,
                                  int64_t prefetch) {

@@ -18,16 +18,11 @@ Array Batch::labels_array() const {
 struct DataLoader::Impl {
   std::shared_ptr<const Dataset> data;
   DataLoaderOptions opt;
-  // The order of the epoch being built, computed once per epoch (by whichever thread builds).
-  int64_t order_epoch = -1;
-  std::vector<int64_t> order;
+  data::EpochOrderCache orders;
   std::optional<data::BatchStream<Batch>> stream;
 
   Batch build(data::StreamPosition p) {
-    if (p.epoch != order_epoch) {
-      order = data::epoch_order(data->size(), opt.shuffle, opt.seed, p.epoch);
-      order_epoch = p.epoch;
-    }
+    const std::vector<int64_t>& order = orders.of(data->size(), opt.shuffle, opt.seed, p.epoch);
     const int64_t n = data->size();
     const int64_t begin = p.step * opt.batch_size;
     const int64_t count = std::min(opt.batch_size, n - begin);

@@ -12,15 +12,11 @@ namespace mn {
 struct TensorLoader::Impl {
   std::shared_ptr<const TensorDataset> data;
   TensorLoaderOptions opt;
-  int64_t order_epoch = -1;
-  std::vector<int64_t> order;
+  data::EpochOrderCache orders;
   std::optional<data::BatchStream<TensorBatch>> stream;
 
   TensorBatch build(data::StreamPosition p) {
-    if (p.epoch != order_epoch) {
-      order = data::epoch_order(data->size(), opt.shuffle, opt.seed, p.epoch);
-      order_epoch = p.epoch;
-    }
+    const std::vector<int64_t>& order = orders.of(data->size(), opt.shuffle, opt.seed, p.epoch);
     const int64_t begin = p.step * opt.batch_size;
     TensorBatch b;
     b.epoch = p.epoch;
