@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 packages=(build-essential cmake ninja-build ccache pkg-config python3-venv python3-dev pybind11-dev
   libvulkan-dev vulkan-validationlayers mesa-vulkan-drivers
   libshaderc-dev glslang-dev spirv-tools
-  nlohmann-json3-dev libfmt-dev libcli11-dev zlib1g-dev libicu-dev
+  nlohmann-json3-dev libfmt-dev libcli11-dev zlib1g-dev libicu-dev libpng-dev libjpeg-dev
   libgtest-dev libbenchmark-dev dataset-fashion-mnist)
 build=1
 tests=0
@@ -19,7 +19,8 @@ for arg in "$@"; do
   case "$arg" in
     # PyTorch on the CPU and numpy give reference values that we did not compute ourselves.
     # pytest runs the Python package's tests.
-    --tests) packages+=(python3 python3-torch python3-numpy python3-pytest); tests=1 ;;
+    --tests) packages+=(python3 python3-torch python3-torchvision python3-numpy python3-pytest)
+      tests=1 ;;
     --clang) packages+=(clang libclang-rt-14-dev) ;;
     --no-build) build=0 ;;
     *) echo "scripts/setup.sh: unknown option $arg" >&2; exit 2 ;;

@@ -12,9 +12,10 @@ namespace nn {
 class Module;  // <meganeura/nn.h>
 }
 
-enum class ModelKind : uint8_t { mlp, cnn };
+enum class ModelKind : uint8_t { mlp, cnn, resnet18, resnet34, resnet50 };
 const char* model_name(ModelKind k);
-ModelKind model_from_name(const std::string& name);  // "mlp" or "cnn"
+// "mlp", "cnn", "resnet18", "resnet34", "resnet50"; mn::Error naming them for anything else.
+ModelKind model_from_name(const std::string& name);
 
 // An image classifier over inputs "x" ([batch, 784] for the MLP, [batch, 1, 28, 28] for the CNN)
 // with logits [batch, classes]; with labels, "y" (i32 [batch], ignore_index -100 for padding)
@@ -24,6 +25,9 @@ ModelKind model_from_name(const std::string& name);  // "mlp" or "cnn"
 //   mlp: fc1 (Linear 784 -> hidden[0]), ReLU, fc2, ..., fcN (Linear -> classes)
 //   cnn: conv1 (Conv2d 1 -> 16, 3×3, padding 1), ReLU, max_pool 2, conv2 (16 -> 32), ReLU,
 //        max_pool 2, flatten, then fc1 ... fcN as the MLP over 32·7·7 features
+//   resnet18/34/50: torchvision's ResNet (vision::resnet, its state_dict keys) with the small
+//        input stem for the 28×28 single-channel images: conv1 a 3×3 stride-1 convolution of
+//        1 channel, no max pool, so layer1 runs at 28², layer4 at 4² (`hidden` is unused)
 // Linear weights are [out, in] (PyTorch's layout; checkpoints of format 1 held them [in, out]
 // and are transposed when resumed).
 struct Classifier {
@@ -40,6 +44,9 @@ struct ClassifierSpec {
   std::vector<int64_t> hidden = {128};  // widths of the hidden fully connected layers
   uint64_t seed = 0;                    // parameter initialization (nn::Module::seed)
   bool with_loss = true;
+  // The module's mode when the graph is built: batch norm (the ResNets) normalizes with batch
+  // statistics and updates its running ones in training, reads them in evaluation.
+  bool training = true;
 };
 
 // PyTorch's default initialization for Linear and Conv2d (uniform ±1/sqrt(fan_in)).

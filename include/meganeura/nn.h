@@ -93,6 +93,11 @@ class Module {
   // A direct child by name; mn::Error naming this module and the name when there is none.
   std::shared_ptr<Module> child(const std::string& name) const;
 
+  // Replaces the initializer of this module's parameter or buffer `name`, as torch.nn.init's
+  // functions do to a tensor (a random one still draws from the tree's seed and the tensor's
+  // name). It applies to graphs built after the call. mn::Error for an unknown name.
+  void reset_init(const std::string& name, Init init);
+
  protected:
   // Declarations (in constructors). Names are unique per module and contain no '.'.
   void register_parameter(std::string name, Shape shape, Init init, DType dtype = DType::f32);

@@ -4,15 +4,32 @@
 
 #include <meganeura/models.h>
 #include <meganeura/nn.h>
+#include <meganeura/vision.h>
 
 namespace mn {
 
-const char* model_name(ModelKind k) { return k == ModelKind::mlp ? "mlp" : "cnn"; }
+namespace {
+
+constexpr std::pair<ModelKind, const char*> kModelNames[] = {
+    {ModelKind::mlp, "mlp"},           {ModelKind::cnn, "cnn"},
+    {ModelKind::resnet18, "resnet18"}, {ModelKind::resnet34, "resnet34"},
+    {ModelKind::resnet50, "resnet50"},
+};
+
+}  // namespace
+
+const char* model_name(ModelKind k) {
+  for (const auto& [kind, name] : kModelNames) {
+    if (kind == k) return name;
+  }
+  return "?";
+}
 
 ModelKind model_from_name(const std::string& name) {
-  if (name == "mlp") return ModelKind::mlp;
-  if (name == "cnn") return ModelKind::cnn;
-  throw Error("unknown model '" + name + "' (expected mlp or cnn)");
+  for (const auto& [kind, n] : kModelNames) {
+    if (name == n) return kind;
+  }
+  throw Error("unknown model '" + name + "' (expected mlp, cnn, resnet18, resnet34 or resnet50)");
 }
 
 Tensor linear(Tensor x, int64_t out_features, const std::string& name, uint64_t seed, bool bias) {
@@ -95,10 +112,16 @@ class CnnClassifier : public nn::Module {
 std::shared_ptr<nn::Module> classifier_module(const ClassifierSpec& spec) {
   if (spec.classes < 1) throw Error("build_classifier: classes must be positive");
   std::shared_ptr<nn::Module> m;
-  if (spec.kind == ModelKind::mlp)
+  if (spec.kind == ModelKind::mlp) {
     m = std::make_shared<MlpClassifier>(spec);
-  else
+  } else if (spec.kind == ModelKind::cnn) {
     m = std::make_shared<CnnClassifier>(spec);
+  } else {
+    m = vision::resnet({.depth = vision::resnet_depth(model_name(spec.kind)),
+                        .num_classes = spec.classes,
+                        .in_channels = 1,
+                        .small_input_stem = true});
+  }
   m->seed(spec.seed);
   return m;
 }
@@ -113,6 +136,7 @@ Classifier build_classifier(const ClassifierSpec& spec) {
   Shape input_shape = {spec.batch};
   input_shape.insert(input_shape.end(), c.sample_shape.begin(), c.sample_shape.end());
   c.input = g.input("x", input_shape);
+  c.module->train(spec.training);
   c.logits = c.module->forward(c.input);
   g.output("logits", c.logits);
   if (spec.with_loss) {

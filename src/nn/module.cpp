@@ -71,6 +71,16 @@ void Module::check_new_name(const std::string& name) const {
   }
 }
 
+void Module::reset_init(const std::string& name, Init init) {
+  for (Slot& s : slots_) {
+    if (s.name == name) {
+      s.init = init;
+      return;
+    }
+  }
+  throw Error(where() + ": no parameter or buffer named '" + name + "'");
+}
+
 void Module::register_parameter(std::string name, Shape shape, Init init, DType dtype) {
   check_new_name(name);
   if (!is_float(dtype)) throw Error(where() + ": parameter '" + name + "' must be a float");

@@ -82,6 +82,7 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train,
   }
   ClassifierSpec eval_spec = o.model;
   eval_spec.batch = std::min<int64_t>(o.eval_batch, test->size());
+  eval_spec.training = false;
   Classifier eval_net = build_classifier(eval_spec);
 
   TrainResult result;

@@ -49,6 +49,7 @@ std::unique_ptr<Graph> build_model(const InspectArgs& a) {
     s.kind = model_from_name(a.model);
     if (a.batch > 0) s.batch = a.batch;
     s.with_loss = a.train;
+    s.training = a.train;
     Classifier c = build_classifier(s);
     graph = std::move(c.graph);
     loss = c.loss;
@@ -87,8 +88,14 @@ void run_inspect(const InspectArgs& a, const CLI::App& cmd) {
     if (opt->count() > 0 && value < 1)
       throw Error(std::string(name) + " " + opt->results().back() + ": expected an integer >= 1");
   }
-  if (a.model != "mlp" && a.model != "cnn" && a.model != "transformer")
-    throw Error("mn inspect: unknown model '" + a.model + "' (expected mlp, cnn or transformer)");
+  if (a.model != "transformer") {
+    try {
+      model_from_name(a.model);
+    } catch (const Error&) {
+      throw Error("mn inspect: unknown model '" + a.model +
+                  "' (expected mlp, cnn, resnet18, resnet34, resnet50 or transformer)");
+    }
+  }
   if (a.layers > 0 && a.model != "transformer")
     throw Error("mn inspect: --layers applies to the transformer only");
   std::unique_ptr<Graph> graph = build_model(a);

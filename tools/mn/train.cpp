@@ -151,7 +151,7 @@ void run_train(const TrainArgs& a, const CLI::App& cmd) {
   o.resume = a.resume;
   o.shuffle_seed = a.seed;
 
-  const ImageLayout layout = o.model.kind == ModelKind::cnn ? ImageLayout::nchw : ImageLayout::flat;
+  const ImageLayout layout = o.model.kind == ModelKind::mlp ? ImageLayout::flat : ImageLayout::nchw;
   // --limit applies while reading: nothing past the first N samples is read or decompressed.
   std::optional<int64_t> limit;
   if (given(cmd, "--limit")) limit = a.limit;
@@ -191,7 +191,8 @@ void run_train(const TrainArgs& a, const CLI::App& cmd) {
 void add_train_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   auto* cmd = app.add_subcommand("train", "train a built-in classifier on Fashion-MNIST");
-  cmd->add_option("--model", a->model, "mlp or cnn")->capture_default_str();
+  cmd->add_option("--model", a->model, "mlp, cnn, resnet18, resnet34 or resnet50")
+      ->capture_default_str();
   cmd->add_option("--epochs", a->epochs, "passes over the training set")->capture_default_str();
   cmd->add_option("--batch", a->batch, "batch size")->capture_default_str();
   cmd->add_option("--optimizer", a->optimizer, "sgd, adam or adamw")->capture_default_str();
