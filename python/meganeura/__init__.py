@@ -36,7 +36,8 @@ optim = _core.optim
 data = _core.data
 reference = _core.reference
 lm = _core.lm
-for _name in ("nn", "optim", "data", "reference", "lm"):
+vision = _core.vision
+for _name in ("nn", "optim", "data", "reference", "lm", "vision"):
     _sys.modules[__name__ + "." + _name] = getattr(_core, _name)
 
 __version__ = "0.1.0"

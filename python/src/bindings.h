@@ -26,6 +26,7 @@ void bind_tensor_methods(py::module_& m);
 void bind_session(py::module_& m);
 void bind_optim(py::module_& m, py::module_& optim);
 void bind_nn(py::module_& nn);
+void bind_vision(py::module_& vision);
 void bind_data(py::module_& data);
 void bind_reference(py::module_& reference);
 void bind_lm(py::module_& lm);

@@ -1,6 +1,7 @@
 // Data sets and tensor files: Fashion-MNIST (Debian's dataset-fashion-mnist) and safetensors
 // as NumPy arrays.
 #include <meganeura/data.h>
+#include <meganeura/image.h>
 
 #include <algorithm>
 
@@ -41,9 +42,45 @@ std::shared_ptr<const Dataset> dataset_of(const py::handle& inputs, const py::ha
   return d;
 }
 
+// An image given as a path (PNG or JPEG) or as uint8 pixels [H, W, 3].
+Image image_of(const py::object& value) {
+  if (py::isinstance<py::str>(value) || py::hasattr(value, "__fspath__")) {
+    return read_image(py::str(py::module_::import("os").attr("fspath")(value)).cast<std::string>());
+  }
+  py::array_t<uint8_t, py::array::c_style | py::array::forcecast> a(value);
+  if (a.ndim() != 3 || a.shape(2) != 3) {
+    throw ShapeError("image: expected uint8 pixels [height, width, 3], got shape " +
+                     shape_tuple({a.shape(), a.shape() + a.ndim()}));
+  }
+  Image image;
+  image.height = a.shape(0);
+  image.width = a.shape(1);
+  image.pixels.assign(a.data(), a.data() + a.size());
+  return image;
+}
+
+void bind_images(py::module_& data) {
+  data.def(
+      "read_image",
+      [](const std::filesystem::path& path) {
+        Image image = read_image(path);
+        const Shape shape{image.height, image.width, 3};
+        return adopt_vector(std::move(image.pixels), shape);
+      },
+      py::arg("path"), "A PNG or JPEG file as uint8 RGB pixels [height, width, 3].");
+  data.def(
+      "imagenet_preprocess",
+      [](const py::object& image) { return to_numpy(imagenet_preprocess(image_of(image))); },
+      py::arg("image"),
+      "torchvision's Resize(256), CenterCrop(224), ToTensor, Normalize(ImageNet) on a PIL "
+      "image, computed as PIL and torchvision do: float32 [3, 224, 224] from a path or uint8 "
+      "pixels [H, W, 3].");
+}
+
 }  // namespace
 
 void bind_data(py::module_& data) {
+  bind_images(data);
   py::class_<DataLoader>(data, "DataLoader",
                          "Batches of a classification data set, epoch after epoch, in the order "
                          "the C++ trainer uses (a pure function of the seed and the epoch).")

@@ -9,6 +9,7 @@ PYBIND11_MODULE(_core, m) {
   auto data = m.def_submodule("data", "Data sets and tensor files.");
   auto reference = m.def_submodule("reference", "The CPU reference interpreter.");
   auto lm = m.def_submodule("lm", "Language models: tokenizers, generation, chat.");
+  auto vision = m.def_submodule("vision", "Vision models in torchvision's layout.");
   bind_errors(m);
   bind_graph(m);
   bind_ops(m);
@@ -16,6 +17,7 @@ PYBIND11_MODULE(_core, m) {
   bind_session(m);
   bind_optim(m, optim);
   bind_nn(nn);
+  bind_vision(vision);
   bind_data(data);
   bind_trainer(m, data);
   bind_reference(reference);

@@ -3,6 +3,7 @@
 // forward() of any signature; its parameters take the graph names PyTorch's state_dict keys.
 #include <meganeura/nn.h>
 #include <meganeura/session.h>
+#include <meganeura/vision.h>
 
 #include "bindings.h"
 
@@ -129,6 +130,9 @@ void bind_module(py::module_& nn) {
           },
           py::arg("graph"), py::arg("name"), py::keep_alive<0, 2>(),
           "The graph tensor of this module's parameter or buffer `name` in `graph`.")
+      .def("reset_init", &Module::reset_init, py::arg("name"), py::arg("init"),
+           "Replaces the initializer of this module's parameter or buffer `name` (as "
+           "torch.nn.init's functions do) for graphs built after the call.")
       .def("named_parameters",
            [](const Module& m) { return entries_list(m.named_parameters()); },
            "(key, shape, dtype) of every parameter, in PyTorch's order.")
@@ -315,6 +319,26 @@ void bind_nn(py::module_& nn) {
   bind_containers(nn);
   bind_layers(nn);
   bind_attention_modules(nn);
+}
+
+void bind_vision(py::module_& vision) {
+  vision.def(
+      "resnet",
+      [](const py::object& depth, int64_t num_classes, int64_t in_channels,
+         bool small_input_stem) {
+        vision::ResNetConfig c;
+        c.depth = py::isinstance<py::str>(depth) ? vision::resnet_depth(depth.cast<std::string>())
+                                                 : depth.cast<int>();
+        c.num_classes = num_classes;
+        c.in_channels = in_channels;
+        c.small_input_stem = small_input_stem;
+        return vision::resnet(c);
+      },
+      py::arg("depth") = 18, py::kw_only(), py::arg("num_classes") = 1000,
+      py::arg("in_channels") = 3, py::arg("small_input_stem") = false,
+      "torchvision.models.resnet18/34/50/101/152 (depth as a number or 'resnet50'), its "
+      "state_dict keys; small_input_stem: a 3x3 stride-1 stem without max pool for 28x28 or "
+      "32x32 images.");
 }
 
 }  // namespace mn::python

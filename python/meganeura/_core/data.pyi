@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy
 import os
 import typing
-__all__ = ['DataLoader', 'TensorDataset', 'fashion_mnist_classes', 'load_fashion_mnist', 'load_npy', 'load_safetensors', 'save_safetensors']
+__all__ = ['DataLoader', 'TensorDataset', 'fashion_mnist_classes', 'imagenet_preprocess', 'load_fashion_mnist', 'load_npy', 'load_safetensors', 'read_image', 'save_safetensors']
 class DataLoader:
     """
     Batches of a classification data set, epoch after epoch, in the order the C++ trainer uses (a pure function of the seed and the epoch).
@@ -57,6 +57,10 @@ class TensorDataset:
         ...
 def fashion_mnist_classes() -> list[str]:
     ...
+def imagenet_preprocess(image: typing.Any) -> numpy.ndarray:
+    """
+    torchvision's Resize(256), CenterCrop(224), ToTensor, Normalize(ImageNet) on a PIL image, computed as PIL and torchvision do: float32 [3, 224, 224] from a path or uint8 pixels [H, W, 3].
+    """
 def load_fashion_mnist(split: str = 'train', layout: str = 'flat', dir: os.PathLike = '', max_samples: int | None = None) -> tuple:
     """
     (images float32 [N, 784] or [N, 1, 28, 28] in [0, 1], labels int32 [N]); the files are looked for in `dir`, $MN_FASHION_MNIST_DIR or /usr/share/datasets/fashion-mnist.
@@ -68,6 +72,10 @@ def load_npy(path: os.PathLike) -> numpy.ndarray:
 def load_safetensors(path: os.PathLike) -> dict:
     """
     Every tensor of a safetensors file, by name.
+    """
+def read_image(path: os.PathLike) -> numpy.ndarray[numpy.uint8]:
+    """
+    A PNG or JPEG file as uint8 RGB pixels [height, width, 3].
     """
 def save_safetensors(path: os.PathLike, tensors: dict, metadata: dict[str, str] = {}) -> None:
     """

@@ -83,6 +83,10 @@ class Module:
         ...
     def register_parameter(self, name: str, shape: list[int], init: meganeura._core.Init = ..., dtype: typing.Any = meganeura._core.DType.f32) -> None:
         ...
+    def reset_init(self, name: str, init: meganeura._core.Init) -> None:
+        """
+        Replaces the initializer of this module's parameter or buffer `name` (as torch.nn.init's functions do) for graphs built after the call.
+        """
     def save_state_dict(self, session: meganeura._core.Session, path: os.PathLike) -> None:
         """
         A safetensors file that torch's load_state_dict(safetensors.torch.load_file(path)) reads.
