@@ -1,0 +1,100 @@
+// Training-step time and arena of torchvision's ResNets (vision::resnet, 224² ImageNet stem):
+// one step = forward, backward and SGD-momentum update of a batch of random images and labels,
+// one submission, the loss read back. Prints one JSON line per depth.
+// PyTorch counterpart: bench/resnet_train.py (torchvision's models, eager and torch.compile).
+//
+// Usage: bench_resnet_train [--depth 18,50] [--batch 32] [--size 224] [--steps N]
+//                           [--precision f32|bf16|f16] [--device D] [--profile]
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench_util.h"
+
+#include <meganeura/optimizer.h>
+#include <meganeura/session.h>
+#include <meganeura/vision.h>
+
+namespace {
+
+std::vector<int> depths_of(const std::string& list) {
+  std::vector<int> out;
+  std::stringstream in(list);
+  for (std::string item; std::getline(in, item, ',');) out.push_back(std::stoi(item));
+  return out;
+}
+
+nlohmann::json run(int depth, int64_t batch, int64_t size, int steps, const mn::SessionOptions& so) {
+  auto net = mn::vision::resnet({.depth = depth, .num_classes = 1000});
+  mn::Graph g;
+  mn::Tensor logits = net->forward(g.input("x", {batch, 3, size, size}));
+  const mn::Optimizer opt = mn::Optimizer::sgd({.lr = 0.01, .momentum = 0.9});
+  mn::add_training_step(mn::cross_entropy(logits, g.input("y", {batch}, mn::DType::i32)), opt);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = mn::build_session(g, so);
+  const double build_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::mt19937 rng(depth);
+  std::normal_distribution<float> n(0, 1);
+  std::vector<float> x(static_cast<size_t>(batch * 3 * size * size));
+  for (float& v : x) v = n(rng);
+  std::vector<int32_t> y(static_cast<size_t>(batch));
+  for (int32_t& v : y) v = static_cast<int32_t>(rng() % 1000);
+  s->set("x", x);
+  s->set("y", y);
+  mn::OptimizerStepper stepper(opt);
+  for (int i = 0; i < 3; ++i) stepper.step(*s);  // warm-up
+  std::vector<double> ms;
+  for (int i = 0; i < steps; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    stepper.step(*s);
+    (void)s->get("loss");
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+  }
+  nlohmann::json j = mn::bench::step_fields(*s, ms, so.profile);
+  j["bench"] = "resnet_train";
+  j["model"] = "resnet" + std::to_string(depth);
+  j["batch"] = batch;
+  j["size"] = size;
+  j["precision"] = mn::dtype_name(so.precision);
+  j["build_s"] = build_s;
+  j["loss"] = s->get("loss").data[0];
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string depths = "18,50";
+  int64_t batch = 32, size = 224;
+  int steps = 20;
+  mn::SessionOptions so;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (!std::strcmp(argv[i], "--depth")) depths = next();
+    else if (!std::strcmp(argv[i], "--batch")) batch = std::stoll(next());
+    else if (!std::strcmp(argv[i], "--size")) size = std::stoll(next());
+    else if (!std::strcmp(argv[i], "--steps")) steps = std::stoi(next());
+    else if (!std::strcmp(argv[i], "--precision")) so.precision = mn::dtype_from_name(next());
+    else if (!std::strcmp(argv[i], "--device")) so.device = next();
+    else if (!std::strcmp(argv[i], "--profile")) so.profile = true;
+    else {
+      std::fprintf(stderr, "bench_resnet_train: unknown argument %s\n", argv[i]);
+      return 2;
+    }
+  }
+  try {
+    for (int depth : depths_of(depths)) std::cout << run(depth, batch, size, steps, so).dump() << std::endl;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_resnet_train: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
