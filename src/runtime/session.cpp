@@ -452,6 +452,38 @@ std::vector<std::byte> checked_bytes(const Node& n, std::string_view name,
   runtime::encode(values, n.type.dtype, bytes);
   return bytes;
 }
+
+// A tensor of program `p` by name; mn::Error (starting with `what`) listing the program's names.
+const Node& program_node(const Program& p, std::string_view name, const char* what) {
+  const Node* n = p.find(name);
+  if (!n) {
+    throw Error(std::string(what) + ": program '" + p.name +
+                "' has no input, parameter or state named '" + std::string(name) +
+                "' (have: " + known_names(p) + ")");
+  }
+  return *n;
+}
+
+// set_raw once the tensor is known: the byte count checked, the bytes written as they are when
+// the dtypes agree, converted element by element otherwise.
+void write_raw(Session::Impl& impl, Program& p, const Node& n, std::string_view name,
+               DType source, std::span<const std::byte> bytes) {
+  const uint64_t count = static_cast<uint64_t>(n.type.numel());
+  if (bytes.size() != count * dtype_size(source)) {
+    throw ShapeError("Session::set_raw '" + std::string(name) + "': expected " +
+                     std::to_string(count) + " " + dtype_name(source) + " elements (" +
+                     std::to_string(count * dtype_size(source)) + " bytes) for " + n.type.str() +
+                     ", got " + std::to_string(bytes.size()) + " bytes");
+  }
+  if (source == n.type.dtype) {
+    impl.write_tensor(p, name, bytes);
+    return;
+  }
+  std::vector<std::byte> converted(count * dtype_size(n.type.dtype));
+  runtime::convert_elements(bytes, source, converted, n.type.dtype);
+  impl.write_tensor(p, name, converted);
+}
+
 }  // namespace
 
 void Session::set(std::string_view name, const Array& value) {
@@ -461,12 +493,7 @@ void Session::set(std::string_view name, const Array& value) {
 
 void Session::set(std::string_view program, std::string_view name, const Array& value) {
   Program& p = impl_->program(program, "Session::set");
-  const Node* n = p.find(name);
-  if (!n) {
-    throw Error("Session::set: program '" + p.name + "' has no input, parameter or state named '" +
-                std::string(name) + "' (have: " + known_names(p) + ")");
-  }
-  impl_->write_tensor(p, name, array_bytes(*n, name, value));
+  impl_->write_tensor(p, name, array_bytes(program_node(p, name, "Session::set"), name, value));
 }
 
 void Session::set(std::string_view name, std::span<const float> values) {
@@ -487,52 +514,15 @@ void Session::set_scalar(std::string_view name, double value) {
   set(name, Array(n.type.shape, n.type.dtype, {value}));
 }
 
-namespace {
-
-// set_raw's work once the program is known: the byte count checked, converted when the dtypes
-// differ.
-std::vector<std::byte> raw_bytes(const Node& n, std::string_view name, DType source,
-                                 std::span<const std::byte> bytes) {
-  const uint64_t count = static_cast<uint64_t>(n.type.numel());
-  if (bytes.size() != count * dtype_size(source)) {
-    throw ShapeError("Session::set_raw '" + std::string(name) + "': expected " +
-                     std::to_string(count) + " " + dtype_name(source) + " elements (" +
-                     std::to_string(count * dtype_size(source)) + " bytes) for " + n.type.str() +
-                     ", got " + std::to_string(bytes.size()) + " bytes");
-  }
-  std::vector<std::byte> converted(count * dtype_size(n.type.dtype));
-  runtime::convert_elements(bytes, source, converted, n.type.dtype);
-  return converted;
-}
-
-}  // namespace
-
 void Session::set_raw(std::string_view name, DType source, std::span<const std::byte> bytes) {
   Program& p = impl_->owner(name, "Session::set_raw");
-  const Node& n = *p.find(name);
-  if (source == n.type.dtype && bytes.size() == static_cast<uint64_t>(n.type.numel()) *
-                                                   dtype_size(source)) {
-    impl_->write_tensor(p, name, bytes);  // no conversion: the bytes go as they are
-    return;
-  }
-  impl_->write_tensor(p, name, raw_bytes(n, name, source, bytes));
+  write_raw(*impl_, p, *p.find(name), name, source, bytes);
 }
 
 void Session::set_raw(std::string_view program, std::string_view name, DType source,
                       std::span<const std::byte> bytes) {
   Program& p = impl_->program(program, "Session::set_raw");
-  const Node* n = p.find(name);
-  if (!n) {
-    throw Error("Session::set_raw: program '" + p.name +
-                "' has no input, parameter or state named '" + std::string(name) +
-                "' (have: " + known_names(p) + ")");
-  }
-  if (source == n->type.dtype &&
-      bytes.size() == static_cast<uint64_t>(n->type.numel()) * dtype_size(source)) {
-    impl_->write_tensor(p, name, bytes);
-    return;
-  }
-  impl_->write_tensor(p, name, raw_bytes(*n, name, source, bytes));
+  write_raw(*impl_, p, program_node(p, name, "Session::set_raw"), name, source, bytes);
 }
 
 Array Session::get(std::string_view name) const {
