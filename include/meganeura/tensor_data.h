@@ -16,7 +16,6 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <span>
 #include <string>
 #include <vector>
 
@@ -36,7 +35,6 @@ struct Column {
   // One sample's shape (shape without its first dimension) and byte size.
   Shape sample_shape() const { return Shape(shape.begin() + (shape.empty() ? 0 : 1), shape.end()); }
   size_t row_bytes() const;
-  std::span<const std::byte> row(int64_t i) const;
 
   // The values as an Array (exact: every column dtype fits a double).
   Array to_array() const;

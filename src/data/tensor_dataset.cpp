@@ -5,28 +5,12 @@
 #include <meganeura/error.h>
 #include <meganeura/tensor_data.h>
 
+#include "ir/quoted_list.h"
+
 namespace mn {
-
-namespace {
-
-std::string names_of(const std::map<std::string, Column>& columns) {
-  std::string out;
-  for (const auto& [name, c] : columns) out += (out.empty() ? "'" : ", '") + name + "'";
-  return out.empty() ? "none" : out;
-}
-
-}  // namespace
 
 size_t Column::row_bytes() const {
   return static_cast<size_t>(numel(sample_shape())) * dtype_size(dtype);
-}
-
-std::span<const std::byte> Column::row(int64_t i) const {
-  if (i < 0 || i >= rows()) {
-    throw IndexError("Column::row: row " + std::to_string(i) + " of " + std::to_string(rows()));
-  }
-  const size_t w = row_bytes();
-  return {bytes.data() + static_cast<size_t>(i) * w, w};
 }
 
 Array Column::to_array() const {
@@ -161,7 +145,8 @@ TensorDataset TensorDataset::from_dataset(const Dataset& data, const std::string
 const Column& TensorDataset::column(const std::string& name) const {
   auto it = columns_.find(name);
   if (it == columns_.end()) {
-    throw Error("TensorDataset: no column '" + name + "' (have: " + names_of(columns_) + ")");
+    throw Error("TensorDataset: no column '" + name + "' (have: " +
+                (columns_.empty() ? "none" : quoted_list(names())) + ")");
   }
   return it->second;
 }

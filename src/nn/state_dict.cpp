@@ -7,15 +7,11 @@
 #include <meganeura/nn.h>
 #include <meganeura/session.h>
 
+#include "ir/quoted_list.h"
+
 namespace mn::nn {
 
 namespace {
-
-std::string quoted_list(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& n : names) out += (out.empty() ? "'" : ", '") + n + "'";
-  return out;
-}
 
 std::string context(const Module& m, const std::string& what) { return what + " of " + m.where(); }
 
