@@ -108,14 +108,29 @@ void load_tensors(const SafetensorsReader& reader, Session& s, const RunShape& o
   }
 }
 
+// `a` itself, or an mn::Error naming the first NaN or Inf in it.
+Array require_finite(Array a, const std::string& name, const char* kind, int64_t global_step) {
+  for (size_t i = 0; i < a.data.size(); ++i) {
+    if (std::isfinite(a.data[i])) continue;
+    throw Error("training diverged: " + std::string(kind) + " '" + name + "' holds " +
+                std::to_string(a.data[i]) + " at element " + std::to_string(i) + " after step " +
+                std::to_string(global_step) + " (lower the learning rate?)");
+  }
+  return a;
+}
+
 }  // namespace
 
 void save_checkpoint(const std::filesystem::path& path, Session& s, const Meta& identity,
                      int64_t global_step, DataLoader::Position next, const Meta& extra) {
-  check_finite(s, global_step);  // a diverged run is never saved
+  // One read of every tensor, checked as it is read: a diverged run is never saved.
   std::map<std::string, Array> arrays;
-  for (const std::string& n : s.parameter_names()) arrays[n] = s.get(n);
-  for (const std::string& n : s.state_names()) arrays[n] = s.get(n);
+  for (const std::string& n : s.parameter_names()) {
+    arrays[n] = require_finite(s.get(n), n, "parameter", global_step);
+  }
+  for (const std::string& n : s.state_names()) {
+    arrays[n] = require_finite(s.get(n), n, "optimizer state", global_step);
+  }
   Meta meta = extra;
   for (const auto& [key, value] : identity) meta[key] = value;
   meta["format"] = kCheckpointFormat;
@@ -160,19 +175,12 @@ ResumePoint resume_point(const Meta& meta, const RunShape& o) {
 }
 
 void check_finite(Session& s, int64_t global_step) {
-  auto scan = [&](const std::vector<std::string>& names, const char* kind) {
-    for (const std::string& n : names) {
-      const Array a = s.get(n);
-      for (size_t i = 0; i < a.data.size(); ++i) {
-        if (std::isfinite(a.data[i])) continue;
-        throw Error("training diverged: " + std::string(kind) + " '" + n + "' holds " +
-                    std::to_string(a.data[i]) + " at element " + std::to_string(i) +
-                    " after step " + std::to_string(global_step) + " (lower the learning rate?)");
-      }
-    }
-  };
-  scan(s.parameter_names(), "parameter");
-  scan(s.state_names(), "optimizer state");
+  for (const std::string& n : s.parameter_names()) {
+    require_finite(s.get(n), n, "parameter", global_step);
+  }
+  for (const std::string& n : s.state_names()) {
+    require_finite(s.get(n), n, "optimizer state", global_step);
+  }
 }
 
 }  // namespace mn::train
