@@ -7,6 +7,7 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -15,6 +16,7 @@
 
 #include "data/atomic_file.h"
 #include "ir/graph_rewrite.h"
+#include "ir/quoted_list.h"
 #include "train/checkpoint.h"
 #include "train/progress.h"
 
@@ -46,7 +48,6 @@ void check_options(const TrainerOptions& o) {
   o.optimizer.validate("Trainer");
   // PyTorch accepts 0; a whole run at 0 trains nothing, which is never what was meant here.
   if (o.optimizer.lr == 0) fail("Optimizer::lr is 0, expected a positive number (nothing would train)");
-  std::set<std::string> names = {"loss"};
   for (const auto* list : {&o.metrics, &o.eval_metrics}) {
     std::set<std::string> seen = {"loss"};
     for (const Metric& m : *list) {
@@ -95,6 +96,13 @@ std::string train_only_reason(const Graph& g) {
   return "";
 }
 
+// "loss" (its mean over the samples, always measured) and the metrics asked for.
+std::vector<Metric> with_loss(const std::vector<Metric>& metrics) {
+  std::vector<Metric> out = {Metric::mean("loss")};
+  out.insert(out.end(), metrics.begin(), metrics.end());
+  return out;
+}
+
 std::vector<std::string> metric_outputs(const std::vector<Metric>& metrics) {
   std::vector<std::string> out = {"loss"};
   for (const Metric& m : metrics) {
@@ -108,10 +116,10 @@ std::vector<std::string> metric_outputs(const std::vector<Metric>& metrics) {
 void check_outputs(const Graph& g, const char* program, const std::vector<std::string>& outputs) {
   for (const std::string& o : outputs) {
     if (g.find_output(o)) continue;
-    std::string have;
-    for (const auto& [name, id] : g.outputs()) have += (have.empty() ? "'" : ", '") + name + "'";
+    std::vector<std::string> have;
+    for (const auto& [name, id] : g.outputs()) have.push_back(name);
     fail("a metric reads output '" + o + "', which the " + program + " graph does not have (has: " +
-         have + ")");
+         quoted_list(have) + ")");
   }
 }
 
@@ -172,10 +180,8 @@ struct Trainer::Impl {
     if (d.size() < 1) fail(std::string("the ") + program + " data set is empty");
     for (const std::string& name : feeds) {
       if (!d.contains(name)) {
-        std::string have;
-        for (const std::string& c : d.names()) have += (have.empty() ? "'" : ", '") + c + "'";
         fail(std::string(program) + " graph input '" + name + "' has no column in the data (has: " +
-             have + ")");
+             quoted_list(d.names()) + ")");
       }
       const Column& c = d.column(name);
       const TensorType& t = types.at(name);
@@ -237,7 +243,25 @@ struct Trainer::Impl {
     return id;
   }
 
+  // Every sample of `data` (checked by check_data) through the eval program: "loss" and the
+  // eval metrics.
+  std::map<std::string, double> evaluate(const TensorDataset& data) {
+    auto shared = std::shared_ptr<const TensorDataset>(&data, [](const TensorDataset*) {});
+    TensorLoader loader(shared, {.batch_size = eval_batch, .shuffle = false, .prefetch = 1});
+    const std::vector<Metric> metrics = with_loss(o.eval_metrics);
+    MetricSums sums;
+    for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
+      const TensorBatch b = loader.next();
+      feed("eval", b, eval_feeds, eval_batch);
+      session->step("eval");
+      measure(sums, metrics, b, eval_batch, read_outputs("eval", eval_outputs));
+    }
+    return sums.means();
+  }
+
+  // The callbacks and the progress see `e`; a callback's stop ends the run after this event.
   void emit(TrainEvent& e, bool& stop) {
+    e.stop = false;
     for (const TrainCallback& cb : o.callbacks) cb(e);
     if (printer) printer->on_event(e);
     stop = stop || e.stop;
@@ -270,12 +294,10 @@ Trainer::Trainer(Tensor loss, TrainerOptions options, const Graph* eval)
   for (const std::string& n : m.train_feeds) m.train_types[n] = g.node(*g.find_input(n)).type;
   for (const std::string& n : m.eval_feeds) m.eval_types[n] = eval->node(*eval->find_input(n)).type;
   if (!eval->find_output("loss")) fail("the evaluation graph has no output 'loss'");
-  if (!eval->parameters().empty() || !eval->states().empty()) {
-    for (NodeId id : eval->parameters()) {
-      const Node& n = eval->node(id);
-      if (!g.find_persistent(n.name)) {
-        fail("evaluation graph parameter '" + n.name + "' is not a parameter of the training graph");
-      }
+  for (NodeId id : eval->parameters()) {
+    const Node& n = eval->node(id);
+    if (!g.find_persistent(n.name)) {
+      fail("evaluation graph parameter '" + n.name + "' is not a parameter of the training graph");
     }
   }
   m.train_outputs = metric_outputs(m.o.metrics);
@@ -297,20 +319,8 @@ int64_t Trainer::global_step() const { return impl_->global_step; }
 const TrainerOptions& Trainer::options() const { return impl_->o; }
 
 std::map<std::string, double> Trainer::evaluate(const TensorDataset& data) {
-  Impl& m = *impl_;
-  m.check_data(data, "evaluation", m.eval_feeds, m.eval_types);
-  auto shared = std::shared_ptr<const TensorDataset>(&data, [](const TensorDataset*) {});
-  TensorLoader loader(shared, {.batch_size = m.eval_batch, .shuffle = false, .prefetch = 1});
-  std::vector<Metric> metrics = {Metric::mean("loss")};
-  metrics.insert(metrics.end(), m.o.eval_metrics.begin(), m.o.eval_metrics.end());
-  MetricSums sums;
-  for (int64_t i = 0; i < loader.batches_per_epoch(); ++i) {
-    const TensorBatch b = loader.next();
-    m.feed("eval", b, m.eval_feeds, m.eval_batch);
-    m.session->step("eval");
-    m.measure(sums, metrics, b, m.eval_batch, m.read_outputs("eval", m.eval_outputs));
-  }
-  return sums.means();
+  impl_->check_data(data, "evaluation", impl_->eval_feeds, impl_->eval_types);
+  return impl_->evaluate(data);
 }
 
 TrainHistory Trainer::fit(std::shared_ptr<const TensorDataset> train,
@@ -361,8 +371,7 @@ TrainHistory Trainer::fit(std::shared_ptr<const TensorDataset> train,
   OptimizerStepper stepper(o.optimizer, (total + acc - 1) / acc);
   stepper.seek(m.global_step);
 
-  std::vector<Metric> metrics = {Metric::mean("loss")};
-  metrics.insert(metrics.end(), o.metrics.begin(), o.metrics.end());
+  const std::vector<Metric> metrics = with_loss(o.metrics);
   auto save = [&](DataLoader::Position next) {
     if (o.checkpoint.empty()) return;
     train::Meta extra;
@@ -406,29 +415,33 @@ TrainHistory Trainer::fit(std::shared_ptr<const TensorDataset> train,
       e.samples_per_second = static_cast<double>(samples) / std::max(e.seconds, 1e-9);
       e.eta_seconds = e.seconds / static_cast<double>(m.global_step - steps_at_start) *
                       static_cast<double>(total - m.global_step);
-      e.stop = false;
       m.emit(e, stop);
       if (o.max_steps > 0 && m.global_step >= o.max_steps) stop = true;
 
       const bool epoch_done = e.step == per_epoch;
       const bool eval_now = eval && (o.eval_every > 0 ? m.global_step % o.eval_every == 0
                                                       : epoch_done);
-      if (epoch_done) train::check_finite(*m.session, m.global_step);
+      const DataLoader::Position next = loader.position();
+      if (epoch_done) {
+        // Before the evaluation reads them: every tensor finite (the loss predates the last
+        // update), checked by the checkpoint's one read of them when the run keeps one.
+        epoch_sums = {};
+        if (o.checkpoint.empty()) {
+          train::check_finite(*m.session, m.global_step);
+        } else {
+          save(next);
+        }
+      }
       if (eval_now) {
         e.kind = TrainEvent::Kind::evaluation;
-        e.eval_metrics = evaluate(*eval);
+        e.eval_metrics = m.evaluate(*eval);  // checked at the start of fit
         history.eval_metrics = e.eval_metrics;
-        e.stop = false;
         m.emit(e, stop);
       }
-      const DataLoader::Position next = loader.position();
       if (epoch_done) {
         history.epochs.push_back({e.epoch, e.metrics, eval_now ? e.eval_metrics
                                                               : std::map<std::string, double>{}});
-        epoch_sums = {};
-        save(next);
         e.kind = TrainEvent::Kind::epoch_end;
-        e.stop = false;
         m.emit(e, stop);
       } else if (stop || (o.checkpoint_every > 0 && m.global_step % o.checkpoint_every == 0)) {
         save(next);
