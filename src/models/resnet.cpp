@@ -109,7 +109,7 @@ class ResNet : public nn::Module {
     const Layout l = layout_of(c.depth);
     const int64_t expansion = l.bottleneck ? Bottleneck::kExpansion : BasicBlock::kExpansion;
     conv1_ = register_module("conv1", small_stem_ ? conv(c.in_channels, 64, 3, 1)
-                                                  : stem_conv(c.in_channels));
+                                                  : conv(c.in_channels, 64, 7, 2));
     bn1_ = register_module("bn1", bn(64));
     int64_t in = 64;
     for (int stage = 0; stage < 4; ++stage) {
@@ -144,14 +144,6 @@ class ResNet : public nn::Module {
   }
 
  private:
-  static std::shared_ptr<nn::Conv2d> stem_conv(int64_t in) {
-    auto c = std::make_shared<nn::Conv2d>(
-        in, 64, std::array<int64_t, 2>{7, 7},
-        nn::Conv2dConfig{.stride = {2, 2}, .padding = {3, 3}, .bias = false});
-    c->reset_init("weight", Init::normal(0.0, std::sqrt(2.0 / (64.0 * 49.0)), 0));
-    return c;
-  }
-
   bool small_stem_;
   std::shared_ptr<nn::Conv2d> conv1_;
   std::shared_ptr<nn::BatchNorm2d> bn1_;
