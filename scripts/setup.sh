@@ -12,6 +12,7 @@ packages=(build-essential cmake ninja-build ccache pkg-config python3-venv pytho
   libvulkan-dev vulkan-validationlayers mesa-vulkan-drivers
   libshaderc-dev glslang-dev spirv-tools
   nlohmann-json3-dev libfmt-dev libcli11-dev zlib1g-dev libicu-dev libpng-dev libjpeg-dev
+  libonnx-dev libprotobuf-dev
   libgtest-dev libbenchmark-dev dataset-fashion-mnist)
 build=1
 tests=0
@@ -19,7 +20,9 @@ for arg in "$@"; do
   case "$arg" in
     # PyTorch on the CPU and numpy give reference values that we did not compute ourselves.
     # pytest runs the Python package's tests.
-    --tests) packages+=(python3 python3-torch python3-torchvision python3-numpy python3-pytest)
+    # libonnx-testdata: the ONNX backend suite's node tests (tests/onnx).
+    --tests) packages+=(python3 python3-torch python3-torchvision python3-numpy python3-pytest
+      libonnx-testdata)
       tests=1 ;;
     --clang) packages+=(clang libclang-rt-14-dev) ;;
     --no-build) build=0 ;;

@@ -11,4 +11,5 @@ void add_generate_command(CLI::App& app);  // generate.cpp
 void add_chat_command(CLI::App& app);      // chat.cpp
 void add_finetune_command(CLI::App& app);  // finetune.cpp
 void add_classify_command(CLI::App& app);  // classify.cpp
+void add_run_command(CLI::App& app);       // run.cpp
 }  // namespace mn::cli

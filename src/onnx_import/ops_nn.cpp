@@ -1,0 +1,447 @@
+// ONNX network ops: convolutions, pooling, normalizations, Gemm/MatMul, softmax, Resize, losses.
+// 1-D convolutions and pools run as 2-D ones over a unit height; 3-D ones are not supported.
+#include <onnx/onnx_pb.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "onnx_import/import_context.h"
+#include "onnx_import/tensor_proto.h"
+
+namespace mn::onnx {
+
+namespace {
+
+// Window geometry of a Conv/ConvTranspose/pool node over the spatial axes of `x` (1 or 2 of
+// them), with auto_pad resolved into explicit begin/end pads.
+struct Window {
+  int dims = 2;  // spatial axes of the node (1 or 2)
+  std::array<int64_t, 2> kernel{1, 1}, stride{1, 1}, dilation{1, 1}, begin{0, 0}, end{0, 0};
+  bool symmetric() const { return begin == end; }
+};
+
+int spatial_dims(NodeContext& c, const Tensor& x) {
+  if (!is_float(x.dtype()) || c.type(0) == ElemType::boolean) {
+    c.unsupported(std::string("inputs of ") + elem_type_name(c.type(0)) + " (float types only)");
+  }
+  const int d = x.rank() - 2;
+  if (d == 3) c.unsupported("3-D inputs (1-D and 2-D are supported)");
+  if (d < 1 || d > 2) c.fail("input must be [N, C, spatial...] with 1 or 2 spatial axes");
+  return d;
+}
+
+// Reads one attribute list per spatial axis, defaulting to `fallback`; 1-D values go to the
+// width, the unit height added taking `unit` (1 for sizes and steps, 0 for paddings).
+std::array<int64_t, 2> per_axis(NodeContext& c, const char* name, int dims, int64_t fallback,
+                                int64_t unit = 1) {
+  std::vector<int64_t> v = c.attr_ints(name);
+  if (v.empty()) v.assign(static_cast<size_t>(dims), fallback);
+  if (static_cast<int>(v.size()) != dims) {
+    c.fail(std::string("'") + name + "' needs " + std::to_string(dims) + " values");
+  }
+  return dims == 1 ? std::array<int64_t, 2>{unit, v[0]} : std::array<int64_t, 2>{v[0], v[1]};
+}
+
+// same_pads: resolve SAME_UPPER/SAME_LOWER as a convolution's (ConvTranspose resolves them
+// from its output shape itself).
+Window window_of(NodeContext& c, const Tensor& x, std::array<int64_t, 2> kernel,
+                 bool same_pads = true) {
+  Window w;
+  w.dims = spatial_dims(c, x);
+  w.kernel = kernel;
+  w.stride = per_axis(c, "strides", w.dims, 1);
+  w.dilation = per_axis(c, "dilations", w.dims, 1);
+  const std::string auto_pad = c.attr_string("auto_pad", "NOTSET");
+  if (auto_pad == "NOTSET") {
+    std::vector<int64_t> pads = c.attr_ints("pads");
+    if (pads.empty()) pads.assign(static_cast<size_t>(2 * w.dims), 0);
+    if (static_cast<int>(pads.size()) != 2 * w.dims) c.fail("'pads' needs 2 values per spatial axis");
+    for (int i = 0; i < w.dims; ++i) {
+      const int a = w.dims == 1 ? 1 : i;
+      w.begin[a] = pads[i];
+      w.end[a] = pads[i + w.dims];
+    }
+  } else if (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+    for (int a = 2 - w.dims; same_pads && a < 2; ++a) {
+      const int64_t in = x.dim(x.rank() - 2 + a);
+      const int64_t out = (in + w.stride[a] - 1) / w.stride[a];
+      const int64_t span = (w.kernel[a] - 1) * w.dilation[a] + 1;
+      const int64_t total = std::max<int64_t>((out - 1) * w.stride[a] + span - in, 0);
+      w.begin[a] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+      w.end[a] = total - w.begin[a];
+    }
+  } else if (auto_pad != "VALID") {
+    c.fail("unknown auto_pad '" + auto_pad + "'");
+  }
+  for (int a = 0; a < 2; ++a) {
+    if (w.begin[a] < 0 || w.end[a] < 0) c.fail("negative pads");
+  }
+  return w;
+}
+
+// [N, C, L] -> [N, C, 1, L] for 1-D nodes.
+Tensor as_2d(const Window& w, Tensor x) {
+  if (w.dims == 2) return x;
+  Shape s = x.shape();
+  s.insert(s.end() - 1, 1);
+  return reshape(x, s);
+}
+Tensor from_2d(const Window& w, Tensor y) { return w.dims == 2 ? y : squeeze(y, {2}); }
+
+// Pads the two spatial axes of a 4-D tensor by (begin, end) with `value`.
+Tensor pad_spatial(Tensor x, const Window& w, double value) {
+  return pad(x, {{0, 0}, {0, 0}, {w.begin[0], w.end[0]}, {w.begin[1], w.end[1]}}, value);
+}
+
+void convert_conv(NodeContext& c) {
+  Tensor x = c.in(0);
+  Tensor wt = c.in(1);
+  if (wt.rank() != x.rank()) c.fail("W must have the rank of X");
+  const int dims = spatial_dims(c, x);
+  const std::array<int64_t, 2> k = dims == 1 ? std::array<int64_t, 2>{1, wt.dim(2)}
+                                              : std::array<int64_t, 2>{wt.dim(2), wt.dim(3)};
+  const Window w = window_of(c, x, k);
+  Conv2dOptions o;
+  o.stride = w.stride;
+  o.dilation = w.dilation;
+  o.groups = c.attr_int("group", 1);
+  Tensor x2 = as_2d(w, x);
+  if (w.symmetric()) {
+    o.padding = w.begin;
+  } else {
+    x2 = pad_spatial(x2, w, 0.0);
+  }
+  Tensor bias = c.has(2) ? c.in(2) : Tensor{};
+  c.out(0, from_2d(w, conv2d(x2, as_2d(w, wt), bias, o)), c.type(0));
+}
+
+void convert_conv_transpose(NodeContext& c) {
+  Tensor x = c.in(0);
+  Tensor wt = c.in(1);
+  const int dims = spatial_dims(c, x);
+  const std::array<int64_t, 2> k = dims == 1 ? std::array<int64_t, 2>{1, wt.dim(2)}
+                                              : std::array<int64_t, 2>{wt.dim(2), wt.dim(3)};
+  auto output_shape = c.attr_ints("output_shape");
+  const std::string auto_pad = c.attr_string("auto_pad", "NOTSET");
+  Window w = window_of(c, x, k, /*same_pads=*/false);
+  const std::array<int64_t, 2> out_pad = per_axis(c, "output_padding", dims, 0, 0);
+  if (output_shape.empty() && (auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER")) {
+    for (int a = 2 - dims; a < 2; ++a) output_shape.push_back(x.dim(x.rank() - 2 + a) * w.stride[a]);
+  }
+  if (!output_shape.empty()) {
+    if (static_cast<int>(output_shape.size()) != dims) c.fail("'output_shape' needs one value per spatial axis");
+    for (int a = 2 - dims; a < 2; ++a) {
+      const int64_t in = x.dim(x.rank() - 2 + a);
+      const int64_t want = output_shape[static_cast<size_t>(a - (2 - dims))];
+      const int64_t full = w.stride[a] * (in - 1) + out_pad[a] + (k[a] - 1) * w.dilation[a] + 1;
+      // ONNX's rule with floor division: a negative total extends the end.
+      const int64_t total = full - want;
+      const int64_t half = total >= 0 ? total / 2 : -((-total + 1) / 2);
+      w.begin[a] = auto_pad == "SAME_UPPER" ? half : total - half;
+      w.end[a] = total - w.begin[a];
+    }
+  }
+  ConvTranspose2dOptions o;
+  o.stride = w.stride;
+  o.dilation = w.dilation;
+  o.groups = c.attr_int("group", 1);
+  Tensor bias = c.has(2) ? c.in(2) : Tensor{};
+  Tensor x2 = as_2d(w, x);
+  Tensor w2 = as_2d(w, wt);
+  const bool direct = w.symmetric() && out_pad[0] < std::max(w.stride[0], w.dilation[0]) &&
+                      out_pad[1] < std::max(w.stride[1], w.dilation[1]);
+  if (direct) {
+    o.padding = w.begin;
+    o.output_padding = out_pad;
+    c.out(0, from_2d(w, conv_transpose2d(x2, w2, bias, o)), c.type(0));
+    return;
+  }
+  // The full result, extended by output_padding (and negative pads), cropped by the positive
+  // pads, then the bias.
+  Tensor y = conv_transpose2d(x2, w2, {}, o);
+  auto neg = [](int64_t p) { return std::max<int64_t>(-p, 0); };
+  const std::vector<std::pair<int64_t, int64_t>> extend{
+      {0, 0}, {0, 0}, {neg(w.begin[0]), out_pad[0] + neg(w.end[0])},
+      {neg(w.begin[1]), out_pad[1] + neg(w.end[1])}};
+  if (extend[2] != std::pair<int64_t, int64_t>{0, 0} || extend[3] != std::pair<int64_t, int64_t>{0, 0}) {
+    y = pad(y, extend);
+  }
+  for (int a = 0; a < 2; ++a) {
+    const int axis = 2 + a;
+    const int64_t b = std::max<int64_t>(w.begin[a], 0), e = std::max<int64_t>(w.end[a], 0);
+    if (b > 0 || e > 0) y = slice(y, axis, b, y.dim(axis) - e);
+  }
+  if (bias.valid()) y = y + reshape(bias, {bias.dim(0), 1, 1});
+  c.out(0, from_2d(w, y), c.type(0));
+}
+
+Pool2dOptions pool_options(NodeContext& c, const Window& w) {
+  Pool2dOptions o;
+  o.kernel = w.kernel;
+  o.stride = w.stride;
+  o.dilation = w.dilation;
+  o.ceil_mode = c.attr_int("ceil_mode", 0) != 0;
+  return o;
+}
+
+// Explicit padding where the pool's own (symmetric, at most half a window) cannot express it.
+bool pads_fit_pool(const Window& w) {
+  return w.symmetric() && w.begin[0] * 2 <= w.kernel[0] && w.begin[1] * 2 <= w.kernel[1];
+}
+
+void convert_max_pool(NodeContext& c) {
+  if (c.wants(1)) c.unsupported("the Indices output");
+  Tensor x = c.in(0);
+  const int dims = spatial_dims(c, x);
+  Window w = window_of(c, x, per_axis(c, "kernel_shape", dims, 0));
+  if (w.kernel[0] <= 0 || w.kernel[1] <= 0) c.fail("'kernel_shape' is missing");
+  Pool2dOptions o = pool_options(c, w);
+  Tensor x2 = as_2d(w, x);
+  if (pads_fit_pool(w)) {
+    o.padding = w.begin;
+  } else {
+    x2 = pad_spatial(x2, w, -std::numeric_limits<double>::infinity());
+  }
+  c.out(0, from_2d(w, max_pool2d(x2, o)), c.type(0));
+}
+
+void convert_average_pool(NodeContext& c) {
+  Tensor x = c.in(0);
+  const int dims = spatial_dims(c, x);
+  Window w = window_of(c, x, per_axis(c, "kernel_shape", dims, 0));
+  if (w.kernel[0] <= 0 || w.kernel[1] <= 0) c.fail("'kernel_shape' is missing");
+  if (w.dilation != std::array<int64_t, 2>{1, 1}) c.unsupported("dilated average pooling");
+  Pool2dOptions o = pool_options(c, w);
+  o.count_include_pad = c.attr_int("count_include_pad", 0) != 0;
+  Tensor x2 = as_2d(w, x);
+  if (pads_fit_pool(w)) {
+    o.padding = w.begin;
+    c.out(0, from_2d(w, avg_pool2d(x2, o)), c.type(0));
+    return;
+  }
+  Tensor sum = avg_pool2d(pad_spatial(x2, w, 0.0), o);
+  if (!o.count_include_pad) {
+    // The padding counted out: divide by the share of each window that is input.
+    Shape s = x2.shape();
+    s[0] = 1;
+    s[1] = 1;
+    Tensor ones = broadcast_to(c.graph().scalar(1.0, x2.dtype()), s);
+    sum = sum / avg_pool2d(pad_spatial(ones, w, 0.0), o);
+  }
+  c.out(0, from_2d(w, sum), c.type(0));
+}
+
+std::vector<int64_t> spatial_axes(const Tensor& x) {
+  std::vector<int64_t> axes;
+  for (int a = 2; a < x.rank(); ++a) axes.push_back(a);
+  return axes;
+}
+
+void convert_global_average_pool(NodeContext& c) {
+  Tensor x = c.in(0);
+  c.out(0, mean(x, spatial_axes(x), true), c.type(0));
+}
+
+void convert_global_max_pool(NodeContext& c) {
+  Tensor x = c.in(0);
+  c.out(0, max(x, spatial_axes(x), true), c.type(0));
+}
+
+void convert_batch_norm(NodeContext& c) {
+  if (c.attr_int("training_mode", 0) != 0) c.unsupported("training_mode = 1");
+  if (c.opset() < 9 && c.attr_int("spatial", 1) == 0) c.unsupported("spatial = 0");
+  for (size_t i = 1; i < c.output_count(); ++i) {
+    if (c.wants(i)) c.unsupported("the running statistics outputs (training)");
+  }
+  const double eps = c.attr_float("epsilon", 1e-5);
+  Tensor x = c.in(0);
+  auto r = batch_norm(x, c.in(1), c.in(2), c.in(3), c.in(4), false, 0.1, eps);
+  c.out(0, r.y, c.type(0));
+}
+
+void convert_instance_norm(NodeContext& c) {
+  Tensor x = c.in(0);
+  const double eps = c.attr_float("epsilon", 1e-5);
+  c.out(0, group_norm(x, x.dim(1), c.in(1), c.in(2), eps), c.type(0));
+}
+
+void convert_layer_norm(NodeContext& c) {
+  Tensor x = c.in(0);
+  const int axis = c.axis(c.attr_int("axis", -1), x.rank());
+  const double eps = c.attr_float("epsilon", 1e-5);
+  const Shape trailing(x.shape().begin() + axis, x.shape().end());
+  auto param = [&](size_t i) {
+    if (!c.has(i)) return Tensor{};
+    Tensor p = c.in(i);
+    return p.shape() == trailing ? p : broadcast_to(p, trailing);
+  };
+  const int64_t dims = x.rank() - axis;
+  c.out(0, layer_norm(x, param(1), param(2), dims, eps), c.type(0));
+  if (c.wants(1) || c.wants(2)) {
+    std::vector<int64_t> axes;
+    for (int a = axis; a < x.rank(); ++a) axes.push_back(a);
+    Tensor xf = cast(x, DType::f32);
+    c.out(1, mean(xf, axes, true), ElemType::f32);
+    c.out(2, rsqrt(variance(xf, axes, true) + eps), ElemType::f32);
+  }
+}
+
+void convert_gemm(NodeContext& c) {
+  Tensor a = c.in(0);
+  Tensor b = c.in(1);
+  if (a.rank() != 2 || b.rank() != 2) c.fail("A and B must be 2-D");
+  const double alpha = c.attr_float("alpha", 1.0);
+  const double beta = c.attr_float("beta", 1.0);
+  Tensor y = matmul(a, b, c.attr_int("transA", 0) != 0, c.attr_int("transB", 0) != 0);
+  if (alpha != 1.0) y = y * alpha;
+  if (c.has(2) && beta != 0.0) {
+    Tensor bias = c.in(2);
+    y = y + (beta == 1.0 ? bias : bias * beta);
+  }
+  c.out(0, y, c.type(0));
+}
+
+void convert_matmul(NodeContext& c) {
+  if (!is_float(graph_dtype_of(c.type(0), c.where())) || c.type(0) == ElemType::boolean) {
+    c.unsupported("integer products");
+  }
+  c.out(0, matmul(c.in(0), c.in(1)), c.type(0));
+}
+
+// Softmax-like ops: opset 13 works along one axis; earlier ones flatten to [outer, inner] at
+// `axis` (default 1) and normalize the inner part.
+template <typename F>
+void along_axis(NodeContext& c, F f) {
+  Tensor x = c.in(0);
+  if (c.opset() >= 13) {
+    c.out(0, f(x, c.axis(c.attr_int("axis", -1), x.rank())), c.type(0));
+    return;
+  }
+  const int axis = c.axis(c.attr_int("axis", 1), x.rank());
+  int64_t outer = 1, inner = 1;
+  for (int i = 0; i < x.rank(); ++i) (i < axis ? outer : inner) *= x.dim(i);
+  c.out(0, reshape(f(reshape(x, {outer, inner}), 1), x.shape()), c.type(0));
+}
+
+Tensor hardmax(Tensor x, int axis) {
+  Tensor idx = argmax(x, axis, false);
+  Tensor oh = one_hot(idx, x.dim(axis), x.dtype());
+  const int rank = x.rank();
+  std::vector<int64_t> perm;
+  for (int i = 0; i < rank; ++i) perm.push_back(i < axis ? i : i == axis ? rank - 1 : i - 1);
+  return axis == rank - 1 ? oh : permute(oh, perm);
+}
+
+// Resize (and Upsample) where it is one of PyTorch's 2-D resamplings: nearest with asymmetric
+// coordinates and floor rounding, or linear with half-pixel or align-corners coordinates.
+void convert_resize(NodeContext& c) {
+  Tensor x = c.in(0);
+  if (x.rank() != 4) c.unsupported("inputs of rank other than 4");
+  const bool upsample = c.node().op_type() == "Upsample";
+  const std::string mode = c.attr_string("mode", "nearest");
+  const std::string coords = upsample || c.opset() < 11
+                                 ? "asymmetric"
+                                 : c.attr_string("coordinate_transformation_mode", "half_pixel");
+  const std::string rounding = c.attr_string("nearest_mode", c.opset() < 11 ? "floor" : "round_prefer_floor");
+  std::vector<double> scales;
+  std::vector<int64_t> sizes;
+  if (upsample && c.opset() < 9) {
+    for (float f : c.attr_floats("scales")) scales.push_back(f);
+  } else {
+    const size_t scales_input = upsample || c.opset() < 11 ? 1 : 2;
+    if (c.has(scales_input) && mn::numel(c.shape(scales_input)) > 0) {
+      scales = c.known(scales_input, "scales").data;
+    }
+    if (!upsample && c.opset() >= 11 && c.has(3) && mn::numel(c.shape(3)) > 0) {
+      sizes = c.known_ints(3, "sizes");
+    }
+  }
+  if (sizes.empty()) {
+    if (scales.size() != 4) c.fail("scales must give one factor per axis");
+    if (scales[0] != 1.0 || scales[1] != 1.0) c.unsupported("resizing the batch or channel axes");
+    for (int a = 0; a < 4; ++a) {
+      sizes.push_back(static_cast<int64_t>(std::floor(static_cast<double>(x.dim(a)) * scales[a])));
+    }
+    // PyTorch's nearest maps by in/out, ONNX's by the scale: alike only when in * scale is whole.
+    for (int a = 2; a < 4; ++a) {
+      if (static_cast<double>(x.dim(a)) * scales[a] != static_cast<double>(sizes[a])) {
+        c.unsupported("a scale that does not give a whole output size");
+      }
+    }
+  }
+  if (sizes.size() != 4 || sizes[0] != x.dim(0) || sizes[1] != x.dim(1)) {
+    c.unsupported("resizing the batch or channel axes");
+  }
+  Tensor y;
+  if (mode == "nearest") {
+    if (coords != "asymmetric" || rounding != "floor") {
+      c.unsupported("nearest with coordinate_transformation_mode '" + coords + "' and nearest_mode '" +
+                    rounding + "' (supported: asymmetric with floor, as PyTorch's nearest)");
+    }
+    y = upsample_nearest2d(x, sizes[2], sizes[3]);
+  } else if (mode == "linear" || mode == "bilinear") {
+    const bool half = coords == "half_pixel" ||
+                      (coords == "pytorch_half_pixel" && sizes[2] > 1 && sizes[3] > 1);
+    if (!half && coords != "align_corners") {
+      c.unsupported("linear with coordinate_transformation_mode '" + coords +
+                    "' (supported: half_pixel, pytorch_half_pixel, align_corners)");
+    }
+    y = upsample_bilinear2d(x, sizes[2], sizes[3], coords == "align_corners");
+  } else {
+    c.unsupported("mode '" + mode + "' (supported: nearest, linear)");
+  }
+  c.out(0, y, c.type(0));
+}
+
+// The losses over class indices; per-class weights are not supported.
+CrossEntropyOptions loss_options(NodeContext& c) {
+  if (c.has(2)) c.unsupported("per-class weights");
+  CrossEntropyOptions o;
+  const std::string r = c.attr_string("reduction", "mean");
+  if (r == "mean") o.reduction = Reduction::mean;
+  else if (r == "sum") o.reduction = Reduction::sum;
+  else if (r == "none") o.reduction = Reduction::none;
+  else c.fail("unknown reduction '" + r + "'");
+  // Without ignore_index every index counts: the most negative i32 is never a class.
+  o.ignore_index = c.attr_int("ignore_index", std::numeric_limits<int32_t>::min());
+  return o;
+}
+
+void convert_softmax_cross_entropy(NodeContext& c) {
+  CrossEntropyOptions o = loss_options(c);
+  Tensor logits = c.in(0);
+  Tensor labels = c.in(1);
+  c.out(0, cross_entropy(logits, labels, o), c.type(0));
+  if (c.wants(1)) c.out(1, log_softmax(logits, 1), c.type(0));
+}
+
+void convert_nll_loss(NodeContext& c) {
+  CrossEntropyOptions o = loss_options(c);
+  c.out(0, nll_loss(c.in(0), c.in(1), o.reduction, o.ignore_index), c.type(0));
+}
+
+}  // namespace
+
+void add_nn_converters(ConverterTable& t) {
+  t.add("Conv", convert_conv);
+  t.add("ConvTranspose", convert_conv_transpose);
+  t.add("MaxPool", convert_max_pool);
+  t.add("AveragePool", convert_average_pool);
+  t.add("GlobalAveragePool", convert_global_average_pool);
+  t.add("GlobalMaxPool", convert_global_max_pool);
+  t.add("BatchNormalization", convert_batch_norm);
+  t.add("InstanceNormalization", convert_instance_norm);
+  t.add("LayerNormalization", convert_layer_norm);
+  t.add("Gemm", convert_gemm);
+  t.add("MatMul", convert_matmul);
+  t.add("Softmax", [](NodeContext& c) { along_axis(c, [](Tensor x, int a) { return softmax(x, a); }); });
+  t.add("LogSoftmax", [](NodeContext& c) { along_axis(c, [](Tensor x, int a) { return log_softmax(x, a); }); });
+  t.add("Hardmax", [](NodeContext& c) { along_axis(c, hardmax); });
+  t.add("Resize", convert_resize);
+  t.add("Upsample", convert_resize);
+  t.add("SoftmaxCrossEntropyLoss", convert_softmax_cross_entropy);
+  t.add("NegativeLogLikelihoodLoss", convert_nll_loss);
+}
+
+}  // namespace mn::onnx

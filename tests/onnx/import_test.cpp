@@ -1,0 +1,355 @@
+// The ONNX importer on models built here with the protobuf classes: values against the float64
+// reference, initializers as trainable parameters, external data, shape binding, and every
+// refusal naming the file, node, op and opset.
+#include <gtest/gtest.h>
+
+#include <onnx/onnx_pb.h>
+
+#include <cmath>
+#include <fstream>
+
+#include <meganeura/onnx.h>
+#include <meganeura/optimizer.h>
+#include <meganeura/reference.h>
+#include <meganeura/session.h>
+
+#include "support/scratch_dir.h"
+
+namespace mn {
+namespace {
+
+using ::onnx::TensorProto;
+
+// A model under construction: opset 17, one graph.
+struct ModelBuilder {
+  ::onnx::ModelProto m;
+  ::onnx::GraphProto* g;
+
+  explicit ModelBuilder(int64_t opset = 17) {
+    m.set_ir_version(8);
+    m.set_producer_name("import_test");
+    auto* o = m.add_opset_import();
+    o->set_domain("");
+    o->set_version(opset);
+    g = m.mutable_graph();
+    g->set_name("g");
+  }
+  void value_info(::onnx::ValueInfoProto* v, const std::string& name, int type,
+                  const std::vector<std::string>& dims) {
+    v->set_name(name);
+    auto* tt = v->mutable_type()->mutable_tensor_type();
+    tt->set_elem_type(type);
+    auto* shape = tt->mutable_shape();
+    for (const auto& d : dims) {
+      auto* dim = shape->add_dim();
+      if (!d.empty() && std::isdigit(static_cast<unsigned char>(d[0]))) dim->set_dim_value(std::stoll(d));
+      else dim->set_dim_param(d);
+    }
+  }
+  void input(const std::string& name, const std::vector<std::string>& dims, int type = TensorProto::FLOAT) {
+    value_info(g->add_input(), name, type, dims);
+  }
+  void output(const std::string& name, const std::vector<std::string>& dims = {}, int type = TensorProto::FLOAT) {
+    auto* v = g->add_output();
+    if (dims.empty()) {
+      v->set_name(name);
+      v->mutable_type()->mutable_tensor_type()->set_elem_type(type);
+    } else {
+      value_info(v, name, type, dims);
+    }
+  }
+  TensorProto* initializer(const std::string& name, const Shape& shape, const std::vector<float>& v) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(TensorProto::FLOAT);
+    for (int64_t d : shape) t->add_dims(d);
+    for (float x : v) t->add_float_data(x);
+    return t;
+  }
+  void int_initializer(const std::string& name, const std::vector<int64_t>& v) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(TensorProto::INT64);
+    t->add_dims(static_cast<int64_t>(v.size()));
+    for (int64_t x : v) t->add_int64_data(x);
+  }
+  ::onnx::NodeProto* node(const std::string& op, const std::vector<std::string>& in,
+                          const std::vector<std::string>& out, const std::string& name = "") {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    n->set_name(name.empty() ? op + "_" + std::to_string(g->node_size()) : name);
+    for (const auto& s : in) n->add_input(s);
+    for (const auto& s : out) n->add_output(s);
+    return n;
+  }
+  static void attr(::onnx::NodeProto* n, const std::string& name, int64_t v) {
+    auto* a = n->add_attribute();
+    a->set_name(name);
+    a->set_type(::onnx::AttributeProto::INT);
+    a->set_i(v);
+  }
+  std::string bytes() const { return m.SerializeAsString(); }
+  std::filesystem::path save(const test::ScratchDir& dir, const std::string& name = "model.onnx") const {
+    return dir.write(name, bytes());
+  }
+};
+
+// y = relu(x @ W^T + b) reshaped by a shape initializer, then softmax: a small classifier.
+ModelBuilder classifier(const std::vector<std::string>& x_dims = {"batch", "4"}) {
+  ModelBuilder b;
+  b.input("x", x_dims);
+  b.initializer("W", {3, 4}, {0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f, 0.7f, -0.8f, 0.9f, 1.0f, -1.1f, 0.2f});
+  b.initializer("b", {3}, {0.05f, -0.05f, 0.1f});
+  b.int_initializer("shape", {-1, 3});
+  auto* gemm = b.node("Gemm", {"x", "W", "b"}, {"h"}, "fc");
+  ModelBuilder::attr(gemm, "transB", 1);
+  b.node("Relu", {"h"}, {"r"});
+  b.node("Reshape", {"r", "shape"}, {"flat"});
+  auto* sm = b.node("Softmax", {"flat"}, {"probs"});
+  ModelBuilder::attr(sm, "axis", -1);
+  b.output("probs", {"batch", "3"});
+  return b;
+}
+
+TEST(OnnxImport, ClassifierMatchesTheReferenceOnTheDevice) {
+  onnx::ImportedModel m =
+      onnx::import_model_bytes(classifier().bytes(), {}, {.input_shapes = {{"x", {2, 4}}}});
+  EXPECT_EQ(m.opset, 17);
+  ASSERT_EQ(m.inputs.size(), 1u);
+  EXPECT_EQ(m.inputs[0].shape, (Shape{2, 4}));
+  ASSERT_EQ(m.outputs.size(), 1u);
+  EXPECT_EQ(m.outputs[0].shape, (Shape{2, 3}));
+  EXPECT_EQ(m.weights.size(), 2u);  // W and b; the shape is a constant
+  EXPECT_TRUE(m.graph.find_parameter("W").has_value());
+  EXPECT_EQ(m.op_counts.at("Gemm"), 1);
+
+  Array x({2, 4}, DType::f32, {1, 2, 3, 4, -1, 0.5, 2, -3});
+  reference::Feeds feeds{{"x", x}};
+  for (const auto& [name, w] : m.weights) feeds[name] = w;
+  Array want = reference::evaluate(m.graph, feeds).at("probs");
+  // By hand: relu(x W^T + b) then softmax, row 0.
+  const double h0 = std::max(0.0, 0.1 - 0.4 + 0.9 + 1.6 + 0.05);
+  const double h1 = std::max(0.0, -0.5 + 1.2 + 2.1 - 3.2 - 0.05);
+  const double h2 = std::max(0.0, 0.9 + 2.0 - 3.3 + 0.8 + 0.1);
+  const double z = std::exp(h0) + std::exp(h1) + std::exp(h2);
+  EXPECT_NEAR(want.data[0], std::exp(h0) / z, 1e-6);
+
+  auto s = build_session(m.graph);
+  m.load_weights(*s);
+  s->set("x", x);
+  s->step();
+  Array got = s->get("probs");
+  for (size_t i = 0; i < want.data.size(); ++i) EXPECT_NEAR(got.data[i], want.data[i], 1e-5) << i;
+}
+
+TEST(OnnxImport, InitializersAreTrainableParameters) {
+  onnx::ImportedModel m =
+      onnx::import_model_bytes(classifier().bytes(), {}, {.input_shapes = {{"x", {4, 4}}}});
+  Graph& g = m.graph;
+  Tensor probs = g.tensor(*g.find_output("probs"));
+  Tensor target = g.input("target", {4, 3});
+  Tensor loss = mse_loss(probs, target);
+  add_training_step(loss, Optimizer::sgd({.lr = 0.5}));
+  auto s = build_session(g);
+  m.load_weights(*s);
+  Array x({4, 4}, DType::f32, {1, 2, 3, 4, -1, 0.5, 2, -3, 0.3, 0.1, -0.2, 1, 2, -1, 0, 0.5});
+  Array t({4, 3}, DType::f32, {1, 0, 0, 0, 1, 0, 0, 0, 1, 1, 0, 0});
+  s->set("x", x);
+  s->set("target", t);
+  OptimizerStepper steps(Optimizer::sgd({.lr = 0.5}));
+  steps.step(*s);
+  const double first = s->get("loss").data[0];
+  for (int i = 0; i < 20; ++i) steps.step(*s);
+  EXPECT_LT(s->get("loss").data[0], first * 0.9);
+  EXPECT_NE(s->get("W").data, m.weights.at("W").data);  // the weights moved
+}
+
+TEST(OnnxImport, SymbolicDimensionsMustBeBound) {
+  try {
+    onnx::import_model_bytes(classifier().bytes(), {}, {}, "m.onnx");
+    ADD_FAILURE() << "no error";
+  } catch (const ShapeError& e) {
+    const std::string w = e.what();
+    EXPECT_NE(w.find("m.onnx: input 'x' axis 0 is symbolic ('batch')"), std::string::npos) << w;
+  }
+  EXPECT_THROW(onnx::import_model_bytes(classifier().bytes(), {}, {.input_shapes = {{"x", {2, 5}}}}),
+               ShapeError);  // the fixed axis disagrees
+  EXPECT_THROW(onnx::import_model_bytes(classifier().bytes(), {}, {.input_shapes = {{"y", {2, 4}}}}),
+               Error);  // not an input
+}
+
+TEST(OnnxImport, UnsupportedOpNamesNodeOpAndOpset) {
+  ModelBuilder b(13);
+  b.input("x", {"2", "2"});
+  b.node("Det", {"x"}, {"y"}, "determinant");
+  b.output("y");
+  try {
+    onnx::import_model_bytes(b.bytes(), {}, {}, "det.onnx");
+    ADD_FAILURE() << "no error";
+  } catch (const onnx::UnsupportedError& e) {
+    EXPECT_STREQ(e.what(), "det.onnx: node 'determinant' (Det, opset 13): op Det is not supported");
+  }
+}
+
+TEST(OnnxImport, ShapeErrorsNameTheNode) {
+  ModelBuilder b;
+  b.input("x", {"2", "3"});
+  b.initializer("w", {4, 5}, std::vector<float>(20, 1.0f));
+  b.node("MatMul", {"x", "w"}, {"y"}, "proj");
+  b.output("y");
+  try {
+    onnx::import_model_bytes(b.bytes(), {}, {}, "bad.onnx");
+    ADD_FAILURE() << "no error";
+  } catch (const ShapeError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad.onnx: node 'proj' (MatMul, opset 17): "), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(OnnxImport, CorruptAndMissingFiles) {
+  test::ScratchDir dir("onnx");
+  EXPECT_THROW(onnx::import_model(dir / "missing.onnx"), FormatError);
+  const auto junk = dir.write("junk.onnx", std::string("\xff\xff\xff\xff not a protobuf", 21));
+  try {
+    onnx::import_model(junk);
+    ADD_FAILURE() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("junk.onnx: not an ONNX model"), std::string::npos) << e.what();
+  }
+  // A model cut short.
+  std::string bytes = classifier().bytes();
+  const auto cut = dir.write("cut.onnx", bytes.substr(0, bytes.size() / 2));
+  EXPECT_THROW(onnx::import_model(cut, {.input_shapes = {{"x", {2, 4}}}}), FormatError);
+  // An initializer whose data does not fill its shape.
+  ModelBuilder b = classifier();
+  b.g->mutable_initializer(0)->add_dims(2);  // W: [3, 4, 2] with 12 floats
+  try {
+    onnx::import_model_bytes(b.bytes(), {}, {.input_shapes = {{"x", {2, 4}}}}, "w.onnx");
+    ADD_FAILURE() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("w.onnx: initializer 'W': 48 bytes of data for shape [3, 4, 2]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(OnnxImport, ExternalDataIsReadFromBesideTheModel) {
+  test::ScratchDir dir("onnx");
+  ModelBuilder b = classifier();
+  // W's 12 floats at offset 8 of weights.bin.
+  std::vector<float> w{0.1f, -0.2f, 0.3f, 0.4f, -0.5f, 0.6f, 0.7f, -0.8f, 0.9f, 1.0f, -1.1f, 0.2f};
+  std::string blob(8, '\0');
+  blob.append(reinterpret_cast<const char*>(w.data()), w.size() * 4);
+  dir.write("weights.bin", blob);
+  TensorProto* t = b.g->mutable_initializer(0);
+  t->clear_float_data();
+  t->set_data_location(TensorProto::EXTERNAL);
+  auto add = [&](const char* k, const std::string& v) {
+    auto* e = t->add_external_data();
+    e->set_key(k);
+    e->set_value(v);
+  };
+  add("location", "weights.bin");
+  add("offset", "8");
+  add("length", "48");
+  const auto path = b.save(dir);
+  onnx::ImportedModel m = onnx::import_model(path, {.input_shapes = {{"x", {1, 4}}}});
+  ASSERT_EQ(m.weights.at("W").data.size(), 12u);
+  EXPECT_FLOAT_EQ(static_cast<float>(m.weights.at("W").data[10]), -1.1f);
+
+  // Truncated: the file is shorter than offset + length.
+  dir.write("weights.bin", blob.substr(0, 30));
+  try {
+    onnx::import_model(path, {.input_shapes = {{"x", {1, 4}}}});
+    ADD_FAILURE() << "no error";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("initializer 'W': external data file"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+  // A location outside the model's folder.
+  t->mutable_external_data(0)->set_value("../weights.bin");
+  b.save(dir);
+  EXPECT_THROW(onnx::import_model(path, {.input_shapes = {{"x", {1, 4}}}}), FormatError);
+}
+
+TEST(OnnxImport, ShapeArithmeticIsEvaluatedWhileImporting) {
+  // y = reshape(x, concat(shape(x)[0:1], [-1])): the export pattern of torch's flatten.
+  ModelBuilder b;
+  b.input("x", {"n", "2", "3"});
+  b.node("Shape", {"x"}, {"s"});
+  b.int_initializer("zero", {0});
+  b.int_initializer("one", {1});
+  b.int_initializer("minus_one", {-1});
+  b.node("Slice", {"s", "zero", "one"}, {"n_only"});
+  auto* cat = b.node("Concat", {"n_only", "minus_one"}, {"target"});
+  ModelBuilder::attr(cat, "axis", 0);
+  b.node("Reshape", {"x", "target"}, {"y"});
+  b.output("y");
+  onnx::ImportedModel m = onnx::import_model_bytes(b.bytes(), {}, {.input_shapes = {{"x", {5, 2, 3}}}});
+  EXPECT_EQ(m.outputs[0].shape, (Shape{5, 6}));
+  // Only the input and the reshape's view reach the graph: the shape arithmetic was folded.
+  int reshapes = 0;
+  for (const auto& n : m.graph.nodes()) reshapes += n.op_name() == "reshape";
+  EXPECT_EQ(reshapes, 1);
+}
+
+TEST(OnnxImport, ShapeValuesFromInputsNeedTheirValues) {
+  ModelBuilder b;
+  b.input("x", {"6"});
+  b.input("shape", {"2"}, TensorProto::INT64);
+  b.node("Reshape", {"x", "shape"}, {"y"}, "r");
+  b.output("y");
+  try {
+    onnx::import_model_bytes(b.bytes(), {}, {}, "r.onnx");
+    ADD_FAILURE() << "no error";
+  } catch (const onnx::UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("shape ('shape') must be known when the graph is built; it is "
+                                         "the model input 'shape'"),
+              std::string::npos)
+        << e.what();
+  }
+  RawTensor v = from_array(Array({2}, DType::i32, {2, 3}), ElemType::i64);
+  onnx::ImportedModel m = onnx::import_model_bytes(b.bytes(), {}, {.input_values = {{"shape", v}}});
+  EXPECT_EQ(m.outputs[0].shape, (Shape{2, 3}));
+  EXPECT_EQ(m.specialized_inputs, std::vector<std::string>{"shape"});
+  ASSERT_EQ(m.inputs.size(), 1u);  // "shape" is not a graph input
+  EXPECT_EQ(m.inputs[0].name, "x");
+}
+
+TEST(OnnxImport, IntegerAndBoolValuesRoundTrip) {
+  ModelBuilder b;
+  b.input("a", {"3"}, TensorProto::INT64);
+  b.input("c", {"3"}, TensorProto::INT64);
+  b.node("Add", {"a", "c"}, {"sum"});
+  b.node("Greater", {"a", "c"}, {"more"});
+  b.output("sum", {}, TensorProto::INT64);
+  b.output("more", {}, TensorProto::BOOL);
+  onnx::ImportedModel m = onnx::import_model_bytes(b.bytes(), {}, {});
+  auto s = build_session(m.graph);
+  RawTensor a = from_array(Array({3}, DType::i32, {5, -7, 100000}), ElemType::i64);
+  RawTensor c = from_array(Array({3}, DType::i32, {1, 2, 3}), ElemType::i64);
+  s->set("a", onnx::to_graph_value(a, m.inputs[0], "a"));
+  s->set("c", onnx::to_graph_value(c, m.inputs[1], "c"));
+  s->step();
+  RawTensor sum = onnx::from_graph_value(s->get("sum"), m.outputs[0], "sum");
+  RawTensor more = onnx::from_graph_value(s->get("more"), m.outputs[1], "more");
+  EXPECT_EQ(sum.type, ElemType::i64);
+  EXPECT_EQ(sum.value(2), 100003);
+  EXPECT_EQ(more.type, ElemType::boolean);
+  EXPECT_EQ(more.value(0), 1);
+  EXPECT_EQ(more.value(1), 0);
+  // An INT64 beyond 32 bits is refused, naming the element.
+  RawTensor big = from_array(Array({3}, DType::f32, {1, 5e9, 2}), ElemType::i64);
+  EXPECT_THROW(onnx::to_graph_value(big, m.inputs[0], "a"), Error);
+}
+
+TEST(OnnxImport, OpsetsOutsideTheSupportedRangeAreRefused) {
+  ModelBuilder b(18);
+  b.input("x", {"2"});
+  b.node("Relu", {"x"}, {"y"});
+  b.output("y");
+  EXPECT_THROW(onnx::import_model_bytes(b.bytes(), {}, {}), onnx::UnsupportedError);
+}
+
+}  // namespace
+}  // namespace mn

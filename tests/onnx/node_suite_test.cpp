@@ -1,0 +1,244 @@
+// The ONNX backend test suite's node tests (Debian's libonnx-testdata): every model imported,
+// run on the device with its test inputs and compared with the expected outputs. Each test is
+// passed, failed, or unsupported (the importer refused it with onnx::UnsupportedError: an op,
+// attribute value or element type we do not claim). A test fails the suite when it failed
+// although every op in it is one the importer supports.
+//
+// MN_ONNX_NODE_TESTS: the suite's folder (default /usr/share/libonnx-testdata/data/node);
+// MN_ONNX_NODE_FILTER: run only tests whose name contains it; MN_ONNX_REPORT: write the per-op
+// table there as well.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <meganeura/onnx.h>
+#include <meganeura/session.h>
+
+namespace mn {
+namespace {
+
+namespace fs = std::filesystem;
+
+// invalid: the test's data contradicts its own model (an input shaped unlike the model says).
+enum class Outcome { passed, failed, unsupported, invalid };
+
+struct Result {
+  std::string test;
+  std::string op;  // the op the test is named after
+  Outcome outcome = Outcome::passed;
+  std::string detail;
+  bool float_only = true;  // inputs and outputs of FLOAT, INT64/INT32 and BOOL only
+};
+
+fs::path suite_dir() {
+  const char* env = std::getenv("MN_ONNX_NODE_TESTS");
+  return env != nullptr ? fs::path(env) : fs::path("/usr/share/libonnx-testdata/data/node");
+}
+
+bool close(double got, double want, double rtol, double atol) {
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  return std::abs(got - want) <= atol + rtol * std::abs(want);
+}
+
+// Compares an output with the expected tensor; empty when they agree.
+std::string compare(const RawTensor& got, const RawTensor& want) {
+  if (got.shape != want.shape) {
+    return "shape " + shape_str(got.shape) + ", expected " + shape_str(want.shape);
+  }
+  const bool f16 = want.type == ElemType::f16 || want.type == ElemType::bf16;
+  const double rtol = f16 ? 1e-2 : 1e-3;
+  const double atol = f16 ? 1e-3 : 1e-5;
+  const bool exact = want.type != ElemType::f32 && want.type != ElemType::f16 &&
+                     want.type != ElemType::bf16 && want.type != ElemType::f64;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    const double g = got.value(i), w = want.value(i);
+    if (exact ? g != w : !close(g, w, rtol, atol)) {
+      std::ostringstream s;
+      s << "element " << i << ": " << g << ", expected " << w;
+      return s.str();
+    }
+  }
+  return {};
+}
+
+struct Case {
+  std::map<std::string, RawTensor> inputs;
+  std::map<std::string, RawTensor> outputs;
+};
+
+Case read_case(const fs::path& dir) {
+  Case c;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    const std::string f = e.path().filename().string();
+    std::string name;
+    if (f.rfind("input_", 0) == 0) {
+      RawTensor t = onnx::read_tensor_proto(e.path(), &name);
+      c.inputs.emplace(name, std::move(t));
+    } else if (f.rfind("output_", 0) == 0) {
+      RawTensor t = onnx::read_tensor_proto(e.path(), &name);
+      c.outputs.emplace(name, std::move(t));
+    }
+  }
+  return c;
+}
+
+bool plain_type(ElemType t) {
+  return t == ElemType::f32 || t == ElemType::i64 || t == ElemType::i32 || t == ElemType::boolean;
+}
+
+Result run_test(const fs::path& dir) {
+  Result r;
+  r.test = dir.filename().string();
+  try {
+    // Inputs that are not tensors (sequences, optionals) fail to parse: the import says why.
+    Case data;
+    try {
+      data = read_case(dir / "test_data_set_0");
+    } catch (const Error&) {
+    }
+    for (const auto& [n, t] : data.inputs) r.float_only = r.float_only && plain_type(t.type);
+    for (const auto& [n, t] : data.outputs) r.float_only = r.float_only && plain_type(t.type);
+    for (const auto& declared : onnx::model_inputs(dir / "model.onnx")) {
+      auto it = data.inputs.find(declared.name);
+      if (it == data.inputs.end()) continue;
+      // BFLOAT16 test data is stored as UINT16 bits.
+      if (declared.type == ElemType::bf16 && it->second.type == ElemType::u16) it->second.type = ElemType::bf16;
+      const Shape& s = it->second.shape;
+      bool agrees = s.size() == declared.shape.size();
+      for (size_t a = 0; agrees && a < s.size(); ++a) agrees = declared.shape[a] < 0 || declared.shape[a] == s[a];
+      if (!agrees) {
+        r.outcome = Outcome::invalid;
+        r.detail = "input '" + declared.name + "' has shape " + shape_str(s) + " in the test data";
+        return r;
+      }
+    }
+    onnx::ImportOptions options;
+    options.input_values = data.inputs;
+    for (const auto& [n, t] : data.inputs) options.input_shapes[n] = t.shape;
+    onnx::ImportedModel m = onnx::import_model(dir / "model.onnx", options);
+    auto session = build_session(m.graph);
+    m.load_weights(*session);
+    for (const auto& info : m.inputs) {
+      session->set(info.name, onnx::to_graph_value(data.inputs.at(info.name), info, info.name));
+    }
+    session->step();
+    for (const auto& info : m.outputs) {
+      auto it = data.outputs.find(info.name);
+      if (it == data.outputs.end()) continue;
+      RawTensor got = onnx::from_graph_value(session->get(info.name), info, info.name);
+      RawTensor want = it->second;
+      if (info.type == ElemType::bf16 && want.type == ElemType::u16) want.type = ElemType::bf16;
+      std::string diff = compare(got, want);
+      if (!diff.empty()) {
+        r.outcome = Outcome::failed;
+        r.detail = "output '" + info.name + "' " + diff;
+        return r;
+      }
+    }
+  } catch (const onnx::UnsupportedError& e) {
+    r.outcome = Outcome::unsupported;
+    r.detail = e.what();
+  } catch (const std::exception& e) {
+    r.outcome = Outcome::failed;
+    r.detail = e.what();
+  }
+  return r;
+}
+
+// The op a test is named after: the longest supported op whose snake_case name starts it
+// ("(other)" for ops the importer does not know), marked when the test runs the op's function
+// expanded into other ops.
+std::string op_of_name(const std::string& test, const std::vector<std::string>& ops) {
+  std::string best;
+  for (const auto& op : ops) {
+    std::string snake;
+    for (size_t i = 0; i < op.size(); ++i) {
+      const char ch = op[i];
+      if (std::isupper(static_cast<unsigned char>(ch)) && i > 0 &&
+          !std::isupper(static_cast<unsigned char>(op[i - 1]))) {
+        snake += '_';
+      }
+      snake += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    }
+    const std::string key = "test_" + snake;
+    if (test.rfind(key, 0) == 0 && (test.size() == key.size() || test[key.size()] == '_') &&
+        op.size() > best.size()) {
+      best = op;
+    }
+  }
+  if (best.empty()) best = "(other)";
+  if (test.find("_expanded") != std::string::npos) best += " (expanded)";
+  return best;
+}
+
+TEST(OnnxNodeSuite, EveryNodeTest) {
+  const fs::path root = suite_dir();
+  ASSERT_TRUE(fs::is_directory(root))
+      << root << " is missing: install Debian's libonnx-testdata (scripts/setup.sh --tests)";
+  const char* filter = std::getenv("MN_ONNX_NODE_FILTER");
+  std::vector<fs::path> dirs;
+  for (const auto& e : fs::directory_iterator(root)) {
+    if (!e.is_directory()) continue;
+    if (filter != nullptr && e.path().filename().string().find(filter) == std::string::npos) continue;
+    dirs.push_back(e.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  const std::vector<std::string> supported = onnx::supported_ops();
+
+  struct Counts {
+    int passed = 0, failed = 0, unsupported = 0, invalid = 0;
+  };
+  std::map<std::string, Counts> by_op;
+  Counts total, plain;
+  std::vector<Result> failures;
+  for (const auto& dir : dirs) {
+    Result r = run_test(dir);
+    r.op = op_of_name(r.test, supported);
+    Counts& c = by_op[r.op];
+    auto bump = [&](Counts& k) {
+      switch (r.outcome) {
+        case Outcome::passed: ++k.passed; break;
+        case Outcome::failed: ++k.failed; break;
+        case Outcome::unsupported: ++k.unsupported; break;
+        case Outcome::invalid: ++k.invalid; break;
+      }
+    };
+    bump(c);
+    bump(total);
+    if (r.float_only) bump(plain);
+    if (r.outcome == Outcome::failed) failures.push_back(r);
+    if (r.outcome != Outcome::passed && std::getenv("MN_ONNX_VERBOSE") != nullptr) {
+      const char* what = r.outcome == Outcome::failed        ? "FAILED"
+                         : r.outcome == Outcome::unsupported ? "unsupported"
+                                                             : "invalid";
+      std::printf("%s %s: %s\n", what,
+                  r.test.c_str(), r.detail.c_str());
+    }
+  }
+
+  std::ostringstream table;
+  auto row = [&](const std::string& label, const Counts& c) {
+    table << "| " << label << " | " << c.passed << " | " << c.failed << " | " << c.unsupported
+          << " | " << c.invalid << " |\n";
+  };
+  table << "| op | passed | failed | unsupported | test data unlike its model |\n"
+        << "| --- | --- | --- | --- | --- |\n";
+  for (const auto& [op, c] : by_op) row(op, c);
+  row("all " + std::to_string(dirs.size()) + " tests", total);
+  row("of which FLOAT, INT32/INT64, BOOL only", plain);
+  std::printf("%s", table.str().c_str());
+  if (const char* path = std::getenv("MN_ONNX_REPORT")) std::ofstream(path) << table.str();
+
+  for (const auto& f : failures) ADD_FAILURE() << f.test << " (" << f.op << "): " << f.detail;
+}
+
+}  // namespace
+}  // namespace mn
