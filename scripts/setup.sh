@@ -22,7 +22,7 @@ for arg in "$@"; do
     # pytest runs the Python package's tests.
     # libonnx-testdata: the ONNX backend suite's node tests (tests/onnx).
     --tests) packages+=(python3 python3-torch python3-torchvision python3-numpy python3-pytest
-      libonnx-testdata)
+      libonnx-testdata python3-sympy python3-protobuf)
       tests=1 ;;
     --clang) packages+=(clang libclang-rt-14-dev) ;;
     --no-build) build=0 ;;
@@ -64,9 +64,10 @@ if ! toolchain_ready; then
       "tensor-addressed kernels stay off" >&2
 fi
 
-# The Python package's build backend (pinned, scripts/python-requirements.txt), for
-# scripts/test.sh's `pip install`.
-if ((tests)) && ! compgen -G ".venv/lib/python3*/site-packages/scikit_build_core" >/dev/null; then
+# The Python package's build backend, for scripts/test.sh's `pip install`, and onnxruntime for
+# the ONNX tests (pinned, scripts/python-requirements.txt).
+if ((tests)) && { ! compgen -G ".venv/lib/python3*/site-packages/scikit_build_core" >/dev/null ||
+                  ! compgen -G ".venv/lib/python3*/site-packages/onnxruntime" >/dev/null; }; then
   .venv/bin/pip install --quiet --disable-pip-version-check --no-deps --require-hashes \
     -r scripts/python-requirements.txt
 fi

@@ -37,7 +37,8 @@ data = _core.data
 reference = _core.reference
 lm = _core.lm
 vision = _core.vision
-for _name in ("nn", "optim", "data", "reference", "lm", "vision"):
+onnx = _core.onnx
+for _name in ("nn", "optim", "data", "reference", "lm", "vision", "onnx"):
     _sys.modules[__name__ + "." + _name] = getattr(_core, _name)
 
 __version__ = "0.1.0"

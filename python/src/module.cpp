@@ -22,4 +22,5 @@ PYBIND11_MODULE(_core, m) {
   bind_trainer(m, data);
   bind_reference(reference);
   bind_lm(lm);
+  bind_onnx(m);
 }
