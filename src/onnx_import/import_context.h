@@ -117,6 +117,7 @@ void add_elementwise_converters(ConverterTable& t);  // ops_elementwise.cpp
 void add_shape_converters(ConverterTable& t);        // ops_shape.cpp
 void add_nn_converters(ConverterTable& t);           // ops_nn.cpp
 void add_reduce_converters(ConverterTable& t);       // ops_reduce.cpp
+void add_resize_converters(ConverterTable& t);       // ops_resize.cpp
 const ConverterTable& converter_table();
 
 // The importer's side of NodeContext: values by name.

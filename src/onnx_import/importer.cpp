@@ -366,6 +366,7 @@ const ConverterTable& converter_table() {
     add_shape_converters(t);
     add_nn_converters(t);
     add_reduce_converters(t);
+    add_resize_converters(t);
     return t;
   }();
   return table;

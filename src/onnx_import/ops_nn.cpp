@@ -287,6 +287,67 @@ void convert_layer_norm(NodeContext& c) {
   }
 }
 
+// LRN: x / (bias + alpha / size * sum of x^2 over the channel window)^beta, the window
+// [c - floor((size-1)/2), c + ceil((size-1)/2)] summed as shifted slices of the padded squares.
+void convert_lrn(NodeContext& c) {
+  Tensor x = c.in(0);
+  if (x.rank() < 3) c.fail("input must be [N, C, ...]");
+  const int64_t size = c.attr_int("size", 0);
+  if (size <= 0) c.fail("'size' must be positive");
+  const double alpha = c.attr_float("alpha", 1e-4), beta = c.attr_float("beta", 0.75),
+               bias = c.attr_float("bias", 1.0);
+  const int64_t before = (size - 1) / 2, after = size - 1 - before;
+  std::vector<std::pair<int64_t, int64_t>> p(static_cast<size_t>(x.rank()), {0, 0});
+  p[1] = {before, after};
+  Tensor sq = pad(x * x, p);
+  const int64_t channels = x.dim(1);
+  Tensor window;
+  for (int64_t k = 0; k < size; ++k) {
+    Tensor s = slice(sq, 1, k, k + channels);
+    window = window.valid() ? window + s : s;
+  }
+  c.out(0, x / pow(bias + (alpha / static_cast<double>(size)) * window, c.scalar(beta, x)), c.type(0));
+}
+
+// MeanVarianceNormalization: (x - mean) / (sqrt(mean((x - mean)^2)) + 1e-9) over `axes`.
+void convert_mvn(NodeContext& c) {
+  Tensor x = c.in(0);
+  std::vector<int64_t> axes = c.attr_ints_opt("axes").value_or(std::vector<int64_t>{0, 2, 3});
+  for (auto& a : axes) a = c.axis(a, x.rank());
+  Tensor centered = x - mean(x, axes, true);
+  c.out(0, centered / (sqrt(mean(centered * centered, axes, true)) + 1e-9), c.type(0));
+}
+
+// TopK for a known, small k: k rounds of (max, argmax), each masking the element it took.
+void convert_topk(NodeContext& c) {
+  Tensor x = c.in_float(0);
+  const int64_t k = static_cast<int64_t>(c.known_scalar(1, "K"));
+  const int axis = c.axis(c.attr_int("axis", -1), x.rank());
+  if (k < 1 || k > x.dim(axis)) c.fail("K must be in [1, " + std::to_string(x.dim(axis)) + "]");
+  if (k > 16) c.unsupported("K above 16 (it is unrolled into K rounds)");
+  if (c.attr_int("sorted", 1) == 0) c.unsupported("sorted = 0");
+  const bool largest = c.attr_int("largest", 1) != 0;
+  // Each element's position along the axis, to mask the one each round takes.
+  const int64_t n = x.dim(axis);
+  Array position_values({n}, DType::i32);
+  for (int64_t j = 0; j < n; ++j) position_values.data[static_cast<size_t>(j)] = static_cast<double>(j);
+  Shape along(static_cast<size_t>(x.rank()), 1);
+  along[static_cast<size_t>(axis)] = n;
+  Tensor positions = reshape(c.graph().constant(std::move(position_values)), along);
+  Tensor work = largest ? x : neg(x);
+  const double lowest = -3.0e38;  // below any finite f32 value a round could take
+  std::vector<Tensor> values, indices;
+  for (int64_t i = 0; i < k; ++i) {
+    Tensor id = argmax(work, axis, true);
+    values.push_back(max(work, {axis}, true));
+    indices.push_back(id);
+    work = where(eq(positions, id), c.scalar(lowest, work), work);
+  }
+  Tensor v = values.size() == 1 ? values[0] : concat(values, axis);
+  c.out(0, largest ? v : neg(v), c.type(0));
+  c.out(1, indices.size() == 1 ? indices[0] : concat(indices, axis), ElemType::i64);
+}
+
 void convert_gemm(NodeContext& c) {
   Tensor a = c.in(0);
   Tensor b = c.in(1);
@@ -333,93 +394,64 @@ Tensor hardmax(Tensor x, int axis) {
   return axis == rank - 1 ? oh : permute(oh, perm);
 }
 
-// Resize (and Upsample) where it is one of PyTorch's 2-D resamplings: nearest with asymmetric
-// coordinates and floor rounding, or linear with half-pixel or align-corners coordinates.
-void convert_resize(NodeContext& c) {
-  Tensor x = c.in(0);
-  if (x.rank() != 4) c.unsupported("inputs of rank other than 4");
-  const bool upsample = c.node().op_type() == "Upsample";
-  const std::string mode = c.attr_string("mode", "nearest");
-  const std::string coords = upsample || c.opset() < 11
-                                 ? "asymmetric"
-                                 : c.attr_string("coordinate_transformation_mode", "half_pixel");
-  const std::string rounding = c.attr_string("nearest_mode", c.opset() < 11 ? "floor" : "round_prefer_floor");
-  std::vector<double> scales;
-  std::vector<int64_t> sizes;
-  if (upsample && c.opset() < 9) {
-    for (float f : c.attr_floats("scales")) scales.push_back(f);
-  } else {
-    const size_t scales_input = upsample || c.opset() < 11 ? 1 : 2;
-    if (c.has(scales_input) && mn::numel(c.shape(scales_input)) > 0) {
-      scales = c.known(scales_input, "scales").data;
-    }
-    if (!upsample && c.opset() >= 11 && c.has(3) && mn::numel(c.shape(3)) > 0) {
-      sizes = c.known_ints(3, "sizes");
-    }
-  }
-  if (sizes.empty()) {
-    if (scales.size() != 4) c.fail("scales must give one factor per axis");
-    if (scales[0] != 1.0 || scales[1] != 1.0) c.unsupported("resizing the batch or channel axes");
-    for (int a = 0; a < 4; ++a) {
-      sizes.push_back(static_cast<int64_t>(std::floor(static_cast<double>(x.dim(a)) * scales[a])));
-    }
-    // PyTorch's nearest maps by in/out, ONNX's by the scale: alike only when in * scale is whole.
-    for (int a = 2; a < 4; ++a) {
-      if (static_cast<double>(x.dim(a)) * scales[a] != static_cast<double>(sizes[a])) {
-        c.unsupported("a scale that does not give a whole output size");
-      }
-    }
-  }
-  if (sizes.size() != 4 || sizes[0] != x.dim(0) || sizes[1] != x.dim(1)) {
-    c.unsupported("resizing the batch or channel axes");
-  }
-  Tensor y;
-  if (mode == "nearest") {
-    if (coords != "asymmetric" || rounding != "floor") {
-      c.unsupported("nearest with coordinate_transformation_mode '" + coords + "' and nearest_mode '" +
-                    rounding + "' (supported: asymmetric with floor, as PyTorch's nearest)");
-    }
-    y = upsample_nearest2d(x, sizes[2], sizes[3]);
-  } else if (mode == "linear" || mode == "bilinear") {
-    const bool half = coords == "half_pixel" ||
-                      (coords == "pytorch_half_pixel" && sizes[2] > 1 && sizes[3] > 1);
-    if (!half && coords != "align_corners") {
-      c.unsupported("linear with coordinate_transformation_mode '" + coords +
-                    "' (supported: half_pixel, pytorch_half_pixel, align_corners)");
-    }
-    y = upsample_bilinear2d(x, sizes[2], sizes[3], coords == "align_corners");
-  } else {
-    c.unsupported("mode '" + mode + "' (supported: nearest, linear)");
-  }
-  c.out(0, y, c.type(0));
+// The losses over class indices. Without per-class weights they are the cross_entropy and
+// nll_loss ops; with them, NLL is composed: -w[t] * logp[t] per element (0 where ignored),
+// summed, or divided by the sum of the weights taken.
+struct LossSpec {
+  Reduction reduction = Reduction::mean;
+  std::optional<int64_t> ignore_index;
+};
+
+LossSpec loss_spec(NodeContext& c) {
+  LossSpec l;
+  const std::string r = c.attr_string("reduction", "mean");
+  if (r == "mean") l.reduction = Reduction::mean;
+  else if (r == "sum") l.reduction = Reduction::sum;
+  else if (r == "none") l.reduction = Reduction::none;
+  else c.fail("unknown reduction '" + r + "'");
+  l.ignore_index = c.attr_int("ignore_index");
+  return l;
 }
 
-// The losses over class indices; per-class weights are not supported.
-CrossEntropyOptions loss_options(NodeContext& c) {
-  if (c.has(2)) c.unsupported("per-class weights");
-  CrossEntropyOptions o;
-  const std::string r = c.attr_string("reduction", "mean");
-  if (r == "mean") o.reduction = Reduction::mean;
-  else if (r == "sum") o.reduction = Reduction::sum;
-  else if (r == "none") o.reduction = Reduction::none;
-  else c.fail("unknown reduction '" + r + "'");
+Tensor weighted_nll(NodeContext& c, Tensor logp, Tensor target, Tensor weight, const LossSpec& l) {
+  Graph& g = c.graph();
+  if (target.dtype() != DType::i32) target = cast(target, DType::i32);
+  const int64_t classes = logp.dim(1);
+  Tensor valid = l.ignore_index ? ne(target, g.scalar(static_cast<double>(*l.ignore_index), DType::i32))
+                                : broadcast_to(g.scalar(1.0), target.shape());
+  Tensor safe = where(valid, target, g.scalar(0, DType::i32));
+  std::vector<int64_t> perm{0};
+  for (int a = 2; a < logp.rank(); ++a) perm.push_back(a);
+  perm.push_back(1);
+  Tensor picked = sum(permute(logp, perm) * one_hot(safe, classes, logp.dtype()), {-1});
+  Tensor w = (weight.valid() ? take(weight, safe, 0) : broadcast_to(g.scalar(1.0, logp.dtype()), target.shape())) *
+             cast(valid, logp.dtype());
+  Tensor loss = neg(picked) * w;
+  if (l.reduction == Reduction::none) return loss;
+  if (l.reduction == Reduction::sum) return sum(loss);
+  return sum(loss) / sum(w);
+}
+
+Tensor class_loss(NodeContext& c, Tensor logp_or_logits, bool from_logits) {
+  const LossSpec l = loss_spec(c);
+  Tensor target = c.in(1);
+  if (c.has(2) || (l.ignore_index && *l.ignore_index < 0)) {
+    Tensor logp = from_logits ? log_softmax(logp_or_logits, 1) : logp_or_logits;
+    return weighted_nll(c, logp, target, c.has(2) ? c.in(2) : Tensor{}, l);
+  }
   // Without ignore_index every index counts: the most negative i32 is never a class.
-  o.ignore_index = c.attr_int("ignore_index", std::numeric_limits<int32_t>::min());
-  return o;
+  const int64_t ignore = l.ignore_index.value_or(std::numeric_limits<int32_t>::min());
+  if (from_logits) return cross_entropy(logp_or_logits, target, {l.reduction, ignore, 0.0});
+  return nll_loss(logp_or_logits, target, l.reduction, ignore);
 }
 
 void convert_softmax_cross_entropy(NodeContext& c) {
-  CrossEntropyOptions o = loss_options(c);
   Tensor logits = c.in(0);
-  Tensor labels = c.in(1);
-  c.out(0, cross_entropy(logits, labels, o), c.type(0));
+  c.out(0, class_loss(c, logits, true), c.type(0));
   if (c.wants(1)) c.out(1, log_softmax(logits, 1), c.type(0));
 }
 
-void convert_nll_loss(NodeContext& c) {
-  CrossEntropyOptions o = loss_options(c);
-  c.out(0, nll_loss(c.in(0), c.in(1), o.reduction, o.ignore_index), c.type(0));
-}
+void convert_nll_loss(NodeContext& c) { c.out(0, class_loss(c, c.in(0), false), c.type(0)); }
 
 }  // namespace
 
@@ -434,12 +466,13 @@ void add_nn_converters(ConverterTable& t) {
   t.add("InstanceNormalization", convert_instance_norm);
   t.add("LayerNormalization", convert_layer_norm);
   t.add("Gemm", convert_gemm);
+  t.add("LRN", convert_lrn);
+  t.add("MeanVarianceNormalization", convert_mvn);
+  t.add("TopK", convert_topk);
   t.add("MatMul", convert_matmul);
   t.add("Softmax", [](NodeContext& c) { along_axis(c, [](Tensor x, int a) { return softmax(x, a); }); });
   t.add("LogSoftmax", [](NodeContext& c) { along_axis(c, [](Tensor x, int a) { return log_softmax(x, a); }); });
   t.add("Hardmax", [](NodeContext& c) { along_axis(c, hardmax); });
-  t.add("Resize", convert_resize);
-  t.add("Upsample", convert_resize);
   t.add("SoftmaxCrossEntropyLoss", convert_softmax_cross_entropy);
   t.add("NegativeLogLikelihoodLoss", convert_nll_loss);
 }

@@ -100,6 +100,15 @@ void add_reduce_converters(ConverterTable& t) {
     Tensor r = log(sum(exp(f - m), a, true)) + m;
     return k ? r : squeeze(r, a);
   });
+  // The product as sign * exp(sum(log|x|)): the sign from the parity of the negatives, a zero
+  // giving log 0 = -inf and so 0.
+  add_reduce(t, "ReduceProd", 18, [](NodeContext& c, Tensor x, const auto& a, bool k) {
+    Tensor f = float_in(x);
+    Tensor negatives = sum(lt(f, c.scalar(0.0, f)), a, k);
+    Tensor half = negatives * 0.5;
+    Tensor parity = 2.0 * (half - cast(cast(half, DType::i32), half.dtype()));  // 0 or 1
+    return (1.0 - 2.0 * parity) * exp(sum(log(abs(f)), a, k));
+  });
   t.add("ArgMax", [](NodeContext& c) { c.out(0, arg_extreme(c, true), ElemType::i64); });
   t.add("ArgMin", [](NodeContext& c) { c.out(0, arg_extreme(c, false), ElemType::i64); });
 }

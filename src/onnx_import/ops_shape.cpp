@@ -316,6 +316,38 @@ void convert_gather(NodeContext& c) {
   c.out(0, take(x, wrapped_indices(c, 1, x.dim(axis)), axis), c.type(0));
 }
 
+// GatherElements: out[i...] = x[i... with the axis coordinate replaced by indices[i...]], as
+// one take from the flattened x at host-computed base offsets plus index * stride.
+void convert_gather_elements(NodeContext& c) {
+  Tensor x = c.in(0);
+  const int axis = c.axis(c.attr_int("axis", 0), x.rank());
+  if (!is_integer(c.type(1))) c.fail("indices must be integers");
+  const Shape& is = c.shape(1);
+  if (static_cast<int>(is.size()) != x.rank()) c.fail("indices must have the rank of data");
+  for (int a = 0; a < x.rank(); ++a) {
+    if (a != axis && is[static_cast<size_t>(a)] > x.dim(a)) c.fail("indices exceed data outside the axis");
+  }
+  const std::vector<int64_t> strides = contiguous_strides(x.shape());
+  Array base(is, DType::i32);
+  std::vector<int64_t> coord(is.size(), 0);
+  for (int64_t i = 0; i < base.numel(); ++i) {
+    int64_t offset = 0;
+    for (size_t a = 0; a < is.size(); ++a) {
+      if (static_cast<int>(a) != axis) offset += coord[a] * strides[a];
+    }
+    base.data[static_cast<size_t>(i)] = static_cast<double>(offset);
+    for (int a = static_cast<int>(is.size()) - 1; a >= 0; --a) {
+      if (++coord[static_cast<size_t>(a)] < is[static_cast<size_t>(a)]) break;
+      coord[static_cast<size_t>(a)] = 0;
+    }
+  }
+  if (x.numel() > 2147483647) c.unsupported("data of more than 2^31 elements");
+  Tensor idx = wrapped_indices(c, 1, x.dim(axis));
+  Tensor flat = c.graph().constant(std::move(base)) +
+                idx * c.graph().scalar(static_cast<double>(strides[static_cast<size_t>(axis)]), DType::i32);
+  c.out(0, take(reshape(x, {x.numel()}), flat, 0), c.type(0));
+}
+
 void convert_expand(NodeContext& c) {
   Tensor x = c.in(0);
   const std::vector<int64_t> shape = c.known_ints(1, "shape");
@@ -426,11 +458,37 @@ void convert_range(NodeContext& c) {
   c.out_known(0, std::move(a), c.type(0));
 }
 
-// Pad in constant mode; negative pads crop.
+// CumSum along an axis as a product with a triangular 0/1 matrix (exclusive and reverse are
+// its other triangles); integers go through f32, exact below 2^24.
+void convert_cumsum(NodeContext& c) {
+  Tensor x = c.in_float(0);
+  const int axis = c.axis(static_cast<int64_t>(c.known_scalar(1, "axis")), x.rank());
+  const bool exclusive = c.attr_int("exclusive", 0) != 0;
+  const bool reverse = c.attr_int("reverse", 0) != 0;
+  const int64_t n = x.dim(axis);
+  Array m({n, n}, x.dtype());
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = 0; i < n; ++i) {
+      const bool in = reverse ? (exclusive ? j > i : j >= i) : (exclusive ? j < i : j <= i);
+      m.data[static_cast<size_t>(j * n + i)] = in ? 1.0 : 0.0;
+    }
+  }
+  std::vector<int64_t> perm;
+  for (int a = 0; a < x.rank(); ++a) {
+    if (a != axis) perm.push_back(a);
+  }
+  perm.push_back(axis);
+  std::vector<int64_t> back(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) back[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+  Tensor y = matmul(permute(x, perm), c.graph().constant(std::move(m)));
+  c.out(0, permute(y, back), c.type(0));
+}
+
+// Pad: constant (negative pads crop), reflect or edge.
 void convert_pad(NodeContext& c) {
   Tensor x = c.in(0);
   const std::string mode = c.attr_string("mode", "constant");
-  if (mode != "constant") c.unsupported("mode '" + mode + "' (only 'constant')");
+  if (mode != "constant" && mode != "reflect" && mode != "edge") c.unsupported("mode '" + mode + "'");
   std::vector<int64_t> pads;
   double value = 0;
   if (c.opset() < 11) {
@@ -458,6 +516,23 @@ void convert_pad(NodeContext& c) {
     p[static_cast<size_t>(a)] = {std::max<int64_t>(before, 0), std::max<int64_t>(after, 0)};
   }
   const bool any = std::any_of(p.begin(), p.end(), [](auto q) { return q.first || q.second; });
+  if (any && mode != "constant") {
+    // reflect / edge: each padded axis gathers the source index of every position.
+    for (int a = 0; a < x.rank(); ++a) {
+      const auto [before, after] = p[static_cast<size_t>(a)];
+      if (before == 0 && after == 0) continue;
+      const int64_t n = x.dim(a);
+      if (mode == "reflect" && (before >= n || after >= n)) c.fail("reflect pads must be smaller than the axis");
+      std::vector<int64_t> idx;
+      for (int64_t i = -before; i < n + after; ++i) {
+        if (mode == "edge") idx.push_back(std::min(std::max<int64_t>(i, 0), n - 1));
+        else idx.push_back(i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i);
+      }
+      x = take(x, c.graph().constant(ints_array(idx)), a);
+    }
+    c.out(0, x, c.type(0));
+    return;
+  }
   c.out(0, any ? pad(x, p, value) : x, c.type(0));
 }
 
@@ -561,6 +636,8 @@ void add_shape_converters(ConverterTable& t) {
   t.add("Split", convert_split);
   t.add("Slice", convert_slice);
   t.add("Gather", convert_gather);
+  t.add("GatherElements", convert_gather_elements);
+  t.add("CumSum", convert_cumsum);
   t.add("Expand", convert_expand);
   t.add("Tile", convert_tile);
   t.add("Shape", convert_shape);
