@@ -19,11 +19,13 @@ namespace mn::onnx {
 
 namespace {
 
-// The opsets of the default domain this importer follows, up to the newest the ONNX library it
-// is built with knows. Before opset 7 only the forms that mean what they mean later import
-// (legacy broadcasting along an `axis` is refused by the ops that had it).
+// The opsets of the default domain this importer follows. Debian's ONNX 1.12 knows up to 17;
+// 18 to 21 (what current PyTorch exports) changed the ops handled here in known ways (axes of
+// reductions as inputs, Split's num_outputs, Resize's axes, GroupNormalization's scale per
+// channel, Gelu) and otherwise only added element types. Before opset 7 only the forms that
+// mean what they mean later import (legacy broadcasting along an `axis` is refused).
 constexpr int64_t kMinOpset = 1;
-constexpr int64_t kMaxOpset = 17;
+constexpr int64_t kMaxOpset = 21;
 
 // A folded node's inputs larger than this are not evaluated while importing (they become
 // constants computed on the device).

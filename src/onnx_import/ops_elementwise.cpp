@@ -276,6 +276,11 @@ void add_elementwise_converters(ConverterTable& t) {
   }, true);
   add_unary(t, "Erf", [](NodeContext&, Tensor x) { return erf(x); });
   add_unary(t, "Softsign", [](NodeContext&, Tensor x) { return x / (1.0 + abs(x)); });
+  add_unary(t, "Gelu", [](NodeContext& c, Tensor x) {
+    const std::string a = c.attr_string("approximate", "none");
+    if (a != "none" && a != "tanh") c.fail("unknown approximate '" + a + "'");
+    return gelu(x, a == "tanh" ? GeluApprox::tanh : GeluApprox::none);
+  });
   add_unary(t, "Atan", atan_of);
   add_unary(t, "Asin", asin_of);
   add_unary(t, "Acos", acos_of);

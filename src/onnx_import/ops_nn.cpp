@@ -266,6 +266,22 @@ void convert_instance_norm(NodeContext& c) {
   c.out(0, group_norm(x, x.dim(1), c.in(1), c.in(2), eps), c.type(0));
 }
 
+// GroupNormalization: scale and bias per group in opset 18, per channel from opset 21.
+void convert_group_norm(NodeContext& c) {
+  Tensor x = c.in(0);
+  if (x.rank() < 3) c.fail("input must be [N, C, ...]");
+  const int64_t groups = c.attr_int("num_groups", 0);
+  const int64_t channels = x.dim(1);
+  if (groups <= 0 || channels % groups != 0) c.fail("num_groups must divide the channels");
+  auto per_channel = [&](size_t i) {
+    Tensor p = c.in(i);
+    if (p.numel() == channels) return reshape(p, {channels});
+    if (p.numel() != groups) c.fail("scale and bias must hold one value per group or per channel");
+    return reshape(broadcast_to(reshape(p, {groups, 1}), {groups, channels / groups}), {channels});
+  };
+  c.out(0, group_norm(x, groups, per_channel(1), per_channel(2), c.attr_float("epsilon", 1e-5)), c.type(0));
+}
+
 void convert_layer_norm(NodeContext& c) {
   Tensor x = c.in(0);
   const int axis = c.axis(c.attr_int("axis", -1), x.rank());
@@ -465,6 +481,7 @@ void add_nn_converters(ConverterTable& t) {
   t.add("BatchNormalization", convert_batch_norm);
   t.add("InstanceNormalization", convert_instance_norm);
   t.add("LayerNormalization", convert_layer_norm);
+  t.add("GroupNormalization", convert_group_norm);
   t.add("Gemm", convert_gemm);
   t.add("LRN", convert_lrn);
   t.add("MeanVarianceNormalization", convert_mvn);

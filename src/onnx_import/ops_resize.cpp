@@ -49,6 +49,24 @@ ResizeSpec resize_spec(NodeContext& c, const Shape& in) {
     }
   }
   const size_t rank = in.size();
+  // Opset 18: scales or sizes for the listed axes only; the others keep their size.
+  if (auto axes = c.attr_ints_opt("axes")) {
+    std::vector<double> scales(rank, 1.0);
+    std::vector<int64_t> sizes(in.begin(), in.end());
+    const bool by_size = !r.sizes.empty();
+    if ((by_size ? r.sizes.size() : r.scales.size()) != axes->size()) c.fail("scales or sizes must match 'axes'");
+    for (size_t i = 0; i < axes->size(); ++i) {
+      const size_t a = static_cast<size_t>(c.axis((*axes)[i], static_cast<int>(rank)));
+      if (by_size) sizes[a] = r.sizes[i];
+      else scales[a] = r.scales[i];
+    }
+    if (by_size) r.sizes = sizes;
+    else r.scales = scales;
+  }
+  if (c.attr_int("antialias", 0) != 0) c.unsupported("antialias = 1");
+  if (c.attr_string("keep_aspect_ratio_policy", "stretch") != "stretch") {
+    c.unsupported("keep_aspect_ratio_policy other than 'stretch'");
+  }
   if (!r.sizes.empty()) {
     if (r.sizes.size() != rank) c.fail("sizes must give one size per axis");
     r.scales.clear();

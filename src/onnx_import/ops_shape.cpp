@@ -234,9 +234,16 @@ void convert_split(NodeContext& c) {
       c.opset() >= 13 ? (c.has(1) ? c.known_ints(1, "split") : std::vector<int64_t>{})
                       : c.attr_ints("split");
   const int64_t n = static_cast<int64_t>(c.output_count());
-  if (sizes.empty()) {
-    if (x.dim(axis) % n != 0) c.fail("axis of size " + std::to_string(x.dim(axis)) + " does not split into " + std::to_string(n) + " equal parts");
-    sizes.assign(static_cast<size_t>(n), x.dim(axis) / n);
+  const int64_t d = x.dim(axis);
+  if (sizes.empty() && c.has_attr("num_outputs")) {  // opset 18: equal parts, the last smaller
+    if (c.attr_int("num_outputs", 0) != n) c.fail("num_outputs differs from the number of outputs");
+    const int64_t chunk = (d + n - 1) / n;
+    if (chunk * (n - 1) >= d) c.fail("axis of size " + std::to_string(d) + " cannot make " + std::to_string(n) + " parts");
+    sizes.assign(static_cast<size_t>(n - 1), chunk);
+    sizes.push_back(d - chunk * (n - 1));
+  } else if (sizes.empty()) {
+    if (d % n != 0) c.fail("axis of size " + std::to_string(d) + " does not split into " + std::to_string(n) + " equal parts");
+    sizes.assign(static_cast<size_t>(n), d / n);
   }
   if (static_cast<int64_t>(sizes.size()) != n) c.fail("'split' has " + std::to_string(sizes.size()) + " sizes for " + std::to_string(n) + " outputs");
   int64_t start = 0;
@@ -484,11 +491,13 @@ void convert_cumsum(NodeContext& c) {
   c.out(0, permute(y, back), c.type(0));
 }
 
-// Pad: constant (negative pads crop), reflect or edge.
+// Pad: constant (negative pads crop), reflect, edge or wrap.
 void convert_pad(NodeContext& c) {
   Tensor x = c.in(0);
   const std::string mode = c.attr_string("mode", "constant");
-  if (mode != "constant" && mode != "reflect" && mode != "edge") c.unsupported("mode '" + mode + "'");
+  if (mode != "constant" && mode != "reflect" && mode != "edge" && mode != "wrap") {
+    c.fail("unknown mode '" + mode + "'");
+  }
   std::vector<int64_t> pads;
   double value = 0;
   if (c.opset() < 11) {
@@ -517,7 +526,7 @@ void convert_pad(NodeContext& c) {
   }
   const bool any = std::any_of(p.begin(), p.end(), [](auto q) { return q.first || q.second; });
   if (any && mode != "constant") {
-    // reflect / edge: each padded axis gathers the source index of every position.
+    // reflect / edge / wrap: each padded axis gathers the source index of every position.
     for (int a = 0; a < x.rank(); ++a) {
       const auto [before, after] = p[static_cast<size_t>(a)];
       if (before == 0 && after == 0) continue;
@@ -526,6 +535,7 @@ void convert_pad(NodeContext& c) {
       std::vector<int64_t> idx;
       for (int64_t i = -before; i < n + after; ++i) {
         if (mode == "edge") idx.push_back(std::min(std::max<int64_t>(i, 0), n - 1));
+        else if (mode == "wrap") idx.push_back(((i % n) + n) % n);
         else idx.push_back(i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i);
       }
       x = take(x, c.graph().constant(ints_array(idx)), a);

@@ -344,7 +344,7 @@ TEST(OnnxImport, IntegerAndBoolValuesRoundTrip) {
 }
 
 TEST(OnnxImport, OpsetsOutsideTheSupportedRangeAreRefused) {
-  ModelBuilder b(18);
+  ModelBuilder b(22);
   b.input("x", {"2"});
   b.node("Relu", {"x"}, {"y"});
   b.output("y");
@@ -407,6 +407,77 @@ TEST(OnnxImport, ReduceLogSumExpIsStable) {
   ASSERT_EQ(y.shape, (Shape{2}));
   EXPECT_NEAR(y.data[0], std::log(std::exp(1.0) + std::exp(2.0) + std::exp(3.0)), 1e-5);
   EXPECT_NEAR(y.data[1], 1000 + std::log(2 + std::exp(-1.0)), 1e-3);
+}
+
+}  // namespace
+}  // namespace mn
+
+namespace mn {
+namespace {
+
+// Forms of opsets 18 to 21 (what current PyTorch exports).
+TEST(OnnxImport, NewerOpsetForms) {
+  ModelBuilder b(18);
+  b.input("x", {"2", "7"});
+  b.int_initializer("axes", {1});
+  b.node("ReduceMean", {"x", "axes"}, {"m"});
+  auto* split = b.node("Split", {"x"}, {"a", "b", "c"});
+  ModelBuilder::attr(split, "axis", 1);
+  ModelBuilder::attr(split, "num_outputs", 3);
+  b.output("m");
+  b.output("c");
+  onnx::ImportedModel m = onnx::import_model_bytes(b.bytes(), {}, {});
+  EXPECT_EQ(m.outputs[0].shape, (Shape{2, 1}));
+  EXPECT_EQ(m.outputs[1].shape, (Shape{2, 1}));  // 7 = 3 + 3 + 1
+  auto s = build_session(m.graph);
+  Array x({2, 7}, DType::f32, {1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 14});
+  s->set("x", x);
+  s->step();
+  EXPECT_NEAR(s->get("m").data[0], 4.0, 1e-6);
+  EXPECT_NEAR(s->get("c").data[1], 14.0, 1e-6);
+}
+
+TEST(OnnxImport, GroupNormalizationScalesPerGroupThenPerChannel) {
+  // x [1, 4, 2]: groups {c0, c1} and {c2, c3}; each group normalized over its 4 values.
+  const Array x({1, 4, 2}, DType::f32, {1, 2, 3, 4, 10, 10, 10, 14});
+  auto normalized = [&](int c, int i) {
+    const int g = c / 2;
+    double mean = 0, var = 0;
+    for (int k = 0; k < 4; ++k) mean += x.data[static_cast<size_t>(g * 4 + k)] / 4;
+    for (int k = 0; k < 4; ++k) var += std::pow(x.data[static_cast<size_t>(g * 4 + k)] - mean, 2) / 4;
+    return (x.data[static_cast<size_t>(c * 2 + i)] - mean) / std::sqrt(var + 1e-5);
+  };
+  for (int opset : {18, 21}) {
+    ModelBuilder b(opset);
+    b.input("x", {"1", "4", "2"});
+    const std::vector<float> scale = opset == 18 ? std::vector<float>{2, 3} : std::vector<float>{2, 2, 3, 3};
+    const std::vector<float> bias = opset == 18 ? std::vector<float>{1, -1} : std::vector<float>{1, 1, -1, -1};
+    b.initializer("scale", {static_cast<int64_t>(scale.size())}, scale);
+    b.initializer("bias", {static_cast<int64_t>(bias.size())}, bias);
+    auto* n = b.node("GroupNormalization", {"x", "scale", "bias"}, {"y"});
+    ModelBuilder::attr(n, "num_groups", 2);
+    b.output("y");
+    Array y = run_single(b, "x", x, "y");
+    for (int c = 0; c < 4; ++c) {
+      for (int i = 0; i < 2; ++i) {
+        const double want = normalized(c, i) * (c < 2 ? 2 : 3) + (c < 2 ? 1 : -1);
+        EXPECT_NEAR(y.data[static_cast<size_t>(c * 2 + i)], want, 1e-4) << "opset " << opset;
+      }
+    }
+  }
+}
+
+TEST(OnnxImport, GeluOfOpset20) {
+  ModelBuilder b(20);
+  b.input("x", {"4"});
+  b.node("Gelu", {"x"}, {"y"});
+  b.output("y");
+  const Array x({4}, DType::f32, {-2, -0.5, 0.5, 3});
+  Array y = run_single(b, "x", x, "y");
+  for (size_t i = 0; i < 4; ++i) {
+    const double v = x.data[i];
+    EXPECT_NEAR(y.data[i], 0.5 * v * (1 + std::erf(v / std::sqrt(2.0))), 1e-5);
+  }
 }
 
 }  // namespace
