@@ -108,6 +108,10 @@ class NodeContext {
 
 using Converter = std::function<void(NodeContext&)>;
 
+// Input i as i32 indices into an axis of n, ONNX's negative entries counted from the end (known
+// indices checked against n here, computed ones wrapped on the device).
+Tensor wrapped_indices(NodeContext& c, size_t i, int64_t n);
+
 // The converter table, filled by the ops_*.cpp families.
 struct ConverterTable {
   std::map<std::string, Converter, std::less<>> by_op;
@@ -118,6 +122,8 @@ void add_shape_converters(ConverterTable& t);        // ops_shape.cpp
 void add_nn_converters(ConverterTable& t);           // ops_nn.cpp
 void add_reduce_converters(ConverterTable& t);       // ops_reduce.cpp
 void add_resize_converters(ConverterTable& t);       // ops_resize.cpp
+void add_indexed_converters(ConverterTable& t);      // ops_indexed.cpp
+void add_einsum_converter(ConverterTable& t);        // ops_einsum.cpp
 const ConverterTable& converter_table();
 
 // The importer's side of NodeContext: values by name.

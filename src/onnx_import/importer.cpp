@@ -369,6 +369,8 @@ const ConverterTable& converter_table() {
     add_nn_converters(t);
     add_reduce_converters(t);
     add_resize_converters(t);
+    add_indexed_converters(t);
+    add_einsum_converter(t);
     return t;
   }();
   return table;

@@ -297,62 +297,11 @@ void convert_slice(NodeContext& c) {
   c.out(0, x, c.type(0));
 }
 
-// Indices with ONNX's negative entries counted from the end, as i32.
-Tensor wrapped_indices(NodeContext& c, size_t i, int64_t n) {
-  if (c.is_known(i) && c.value(i).source != Value::Source::input) {
-    Array a = c.known(i, "indices");
-    for (double& v : a.data) {
-      if (v < -static_cast<double>(n) || v >= static_cast<double>(n)) {
-        c.fail("index " + std::to_string(static_cast<int64_t>(v)) + " is out of range for an axis of " + std::to_string(n));
-      }
-      if (v < 0) v += static_cast<double>(n);
-    }
-    a.dtype = DType::i32;
-    return c.graph().constant(std::move(a));
-  }
-  Tensor idx = c.in(i);
-  if (idx.dtype() != DType::i32) idx = cast(idx, DType::i32);
-  Tensor zero = c.graph().scalar(0, DType::i32);
-  return where(lt(idx, zero), idx + c.graph().scalar(static_cast<double>(n), DType::i32), idx);
-}
-
 void convert_gather(NodeContext& c) {
   Tensor x = c.in(0);
   const int axis = c.axis(c.attr_int("axis", 0), x.rank());
   if (!is_integer(c.type(1))) c.fail("indices must be integers");
   c.out(0, take(x, wrapped_indices(c, 1, x.dim(axis)), axis), c.type(0));
-}
-
-// GatherElements: out[i...] = x[i... with the axis coordinate replaced by indices[i...]], as
-// one take from the flattened x at host-computed base offsets plus index * stride.
-void convert_gather_elements(NodeContext& c) {
-  Tensor x = c.in(0);
-  const int axis = c.axis(c.attr_int("axis", 0), x.rank());
-  if (!is_integer(c.type(1))) c.fail("indices must be integers");
-  const Shape& is = c.shape(1);
-  if (static_cast<int>(is.size()) != x.rank()) c.fail("indices must have the rank of data");
-  for (int a = 0; a < x.rank(); ++a) {
-    if (a != axis && is[static_cast<size_t>(a)] > x.dim(a)) c.fail("indices exceed data outside the axis");
-  }
-  const std::vector<int64_t> strides = contiguous_strides(x.shape());
-  Array base(is, DType::i32);
-  std::vector<int64_t> coord(is.size(), 0);
-  for (int64_t i = 0; i < base.numel(); ++i) {
-    int64_t offset = 0;
-    for (size_t a = 0; a < is.size(); ++a) {
-      if (static_cast<int>(a) != axis) offset += coord[a] * strides[a];
-    }
-    base.data[static_cast<size_t>(i)] = static_cast<double>(offset);
-    for (int a = static_cast<int>(is.size()) - 1; a >= 0; --a) {
-      if (++coord[static_cast<size_t>(a)] < is[static_cast<size_t>(a)]) break;
-      coord[static_cast<size_t>(a)] = 0;
-    }
-  }
-  if (x.numel() > 2147483647) c.unsupported("data of more than 2^31 elements");
-  Tensor idx = wrapped_indices(c, 1, x.dim(axis));
-  Tensor flat = c.graph().constant(std::move(base)) +
-                idx * c.graph().scalar(static_cast<double>(strides[static_cast<size_t>(axis)]), DType::i32);
-  c.out(0, take(reshape(x, {x.numel()}), flat, 0), c.type(0));
 }
 
 void convert_expand(NodeContext& c) {
@@ -636,6 +585,25 @@ void convert_dropout(NodeContext& c) {
 
 }  // namespace
 
+// Indices with ONNX's negative entries counted from the end, as i32.
+Tensor wrapped_indices(NodeContext& c, size_t i, int64_t n) {
+  if (c.is_known(i) && c.value(i).source != Value::Source::input) {
+    Array a = c.known(i, "indices");
+    for (double& v : a.data) {
+      if (v < -static_cast<double>(n) || v >= static_cast<double>(n)) {
+        c.fail("index " + std::to_string(static_cast<int64_t>(v)) + " is out of range for an axis of " + std::to_string(n));
+      }
+      if (v < 0) v += static_cast<double>(n);
+    }
+    a.dtype = DType::i32;
+    return c.graph().constant(std::move(a));
+  }
+  Tensor idx = c.in(i);
+  if (idx.dtype() != DType::i32) idx = cast(idx, DType::i32);
+  Tensor zero = c.graph().scalar(0, DType::i32);
+  return where(lt(idx, zero), idx + c.graph().scalar(static_cast<double>(n), DType::i32), idx);
+}
+
 void add_shape_converters(ConverterTable& t) {
   t.add("Reshape", convert_reshape);
   t.add("Flatten", convert_flatten);
@@ -646,7 +614,6 @@ void add_shape_converters(ConverterTable& t) {
   t.add("Split", convert_split);
   t.add("Slice", convert_slice);
   t.add("Gather", convert_gather);
-  t.add("GatherElements", convert_gather_elements);
   t.add("CumSum", convert_cumsum);
   t.add("Expand", convert_expand);
   t.add("Tile", convert_tile);

@@ -482,3 +482,52 @@ TEST(OnnxImport, GeluOfOpset20) {
 
 }  // namespace
 }  // namespace mn
+
+namespace mn {
+namespace {
+
+// Einsum's backend tests are DOUBLE only: here in FLOAT against the sums written out.
+TEST(OnnxImport, EinsumAsSumsPermutesAndOneProduct) {
+  auto einsum = [](const std::string& eq, const std::vector<std::pair<Array, std::vector<std::string>>>& ops) {
+    ModelBuilder b(12);
+    std::vector<std::string> names;
+    for (size_t i = 0; i < ops.size(); ++i) {
+      names.push_back("x" + std::to_string(i));
+      b.input(names.back(), ops[i].second);
+    }
+    auto* n = b.node("Einsum", names, {"y"});
+    auto* a = n->add_attribute();
+    a->set_name("equation");
+    a->set_type(::onnx::AttributeProto::STRING);
+    a->set_s(eq);
+    b.output("y");
+    onnx::ImportedModel m = onnx::import_model_bytes(b.bytes(), {}, {});
+    auto s = build_session(m.graph);
+    for (size_t i = 0; i < ops.size(); ++i) s->set(names[i], ops[i].first);
+    s->step();
+    return s->get("y");
+  };
+  const Array a({2, 2, 3}, DType::f32, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12});
+  const Array b({2, 3, 2}, DType::f32, {1, 0, 0, 1, 1, 1, 2, 0, 0, 2, 1, -1});
+  // Batched product: bij,bjk->bik.
+  Array y = einsum("bij,bjk->bik", {{a, {"2", "2", "3"}}, {b, {"2", "3", "2"}}});
+  ASSERT_EQ(y.shape, (Shape{2, 2, 2}));
+  const std::vector<double> want{4, 5, 10, 11, 23, 7, 32, 10};  // numpy.einsum
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(y.data[i], want[i], 1e-5) << i;
+  // Transpose, sum over one letter, and the implicit output (letters once, alphabetical).
+  Array t = einsum("bij->bji", {{a, {"2", "2", "3"}}});
+  EXPECT_EQ(t.shape, (Shape{2, 3, 2}));
+  EXPECT_NEAR(t.data[1], 4, 1e-6);
+  Array s = einsum("bij->bi", {{a, {"2", "2", "3"}}});
+  EXPECT_NEAR(s.data[3], 33, 1e-5);
+  const Array v({3}, DType::f32, {1, 2, 3});
+  Array inner = einsum("i,i", {{v, {"3"}}, {v, {"3"}}});
+  EXPECT_EQ(inner.shape, Shape{});
+  EXPECT_NEAR(inner.data[0], 14, 1e-5);
+  Array outer = einsum("i,j", {{v, {"3"}}, {v, {"3"}}});
+  EXPECT_EQ(outer.shape, (Shape{3, 3}));
+  EXPECT_NEAR(outer.data[5], 6, 1e-5);
+}
+
+}  // namespace
+}  // namespace mn
