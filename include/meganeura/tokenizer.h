@@ -49,11 +49,16 @@ class Tokenizer {
   // Special tokens written in the text are always recognized; add_special_tokens applies the
   // post-processor (Llama 3 prepends <|begin_of_text|>).
   std::vector<int32_t> encode(std::string_view text, bool add_special_tokens = true) const;
-  // The text as `tokenizers` decodes it: invalid UTF-8 (a sequence cut between tokens) becomes
-  // U+FFFD; transformers' clean_up_tokenization_spaces (" ." -> ".") is not applied.
+  // The text as transformers' tokenizer.decode gives it: invalid UTF-8 (a sequence cut between
+  // tokens) becomes U+FFFD, and where tokenizer_config.json sets clean_up_tokenization_spaces
+  // the spaces before punctuation and English contractions are removed (" ." -> ".",
+  // " n't" -> "n't", see clean_up_tokenization_spaces()).
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
   // The raw bytes the ids stand for, before any UTF-8 repair.
   std::string decode_bytes(std::span<const int32_t> ids, bool skip_special_tokens = false) const;
+
+  // Whether decode() cleans up spaces (tokenizer_config.json's clean_up_tokenization_spaces).
+  bool cleans_up_spaces() const;
 
   // Largest id + 1 over the model vocabulary and the added tokens.
   int32_t vocab_size() const;
@@ -91,7 +96,9 @@ class Tokenizer {
 };
 
 // Streaming decode: push ids as they are generated, get the text they complete. Bytes of a UTF-8
-// sequence not yet complete are held back until a later token completes it (or flush()).
+// sequence not yet complete are held back until a later token completes it (or flush()); with
+// the tokenizer's space clean-up, so is a tail that could begin a clean-up pattern (" ", " n'"),
+// so that the pieces joined are always decode() of the ids.
 class TokenStream {
  public:
   explicit TokenStream(const Tokenizer& tokenizer, bool skip_special_tokens = true);
@@ -103,7 +110,12 @@ class TokenStream {
  private:
   Tokenizer tokenizer_;
   bool skip_special_;
-  std::string pending_;
+  std::string pending_;  // bytes of an incomplete UTF-8 sequence
+  std::string text_;     // the complete text so far (with the clean-up: what may still change)
 };
+
+// transformers' clean_up_tokenization: " ." " ?" " !" " ," " ' " " n't" " 'm" " 's" " 've"
+// " 're" lose their space, in that order, each replaced throughout.
+std::string clean_up_tokenization(std::string text);
 
 }  // namespace mn

@@ -144,7 +144,61 @@ std::string Tokenizer::decode_bytes(std::span<const int32_t> ids, bool skip_spec
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
-  return io::utf8_lossy(decode_bytes(ids, skip_special_tokens));
+  std::string text = io::utf8_lossy(decode_bytes(ids, skip_special_tokens));
+  return impl_->config.clean_up_spaces ? clean_up_tokenization(std::move(text)) : text;
+}
+
+bool Tokenizer::cleans_up_spaces() const { return impl_->config.clean_up_spaces; }
+
+namespace {
+
+constexpr std::pair<std::string_view, std::string_view> kCleanUps[] = {
+    {" .", "."},   {" ?", "?"},     {" !", "!"},     {" ,", ","},     {" ' ", "'"},
+    {" n't", "n't"}, {" 'm", "'m"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"},
+};
+
+// Where the text can be cleaned now without a later token changing the result: before the
+// longest tail that begins (or is) a clean-up pattern, which more text could complete or
+// overlap, and before any pattern occurrence that would straddle that point.
+size_t settled_prefix(std::string_view text) {
+  size_t keep = 0;
+  for (const auto& [from, to] : kCleanUps) {
+    for (size_t n = std::min(from.size(), text.size()); n > keep; --n) {
+      if (text.substr(text.size() - n) == from.substr(0, n)) {
+        keep = n;
+        break;
+      }
+    }
+  }
+  size_t cut = text.size() - keep;
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (const auto& [from, to] : kCleanUps) {
+      for (size_t at = text.find(from); at != std::string_view::npos && at < cut; at = text.find(from, at + 1)) {
+        if (at + from.size() > cut) {
+          cut = at;
+          moved = true;
+        }
+      }
+    }
+  }
+  return cut;
+}
+
+}  // namespace
+
+std::string clean_up_tokenization(std::string text) {
+  for (const auto& [from, to] : kCleanUps) {
+    std::string out;
+    size_t start = 0;
+    for (size_t at; (at = text.find(from, start)) != std::string::npos; start = at + from.size()) {
+      out.append(text, start, at - start);
+      out += to;
+    }
+    out.append(text, start, std::string::npos);
+    text = std::move(out);
+  }
+  return text;
 }
 
 int32_t Tokenizer::vocab_size() const { return static_cast<int32_t>(impl_->known.size()); }
@@ -175,14 +229,21 @@ std::string TokenStream::push(int32_t id) {
   const int32_t one[1] = {id};
   pending_ += tokenizer_.decode_bytes(one, skip_special_);
   const size_t complete = io::complete_utf8_prefix(pending_);
-  std::string out = io::utf8_lossy(std::string_view(pending_).substr(0, complete));
+  std::string text = io::utf8_lossy(std::string_view(pending_).substr(0, complete));
   pending_.erase(0, complete);
+  if (!tokenizer_.cleans_up_spaces()) return text;
+  text_ += text;
+  const size_t cut = settled_prefix(text_);
+  std::string out = clean_up_tokenization(text_.substr(0, cut));
+  text_.erase(0, cut);
   return out;
 }
 
 std::string TokenStream::flush() {
   std::string out = io::utf8_lossy(pending_);
   pending_.clear();
+  if (tokenizer_.cleans_up_spaces()) out = clean_up_tokenization(std::move(text_) + out);
+  text_.clear();
   return out;
 }
 

@@ -1,4 +1,5 @@
-// tokenizer_config.json (transformers): bos/eos/pad tokens, add_bos_token, the chat template.
+// tokenizer_config.json (transformers): bos/eos/pad tokens, add_bos_token,
+// clean_up_tokenization_spaces, the chat template.
 #include "io/json_walker.h"
 #include "io/tokenizer_impl.h"
 
@@ -54,6 +55,7 @@ void parse_tokenizer_config(std::string_view text, const std::string& source,
   c.pad_id = token_id(f, cfg, "pad_token", out);
   c.bos_text = token_text(f, cfg, "bos_token").value_or("");
   c.add_bos_token = f.boolean(cfg, "(root)", "add_bos_token", false);
+  c.clean_up_spaces = f.boolean(cfg, "(root)", "clean_up_tokenization_spaces", false);
   c.chat = analyze_chat_template(chat_template(f, cfg));
 }
 

@@ -31,6 +31,8 @@ struct TokenizerConfig {
   std::optional<int32_t> bos_id, eos_id, pad_id;
   std::string bos_text;  // what {{ bos_token }} writes
   bool add_bos_token = false;
+  // transformers' clean_up_tokenization_spaces (absent: false, as transformers 4.45 and later).
+  bool clean_up_spaces = false;
   ChatTemplate chat;
 };
 

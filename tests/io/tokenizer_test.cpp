@@ -243,6 +243,46 @@ TEST(TokenStream, FlushReplacesAnIncompleteTail) {
   EXPECT_EQ(tok.decode(one), "\xEF\xBF\xBD");
 }
 
+// tokenizer_config.json's clean_up_tokenization_spaces: decode removes the spaces as
+// transformers' clean_up_tokenization does (expected text from its Python definition), and the
+// stream's pieces join to the same text whichever tokens the patterns straddle.
+TEST(Tokenizer, CleansUpSpacesWhereTheConfigAsks) {
+  const std::string text =
+      "Hello , world ! I 'm sure it 's fine . They 've gone ? We 're here , aren 't we ? "
+      "Do n't ' quote ' ok  .";
+  const std::string cleaned =
+      "Hello, world! I'm sure it's fine. They've gone? We're here, aren 't we? Don't'quote'ok .";
+  EXPECT_EQ(clean_up_tokenization(text), cleaned);
+  for (const std::string style : {"gpt2", "llama3", "qwen"}) {
+    const std::string json = test::read_text(tokenizer_dir(style) / "tokenizer.json");
+    const Tokenizer plain = Tokenizer::from_json(json, R"({"clean_up_tokenization_spaces": false})");
+    const Tokenizer tidy = Tokenizer::from_json(json, R"({"clean_up_tokenization_spaces": true})");
+    EXPECT_FALSE(plain.cleans_up_spaces());
+    EXPECT_TRUE(tidy.cleans_up_spaces());
+    const std::vector<int32_t> ids = tidy.encode(text, false);
+    EXPECT_EQ(plain.decode(ids), text) << style;
+    EXPECT_EQ(tidy.decode(ids), cleaned) << style;
+    TokenStream stream(tidy);
+    std::string joined;
+    for (int32_t id : ids) joined += stream.push(id);
+    joined += stream.flush();
+    EXPECT_EQ(joined, cleaned) << style;
+    // Patterns that overlap or repeat: the stream still joins to the whole decode.
+    for (const std::string odd : {"a ' ' b", " ,  , . ", "it 's 's", "x ' s ' ", "n 't n't  n 't"}) {
+      const std::vector<int32_t> odd_ids = tidy.encode(odd, false);
+      EXPECT_EQ(tidy.decode(odd_ids), clean_up_tokenization(odd)) << style;
+      TokenStream s2(tidy);
+      std::string j2;
+      for (int32_t id : odd_ids) j2 += s2.push(id);
+      j2 += s2.flush();
+      EXPECT_EQ(j2, tidy.decode(odd_ids)) << style << ": " << odd;
+    }
+  }
+  EXPECT_THROW(Tokenizer::from_json(test::read_text(tokenizer_dir("gpt2") / "tokenizer.json"),
+                                    R"({"clean_up_tokenization_spaces": "yes"})"),
+               FormatError);
+}
+
 TEST(TokenStream, SkipsSpecialTokens) {
   const Tokenizer tok = Tokenizer::from_dir(tokenizer_dir("qwen"));
   TokenStream skipping(tok), keeping(tok, false);
