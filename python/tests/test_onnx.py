@@ -153,3 +153,24 @@ def test_load_refusals(tmp_path):
     with pytest.raises(mn.Error, match="input_values names 'z'"):
         mn.onnx.load(path, input_shapes={"x": [7, 4]}, input_values={"z": np.zeros(2)})
     assert "Conv" in mn.onnx.supported_ops()
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU"])
+def test_bidirectional_recurrent_layers_match_onnxruntime(tmp_path, kind):
+    """torch's LSTM and GRU (two layers, bidirectional, batch first) export as ONNX LSTM/GRU
+    nodes with both directions."""
+    torch.manual_seed(5)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = getattr(torch.nn, kind)(6, 8, num_layers=2, batch_first=True, bidirectional=True)
+
+        def forward(self, x):
+            return self.rnn(x)[0]
+
+    path = tmp_path / f"{kind}.onnx"
+    export(Net().eval(), torch.randn(2, 5, 6), path, ("x", "y"), None)
+    x = np.random.default_rng(6).standard_normal((2, 5, 6)).astype(np.float32)
+    report = compare(tmp_path, path, "x", x, "y")
+    assert report["nodes"][kind] == 2

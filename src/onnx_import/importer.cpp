@@ -371,6 +371,7 @@ const ConverterTable& converter_table() {
     add_resize_converters(t);
     add_indexed_converters(t);
     add_einsum_converter(t);
+    add_recurrent_converters(t);
     return t;
   }();
   return table;
