@@ -1,5 +1,5 @@
 // `mn run MODEL.onnx --input NAME=FILE.npy ... [--output-dir D] [--runs N] [--precision P]
-// [--device D] [--json]`: an ONNX model imported with its inputs' shapes taken from the .npy
+// [--device D] [--profile] [--json]`: an ONNX model imported with its inputs' shapes taken from the .npy
 // files, run on the device; every output written as NAME.npy in the model's element type.
 #include <algorithm>
 #include <chrono>
@@ -30,6 +30,7 @@ struct RunArgs {
   int64_t runs = 1;
   std::string precision = "f32";
   std::string device;
+  bool profile = false;
   bool json = false;
 };
 
@@ -107,6 +108,7 @@ void run_model(const RunArgs& a) {
   SessionOptions so;
   so.device = a.device;
   so.precision = dtype_from_name(a.precision);
+  so.profile = a.profile;
   for (const auto& [name, w] : m.weights) so.preset.insert(name);
   auto session = build_session(m.graph, so);
   m.load_weights(*session);
@@ -142,6 +144,20 @@ void run_model(const RunArgs& a) {
     outputs[info.name] = o;
   }
   const MemorySummary mem = session->memory();
+  // GPU time by kernel name over the last step, largest first.
+  nlohmann::json kernels = nlohmann::json::array();
+  double gpu_ms = 0;
+  if (a.profile) {
+    std::map<std::string, std::pair<double, int>> by_name;
+    for (const KernelTime& k : session->profile()) {
+      by_name[k.name].first += k.ms;
+      ++by_name[k.name].second;
+      gpu_ms += k.ms;
+    }
+    std::vector<std::pair<std::string, std::pair<double, int>>> sorted(by_name.begin(), by_name.end());
+    std::sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) { return x.second.first > y.second.first; });
+    for (const auto& [name, v] : sorted) kernels.push_back({{"name", name}, {"ms", v.first}, {"count", v.second}});
+  }
   if (a.json) {
     nlohmann::json out = {{"model", a.model},
                           {"opset", m.opset},
@@ -155,11 +171,22 @@ void run_model(const RunArgs& a) {
                           {"runs", a.runs},
                           {"arena_mib", static_cast<double>(mem.arena_bytes) / (1 << 20)},
                           {"dispatches", mem.dispatches}};
+    if (a.profile) {
+      out["gpu_ms"] = gpu_ms;
+      out["kernels"] = kernels;
+    }
     std::cout << out.dump() << std::endl;
   } else {
     std::printf("%s on %s: import %.1f ms, build %.1f ms, run %.3f ms (median of %lld)\n",
                 a.model.c_str(), session->device_name().c_str(), import_ms, build_ms, median,
                 static_cast<long long>(a.runs));
+    if (a.profile) {
+      std::printf("GPU %.3f ms with a timestamp around every kernel:\n", gpu_ms);
+      for (const auto& k : kernels) {
+        std::printf("  %9.3f ms  %4d  %s\n", k["ms"].get<double>(), k["count"].get<int>(),
+                    k["name"].get<std::string>().c_str());
+      }
+    }
   }
 }
 
@@ -176,6 +203,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--precision", a->precision, "f32, or bf16/f16 products (mixed precision)")
       ->capture_default_str();
   cmd->add_option("--device", a->device, "device index or name substring (default: $MN_DEVICE or the best)");
+  cmd->add_flag("--profile", a->profile, "GPU time of every kernel in the last run (timestamps "
+                                         "around each kernel slow the run a little)");
   cmd->add_flag("--json", a->json, "one JSON object on standard output");
   cmd->callback([a] { run_model(*a); });
 }
