@@ -3,9 +3,11 @@
 torchvision's ResNet-18 and MobileNetV2 and a PyTorch TransformerEncoder, exported with
 symbolic batch (and sequence) axes and run at other sizes than they were exported with."""
 
+import importlib.util
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -21,20 +23,16 @@ def mn_run(*args):
     return subprocess.run([os.environ["MN_CLI"], "run", *map(str, args)], capture_output=True, text=True)
 
 
-def randomize(model, seed):
-    """Weights and BatchNorm statistics far from their initial values, so that every layer
-    moves the output (a fresh MobileNetV2 maps any image to ~1e-9)."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in model.modules():
-            if isinstance(m, torch.nn.BatchNorm2d):
-                m.running_mean.copy_(torch.randn(m.num_features, generator=g) * 0.1)
-                m.running_var.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-                m.weight.copy_(torch.rand(m.num_features, generator=g) + 0.5)
-                m.bias.copy_(torch.randn(m.num_features, generator=g) * 0.1)
-            elif isinstance(m, torch.nn.Linear):
-                m.weight.copy_(torch.randn(m.weight.shape, generator=g) / m.in_features ** 0.5)
-    return model.eval()
+def fixture_script():
+    """tests/fixtures/onnx/make_onnx_fixtures.py, for its randomize()."""
+    path = Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "onnx" / "make_onnx_fixtures.py"
+    spec = importlib.util.spec_from_file_location("onnx_fixtures", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+randomize = fixture_script().randomize
 
 
 def export(model, example, path, names, dynamic_axes):

@@ -495,12 +495,17 @@ void convert_pad(NodeContext& c) {
   c.out(0, any ? pad(x, p, value) : x, c.type(0));
 }
 
-// DepthToSpace / SpaceToDepth as reshape + permute.
-void convert_depth_to_space(NodeContext& c) {
-  Tensor x = c.in(0);
+// DepthToSpace / SpaceToDepth as reshape + permute, on [N, C, H, W].
+int64_t block_size(NodeContext& c, const Tensor& x) {
   if (x.rank() != 4) c.unsupported("inputs of rank other than 4");
   const int64_t b = c.attr_int("blocksize", 0);
   if (b <= 0) c.fail("blocksize must be positive");
+  return b;
+}
+
+void convert_depth_to_space(NodeContext& c) {
+  Tensor x = c.in(0);
+  const int64_t b = block_size(c, x);
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   if (C % (b * b) != 0) c.fail("channels not divisible by blocksize^2");
   const bool crd = c.attr_string("mode", "DCR") == "CRD";
@@ -511,9 +516,7 @@ void convert_depth_to_space(NodeContext& c) {
 
 void convert_space_to_depth(NodeContext& c) {
   Tensor x = c.in(0);
-  if (x.rank() != 4) c.unsupported("inputs of rank other than 4");
-  const int64_t b = c.attr_int("blocksize", 0);
-  if (b <= 0) c.fail("blocksize must be positive");
+  const int64_t b = block_size(c, x);
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   if (H % b != 0 || W % b != 0) c.fail("spatial size not divisible by blocksize");
   Tensor y = permute(reshape(x, {N, C, H / b, b, W / b, b}), {0, 3, 5, 1, 2, 4});
