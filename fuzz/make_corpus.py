@@ -164,7 +164,29 @@ def config_corpus():
          "max_new_tokens": 64, "eos_token_id": [2, 5], "bos_token_id": 1, "pad_token_id": None}))
 
 
+# ---- ONNX models: small node tests of the backend suite (Debian's libonnx-testdata, when
+# installed) covering every converter family, and an exported model of the fixtures ----
+
+ONNX_NODE_TESTS = pathlib.Path("/usr/share/libonnx-testdata/data/node")
+ONNX_SEEDS = ["test_add_bcast", "test_conv_with_strides_and_asymmetric_padding", "test_maxpool_2d_pads",
+              "test_reshape_negative_dim", "test_slice_neg_steps", "test_gather_elements_1",
+              "test_resize_upsample_scales_cubic", "test_lstm_with_peepholes", "test_gru_defaults",
+              "test_einsum_transpose", "test_scatternd", "test_softmax_example_expanded",
+              "test_layer_normalization_3d_axis0_epsilon_expanded", "test_cast_FLOAT_to_FLOAT16",
+              "test_constantofshape_int_zeros", "test_topk", "test_sce_NCd1_mean_weight_negative_ii",
+              "test_convtranspose_output_shape", "test_range_float_type_positive_delta_expanded"]
+
+
+def onnx_corpus():
+    for name in ONNX_SEEDS:
+        model = ONNX_NODE_TESTS / name / "model.onnx"
+        if model.exists():
+            write("onnx_model", name + ".onnx", model.read_bytes())
+    write("onnx_model", "mlp_block.onnx", (ROOT / "tests/fixtures/onnx/mlp_block.onnx").read_bytes())
+
+
 if __name__ == "__main__":
+    onnx_corpus()
     idx_corpus()
     safetensors_corpus()
     checkpoint_corpus()

@@ -92,6 +92,9 @@ class NodeContext {
   int axis(int64_t a, int rank, const char* what = "axis") const;
   // A scalar constant of `like`'s dtype.
   Tensor scalar(double v, const Tensor& like);
+  // Refuses to compute more than 2^24 values on the host while importing (index tables, masks,
+  // ranges): a malformed model must not make the import allocate without bound.
+  void host_limit(int64_t elements, const std::string& what) const;
 
   bool folding() const { return folding_; }
   // Where the importer collects outputs after the converter ran.

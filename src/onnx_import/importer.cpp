@@ -215,25 +215,40 @@ class ModelImport {
       if (name.empty()) continue;
       folding = folding && foldable(importer_.value(name, what_ + ": node '" + node.name() + "'"), options_);
     }
-    NodeContext ctx(importer_, node, out_.opset, folding ? scratch : out_.graph, folding);
+    std::optional<NodeContext> ctx;
+    ctx.emplace(importer_, node, out_.opset, folding ? scratch : out_.graph, folding);
     try {
-      if (it == table.end()) ctx.unsupported("op " + node.op_type() + " is not supported");
-      it->second(ctx);
+      if (it == table.end()) ctx->unsupported("op " + node.op_type() + " is not supported");
+      it->second(*ctx);
+      if (folding && folds_too_much(*ctx)) {  // a large result is computed on the device instead
+        folding = false;
+        ctx.emplace(importer_, node, out_.opset, out_.graph, false);
+        it->second(*ctx);
+      }
+      for (size_t i = 0; i < ctx->output_count(); ++i) {
+        if (ctx->wants(i) && !ctx->outputs()[i]) {
+          ctx->unsupported("output " + std::to_string(i) + " is not produced");
+        }
+      }
     } catch (const Error&) {
-      rethrow_at(what_, ctx.where());
+      rethrow_at(what_, ctx->where());
     }
     std::vector<NodeId> folded;
-    for (size_t i = 0; i < ctx.output_count(); ++i) {
-      if (!ctx.wants(i)) continue;
-      auto& v = ctx.outputs()[i];
-      if (!v) ctx.unsupported("output " + std::to_string(i) + " is not produced");
-      if (folding && v->source == Value::Source::computed) folded.push_back(v->tensor.id());
+    for (auto& v : ctx->outputs()) {
+      if (v && folding && v->source == Value::Source::computed) folded.push_back(v->tensor.id());
     }
-    if (!folded.empty()) evaluate_folded(ctx, scratch, folded);
-    for (auto& v : ctx.outputs()) {
+    if (!folded.empty()) evaluate_folded(*ctx, scratch, folded);
+    for (auto& v : ctx->outputs()) {
       if (v) importer_.set_value(std::move(*v));
     }
     ++out_.op_counts[node.op_type()];
+  }
+
+  static bool folds_too_much(NodeContext& ctx) {
+    for (const auto& v : ctx.outputs()) {
+      if (v && v->source == Value::Source::computed && mn::numel(v->shape) > kFoldLimit) return true;
+    }
+    return false;
   }
 
   // The folded node's outputs, computed now by the reference.

@@ -198,4 +198,12 @@ int NodeContext::axis(int64_t a, int rank, const char* what) const {
 
 Tensor NodeContext::scalar(double v, const Tensor& like) { return graph_.scalar(v, like.dtype()); }
 
+void NodeContext::host_limit(int64_t elements, const std::string& what) const {
+  constexpr int64_t kLimit = int64_t{1} << 24;
+  if (elements > kLimit) {
+    unsupported(what + " of " + std::to_string(elements) +
+                " elements computed while importing (at most 2^24)");
+  }
+}
+
 }  // namespace mn::onnx

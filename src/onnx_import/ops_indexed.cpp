@@ -43,6 +43,7 @@ Tensor element_offsets(NodeContext& c, const Tensor& x, int axis) {
     others.push_back(a);
   }
   check_elements(c, x);
+  c.host_limit(mn::numel(is), "the offsets of the indices");
   const std::vector<int64_t> strides = contiguous_strides(x.shape());
   Tensor base = c.graph().constant(coordinate_offsets(is, others, strides));
   Tensor idx = wrapped_indices(c, 1, x.dim(axis));
@@ -111,6 +112,7 @@ NdRows nd_rows(NodeContext& c, const Tensor& x, int64_t batch_dims) {
     s *= x.dim(static_cast<int>(a));
   }
   const Shape lead(is.begin(), is.end() - 1);
+  c.host_limit(mn::numel(lead), "the offsets of the indices");
   std::vector<int> batch_axes;
   std::vector<int64_t> lead_stride(lead.size(), 0);
   for (int64_t a = 0; a < b; ++a) {

@@ -345,6 +345,7 @@ void convert_topk(NodeContext& c) {
   const bool largest = c.attr_int("largest", 1) != 0;
   // Each element's position along the axis, to mask the one each round takes.
   const int64_t n = x.dim(axis);
+  c.host_limit(n, "TopK's positions");
   Array position_values({n}, DType::i32);
   for (int64_t j = 0; j < n; ++j) position_values.data[static_cast<size_t>(j)] = static_cast<double>(j);
   Shape along(static_cast<size_t>(x.rank()), 1);

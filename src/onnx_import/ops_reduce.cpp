@@ -71,6 +71,7 @@ Tensor arg_extreme(NodeContext& c, bool is_max) {
   if (!last) return argmax(v, axis, keep);
   // The last extreme: the first one of the reversed axis, counted back.
   const int64_t n = x.dim(axis);
+  c.host_limit(n, "the reversed positions");
   Array rev({n}, DType::i32);
   for (int64_t i = 0; i < n; ++i) rev.data[static_cast<size_t>(i)] = static_cast<double>(n - 1 - i);
   Tensor flipped = take(v, c.graph().constant(std::move(rev)), axis);

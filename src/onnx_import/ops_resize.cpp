@@ -134,6 +134,7 @@ struct Taps {
 
 Taps axis_taps(NodeContext& c, const ResizeSpec& r, size_t a, int64_t in_len) {
   const int64_t out_len = r.sizes[a];
+  c.host_limit(out_len, "Resize's source indices");
   const bool nearest = r.mode == "nearest";
   const bool cubic = r.mode == "cubic";
   const int taps = nearest ? 1 : cubic ? 4 : 2;

@@ -407,7 +407,7 @@ void convert_range(NodeContext& c) {
   const double delta = c.known_scalar(2, "delta");
   if (delta == 0) c.fail("delta is 0");
   const double count = std::max(std::ceil((limit - start) / delta), 0.0);
-  if (count > 1e8) c.unsupported("a Range of more than 10^8 elements");
+  c.host_limit(static_cast<int64_t>(std::min(count, 1e18)), "Range");
   const int64_t n = static_cast<int64_t>(count);
   Array a({n}, DType::f32);
   for (int64_t i = 0; i < n; ++i) a.data[static_cast<size_t>(i)] = start + static_cast<double>(i) * delta;
@@ -422,6 +422,7 @@ void convert_cumsum(NodeContext& c) {
   const bool exclusive = c.attr_int("exclusive", 0) != 0;
   const bool reverse = c.attr_int("reverse", 0) != 0;
   const int64_t n = x.dim(axis);
+  c.host_limit(n * n, "CumSum's triangular matrix");
   Array m({n, n}, x.dtype());
   for (int64_t j = 0; j < n; ++j) {
     for (int64_t i = 0; i < n; ++i) {
@@ -529,15 +530,17 @@ void convert_trilu(NodeContext& c) {
   if (x.rank() < 2) c.fail("input must have rank >= 2");
   const int64_t k = c.has(1) ? static_cast<int64_t>(c.known_scalar(1, "k")) : 0;
   const bool upper = c.attr_int("upper", 1) != 0;
+  // The mask from a row and a column of positions: column - row >= k (upper) or <= k.
   const int64_t n = x.dim(-2), m = x.dim(-1);
-  Array mask({n, m}, x.dtype());
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < m; ++j) {
-      mask.data[static_cast<size_t>(i * m + j)] = (upper ? j - i >= k : j - i <= k) ? 1.0 : 0.0;
-    }
-  }
-  Tensor zero = c.graph().scalar(0, x.dtype());
-  c.out(0, where(c.graph().constant(std::move(mask)), x, zero), c.type(0));
+  c.host_limit(n + m, "Trilu's positions");
+  std::vector<int64_t> rows(static_cast<size_t>(n)), cols(static_cast<size_t>(m));
+  std::iota(rows.begin(), rows.end(), int64_t{0});
+  std::iota(cols.begin(), cols.end(), int64_t{0});
+  Graph& g = c.graph();
+  Tensor offset = reshape(g.constant(ints_array(cols)), {1, m}) - reshape(g.constant(ints_array(rows)), {n, 1});
+  Tensor kk = g.scalar(static_cast<double>(k), DType::i32);
+  Tensor mask = upper ? ge(offset, kk) : le(offset, kk);
+  c.out(0, where(mask, x, g.scalar(0, x.dtype())), c.type(0));
 }
 
 void convert_one_hot(NodeContext& c) {
@@ -565,6 +568,7 @@ void convert_eye_like(NodeContext& c) {
   const Shape& s = c.shape(0);
   if (s.size() != 2) c.fail("input must be 2-D");
   const int64_t k = c.attr_int("k", 0);
+  c.host_limit(s[0] * s[1], "EyeLike's matrix");
   ElemType type = c.type(0);
   if (auto dt = c.attr_int("dtype")) type = elem_type_of(static_cast<int>(*dt), c.where());
   Array a({s[0], s[1]}, DType::f32);
