@@ -62,6 +62,21 @@ Recurrence recurrence(NodeContext& c, Cell cell) {
   }
   r.hidden = c.attr_int("hidden_size", w[1] / r.gates);
   if (r.hidden * r.gates != w[1]) c.fail("hidden_size disagrees with W");
+  const int64_t D = r.directions, GH = r.gates * r.hidden;
+  auto expect = [&](size_t i, const char* name, const Shape& want) {
+    if (c.has(i) && c.shape(i) != want) {
+      c.fail(std::string(name) + " has shape " + shape_str(c.shape(i)) + ", expected " + shape_str(want));
+    }
+  };
+  expect(2, "R", {D, GH, r.hidden});
+  expect(3, "B", {D, 2 * GH});
+  const Shape state = r.batch_first ? Shape{r.batch, D, r.hidden} : Shape{D, r.batch, r.hidden};
+  expect(5, "initial_h", state);
+  if (cell == Cell::lstm) {
+    expect(6, "initial_c", state);
+    expect(7, "P", {D, 3 * r.hidden});
+  }
+  if (!c.has(2)) c.fail("R is missing");
   const std::vector<std::string> defaults =
       cell == Cell::rnn ? std::vector<std::string>{"Tanh"}
       : cell == Cell::gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
