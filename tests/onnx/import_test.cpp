@@ -209,7 +209,7 @@ TEST(OnnxImport, ShapeErrorsNameTheNode) {
 TEST(OnnxImport, CorruptAndMissingFiles) {
   test::ScratchDir dir("onnx");
   EXPECT_THROW(onnx::import_model(dir / "missing.onnx"), FormatError);
-  const auto junk = dir.write("junk.onnx", std::string("\xff\xff\xff\xff not a protobuf", 21));
+  const auto junk = dir.write("junk.onnx", "\xff\xff\xff\xff not a protobuf");
   try {
     onnx::import_model(junk);
     ADD_FAILURE() << "no error";
