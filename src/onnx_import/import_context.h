@@ -111,6 +111,9 @@ class NodeContext {
 
 using Converter = std::function<void(NodeContext&)>;
 
+// y with its last axis moved to position `axis` (one_hot's class axis where ONNX wants it).
+Tensor last_axis_to(Tensor y, int axis);
+
 // Input i as i32 indices into an axis of n, ONNX's negative entries counted from the end (known
 // indices checked against n here, computed ones wrapped on the device).
 Tensor wrapped_indices(NodeContext& c, size_t i, int64_t n);

@@ -352,14 +352,10 @@ Tensor Importer::materialize(Value& v, Graph& graph, const std::string& where) {
       }
       Array a = *v.host;
       a.dtype = dtype;
-      if (dtype == DType::i32) {
-        for (size_t i = 0; i < a.data.size(); ++i) {
-          if (a.data[i] < -2147483648.0 || a.data[i] > 2147483647.0) {
-            throw UnsupportedError(where + ": value '" + v.name + "' element " + std::to_string(i) +
-                                   " (" + std::to_string(static_cast<int64_t>(a.data[i])) +
-                                   ") does not fit the 32-bit integers the GPU computes with");
-          }
-        }
+      if (auto i = dtype == DType::i32 ? first_outside_i32(a) : std::nullopt) {
+        throw UnsupportedError(where + ": value '" + v.name + "' element " + std::to_string(*i) +
+                               " (" + std::to_string(static_cast<int64_t>(a.data[*i])) +
+                               ") does not fit the 32-bit integers the GPU computes with");
       }
       v.tensor = graph_.constant(std::move(a));
       break;
@@ -472,12 +468,8 @@ Array to_graph_value(const RawTensor& t, const ValueInfo& info, const std::strin
   }
   Array a = host_array(t);
   a.dtype = info.dtype;
-  if (info.dtype == DType::i32) {
-    for (size_t i = 0; i < a.data.size(); ++i) {
-      if (a.data[i] < -2147483648.0 || a.data[i] > 2147483647.0) {
-        throw Error(what + ": element " + std::to_string(i) + " does not fit 32-bit integers");
-      }
-    }
+  if (auto i = info.dtype == DType::i32 ? first_outside_i32(a) : std::nullopt) {
+    throw Error(what + ": element " + std::to_string(*i) + " does not fit 32-bit integers");
   }
   return a;
 }

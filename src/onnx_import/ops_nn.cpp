@@ -404,11 +404,7 @@ void along_axis(NodeContext& c, F f) {
 
 Tensor hardmax(Tensor x, int axis) {
   Tensor idx = argmax(x, axis, false);
-  Tensor oh = one_hot(idx, x.dim(axis), x.dtype());
-  const int rank = x.rank();
-  std::vector<int64_t> perm;
-  for (int i = 0; i < rank; ++i) perm.push_back(i < axis ? i : i == axis ? rank - 1 : i - 1);
-  return axis == rank - 1 ? oh : permute(oh, perm);
+  return last_axis_to(one_hot(idx, x.dim(axis), x.dtype()), axis);
 }
 
 // The losses over class indices. Without per-class weights they are the cross_entropy and

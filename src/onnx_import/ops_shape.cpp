@@ -554,14 +554,7 @@ void convert_one_hot(NodeContext& c) {
   Tensor oh = one_hot(idx, depth, is_float(values.dtype()) ? values.dtype() : DType::f32);
   if (!is_float(values.dtype())) oh = cast(oh, values.dtype());
   Tensor y = off + oh * (on - off);
-  const int rank = y.rank();
-  const int axis = c.axis(c.attr_int("axis", -1), rank);
-  if (axis != rank - 1) {  // depth sits last in y: move it to `axis`
-    std::vector<int64_t> perm;
-    for (int i = 0; i < rank; ++i) perm.push_back(i < axis ? i : i == axis ? rank - 1 : i - 1);
-    y = permute(y, perm);
-  }
-  c.out(0, y, c.type(2));
+  c.out(0, last_axis_to(y, c.axis(c.attr_int("axis", -1), y.rank())), c.type(2));
 }
 
 void convert_eye_like(NodeContext& c) {
@@ -609,6 +602,14 @@ Tensor wrapped_indices(NodeContext& c, size_t i, int64_t n) {
   if (idx.dtype() != DType::i32) idx = cast(idx, DType::i32);
   Tensor zero = c.graph().scalar(0, DType::i32);
   return where(lt(idx, zero), idx + c.graph().scalar(static_cast<double>(n), DType::i32), idx);
+}
+
+Tensor last_axis_to(Tensor y, int axis) {
+  const int rank = y.rank();
+  if (axis == rank - 1) return y;
+  std::vector<int64_t> perm;
+  for (int i = 0; i < rank; ++i) perm.push_back(i < axis ? i : i == axis ? rank - 1 : i - 1);
+  return permute(y, perm);
 }
 
 void add_shape_converters(ConverterTable& t) {

@@ -257,6 +257,13 @@ RawTensor tensor_from_proto(const P& t, const std::filesystem::path& dir, const 
   return out;
 }
 
+std::optional<size_t> first_outside_i32(const Array& a) {
+  for (size_t i = 0; i < a.data.size(); ++i) {
+    if (a.data[i] < -2147483648.0 || a.data[i] > 2147483647.0) return i;
+  }
+  return std::nullopt;
+}
+
 Array host_array(const RawTensor& t) {
   Array a;
   a.shape = t.shape;

@@ -2,6 +2,7 @@
 // ONNX element types and TensorProto contents as the rest of the library knows them (ElemType,
 // RawTensor, Array).
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <meganeura/array.h>
@@ -31,6 +32,9 @@ bool is_integer(ElemType t);
 // names it in errors.
 RawTensor tensor_from_proto(const ::onnx::TensorProto& t, const std::filesystem::path& dir,
                             const std::string& what);
+
+// The first element outside the 32-bit integers the device computes with, if any.
+std::optional<size_t> first_outside_i32(const Array& a);
 
 // A host value: exact doubles (integers up to 2^53, 64-bit sentinels like INT64_MAX as the
 // nearest double), labelled with the graph dtype the element type maps to (f32 for DOUBLE).
