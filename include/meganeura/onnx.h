@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -77,13 +78,33 @@ struct ImportedModel {
   void load_weights(Session& session) const;
 };
 
-// Reads and imports a model file; external data files are read from beside it.
+// A parsed model: its declared inputs can be read before importing it (to bind shapes and
+// values from the data at hand) without parsing the file twice.
+class ModelFile {
+ public:
+  // External data files are read from beside the model.
+  static ModelFile read(const std::filesystem::path& path);
+  // The bytes of a ModelProto; `dir` is where its external data files are, `what` names it.
+  static ModelFile from_bytes(const std::string& bytes, const std::filesystem::path& dir,
+                              const std::string& what = "model");
+
+  // The inputs the model declares (initializers left out), symbolic dimensions as -1.
+  std::vector<ValueInfo> inputs() const;
+  ImportedModel import(const ImportOptions& options = {}) const;
+
+ private:
+  struct Impl;
+  explicit ModelFile(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<const Impl> impl_;
+};
+
+// ModelFile::read(path).import(options).
 ImportedModel import_model(const std::filesystem::path& path, const ImportOptions& options = {});
 // The same from the bytes of a ModelProto; `dir` is where its external data files are.
 ImportedModel import_model_bytes(const std::string& bytes, const std::filesystem::path& dir,
                                  const ImportOptions& options = {}, const std::string& what = "model");
 
-// The inputs a model declares (initializers left out), symbolic dimensions as -1.
+// ModelFile::read(path).inputs().
 std::vector<ValueInfo> model_inputs(const std::filesystem::path& path);
 
 // A serialized TensorProto (the backend test suite's input_N.pb / output_N.pb files); its name,

@@ -79,8 +79,9 @@ void bind_onnx(py::module_& m) {
         onnx::ImportOptions o;
         o.initializers_as_parameters = initializers_as_parameters;
         for (auto [k, v] : input_shapes) o.input_shapes[py::str(k)] = v.cast<Shape>();
+        const onnx::ModelFile file = onnx::ModelFile::read(path);
         if (!input_values.empty()) {
-          const auto declared = onnx::model_inputs(path);
+          const auto declared = file.inputs();
           for (auto [k, v] : input_values) {
             const std::string name = py::str(k);
             auto it = std::find_if(declared.begin(), declared.end(),
@@ -89,7 +90,7 @@ void bind_onnx(py::module_& m) {
             o.input_values[name] = input_value(v, it->type, "input_values['" + name + "']");
           }
         }
-        return onnx::import_model(path, o);
+        return file.import(o);
       },
       py::arg("path"), py::arg("input_shapes") = py::dict(), py::arg("input_values") = py::dict(),
       py::arg("initializers_as_parameters") = true,

@@ -394,16 +394,6 @@ std::vector<std::string> supported_ops() {
   return out;
 }
 
-ImportedModel import_model_bytes(const std::string& bytes, const std::filesystem::path& dir,
-                                 const ImportOptions& options, const std::string& what) {
-  ::onnx::ModelProto model;
-  if (!model.ParseFromString(bytes)) {
-    throw FormatError(what + ": not an ONNX model (the protobuf message does not parse)");
-  }
-  if (!model.has_graph()) throw FormatError(what + ": the model has no graph");
-  return ModelImport(model, dir, options, what).run();
-}
-
 namespace {
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -415,22 +405,41 @@ std::string read_file(const std::filesystem::path& path) {
 }
 }  // namespace
 
-ImportedModel import_model(const std::filesystem::path& path, const ImportOptions& options) {
-  if (std::filesystem::is_directory(path)) throw FormatError(path.string() + ": is a directory, not an ONNX file");
-  return import_model_bytes(read_file(path), path.parent_path(), options, path.string());
+struct ModelFile::Impl {
+  ::onnx::ModelProto model;
+  std::filesystem::path dir;
+  std::string what;
+};
+
+ModelFile ModelFile::from_bytes(const std::string& bytes, const std::filesystem::path& dir,
+                                const std::string& what) {
+  auto impl = std::make_shared<Impl>();
+  if (!impl->model.ParseFromString(bytes)) {
+    throw FormatError(what + ": not an ONNX model (the protobuf message does not parse)");
+  }
+  if (!impl->model.has_graph()) throw FormatError(what + ": the model has no graph");
+  impl->dir = dir;
+  impl->what = what;
+  return ModelFile(std::move(impl));
 }
 
-std::vector<ValueInfo> model_inputs(const std::filesystem::path& path) {
-  ::onnx::ModelProto model;
-  if (!model.ParseFromString(read_file(path))) {
-    throw FormatError(path.string() + ": not an ONNX model (the protobuf message does not parse)");
-  }
+ModelFile ModelFile::read(const std::filesystem::path& path) {
+  if (std::filesystem::is_directory(path)) throw FormatError(path.string() + ": is a directory, not an ONNX file");
+  return from_bytes(read_file(path), path.parent_path(), path.string());
+}
+
+ImportedModel ModelFile::import(const ImportOptions& options) const {
+  return ModelImport(impl_->model, impl_->dir, options, impl_->what).run();
+}
+
+std::vector<ValueInfo> ModelFile::inputs() const {
+  const auto& graph = impl_->model.graph();
   std::set<std::string> initializers;
-  for (const auto& t : model.graph().initializer()) initializers.insert(t.name());
+  for (const auto& t : graph.initializer()) initializers.insert(t.name());
   std::vector<ValueInfo> out;
-  for (const auto& in : model.graph().input()) {
+  for (const auto& in : graph.input()) {
     if (initializers.count(in.name()) != 0) continue;
-    const std::string what = path.string() + ": input '" + in.name() + "'";
+    const std::string what = impl_->what + ": input '" + in.name() + "'";
     if (!in.type().has_tensor_type()) throw UnsupportedError(what + " is not a tensor");
     ValueInfo info;
     info.name = in.name();
@@ -442,6 +451,19 @@ std::vector<ValueInfo> model_inputs(const std::filesystem::path& path) {
     out.push_back(std::move(info));
   }
   return out;
+}
+
+ImportedModel import_model_bytes(const std::string& bytes, const std::filesystem::path& dir,
+                                 const ImportOptions& options, const std::string& what) {
+  return ModelFile::from_bytes(bytes, dir, what).import(options);
+}
+
+ImportedModel import_model(const std::filesystem::path& path, const ImportOptions& options) {
+  return ModelFile::read(path).import(options);
+}
+
+std::vector<ValueInfo> model_inputs(const std::filesystem::path& path) {
+  return ModelFile::read(path).inputs();
 }
 
 RawTensor read_tensor_proto(const std::filesystem::path& path, std::string* name) {

@@ -108,7 +108,8 @@ Result run_test(const fs::path& dir) {
     }
     for (const auto& [n, t] : data.inputs) r.float_only = r.float_only && plain_type(t.type);
     for (const auto& [n, t] : data.outputs) r.float_only = r.float_only && plain_type(t.type);
-    for (const auto& declared : onnx::model_inputs(dir / "model.onnx")) {
+    const onnx::ModelFile file = onnx::ModelFile::read(dir / "model.onnx");
+    for (const auto& declared : file.inputs()) {
       auto it = data.inputs.find(declared.name);
       if (it == data.inputs.end()) continue;
       // BFLOAT16 test data is stored as UINT16 bits.
@@ -125,7 +126,7 @@ Result run_test(const fs::path& dir) {
     onnx::ImportOptions options;
     options.input_values = data.inputs;
     for (const auto& [n, t] : data.inputs) options.input_shapes[n] = t.shape;
-    onnx::ImportedModel m = onnx::import_model(dir / "model.onnx", options);
+    onnx::ImportedModel m = file.import(options);
     auto session = build_session(m.graph);
     m.load_weights(*session);
     for (const auto& info : m.inputs) {

@@ -94,14 +94,15 @@ std::string file_name_for(const std::string& output) {
 void run_model(const RunArgs& a) {
   if (a.runs < 1) throw Error("--runs " + std::to_string(a.runs) + ": expected an integer >= 1");
   const auto t_import = Clock::now();
-  const std::vector<onnx::ValueInfo> declared = onnx::model_inputs(a.model);
+  const onnx::ModelFile file = onnx::ModelFile::read(a.model);
+  const std::vector<onnx::ValueInfo> declared = file.inputs();
   const std::map<std::string, RawTensor> inputs = read_inputs(a, declared);
   onnx::ImportOptions options;
   for (const auto& [name, t] : inputs) {
     options.input_shapes[name] = t.shape;
     options.input_values[name] = t;  // used only where a value decides a shape
   }
-  onnx::ImportedModel m = onnx::import_model(a.model, options);
+  onnx::ImportedModel m = file.import(options);
   const double import_ms = ms_since(t_import);
 
   const auto t_build = Clock::now();
