@@ -32,21 +32,11 @@ inline nlohmann::json step_fields(const Session& s, const std::vector<double>& s
       {"arena_mib", static_cast<double>(mem.arena_bytes) / (1 << 20)}};
   if (profile) {
     double gpu = 0;
-    // Kernel time by name, largest first: where the step's GPU time goes.
-    std::map<std::string, std::pair<double, int>> by_name;
-    for (const auto& k : s.profile()) {
-      gpu += k.ms;
-      auto& [ms, count] = by_name[k.name];
-      ms += k.ms;
-      ++count;
-    }
-    std::vector<std::pair<std::string, std::pair<double, int>>> sorted(by_name.begin(),
-                                                                      by_name.end());
-    std::sort(sorted.begin(), sorted.end(),
-              [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
     nlohmann::json kernels = nlohmann::json::array();
-    for (const auto& [name, v] : sorted)
-      kernels.push_back({{"name", name}, {"ms", v.first}, {"count", v.second}});
+    for (const KernelTotal& k : kernel_totals(s.profile())) {
+      gpu += k.ms;
+      kernels.push_back({{"name", k.name}, {"ms", k.ms}, {"count", k.count}});
+    }
     j["gpu_ms"] = gpu;
     j["kernels"] = kernels;
   }

@@ -141,21 +141,12 @@ int main(int argc, char** argv) try {
     // The last step of each program (the prompt's prefill block, the last token): its kernels
     // by name, largest total first.
     for (const char* program : {"decode", "prefill"}) {
-      std::map<std::string, std::pair<double, int>> by_name;
       double total = 0;
-      for (const mn::KernelTime& k : runner->profile(program)) {
-        by_name[k.name].first += k.ms;
-        by_name[k.name].second += 1;
+      for (const mn::KernelTotal& k : mn::kernel_totals(runner->profile(program))) {
         total += k.ms;
+        j[std::string(program) + "_kernels"].push_back({k.name, k.ms, k.count});
       }
-      std::vector<std::pair<std::string, std::pair<double, int>>> rows(by_name.begin(),
-                                                                        by_name.end());
-      std::sort(rows.begin(), rows.end(),
-                [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
       j[std::string(program) + "_gpu_ms"] = total;
-      for (const auto& [name, v] : rows) {
-        j[std::string(program) + "_kernels"].push_back({name, v.first, v.second});
-      }
     }
   }
   std::cout << j.dump() << std::endl;

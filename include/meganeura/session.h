@@ -104,6 +104,14 @@ struct KernelTime {
   double ms = 0;
 };
 
+// A profile summed by kernel name, largest total first: where a step's GPU time goes.
+struct KernelTotal {
+  std::string name;
+  double ms = 0;
+  int count = 0;
+};
+std::vector<KernelTotal> kernel_totals(std::span<const KernelTime> profile);
+
 class Session {
  public:
   struct Impl;

@@ -149,15 +149,10 @@ void run_model(const RunArgs& a) {
   nlohmann::json kernels = nlohmann::json::array();
   double gpu_ms = 0;
   if (a.profile) {
-    std::map<std::string, std::pair<double, int>> by_name;
-    for (const KernelTime& k : session->profile()) {
-      by_name[k.name].first += k.ms;
-      ++by_name[k.name].second;
+    for (const KernelTotal& k : kernel_totals(session->profile())) {
+      kernels.push_back({{"name", k.name}, {"ms", k.ms}, {"count", k.count}});
       gpu_ms += k.ms;
     }
-    std::vector<std::pair<std::string, std::pair<double, int>>> sorted(by_name.begin(), by_name.end());
-    std::sort(sorted.begin(), sorted.end(), [](const auto& x, const auto& y) { return x.second.first > y.second.first; });
-    for (const auto& [name, v] : sorted) kernels.push_back({{"name", name}, {"ms", v.first}, {"count", v.second}});
   }
   if (a.json) {
     nlohmann::json out = {{"model", a.model},
