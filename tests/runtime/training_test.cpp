@@ -165,15 +165,8 @@ TEST(Training, MemoryPlanSurvivesPoisoning) {
 }
 
 std::shared_ptr<Dataset> synthetic(int64_t n, uint64_t seed) {
-  auto d = std::make_shared<Dataset>();
-  d->sample_shape = {784};
   auto rng = testing::rng_for("data" + std::to_string(seed));
-  std::uniform_real_distribution<float> u(0, 1);
-  d->inputs.resize(static_cast<size_t>(n * 784));
-  for (float& v : d->inputs) v = u(rng);
-  for (int64_t i = 0; i < n; ++i) d->labels.push_back(static_cast<int32_t>(rng() % 10));
-  for (int i = 0; i < 10; ++i) d->class_names.push_back("c" + std::to_string(i));
-  return d;
+  return testing::random_classification(rng, n, {784});
 }
 
 TEST(Training, ResumeContinuesExactly) {

@@ -43,6 +43,18 @@ double relative_error(const Array& a, const Array& b) {
   return num / (1.0 + den);
 }
 
+std::shared_ptr<Dataset> random_classification(std::mt19937_64& rng, int64_t n, const Shape& sample_shape,
+                                               float scale, int classes) {
+  auto d = std::make_shared<Dataset>();
+  d->sample_shape = sample_shape;
+  std::uniform_real_distribution<float> u(0, scale);
+  d->inputs.resize(static_cast<size_t>(n * numel(sample_shape)));
+  for (float& v : d->inputs) v = u(rng);
+  for (int64_t i = 0; i < n; ++i) d->labels.push_back(static_cast<int32_t>(rng() % static_cast<uint64_t>(classes)));
+  for (int i = 0; i < classes; ++i) d->class_names.push_back("c" + std::to_string(i));
+  return d;
+}
+
 double scaled_error(const Array& a, const Array& b) {
   if (a.data.size() != b.data.size()) return INFINITY;
   double diff = 0.0, scale = 0.0;

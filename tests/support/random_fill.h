@@ -4,7 +4,10 @@
 #include <random>
 #include <string_view>
 
+#include <memory>
+
 #include <meganeura/array.h>
+#include <meganeura/data.h>
 
 namespace mn::testing {
 
@@ -13,6 +16,11 @@ std::mt19937_64 rng_for(std::string_view name);
 
 // Uniform values in [lo, hi); integer dtypes draw integers in [lo, hi).
 Array random_array(std::mt19937_64& rng, const TensorType& type, double lo = -1.0, double hi = 1.0);
+
+// A classification data set drawn from `rng`: n samples of `sample_shape` uniform in
+// [0, scale) (all inputs first), then n labels uniform over `classes` named "c0", "c1", ...
+std::shared_ptr<Dataset> random_classification(std::mt19937_64& rng, int64_t n, const Shape& sample_shape,
+                                               float scale = 1.0f, int classes = 10);
 
 // max |a - b| / (1 + max |b|): absolute below 1, so it suits only values of order one (CPU
 // evaluations against PyTorch's); GPU results against the reference are compared element by

@@ -12,21 +12,15 @@
 #include <meganeura/reference.h>
 #include <meganeura/train.h>
 
+#include "support/random_fill.h"
 #include "support/scratch_dir.h"
 
 namespace mn {
 namespace {
 
 std::shared_ptr<Dataset> images(int64_t n, uint64_t seed) {
-  auto d = std::make_shared<Dataset>();
-  d->sample_shape = {1, 28, 28};
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(0, 1);
-  d->inputs.resize(static_cast<size_t>(n * 784));
-  for (float& v : d->inputs) v = u(rng);
-  for (int64_t i = 0; i < n; ++i) d->labels.push_back(static_cast<int32_t>(rng() % 10));
-  for (int i = 0; i < 10; ++i) d->class_names.push_back("c" + std::to_string(i));
-  return d;
+  return testing::random_classification(rng, n, {1, 28, 28});
 }
 
 TEST(ResNetClassifier, EvaluatesWithTheRunningStatisticsTrainingUpdated) {

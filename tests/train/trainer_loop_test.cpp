@@ -21,6 +21,7 @@
 #include <meganeura/train.h>
 
 #include "support/elementwise_error.h"
+#include "support/random_fill.h"
 #include "support/scratch_dir.h"
 
 namespace mn {
@@ -94,20 +95,14 @@ TEST(LrSchedule, NamesAndUnknownNames) {
 
 // n samples of 784 values in [0, 1) and labels in 0..9; with `same`, every sample is the first.
 std::shared_ptr<Dataset> data(int64_t n, uint64_t seed, bool same = false) {
-  auto d = std::make_shared<Dataset>();
-  d->sample_shape = {784};
   std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(0, 1);
-  d->inputs.resize(static_cast<size_t>(n * 784));
-  for (float& v : d->inputs) v = u(rng);
-  for (int64_t i = 0; i < n; ++i) d->labels.push_back(static_cast<int32_t>(rng() % 10));
+  auto d = testing::random_classification(rng, n, {784});
   if (same) {
     for (int64_t i = 1; i < n; ++i) {
       std::copy_n(d->inputs.begin(), 784, d->inputs.begin() + i * 784);
       d->labels[static_cast<size_t>(i)] = d->labels[0];
     }
   }
-  for (int i = 0; i < 10; ++i) d->class_names.push_back("c" + std::to_string(i));
   return d;
 }
 
