@@ -146,7 +146,6 @@ class Importer {
   void note_specialized(const std::string& input);
   const std::vector<std::string>& specialized() const { return specialized_; }
   std::map<std::string, Array>& weights() { return weights_; }
-  const ImportOptions& options() const { return options_; }
 
  private:
   Graph& graph_;

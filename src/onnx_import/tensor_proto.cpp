@@ -177,18 +177,6 @@ ElemType elem_type_of(int onnx_type, const std::string& what) {
   return e->type;
 }
 
-const char* onnx_type_name(int onnx_type) {
-  const TypeEntry* e = find_type(onnx_type);
-  return e != nullptr ? e->name : "UNDEFINED";
-}
-
-int onnx_type_of(ElemType t) {
-  for (const auto& e : kTypes) {
-    if (e.supported && e.type == t) return e.code;
-  }
-  throw Error(std::string("no ONNX element type for ") + elem_type_name(t));
-}
-
 DType graph_dtype_of(ElemType t, const std::string& what) {
   switch (t) {
     case ElemType::f32:

@@ -18,9 +18,6 @@ namespace mn::onnx {
 // TensorProto.DataType code -> ElemType; UnsupportedError (naming `what`) for strings,
 // complex numbers, 64-bit unsigned integers and codes we do not know.
 ElemType elem_type_of(int onnx_type, const std::string& what);
-const char* onnx_type_name(int onnx_type);
-// The ONNX code of an ElemType.
-int onnx_type_of(ElemType t);
 
 // The dtype a value of this element type has in a graph: floats keep theirs, integers up to 32
 // bits and 64-bit ones (range-checked) are i32, UINT32 is u32, BOOL is f32 holding 0/1.
