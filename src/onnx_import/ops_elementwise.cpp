@@ -22,7 +22,8 @@ bool is_float_type(ElemType t) {
 void add_unary(ConverterTable& t, const std::string& op, Fn1 f, bool integers = false) {
   t.add(op, [f, integers](NodeContext& c) {
     if (!is_float_type(c.type(0)) && !(integers && is_integer(c.type(0)))) {
-      c.unsupported(std::string("inputs of ") + elem_type_name(c.type(0)) + " (float types only)");
+      c.unsupported(std::string("inputs of ") + elem_type_name(c.type(0)) +
+                    (integers ? " (float and integer types only)" : " (float types only)"));
     }
     c.out(0, f(c, c.in(0)), c.type(0));
   });
