@@ -100,6 +100,16 @@ def test_mn_run_refusals(tmp_path):
     assert run.returncode == 1 and "input 'x' axis 1 is 4 in the model, not 6" in run.stderr
     run = mn_run(tmp_path / "x.npy", "--input", "x=" + str(tmp_path / "x.npy"))
     assert run.returncode == 1 and "not an ONNX model" in run.stderr
+    run = mn_run(tmp_path, "--input", "x=" + str(tmp_path / "x.npy"))
+    assert run.returncode == 1 and "is a directory, not an ONNX file" in run.stderr
+    run = mn_run(path, "--input", "x")
+    assert run.returncode == 1 and "--input 'x': expected NAME=FILE.npy" in run.stderr
+    run = mn_run(path, "--input", "x=" + str(tmp_path / "x.npy"), "--input", "x=" + str(tmp_path / "x.npy"))
+    assert run.returncode == 1 and "--input 'x' is given twice" in run.stderr
+    run = mn_run(path, "--input", "x=" + str(tmp_path / "x.npy"), "--runs", "0")
+    assert run.returncode == 1 and "--runs 0: expected an integer >= 1" in run.stderr
+    run = mn_run(path, "--input", "x=" + str(tmp_path / "x.npy"), "--precision", "f64")
+    assert run.returncode == 1 and "f64" in run.stderr
     # A float64 file for a FLOAT input is converted; the run succeeds.
     np.save(tmp_path / "x64.npy", np.ones((5, 4)))
     run = mn_run(path, "--input", "x=" + str(tmp_path / "x64.npy"), "--json")
