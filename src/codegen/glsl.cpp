@@ -115,6 +115,18 @@ std::string buffer(uint32_t binding, DType dtype, const std::string& name, bool 
 
 const char* half_conversions() { return kHalfConversions; }
 
+std::string quad_view(uint32_t binding, DType dtype, const std::string& name) {
+  const std::string b = std::to_string(binding), data = name + "4_data";
+  const bool f32 = dtype == DType::f32;
+  std::string s = "layout(std430, set = 0, binding = " + b + ") readonly buffer Quads" + b + " { " +
+                  (f32 ? "vec4 " : "uvec2 ") + data + "[]; };\n";
+  if (f32) return s + "vec4 " + name + "4_ld(uint i) { return " + data + "[i]; }\n";
+  const std::string cv = dtype == DType::f16 ? "mn_f16_to_f32" : "mn_bf16_to_f32";
+  return s + "vec4 " + name + "4_ld(uint i) { uvec2 u = " + data + "[i]; return vec4(" + cv +
+         "(u.x & 0xffffu), " + cv + "(u.x >> 16), " + cv + "(u.y & 0xffffu), " + cv +
+         "(u.y >> 16)); }\n";
+}
+
 void require_storage(const LowerContext& ctx) {
   if (ctx.device.storage_16bit) return;
   auto check = [&](DType t, const std::string& what) {

@@ -33,6 +33,10 @@ std::string buffer(uint32_t binding, DType dtype, const std::string& name, bool 
 // The exact f32 <-> f16/bf16 conversions buffer() declares for 16-bit tensors (mn_f16_to_f32,
 // mn_f32_to_f16, mn_bf16_to_f32, mn_f32_to_bf16), guarded so that a kernel may hold them twice.
 const char* half_conversions();
+// A second view of `binding` (already declared by buffer() as `name`, f32, f16 or bf16) as
+// groups of four elements: `vec4 <name>4_ld(uint i)` reads elements 4i..4i+3. The tensor's
+// offset in its buffer must be a multiple of four elements.
+std::string quad_view(uint32_t binding, DType dtype, const std::string& name);
 
 // mn::Error naming the op and operand when the node reads or writes f16/bf16 tensors and the
 // device has no 16-bit storage buffer access. Every lowering using buffer() calls it.

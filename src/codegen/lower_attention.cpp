@@ -277,15 +277,15 @@ struct KeySplit {
   uint64_t splits = 1, chunk = 1;
 };
 
-KeySplit key_split(const AttentionShape& g) {
+KeySplit key_split(const AttentionShape& g, uint64_t block_keys) {
   KeySplit k;
   const uint64_t rows = g.heads() * g.lq;
-  // 64 keys a workgroup (one block of the row kernel): a decode step has few rows, and a
-  // workgroup walks its keys serially. The split is fixed when the step is recorded while the
-  // visible keys grow per token, so it is not capped by a workgroup budget: workgroups past a
-  // row's position find no keys and return, and the busy ones stay one block each however
-  // many rows there are (at most 1024 ranges a row, for the combine kernel's loop).
-  k.splits = std::min<uint64_t>(1024, (g.lk + 63) / 64);
+  // One block of keys a workgroup: a decode step has few rows, and a workgroup walks its
+  // blocks serially. The split is fixed when the step is recorded while the visible keys grow
+  // per token, so it is not capped by a workgroup budget: workgroups past a row's position find
+  // no keys and return, and the busy ones stay one block each however many rows there are (at
+  // most 1024 ranges a row, for the combine's loop).
+  k.splits = std::min<uint64_t>(1024, (g.lk + block_keys - 1) / block_keys);
   if (rows * k.splits > (1u << 22)) k.splits = std::max<uint64_t>(1, (1u << 22) / rows);
   if (k.splits <= 1) return {1, g.lk};
   k.chunk = (g.lk + k.splits - 1) / k.splits;
@@ -466,6 +466,146 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
   return k;
 }
 
+// ---- per row, quads: the decode kernel ----
+
+// The row kernel's form for heads of 4·2^n elements: a block's keys and values are read in
+// groups of four elements spread over all lanes, neighbouring lanes reading neighbouring
+// quads, every load of the block issued before the first is used (one memory latency a
+// block, where a lane walking its own key row waits out one per eight elements). Partial dot
+// products meet in shared memory, where lane j adds up key j's score; the weighted values stay
+// per lane (quad e of some keys) until one last sum over the lanes sharing a quad.
+struct QuadRows {
+  uint32_t lanes = 64;
+  uint64_t keys = 64;       // keys per block, one score per lane
+  uint64_t qd = 1, qv = 1;  // quads in a key row and in a value row
+  uint64_t k_loads = 1, v_loads = 1;  // quads each lane loads per block
+};
+
+std::optional<QuadRows> quad_rows_for(const AttentionShape& g, const DeviceTraits& dev) {
+  QuadRows r;
+  if (most_lanes(dev) < r.lanes || g.d % 4 != 0 || g.dv % 4 != 0) return std::nullopt;
+  r.qd = g.d / 4;
+  r.qv = g.dv / 4;
+  if (!std::has_single_bit(r.qd) || !std::has_single_bit(r.qv)) return std::nullopt;
+  if (std::max(r.qd, r.qv) > r.lanes) return std::nullopt;
+  // At most 16 quads of keys and 16 of values a lane in flight.
+  r.keys = std::min<uint64_t>(r.lanes, 16 * r.lanes / std::max(r.qd, r.qv));
+  r.k_loads = (r.keys * r.qd + r.lanes - 1) / r.lanes;
+  r.v_loads = (r.keys * r.qv + r.lanes - 1) / r.lanes;
+  const uint64_t floats = std::max(r.keys * (r.qd + 1), uint64_t{4} * r.lanes) + 2 * r.lanes + g.d +
+                          2 * ((g.lk + r.keys - 1) / r.keys);
+  if (floats * sizeof(float) > dev.max_shared_bytes) return std::nullopt;
+  return r;
+}
+
+// Statements of one block [j0, j0 + cnt) of the quad kernel: loads, scores, the online softmax
+// update of m and l, and the lanes' weighted values acc4 rescaled and added to.
+std::string quad_block(const LowerContext& ctx, const AttentionShape& g, const QuadRows& r) {
+  const std::string L = ulit(r.lanes), QD = ulit(r.qd), QV = ulit(r.qv);
+  const std::string KU = ulit(r.k_loads), VU = ulit(r.v_loads);
+  const std::string KQ = ulit(r.keys * r.qd), VQ = ulit(r.keys * r.qv);
+  std::string s = "    uint cnt = min(" + ulit(r.keys) + ", je - j0);\n";
+  s += "    vec4 kq[" + KU + "], vq[" + VU + "];\n";
+  s += "    for (uint u = 0u; u < " + KU + "; ++u) {\n";
+  s += "      uint f = lane + u * " + L + ", key = f / " + QD + ";\n";
+  s += "      kq[u] = f < " + KQ + " && key < cnt ? k4_ld(kb / 4u + (j0 + key) * " + QD +
+       " + f % " + QD + ") : vec4(0.0);\n    }\n";
+  s += "    for (uint u = 0u; u < " + VU + "; ++u) {\n";
+  s += "      uint f = lane + u * " + L + ", key = f / " + QV + ";\n";
+  s += "      vq[u] = f < " + VQ + " && key < cnt ? v4_ld(vb / 4u + (j0 + key) * " + QV +
+       " + f % " + QV + ") : vec4(0.0);\n    }\n";
+  s += "    for (uint u = 0u; u < " + KU + "; ++u) {\n";
+  s += "      uint f = lane + u * " + L + ";\n";
+  s += "      if (f < " + KQ + ") part_sh[(f / " + QD + ") * " + ulit(r.qd + 1) + " + f % " + QD +
+       "] = dot(q4, kq[u]);\n    }\n    barrier();\n";
+  s += "    float sc = -mn_inf();\n";
+  s += "    if (lane < cnt) {\n      float dot = 0.0;\n";
+  s += "      for (uint x = 0u; x < " + QD + "; ++x) dot += part_sh[lane * " + ulit(r.qd + 1) +
+       " + x];\n";
+  s += "      sc = " + score_expr(ctx, g, g.attrs, "(j0 + lane)") + ";\n    }\n";
+  s += "    float bm = wg_max(sc);\n    float mn = bm > m ? bm : m;\n";
+  s += "    float alpha = m == -mn_inf() ? 0.0 : exp(m - mn);\n";
+  s += "    float p = sc == -mn_inf() ? 0.0 : exp(sc - mn);\n";
+  s += "    p_sh[lane] = p;\n    l = l * alpha + wg_sum(p);\n    m = mn;\n";
+  s += "    acc4 *= alpha;\n";
+  s += "    for (uint u = 0u; u < " + VU + "; ++u) {\n";
+  s += "      uint f = lane + u * " + L + ", key = f / " + QV + ";\n";
+  s += "      if (f < " + VQ + " && key < cnt) acc4 += p_sh[key] * vq[u];\n    }\n";
+  return s + "    barrier();\n";  // the next block rewrites part_sh and p_sh
+}
+
+KernelLaunch quad_row_kernel(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks,
+                             const QuadRows& r) {
+  const AttentionAttrs& a = g.attrs;
+  const bool split = ks.splits > 1;
+  const std::string L = ulit(r.lanes), QD = ulit(r.qd), QV = ulit(r.qv);
+  const uint64_t cols = (g.dv + r.lanes - 1) / r.lanes;
+  const uint64_t rows = g.heads() * g.lq;
+
+  KernelLaunch k;
+  std::string s = declarations(ctx, g, a.has_mask, k.bindings, split);
+  s += glsl::quad_view(1, ctx.inputs[1].dtype, "k") + glsl::quad_view(2, ctx.inputs[2].dtype, "v");
+  s += rope_declarations(ctx, g, k.bindings);
+  s += "shared float p_sh[" + L + "];\n" + attention_lowering::workgroup_reductions(L);
+  s += "shared float part_sh[" + ulit(std::max(r.keys * (r.qd + 1), uint64_t{4} * r.lanes)) + "];\n";
+  if (split) {
+    s += "shared bool last_sh;\nshared float split_sh[" + ulit(ks.splits) + "], sum_sh[" +
+         ulit(ks.splits) + "];\n";
+  }
+  s += "shared float q_sh[" + ulit(g.d) + "];\n";
+  s += "void main() {\n";
+  s += "  uint w = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
+  s += "  if (w >= " + ulit(rows * ks.splits) + ") return;\n";
+  s += "  uint g = w / " + ulit(ks.splits) + ", part_index = w % " + ulit(ks.splits) + ";\n";
+  s += "  uint lane = gl_LocalInvocationID.x;\n";
+  s += "  uint i = g % LQ, h = (g / LQ) % HQ, b = g / (LQ * HQ);\n";
+  s += head_offsets(g, a.has_mask, "i");
+  s += "  qb += i * D;\n";
+  if (ctx.rope) {
+    s += load_rotated_query(ctx, g, L);
+  } else {
+    s += "  for (uint e = lane; e < D; e += " + L + ") q_sh[e] = q_ld(qb + e);\n  barrier();\n";
+  }
+  s += "  uint qx = (lane % " + QD + ") * 4u;\n";
+  s += "  vec4 q4 = vec4(q_sh[qx], q_sh[qx + 1u], q_sh[qx + 2u], q_sh[qx + 3u]);\n";
+  s += "  uint visible = " + visible_expr(g, "i") + ";\n";
+  s += "  uint jb = part_index * " + ulit(ks.chunk) + ", je = min(visible, jb + " + ulit(ks.chunk) +
+       ");\n";
+  if (split) {
+    s += "  uint busy = max((visible + " + ulit(ks.chunk - 1) + ") / " + ulit(ks.chunk) +
+         ", 1u);\n  if (part_index >= busy) return;\n";
+  }
+  s += "  float m = -mn_inf(), l = 0.0;\n  vec4 acc4 = vec4(0.0);\n";
+  s += "  for (uint j0 = jb; j0 < je; j0 += " + ulit(r.keys) + ") {\n";
+  s += quad_block(ctx, g, r) + "  }\n";
+  // Lane x holds quad x % QV of the keys x / QV (mod lanes / QV) weighted: one sum per column.
+  s += "  for (uint c = 0u; c < 4u; ++c) part_sh[lane * 4u + c] = acc4[c];\n  barrier();\n";
+  s += "  float o[" + ulit(cols) + "];\n";
+  s += "  for (uint t = 0u; t < " + ulit(cols) + "; ++t) {\n";
+  s += "    uint e = lane + t * " + L + ";\n    o[t] = 0.0;\n";
+  s += "    if (e < DV) {\n";
+  s += "      for (uint x = 0u; x < " + ulit(r.lanes / r.qv) + "; ++x) o[t] += part_sh[(x * " + QV +
+       " + e / 4u) * 4u + e % 4u];\n    }\n  }\n";
+  if (split) {
+    const std::string P = ulit(partial_floats(g));
+    s += "  uint base = w * " + P + ";\n";
+    s += "  if (lane == 0u) {\n    part_st(base, m);\n    part_st(base + 1u, l);\n  }\n";
+    s += "  for (uint t = 0u; t < " + ulit(cols) + "; ++t) {\n";
+    s += "    uint e = lane + t * " + L + ";\n    if (e < DV) part_st(base + 2u + e, o[t]);\n";
+    s += "  }\n" + last_workgroup_combines(g, ks, L, ulit(cols)) + "}\n";
+  } else {
+    s += "  for (uint t = 0u; t < " + ulit(cols) + "; ++t) {\n";
+    s += "    uint e = lane + t * " + L + ";\n";
+    s += "    if (e < DV) out_st(g * DV + e, visible == 0u ? 0.0 : o[t] / l);\n  }\n}\n";
+  }
+  k.name = std::string(split ? "attention_split" : "attention") +
+           (ctx.rope ? "+prologue[rope_positions]" : "") + "+quads";
+  k.glsl = std::move(s);
+  k.workgroup = {r.lanes, 1, 1};
+  k.groups = glsl::linear_grid(rows * ks.splits * r.lanes, ctx.device, r.lanes).groups;
+  return k;
+}
+
 Lowering lower_attention(const LowerContext& ctx) {
   glsl::require_storage(ctx);
   const AttentionShape g(ctx);
@@ -478,8 +618,9 @@ Lowering lower_attention(const LowerContext& ctx) {
     low.launches.push_back(tiled_kernel(ctx, g, *t));
     return low;
   }
-  const KeySplit ks = key_split(g);
-  low.launches.push_back(row_kernel(ctx, g, ks));
+  const std::optional<QuadRows> quads = quad_rows_for(g, ctx.device);
+  const KeySplit ks = key_split(g, quads ? quads->keys : 64);
+  low.launches.push_back(quads ? quad_row_kernel(ctx, g, ks, *quads) : row_kernel(ctx, g, ks));
   if (ks.splits > 1) {
     low.scratch_bytes.push_back(g.heads() * g.lq * ks.splits * partial_floats(g) * sizeof(float));
     low.counter_bytes.push_back(g.heads() * g.lq * sizeof(uint32_t));

@@ -54,20 +54,6 @@ void bind_epilogue(KernelLaunch& k, const MatmulEpilogue* e) {
   }
 }
 
-// A second view of binding `binding` (already declared by glsl::buffer as `name`) as groups
-// of four elements: `vec4 <name>4_ld(uint i)` reads elements 4i..4i+3.
-std::string quad_view(uint32_t binding, DType dtype, const std::string& name) {
-  const std::string b = std::to_string(binding), data = name + "4_data";
-  const bool f32 = dtype == DType::f32;
-  std::string s = "layout(std430, set = 0, binding = " + b + ") readonly buffer Quads" + b + " { " +
-                  (f32 ? "vec4 " : "uvec2 ") + data + "[]; };\n";
-  if (f32) return s + "vec4 " + name + "4_ld(uint i) { return " + data + "[i]; }\n";
-  const std::string cv = dtype == DType::f16 ? "mn_f16_to_f32" : "mn_bf16_to_f32";
-  return s + "vec4 " + name + "4_ld(uint i) { uvec2 u = " + data + "[i]; return vec4(" + cv +
-         "(u.x & 0xffffu), " + cv + "(u.x >> 16), " + cv + "(u.y & 0xffffu), " + cv +
-         "(u.y >> 16)); }\n";
-}
-
 // One subgroup per output. The subgroup size is read at run time (a device may run compute
 // shaders at another width than it reports), so any width is correct; the reported one sizes
 // the workgroup. With K a multiple of 4, lanes read four elements at a time. The K loop keeps
@@ -100,9 +86,9 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
     s += "float mm_sibling;\n";
   }
   if (quads) {
-    s += quad_view(0, ctx.inputs[0].dtype, "A") + quad_view(1, ctx.inputs[1].dtype, "B");
-    if (gamma) s += quad_view(gamma_binding, x->gamma_dtype, "G");
-    if (sibling) s += quad_view(sibling_binding, x->sibling_dtype, "S");
+    s += glsl::quad_view(0, ctx.inputs[0].dtype, "A") + glsl::quad_view(1, ctx.inputs[1].dtype, "B");
+    if (gamma) s += glsl::quad_view(gamma_binding, x->gamma_dtype, "G");
+    if (sibling) s += glsl::quad_view(sibling_binding, x->sibling_dtype, "S");
   }
   s += epilogue_function(e);
 

@@ -106,6 +106,21 @@ TEST(InferenceGpu, CachedAttentionDecodeReadsOnlyVisibleKeys) {
   EXPECT_TRUE(testing::elementwise_near(got, want, 2e-5));
 }
 
+// A cache longer than 1024 blocks of keys: each workgroup of the split walks two blocks (the
+// online softmax rescaling what it summed before), and the last combines 1024 partials.
+TEST(InferenceGpu, CachedAttentionDecodeOverSeveralBlocksPerWorkgroup) {
+  auto rng = testing::rng_for("inference-gpu/decode-long");
+  const int64_t T = 70000, D = 8;
+  Graph g;
+  reference::Feeds feeds;
+  Tensor q = random_input(g, feeds, "q", {1, 2, 1, D}, rng, -3.0, 3.0);
+  Tensor k = random_input(g, feeds, "k", {1, 1, T, D}, rng, -3.0, 3.0);
+  Tensor v = random_input(g, feeds, "v", {1, 1, T, D}, rng);
+  Tensor pos = int_input(g, feeds, "pos", {1, 2, 1}, {T - 1, 40000});
+  g.output("out", cached_attention(q, k, v, pos));
+  expect_close(g, feeds);
+}
+
 // Right-padded prompts of lengths 24 and 17 prefilled at once (the tiled kernel): the padding
 // queries of the second sit at position -1 and give 0. The first equals causal attention.
 TEST(InferenceGpu, CachedAttentionPrefillRightPadded) {
