@@ -113,7 +113,8 @@ struct Lowering {
   bool alias_input0 = false;
 };
 
-struct RopeLoad;  // codegen/rope_load.h
+struct RopeLoad;         // codegen/rope_load.h
+struct CacheAppendLoad;  // codegen/lower_attention.h
 
 struct LowerContext {
   const Node& node;
@@ -128,6 +129,9 @@ struct LowerContext {
   // A rope_positions applied to one operand as the kernel loads it (codegen/rope_load.h): the
   // operand then holds the rope's x, and the positions are one more input.
   const RopeLoad* rope = nullptr;
+  // cached_attention only: the slots this step's cache_writes store, read from their updates
+  // while the caches are read as they were (schedule/cache_append.h).
+  const CacheAppendLoad* append = nullptr;
 };
 
 using LowerFn = std::function<Lowering(const LowerContext&)>;

@@ -17,6 +17,7 @@
 #include "codegen/rope_load.h"
 #include "codegen/lower_families.h"
 #include "ir/ops/attention.h"
+#include "ir/ops/cache.h"
 #include "ir/ops/common.h"
 
 namespace mn::codegen {
@@ -498,6 +499,69 @@ std::optional<QuadRows> quad_rows_for(const AttentionShape& g, const DeviceTrait
   return r;
 }
 
+// A value as a cache of `dtype` holds it once stored (cache_write rounds to its dtype).
+std::string stored_as(DType dtype, const std::string& v) {
+  if (dtype == DType::f16) return "mn_f16_to_f32(mn_f32_to_f16(" + v + "))";
+  if (dtype == DType::bf16) return "mn_bf16_to_f32(mn_f32_to_bf16(" + v + "))";
+  return v;
+}
+
+// With ctx.append: the updates `ku` and `vu`, the writes' positions `wpos`, the key rotation's
+// positions `kpos` (and the rotation's functions unless the query's rotation declared them), and
+// k_new(x) / v_new(x), quad x of this head's new key and value as the caches will hold them.
+std::string append_declarations(const LowerContext& ctx, const AttentionShape& g,
+                                std::vector<KernelBinding>& bindings) {
+  if (!ctx.append) return "";
+  const CacheAppendLoad& a = *ctx.append;
+  std::string s;
+  auto bind = [&](int input, const std::string& name) {
+    s += glsl::buffer(static_cast<uint32_t>(bindings.size()),
+                      ctx.inputs[static_cast<size_t>(input)].dtype, name, true);
+    bindings.push_back({ArgRef::input(input), false});
+  };
+  bind(a.k_update, "ku");
+  bind(a.v_update, "vu");
+  bind(a.positions, "wpos");
+  if (a.k_rope) {
+    bind(a.k_rope->positions_input, "kpos");
+    if (!ctx.rope) s += rope_load_library(a.k_rope->attrs, g.d);
+  }
+  const DType kd = ctx.inputs[1].dtype, vd = ctx.inputs[2].dtype;
+  s += "uint kub, vub;\nfloat krp;\n";
+  s += "vec4 k_new(uint x) {\n  vec4 r;\n  for (uint c = 0u; c < 4u; ++c) {\n    uint e = x * 4u + c;\n";
+  const std::string own = "ku_ld(kub + e)";
+  const std::string rotated =
+      a.k_rope ? "mn_rope(" + own + ", ku_ld(kub + " + rope_partner("e", g.d) + "), e, krp)" : own;
+  s += "    r[c] = " + stored_as(kd, rotated) + ";\n  }\n  return r;\n}\n";
+  s += "vec4 v_new(uint x) {\n  vec4 r;\n";
+  s += "  for (uint c = 0u; c < 4u; ++c) r[c] = " + stored_as(vd, "vu_ld(vub + x * 4u + c)") +
+       ";\n  return r;\n}\n";
+  return s;
+}
+
+// With ctx.append: tw, the slot this head's cache row gets (the row is kb's), and the bases of
+// its new key and value (kub, vub) and the key's rotation position (krp).
+std::string append_row(const LowerContext& ctx, const AttentionShape& g) {
+  if (!ctx.append) return "";
+  const CacheAppendLoad& a = *ctx.append;
+  const std::span<const TensorType> in = ctx.inputs;
+  const TensorType operands[3] = {in[1], in[static_cast<size_t>(a.k_update)],
+                                  in[static_cast<size_t>(a.positions)]};
+  const auto view = ops::cache_detail::cache_write_view(operands);
+  std::string s = "  uint crow = kb / (LK * D);\n";
+  s += "  int tw = wpos_ldi(crow / " + ulit(view.rows_per_position_row) + ");\n";
+  s += "  kub = crow * D;\n  vub = crow * DV;\n";
+  if (a.k_rope) {
+    const Shape& x = in[static_cast<size_t>(a.k_update)].shape;
+    const Shape rows(x.begin(), x.end() - 1);
+    Shape positions = in[static_cast<size_t>(a.k_rope->positions_input)].shape;
+    positions.insert(positions.begin(), rows.size() - positions.size(), 1);
+    s += glsl::unravel(rows, "crow", "wr");
+    s += "  krp = float(kpos_ldi(" + glsl::broadcast_offset(positions, rows, "wr") + "));\n";
+  }
+  return s;
+}
+
 // Statements of one block [j0, j0 + cnt) of the quad kernel: loads, scores, the online softmax
 // update of m and l, and the lanes' weighted values acc4 rescaled and added to.
 std::string quad_block(const LowerContext& ctx, const AttentionShape& g, const QuadRows& r) {
@@ -508,11 +572,14 @@ std::string quad_block(const LowerContext& ctx, const AttentionShape& g, const Q
   s += "    vec4 kq[" + KU + "], vq[" + VU + "];\n";
   s += "    for (uint u = 0u; u < " + KU + "; ++u) {\n";
   s += "      uint f = lane + u * " + L + ", key = f / " + QD + ";\n";
-  s += "      kq[u] = f < " + KQ + " && key < cnt ? k4_ld(kb / 4u + (j0 + key) * " + QD +
+  const std::string fresh = ctx.append ? "int(j0 + key) == tw ? " : "";
+  s += "      kq[u] = f < " + KQ + " && key < cnt ? " + fresh +
+       (ctx.append ? "k_new(f % " + QD + ") : " : "") + "k4_ld(kb / 4u + (j0 + key) * " + QD +
        " + f % " + QD + ") : vec4(0.0);\n    }\n";
   s += "    for (uint u = 0u; u < " + VU + "; ++u) {\n";
   s += "      uint f = lane + u * " + L + ", key = f / " + QV + ";\n";
-  s += "      vq[u] = f < " + VQ + " && key < cnt ? v4_ld(vb / 4u + (j0 + key) * " + QV +
+  s += "      vq[u] = f < " + VQ + " && key < cnt ? " + fresh +
+       (ctx.append ? "v_new(f % " + QV + ") : " : "") + "v4_ld(vb / 4u + (j0 + key) * " + QV +
        " + f % " + QV + ") : vec4(0.0);\n    }\n";
   s += "    for (uint u = 0u; u < " + KU + "; ++u) {\n";
   s += "      uint f = lane + u * " + L + ";\n";
@@ -546,6 +613,7 @@ KernelLaunch quad_row_kernel(const LowerContext& ctx, const AttentionShape& g, c
   std::string s = declarations(ctx, g, a.has_mask, k.bindings, split);
   s += glsl::quad_view(1, ctx.inputs[1].dtype, "k") + glsl::quad_view(2, ctx.inputs[2].dtype, "v");
   s += rope_declarations(ctx, g, k.bindings);
+  s += append_declarations(ctx, g, k.bindings);
   s += "shared float p_sh[" + L + "];\n" + attention_lowering::workgroup_reductions(L);
   s += "shared float part_sh[" + ulit(std::max(r.keys * (r.qd + 1), uint64_t{4} * r.lanes)) + "];\n";
   if (split) {
@@ -561,6 +629,7 @@ KernelLaunch quad_row_kernel(const LowerContext& ctx, const AttentionShape& g, c
   s += "  uint i = g % LQ, h = (g / LQ) % HQ, b = g / (LQ * HQ);\n";
   s += head_offsets(g, a.has_mask, "i");
   s += "  qb += i * D;\n";
+  s += append_row(ctx, g);
   if (ctx.rope) {
     s += load_rotated_query(ctx, g, L);
   } else {
@@ -599,7 +668,8 @@ KernelLaunch quad_row_kernel(const LowerContext& ctx, const AttentionShape& g, c
     s += "    if (e < DV) out_st(g * DV + e, visible == 0u ? 0.0 : o[t] / l);\n  }\n}\n";
   }
   k.name = std::string(split ? "attention_split" : "attention") +
-           (ctx.rope ? "+prologue[rope_positions]" : "") + "+quads";
+           (ctx.rope ? "+prologue[rope_positions]" : "") + "+quads" +
+           (ctx.append ? "+reads_new_slots" : "");
   k.glsl = std::move(s);
   k.workgroup = {r.lanes, 1, 1};
   k.groups = glsl::linear_grid(rows * ks.splits * r.lanes, ctx.device, r.lanes).groups;
@@ -617,6 +687,9 @@ Lowering lower_attention(const LowerContext& ctx) {
   if (const std::optional<Tiling> t = tiling_for(g, ctx.device)) {
     low.launches.push_back(tiled_kernel(ctx, g, *t));
     return low;
+  }
+  if (ctx.append && !attention_lowering::takes_cache_append(ctx)) {
+    throw Error("attention lowering: this cached_attention cannot read the new cache slots");
   }
   const std::optional<QuadRows> quads = quad_rows_for(g, ctx.device);
   const KeySplit ks = key_split(g, quads ? quads->keys : 64);
@@ -652,6 +725,29 @@ bool row_kernel_reads_rope(const LowerContext& ctx) {
   const AttentionShape g(ctx);
   return g.d % 2 == 0 && ctx.inputs[0].dtype == DType::f32 &&
          !tiling_for(g, ctx.device).has_value() && row_q_shared(g, ctx.device);
+}
+
+bool takes_cache_append(const LowerContext& ctx) {
+  if (ctx.node.op_name() != "cached_attention" || !ctx.append) return false;
+  const AttentionShape g(ctx);
+  if (tiling_for(g, ctx.device) || !quad_rows_for(g, ctx.device) || g.lq != 1) return false;
+  const CacheAppendLoad& a = *ctx.append;
+  const TensorType &ku = ctx.inputs[static_cast<size_t>(a.k_update)],
+                   &vu = ctx.inputs[static_cast<size_t>(a.v_update)];
+  if (!is_float(ku.dtype) || !is_float(vu.dtype)) return false;
+  if (ku.shape.back() != static_cast<int64_t>(g.d) || vu.shape.back() != static_cast<int64_t>(g.dv)) {
+    return false;
+  }
+  // One cache row per key head of the keys' batch (the writes' rows are the caches' rows).
+  if (ku.numel() != ctx.inputs[1].numel() / static_cast<int64_t>(g.lk) ||
+      vu.numel() != ctx.inputs[2].numel() / static_cast<int64_t>(g.lk)) {
+    return false;
+  }
+  if (a.k_rope) {
+    if (a.k_rope->operand != a.k_update || g.d % 2 != 0) return false;
+    if (ctx.rope && !(ctx.rope->attrs == a.k_rope->attrs)) return false;
+  }
+  return true;
 }
 
 }  // namespace attention_lowering

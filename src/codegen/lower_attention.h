@@ -4,6 +4,20 @@
 
 #include "codegen/kernel.h"
 
+namespace mn::codegen {
+
+struct RopeLoad;
+
+// The new slot of each cache row, read by a cached_attention from the cache_writes' updates:
+// inputs k_update and v_update (one row of D, resp. DV, per cache row), stored at the position in
+// input `positions` (cache_write's), the key rotated first by `k_rope` where the write rotates it.
+struct CacheAppendLoad {
+  int k_update = -1, v_update = -1, positions = -1;
+  const RopeLoad* k_rope = nullptr;
+};
+
+}  // namespace mn::codegen
+
 namespace mn::codegen::attention_lowering {
 
 // rope (backward = false) and rope_backward (lower_attention_rope.cpp).
@@ -17,5 +31,8 @@ std::string workgroup_reductions(const std::string& lanes);
 // Whether cached_attention's row kernel takes ctx.rope (its query rotated as it is loaded):
 // the kernel is not tiled and keeps the query row in shared memory (lower_attention.cpp).
 bool row_kernel_reads_rope(const LowerContext& ctx);
+// Whether cached_attention's lowering takes ctx.append: its quad kernel runs (decoding), and a
+// rotated key update shares the query's rotation where the query is rotated too.
+bool takes_cache_append(const LowerContext& ctx);
 
 }  // namespace mn::codegen::attention_lowering

@@ -10,6 +10,7 @@
 #include "ir/op_def.h"
 #include "optimize/mixed_precision.h"
 #include "plan/in_place.h"
+#include "schedule/cache_append.h"
 #include "schedule/fusion.h"
 #include "schedule/gemv_fusion.h"
 #include "schedule/gpu_lowering.h"
@@ -85,6 +86,7 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
     schedule::fuse_gemv_neighbours(g, p.groups, options.device);
     schedule::absorb_widening_casts(g, p.groups, options.device);
     schedule::fuse_rope_loads(g, p.groups, options.device);
+    schedule::read_past_cache_writes(g, p.groups, options.device);
   }
   const std::vector<std::vector<int>> in_place = plan_in_place(g, p.groups);
 

@@ -97,6 +97,19 @@ struct KernelGroup {
     int positions_input = -1;
   };
   Rope rope;
+  // Single cached_attention groups only, see schedule/cache_append.h: inputs 1 and 2 hold the
+  // key and value caches as they were before this step's cache_writes, and the kernel reads the
+  // slot each write stores (one position per cache row) from the write's update instead:
+  // inputs `k_update` and `v_update`, at the positions in input `positions`. The key update may
+  // be rotated as it is loaded, as by the cache_write's own rope (`k_rope`, its positions
+  // input `k_rope_positions`).
+  struct CacheAppend {
+    NodeId k_write = -1, v_write = -1;  // the cache_write nodes
+    int k_update = -1, v_update = -1, positions = -1;
+    NodeId k_rope = -1;
+    int k_rope_positions = -1;
+  };
+  CacheAppend append;
 };
 
 // An f32 constant of one element: fused kernels take its value as a literal, not a binding.

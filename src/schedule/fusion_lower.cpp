@@ -7,6 +7,7 @@
 #include "codegen/fused_pointwise.h"
 #include "codegen/fused_reduce.h"
 #include "codegen/glsl.h"
+#include "codegen/lower_attention.h"
 #include "codegen/lower_conv.h"
 #include "codegen/lower_matmul.h"
 #include "ir/op_def.h"
@@ -244,7 +245,8 @@ std::string group_name(const Graph& g, const KernelGroup& group) {
     case KernelGroup::Kind::single:
       return std::string(g.node(group.nodes.front()).op_name()) +
              (group.gemv.norm >= 0 ? "+prologue[rms_norm]" : "") +
-             (group.rope.node >= 0 ? "+prologue[rope_positions]" : "");
+             (group.rope.node >= 0 ? "+prologue[rope_positions]" : "") +
+             (group.append.k_write >= 0 ? "+reads_new_slots" : "");
     case KernelGroup::Kind::matmul_epilogue:
       return std::string(g.node(group.anchor).op_name()) + "+epilogue[" +
              op_list(g, group.segments.front().nodes) + "]";
@@ -304,13 +306,23 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
     return codegen::lower_matmul_fused(
         codegen::LowerContext{node, in_types, device, false, check_indices}, nullptr, &*x);
   }
+  std::optional<codegen::RopeLoad> rope, k_rope;
   if (group.rope.node >= 0) {
-    const codegen::RopeLoad rope{g.node(group.rope.node).attrs.as<RopePositionsAttrs>(),
-                                 group.rope.operand, group.rope.positions_input};
-    return (*lower)(
-        codegen::LowerContext{node, in_types, device, single_in_place, check_indices, &rope});
+    rope = codegen::RopeLoad{g.node(group.rope.node).attrs.as<RopePositionsAttrs>(),
+                             group.rope.operand, group.rope.positions_input};
   }
-  return (*lower)(codegen::LowerContext{node, in_types, device, single_in_place, check_indices});
+  std::optional<codegen::CacheAppendLoad> append;
+  if (group.append.k_write >= 0) {
+    const KernelGroup::CacheAppend& a = group.append;
+    if (a.k_rope >= 0) {
+      k_rope = codegen::RopeLoad{g.node(a.k_rope).attrs.as<RopePositionsAttrs>(), a.k_update,
+                                 a.k_rope_positions};
+    }
+    append = codegen::CacheAppendLoad{a.k_update, a.v_update, a.positions,
+                                      k_rope ? &*k_rope : nullptr};
+  }
+  return (*lower)(codegen::LowerContext{node, in_types, device, single_in_place, check_indices,
+                                        rope ? &*rope : nullptr, append ? &*append : nullptr});
 }
 
 }  // namespace mn::schedule

@@ -24,17 +24,18 @@ constexpr int64_t kBatch = 2, kHeads = 4, kKvHeads = 2, kDim = 16, kSlots = 200;
 // block's positions, k and v written into their caches, q attending up to its position.
 struct CacheStep {
   Graph g;
-  CacheStep(int64_t block, const Llama3RopeScaling* scaling, bool q_also_output = false) {
-    Tensor xq = g.input("xq", {kBatch, kHeads, block, kDim});
-    Tensor xk = g.input("xk", {kBatch, kKvHeads, block, kDim});
-    Tensor v = g.input("v", {kBatch, kKvHeads, block, kDim});
+  CacheStep(int64_t block, const Llama3RopeScaling* scaling, bool q_also_output = false,
+            DType cache = DType::f32) {
+    Tensor xq = g.input("xq", {kBatch, kHeads, block, kDim}, cache);
+    Tensor xk = g.input("xk", {kBatch, kKvHeads, block, kDim}, cache);
+    Tensor v = g.input("v", {kBatch, kKvHeads, block, kDim}, cache);
     Tensor positions = g.input("positions", {kBatch, block}, DType::i32);
     Tensor rows = unsqueeze(positions, 1);  // [B, 1, L]: every head of a sequence
     auto rotate = [&](Tensor x) {
       return scaling ? rope_positions(x, rows, 500000.0, *scaling) : rope_positions(x, rows);
     };
     auto append = [&](const char* name, Tensor x) {
-      Tensor state = g.state(name, {kBatch, kKvHeads, kSlots, kDim});
+      Tensor state = g.state(name, {kBatch, kKvHeads, kSlots, kDim}, Init::zeros(), cache);
       Tensor updated = cache_write(state, x, positions);
       g.assign(state, updated);
       return updated;
@@ -79,6 +80,30 @@ TEST(RopeFusion, DecodeStepHasNoRopeLaunch) {
   for (const std::string& n : names) EXPECT_NE(n.rfind("rope_positions", 0), 0u) << all;
 }
 
+// schedule/cache_append.h: the decoding attention reads the caches as they were and the new
+// slot from the writes' updates, so the writes follow it (in place, no copy of the caches).
+TEST(RopeFusion, DecodeAttentionReadsPastTheCacheWrites) {
+  CacheStep step(/*block=*/1, nullptr);
+  const std::vector<std::string> names = launch_names(step.g);
+  const std::string all = ::testing::PrintToString(names);
+  const auto at = [&](std::string_view part) {
+    return std::find_if(names.begin(), names.end(), [&](const std::string& n) {
+             return n.find(part) != std::string::npos;
+           }) - names.begin();
+  };
+  ASSERT_EQ(count_containing(names, "+reads_new_slots"), 1u) << all;
+  EXPECT_EQ(count_containing(names, "cache_write_copy"), 0u) << all;
+  EXPECT_EQ(count_containing(names, "cache_write"), 2u) << all;
+  EXPECT_LT(at("+reads_new_slots"), at("cache_write")) << all;
+}
+
+// A prefill block writes several slots per row: its attention waits for the writes.
+TEST(RopeFusion, PrefillAttentionReadsTheWrittenCaches) {
+  CacheStep step(/*block=*/4, nullptr);
+  const std::vector<std::string> names = launch_names(step.g);
+  EXPECT_EQ(count_containing(names, "+reads_new_slots"), 0u) << ::testing::PrintToString(names);
+}
+
 TEST(RopeFusion, ARopeReadTwiceKeepsItsKernel) {
   CacheStep step(/*block=*/1, nullptr, /*q_also_output=*/true);
   const std::vector<std::string> names = launch_names(step.g);
@@ -92,8 +117,9 @@ TEST(RopeFusion, ARopeReadTwiceKeepsItsKernel) {
 // attention reads keys the first step rotated into the cache. 200 slots split the keys of a
 // decoding query over four workgroups, the last of which combines them.
 void expect_reference_steps(int64_t block, const Llama3RopeScaling* scaling,
-                            const std::vector<std::vector<int32_t>>& steps, const std::string& what) {
-  CacheStep step(block, scaling);
+                            const std::vector<std::vector<int32_t>>& steps, const std::string& what,
+                            DType cache = DType::f32, double tolerance = 2e-5) {
+  CacheStep step(block, scaling, false, cache);
   std::mt19937_64 rng = testing::rng_for("rope_fusion_" + what);
   reference::Feeds persistent;
   for (NodeId id : step.g.states()) {
@@ -112,11 +138,11 @@ void expect_reference_steps(int64_t block, const Llama3RopeScaling* scaling,
     const Array expected = reference::run_step(step.g, inputs, persistent).at("o");
     for (const auto& [name, value] : inputs) session->set(name, value);
     session->step();
-    EXPECT_LE(testing::scaled_error(session->get("o"), expected), 2e-5)
+    EXPECT_LE(testing::scaled_error(session->get("o"), expected), tolerance)
         << what << ", step " << i;
   }
   for (const auto& [name, value] : persistent) {
-    EXPECT_LE(testing::scaled_error(session->get(name), value), 2e-5) << what << ": " << name;
+    EXPECT_LE(testing::scaled_error(session->get(name), value), tolerance) << what << ": " << name;
   }
 }
 
@@ -124,6 +150,12 @@ TEST(RopeFusion, DecodeValuesMatchTheReference) {
   expect_reference_steps(1, nullptr, {{3, 150}, {4, 151}}, "decode");
   const Llama3RopeScaling llama3{8.0, 1.0, 4.0, 16};
   expect_reference_steps(1, &llama3, {{70, 190}, {71, 191}}, "decode_llama3");
+}
+
+// 16-bit caches: the attention rounds the new slot's rotated key as the cache stores it.
+TEST(RopeFusion, DecodeValuesWith16BitCachesMatchTheReference) {
+  expect_reference_steps(1, nullptr, {{3, 150}, {4, 151}}, "decode_f16", DType::f16, 2e-3);
+  expect_reference_steps(1, nullptr, {{3, 150}, {4, 151}}, "decode_bf16", DType::bf16, 1e-2);
 }
 
 TEST(RopeFusion, PrefillValuesMatchTheReference) {
