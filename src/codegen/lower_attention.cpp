@@ -507,8 +507,8 @@ std::string stored_as(DType dtype, const std::string& v) {
 }
 
 // With ctx.append: the updates `ku` and `vu`, the writes' positions `wpos`, the key rotation's
-// positions `kpos` (and the rotation's functions unless the query's rotation declared them), and
-// k_new(x) / v_new(x), quad x of this head's new key and value as the caches will hold them.
+// positions `kpos` (and the rotation's functions unless the query's rotation declared them),
+// the new slot's key and value in shared memory, and k_new(x) / v_new(x), their quad x.
 std::string append_declarations(const LowerContext& ctx, const AttentionShape& g,
                                 std::vector<KernelBinding>& bindings) {
   if (!ctx.append) return "";
@@ -526,22 +526,19 @@ std::string append_declarations(const LowerContext& ctx, const AttentionShape& g
     bind(a.k_rope->positions_input, "kpos");
     if (!ctx.rope) s += rope_load_library(a.k_rope->attrs, g.d);
   }
-  const DType kd = ctx.inputs[1].dtype, vd = ctx.inputs[2].dtype;
-  s += "uint kub, vub;\nfloat krp;\n";
-  s += "vec4 k_new(uint x) {\n  vec4 r;\n  for (uint c = 0u; c < 4u; ++c) {\n    uint e = x * 4u + c;\n";
-  const std::string own = "ku_ld(kub + e)";
-  const std::string rotated =
-      a.k_rope ? "mn_rope(" + own + ", ku_ld(kub + " + rope_partner("e", g.d) + "), e, krp)" : own;
-  s += "    r[c] = " + stored_as(kd, rotated) + ";\n  }\n  return r;\n}\n";
-  s += "vec4 v_new(uint x) {\n  vec4 r;\n";
-  s += "  for (uint c = 0u; c < 4u; ++c) r[c] = " + stored_as(vd, "vu_ld(vub + x * 4u + c)") +
-       ";\n  return r;\n}\n";
+  s += "shared float kn_sh[" + ulit(g.d) + "], vn_sh[" + ulit(g.dv) + "];\n";
+  s += "vec4 k_new(uint x) { return vec4(kn_sh[x * 4u], kn_sh[x * 4u + 1u], kn_sh[x * 4u + 2u], "
+       "kn_sh[x * 4u + 3u]); }\n";
+  s += "vec4 v_new(uint x) { return vec4(vn_sh[x * 4u], vn_sh[x * 4u + 1u], vn_sh[x * 4u + 2u], "
+       "vn_sh[x * 4u + 3u]); }\n";
   return s;
 }
 
-// With ctx.append: tw, the slot this head's cache row gets (the row is kb's), and the bases of
-// its new key and value (kub, vub) and the key's rotation position (krp).
-std::string append_row(const LowerContext& ctx, const AttentionShape& g) {
+// With ctx.append: tw, the slot this head's cache row gets (the row is kb's), and where this
+// workgroup's keys hold it, the new key (rotated) and value as the caches will hold them in
+// kn_sh and vn_sh (the query's load then waits for them at its barrier).
+std::string append_row(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks,
+                       const std::string& lanes) {
   if (!ctx.append) return "";
   const CacheAppendLoad& a = *ctx.append;
   const std::span<const TensorType> in = ctx.inputs;
@@ -550,15 +547,22 @@ std::string append_row(const LowerContext& ctx, const AttentionShape& g) {
   const auto view = ops::cache_detail::cache_write_view(operands);
   std::string s = "  uint crow = kb / (LK * D);\n";
   s += "  int tw = wpos_ldi(crow / " + ulit(view.rows_per_position_row) + ");\n";
-  s += "  kub = crow * D;\n  vub = crow * DV;\n";
+  s += "  uint kub = crow * D, vub = crow * DV, own = part_index * " + ulit(ks.chunk) + ";\n";
+  s += "  if (tw >= int(own) && tw < int(own + " + ulit(ks.chunk) + ")) {\n";
+  std::string key = "ku_ld(kub + e)";
   if (a.k_rope) {
     const Shape& x = in[static_cast<size_t>(a.k_update)].shape;
     const Shape rows(x.begin(), x.end() - 1);
     Shape positions = in[static_cast<size_t>(a.k_rope->positions_input)].shape;
     positions.insert(positions.begin(), rows.size() - positions.size(), 1);
     s += glsl::unravel(rows, "crow", "wr");
-    s += "  krp = float(kpos_ldi(" + glsl::broadcast_offset(positions, rows, "wr") + "));\n";
+    s += "    float krp = float(kpos_ldi(" + glsl::broadcast_offset(positions, rows, "wr") + "));\n";
+    key = "mn_rope(" + key + ", ku_ld(kub + " + rope_partner("e", g.d) + "), e, krp)";
   }
+  s += "    for (uint e = lane; e < D; e += " + lanes + ") kn_sh[e] = " +
+       stored_as(in[1].dtype, key) + ";\n";
+  s += "    for (uint e = lane; e < DV; e += " + lanes + ") vn_sh[e] = " +
+       stored_as(in[2].dtype, "vu_ld(vub + e)") + ";\n  }\n";
   return s;
 }
 
@@ -629,7 +633,7 @@ KernelLaunch quad_row_kernel(const LowerContext& ctx, const AttentionShape& g, c
   s += "  uint i = g % LQ, h = (g / LQ) % HQ, b = g / (LQ * HQ);\n";
   s += head_offsets(g, a.has_mask, "i");
   s += "  qb += i * D;\n";
-  s += append_row(ctx, g);
+  s += append_row(ctx, g, ks, L);
   if (ctx.rope) {
     s += load_rotated_query(ctx, g, L);
   } else {
