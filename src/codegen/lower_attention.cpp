@@ -323,7 +323,7 @@ std::string rope_declarations(const LowerContext& ctx, const AttentionShape& g,
 // Statements filling q_sh with query row i of the head at qb, rotated by the fused rope at the
 // position its positions give row (h, i) (after head_offsets, which set the coordinates c).
 std::string load_rotated_query(const LowerContext& ctx, const AttentionShape& g,
-                               const std::string& lanes) {
+                               const std::string& lanes, bool then_barrier = true) {
   Shape positions = ctx.inputs[static_cast<size_t>(ctx.rope->positions_input)].shape;
   positions.insert(positions.begin(), g.rows.size() - positions.size(), 1);
   const std::string stride = positions[g.rank - 2] == 1 ? "0u" : "1u";
@@ -331,7 +331,7 @@ std::string load_rotated_query(const LowerContext& ctx, const AttentionShape& g,
                   glsl::broadcast_offset(positions, g.rows, "c") + " + i * " + stride + "));\n";
   s += "  for (uint e = lane; e < D; e += " + lanes + ") {\n";
   s += "    q_sh[e] = mn_rope(q_ld(qb + e), q_ld(qb + " + rope_partner("e", g.d) + "), e, rp);\n";
-  return s + "  }\n  barrier();\n";
+  return s + "  }\n" + (then_barrier ? "  barrier();\n" : "");
 }
 
 // The end of a split row kernel: the row's last busy workgroup to store its partial (counted
@@ -536,7 +536,7 @@ std::string append_declarations(const LowerContext& ctx, const AttentionShape& g
 
 // With ctx.append: tw, the slot this head's cache row gets (the row is kb's), and where this
 // workgroup's keys hold it, the new key (rotated) and value as the caches will hold them in
-// kn_sh and vn_sh (the query's load then waits for them at its barrier).
+// kn_sh and vn_sh, for the barrier after the query's load.
 std::string append_row(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks,
                        const std::string& lanes) {
   if (!ctx.append) return "";
@@ -548,7 +548,7 @@ std::string append_row(const LowerContext& ctx, const AttentionShape& g, const K
   std::string s = "  uint crow = kb / (LK * D);\n";
   s += "  int tw = wpos_ldi(crow / " + ulit(view.rows_per_position_row) + ");\n";
   s += "  uint kub = crow * D, vub = crow * DV, own = part_index * " + ulit(ks.chunk) + ";\n";
-  s += "  if (tw >= int(own) && tw < int(own + " + ulit(ks.chunk) + ")) {\n";
+  s += "  bool holds = tw >= int(own) && tw < int(own + " + ulit(ks.chunk) + ");\n";
   std::string key = "ku_ld(kub + e)";
   if (a.k_rope) {
     const Shape& x = in[static_cast<size_t>(a.k_update)].shape;
@@ -556,13 +556,14 @@ std::string append_row(const LowerContext& ctx, const AttentionShape& g, const K
     Shape positions = in[static_cast<size_t>(a.k_rope->positions_input)].shape;
     positions.insert(positions.begin(), rows.size() - positions.size(), 1);
     s += glsl::unravel(rows, "crow", "wr");
-    s += "    float krp = float(kpos_ldi(" + glsl::broadcast_offset(positions, rows, "wr") + "));\n";
+    s += "  float krp = float(kpos_ldi(" + glsl::broadcast_offset(positions, rows, "wr") + "));\n";
     key = "mn_rope(" + key + ", ku_ld(kub + " + rope_partner("e", g.d) + "), e, krp)";
   }
-  s += "    for (uint e = lane; e < D; e += " + lanes + ") kn_sh[e] = " +
-       stored_as(in[1].dtype, key) + ";\n";
-  s += "    for (uint e = lane; e < DV; e += " + lanes + ") vn_sh[e] = " +
-       stored_as(in[2].dtype, "vu_ld(vub + e)") + ";\n  }\n";
+  // Every workgroup loads (no load waits for tw); the one holding the slot stores.
+  s += "  for (uint e = lane; e < D; e += " + lanes + ") {\n    float x = " +
+       stored_as(in[1].dtype, key) + ";\n    if (holds) kn_sh[e] = x;\n  }\n";
+  s += "  for (uint e = lane; e < DV; e += " + lanes + ") {\n    float x = " +
+       stored_as(in[2].dtype, "vu_ld(vub + e)") + ";\n    if (holds) vn_sh[e] = x;\n  }\n";
   return s;
 }
 
@@ -633,12 +634,13 @@ KernelLaunch quad_row_kernel(const LowerContext& ctx, const AttentionShape& g, c
   s += "  uint i = g % LQ, h = (g / LQ) % HQ, b = g / (LQ * HQ);\n";
   s += head_offsets(g, a.has_mask, "i");
   s += "  qb += i * D;\n";
-  s += append_row(ctx, g, ks, L);
+  // The query, and the new slot where it is this workgroup's: their loads in flight together.
   if (ctx.rope) {
-    s += load_rotated_query(ctx, g, L);
+    s += load_rotated_query(ctx, g, L, false);
   } else {
-    s += "  for (uint e = lane; e < D; e += " + L + ") q_sh[e] = q_ld(qb + e);\n  barrier();\n";
+    s += "  for (uint e = lane; e < D; e += " + L + ") q_sh[e] = q_ld(qb + e);\n";
   }
+  s += append_row(ctx, g, ks, L) + "  barrier();\n";
   s += "  uint qx = (lane % " + QD + ") * 4u;\n";
   s += "  vec4 q4 = vec4(q_sh[qx], q_sh[qx + 1u], q_sh[qx + 2u], q_sh[qx + 3u]);\n";
   s += "  uint visible = " + visible_expr(g, "i") + ";\n";
