@@ -1,10 +1,11 @@
 #pragma once
 // The host side of the device-side index checks (codegen/index_check.h): every node whose
 // kernels read indices has a 16-byte slot in the plan's index region (plan::IndexRegion), zero
-// until a kernel meets an out-of-range index. After each step the region is read at once (from
-// the host-mapped arena, or from the one copy the step downloads) and the first node in
-// dispatch order holding a bad index raises mn::IndexError naming the node, the element, the
-// value and the valid range. One small read per step is what keeps the check on by default.
+// until a kernel meets an out-of-range index. After each step the region is read at once, from
+// the copy the step downloads into host-cached memory (never through a host mapping of the
+// arena: those reads are uncached), and the first node in dispatch order holding a bad index
+// raises mn::IndexError naming the node, the element, the value and the valid range. One small
+// read per step is what keeps the check on by default.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -28,12 +29,10 @@ std::string describe_bad_index(const codegen::IndexCheck& check, uint32_t elemen
 // The slots of one program's plan.
 class IndexSlots {
  public:
-  // Zeroes the slots of `plan` in `arena`; staging for their copies when the host does not map
-  // the arena.
+  // Zeroes the slots of `plan` in `arena`; staging for their copy.
   IndexSlots(vk::Device& device, vk::Arena& arena, const plan::StepPlan& plan);
 
-  // The copy of the region into host memory at the end of the step (none for a host-mapped
-  // arena).
+  // The copy of the region into host memory at the end of the step.
   void record_downloads(vk::Recording& recording, const plan::StepPlan& plan) const;
 
   // After the step completed: mn::IndexError for the first slot holding a bad index, the
