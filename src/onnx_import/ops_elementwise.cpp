@@ -14,10 +14,6 @@ namespace {
 
 using Fn1 = Tensor (*)(NodeContext&, Tensor);
 
-bool is_float_type(ElemType t) {
-  return t == ElemType::f32 || t == ElemType::f16 || t == ElemType::bf16;
-}
-
 // A unary op on float inputs (and integers where `integers`); the output keeps the input's type.
 void add_unary(ConverterTable& t, const std::string& op, Fn1 f, bool integers = false) {
   t.add(op, [f, integers](NodeContext& c) {
@@ -174,6 +170,26 @@ void convert_not(NodeContext& c) {
   if (c.type(0) != ElemType::boolean) c.fail("operand must be BOOL");
   Tensor x = c.in(0);
   c.out(0, 1.0 - x, ElemType::boolean);
+}
+
+// IsNaN: x != x, true for NaN alone (an unordered comparison on the GPU as in the reference).
+void convert_isnan(NodeContext& c) {
+  if (!is_float_type(c.type(0))) c.unsupported(std::string("inputs of ") + elem_type_name(c.type(0)));
+  Tensor x = c.in(0);
+  c.out(0, ne(x, x), ElemType::boolean);
+}
+
+// IsInf: x equal to +inf and/or -inf, as detect_positive and detect_negative choose.
+void convert_isinf(NodeContext& c) {
+  if (!is_float_type(c.type(0))) c.unsupported(std::string("inputs of ") + elem_type_name(c.type(0)));
+  Tensor x = c.in(0);
+  const bool positive = c.attr_int("detect_positive", 1) != 0;
+  const bool negative = c.attr_int("detect_negative", 1) != 0;
+  const double inf = std::numeric_limits<double>::infinity();
+  Tensor result = ne(x, x) * 0.0;  // false, of x's shape
+  if (positive) result = maximum(result, eq(x, c.scalar(inf, x)));
+  if (negative) result = maximum(result, eq(x, c.scalar(-inf, x)));
+  c.out(0, result, ElemType::boolean);
 }
 
 void convert_where(NodeContext& c) {
@@ -348,6 +364,8 @@ void add_elementwise_converters(ConverterTable& t) {
   add_logic(t, "Or", [](Tensor a, Tensor b) { return maximum(a, b); });
   add_logic(t, "Xor", [](Tensor a, Tensor b) { return ne(a, b); });
   t.add("Not", convert_not);
+  t.add("IsNaN", convert_isnan);
+  t.add("IsInf", convert_isinf);
   t.add("Where", convert_where);
   t.add("Clip", convert_clip);
   t.add("Cast", convert_cast);

@@ -203,6 +203,10 @@ DType graph_dtype_of(ElemType t, const std::string& what) {
   }
 }
 
+bool is_float_type(ElemType t) {
+  return t == ElemType::f32 || t == ElemType::f16 || t == ElemType::bf16;
+}
+
 bool is_integer(ElemType t) {
   switch (t) {
     case ElemType::i8:

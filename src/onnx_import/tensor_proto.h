@@ -24,6 +24,7 @@ ElemType elem_type_of(int onnx_type, const std::string& what);
 // DOUBLE has none: UnsupportedError naming `what`.
 DType graph_dtype_of(ElemType t, const std::string& what);
 bool is_integer(ElemType t);
+bool is_float_type(ElemType t);  // FLOAT, FLOAT16, BFLOAT16
 
 // A TensorProto's elements (typed fields, raw_data or external data, read from `dir`); `what`
 // names it in errors.
