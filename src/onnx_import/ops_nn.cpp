@@ -248,8 +248,33 @@ void convert_global_max_pool(NodeContext& c) {
   c.out(0, max(x, spatial_axes(x), true), c.type(0));
 }
 
+// BatchNormalization with training_mode = 1 (opset 14 on): normalized by the batch's mean and
+// (biased) variance, and the running statistics as ONNX updates them: input · momentum + batch
+// statistic · (1 - momentum), the variance biased too (unlike PyTorch's).
+void convert_batch_norm_training(NodeContext& c) {
+  Tensor x = c.in(0);
+  if (x.rank() < 2) c.fail("input must be [N, C, ...]");
+  const double eps = c.attr_float("epsilon", 1e-5);
+  const double momentum = c.attr_float("momentum", 0.9);
+  std::vector<int64_t> axes{0};
+  for (int64_t a = 2; a < x.rank(); ++a) axes.push_back(a);
+  Shape per_channel(static_cast<size_t>(x.rank()), 1);
+  per_channel[1] = x.dim(1);
+  Tensor batch_mean = mean(x, axes);
+  Tensor batch_var = variance(x, axes);
+  auto channels = [&](Tensor v) { return reshape(v, per_channel); };
+  Tensor y = (x - channels(batch_mean)) * rsqrt(channels(batch_var) + eps) * channels(c.in(1)) +
+             channels(c.in(2));
+  c.out(0, y, c.type(0));
+  if (c.wants(1)) c.out(1, c.in(3) * momentum + batch_mean * (1.0 - momentum), c.type(3));
+  if (c.wants(2)) c.out(2, c.in(4) * momentum + batch_var * (1.0 - momentum), c.type(4));
+}
+
 void convert_batch_norm(NodeContext& c) {
-  if (c.attr_int("training_mode", 0) != 0) c.unsupported("training_mode = 1");
+  if (c.attr_int("training_mode", 0) != 0) {
+    convert_batch_norm_training(c);
+    return;
+  }
   if (c.opset() < 9 && c.attr_int("spatial", 1) == 0) c.unsupported("spatial = 0");
   for (size_t i = 1; i < c.output_count(); ++i) {
     if (c.wants(i)) c.unsupported("the running statistics outputs (training)");
