@@ -131,6 +131,7 @@ void add_resize_converters(ConverterTable& t);       // ops_resize.cpp
 void add_indexed_converters(ConverterTable& t);      // ops_indexed.cpp
 void add_einsum_converter(ConverterTable& t);        // ops_einsum.cpp
 void add_recurrent_converters(ConverterTable& t);    // ops_recurrent.cpp
+void add_signal_converters(ConverterTable& t);       // ops_signal.cpp
 const ConverterTable& converter_table();
 
 // The importer's side of NodeContext: values by name.

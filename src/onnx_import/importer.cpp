@@ -383,6 +383,7 @@ const ConverterTable& converter_table() {
     add_indexed_converters(t);
     add_einsum_converter(t);
     add_recurrent_converters(t);
+    add_signal_converters(t);
     return t;
   }();
   return table;
