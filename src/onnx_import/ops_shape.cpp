@@ -574,13 +574,81 @@ void convert_eye_like(NodeContext& c) {
 
 // Inference: Dropout is the identity, its mask all true.
 void convert_dropout(NodeContext& c) {
-  if (c.has(2) && c.known_scalar(2, "training_mode") != 0.0) {
+  // In training a ratio of 0 drops nothing: the output is the input, the mask all true.
+  if (c.has(2) && c.known_scalar(2, "training_mode") != 0.0 &&
+      !(c.has(1) && c.known_scalar(1, "ratio") == 0.0)) {
     c.unsupported("training_mode = true (dropout during training is the nn Dropout module's)");
   }
   if (c.opset() < 7 && c.attr_int("is_test", 0) == 0) c.unsupported("is_test = 0");
   Tensor x = c.in(0);
   c.out(0, x, c.type(0));
   if (c.wants(1)) c.out(1, broadcast_to(c.graph().scalar(1.0), x.shape()), ElemType::boolean);
+}
+
+// Compress: the slices along `axis` (of the flattened input without one) whose condition
+// entry is true; the condition decides the output's shape, so it must be known.
+void convert_compress(NodeContext& c) {
+  Tensor x = c.in(0);
+  const std::optional<int64_t> attr = c.attr_int("axis");
+  if (!attr) x = reshape(x, {x.numel()});
+  const int axis = attr ? c.axis(*attr, static_cast<int>(x.rank())) : 0;
+  const Array& condition = c.known(1, "condition");
+  if (condition.shape.size() != 1) c.fail("condition must be one-dimensional");
+  std::vector<double> kept;
+  for (size_t i = 0; i < condition.data.size(); ++i) {
+    if (condition.data[i] == 0.0) continue;
+    if (static_cast<int64_t>(i) >= x.dim(axis)) c.fail("condition is longer than the axis");
+    kept.push_back(static_cast<double>(i));
+  }
+  if (kept.empty()) c.unsupported("a condition selecting nothing: zero-sized tensors are not supported");
+  const auto n = static_cast<int64_t>(kept.size());
+  c.out(0, take(x, c.graph().constant(Array({n}, DType::i32, std::move(kept))), axis), c.type(0));
+}
+
+// ReverseSequence: the first sequence_lens[b] steps of batch row b reversed along time_axis, the
+// rest as they are; the lengths must be known (a gather with a host-computed index table).
+void convert_reverse_sequence(NodeContext& c) {
+  Tensor x = c.in(0);
+  if (x.rank() < 2) c.fail("input must have at least two axes");
+  const int time = c.axis(c.attr_int("time_axis", 0), static_cast<int>(x.rank()), "time_axis");
+  const int batch = c.axis(c.attr_int("batch_axis", 1), static_cast<int>(x.rank()), "batch_axis");
+  if ((time != 0 || batch != 1) && (time != 1 || batch != 0)) {
+    c.fail("time_axis and batch_axis must be 0 and 1 in either order");
+  }
+  const std::vector<int64_t> lens = c.known_ints(1, "sequence_lens");
+  const int64_t steps = x.dim(time), rows = x.dim(batch);
+  if (static_cast<int64_t>(lens.size()) != rows) c.fail("sequence_lens must hold one length per batch row");
+  c.host_limit(steps * rows, "the index table");
+  // Flat [time, batch] offsets (time-major) of every output element's source.
+  Shape rest = x.shape();
+  rest.erase(rest.begin(), rest.begin() + 2);
+  std::vector<double> source(static_cast<size_t>(steps * rows));
+  for (int64_t b = 0; b < rows; ++b) {
+    const int64_t len = lens[static_cast<size_t>(b)];
+    if (len < 0 || len > steps) c.fail("a sequence length outside [0, " + std::to_string(steps) + "]");
+    for (int64_t t = 0; t < steps; ++t) {
+      const int64_t from = t < len ? len - 1 - t : t;
+      source[static_cast<size_t>(t * rows + b)] = static_cast<double>(from * rows + b);
+    }
+  }
+  Tensor tb = time == 0 ? x : permute(x, [&] {
+    std::vector<int64_t> p{1, 0};
+    for (int64_t a = 2; a < x.rank(); ++a) p.push_back(a);
+    return p;
+  }());
+  Shape flat{steps * rows};
+  flat.insert(flat.end(), rest.begin(), rest.end());
+  Tensor y = take(reshape(tb, flat),
+                  c.graph().constant(Array({steps * rows}, DType::i32, std::move(source))), 0);
+  Shape back{steps, rows};
+  back.insert(back.end(), rest.begin(), rest.end());
+  y = reshape(y, back);
+  if (time != 0) {
+    std::vector<int64_t> p{1, 0};
+    for (int64_t a = 2; a < x.rank(); ++a) p.push_back(a);
+    y = permute(y, p);
+  }
+  c.out(0, y, c.type(0));
 }
 
 }  // namespace
@@ -637,6 +705,8 @@ void add_shape_converters(ConverterTable& t) {
   t.add("OneHot", convert_one_hot);
   t.add("EyeLike", convert_eye_like);
   t.add("Dropout", convert_dropout);
+  t.add("Compress", convert_compress);
+  t.add("ReverseSequence", convert_reverse_sequence);
 }
 
 }  // namespace mn::onnx

@@ -531,3 +531,77 @@ TEST(OnnxImport, EinsumAsSumsPermutesAndOneProduct) {
 
 }  // namespace
 }  // namespace mn
+
+namespace mn {
+namespace {
+
+// DFT with a dft_length past the signal (zero-padded) and onesided output, against the sums
+// written out in double; the node suite's DFT tests use neither.
+TEST(OnnxImport, OnesidedPaddedDftMatchesTheSums) {
+  ModelBuilder b(17);
+  b.input("x", {"2", "6", "1"});
+  b.int_initializer("length", {8});
+  b.g->mutable_initializer(0)->clear_dims();
+  auto* n = b.node("DFT", {"x", "length"}, {"y"});
+  ModelBuilder::attr(n, "onesided", 1);
+  b.output("y");
+  const Array x({2, 6, 1}, DType::f32, {0.5, -1.0, 2.0, 0.25, 3.0, -0.75, 1, 2, 3, 4, 5, 6});
+  Array y = run_single(b, "x", x, "y");
+  ASSERT_EQ(y.shape, (Shape{2, 5, 2}));
+  const double pi = 3.14159265358979323846;
+  for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t k = 0; k < 5; ++k) {
+      double re = 0, im = 0;
+      for (int64_t j = 0; j < 6; ++j) {
+        re += x.data[static_cast<size_t>(r * 6 + j)] * std::cos(-2 * pi * double(j * k) / 8);
+        im += x.data[static_cast<size_t>(r * 6 + j)] * std::sin(-2 * pi * double(j * k) / 8);
+      }
+      EXPECT_NEAR(y.data[static_cast<size_t>((r * 5 + k) * 2)], re, 1e-5) << r << "," << k;
+      EXPECT_NEAR(y.data[static_cast<size_t>((r * 5 + k) * 2 + 1)], im, 1e-5) << r << "," << k;
+    }
+  }
+}
+
+// Ops whose output shape a value decides refuse that value when it is computed at run time,
+// and malformed operands fail naming the node.
+TEST(OnnxImport, CompressAndReverseSequenceNeedTheirValues) {
+  {
+    ModelBuilder b(11);
+    b.input("x", {"3", "2"});
+    b.input("c", {"3"}, TensorProto::BOOL);
+    auto* n = b.node("Compress", {"x", "c"}, {"y"}, "pick");
+    ModelBuilder::attr(n, "axis", 0);
+    b.output("y");
+    try {
+      onnx::import_model_bytes(b.bytes(), {}, {}, "c.onnx");
+      ADD_FAILURE() << "no error";
+    } catch (const onnx::UnsupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find("condition ('c') must be known"), std::string::npos)
+          << e.what();
+    }
+    RawTensor v = from_array(Array({3}, DType::f32, {1, 0, 1}), ElemType::boolean);
+    onnx::ImportedModel m = onnx::import_model_bytes(b.bytes(), {}, {.input_values = {{"c", v}}});
+    EXPECT_EQ(m.outputs[0].shape, (Shape{2, 2}));
+  }
+  {
+    ModelBuilder b(10);
+    b.input("x", {"4", "2"});
+    b.int_initializer("lens", {4, 5});
+    auto* n = b.node("ReverseSequence", {"x", "lens"}, {"y"}, "rev");
+    ModelBuilder::attr(n, "time_axis", 0);
+    ModelBuilder::attr(n, "batch_axis", 1);
+    b.output("y");
+    try {
+      onnx::import_model_bytes(b.bytes(), {}, {}, "r.onnx");
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("'rev' (ReverseSequence, opset 10): a sequence length "
+                                           "outside [0, 4]"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mn
