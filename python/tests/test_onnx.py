@@ -1,7 +1,8 @@
 """Whole models exported by torch.onnx (Debian's python3-torch and python3-torchvision) run by
 `mn run` against onnxruntime (pinned in scripts/python-requirements.txt) on the same inputs:
 torchvision's ResNet-18 and MobileNetV2 and a PyTorch TransformerEncoder, exported with
-symbolic batch (and sequence) axes and run at other sizes than they were exported with."""
+symbolic batch (and sequence) axes and run at other sizes than they were exported with; and
+grid_sample against PyTorch itself."""
 
 import importlib.util
 import json
@@ -182,3 +183,30 @@ def test_bidirectional_recurrent_layers_match_onnxruntime(tmp_path, kind):
     x = np.random.default_rng(6).standard_normal((2, 5, 6)).astype(np.float32)
     report = compare(tmp_path, path, "x", x, "y")
     assert report["nodes"][kind] == 2
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest", "bicubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sample_matches_pytorch(tmp_path, mode, padding, align):
+    """torch's grid_sample (exported as GridSample, opset 16) against torch itself, with grid
+    points inside and outside [-1, 1] (the node suite covers a few of these combinations)."""
+
+    class Net(torch.nn.Module):
+        def forward(self, x, grid):
+            return torch.nn.functional.grid_sample(x, grid, mode=mode, padding_mode=padding,
+                                                   align_corners=align)
+
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 3, 5, 7)).astype(np.float32)
+    grid = rng.uniform(-1.4, 1.4, (2, 4, 6, 2)).astype(np.float32)
+    path = tmp_path / "grid_sample.onnx"
+    torch.onnx.export(Net(), (torch.from_numpy(x), torch.from_numpy(grid)), str(path),
+                      opset_version=16, input_names=["x", "grid"], output_names=["y"])
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "grid.npy", grid)
+    run = mn_run(path, "--input", f"x={tmp_path / 'x.npy'}", "--input",
+                 f"grid={tmp_path / 'grid.npy'}", "--output-dir", tmp_path / "out")
+    assert run.returncode == 0, run.stderr
+    want = Net()(torch.from_numpy(x), torch.from_numpy(grid)).numpy()
+    np.testing.assert_allclose(np.load(tmp_path / "out" / "y.npy"), want, rtol=1e-4, atol=1e-5)

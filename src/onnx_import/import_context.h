@@ -132,6 +132,7 @@ void add_indexed_converters(ConverterTable& t);      // ops_indexed.cpp
 void add_einsum_converter(ConverterTable& t);        // ops_einsum.cpp
 void add_recurrent_converters(ConverterTable& t);    // ops_recurrent.cpp
 void add_signal_converters(ConverterTable& t);       // ops_signal.cpp
+void add_grid_sample_converter(ConverterTable& t);   // ops_grid_sample.cpp
 const ConverterTable& converter_table();
 
 // The importer's side of NodeContext: values by name.

@@ -384,6 +384,7 @@ const ConverterTable& converter_table() {
     add_einsum_converter(t);
     add_recurrent_converters(t);
     add_signal_converters(t);
+    add_grid_sample_converter(t);
     return t;
   }();
   return table;
