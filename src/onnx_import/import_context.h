@@ -111,6 +111,9 @@ class NodeContext {
 
 using Converter = std::function<void(NodeContext&)>;
 
+// The domain of ONNX's optimizer ops (Adagrad, Adam, Momentum), version 1.
+inline constexpr const char* kPreviewTrainingDomain = "ai.onnx.preview.training";
+
 // y with its last axis moved to position `axis` (one_hot's class axis where ONNX wants it).
 Tensor last_axis_to(Tensor y, int axis);
 
@@ -133,6 +136,7 @@ void add_einsum_converter(ConverterTable& t);        // ops_einsum.cpp
 void add_recurrent_converters(ConverterTable& t);    // ops_recurrent.cpp
 void add_signal_converters(ConverterTable& t);       // ops_signal.cpp
 void add_grid_sample_converter(ConverterTable& t);   // ops_grid_sample.cpp
+void add_training_converters(ConverterTable& t);     // ops_training.cpp, keyed "<domain>.<op>"
 const ConverterTable& converter_table();
 
 // The importer's side of NodeContext: values by name.

@@ -97,14 +97,22 @@ class ModelImport {
         out_.opset = o.version();
         found = true;
       }
+      if (o.domain() == kPreviewTrainingDomain) training_opset_ = o.version();
     }
     if (!found) {
       std::string domains;
       for (const auto& o : model_.opset_import()) domains += (domains.empty() ? "" : ", ") + o.domain();
       if (domains.empty()) throw FormatError(what_ + ": the model imports no opset");
+      // A model of training ops alone imports only their domain.
+      if (training_opset_ > 0 && model_.opset_import_size() == 1) {
+        out_.opset = 0;
+        check_training_opset();
+        return;
+      }
       throw UnsupportedError(what_ + ": the model uses only the domains " + domains +
                              ", not the default ONNX domain");
     }
+    if (training_opset_ > 0) check_training_opset();
     if (out_.opset < kMinOpset || out_.opset > kMaxOpset) {
       throw UnsupportedError(what_ + ": opset " + std::to_string(out_.opset) +
                              " is outside the supported " + std::to_string(kMinOpset) + " to " +
@@ -201,14 +209,28 @@ class ModelImport {
     }
   }
 
-  void convert(const ::onnx::NodeProto& node) {
-    if (!node.domain().empty() && node.domain() != "ai.onnx") {
-      throw UnsupportedError(what_ + ": node '" + node.name() + "' (" + node.op_type() +
-                             ") is in domain '" + node.domain() +
-                             "'; only the default ONNX domain is supported");
+  void check_training_opset() const {
+    if (training_opset_ != 1) {
+      throw UnsupportedError(what_ + ": version " + std::to_string(training_opset_) + " of " +
+                             kPreviewTrainingDomain + " (1 is supported)");
     }
+  }
+
+  void convert(const ::onnx::NodeProto& node) {
+    const bool training = node.domain() == kPreviewTrainingDomain;
+    if (!node.domain().empty() && node.domain() != "ai.onnx" && !training) {
+      throw UnsupportedError(what_ + ": node '" + node.name() + "' (" + node.op_type() +
+                             ") is in domain '" + node.domain() + "'; only the default ONNX " +
+                             "domain and " + kPreviewTrainingDomain + " are supported");
+    }
+    if (training ? training_opset_ == 0 : out_.opset == 0) {
+      throw UnsupportedError(what_ + ": node '" + node.name() + "' (" + node.op_type() +
+                             ") is in a domain the model does not import");
+    }
+    const int64_t opset = training ? training_opset_ : out_.opset;
     const auto& table = converter_table().by_op;
-    auto it = table.find(node.op_type());
+    auto it = table.find(training ? std::string(kPreviewTrainingDomain) + "." + node.op_type()
+                                   : node.op_type());
     Graph scratch;
     bool folding = node.input_size() > 0 || node.op_type() == "Constant";
     for (const auto& name : node.input()) {
@@ -216,13 +238,13 @@ class ModelImport {
       folding = folding && foldable(importer_.value(name, what_ + ": node '" + node.name() + "'"), options_);
     }
     std::optional<NodeContext> ctx;
-    ctx.emplace(importer_, node, out_.opset, folding ? scratch : out_.graph, folding);
+    ctx.emplace(importer_, node, opset, folding ? scratch : out_.graph, folding);
     try {
       if (it == table.end()) ctx->unsupported("op " + node.op_type() + " is not supported");
       it->second(*ctx);
       if (folding && folds_too_much(*ctx)) {  // a large result is computed on the device instead
         folding = false;
-        ctx.emplace(importer_, node, out_.opset, out_.graph, false);
+        ctx.emplace(importer_, node, opset, out_.graph, false);
         it->second(*ctx);
       }
       for (size_t i = 0; i < ctx->output_count(); ++i) {
@@ -307,6 +329,7 @@ class ModelImport {
   ImportedModel out_;
   Importer importer_;
   std::vector<ValueInfo> model_inputs_;
+  int64_t training_opset_ = 0;  // of ai.onnx.preview.training, 0 when not imported
 };
 
 }  // namespace
@@ -385,6 +408,7 @@ const ConverterTable& converter_table() {
     add_recurrent_converters(t);
     add_signal_converters(t);
     add_grid_sample_converter(t);
+    add_training_converters(t);
     return t;
   }();
   return table;

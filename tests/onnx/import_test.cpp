@@ -605,3 +605,62 @@ TEST(OnnxImport, CompressAndReverseSequenceNeedTheirValues) {
 
 }  // namespace
 }  // namespace mn
+
+namespace mn {
+namespace {
+
+// The optimizer ops of ai.onnx.preview.training version 1, in a model importing that domain
+// alone, compute on the device with R and T as inputs; other versions and domains are refused.
+TEST(OnnxImport, TrainingDomainOptimizers) {
+  auto model = [](int64_t version, const std::string& domain) {
+    ModelBuilder b;
+    b.m.clear_opset_import();
+    auto* o = b.m.add_opset_import();
+    o->set_domain(domain);
+    o->set_version(version);
+    for (const char* n : {"R", "X", "G", "V"}) b.input(n, {n[0] == 'R' ? "1" : "2"});
+    b.g->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->clear_dim();
+    b.input("T", {}, TensorProto::INT64);
+    auto* n = b.node("Momentum", {"R", "T", "X", "G", "V"}, {"X_new", "V_new"}, "sgd");
+    n->set_domain(domain);
+    ModelBuilder::attr(n, "mode", 0);
+    n->mutable_attribute(0)->set_type(::onnx::AttributeProto::STRING);
+    n->mutable_attribute(0)->set_s("nesterov");
+    auto* alpha = n->add_attribute();
+    alpha->set_name("alpha");
+    alpha->set_type(::onnx::AttributeProto::FLOAT);
+    alpha->set_f(0.5f);
+    b.output("X_new");
+    b.output("V_new");
+    return b;
+  };
+  ModelBuilder ok = model(1, "ai.onnx.preview.training");
+  onnx::ImportedModel m = onnx::import_model_bytes(ok.bytes(), {}, {}, "m.onnx");
+  auto session = build_session(m.graph);
+  session->set("R", Array({}, DType::f32, {0.1}));
+  session->set("T", Array({}, DType::i32, {3}));
+  session->set("X", Array({2}, DType::f32, {1.0, 2.0}));
+  session->set("G", Array({2}, DType::f32, {0.5, -1.0}));
+  session->set("V", Array({2}, DType::f32, {0.2, 0.4}));
+  session->step();
+  // beta 0 after the first step: v' = 0.5 v; x' = x - r (g + 0.5 v').
+  const Array x = session->get("X_new"), v = session->get("V_new");
+  EXPECT_NEAR(v.data[0], 0.1, 1e-6);
+  EXPECT_NEAR(v.data[1], 0.2, 1e-6);
+  EXPECT_NEAR(x.data[0], 1.0 - 0.1 * (0.5 + 0.05), 1e-6);
+  EXPECT_NEAR(x.data[1], 2.0 - 0.1 * (-1.0 + 0.1), 1e-6);
+  for (const auto& [version, domain, message] :
+       std::vector<std::tuple<int64_t, std::string, std::string>>{
+           {2, "ai.onnx.preview.training", "version 2 of ai.onnx.preview.training"},
+           {1, "com.example", "uses only the domains com.example"}}) {
+    try {
+      onnx::import_model_bytes(model(version, domain).bytes(), {}, {}, "m.onnx");
+      ADD_FAILURE() << "no error for " << domain;
+    } catch (const onnx::UnsupportedError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mn

@@ -96,9 +96,24 @@ bool plain_type(ElemType t) {
   return t == ElemType::f32 || t == ElemType::i64 || t == ElemType::i32 || t == ElemType::boolean;
 }
 
+// Tests whose expected outputs their own model cannot give, with the reason.
+const std::map<std::string, std::string>& data_unlike_model() {
+  static const std::map<std::string, std::string> known{
+      {"test_adam_multiple",
+       "the expected outputs were computed with epsilon 1e-2, which the node does not set "
+       "(Adam's schema default is 1e-6)"},
+  };
+  return known;
+}
+
 Result run_test(const fs::path& dir) {
   Result r;
   r.test = dir.filename().string();
+  if (auto it = data_unlike_model().find(r.test); it != data_unlike_model().end()) {
+    r.outcome = Outcome::invalid;
+    r.detail = it->second;
+    return r;
+  }
   try {
     // Inputs that are not tensors (sequences, optionals) fail to parse: the import says why.
     Case data;
