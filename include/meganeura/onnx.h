@@ -13,7 +13,8 @@
 // ImportOptions::input_shapes, else the import fails naming the input and the axis. Values that
 // decide shapes (a Reshape's target, a Slice's bounds, Resize's scales) must be known when the
 // graph is built: constants, initializers, shape arithmetic on them (evaluated while importing),
-// or model inputs whose values are given in ImportOptions::input_values.
+// or model inputs whose values are given in ImportOptions::input_values, and what the graph
+// computes from those and constants (evaluated while importing, the graph then specialized).
 //
 // Failures are mn::Error with the node's name, op type and opset: an op or attribute value
 // meganeura does not support (onnx::UnsupportedError), a malformed or missing file or tensor

@@ -150,6 +150,10 @@ class Importer {
   Tensor materialize(Value& v, Graph& graph, const std::string& where);
   // Record that an input's given value was used.
   void note_specialized(const std::string& input);
+  // Node `id` of the main graph evaluated by the reference, when it is computed only from model
+  // inputs whose values were given (ImportOptions::input_values, then specialized) and
+  // constants; nullptr when it reads anything else or is large.
+  const Array* evaluate_from_given_inputs(NodeId id);
   const std::vector<std::string>& specialized() const { return specialized_; }
   std::map<std::string, Array>& weights() { return weights_; }
 
@@ -159,6 +163,7 @@ class Importer {
   std::map<std::string, Value> values_;
   std::map<std::string, Array> weights_;
   std::vector<std::string> specialized_;
+  std::map<NodeId, Array> evaluated_;  // by evaluate_from_given_inputs
 };
 
 }  // namespace mn::onnx

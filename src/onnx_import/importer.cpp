@@ -314,12 +314,62 @@ class ModelImport {
       out_.graph.output(o.name(), t);
       out_.outputs.push_back({o.name(), v.type, v.shape, t.dtype()});
     }
+    drop_unneeded_specialized_inputs();
     for (auto& info : model_inputs_) {
       if (auto id = out_.graph.find_input(info.name)) {
         info.dtype = out_.graph.node(*id).type.dtype;
         out_.inputs.push_back(info);
       }
     }
+  }
+
+  // An input whose given value decided shapes through values computed on the graph (rows = n + 1)
+  // stays on the graph although no output needs it: a session would then ask for it, and
+  // ignore the value. Such inputs, and what only they fed, leave the graph.
+  void drop_unneeded_specialized_inputs() {
+    const Graph& g = out_.graph;
+    std::vector<char> needed(g.size(), 0);
+    std::vector<NodeId> stack;
+    for (const auto& [name, id] : g.outputs()) stack.push_back(id);
+    while (!stack.empty()) {
+      const NodeId id = stack.back();
+      stack.pop_back();
+      if (needed[static_cast<size_t>(id)]) continue;
+      needed[static_cast<size_t>(id)] = 1;
+      for (NodeId in : g.node(id).inputs) stack.push_back(in);
+    }
+    std::set<std::string> drop;
+    for (const std::string& name : importer_.specialized()) {
+      const std::optional<NodeId> id = g.find_input(name);
+      if (id && !needed[static_cast<size_t>(*id)]) drop.insert(name);
+    }
+    if (drop.empty()) return;
+    Graph pruned;
+    std::vector<NodeId> map(g.size(), -1);
+    for (size_t i = 0; i < g.size(); ++i) {
+      const Node& n = g.node(static_cast<NodeId>(i));
+      const std::string_view op = n.op_name();
+      Tensor t;
+      if (op == "input") {
+        if (drop.count(n.name)) continue;
+        t = pruned.input(n.name, n.type.shape, n.type.dtype);
+      } else if (op == "parameter") {  // every weight stays, for load_weights
+        t = pruned.parameter(n.name, n.type.shape, n.attrs.as<ParameterAttrs>().init, n.type.dtype);
+      } else if (!needed[i]) {
+        continue;
+      } else if (op == "constant") {
+        t = pruned.constant(*n.attrs.as<ConstantAttrs>().value.array);
+      } else {
+        std::vector<NodeId> in;
+        for (NodeId x : n.inputs) in.push_back(map[static_cast<size_t>(x)]);
+        t = pruned.apply(*n.op, n.attrs, in);
+      }
+      map[i] = t.id();
+    }
+    for (const auto& [name, id] : g.outputs()) {
+      pruned.output(name, pruned.tensor(map[static_cast<size_t>(id)]));
+    }
+    out_.graph = std::move(pruned);
   }
 
   const ::onnx::ModelProto& model_;
@@ -387,6 +437,37 @@ Tensor Importer::materialize(Value& v, Graph& graph, const std::string& where) {
       throw Error(where + ": value '" + v.name + "' has no tensor");
   }
   return v.tensor;
+}
+
+const Array* Importer::evaluate_from_given_inputs(NodeId id) {
+  if (auto it = evaluated_.find(id); it != evaluated_.end()) return &it->second;
+  if (graph_.node(id).type.numel() > kFoldLimit) return nullptr;
+  std::vector<NodeId> stack{id};
+  std::set<NodeId> seen;
+  reference::Feeds feeds;
+  while (!stack.empty()) {
+    const NodeId n = stack.back();
+    stack.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (seen.size() > 4096) return nullptr;  // not shape arithmetic
+    const Node& node = graph_.node(n);
+    const std::string_view op = node.op_name();
+    if (op == "parameter" || op == "state") return nullptr;
+    if (op == "input") {
+      const auto it = values_.find(node.name);
+      if (it == values_.end() || it->second.source != Value::Source::input || !it->second.host) {
+        return nullptr;
+      }
+      Array a = *it->second.host;
+      a.dtype = node.type.dtype;
+      feeds[node.name] = std::move(a);
+      continue;
+    }
+    for (NodeId in : node.inputs) stack.push_back(in);
+  }
+  Array value = reference::evaluate_nodes(graph_, feeds, std::span<const NodeId>(&id, 1)).at(0);
+  for (const auto& [name, a] : feeds) note_specialized(name);
+  return &evaluated_.emplace(id, std::move(value)).first->second;
 }
 
 void Importer::note_specialized(const std::string& input) {

@@ -48,11 +48,16 @@ bool NodeContext::is_known(size_t i) const { return has(i) && value(i).host.has_
 
 const Array& NodeContext::known(size_t i, const std::string& what) {
   const Value& v = value(i);
+  if (!v.host && v.source == Value::Source::computed && !folding_ && v.tensor.valid() &&
+      &v.tensor.graph() == &graph_) {
+    if (const Array* a = importer_.evaluate_from_given_inputs(v.tensor.id())) return *a;
+  }
   if (!v.host) {
     std::string hint = v.source == Value::Source::input
                            ? "; it is the model input '" + v.name +
                                  "': give its value when importing (ImportOptions::input_values)"
-                           : "; it is computed from the model's inputs at run time";
+                           : "; it is computed at run time from model inputs whose values are "
+                             "not given (ImportOptions::input_values) or from parameters";
     unsupported(what + " ('" + v.name + "') must be known when the graph is built" + hint);
   }
   if (v.source == Value::Source::input) importer_.note_specialized(v.name);

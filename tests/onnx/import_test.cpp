@@ -664,3 +664,47 @@ TEST(OnnxImport, TrainingDomainOptimizers) {
 
 }  // namespace
 }  // namespace mn
+
+namespace mn {
+namespace {
+
+// A shape computed on the graph from a model input (n + 1 rows) is evaluated while importing
+// when the input's value is given, and the graph is specialized to it; without it, refused.
+TEST(OnnxImport, ShapeValuesComputedFromGivenInputs) {
+  ModelBuilder b(13);
+  b.input("x", {"12"});
+  b.input("n", {"1"}, TensorProto::INT64);
+  b.int_initializer("one", {1});
+  b.int_initializer("rest", {-1});
+  b.node("Add", {"n", "one"}, {"rows"});
+  auto* concat = b.node("Concat", {"rows", "rest"}, {"shape"});
+  ModelBuilder::attr(concat, "axis", 0);
+  b.node("Reshape", {"x", "shape"}, {"y"}, "r");
+  b.output("y");
+  try {
+    onnx::import_model_bytes(b.bytes(), {}, {}, "m.onnx");
+    ADD_FAILURE() << "no error";
+  } catch (const onnx::UnsupportedError& e) {
+    EXPECT_NE(std::string(e.what()).find("shape ('shape') must be known when the graph is built; it "
+                                         "is computed at run time from model inputs whose values "
+                                         "are not given"),
+              std::string::npos)
+        << e.what();
+  }
+  RawTensor n = from_array(Array({1}, DType::i32, {2}), ElemType::i64);
+  onnx::ImportedModel m = onnx::import_model_bytes(b.bytes(), {}, {.input_values = {{"n", n}}});
+  EXPECT_EQ(m.outputs[0].shape, (Shape{3, 4}));
+  EXPECT_EQ(m.specialized_inputs, std::vector<std::string>{"n"});
+  std::vector<std::string> inputs;
+  for (const auto& i : m.inputs) inputs.push_back(i.name);
+  EXPECT_EQ(inputs, std::vector<std::string>{"x"});
+  auto session = build_session(m.graph);
+  Array x({12}, DType::f32);
+  for (size_t i = 0; i < 12; ++i) x.data[i] = static_cast<double>(i);
+  session->set("x", x);
+  session->step();
+  EXPECT_EQ(session->get("y").data, x.data);
+}
+
+}  // namespace
+}  // namespace mn
