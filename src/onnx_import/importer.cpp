@@ -490,6 +490,7 @@ const ConverterTable& converter_table() {
     add_signal_converters(t);
     add_grid_sample_converter(t);
     add_training_converters(t);
+    add_linalg_converters(t);
     return t;
   }();
   return table;
