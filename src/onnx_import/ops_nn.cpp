@@ -190,6 +190,51 @@ bool pads_fit_pool(const Window& w) {
   return w.symmetric() && w.begin[0] * 2 <= w.kernel[0] && w.begin[1] * 2 <= w.kernel[1];
 }
 
+// MaxUnpool: the values written at their MaxPool indices (flat over the whole unpooled tensor of
+// (in - 1) · stride + kernel - pads per axis) into zeros; an output_shape input larger than that
+// pads each axis at its end.
+void convert_max_unpool(NodeContext& c) {
+  Tensor x = c.in(0);
+  if (!is_integer(c.type(1))) c.fail("indices must be integers");
+  if (c.shape(1) != c.shape(0)) c.fail("indices must have the input's shape");
+  const int spatial = static_cast<int>(x.rank()) - 2;
+  if (spatial < 1) c.fail("input must be [N, C, ...]");
+  const std::vector<int64_t> kernel = c.attr_ints("kernel_shape");
+  if (static_cast<int>(kernel.size()) != spatial) c.fail("'kernel_shape' needs one value per spatial axis");
+  std::vector<int64_t> strides = c.attr_ints("strides"), pads = c.attr_ints("pads");
+  if (strides.empty()) strides.assign(static_cast<size_t>(spatial), 1);
+  if (pads.empty()) pads.assign(static_cast<size_t>(2 * spatial), 0);
+  if (static_cast<int>(strides.size()) != spatial || static_cast<int>(pads.size()) != 2 * spatial) {
+    c.fail("'strides' and 'pads' need one and two values per spatial axis");
+  }
+  Shape unpooled = {x.dim(0), x.dim(1)};
+  for (int a = 0; a < spatial; ++a) {
+    const auto i = static_cast<size_t>(a);
+    unpooled.push_back((x.dim(2 + a) - 1) * strides[i] + kernel[i] - pads[i] -
+                       pads[i + static_cast<size_t>(spatial)]);
+  }
+  for (int64_t d : unpooled) {
+    if (d <= 0) c.fail("the unpooled shape " + shape_str(unpooled) + " has an empty axis");
+  }
+  Tensor zeros = broadcast_to(c.scalar(0.0, x), {numel(unpooled)});
+  Tensor y = reshape(scatter_add(zeros, reshape(c.in(1), {x.numel()}), reshape(x, {x.numel()}), 0),
+                     unpooled);
+  if (c.has(2)) {
+    const std::vector<int64_t> shape = c.known_ints(2, "output_shape");
+    if (shape.size() != unpooled.size()) c.fail("output_shape must have the input's rank");
+    std::vector<std::pair<int64_t, int64_t>> grow;
+    for (size_t a = 0; a < shape.size(); ++a) {
+      if (shape[a] < unpooled[a] || (a < 2 && shape[a] != unpooled[a])) {
+        c.fail("output_shape " + shape_str(Shape(shape.begin(), shape.end())) +
+               " must keep N and C and cover the unpooled shape " + shape_str(unpooled));
+      }
+      grow.emplace_back(0, shape[a] - unpooled[a]);
+    }
+    y = pad(y, grow);
+  }
+  c.out(0, y, c.type(0));
+}
+
 void convert_max_pool(NodeContext& c) {
   if (c.wants(1)) c.unsupported("the Indices output");
   Tensor x = c.in(0);
@@ -497,6 +542,7 @@ void add_nn_converters(ConverterTable& t) {
   t.add("Conv", convert_conv);
   t.add("ConvTranspose", convert_conv_transpose);
   t.add("MaxPool", convert_max_pool);
+  t.add("MaxUnpool", convert_max_unpool);
   t.add("AveragePool", convert_average_pool);
   t.add("GlobalAveragePool", convert_global_average_pool);
   t.add("GlobalMaxPool", convert_global_max_pool);
