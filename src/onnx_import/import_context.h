@@ -138,6 +138,7 @@ void add_signal_converters(ConverterTable& t);       // ops_signal.cpp
 void add_grid_sample_converter(ConverterTable& t);   // ops_grid_sample.cpp
 void add_training_converters(ConverterTable& t);     // ops_training.cpp, keyed "<domain>.<op>"
 void add_linalg_converters(ConverterTable& t);       // ops_linalg.cpp
+void add_text_converters(ConverterTable& t);         // ops_text.cpp
 const ConverterTable& converter_table();
 
 // The importer's side of NodeContext: values by name.

@@ -491,6 +491,7 @@ const ConverterTable& converter_table() {
     add_grid_sample_converter(t);
     add_training_converters(t);
     add_linalg_converters(t);
+    add_text_converters(t);
     return t;
   }();
   return table;
