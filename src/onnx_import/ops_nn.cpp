@@ -235,8 +235,49 @@ void convert_max_unpool(NodeContext& c) {
   c.out(0, y, c.type(0));
 }
 
+// MaxPool's Indices output: every window's elements gathered ([N, C, K, OH·OW], padding and
+// positions past the input as -inf), the first maximum's slot, and its position, flat over the
+// whole input (row-major, or column-major within each plane for storage_order 1).
+Tensor max_pool_indices(NodeContext& c, Tensor x, const Window& w, const Shape& y_shape) {
+  const int64_t storage = c.attr_int("storage_order", 0);
+  if (storage != 0 && storage != 1) c.fail("storage_order must be 0 or 1");
+  const int64_t h = x.rank() == 4 ? x.dim(2) : 1, wd = x.dim(x.rank() - 1);
+  const int64_t oh = y_shape.size() == 4 ? y_shape[2] : 1, ow = y_shape.back();
+  const int64_t taps = w.kernel[0] * w.kernel[1], outs = oh * ow;
+  c.host_limit(taps * outs, "the window index table");
+  if (x.numel() >= (int64_t{1} << 24)) c.unsupported("Indices of inputs of 2^24 elements or more");
+  // Per tap and output: the element read (clamped), whether it is inside, and its position.
+  Array read({taps, outs}, DType::i32), inside({1, 1, taps, outs}, DType::f32);
+  Array position({1, 1, taps, outs}, DType::f32);
+  for (int64_t ky = 0; ky < w.kernel[0]; ++ky) {
+    for (int64_t kx = 0; kx < w.kernel[1]; ++kx) {
+      const int64_t k = ky * w.kernel[1] + kx;
+      for (int64_t r = 0; r < oh; ++r) {
+        for (int64_t q = 0; q < ow; ++q) {
+          const int64_t iy = r * w.stride[0] - w.begin[0] + ky * w.dilation[0];
+          const int64_t ix = q * w.stride[1] - w.begin[1] + kx * w.dilation[1];
+          const bool in = iy >= 0 && iy < h && ix >= 0 && ix < wd;
+          const auto at = static_cast<size_t>(k * outs + r * ow + q);
+          read.data[at] = in ? static_cast<double>(iy * wd + ix) : 0.0;
+          inside.data[at] = in ? 1.0 : 0.0;
+          position.data[at] = static_cast<double>(storage == 0 ? iy * wd + ix : ix * h + iy);
+        }
+      }
+    }
+  }
+  const int64_t n = x.dim(0), channels = x.dim(1);
+  Tensor planes = reshape(cast(x, DType::f32), {n, channels, h * wd});
+  Tensor windows = take(planes, c.graph().constant(std::move(read)), 2);  // [N, C, K, OH·OW]
+  Tensor in = c.graph().constant(std::move(inside));
+  windows = where(in, windows, c.scalar(-std::numeric_limits<double>::infinity(), windows));
+  Tensor first = one_hot(argmax(windows, 2), taps);                       // [N, C, OH·OW, K]
+  Tensor chosen = sum(first * permute(c.graph().constant(std::move(position)), {0, 1, 3, 2}), {3});
+  Array plane({n, channels, 1}, DType::f32);
+  for (int64_t i = 0; i < n * channels; ++i) plane.data[static_cast<size_t>(i)] = static_cast<double>(i * h * wd);
+  return reshape(chosen + c.graph().constant(std::move(plane)), y_shape);
+}
+
 void convert_max_pool(NodeContext& c) {
-  if (c.wants(1)) c.unsupported("the Indices output");
   Tensor x = c.in(0);
   const int dims = spatial_dims(c, x);
   Window w = window_of(c, x, per_axis(c, "kernel_shape", dims, 0));
@@ -248,7 +289,9 @@ void convert_max_pool(NodeContext& c) {
   } else {
     x2 = pad_spatial(x2, w, -std::numeric_limits<double>::infinity());
   }
-  c.out(0, from_2d(w, max_pool2d(x2, o)), c.type(0));
+  Tensor y = from_2d(w, max_pool2d(x2, o));
+  c.out(0, y, c.type(0));
+  if (c.wants(1)) c.out(1, cast(max_pool_indices(c, x, w, y.shape()), DType::i32), ElemType::i64);
 }
 
 void convert_average_pool(NodeContext& c) {
