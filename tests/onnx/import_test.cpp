@@ -181,13 +181,13 @@ TEST(OnnxImport, SymbolicDimensionsMustBeBound) {
 TEST(OnnxImport, UnsupportedOpNamesNodeOpAndOpset) {
   ModelBuilder b(13);
   b.input("x", {"2", "2"});
-  b.node("Det", {"x"}, {"y"}, "determinant");
+  b.node("Unique", {"x"}, {"y"}, "distinct");
   b.output("y");
   try {
-    onnx::import_model_bytes(b.bytes(), {}, {}, "det.onnx");
+    onnx::import_model_bytes(b.bytes(), {}, {}, "unique.onnx");
     ADD_FAILURE() << "no error";
   } catch (const onnx::UnsupportedError& e) {
-    EXPECT_STREQ(e.what(), "det.onnx: node 'determinant' (Det, opset 13): op Det is not supported");
+    EXPECT_STREQ(e.what(), "unique.onnx: node 'distinct' (Unique, opset 13): op Unique is not supported");
   }
 }
 
@@ -704,6 +704,56 @@ TEST(OnnxImport, ShapeValuesComputedFromGivenInputs) {
   session->set("x", x);
   session->step();
   EXPECT_EQ(session->get("y").data, x.data);
+}
+
+}  // namespace
+}  // namespace mn
+
+namespace mn {
+namespace {
+
+// TfIdfVectorizer's IDF and TFIDF modes with weights (the node suite has TF only): unigrams 3
+// and 7, bigram (3, 7) with one skip allowed, placed at indexes 2, 0, 1.
+TEST(OnnxImport, TfIdfWeightsInEveryMode) {
+  const Array x({2, 5}, DType::i32, {3, 7, 3, 9, 7, 1, 3, 3, 3, 2});
+  // Row 0: 3 twice, 7 twice, (3, 7) at positions 0-1 (skip 0) and 2-4 (skip 1; 0-4 would need
+  // three). Row 1: 3 three times. Per row: (3, 7), 7, 3 at output indexes 0, 1, 2.
+  const std::vector<double> tf{2, 2, 2, 0, 0, 3};
+  for (const std::string mode : {"TF", "IDF", "TFIDF"}) {
+    ModelBuilder b(9);
+    b.input("x", {"2", "5"}, TensorProto::INT32);
+    auto* n = b.node("TfIdfVectorizer", {"x"}, {"y"});
+    auto ints = [&](const std::string& name, std::vector<int64_t> v) {
+      auto* a = n->add_attribute();
+      a->set_name(name);
+      a->set_type(::onnx::AttributeProto::INTS);
+      for (int64_t i : v) a->add_ints(i);
+    };
+    ints("pool_int64s", {3, 7, 3, 7});
+    ints("ngram_counts", {0, 2});
+    ints("ngram_indexes", {2, 1, 0});
+    ModelBuilder::attr(n, "min_gram_length", 1);
+    ModelBuilder::attr(n, "max_gram_length", 2);
+    ModelBuilder::attr(n, "max_skip_count", 1);
+    auto* m = n->add_attribute();
+    m->set_name("mode");
+    m->set_type(::onnx::AttributeProto::STRING);
+    m->set_s(mode);
+    auto* w = n->add_attribute();
+    w->set_name("weights");
+    w->set_type(::onnx::AttributeProto::FLOATS);
+    for (float v : {0.5f, 2.0f, 4.0f}) w->add_floats(v);
+    b.output("y");
+    Array y = run_single(b, "x", x, "y");
+    ASSERT_EQ(y.shape, (Shape{2, 3}));
+    const std::vector<double> weight_at{4.0, 2.0, 0.5};  // by output index
+    for (size_t i = 0; i < 6; ++i) {
+      double want = tf[i];
+      if (mode == "IDF") want = std::min(want, 1.0) * weight_at[i % 3];
+      if (mode == "TFIDF") want *= weight_at[i % 3];
+      EXPECT_NEAR(y.data[i], want, 1e-6) << mode << " " << i;
+    }
+  }
 }
 
 }  // namespace
