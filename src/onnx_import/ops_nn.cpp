@@ -208,13 +208,20 @@ void convert_max_unpool(NodeContext& c) {
     c.fail("'strides' and 'pads' need one and two values per spatial axis");
   }
   Shape unpooled = {x.dim(0), x.dim(1)};
+  constexpr int64_t kMost = int64_t{1} << 31;  // elements a device index reaches
   for (int a = 0; a < spatial; ++a) {
     const auto i = static_cast<size_t>(a);
-    unpooled.push_back((x.dim(2 + a) - 1) * strides[i] + kernel[i] - pads[i] -
-                       pads[i + static_cast<size_t>(spatial)]);
+    const int64_t k = kernel[i], st = strides[i], p0 = pads[i], p1 = pads[i + static_cast<size_t>(spatial)];
+    if (k < 1 || st < 1 || p0 < 0 || p1 < 0 || k > kMost || st > kMost || p0 > kMost || p1 > kMost) {
+      c.fail("kernel_shape and strides must be positive and pads not negative (and below 2^31)");
+    }
+    unpooled.push_back((x.dim(2 + a) - 1) * st + k - p0 - p1);
   }
+  int64_t total = 1;
   for (int64_t d : unpooled) {
     if (d <= 0) c.fail("the unpooled shape " + shape_str(unpooled) + " has an empty axis");
+    if (d > kMost || total > kMost / d) c.fail("the unpooled shape " + shape_str(unpooled) + " is too large");
+    total *= d;
   }
   Tensor zeros = broadcast_to(c.scalar(0.0, x), {numel(unpooled)});
   Tensor y = reshape(scatter_add(zeros, reshape(c.in(1), {x.numel()}), reshape(x, {x.numel()}), 0),
@@ -223,7 +230,12 @@ void convert_max_unpool(NodeContext& c) {
     const std::vector<int64_t> shape = c.known_ints(2, "output_shape");
     if (shape.size() != unpooled.size()) c.fail("output_shape must have the input's rank");
     std::vector<std::pair<int64_t, int64_t>> grow;
+    int64_t total_out = 1;
     for (size_t a = 0; a < shape.size(); ++a) {
+      if (shape[a] > kMost || (shape[a] > 0 && total_out > kMost / shape[a])) {
+        c.fail("output_shape is too large");
+      }
+      total_out *= std::max<int64_t>(shape[a], 1);
       if (shape[a] < unpooled[a] || (a < 2 && shape[a] != unpooled[a])) {
         c.fail("output_shape " + shape_str(Shape(shape.begin(), shape.end())) +
                " must keep N and C and cover the unpooled shape " + shape_str(unpooled));

@@ -34,6 +34,7 @@ int64_t whole(NodeContext& c, size_t i, const std::string& what, int64_t lo) {
 // a0 - a1 cos(2 pi n / N) + a2 cos(4 pi n / N) for n < size, N = size (periodic) or size - 1.
 void convert_window(NodeContext& c, double a0, double a1, double a2) {
   const int64_t size = whole(c, 0, "size", 1);
+  c.host_limit(size, "the window");
   const bool periodic = c.attr_int("periodic", 1) != 0;
   const ElemType type = output_type(c);
   const double span = periodic ? static_cast<double>(size) : static_cast<double>(size - 1);

@@ -93,8 +93,9 @@ void convert_tfidf(NodeContext& c) {
   if (!weights.empty() && static_cast<int64_t>(weights.size()) != grams) {
     c.fail("weights needs one value per n-gram");
   }
-  const int64_t outputs = *std::max_element(indexes.begin(), indexes.end()) + 1;
   if (*std::min_element(indexes.begin(), indexes.end()) < 0) c.fail("ngram_indexes must not be negative");
+  const int64_t outputs = *std::max_element(indexes.begin(), indexes.end()) + 1;
+  c.host_limit(outputs, "the output row");
   c.host_limit(grams * outputs, "the output placement");
   // Counts of every pool n-gram in pool order (zero for lengths outside [lo, hi]).
   std::vector<Tensor> parts;
