@@ -373,6 +373,44 @@ std::string last_workgroup_combines(const AttentionShape& g, const KeySplit& ks,
   return s + "  if (lane == 0u) done[g] = 0u;\n";
 }
 
+// A split row kernel's shared state for its last workgroup's combine.
+std::string split_shared(const KeySplit& ks) {
+  return "shared bool last_sh;\nshared float split_sh[" + ulit(ks.splits) + "], sum_sh[" +
+         ulit(ks.splits) + "];\n";
+}
+
+// The opening of a row kernel's main(): workgroup w is range part_index of row g = (b, h, i),
+// lane its invocation, qb its query row (after head_offsets).
+std::string row_start(const AttentionShape& g, const KeySplit& ks) {
+  std::string s = "void main() {\n";
+  s += "  uint w = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
+  s += "  if (w >= " + ulit(g.heads() * g.lq * ks.splits) + ") return;\n";
+  s += "  uint g = w / " + ulit(ks.splits) + ", part_index = w % " + ulit(ks.splits) + ";\n";
+  s += "  uint lane = gl_LocalInvocationID.x;\n";
+  s += "  uint i = g % LQ, h = (g / LQ) % HQ, b = g / (LQ * HQ);\n";
+  s += head_offsets(g, g.attrs.has_mask, "i");
+  return s + "  qb += i * D;\n";
+}
+
+// The end of a row kernel's main(): the lane's output columns `values`[t] (unnormalized, with m
+// and l) stored as this range's partial and combined by the row's last workgroup, or divided
+// by l and stored.
+std::string row_end(const AttentionShape& g, const KeySplit& ks, const std::string& lanes,
+                    const std::string& cols, const std::string& values) {
+  std::string s;
+  if (ks.splits > 1) {
+    s += "  uint base = w * " + ulit(partial_floats(g)) + ";\n";
+    s += "  if (lane == 0u) {\n    part_st(base, m);\n    part_st(base + 1u, l);\n  }\n";
+    s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
+    s += "    uint e = lane + t * " + lanes + ";\n    if (e < DV) part_st(base + 2u + e, " + values +
+         "[t]);\n";
+    return s + "  }\n" + last_workgroup_combines(g, ks, lanes, cols) + "}\n";
+  }
+  s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
+  s += "    uint e = lane + t * " + lanes + ";\n";
+  return s + "    if (e < DV) out_st(g * DV + e, visible == 0u ? 0.0 : " + values + "[t] / l);\n  }\n}\n";
+}
+
 KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks) {
   const AttentionAttrs& a = g.attrs;
   const DeviceTraits& dev = ctx.device;
@@ -387,19 +425,9 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
   std::string s = declarations(ctx, g, a.has_mask, k.bindings, split);
   s += rope_declarations(ctx, g, k.bindings);
   s += "shared float p_sh[" + L + "];\n" + attention_lowering::workgroup_reductions(L);
-  if (split) {
-    s += "shared bool last_sh;\nshared float split_sh[" + ulit(ks.splits) + "], sum_sh[" +
-         ulit(ks.splits) + "];\n";
-  }
+  if (split) s += split_shared(ks);
   if (q_shared) s += "shared float q_sh[" + ulit(g.d) + "];\n";
-  s += "void main() {\n";
-  s += "  uint w = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  s += "  if (w >= " + ulit(rows * ks.splits) + ") return;\n";
-  s += "  uint g = w / " + ulit(ks.splits) + ", part_index = w % " + ulit(ks.splits) + ";\n";
-  s += "  uint lane = gl_LocalInvocationID.x;\n";
-  s += "  uint i = g % LQ, h = (g / LQ) % HQ, b = g / (LQ * HQ);\n";
-  s += head_offsets(g, a.has_mask, "i");
-  s += "  qb += i * D;\n";
+  s += row_start(g, ks);
   std::string q_at = "q_ld(qb + e)";
   if (ctx.rope) {
     s += load_rotated_query(ctx, g, L);
@@ -447,18 +475,7 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
   s += "          for (uint x = 0u; x < 8u; ++x) o += p_sh[u + x] * vv[x];\n        }\n";
   s += "        for (; u < cnt; ++u) o += p_sh[u] * v_ld(vb + (j0 + u) * DV + e);\n";
   s += "        acc[t] = o;\n      }\n    }\n    barrier();\n  }\n";
-  if (split) {
-    const std::string P = ulit(partial_floats(g));
-    s += "  uint base = w * " + P + ";\n";
-    s += "  if (lane == 0u) {\n    part_st(base, m);\n    part_st(base + 1u, l);\n  }\n";
-    s += "  for (uint t = 0u; t < " + COLS + "; ++t) {\n";
-    s += "    uint e = lane + t * " + L + ";\n    if (e < DV) part_st(base + 2u + e, acc[t]);\n";
-    s += "  }\n" + last_workgroup_combines(g, ks, L, COLS) + "}\n";
-  } else {
-    s += "  for (uint t = 0u; t < " + COLS + "; ++t) {\n";
-    s += "    uint e = lane + t * " + L + ";\n";
-    s += "    if (e < DV) out_st(g * DV + e, visible == 0u ? 0.0 : acc[t] / l);\n  }\n}\n";
-  }
+  s += row_end(g, ks, L, COLS, "acc");
   k.name = std::string(split ? "attention_split" : "attention") +
            (ctx.rope ? "+prologue[rope_positions]" : "");
   k.glsl = std::move(s);
@@ -621,19 +638,9 @@ KernelLaunch quad_row_kernel(const LowerContext& ctx, const AttentionShape& g, c
   s += append_declarations(ctx, g, k.bindings);
   s += "shared float p_sh[" + L + "];\n" + attention_lowering::workgroup_reductions(L);
   s += "shared float part_sh[" + ulit(std::max(r.keys * (r.qd + 1), uint64_t{4} * r.lanes)) + "];\n";
-  if (split) {
-    s += "shared bool last_sh;\nshared float split_sh[" + ulit(ks.splits) + "], sum_sh[" +
-         ulit(ks.splits) + "];\n";
-  }
+  if (split) s += split_shared(ks);
   s += "shared float q_sh[" + ulit(g.d) + "];\n";
-  s += "void main() {\n";
-  s += "  uint w = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  s += "  if (w >= " + ulit(rows * ks.splits) + ") return;\n";
-  s += "  uint g = w / " + ulit(ks.splits) + ", part_index = w % " + ulit(ks.splits) + ";\n";
-  s += "  uint lane = gl_LocalInvocationID.x;\n";
-  s += "  uint i = g % LQ, h = (g / LQ) % HQ, b = g / (LQ * HQ);\n";
-  s += head_offsets(g, a.has_mask, "i");
-  s += "  qb += i * D;\n";
+  s += row_start(g, ks);
   // The query, and the new slot where it is this workgroup's: their loads in flight together.
   if (ctx.rope) {
     s += load_rotated_query(ctx, g, L, false);
@@ -661,18 +668,7 @@ KernelLaunch quad_row_kernel(const LowerContext& ctx, const AttentionShape& g, c
   s += "    if (e < DV) {\n";
   s += "      for (uint x = 0u; x < " + ulit(r.lanes / r.qv) + "; ++x) o[t] += part_sh[(x * " + QV +
        " + e / 4u) * 4u + e % 4u];\n    }\n  }\n";
-  if (split) {
-    const std::string P = ulit(partial_floats(g));
-    s += "  uint base = w * " + P + ";\n";
-    s += "  if (lane == 0u) {\n    part_st(base, m);\n    part_st(base + 1u, l);\n  }\n";
-    s += "  for (uint t = 0u; t < " + ulit(cols) + "; ++t) {\n";
-    s += "    uint e = lane + t * " + L + ";\n    if (e < DV) part_st(base + 2u + e, o[t]);\n";
-    s += "  }\n" + last_workgroup_combines(g, ks, L, ulit(cols)) + "}\n";
-  } else {
-    s += "  for (uint t = 0u; t < " + ulit(cols) + "; ++t) {\n";
-    s += "    uint e = lane + t * " + L + ";\n";
-    s += "    if (e < DV) out_st(g * DV + e, visible == 0u ? 0.0 : o[t] / l);\n  }\n}\n";
-  }
+  s += row_end(g, ks, L, ulit(cols), "o");
   k.name = std::string(split ? "attention_split" : "attention") +
            (ctx.rope ? "+prologue[rope_positions]" : "") + "+quads" +
            (ctx.append ? "+reads_new_slots" : "");
