@@ -14,7 +14,7 @@
 // --train N: a 30-layer MLP trained N steps on the coop and the scalar path from the same start;
 // prints the largest relative difference of the first step's gradients and of the losses.
 //
-// Usage: bench_matmul [--shapes square|training|small|all|none] [--paths coop,scalar,khr] [--train
+// Usage: bench_matmul [--shapes square|training|prefill|small|all|none] [--paths coop,scalar,khr] [--train
 // N]
 //                     [--reps N] [--check-rows R] [--dtype f32|f16|bf16] [--device D]
 // --dtype f16 (bf16) stores operands and result in f16 (bf16): no conversion while staging.
@@ -67,6 +67,13 @@ std::vector<Shape3> shapes(const std::string& which) {
     s.push_back({256, 576, 576, "training"});
     s.push_back({576, 256, 576, "training"});
     s.push_back({576, 256, 1536, "training"});
+  }
+  if (which == "prefill" || which == "all") {
+    // SmolLM2-135M prefilling 512 tokens: q and o, k and v, gate and up, down projections.
+    s.push_back({512, 576, 576, "prefill"});
+    s.push_back({512, 576, 192, "prefill"});
+    s.push_back({512, 576, 1536, "prefill"});
+    s.push_back({512, 1536, 576, "prefill"});
   }
   if (which == "small" || which == "all") {
     for (int64_t v : {32, 64, 128, 256, 512}) s.push_back({v, v, v, "small"});

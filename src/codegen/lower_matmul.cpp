@@ -2,15 +2,13 @@
 // the storage type.
 //
 // Tiled kernel: 256 threads (16×16) compute a 16T×16T output tile, each a T×T block (T = 4
-// once both M and N fill 64, else 1). Every K step stages a 16-wide slab of both operands in
-// shared memory; the thread-to-element map of those loads follows the operand's memory order
-// (the contiguous axis is the fastest-varying one across threads), so every transpose
-// combination reads whole contiguous runs: TILE floats along M/N, or 16 floats (64 bytes,
-// whole 32-byte sectors) along K. With T = 4 a thread owns 4 consecutive rows and columns and
-// reads each slab row as one vec4 from shared memory per operand (3 shared wavefronts per 16
-// FMAs instead of 8: ~30 TFLOP/s on an H200, against ~24 with scalar reads); the pad of one
-// vec4 per slab row keeps the staging stores mostly conflict-free. With T = 1 thread (tx, ty)
-// owns row ty and column tx.
+// once both M and N fill 64, else 1). K advances a slab at a time (32 wide with T = 4, else 16):
+// both operands' slabs are staged in shared memory, and every thread loads its share of the
+// next slab into registers before the products of the current one, so a slab's load latency
+// hides behind the previous slab's arithmetic (without this, a 512 × 576 × 576 product on an
+// H200 spent most of its time waiting on loads: 72 workgroups cannot hide them by number).
+// The thread-to-element map of the loads follows each operand's memory order, so every
+// transpose combination reads whole contiguous runs.
 //
 // Matrix-vector products (M = 1 or N = 1) have kernels of their own (lower_gemv.cpp).
 #include <algorithm>
@@ -62,28 +60,105 @@ void check_elements(const MatmulGeometry& g, int64_t batch) {
   }
 }
 
+// The tiled kernel's sizes, fixed by the shape: T×T outputs per thread, TILE = 16·T, K staged
+// KS at a time, each thread carrying `per_thread` elements of each operand's slab.
+struct TiledConfig {
+  int64_t t = 1, tile = 16, ks = 16, per_thread = 1;
+  bool check_m = false, check_n = false, check_k = false;  // shapes not of whole tiles/slabs
+
+  explicit TiledConfig(const MatmulGeometry& g) {
+    // 64×64 tiles with 4×4 per thread once both sides fill them; 16×16 tiles otherwise.
+    t = (g.m >= 64 && g.n >= 64) ? 4 : 1;
+    tile = 16 * t;
+    ks = t == 4 ? 32 : 16;
+    per_thread = ks * tile / 256;
+    check_m = g.m % tile != 0;
+    check_n = g.n % tile != 0;
+    check_k = g.k % ks != 0;
+  }
+};
+
+std::string guard(std::initializer_list<std::pair<bool, std::string>> conds) {
+  std::string s;
+  for (const auto& [need, c] : conds) {
+    if (need) s += (s.empty() ? "" : " && ") + c;
+  }
+  return s;
+}
+
+// Element e of a thread's share of a slab: its (k, m) in A's slab and (k, n) in B's. The map
+// follows each operand's memory order (the contiguous axis fastest across threads), so every
+// transpose combination reads whole contiguous runs.
+std::string slab_coords(const MatmulGeometry& g, const TiledConfig& c) {
+  const std::string TILE = ulit(c.tile), KS = ulit(c.ks);
+  std::string s = "      uint idx = lid + e * 256u;\n";
+  s += g.ta ? "      uint mm = idx % " + TILE + ", kk = idx / " + TILE + ";\n"   // A [K, M]
+            : "      uint kk = idx % " + KS + ", mm = idx / " + KS + ";\n";      // A [M, K]
+  s += g.tb ? "      uint kb = idx % " + KS + ", nn = idx / " + KS + ";\n"       // B [N, K]
+            : "      uint nn = idx % " + TILE + ", kb = idx / " + TILE + ";\n";  // B [K, N]
+  return s;
+}
+
+// Loads the slab at K offset `kn` into the registers ra, rb (issued before the previous slab's
+// products, so their latency hides behind them).
+std::string slab_loads(const MatmulGeometry& g, const TiledConfig& c) {
+  const std::string M = ulit(g.m), N = ulit(g.n), K = ulit(g.k);
+  std::string s = "    for (uint e = 0u; e < " + ulit(c.per_thread) + "; ++e) {\n";
+  s += slab_coords(g, c);
+  s += "      uint gm = row0 + mm, gk = kn + kk, gn = col0 + nn, gkb = kn + kb;\n";
+  const std::string a_off = g.ta ? "gk * " + M + " + gm" : "gm * " + K + " + gk";
+  const std::string a_guard = guard({{c.check_m, "gm < " + M}, {c.check_k, "gk < " + K}});
+  s += "      ra[e] = " +
+       (a_guard.empty() ? "A_ld(abase + " + a_off + ")"
+                        : "(" + a_guard + ") ? A_ld(abase + " + a_off + ") : 0.0") +
+       ";\n";
+  const std::string b_off = g.tb ? "gn * " + K + " + gkb" : "gkb * " + N + " + gn";
+  const std::string b_guard = guard({{c.check_n, "gn < " + N}, {c.check_k, "gkb < " + K}});
+  s += "      rb[e] = " +
+       (b_guard.empty() ? "B_ld(bbase + " + b_off + ")"
+                        : "(" + b_guard + ") ? B_ld(bbase + " + b_off + ") : 0.0") +
+       ";\n";
+  s += "    }\n";
+  return s;
+}
+
+// Stores the registers into the shared slabs.
+std::string slab_stores(const MatmulGeometry& g, const TiledConfig& c) {
+  std::string s = "    for (uint e = 0u; e < " + ulit(c.per_thread) + "; ++e) {\n";
+  s += slab_coords(g, c);
+  s += c.t == 4 ? "      As4[kk][mm >> 2][mm & 3u] = ra[e];\n      Bs4[kb][nn >> 2][nn & 3u] = rb[e];\n"
+                : "      As[kk][mm] = ra[e];\n      Bs[kb][nn] = rb[e];\n";
+  s += "    }\n";
+  return s;
+}
+
+// The products of one staged slab. With T = 4 a thread owns 4 consecutive rows and columns and
+// reads each slab row as one vec4 per operand (3 shared wavefronts per 16 FMAs instead of 8);
+// with T = 1 thread (tx, ty) owns row ty and column tx.
+std::string slab_products(const TiledConfig& c) {
+  std::string s = "    for (uint kk = 0u; kk < " + ulit(c.ks) + "; ++kk) {\n";
+  if (c.t == 4) {
+    s += "      vec4 a = As4[kk][ty], b = Bs4[kk][tx];\n";
+    s += "      acc[0] += a.x * b; acc[1] += a.y * b; acc[2] += a.z * b; acc[3] += a.w * b;\n";
+  } else {
+    s += "      acc[0][0] += As[kk][ty] * Bs[kk][tx];\n";
+  }
+  s += "    }\n";
+  return s;
+}
+
 Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
                      const MatmulEpilogue* e) {
-  // 64×64 tiles with 4×4 per thread once both sides fill them; 16×16 tiles otherwise.
-  const int64_t t = (g.m >= 64 && g.n >= 64) ? 4 : 1;
-  const int64_t tile = 16 * t;
-  const std::string M = ulit(g.m), N = ulit(g.n), K = ulit(g.k), T = ulit(t), TILE = ulit(tile);
-  // Bounds checks only where the shape does not divide into whole tiles.
-  const bool check_m = g.m % tile != 0, check_n = g.n % tile != 0, check_k = g.k % 16 != 0;
-  auto guard = [](std::initializer_list<std::pair<bool, std::string>> conds) {
-    std::string s;
-    for (const auto& [need, c] : conds) {
-      if (need) s += (s.empty() ? "" : " && ") + c;
-    }
-    return s;
-  };
+  const TiledConfig c(g);
+  const std::string M = ulit(g.m), N = ulit(g.n), K = ulit(g.k), T = ulit(c.t), TILE = ulit(c.tile);
+  const std::string KS = ulit(c.ks), PT = ulit(c.per_thread);
 
   if (ctx.device.max_workgroup_invocations < 256) {
     throw Error("matmul: the tiled kernel needs workgroups of 256 invocations; the device allows " +
                 std::to_string(ctx.device.max_workgroup_invocations));
   }
   // Row tiles and batch share the y dimension of the grid, folded into z past its limit.
-  const int64_t col_tiles = (g.n + tile - 1) / tile, row_tiles = (g.m + tile - 1) / tile;
+  const int64_t col_tiles = (g.n + c.tile - 1) / c.tile, row_tiles = (g.m + c.tile - 1) / c.tile;
   const int64_t rows_total = row_tiles * batch;
   const int64_t limit = ctx.device.max_group_count;
   if (col_tiles > limit) {
@@ -96,16 +171,12 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
                 " row tiles × batches exceed the device's grid limits");
   }
 
-  const bool vec = t == 4;
   std::string s = glsl::header() + operand_buffers(ctx);
   if (e) s += e->declarations;
   s += epilogue_function(e);
-  if (vec) {
-    s += "shared vec4 As4[16][17];\nshared vec4 Bs4[16][17];\n";
-  } else {
-    s += "shared float As[16][" + std::to_string(tile + 1) + "];\nshared float Bs[16][" +
-         std::to_string(tile + 1) + "];\n";
-  }
+  // One vec4 of pad per slab row keeps the staging stores mostly conflict-free.
+  s += c.t == 4 ? "shared vec4 As4[" + KS + "][17];\nshared vec4 Bs4[" + KS + "][17];\n"
+                : "shared float As[16][17];\nshared float Bs[16][17];\n";
   s += "void main() {\n";
   s += "  uint lid = gl_LocalInvocationID.x, tx = lid % 16u, ty = lid / 16u;\n";
   s += "  uint yz = gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y;\n";
@@ -114,65 +185,30 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   s += "  uint row0 = (yz % " + ulit(row_tiles) + ") * " + TILE + ", col0 = gl_WorkGroupID.x * " +
        TILE + ";\n";
   s += batch_bases(g);
-  if (vec) {
-    s += "  vec4 acc[4];\n  for (uint i = 0u; i < 4u; ++i) acc[i] = vec4(0.0);\n";
-  } else {
-    s += "  float acc[" + std::to_string(t) + "][" + std::to_string(t) + "];\n";
-    s += "  for (uint i = 0u; i < " + T + "; ++i) for (uint j = 0u; j < " + T +
-         "; ++j) acc[i][j] = 0.0;\n";
-  }
-  s += "  for (uint k0 = 0u; k0 < " + K + "; k0 += 16u) {\n";
-  // 16×TILE elements per operand, 256 threads: `per_thread` rounds.
-  s += "    for (uint e = 0u; e < " + ulit(16 * tile / 256) + "; ++e) {\n";
-  s += "      uint idx = lid + e * 256u;\n";
-  if (g.ta) {  // A stored [K, M]: M is contiguous
-    s += "      uint mm = idx % " + TILE + ", kk = idx / " + TILE + ";\n";
-  } else {  // A stored [M, K]: K is contiguous
-    s += "      uint kk = idx % 16u, mm = idx / 16u;\n";
-  }
-  s += "      uint gm = row0 + mm, gk = k0 + kk;\n";
-  const std::string a_off = g.ta ? "gk * " + M + " + gm" : "gm * " + K + " + gk";
-  const std::string a_guard = guard({{check_m, "gm < " + M}, {check_k, "gk < " + K}});
-  s += std::string(vec ? "      As4[kk][mm >> 2][mm & 3u] = " : "      As[kk][mm] = ") +
-       (a_guard.empty() ? "A_ld(abase + " + a_off + ")"
-                        : "(" + a_guard + ") ? A_ld(abase + " + a_off + ") : 0.0") +
-       ";\n";
-  if (g.tb) {  // B stored [N, K]: K is contiguous
-    s += "      uint kb = idx % 16u, nn = idx / 16u;\n";
-  } else {  // B stored [K, N]: N is contiguous
-    s += "      uint nn = idx % " + TILE + ", kb = idx / " + TILE + ";\n";
-  }
-  s += "      uint gn = col0 + nn, gkb = k0 + kb;\n";
-  const std::string b_off = g.tb ? "gn * " + K + " + gkb" : "gkb * " + N + " + gn";
-  const std::string b_guard = guard({{check_n, "gn < " + N}, {check_k, "gkb < " + K}});
-  s += std::string(vec ? "      Bs4[kb][nn >> 2][nn & 3u] = " : "      Bs[kb][nn] = ") +
-       (b_guard.empty() ? "B_ld(bbase + " + b_off + ")"
-                        : "(" + b_guard + ") ? B_ld(bbase + " + b_off + ") : 0.0") +
-       ";\n";
-  s += "    }\n    barrier();\n";
-  s += "    for (uint kk = 0u; kk < 16u; ++kk) {\n";
-  if (vec) {
-    s += "      vec4 a = As4[kk][ty], b = Bs4[kk][tx];\n";
-    s += "      acc[0] += a.x * b; acc[1] += a.y * b; acc[2] += a.z * b; acc[3] += a.w * b;\n";
-  } else {
-    s += "      float a[" + std::to_string(t) + "], b[" + std::to_string(t) + "];\n";
-    s += "      for (uint i = 0u; i < " + T + "; ++i) a[i] = As[kk][ty + 16u * i];\n";
-    s += "      for (uint j = 0u; j < " + T + "; ++j) b[j] = Bs[kk][tx + 16u * j];\n";
-    s += "      for (uint i = 0u; i < " + T + "; ++i) for (uint j = 0u; j < " + T +
-         "; ++j) acc[i][j] += a[i] * b[j];\n";
-  }
-  s += "    }\n    barrier();\n  }\n";
+  s += c.t == 4 ? "  vec4 acc[4];\n  for (uint i = 0u; i < 4u; ++i) acc[i] = vec4(0.0);\n"
+                : "  float acc[1][1];\n  acc[0][0] = 0.0;\n";
+  // The next slab is in flight while this one's products run: one slab of registers, two
+  // barriers a slab (staged, then consumed).
+  s += "  float ra[" + PT + "], rb[" + PT + "];\n  uint kn = 0u;\n";
+  s += slab_loads(g, c);
+  s += "  for (uint k0 = 0u; k0 < " + K + "; k0 += " + KS + ") {\n";
+  s += slab_stores(g, c);
+  s += "    barrier();\n    kn = k0 + " + KS + ";\n    if (kn < " + K + ") {\n";
+  s += slab_loads(g, c);
+  s += "    }\n";
+  s += slab_products(c);
+  s += "    barrier();\n  }\n";
   s += "  uint cbase = bz * " + ulit(g.m * g.n) + ";\n";
   s += "  for (uint i = 0u; i < " + T + "; ++i) for (uint j = 0u; j < " + T + "; ++j) {\n";
-  s += vec ? "    uint gm = row0 + ty * 4u + i, gn = col0 + tx * 4u + j;\n"
-           : "    uint gm = row0 + ty + 16u * i, gn = col0 + tx + 16u * j;\n";
-  const std::string c_guard = guard({{check_m, "gm < " + M}, {check_n, "gn < " + N}});
+  s += c.t == 4 ? "    uint gm = row0 + ty * 4u + i, gn = col0 + tx * 4u + j;\n"
+                : "    uint gm = row0 + ty, gn = col0 + tx;\n";
+  const std::string c_guard = guard({{c.check_m, "gm < " + M}, {c.check_n, "gn < " + N}});
   s += "    " + (c_guard.empty() ? "" : "if (" + c_guard + ") ") + "C_st(cbase + gm * " + N +
        " + gn, mm_epilogue(acc[i][j], bz, gm, gn));\n";
   s += "  }\n}\n";
 
   KernelLaunch k;
-  k.name = "matmul_" + std::to_string(tile) + "x" + std::to_string(tile);
+  k.name = "matmul_" + std::to_string(c.tile) + "x" + std::to_string(c.tile);
   k.glsl = std::move(s);
   k.workgroup = {256, 1, 1};
   k.groups = {static_cast<uint32_t>(col_tiles), static_cast<uint32_t>(gy),

@@ -1,5 +1,6 @@
 // GPU behaviour of the matmul lowering beyond the op table's samples: every transpose
-// combination on the 64×64 tile (whole tiles and overhanging edges, K not a multiple of 16),
+// combination on the 64×64 tile (whole tiles and overhanging edges, K not a multiple of the
+// slab, K over several slabs),
 // broadcast batches, 1-D operands on either side through the matrix-vector kernel in each of
 // its layouts, 16-bit storage, gradients at tile sizes, and the grid folded past a small
 // group-count limit.
@@ -43,6 +44,12 @@ std::vector<Product> products() {
     }
   }
   p.push_back({"small_tiles", {3, 40, 33}, {3, 33, 20}, false, false, "matmul_16x16"});
+  // K over several slabs (32 wide on the 64×64 tile, 16 on the 16×16), the last one ragged:
+  // each slab's loads are issued while the previous slab's products run.
+  p.push_back({"long_k_nn", {70, 100}, {100, 66}, false, false, "matmul_64x64"});
+  p.push_back({"long_k_tt", {100, 70}, {66, 100}, true, true, "matmul_64x64"});
+  p.push_back({"long_k_whole", {64, 192}, {64, 192}, false, true, "matmul_64x64"});
+  p.push_back({"small_tiles_long_k", {20, 50}, {50, 30}, false, false, "matmul_16x16"});
   p.push_back({"broadcast_batch", {2, 1, 70, 20}, {3, 20, 66}, false, false, "matmul_64x64"});
   p.push_back({"shared_b_transposed", {2, 3, 17, 65}, {64, 17}, true, true, "matmul_64x64"});
   // Matrix-vector products: lanes along K (A rows, Bᵀ rows), outputs along contiguous memory
