@@ -139,13 +139,14 @@ std::string visible_expr(const AttentionShape& g, const std::string& row) {
 
 // The score of key `jj` from `dot` (q . k): scaled, plus the mask.
 std::string score_expr(const LowerContext& ctx, const AttentionShape& g, const AttentionAttrs& a,
-                       const std::string& jj) {
+                       const std::string& jj, const std::string& mask_base = "mb") {
   // An explicit scale as the dtype holds it; the default divides by sqrt(D) as the reference.
   std::string s = a.scale > 0.0
                       ? "dot * " + glsl::float_literal(round_to_dtype(a.scale, ctx.node.type.dtype))
                       : "dot / " + glsl::float_literal(std::sqrt(static_cast<double>(g.d)));
   if (a.has_mask) {
-    s += " + mask_ld(mb + " + jj + " * " + ulit(g.mask[g.rank - 1] == 1 ? 0 : 1) + ")";
+    s += " + mask_ld(" + mask_base + " + " + jj + " * " + ulit(g.mask[g.rank - 1] == 1 ? 0 : 1) +
+         ")";
   }
   return s;
 }
@@ -267,6 +268,192 @@ KernelLaunch tiled_kernel(const LowerContext& ctx, const AttentionShape& g, cons
   k.workgroup = {threads, 1, 1};
   k.groups = glsl::linear_grid(g.heads() * tiles * threads, ctx.device, threads).groups;
   return k;
+}
+
+// ---- register tiles: 32 query rows and 64 keys a block, 4 × 4 scores per lane ----
+//
+// For prompts: the tiled kernel above reads two shared floats per multiply-add. Here each of
+// 128 lanes (8 row groups × 16 key groups) holds the scores of 4 rows × 4 keys and, per 64
+// value columns, the output of 4 rows × 4 columns, reading one vec4 of each operand per 16
+// multiply-adds. The query tile and each key block are staged head-dimension major (rows and
+// keys in vec4s); the block's probabilities then take the keys' place. A row's block maximum
+// meets in shared memory; its sum stays per lane until the end (every lane of a row rescales by
+// the same factor).
+
+constexpr uint32_t kRegRows = 32, kRegKeys = 64, kRegLanes = 128;
+
+struct RegisterTiling {
+  uint64_t qr4 = 0, kr4 = 0, vr4 = 0;  // vec4s per staged row, one of pad each
+  uint64_t quads_v = 0;                // output vec4s per lane and row: DV / 64
+
+  uint64_t kt_vec4s(const AttentionShape& g) const {
+    return std::max(g.d * kr4, uint64_t{kRegKeys} * qr4);  // keys, then probabilities
+  }
+  uint64_t shared_bytes(const AttentionShape& g) const {
+    return (g.d * qr4 + kt_vec4s(g) + kRegKeys * vr4) * 16 + kRegRows * 17 * 4;
+  }
+};
+
+std::optional<RegisterTiling> register_tiling_for(const AttentionShape& g, const DeviceTraits& d) {
+  if (g.lq < kRegRows || g.d % 4 != 0 || g.dv % 64 != 0) return std::nullopt;
+  if (d.max_workgroup_invocations < kRegLanes) return std::nullopt;
+  RegisterTiling t;
+  t.qr4 = kRegRows / 4 + 1;
+  t.kr4 = kRegKeys / 4 + 1;
+  t.vr4 = g.dv / 4 + 1;
+  t.quads_v = g.dv / 64;
+  if (t.shared_bytes(g) > d.max_shared_bytes) return std::nullopt;
+  return t;
+}
+
+// Stages the query tile (once) or a key block into `dst`, head-dimension major: element
+// (row x, e) at dst[e * R4 + x / 4][x % 4]. Each lane reads four consecutive elements of a row.
+std::string stage_transposed(const std::string& dst, const std::string& ld, const std::string& base,
+                             uint64_t rows, const std::string& first, const std::string& limit,
+                             const std::string& width, uint64_t r4) {
+  const std::string R = ulit(rows);
+  std::string s = "    for (uint x = tid; x < " + ulit(rows) + " * (" + width + " / 4u); x += " +
+                  ulit(kRegLanes) + ") {\n";
+  s += "      uint r = x % " + R + ", e = (x / " + R + ") * 4u, row = " + first + " + r;\n";
+  s += "      bool in_range = row < " + limit + ";\n";
+  s += "      for (uint c = 0u; c < 4u; ++c)\n";
+  s += "        " + dst + "[(e + c) * " + ulit(r4) + " + r / 4u][r % 4u] = in_range ? " + ld + "(" +
+       base + " + row * " + width + " + e + c) : 0.0;\n";
+  s += "    }\n";
+  return s;
+}
+
+// Per row of the lane: the scores of its four keys scaled, masked and hidden past the row's
+// visible keys; each row's maximum of them into red.
+std::string register_scores(const LowerContext& ctx, const AttentionShape& g) {
+  const AttentionAttrs& a = g.attrs;
+  std::string s = "    for (uint r = 0u; r < 4u; ++r) {\n";
+  s += "      uint i = i0 + ty * 4u + r;\n";
+  if (a.has_mask) {
+    const size_t R = g.rank;
+    const uint64_t row_stride = g.mask[R - 2] == 1 ? 0 : static_cast<uint64_t>(g.mask[R - 1]);
+    s += "      uint mbr = mb + min(i, LQ - 1u) * " + ulit(row_stride) + ";\n";
+  }
+  s += "      float bm = -mn_inf();\n";
+  s += "      for (uint c = 0u; c < 4u; ++c) {\n";
+  s += "        uint jj = j0 + tx * 4u + c;\n        float dot = s[r][c];\n";
+  s += "        float v = jj < vis[r] ? " + score_expr(ctx, g, a, "jj", "mbr") + " : -mn_inf();\n";
+  s += "        s[r][c] = v;\n        bm = v > bm ? v : bm;\n      }\n";
+  s += "      red[(ty * 4u + r) * 17u + tx] = bm;\n    }\n";
+  return s;
+}
+
+// The rows' block maxima from red, the rescaling of what came before, the probabilities (into
+// kt, head-dimension major no more: [key][row vec4]).
+std::string register_probabilities(const RegisterTiling& t) {
+  const std::string QV = ulit(t.quads_v);
+  std::string s = "    for (uint r = 0u; r < 4u; ++r) {\n";
+  s += "      float bm = -mn_inf();\n";
+  s += "      for (uint x = 0u; x < 16u; ++x) { float v = red[(ty * 4u + r) * 17u + x]; bm = v > bm "
+       "? v : bm; }\n";
+  s += "      float mx = bm > m[r] ? bm : m[r];\n";
+  s += "      float alpha = m[r] == -mn_inf() ? 0.0 : exp(m[r] - mx);\n";
+  s += "      m[r] = mx;\n      l[r] *= alpha;\n";
+  s += "      for (uint q = 0u; q < " + QV + "; ++q) acc[r * " + QV + " + q] *= alpha;\n";
+  // Masked keys (-inf) weigh 0; a row with every key masked ends as 0 / 0 = NaN, as the
+  // reference's exp(-inf - -inf).
+  s += "      for (uint c = 0u; c < 4u; ++c) {\n";
+  s += "        float p = s[r][c] == -mn_inf() ? 0.0 : exp(s[r][c] - mx);\n";
+  s += "        s[r][c] = p;\n        l[r] += p;\n      }\n    }\n";
+  s += "    for (uint c = 0u; c < 4u; ++c)\n";
+  s += "      kt[(tx * 4u + c) * " + ulit(t.qr4) +
+       " + ty] = vec4(s[0][c], s[1][c], s[2][c], s[3][c]);\n";
+  return s;
+}
+
+KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape& g,
+                                   const RegisterTiling& t) {
+  const AttentionAttrs& a = g.attrs;
+  KernelLaunch k;
+  std::string s = declarations(ctx, g, a.has_mask, k.bindings);
+  const uint64_t tiles = (g.lq + kRegRows - 1) / kRegRows;
+  const std::string QR4 = ulit(t.qr4), KR4 = ulit(t.kr4), VR4 = ulit(t.vr4), QV = ulit(t.quads_v);
+  const std::string BQ = ulit(kRegRows), BK = ulit(kRegKeys);
+  s += "shared vec4 qt[" + ulit(g.d * t.qr4) + "];\n";
+  s += "shared vec4 kt[" + ulit(t.kt_vec4s(g)) + "];\n";
+  s += "shared vec4 vs[" + ulit(kRegKeys * t.vr4) + "];\n";
+  s += "shared float red[" + ulit(kRegRows * 17) + "];\n";
+  s += "void main() {\n";
+  s += "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
+  s += "  if (g >= " + ulit(g.heads() * tiles) + ") return;\n";
+  s += "  uint tid = gl_LocalInvocationID.x, tx = tid % 16u, ty = tid / 16u;\n";
+  s += "  uint bh = g / " + ulit(tiles) + ", i0 = (g % " + ulit(tiles) + ") * " + BQ + ";\n";
+  s += "  uint h = bh % HQ, b = bh / HQ;\n";
+  s += head_offsets(g, a.has_mask, "0u");
+  s += stage_transposed("qt", "q_ld", "qb", kRegRows, "i0", "LQ", "D", t.qr4);
+  s += "  uint vis[4];\n";
+  s += "  for (uint r = 0u; r < 4u; ++r) {\n    uint i = i0 + ty * 4u + r;\n";
+  s += "    vis[r] = i < LQ ? " + visible_expr(g, "i") + " : 0u;\n  }\n";
+  // The keys some row of the tile sees.
+  if (g.has_positions) {
+    s += "  uint reach = 0u;\n";
+    s += "  for (uint r = i0; r < min(i0 + " + BQ + ", LQ); ++r) reach = max(reach, " +
+         visible_expr(g, "r") + ");\n";
+  } else {
+    s += std::string("  uint reach = ") + (a.causal ? "min(LK, min(i0 + " + BQ + ", LQ))" : "LK") +
+         ";\n";
+  }
+  s += "  float m[4], l[4];\n  vec4 acc[" + ulit(4 * t.quads_v) + "];\n";
+  s += "  for (uint r = 0u; r < 4u; ++r) { m[r] = -mn_inf(); l[r] = 0.0; }\n";
+  s += "  for (uint q = 0u; q < " + ulit(4 * t.quads_v) + "; ++q) acc[q] = vec4(0.0);\n";
+  s += "  for (uint j0 = 0u; j0 < reach; j0 += " + BK + ") {\n";
+  s += "    barrier();\n";  // the previous block's readers are done (and qt is written)
+  s += stage_transposed("kt", "k_ld", "kb", kRegKeys, "j0", "LK", "D", t.kr4);
+  s += "    for (uint x = tid; x < " + ulit(kRegKeys * g.dv / 4) + "; x += " + ulit(kRegLanes) +
+       ") {\n";
+  s += "      uint j = x / " + ulit(g.dv / 4) + ", e = (x % " + ulit(g.dv / 4) +
+       ") * 4u, jj = j0 + j;\n";
+  s += "      vec4 v4 = vec4(0.0);\n";
+  s += "      if (jj < LK) v4 = vec4(v_ld(vb + jj * DV + e), v_ld(vb + jj * DV + e + 1u), "
+       "v_ld(vb + jj * DV + e + 2u), v_ld(vb + jj * DV + e + 3u));\n";
+  s += "      vs[j * " + VR4 + " + e / 4u] = v4;\n    }\n";
+  s += "    barrier();\n";
+  s += "    vec4 s[4];\n    for (uint r = 0u; r < 4u; ++r) s[r] = vec4(0.0);\n";
+  s += "    for (uint e = 0u; e < D; ++e) {\n";
+  s += "      vec4 qv = qt[e * " + QR4 + " + ty], kv = kt[e * " + KR4 + " + tx];\n";
+  s += "      s[0] += qv.x * kv; s[1] += qv.y * kv; s[2] += qv.z * kv; s[3] += qv.w * kv;\n";
+  s += "    }\n";
+  s += register_scores(ctx, g);
+  s += "    barrier();\n";  // red is complete; every lane is past reading the keys
+  s += register_probabilities(t);
+  s += "    barrier();\n";
+  s += "    uint cnt = min(" + BK + ", reach - j0);\n";
+  s += "    for (uint j = 0u; j < cnt; ++j) {\n";
+  s += "      vec4 p = kt[j * " + QR4 + " + ty];\n";
+  s += "      for (uint q = 0u; q < " + QV + "; ++q) {\n";
+  s += "        vec4 vv = vs[j * " + VR4 + " + tx + 16u * q];\n";
+  s += "        acc[q] += p.x * vv; acc[" + QV + " + q] += p.y * vv;\n";
+  s += "        acc[2u * " + QV + " + q] += p.z * vv; acc[3u * " + QV + " + q] += p.w * vv;\n";
+  s += "      }\n    }\n  }\n";
+  // The rows' sums over their 16 lanes.
+  s += "  barrier();\n";
+  s += "  for (uint r = 0u; r < 4u; ++r) red[(ty * 4u + r) * 17u + tx] = l[r];\n";
+  s += "  barrier();\n";
+  s += "  for (uint r = 0u; r < 4u; ++r) {\n";
+  s += "    uint i = i0 + ty * 4u + r;\n    if (i >= LQ) continue;\n";
+  s += "    float sum = 0.0;\n";
+  s += "    for (uint x = 0u; x < 16u; ++x) sum += red[(ty * 4u + r) * 17u + x];\n";
+  // No keys at all: the reference's sum over nothing is 0.
+  s += "    for (uint q = 0u; q < " + QV + "; ++q) {\n";
+  s += "      vec4 o = vis[r] == 0u ? vec4(0.0) : acc[r * " + QV + " + q] / sum;\n";
+  s += "      uint e = (tx + 16u * q) * 4u;\n";
+  s += "      for (uint c = 0u; c < 4u; ++c) out_st((bh * LQ + i) * DV + e + c, o[c]);\n";
+  s += "    }\n  }\n}\n";
+  k.name = "attention_tiled_registers";
+  k.glsl = std::move(s);
+  k.workgroup = {kRegLanes, 1, 1};
+  k.groups = glsl::linear_grid(g.heads() * tiles * kRegLanes, ctx.device, kRegLanes).groups;
+  return k;
+}
+
+// Whether a tiled kernel (either form) serves these queries.
+bool tiled(const AttentionShape& g, const DeviceTraits& d) {
+  return register_tiling_for(g, d) || tiling_for(g, d);
 }
 
 // ---- per row: a workgroup per query row ----
@@ -686,6 +873,10 @@ Lowering lower_attention(const LowerContext& ctx) {
     throw Error("attention lowering: this cached_attention cannot read its query rotated");
   }
   Lowering low;
+  if (const std::optional<RegisterTiling> t = register_tiling_for(g, ctx.device)) {
+    low.launches.push_back(register_tiled_kernel(ctx, g, *t));
+    return low;
+  }
   if (const std::optional<Tiling> t = tiling_for(g, ctx.device)) {
     low.launches.push_back(tiled_kernel(ctx, g, *t));
     return low;
@@ -726,13 +917,13 @@ bool row_kernel_reads_rope(const LowerContext& ctx) {
   }
   const AttentionShape g(ctx);
   return g.d % 2 == 0 && ctx.inputs[0].dtype == DType::f32 &&
-         !tiling_for(g, ctx.device).has_value() && row_q_shared(g, ctx.device);
+         !tiled(g, ctx.device) && row_q_shared(g, ctx.device);
 }
 
 bool takes_cache_append(const LowerContext& ctx) {
   if (ctx.node.op_name() != "cached_attention" || !ctx.append) return false;
   const AttentionShape g(ctx);
-  if (tiling_for(g, ctx.device) || !quad_rows_for(g, ctx.device) || g.lq != 1) return false;
+  if (tiled(g, ctx.device) || !quad_rows_for(g, ctx.device) || g.lq != 1) return false;
   const CacheAppendLoad& a = *ctx.append;
   const TensorType &ku = ctx.inputs[static_cast<size_t>(a.k_update)],
                    &vu = ctx.inputs[static_cast<size_t>(a.v_update)];

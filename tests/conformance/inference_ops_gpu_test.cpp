@@ -16,6 +16,7 @@
 #include <meganeura/session.h>
 
 #include "gpu_compare.h"
+#include "lowering_runner.h"
 #include "support/elementwise_error.h"
 #include "support/random_fill.h"
 
@@ -149,6 +150,53 @@ TEST(InferenceGpu, CachedAttentionPrefillRightPadded) {
   for (int64_t h = 0; h < 6; ++h) {
     for (int64_t i = 17; i < L; ++i) {
       for (int64_t e = 0; e < row; ++e) EXPECT_EQ(o.data[((6 + h) * L + i) * row + e], 0.0);
+    }
+  }
+}
+
+// A prompt prefilled through the register-tiled kernel (40 queries, values of 64 columns) into
+// caches of 100 slots: the first sequence from position 0, the second continuing at position 10
+// and right-padded after 27 tokens (position -1: output 0). Slots past each sequence's last
+// position hold NaN on the GPU (zero in the reference): the kernel stages them with the key
+// block but must never weigh them.
+TEST(InferenceGpu, CachedAttentionPrefillRegisterTiles) {
+  auto rng = testing::rng_for("inference-gpu/prefill-registers");
+  const int64_t B = 2, Hq = 4, Hkv = 2, L = 40, T = 100, D = 8, DV = 64;
+  Graph g;
+  reference::Feeds feeds;
+  Tensor q = random_input(g, feeds, "q", {B, Hq, L, D}, rng);
+  Tensor k = random_input(g, feeds, "k", {B, Hkv, T, D}, rng);
+  Tensor v = random_input(g, feeds, "v", {B, Hkv, T, DV}, rng);
+  std::vector<double> p;
+  for (int64_t i = 0; i < L; ++i) p.push_back(static_cast<double>(i));
+  for (int64_t i = 0; i < L; ++i) p.push_back(i < 27 ? static_cast<double>(10 + i) : -1.0);
+  const int64_t last[B] = {L - 1, 36};
+  Tensor pos = int_input(g, feeds, "pos", {B, 1, L}, p);
+  Tensor out = cached_attention(q, k, v, pos);
+  g.output("out", out);
+  const auto low = testing::lower_node(g, out.id(), testing::device_traits());
+  ASSERT_EQ(low.launches.size(), 1u);
+  EXPECT_EQ(low.launches[0].name, "attention_tiled_registers");
+  reference::Feeds poisoned = feeds;
+  for (const auto& [name, width] : {std::pair{"k", D}, std::pair{"v", DV}}) {
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t h = 0; h < Hkv; ++h) {
+        for (int64_t j = last[b] + 1; j < T; ++j) {
+          for (int64_t e = 0; e < width; ++e) {
+            const int64_t at = ((b * Hkv + h) * T + j) * width + e;
+            poisoned[name].data[at] = std::numeric_limits<double>::quiet_NaN();
+            feeds[name].data[at] = 0.0;
+          }
+        }
+      }
+    }
+  }
+  const Array want = reference::evaluate(g, feeds).at("out");
+  const Array got = run_gpu(g, poisoned).at("out");
+  EXPECT_TRUE(testing::elementwise_near(got, want, 2e-5));
+  for (int64_t h = 0; h < Hq; ++h) {
+    for (int64_t i = 27; i < L; ++i) {
+      for (int64_t e = 0; e < DV; ++e) EXPECT_EQ(got.data[((Hq + h) * L + i) * DV + e], 0.0);
     }
   }
 }

@@ -13,6 +13,7 @@
 #include <meganeura/session.h>
 
 #include "gpu_compare.h"
+#include "lowering_runner.h"
 #include "support/elementwise_error.h"
 #include "support/random_fill.h"
 
@@ -222,25 +223,61 @@ TEST(NnGpu, AttentionQueryTiles) {
   check_attention({1, 2, 33, 64}, {1, 2, 33, 64}, {1, 2, 33, 64}, {}, false, "attn-tiles-d64");
 }
 
+// Prompt-sized queries with values of 64 columns take the register-tiled kernel (4 x 4 scores a
+// lane over blocks of 64 keys): partial query tiles and key blocks, grouped heads, causal masks
+// with as many and with more keys than queries, broadcast and per-row additive masks, 128 value
+// columns where they fit.
+TEST(NnGpu, AttentionRegisterTiles) {
+  struct Case {
+    Shape q, k, v, mask;
+    bool causal;
+    std::string seed;
+  };
+  const std::vector<Case> cases = {
+      {{1, 4, 70, 8}, {1, 2, 70, 8}, {1, 2, 70, 64}, {}, true, "attn-reg-causal-gqa"},
+      {{2, 2, 33, 12}, {2, 2, 150, 12}, {2, 2, 150, 64}, {2, 1, 33, 150}, false, "attn-reg-mask"},
+      {{1, 1, 40, 4}, {1, 1, 130, 4}, {1, 1, 130, 64}, {130}, true, "attn-reg-long-keys"},
+      {{3, 96, 4}, {3, 96, 4}, {3, 96, 128}, {}, true, "attn-reg-wide-values"},
+  };
+  const codegen::DeviceTraits traits = testing::device_traits();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.seed);
+    Graph g;
+    Tensor q = g.input("q", c.q), k = g.input("k", c.k), v = g.input("v", c.v);
+    Tensor mask = c.mask.empty() ? Tensor{} : g.input("mask", c.mask);
+    Tensor out = scaled_dot_product_attention(q, k, v, mask, c.causal);
+    const auto low = testing::lower_node(g, out.id(), traits);
+    ASSERT_EQ(low.launches.size(), 1u);
+    // 128 value columns stage 46 KB in shared memory: lavapipe's 32 KiB take the scalar tiles.
+    const bool fits = c.v.back() == 64 || traits.max_shared_bytes >= 48 * 1024;
+    EXPECT_EQ(low.launches[0].name, fits ? "attention_tiled_registers" : "attention_tiled");
+    check_attention(c.q, c.k, c.v, c.mask, c.causal, c.seed);
+  }
+}
+
 TEST(NnGpu, AttentionWideValues) {
   // More value columns than lanes: each lane accumulates several.
   check_attention({2, 3, 16}, {2, 5, 16}, {2, 5, 700}, {2, 3, 5}, false, "attn-wide");
 }
 
 // -inf mask entries weigh nothing; a fully masked row is NaN, as the reference. Rows of 3
-// queries take the per-row kernel (with 600 keys, split into ranges), 12 the tiled one.
+// queries take the per-row kernel (with 600 keys, split into ranges), 12 the tiled one, 40
+// with 64 value columns the register-tiled one.
 TEST(NnGpu, AttentionMaskedKeys) {
   const double inf = std::numeric_limits<double>::infinity();
-  for (auto [lq, lk] : {std::pair<int64_t, int64_t>{3, 70}, {12, 70}, {3, 600}}) {
+  struct Case {
+    int64_t lq, lk, dv;
+  };
+  for (auto [lq, lk, dv] : {Case{3, 70, 2}, Case{12, 70, 2}, Case{3, 600, 2}, Case{40, 70, 64}}) {
     SCOPED_TRACE(std::to_string(lq) + " queries, " + std::to_string(lk) + " keys");
     Graph g;
-    Tensor q = g.input("q", {1, lq, 4}), k = g.input("k", {1, lk, 4}), v = g.input("v", {1, lk, 2});
+    Tensor q = g.input("q", {1, lq, 4}), k = g.input("k", {1, lk, 4}), v = g.input("v", {1, lk, dv});
     Tensor mask = g.input("mask", {lq, lk});
     g.output("out", scaled_dot_product_attention(q, k, v, mask, false));
     auto rng = testing::rng_for("nn-gpu/attn-masked");
     reference::Feeds feeds{{"q", testing::random_array(rng, {{1, lq, 4}, DType::f32})},
                            {"k", testing::random_array(rng, {{1, lk, 4}, DType::f32})},
-                           {"v", testing::random_array(rng, {{1, lk, 2}, DType::f32})}};
+                           {"v", testing::random_array(rng, {{1, lk, dv}, DType::f32})}};
     Array m({lq, lk}, DType::f32);
     for (int64_t i = 0; i < lq; ++i) {
       for (int64_t j = 0; j < lk; ++j) {
@@ -253,8 +290,8 @@ TEST(NnGpu, AttentionMaskedKeys) {
     feeds["mask"] = m;
     auto want = reference::evaluate(g, feeds).at("out");
     auto got = run_gpu(g, feeds).at("out");
-    for (int64_t i = 0; i < lq * 2; ++i) {
-      if (i / 2 % 3 == 1) {
+    for (int64_t i = 0; i < lq * dv; ++i) {
+      if (i / dv % 3 == 1) {
         EXPECT_TRUE(std::isnan(got.data[i]) && std::isnan(want.data[i])) << i;
       } else {
         EXPECT_NEAR(got.data[i], want.data[i], 2e-6) << i;
