@@ -306,8 +306,8 @@ std::optional<RegisterTiling> register_tiling_for(const AttentionShape& g, const
   return t;
 }
 
-// Stages the query tile (once) or a key block into `dst`, head-dimension major: element
-// (row x, e) at dst[e * R4 + x / 4][x % 4]. Each lane reads four consecutive elements of a row.
+// Stages the query tile into `dst`, head-dimension major: element (row x, e) at
+// dst[e * R4 + x / 4][x % 4]. Each lane reads four consecutive elements of a row.
 std::string stage_transposed(const std::string& dst, const std::string& ld, const std::string& base,
                              uint64_t rows, const std::string& first, const std::string& limit,
                              const std::string& width, uint64_t r4) {
@@ -320,6 +320,51 @@ std::string stage_transposed(const std::string& dst, const std::string& ld, cons
   s += "        " + dst + "[(e + c) * " + ulit(r4) + " + r / 4u][r % 4u] = in_range ? " + ld + "(" +
        base + " + row * " + width + " + e + c) : 0.0;\n";
   s += "    }\n";
+  return s;
+}
+
+// A key block's keys and values in registers, the keys as quads along the head dimension (lane
+// x: key x % 64, elements 4·(x / 64) on), the values as quads along a row. The block after the
+// current one is loaded while the current one's products run: a workgroup of four warps cannot
+// hide the loads' latency by number, and staging them in place stalled every block.
+struct BlockQuads {
+  uint64_t k_quads, v_quads, k_per_lane, v_per_lane;
+  explicit BlockQuads(const AttentionShape& g)
+      : k_quads(kRegKeys * g.d / 4),
+        v_quads(kRegKeys * g.dv / 4),
+        k_per_lane((k_quads + kRegLanes - 1) / kRegLanes),
+        v_per_lane((v_quads + kRegLanes - 1) / kRegLanes) {}
+};
+
+std::string block_loads(const AttentionShape& g, const BlockQuads& b) {
+  const std::string L = ulit(kRegLanes);
+  std::string s = "    for (uint n = 0u; n < " + ulit(b.k_per_lane) + "; ++n) {\n";
+  s += "      uint x = tid + n * " + L + ", r = x % " + ulit(kRegKeys) + ", e = (x / " +
+       ulit(kRegKeys) + ") * 4u, row = jn + r, at = kb + row * D + e;\n";
+  s += "      kreg[n] = x < " + ulit(b.k_quads) +
+       " && row < LK ? vec4(k_ld(at), k_ld(at + 1u), k_ld(at + 2u), k_ld(at + 3u)) : vec4(0.0);\n";
+  s += "    }\n";
+  s += "    for (uint n = 0u; n < " + ulit(b.v_per_lane) + "; ++n) {\n";
+  s += "      uint x = tid + n * " + L + ", row = jn + x / " + ulit(g.dv / 4) + ", at = vb + row * DV + (x % " +
+       ulit(g.dv / 4) + ") * 4u;\n";
+  s += "      vreg[n] = row < LK ? vec4(v_ld(at), v_ld(at + 1u), v_ld(at + 2u), v_ld(at + 3u)) : "
+       "vec4(0.0);\n";
+  s += "    }\n";
+  return s;
+}
+
+std::string block_stores(const AttentionShape& g, const RegisterTiling& t, const BlockQuads& b) {
+  const std::string L = ulit(kRegLanes);
+  std::string s = "    for (uint n = 0u; n < " + ulit(b.k_per_lane) + "; ++n) {\n";
+  s += "      uint x = tid + n * " + L + ", r = x % " + ulit(kRegKeys) + ", e = (x / " +
+       ulit(kRegKeys) + ") * 4u;\n";
+  s += "      if (x < " + ulit(b.k_quads) + ") {\n";
+  s += "        for (uint c = 0u; c < 4u; ++c) kt[(e + c) * " + ulit(t.kr4) +
+       " + r / 4u][r % 4u] = kreg[n][c];\n      }\n    }\n";
+  s += "    for (uint n = 0u; n < " + ulit(b.v_per_lane) + "; ++n) {\n";
+  s += "      uint x = tid + n * " + L + ";\n";
+  s += "      vs[(x / " + ulit(g.dv / 4) + ") * " + ulit(t.vr4) + " + x % " + ulit(g.dv / 4) +
+       "] = vreg[n];\n    }\n";
   return s;
 }
 
@@ -401,18 +446,14 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
   s += "  float m[4], l[4];\n  vec4 acc[" + ulit(4 * t.quads_v) + "];\n";
   s += "  for (uint r = 0u; r < 4u; ++r) { m[r] = -mn_inf(); l[r] = 0.0; }\n";
   s += "  for (uint q = 0u; q < " + ulit(4 * t.quads_v) + "; ++q) acc[q] = vec4(0.0);\n";
+  const BlockQuads quads(g);
+  s += "  vec4 kreg[" + ulit(quads.k_per_lane) + "], vreg[" + ulit(quads.v_per_lane) + "];\n";
+  s += "  uint jn = 0u;\n  if (reach > 0u) {\n" + block_loads(g, quads) + "  }\n";
   s += "  for (uint j0 = 0u; j0 < reach; j0 += " + BK + ") {\n";
   s += "    barrier();\n";  // the previous block's readers are done (and qt is written)
-  s += stage_transposed("kt", "k_ld", "kb", kRegKeys, "j0", "LK", "D", t.kr4);
-  s += "    for (uint x = tid; x < " + ulit(kRegKeys * g.dv / 4) + "; x += " + ulit(kRegLanes) +
-       ") {\n";
-  s += "      uint j = x / " + ulit(g.dv / 4) + ", e = (x % " + ulit(g.dv / 4) +
-       ") * 4u, jj = j0 + j;\n";
-  s += "      vec4 v4 = vec4(0.0);\n";
-  s += "      if (jj < LK) v4 = vec4(v_ld(vb + jj * DV + e), v_ld(vb + jj * DV + e + 1u), "
-       "v_ld(vb + jj * DV + e + 2u), v_ld(vb + jj * DV + e + 3u));\n";
-  s += "      vs[j * " + VR4 + " + e / 4u] = v4;\n    }\n";
+  s += block_stores(g, t, quads);
   s += "    barrier();\n";
+  s += "    jn = j0 + " + BK + ";\n    if (jn < reach) {\n" + block_loads(g, quads) + "    }\n";
   s += "    vec4 s[4];\n    for (uint r = 0u; r < 4u; ++r) s[r] = vec4(0.0);\n";
   s += "    for (uint e = 0u; e < D; ++e) {\n";
   s += "      vec4 qv = qt[e * " + QR4 + " + ty], kv = kt[e * " + KR4 + " + tx];\n";
