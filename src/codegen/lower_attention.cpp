@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <functional>
 #include <optional>
 
 #include "codegen/glsl.h"
@@ -336,35 +337,51 @@ struct BlockQuads {
         v_per_lane((v_quads + kRegLanes - 1) / kRegLanes) {}
 };
 
+// GLSL statements `body(i)` for i = 0 .. count - 1 with i a literal: register arrays indexed
+// by a literal stay registers (a loop variable the compiler does not unroll would put them in
+// local memory).
+std::string unrolled(uint64_t count, const std::function<std::string(const std::string&)>& body) {
+  std::string s;
+  for (uint64_t i = 0; i < count; ++i) s += body(std::to_string(i));
+  return s;
+}
+
 std::string block_loads(const AttentionShape& g, const BlockQuads& b) {
-  const std::string L = ulit(kRegLanes);
-  std::string s = "    for (uint n = 0u; n < " + ulit(b.k_per_lane) + "; ++n) {\n";
-  s += "      uint x = tid + n * " + L + ", r = x % " + ulit(kRegKeys) + ", e = (x / " +
-       ulit(kRegKeys) + ") * 4u, row = jn + r, at = kb + row * D + e;\n";
-  s += "      kreg[n] = x < " + ulit(b.k_quads) +
-       " && row < LK ? vec4(k_ld(at), k_ld(at + 1u), k_ld(at + 2u), k_ld(at + 3u)) : vec4(0.0);\n";
-  s += "    }\n";
-  s += "    for (uint n = 0u; n < " + ulit(b.v_per_lane) + "; ++n) {\n";
-  s += "      uint x = tid + n * " + L + ", row = jn + x / " + ulit(g.dv / 4) + ", at = vb + row * DV + (x % " +
-       ulit(g.dv / 4) + ") * 4u;\n";
-  s += "      vreg[n] = row < LK ? vec4(v_ld(at), v_ld(at + 1u), v_ld(at + 2u), v_ld(at + 3u)) : "
-       "vec4(0.0);\n";
-  s += "    }\n";
+  const std::string L = ulit(kRegLanes), KEYS = ulit(kRegKeys), VQ = ulit(g.dv / 4);
+  std::string s = unrolled(b.k_per_lane, [&](const std::string& n) {
+    std::string x = "    {\n      uint x = tid + " + n + "u * " + L + ", r = x % " + KEYS +
+                    ", e = (x / " + KEYS + ") * 4u, row = jn + r, at = kb + row * D + e;\n";
+    x += "      kreg[" + n + "] = x < " + ulit(b.k_quads) +
+         " && row < LK ? vec4(k_ld(at), k_ld(at + 1u), k_ld(at + 2u), k_ld(at + 3u)) : "
+         "vec4(0.0);\n    }\n";
+    return x;
+  });
+  s += unrolled(b.v_per_lane, [&](const std::string& n) {
+    std::string x = "    {\n      uint x = tid + " + n + "u * " + L + ", row = jn + x / " + VQ +
+                    ", at = vb + row * DV + (x % " + VQ + ") * 4u;\n";
+    x += "      vreg[" + n + "] = row < LK ? vec4(v_ld(at), v_ld(at + 1u), v_ld(at + 2u), "
+         "v_ld(at + 3u)) : vec4(0.0);\n    }\n";
+    return x;
+  });
   return s;
 }
 
 std::string block_stores(const AttentionShape& g, const RegisterTiling& t, const BlockQuads& b) {
-  const std::string L = ulit(kRegLanes);
-  std::string s = "    for (uint n = 0u; n < " + ulit(b.k_per_lane) + "; ++n) {\n";
-  s += "      uint x = tid + n * " + L + ", r = x % " + ulit(kRegKeys) + ", e = (x / " +
-       ulit(kRegKeys) + ") * 4u;\n";
-  s += "      if (x < " + ulit(b.k_quads) + ") {\n";
-  s += "        for (uint c = 0u; c < 4u; ++c) kt[(e + c) * " + ulit(t.kr4) +
-       " + r / 4u][r % 4u] = kreg[n][c];\n      }\n    }\n";
-  s += "    for (uint n = 0u; n < " + ulit(b.v_per_lane) + "; ++n) {\n";
-  s += "      uint x = tid + n * " + L + ";\n";
-  s += "      vs[(x / " + ulit(g.dv / 4) + ") * " + ulit(t.vr4) + " + x % " + ulit(g.dv / 4) +
-       "] = vreg[n];\n    }\n";
+  const std::string L = ulit(kRegLanes), KEYS = ulit(kRegKeys), VQ = ulit(g.dv / 4);
+  std::string s = unrolled(b.k_per_lane, [&](const std::string& n) {
+    std::string x = "    {\n      uint x = tid + " + n + "u * " + L + ", r = x % " + KEYS +
+                    ", e = (x / " + KEYS + ") * 4u;\n";
+    x += "      if (x < " + ulit(b.k_quads) + ") {\n";
+    x += unrolled(4, [&](const std::string& c) {
+      return "        kt[(e + " + c + "u) * " + ulit(t.kr4) + " + r / 4u][r % 4u] = kreg[" + n +
+             "][" + c + "];\n";
+    });
+    return x + "      }\n    }\n";
+  });
+  s += unrolled(b.v_per_lane, [&](const std::string& n) {
+    return "    {\n      uint x = tid + " + n + "u * " + L + ";\n      vs[(x / " + VQ + ") * " +
+           ulit(t.vr4) + " + x % " + VQ + "] = vreg[" + n + "];\n    }\n";
+  });
   return s;
 }
 
@@ -372,42 +389,51 @@ std::string block_stores(const AttentionShape& g, const RegisterTiling& t, const
 // visible keys; each row's maximum of them into red.
 std::string register_scores(const LowerContext& ctx, const AttentionShape& g) {
   const AttentionAttrs& a = g.attrs;
-  std::string s = "    for (uint r = 0u; r < 4u; ++r) {\n";
-  s += "      uint i = i0 + ty * 4u + r;\n";
-  if (a.has_mask) {
-    const size_t R = g.rank;
-    const uint64_t row_stride = g.mask[R - 2] == 1 ? 0 : static_cast<uint64_t>(g.mask[R - 1]);
-    s += "      uint mbr = mb + min(i, LQ - 1u) * " + ulit(row_stride) + ";\n";
-  }
-  s += "      float bm = -mn_inf();\n";
-  s += "      for (uint c = 0u; c < 4u; ++c) {\n";
-  s += "        uint jj = j0 + tx * 4u + c;\n        float dot = s[r][c];\n";
-  s += "        float v = jj < vis[r] ? " + score_expr(ctx, g, a, "jj", "mbr") + " : -mn_inf();\n";
-  s += "        s[r][c] = v;\n        bm = v > bm ? v : bm;\n      }\n";
-  s += "      red[(ty * 4u + r) * 17u + tx] = bm;\n    }\n";
-  return s;
+  return unrolled(4, [&](const std::string& r) {
+    std::string s = "    {\n      uint i = i0 + ty * 4u + " + r + "u;\n";
+    if (a.has_mask) {
+      const size_t R = g.rank;
+      const uint64_t row_stride = g.mask[R - 2] == 1 ? 0 : static_cast<uint64_t>(g.mask[R - 1]);
+      s += "      uint mbr = mb + min(i, LQ - 1u) * " + ulit(row_stride) + ";\n";
+    }
+    s += "      float bm = -mn_inf();\n";
+    s += unrolled(4, [&](const std::string& c) {
+      std::string x = "      {\n        uint jj = j0 + tx * 4u + " + c + "u;\n        float dot = s" +
+                      r + "[" + c + "];\n";
+      x += "        float v = jj < vis" + r + " ? " + score_expr(ctx, g, a, "jj", "mbr") +
+           " : -mn_inf();\n";
+      x += "        s" + r + "[" + c + "] = v;\n        bm = v > bm ? v : bm;\n      }\n";
+      return x;
+    });
+    s += "      red[(ty * 4u + " + r + "u) * 17u + tx] = bm;\n    }\n";
+    return s;
+  });
 }
 
 // The rows' block maxima from red, the rescaling of what came before, the probabilities (into
 // kt, head-dimension major no more: [key][row vec4]).
 std::string register_probabilities(const RegisterTiling& t) {
-  const std::string QV = ulit(t.quads_v);
-  std::string s = "    for (uint r = 0u; r < 4u; ++r) {\n";
-  s += "      float bm = -mn_inf();\n";
-  s += "      for (uint x = 0u; x < 16u; ++x) { float v = red[(ty * 4u + r) * 17u + x]; bm = v > bm "
-       "? v : bm; }\n";
-  s += "      float mx = bm > m[r] ? bm : m[r];\n";
-  s += "      float alpha = m[r] == -mn_inf() ? 0.0 : exp(m[r] - mx);\n";
-  s += "      m[r] = mx;\n      l[r] *= alpha;\n";
-  s += "      for (uint q = 0u; q < " + QV + "; ++q) acc[r * " + QV + " + q] *= alpha;\n";
-  // Masked keys (-inf) weigh 0; a row with every key masked ends as 0 / 0 = NaN, as the
-  // reference's exp(-inf - -inf).
-  s += "      for (uint c = 0u; c < 4u; ++c) {\n";
-  s += "        float p = s[r][c] == -mn_inf() ? 0.0 : exp(s[r][c] - mx);\n";
-  s += "        s[r][c] = p;\n        l[r] += p;\n      }\n    }\n";
-  s += "    for (uint c = 0u; c < 4u; ++c)\n";
-  s += "      kt[(tx * 4u + c) * " + ulit(t.qr4) +
-       " + ty] = vec4(s[0][c], s[1][c], s[2][c], s[3][c]);\n";
+  std::string s = unrolled(4, [&](const std::string& r) {
+    std::string x = "    {\n      float bm = -mn_inf();\n";
+    x += "      for (uint x = 0u; x < 16u; ++x) { float v = red[(ty * 4u + " + r +
+         "u) * 17u + x]; bm = v > bm ? v : bm; }\n";
+    x += "      float mx = bm > m" + r + " ? bm : m" + r + ";\n";
+    x += "      float alpha = m" + r + " == -mn_inf() ? 0.0 : exp(m" + r + " - mx);\n";
+    x += "      m" + r + " = mx;\n      l" + r + " *= alpha;\n";
+    x += unrolled(t.quads_v, [&](const std::string& q) {
+      return "      acc" + r + "_" + q + " *= alpha;\n";
+    });
+    x += unrolled(4, [&](const std::string& c) {
+      const std::string sc = "s" + r + "[" + c + "]";
+      return "      " + sc + " = " + sc + " == -mn_inf() ? 0.0 : exp(" + sc + " - mx);\n      l" +
+             r + " += " + sc + ";\n";
+    });
+    return x + "    }\n";
+  });
+  s += unrolled(4, [&](const std::string& c) {
+    return "    kt[(tx * 4u + " + c + "u) * " + ulit(t.qr4) + " + ty] = vec4(s0[" + c + "], s1[" +
+           c + "], s2[" + c + "], s3[" + c + "]);\n";
+  });
   return s;
 }
 
@@ -417,7 +443,7 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
   KernelLaunch k;
   std::string s = declarations(ctx, g, a.has_mask, k.bindings);
   const uint64_t tiles = (g.lq + kRegRows - 1) / kRegRows;
-  const std::string QR4 = ulit(t.qr4), KR4 = ulit(t.kr4), VR4 = ulit(t.vr4), QV = ulit(t.quads_v);
+  const std::string QR4 = ulit(t.qr4), KR4 = ulit(t.kr4), VR4 = ulit(t.vr4);
   const std::string BQ = ulit(kRegRows), BK = ulit(kRegKeys);
   s += "shared vec4 qt[" + ulit(g.d * t.qr4) + "];\n";
   s += "shared vec4 kt[" + ulit(t.kt_vec4s(g)) + "];\n";
@@ -431,9 +457,10 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
   s += "  uint h = bh % HQ, b = bh / HQ;\n";
   s += head_offsets(g, a.has_mask, "0u");
   s += stage_transposed("qt", "q_ld", "qb", kRegRows, "i0", "LQ", "D", t.qr4);
-  s += "  uint vis[4];\n";
-  s += "  for (uint r = 0u; r < 4u; ++r) {\n    uint i = i0 + ty * 4u + r;\n";
-  s += "    vis[r] = i < LQ ? " + visible_expr(g, "i") + " : 0u;\n  }\n";
+  s += unrolled(4, [&](const std::string& r) {
+    return "  uint vis" + r + " = i0 + ty * 4u + " + r + "u < LQ ? " +
+           visible_expr(g, "(i0 + ty * 4u + " + r + "u)") + " : 0u;\n";
+  });
   // The keys some row of the tile sees.
   if (g.has_positions) {
     s += "  uint reach = 0u;\n";
@@ -443,9 +470,13 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
     s += std::string("  uint reach = ") + (a.causal ? "min(LK, min(i0 + " + BQ + ", LQ))" : "LK") +
          ";\n";
   }
-  s += "  float m[4], l[4];\n  vec4 acc[" + ulit(4 * t.quads_v) + "];\n";
-  s += "  for (uint r = 0u; r < 4u; ++r) { m[r] = -mn_inf(); l[r] = 0.0; }\n";
-  s += "  for (uint q = 0u; q < " + ulit(4 * t.quads_v) + "; ++q) acc[q] = vec4(0.0);\n";
+  s += unrolled(4, [&](const std::string& r) {
+    std::string x = "  float m" + r + " = -mn_inf(), l" + r + " = 0.0;\n";
+    x += unrolled(t.quads_v, [&](const std::string& q) {
+      return "  vec4 acc" + r + "_" + q + " = vec4(0.0);\n";
+    });
+    return x;
+  });
   const BlockQuads quads(g);
   s += "  vec4 kreg[" + ulit(quads.k_per_lane) + "], vreg[" + ulit(quads.v_per_lane) + "];\n";
   s += "  uint jn = 0u;\n  if (reach > 0u) {\n" + block_loads(g, quads) + "  }\n";
@@ -454,10 +485,10 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
   s += block_stores(g, t, quads);
   s += "    barrier();\n";
   s += "    jn = j0 + " + BK + ";\n    if (jn < reach) {\n" + block_loads(g, quads) + "    }\n";
-  s += "    vec4 s[4];\n    for (uint r = 0u; r < 4u; ++r) s[r] = vec4(0.0);\n";
+  s += "    vec4 s0 = vec4(0.0), s1 = vec4(0.0), s2 = vec4(0.0), s3 = vec4(0.0);\n";
   s += "    for (uint e = 0u; e < D; ++e) {\n";
   s += "      vec4 qv = qt[e * " + QR4 + " + ty], kv = kt[e * " + KR4 + " + tx];\n";
-  s += "      s[0] += qv.x * kv; s[1] += qv.y * kv; s[2] += qv.z * kv; s[3] += qv.w * kv;\n";
+  s += "      s0 += qv.x * kv; s1 += qv.y * kv; s2 += qv.z * kv; s3 += qv.w * kv;\n";
   s += "    }\n";
   s += register_scores(ctx, g);
   s += "    barrier();\n";  // red is complete; every lane is past reading the keys
@@ -466,25 +497,35 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
   s += "    uint cnt = min(" + BK + ", reach - j0);\n";
   s += "    for (uint j = 0u; j < cnt; ++j) {\n";
   s += "      vec4 p = kt[j * " + QR4 + " + ty];\n";
-  s += "      for (uint q = 0u; q < " + QV + "; ++q) {\n";
-  s += "        vec4 vv = vs[j * " + VR4 + " + tx + 16u * q];\n";
-  s += "        acc[q] += p.x * vv; acc[" + QV + " + q] += p.y * vv;\n";
-  s += "        acc[2u * " + QV + " + q] += p.z * vv; acc[3u * " + QV + " + q] += p.w * vv;\n";
-  s += "      }\n    }\n  }\n";
+  s += unrolled(t.quads_v, [&](const std::string& q) {
+    std::string x = "      {\n        vec4 vv = vs[j * " + VR4 + " + tx + " + q + "u * 16u];\n";
+    x += "        acc0_" + q + " += p.x * vv; acc1_" + q + " += p.y * vv; acc2_" + q +
+         " += p.z * vv; acc3_" + q + " += p.w * vv;\n      }\n";
+    return x;
+  });
+  s += "    }\n  }\n";
   // The rows' sums over their 16 lanes.
   s += "  barrier();\n";
-  s += "  for (uint r = 0u; r < 4u; ++r) red[(ty * 4u + r) * 17u + tx] = l[r];\n";
+  s += unrolled(4, [&](const std::string& r) {
+    return "  red[(ty * 4u + " + r + "u) * 17u + tx] = l" + r + ";\n";
+  });
   s += "  barrier();\n";
-  s += "  for (uint r = 0u; r < 4u; ++r) {\n";
-  s += "    uint i = i0 + ty * 4u + r;\n    if (i >= LQ) continue;\n";
-  s += "    float sum = 0.0;\n";
-  s += "    for (uint x = 0u; x < 16u; ++x) sum += red[(ty * 4u + r) * 17u + x];\n";
-  // No keys at all: the reference's sum over nothing is 0.
-  s += "    for (uint q = 0u; q < " + QV + "; ++q) {\n";
-  s += "      vec4 o = vis[r] == 0u ? vec4(0.0) : acc[r * " + QV + " + q] / sum;\n";
-  s += "      uint e = (tx + 16u * q) * 4u;\n";
-  s += "      for (uint c = 0u; c < 4u; ++c) out_st((bh * LQ + i) * DV + e + c, o[c]);\n";
-  s += "    }\n  }\n}\n";
+  s += unrolled(4, [&](const std::string& r) {
+    std::string x = "  if (i0 + ty * 4u + " + r + "u < LQ) {\n";
+    x += "    uint i = i0 + ty * 4u + " + r + "u;\n    float sum = 0.0;\n";
+    x += "    for (uint x = 0u; x < 16u; ++x) sum += red[(ty * 4u + " + r + "u) * 17u + x];\n";
+    // No keys at all: the reference's sum over nothing is 0.
+    x += unrolled(t.quads_v, [&](const std::string& q) {
+      std::string y = "    {\n      vec4 o = vis" + r + " == 0u ? vec4(0.0) : acc" + r + "_" + q +
+                      " / sum;\n";
+      y += "      uint at = (bh * LQ + i) * DV + (tx + " + q + "u * 16u) * 4u;\n";
+      y += "      out_st(at, o.x); out_st(at + 1u, o.y); out_st(at + 2u, o.z); out_st(at + 3u, "
+           "o.w);\n    }\n";
+      return y;
+    });
+    return x + "  }\n";
+  });
+  s += "}\n";
   k.name = "attention_tiled_registers";
   k.glsl = std::move(s);
   k.workgroup = {kRegLanes, 1, 1};

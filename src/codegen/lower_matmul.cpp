@@ -89,9 +89,9 @@ std::string guard(std::initializer_list<std::pair<bool, std::string>> conds) {
 // Element e of a thread's share of a slab: its (k, m) in A's slab and (k, n) in B's. The map
 // follows each operand's memory order (the contiguous axis fastest across threads), so every
 // transpose combination reads whole contiguous runs.
-std::string slab_coords(const MatmulGeometry& g, const TiledConfig& c) {
+std::string slab_coords(const MatmulGeometry& g, const TiledConfig& c, int64_t e) {
   const std::string TILE = ulit(c.tile), KS = ulit(c.ks);
-  std::string s = "      uint idx = lid + e * 256u;\n";
+  std::string s = "      uint idx = lid + " + ulit(e * 256) + ";\n";
   s += g.ta ? "      uint mm = idx % " + TILE + ", kk = idx / " + TILE + ";\n"   // A [K, M]
             : "      uint kk = idx % " + KS + ", mm = idx / " + KS + ";\n";      // A [M, K]
   s += g.tb ? "      uint kb = idx % " + KS + ", nn = idx / " + KS + ";\n"       // B [N, K]
@@ -103,32 +103,37 @@ std::string slab_coords(const MatmulGeometry& g, const TiledConfig& c) {
 // products, so their latency hides behind them).
 std::string slab_loads(const MatmulGeometry& g, const TiledConfig& c) {
   const std::string M = ulit(g.m), N = ulit(g.n), K = ulit(g.k);
-  std::string s = "    for (uint e = 0u; e < " + ulit(c.per_thread) + "; ++e) {\n";
-  s += slab_coords(g, c);
-  s += "      uint gm = row0 + mm, gk = kn + kk, gn = col0 + nn, gkb = kn + kb;\n";
   const std::string a_off = g.ta ? "gk * " + M + " + gm" : "gm * " + K + " + gk";
   const std::string a_guard = guard({{c.check_m, "gm < " + M}, {c.check_k, "gk < " + K}});
-  s += "      ra[e] = " +
-       (a_guard.empty() ? "A_ld(abase + " + a_off + ")"
-                        : "(" + a_guard + ") ? A_ld(abase + " + a_off + ") : 0.0") +
-       ";\n";
+  const std::string a_load = a_guard.empty()
+                                 ? "A_ld(abase + " + a_off + ")"
+                                 : "(" + a_guard + ") ? A_ld(abase + " + a_off + ") : 0.0";
   const std::string b_off = g.tb ? "gn * " + K + " + gkb" : "gkb * " + N + " + gn";
   const std::string b_guard = guard({{c.check_n, "gn < " + N}, {c.check_k, "gkb < " + K}});
-  s += "      rb[e] = " +
-       (b_guard.empty() ? "B_ld(bbase + " + b_off + ")"
-                        : "(" + b_guard + ") ? B_ld(bbase + " + b_off + ") : 0.0") +
-       ";\n";
-  s += "    }\n";
+  const std::string b_load = b_guard.empty()
+                                 ? "B_ld(bbase + " + b_off + ")"
+                                 : "(" + b_guard + ") ? B_ld(bbase + " + b_off + ") : 0.0";
+  // Unrolled here: registers indexed by a literal stay registers.
+  std::string s;
+  for (int64_t e = 0; e < c.per_thread; ++e) {
+    const std::string E = std::to_string(e);
+    s += "    {\n" + slab_coords(g, c, e);
+    s += "      uint gm = row0 + mm, gk = kn + kk, gn = col0 + nn, gkb = kn + kb;\n";
+    s += "      ra[" + E + "] = " + a_load + ";\n      rb[" + E + "] = " + b_load + ";\n    }\n";
+  }
   return s;
 }
 
 // Stores the registers into the shared slabs.
 std::string slab_stores(const MatmulGeometry& g, const TiledConfig& c) {
-  std::string s = "    for (uint e = 0u; e < " + ulit(c.per_thread) + "; ++e) {\n";
-  s += slab_coords(g, c);
-  s += c.t == 4 ? "      As4[kk][mm >> 2][mm & 3u] = ra[e];\n      Bs4[kb][nn >> 2][nn & 3u] = rb[e];\n"
-                : "      As[kk][mm] = ra[e];\n      Bs[kb][nn] = rb[e];\n";
-  s += "    }\n";
+  std::string s;
+  for (int64_t e = 0; e < c.per_thread; ++e) {
+    const std::string E = std::to_string(e);
+    s += "    {\n" + slab_coords(g, c, e);
+    s += c.t == 4 ? "      As4[kk][mm >> 2][mm & 3u] = ra[" + E + "];\n      Bs4[kb][nn >> 2][nn & 3u] = rb[" + E + "];\n"
+                  : "      As[kk][mm] = ra[" + E + "];\n      Bs[kb][nn] = rb[" + E + "];\n";
+    s += "    }\n";
+  }
   return s;
 }
 
