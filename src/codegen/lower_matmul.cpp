@@ -152,19 +152,92 @@ std::string slab_products(const TiledConfig& c) {
   return s;
 }
 
+// K splits of the tiled kernel. Its grid for a small product leaves each multiprocessor a few
+// warps, too few to hide the loads' latency (a 512 × 576 × 576 product gives an H200 72
+// workgroups for 132 multiprocessors): splitting K multiplies the workgroups toward four per
+// multiprocessor, each split at least kMinSplitSlabs slabs long, at most kMaxSplits. The last
+// workgroup of a tile adds the others' partial sums. Unknown multiprocessors (a CPU device):
+// no split. DeviceTraits::matmul_split_k overrides the count.
+constexpr int64_t kMinSplitSlabs = 4, kMaxSplits = 8, kWorkgroupsPerMultiprocessor = 4;
+
+int64_t tiled_splits(const TiledConfig& c, const MatmulGeometry& g, int64_t tiles,
+                     const DeviceTraits& d) {
+  const int64_t slabs = (g.k + c.ks - 1) / c.ks;
+  int64_t s = d.matmul_split_k;
+  if (s == 0) {
+    if (d.multiprocessors == 0) return 1;
+    const int64_t want = kWorkgroupsPerMultiprocessor * d.multiprocessors;
+    if (tiles * 2 > want) return 1;
+    s = std::min({(want + tiles - 1) / tiles, slabs / kMinSplitSlabs, kMaxSplits});
+  }
+  s = std::clamp<int64_t>(s, 1, std::max<int64_t>(slabs, 1));
+  const int64_t per = (slabs + s - 1) / s;  // slabs per split
+  return (slabs + per - 1) / per;            // so that no split is empty
+}
+
+// GLSL: statements `body` for every output (i, j) of the thread, gm and gn its row and column,
+// inside the bounds.
+std::string per_output(const TiledConfig& c, const MatmulGeometry& g, const std::string& body) {
+  const std::string guard_expr =
+      guard({{c.check_m, "gm < " + ulit(g.m)}, {c.check_n, "gn < " + ulit(g.n)}});
+  std::string s;
+  for (int64_t i = 0; i < c.t; ++i) {
+    for (int64_t j = 0; j < c.t; ++j) {
+      const std::string I = std::to_string(i), J = std::to_string(j);
+      std::string b = body;
+      for (size_t at = b.find("@acc"); at != std::string::npos; at = b.find("@acc")) {
+        b.replace(at, 4, "acc[" + I + "][" + J + "]");
+      }
+      s += "  {\n";
+      s += c.t == 4 ? "    uint gm = row0 + ty * 4u + " + I + "u, gn = col0 + tx * 4u + " + J + "u;\n"
+                    : "    uint gm = row0 + ty, gn = col0 + tx;\n";
+      s += "    " + (guard_expr.empty() ? "" : "if (" + guard_expr + ") ") + b + "\n  }\n";
+    }
+  }
+  return s;
+}
+
+// With K split: this workgroup's partial sums into P; the last of a tile's workgroups to
+// finish goes on with the others' added to its own (and leaves the tile's counter zero for the
+// next run); the others return.
+std::string combine_splits(const TiledConfig& c, const MatmulGeometry& g, int64_t batch,
+                           int64_t splits) {
+  const std::string MN = ulit(g.m * g.n), N = ulit(g.n);
+  std::string s = per_output(c, g, "P_st((split * " + ulit(batch) + " + bz) * " + MN +
+                                       " + gm * " + N + " + gn, @acc);");
+  s += "  memoryBarrierBuffer();\n  barrier();\n";
+  s += "  if (lid == 0u) {\n    last_sh = atomicAdd(done[tile_id], 1u) == " + ulit(splits - 1) +
+       ";\n    if (last_sh) done[tile_id] = 0u;\n  }\n";
+  s += "  barrier();\n  if (!last_sh) return;\n  memoryBarrierBuffer();\n";
+  s += "  for (uint sp = 0u; sp < " + ulit(splits) + "; ++sp) {\n";
+  s += "    if (sp == split) continue;\n";
+  s += per_output(c, g, "@acc += P_ld((sp * " + ulit(batch) + " + bz) * " + MN + " + gm * " +
+                            N + " + gn);");
+  s += "  }\n";
+  return s;
+}
+
 Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
                      const MatmulEpilogue* e) {
   const TiledConfig c(g);
-  const std::string M = ulit(g.m), N = ulit(g.n), K = ulit(g.k), T = ulit(c.t), TILE = ulit(c.tile);
+  const std::string K = ulit(g.k), TILE = ulit(c.tile);
   const std::string KS = ulit(c.ks), PT = ulit(c.per_thread);
 
   if (ctx.device.max_workgroup_invocations < 256) {
     throw Error("matmul: the tiled kernel needs workgroups of 256 invocations; the device allows " +
                 std::to_string(ctx.device.max_workgroup_invocations));
   }
-  // Row tiles and batch share the y dimension of the grid, folded into z past its limit.
+  // Row tiles, batch and K splits share the y dimension of the grid, folded into z past its
+  // limit.
   const int64_t col_tiles = (g.n + c.tile - 1) / c.tile, row_tiles = (g.m + c.tile - 1) / c.tile;
-  const int64_t rows_total = row_tiles * batch;
+  const int64_t tiles = col_tiles * row_tiles * batch;
+  const int64_t splits = tiled_splits(c, g, tiles, ctx.device);
+  const int64_t split_k = ((g.k + c.ks - 1) / c.ks + splits - 1) / splits * c.ks;
+  if (splits > 1 && splits * batch * g.m * g.n > int64_t{std::numeric_limits<uint32_t>::max()}) {
+    throw Error("matmul: " + std::to_string(splits) +
+                " K splits of this product need more partial sums than 32-bit offsets address");
+  }
+  const int64_t rows_total = row_tiles * batch * splits;
   const int64_t limit = ctx.device.max_group_count;
   if (col_tiles > limit) {
     throw Error("matmul: N = " + std::to_string(g.n) + " needs " + std::to_string(col_tiles) +
@@ -173,11 +246,20 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   const int64_t gy = std::min(rows_total, limit), gz = (rows_total + gy - 1) / gy;
   if (gz > limit) {
     throw Error("matmul: " + std::to_string(rows_total) +
-                " row tiles × batches exceed the device's grid limits");
+                " row tiles × batches × K splits exceed the device's grid limits");
   }
 
   std::string s = glsl::header() + operand_buffers(ctx);
   if (e) s += e->declarations;
+  const size_t extra = e ? e->extra.size() : 0;
+  if (splits > 1) {
+    // Coherent: the last workgroup of a tile reads what the others stored.
+    std::string part = glsl::buffer(static_cast<uint32_t>(3 + extra), DType::f32, "P", false);
+    part.insert(part.find("buffer Buffer"), "coherent ");
+    s += part;
+    s += "layout(std430, set = 0, binding = " + std::to_string(4 + extra) +
+         ") buffer Counters { uint done[]; };\nshared bool last_sh;\n";
+  }
   s += epilogue_function(e);
   // One vec4 of pad per slab row keeps the staging stores mostly conflict-free.
   s += c.t == 4 ? "shared vec4 As4[" + KS + "][17];\nshared vec4 Bs4[" + KS + "][17];\n"
@@ -186,34 +268,36 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   s += "  uint lid = gl_LocalInvocationID.x, tx = lid % 16u, ty = lid / 16u;\n";
   s += "  uint yz = gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y;\n";
   if (gy * gz != rows_total) s += "  if (yz >= " + ulit(rows_total) + ") return;\n";
-  s += "  uint bz = yz / " + ulit(row_tiles) + ";\n";
-  s += "  uint row0 = (yz % " + ulit(row_tiles) + ") * " + TILE + ", col0 = gl_WorkGroupID.x * " +
+  s += "  uint split = yz / " + ulit(row_tiles * batch) + ", rt = yz % " + ulit(row_tiles * batch) +
+       ";\n";
+  s += "  uint bz = rt / " + ulit(row_tiles) + ", tile_id = rt * " + ulit(col_tiles) +
+       " + gl_WorkGroupID.x;\n";
+  s += "  uint row0 = (rt % " + ulit(row_tiles) + ") * " + TILE + ", col0 = gl_WorkGroupID.x * " +
        TILE + ";\n";
+  s += "  uint kbegin = split * " + ulit(split_k) + ", kend = min(" + K + ", kbegin + " +
+       ulit(split_k) + ");\n";
   s += batch_bases(g);
   s += c.t == 4 ? "  vec4 acc[4];\n  for (uint i = 0u; i < 4u; ++i) acc[i] = vec4(0.0);\n"
                 : "  float acc[1][1];\n  acc[0][0] = 0.0;\n";
   // The next slab is in flight while this one's products run: one slab of registers, two
   // barriers a slab (staged, then consumed).
-  s += "  float ra[" + PT + "], rb[" + PT + "];\n  uint kn = 0u;\n";
+  s += "  float ra[" + PT + "], rb[" + PT + "];\n  uint kn = kbegin;\n";
   s += slab_loads(g, c);
-  s += "  for (uint k0 = 0u; k0 < " + K + "; k0 += " + KS + ") {\n";
+  s += "  for (uint k0 = kbegin; k0 < kend; k0 += " + KS + ") {\n";
   s += slab_stores(g, c);
-  s += "    barrier();\n    kn = k0 + " + KS + ";\n    if (kn < " + K + ") {\n";
+  s += "    barrier();\n    kn = k0 + " + KS + ";\n    if (kn < kend) {\n";
   s += slab_loads(g, c);
   s += "    }\n";
   s += slab_products(c);
   s += "    barrier();\n  }\n";
+  if (splits > 1) s += combine_splits(c, g, batch, splits);
   s += "  uint cbase = bz * " + ulit(g.m * g.n) + ";\n";
-  s += "  for (uint i = 0u; i < " + T + "; ++i) for (uint j = 0u; j < " + T + "; ++j) {\n";
-  s += c.t == 4 ? "    uint gm = row0 + ty * 4u + i, gn = col0 + tx * 4u + j;\n"
-                : "    uint gm = row0 + ty, gn = col0 + tx;\n";
-  const std::string c_guard = guard({{c.check_m, "gm < " + M}, {c.check_n, "gn < " + N}});
-  s += "    " + (c_guard.empty() ? "" : "if (" + c_guard + ") ") + "C_st(cbase + gm * " + N +
-       " + gn, mm_epilogue(acc[i][j], bz, gm, gn));\n";
-  s += "  }\n}\n";
+  s += per_output(c, g, "C_st(cbase + gm * " + ulit(g.n) + " + gn, mm_epilogue(@acc, bz, gm, gn));");
+  s += "}\n";
 
   KernelLaunch k;
-  k.name = "matmul_" + std::to_string(c.tile) + "x" + std::to_string(c.tile);
+  k.name = "matmul_" + std::to_string(c.tile) + "x" + std::to_string(c.tile) +
+           (splits > 1 ? "_split" + std::to_string(splits) : std::string());
   k.glsl = std::move(s);
   k.workgroup = {256, 1, 1};
   k.groups = {static_cast<uint32_t>(col_tiles), static_cast<uint32_t>(gy),
@@ -223,6 +307,12 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
     for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
   }
   Lowering l;
+  if (splits > 1) {
+    k.bindings.push_back({ArgRef::scratch(0), true});
+    k.bindings.push_back({ArgRef::counters(0), true});
+    l.scratch_bytes.push_back(static_cast<uint64_t>(splits * batch * g.m * g.n) * sizeof(float));
+    l.counter_bytes.push_back(static_cast<uint64_t>(tiles) * sizeof(uint32_t));
+  }
   l.launches.push_back(std::move(k));
   return l;
 }

@@ -16,6 +16,7 @@
 
 #include "gpu_compare.h"
 #include "lowering_runner.h"
+#include "support/scoped_env.h"
 
 namespace mn {
 namespace {
@@ -152,6 +153,102 @@ TEST(MatmulGpu, GridFoldsPastTheGroupLimit) {
   Graph g;
   Tensor c = matmul(g.input("a", {2, 8}), g.input("b", {8, 100}));
   EXPECT_THROW(testing::lower_node(g, c.id(), traits), Error);
+}
+
+// K split over several workgroups of a tile (forced here; a GPU that reports its
+// multiprocessors splits small grids itself): each adds its K range, the last of a tile to
+// finish adds the others' partial sums. Each lowering runs twice: the tile counters must be left
+// zero for the next run.
+TEST(MatmulGpu, SplitK) {
+  auto rng = testing::rng_for("matmul-gpu/split-k");
+  struct Case {
+    Product p;
+    int splits;
+  };
+  // K = 200 is 7 slabs of 32: 3 splits of 3, 3 and 1; 150 is 5 slabs: 4 asked, 3 of 2, 2 and 1
+  // (no split is empty); the 16×16 tile's slabs are 16 wide.
+  const std::vector<Case> cases = {
+      {{"nn", {130, 200}, {200, 70}, false, false, "matmul_64x64_split3"}, 3},
+      {{"tt", {200, 130}, {70, 200}, true, true, "matmul_64x64_split2"}, 2},
+      {{"batched", {2, 70, 150}, {150, 66}, false, false, "matmul_64x64_split3"}, 4},
+      {{"small_tiles", {20, 100}, {30, 100}, false, true, "matmul_16x16_split3"}, 3},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.p.tag);
+    const Product& p = c.p;
+    codegen::DeviceTraits traits = testing::device_traits();
+    traits.matmul_split_k = c.splits;
+    Graph g;
+    const Shape& bshape = p.b;
+    Tensor a = g.input("a", p.a);
+    Tensor b = g.input("b", bshape);
+    Tensor out = matmul(a, b, p.ta, p.tb);
+    const auto low = testing::lower_node(g, out.id(), traits);
+    ASSERT_EQ(low.launches.size(), 1u);
+    EXPECT_EQ(low.launches[0].name, p.kernel);
+    const std::vector<Array> in{testing::random_array(rng, {p.a, DType::f32}),
+                                testing::random_array(rng, {bshape, DType::f32})};
+    auto want = reference::evaluate_nodes(g, {{"a", in[0]}, {"b", in[1]}},
+                                          std::vector<NodeId>{out.id()});
+    for (int run = 0; run < 2; ++run) {
+      EXPECT_TRUE(testing::elementwise_near(testing::run_lowering(g, out.id(), in, traits),
+                                            testing::stored(want[0]), 2e-5))
+          << "run " << run;
+    }
+  }
+}
+
+// The split's choice: a grid that leaves a device of 132 multiprocessors short of four
+// workgroups each splits K (SmolLM2's 512-token q projection: 72 tiles, 18 slabs, 4 splits); a
+// full grid, a short K and a device that does not report its multiprocessors do not.
+TEST(MatmulGpu, SplitKChoice) {
+  codegen::DeviceTraits gpu = testing::device_traits();
+  gpu.multiprocessors = 132;
+  gpu.matmul_split_k = 0;
+  codegen::DeviceTraits cpu = gpu;
+  cpu.multiprocessors = 0;
+  struct Case {
+    Shape a, b;
+    const codegen::DeviceTraits* traits;
+    std::string kernel;
+  };
+  const std::vector<Case> cases = {
+      {{512, 576}, {576, 576}, &gpu, "matmul_64x64_split4"},
+      {{512, 576}, {576, 192}, &gpu, "matmul_64x64_split4"},
+      {{2048, 576}, {576, 1536}, &gpu, "matmul_64x64"},
+      {{512, 64}, {64, 576}, &gpu, "matmul_64x64"},
+      {{512, 576}, {576, 576}, &cpu, "matmul_64x64"},
+  };
+  for (const Case& c : cases) {
+    Graph g;
+    Tensor out = matmul(g.input("a", c.a), g.input("b", c.b));
+    EXPECT_EQ(testing::lower_node(g, out.id(), *c.traits).launches[0].name, c.kernel)
+        << c.a[0] << "x" << c.a[1] << " · " << c.b[1];
+  }
+}
+
+// Through a session with MN_MATMUL_SPLIT_K: the fused residual add (the matmul's epilogue) runs
+// once, in the workgroup that adds the partials, and gradients split as well.
+TEST(MatmulGpu, SplitKWithEpilogueAndGradients) {
+  const testing::ScopedEnv split("MN_MATMUL_SPLIT_K", "3");
+  auto rng = testing::rng_for("matmul-gpu/split-k-session");
+  Graph g;
+  reference::Feeds feeds;
+  Tensor a = g.input("a", {70, 200});
+  Tensor b = g.input("b", {200, 90});
+  Tensor r = g.input("r", {70, 90});
+  for (const auto& [name, shape] : {std::pair<std::string, Shape>{"a", {70, 200}},
+                                    std::pair<std::string, Shape>{"b", {200, 90}},
+                                    std::pair<std::string, Shape>{"r", {70, 90}}}) {
+    feeds[name] = testing::random_array(rng, {shape, DType::f32});
+  }
+  Tensor y = matmul(a, b) + r;
+  g.output("y", y);
+  Tensor w = g.constant(testing::random_array(rng, {{70, 90}, DType::f32}));
+  const auto grads = gradients(sum(y * w), {a, b});
+  g.output("da", grads[0]);
+  g.output("db", grads[1]);
+  expect_close(g, feeds, 2e-5);
 }
 
 TEST(MatmulGpu, SixteenBitTensorsNeedStorageAccess) {
