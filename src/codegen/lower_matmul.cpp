@@ -152,25 +152,15 @@ std::string slab_products(const TiledConfig& c) {
   return s;
 }
 
-// K splits of the tiled kernel. Its grid for a small product leaves each multiprocessor a few
-// warps, too few to hide the loads' latency (a 512 × 576 × 576 product gives an H200 72
-// workgroups for 132 multiprocessors): splitting K multiplies the workgroups toward four per
-// multiprocessor, each split at least kMinSplitSlabs slabs long, at most kMaxSplits. The last
-// workgroup of a tile adds the others' partial sums. Unknown multiprocessors (a CPU device):
-// no split. DeviceTraits::matmul_split_k overrides the count.
-constexpr int64_t kMinSplitSlabs = 4, kMaxSplits = 8, kWorkgroupsPerMultiprocessor = 4;
-
-int64_t tiled_splits(const TiledConfig& c, const MatmulGeometry& g, int64_t tiles,
-                     const DeviceTraits& d) {
+// K splits of the tiled kernel, DeviceTraits::matmul_split_k (MN_MATMUL_SPLIT_K; 0 or 1: none):
+// each workgroup of a tile adds a K range of at least one slab, the last to finish adds the
+// others' partial sums. Not chosen by default: a small product's grid leaves an H200 few warps
+// per multiprocessor, and split alone it runs faster (512 × 576 × 192: 27.7 → 17.4 µs), but in
+// a 512-token prefill the q, k and v products already share their barrier window and the split
+// prefill measured 9.3 ms against 8.7 unsplit (docs/perf.md).
+int64_t tiled_splits(const TiledConfig& c, const MatmulGeometry& g, const DeviceTraits& d) {
   const int64_t slabs = (g.k + c.ks - 1) / c.ks;
-  int64_t s = d.matmul_split_k;
-  if (s == 0) {
-    if (d.multiprocessors == 0) return 1;
-    const int64_t want = kWorkgroupsPerMultiprocessor * d.multiprocessors;
-    if (tiles * 2 > want) return 1;
-    s = std::min({(want + tiles - 1) / tiles, slabs / kMinSplitSlabs, kMaxSplits});
-  }
-  s = std::clamp<int64_t>(s, 1, std::max<int64_t>(slabs, 1));
+  const int64_t s = std::clamp<int64_t>(d.matmul_split_k, 1, std::max<int64_t>(slabs, 1));
   const int64_t per = (slabs + s - 1) / s;  // slabs per split
   return (slabs + per - 1) / per;            // so that no split is empty
 }
@@ -231,7 +221,7 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   // limit.
   const int64_t col_tiles = (g.n + c.tile - 1) / c.tile, row_tiles = (g.m + c.tile - 1) / c.tile;
   const int64_t tiles = col_tiles * row_tiles * batch;
-  const int64_t splits = tiled_splits(c, g, tiles, ctx.device);
+  const int64_t splits = tiled_splits(c, g, ctx.device);
   const int64_t split_k = ((g.k + c.ks - 1) / c.ks + splits - 1) / splits * c.ks;
   if (splits > 1 && splits * batch * g.m * g.n > int64_t{std::numeric_limits<uint32_t>::max()}) {
     throw Error("matmul: " + std::to_string(splits) +
