@@ -49,9 +49,6 @@ struct DeviceTraits {
   // MN_MATMUL_SPLIT_K: K splits of the tiled (scalar) matmul, forced (0 or 1: none; see
   // codegen/lower_matmul.cpp for why it does not choose).
   int matmul_split_k = 0;
-  // MN_ATTENTION_PROMPT_SPLITS: key splits of the register-tiled attention, forced (0 chooses,
-  // codegen/lower_attention.cpp; 1 never splits).
-  int attention_prompt_splits = 0;
   // The granularities of workgroup-scope bf16·bf16+f32 matrices, as coop_wg_granularity's
   // (zeros: not offered; VK_KHR_shader_bfloat16's cooperative matrices are needed too).
   std::array<std::array<uint32_t, 3>, 4> coop_wg_bf16_granularity{};

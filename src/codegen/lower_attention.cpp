@@ -437,90 +437,11 @@ std::string register_probabilities(const RegisterTiling& t) {
   return s;
 }
 
-// Key splits of the register-tiled kernel: a prompt's longest query tiles (causal: the last
-// rows, which see every key) walk many key blocks one after another while few workgroups run
-// beside them. The keys then split into chunks of whole blocks over several workgroups, each
-// storing its rows' softmax state (max, sum, unnormalized output) and the last of a tile to
-// finish combining them. Chosen where heads × query tiles leave a GPU that reports its
-// multiprocessors short of two workgroups each and the keys span more than two blocks;
-// DeviceTraits::attention_prompt_splits forces a count.
-struct PromptSplit {
-  uint64_t splits = 1, chunk = kRegKeys;  // chunk: keys per split, whole blocks
-};
-
-constexpr uint64_t kMaxPromptSplits = 8, kMinChunkBlocks = 2;
-
-PromptSplit prompt_split(const AttentionShape& g, const DeviceTraits& d) {
-  const uint64_t tiles = (g.lq + kRegRows - 1) / kRegRows, groups = g.heads() * tiles;
-  const uint64_t blocks = (g.lk + kRegKeys - 1) / kRegKeys;
-  uint64_t want = static_cast<uint64_t>(std::max(d.attention_prompt_splits, 0));
-  if (want == 0) {
-    if (d.multiprocessors == 0 || groups >= 2ull * d.multiprocessors) want = 1;
-    else want = std::min(kMaxPromptSplits, blocks / kMinChunkBlocks);
-  }
-  want = std::clamp<uint64_t>(want, 1, std::max<uint64_t>(blocks, 1));
-  PromptSplit ps;
-  const uint64_t per = (blocks + want - 1) / want;  // blocks per split
-  ps.chunk = per * kRegKeys;
-  ps.splits = (blocks + per - 1) / per;
-  return ps;
-}
-
-// The split's rows' state into `part` ([tile][split][row][max, sum, DV outputs]); the last
-// workgroup of the tile to finish takes every split's state and leaves sums and outputs as one
-// workgroup's would be, the tile's counter zero for the next run.
-std::string combine_prompt_splits(const AttentionShape& g, const RegisterTiling& t,
-                                  const PromptSplit& ps, uint64_t tiles) {
-  const std::string ROW = ulit(g.dv + 2), SPLITS = ulit(ps.splits);
-  std::string s = "  uint tile = bh * " + ulit(tiles) + " + i0 / " + ulit(kRegRows) + ";\n";
-  const auto row_at = [&](const std::string& split, const std::string& r) {
-    return "((tile * " + SPLITS + " + " + split + ") * " + ulit(kRegRows) + " + ty * 4u + " + r +
-           "u) * " + ROW;
-  };
-  s += unrolled(4, [&](const std::string& r) {
-    std::string x = "  {\n    uint at = " + row_at("sp", r) + ";\n";
-    x += "    if (tx == 0u) { part_st(at, m" + r + "); part_st(at + 1u, sum" + r + "); }\n";
-    x += unrolled(t.quads_v, [&](const std::string& q) {
-      const std::string acc = "acc" + r + "_" + q;
-      return "    { uint c = at + 2u + (tx + " + q + "u * 16u) * 4u; part_st(c, " + acc +
-             ".x); part_st(c + 1u, " + acc + ".y); part_st(c + 2u, " + acc + ".z); part_st(c + 3u, " +
-             acc + ".w); }\n";
-    });
-    return x + "  }\n";
-  });
-  s += "  memoryBarrierBuffer();\n  barrier();\n";
-  s += "  if (tid == 0u) {\n    last_sh = atomicAdd(done[tile], 1u) == busy - 1u;\n"
-       "    if (last_sh) done[tile] = 0u;\n  }\n";
-  s += "  barrier();\n  if (!last_sh) return;\n  memoryBarrierBuffer();\n";
-  // Every split's state rescaled to the largest maximum (a split whose keys the row does not see
-  // has max -inf and weighs nothing).
-  s += unrolled(4, [&](const std::string& r) {
-    std::string x = "  {\n    float mx = -mn_inf();\n";
-    x += "    for (uint q = 0u; q < busy; ++q) { float v = part_ld(" + row_at("q", r) +
-         "); mx = v > mx ? v : mx; }\n";
-    x += "    sum" + r + " = 0.0;\n";
-    x += unrolled(t.quads_v, [&](const std::string& q) {
-      return "    acc" + r + "_" + q + " = vec4(0.0);\n";
-    });
-    x += "    for (uint q = 0u; q < busy; ++q) {\n      uint at = " + row_at("q", r) + ";\n";
-    x += "      float ms = part_ld(at);\n";
-    x += "      float w = ms == -mn_inf() ? 0.0 : exp(ms - mx);\n";
-    x += "      sum" + r + " += w * part_ld(at + 1u);\n";
-    x += unrolled(t.quads_v, [&](const std::string& qq) {
-      return "      { uint c = at + 2u + (tx + " + qq + "u * 16u) * 4u; acc" + r + "_" + qq +
-             " += w * vec4(part_ld(c), part_ld(c + 1u), part_ld(c + 2u), part_ld(c + 3u)); }\n";
-    });
-    return x + "    }\n  }\n";
-  });
-  return s;
-}
-
 KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape& g,
-                                   const RegisterTiling& t, const PromptSplit& ps) {
+                                   const RegisterTiling& t) {
   const AttentionAttrs& a = g.attrs;
   KernelLaunch k;
-  const bool split = ps.splits > 1;
-  std::string s = declarations(ctx, g, a.has_mask, k.bindings, split);
+  std::string s = declarations(ctx, g, a.has_mask, k.bindings);
   const uint64_t tiles = (g.lq + kRegRows - 1) / kRegRows;
   const std::string QR4 = ulit(t.qr4), KR4 = ulit(t.kr4), VR4 = ulit(t.vr4);
   const std::string BQ = ulit(kRegRows), BK = ulit(kRegKeys);
@@ -528,11 +449,9 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
   s += "shared vec4 kt[" + ulit(t.kt_vec4s(g)) + "];\n";
   s += "shared vec4 vs[" + ulit(kRegKeys * t.vr4) + "];\n";
   s += "shared float red[" + ulit(kRegRows * 17) + "];\n";
-  if (split) s += "shared bool last_sh;\n";
   s += "void main() {\n";
   s += "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  s += "  if (g >= " + ulit(g.heads() * tiles * ps.splits) + ") return;\n";
-  s += "  uint sp = g % " + ulit(ps.splits) + ";\n  g /= " + ulit(ps.splits) + ";\n";
+  s += "  if (g >= " + ulit(g.heads() * tiles) + ") return;\n";
   s += "  uint tid = gl_LocalInvocationID.x, tx = tid % 16u, ty = tid / 16u;\n";
   s += "  uint bh = g / " + ulit(tiles) + ", i0 = (g % " + ulit(tiles) + ") * " + BQ + ";\n";
   s += "  uint h = bh % HQ, b = bh / HQ;\n";
@@ -558,20 +477,14 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
     });
     return x;
   });
-  // This split's keys: chunks of whole blocks, so that no block straddles two splits. Splits
-  // past the tile's reach leave at once (the tile's `busy` ones take part in the combine).
-  const std::string CHUNK = ulit(ps.chunk);
-  s += "  uint kbegin = sp * " + CHUNK + ", kend = min(reach, kbegin + " + CHUNK + ");\n";
-  s += "  uint busy = max((reach + " + ulit(ps.chunk - 1) + ") / " + CHUNK + ", 1u);\n";
-  s += "  if (sp >= busy) return;\n";
   const BlockQuads quads(g);
   s += "  vec4 kreg[" + ulit(quads.k_per_lane) + "], vreg[" + ulit(quads.v_per_lane) + "];\n";
-  s += "  uint jn = kbegin;\n  if (kbegin < kend) {\n" + block_loads(g, quads) + "  }\n";
-  s += "  for (uint j0 = kbegin; j0 < kend; j0 += " + BK + ") {\n";
+  s += "  uint jn = 0u;\n  if (reach > 0u) {\n" + block_loads(g, quads) + "  }\n";
+  s += "  for (uint j0 = 0u; j0 < reach; j0 += " + BK + ") {\n";
   s += "    barrier();\n";  // the previous block's readers are done (and qt is written)
   s += block_stores(g, t, quads);
   s += "    barrier();\n";
-  s += "    jn = j0 + " + BK + ";\n    if (jn < kend) {\n" + block_loads(g, quads) + "    }\n";
+  s += "    jn = j0 + " + BK + ";\n    if (jn < reach) {\n" + block_loads(g, quads) + "    }\n";
   s += "    vec4 s0 = vec4(0.0), s1 = vec4(0.0), s2 = vec4(0.0), s3 = vec4(0.0);\n";
   s += "    for (uint e = 0u; e < D; ++e) {\n";
   s += "      vec4 qv = qt[e * " + QR4 + " + ty], kv = kt[e * " + KR4 + " + tx];\n";
@@ -581,7 +494,7 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
   s += "    barrier();\n";  // red is complete; every lane is past reading the keys
   s += register_probabilities(t);
   s += "    barrier();\n";
-  s += "    uint cnt = min(" + BK + ", kend - j0);\n";
+  s += "    uint cnt = min(" + BK + ", reach - j0);\n";
   s += "    for (uint j = 0u; j < cnt; ++j) {\n";
   s += "      vec4 p = kt[j * " + QR4 + " + ty];\n";
   s += unrolled(t.quads_v, [&](const std::string& q) {
@@ -598,17 +511,13 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
   });
   s += "  barrier();\n";
   s += unrolled(4, [&](const std::string& r) {
-    return "  float sum" + r + " = 0.0;\n  for (uint x = 0u; x < 16u; ++x) sum" + r +
-           " += red[(ty * 4u + " + r + "u) * 17u + x];\n";
-  });
-  if (split) s += combine_prompt_splits(g, t, ps, tiles);
-  s += unrolled(4, [&](const std::string& r) {
     std::string x = "  if (i0 + ty * 4u + " + r + "u < LQ) {\n";
-    x += "    uint i = i0 + ty * 4u + " + r + "u;\n";
+    x += "    uint i = i0 + ty * 4u + " + r + "u;\n    float sum = 0.0;\n";
+    x += "    for (uint x = 0u; x < 16u; ++x) sum += red[(ty * 4u + " + r + "u) * 17u + x];\n";
     // No keys at all: the reference's sum over nothing is 0.
     x += unrolled(t.quads_v, [&](const std::string& q) {
       std::string y = "    {\n      vec4 o = vis" + r + " == 0u ? vec4(0.0) : acc" + r + "_" + q +
-                      " / sum" + r + ";\n";
+                      " / sum;\n";
       y += "      uint at = (bh * LQ + i) * DV + (tx + " + q + "u * 16u) * 4u;\n";
       y += "      out_st(at, o.x); out_st(at + 1u, o.y); out_st(at + 2u, o.z); out_st(at + 3u, "
            "o.w);\n    }\n";
@@ -617,12 +526,10 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
     return x + "  }\n";
   });
   s += "}\n";
-  k.name = std::string("attention_tiled_registers") +
-           (split ? "_split" + std::to_string(ps.splits) : std::string());
+  k.name = "attention_tiled_registers";
   k.glsl = std::move(s);
   k.workgroup = {kRegLanes, 1, 1};
-  k.groups =
-      glsl::linear_grid(g.heads() * tiles * ps.splits * kRegLanes, ctx.device, kRegLanes).groups;
+  k.groups = glsl::linear_grid(g.heads() * tiles * kRegLanes, ctx.device, kRegLanes).groups;
   return k;
 }
 
@@ -1049,13 +956,7 @@ Lowering lower_attention(const LowerContext& ctx) {
   }
   Lowering low;
   if (const std::optional<RegisterTiling> t = register_tiling_for(g, ctx.device)) {
-    const PromptSplit ps = prompt_split(g, ctx.device);
-    low.launches.push_back(register_tiled_kernel(ctx, g, *t, ps));
-    if (ps.splits > 1) {
-      const uint64_t tiles = g.heads() * ((g.lq + kRegRows - 1) / kRegRows);
-      low.scratch_bytes.push_back(tiles * ps.splits * kRegRows * (g.dv + 2) * sizeof(float));
-      low.counter_bytes.push_back(tiles * sizeof(uint32_t));
-    }
+    low.launches.push_back(register_tiled_kernel(ctx, g, *t));
     return low;
   }
   if (const std::optional<Tiling> t = tiling_for(g, ctx.device)) {

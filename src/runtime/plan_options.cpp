@@ -47,7 +47,6 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
   t.max_shared_optin_bytes = c.compute.shared_memory_optin_bytes;
   t.multiprocessors = c.compute.multiprocessors;
   t.matmul_split_k = env_count("MN_MATMUL_SPLIT_K", 0);
-  t.attention_prompt_splits = env_count("MN_ATTENTION_PROMPT_SPLITS", 0);
   const auto& cm = c.cooperative_matrix;
   if (cm.khr_feature && cm.workgroup_scope && cm.flexible_dimensions) {
     for (const auto& f : cm.flexible_configs) {

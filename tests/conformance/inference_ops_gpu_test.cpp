@@ -19,7 +19,6 @@
 #include "lowering_runner.h"
 #include "support/elementwise_error.h"
 #include "support/random_fill.h"
-#include "support/scoped_env.h"
 
 namespace mn {
 namespace {
@@ -156,16 +155,11 @@ TEST(InferenceGpu, CachedAttentionPrefillRightPadded) {
 }
 
 // A prompt prefilled through the register-tiled kernel (40 queries, values of 64 columns) into
-// caches of 100 slots: the first sequence continuing at position 50, the second at position 10
+// caches of 100 slots: the first sequence from position 0, the second continuing at position 10
 // and right-padded after 27 tokens (position -1: output 0). Slots past each sequence's last
 // position hold NaN on the GPU (zero in the reference): the kernel stages them with the key
-// block but must never weigh them. Also with the keys split over workgroups (2 here: the
-// caches span 2 blocks): the first sequence's rows see both splits, the second's only the first
-// (the other must not take part).
-class CachedAttentionPrefillRegisterTiles : public ::testing::TestWithParam<const char*> {};
-
-TEST_P(CachedAttentionPrefillRegisterTiles, SkipsUnwrittenSlots) {
-  const testing::ScopedEnv forced("MN_ATTENTION_PROMPT_SPLITS", GetParam());
+// block but must never weigh them.
+TEST(InferenceGpu, CachedAttentionPrefillRegisterTiles) {
   auto rng = testing::rng_for("inference-gpu/prefill-registers");
   const int64_t B = 2, Hq = 4, Hkv = 2, L = 40, T = 100, D = 8, DV = 64;
   Graph g;
@@ -174,16 +168,15 @@ TEST_P(CachedAttentionPrefillRegisterTiles, SkipsUnwrittenSlots) {
   Tensor k = random_input(g, feeds, "k", {B, Hkv, T, D}, rng);
   Tensor v = random_input(g, feeds, "v", {B, Hkv, T, DV}, rng);
   std::vector<double> p;
-  for (int64_t i = 0; i < L; ++i) p.push_back(static_cast<double>(50 + i));
+  for (int64_t i = 0; i < L; ++i) p.push_back(static_cast<double>(i));
   for (int64_t i = 0; i < L; ++i) p.push_back(i < 27 ? static_cast<double>(10 + i) : -1.0);
-  const int64_t last[B] = {50 + L - 1, 36};
+  const int64_t last[B] = {L - 1, 36};
   Tensor pos = int_input(g, feeds, "pos", {B, 1, L}, p);
   Tensor out = cached_attention(q, k, v, pos);
   g.output("out", out);
   const auto low = testing::lower_node(g, out.id(), testing::device_traits());
   ASSERT_EQ(low.launches.size(), 1u);
-  EXPECT_EQ(low.launches[0].name, std::string("attention_tiled_registers") +
-                                       (std::string(GetParam()) == "1" ? "" : "_split2"));
+  EXPECT_EQ(low.launches[0].name, "attention_tiled_registers");
   reference::Feeds poisoned = feeds;
   for (const auto& [name, width] : {std::pair{"k", D}, std::pair{"v", DV}}) {
     for (int64_t b = 0; b < B; ++b) {
@@ -207,9 +200,6 @@ TEST_P(CachedAttentionPrefillRegisterTiles, SkipsUnwrittenSlots) {
     }
   }
 }
-
-INSTANTIATE_TEST_SUITE_P(InferenceGpu, CachedAttentionPrefillRegisterTiles,
-                         ::testing::Values("1", "2"));
 
 // ---- sample_tokens ----
 

@@ -16,7 +16,6 @@
 #include "lowering_runner.h"
 #include "support/elementwise_error.h"
 #include "support/random_fill.h"
-#include "support/scoped_env.h"
 
 namespace mn {
 namespace {
@@ -227,8 +226,7 @@ TEST(NnGpu, AttentionQueryTiles) {
 // Prompt-sized queries with values of 64 columns take the register-tiled kernel (4 x 4 scores a
 // lane over blocks of 64 keys): partial query tiles and key blocks, grouped heads, causal masks
 // with as many and with more keys than queries, broadcast and per-row additive masks, 128 value
-// columns where they fit. Each also with its keys split over 3 workgroups per query tile
-// (MN_ATTENTION_PROMPT_SPLITS; fewer where the keys span fewer blocks), the last combining them.
+// columns where they fit.
 TEST(NnGpu, AttentionRegisterTiles) {
   struct Case {
     Shape q, k, v, mask;
@@ -240,31 +238,20 @@ TEST(NnGpu, AttentionRegisterTiles) {
       {{2, 2, 33, 12}, {2, 2, 150, 12}, {2, 2, 150, 64}, {2, 1, 33, 150}, false, "attn-reg-mask"},
       {{1, 1, 40, 4}, {1, 1, 130, 4}, {1, 1, 130, 64}, {130}, true, "attn-reg-long-keys"},
       {{3, 96, 4}, {3, 96, 4}, {3, 96, 128}, {}, true, "attn-reg-wide-values"},
-      {{1, 2, 200, 8}, {1, 2, 200, 8}, {1, 2, 200, 64}, {}, true, "attn-reg-causal-long"},
   };
-  for (const char* splits : {"1", "3"}) {
-    const testing::ScopedEnv forced("MN_ATTENTION_PROMPT_SPLITS", splits);
-    const codegen::DeviceTraits traits = testing::device_traits();
-    for (const Case& c : cases) {
-      SCOPED_TRACE(c.seed + ", splits " + splits);
-      Graph g;
-      Tensor q = g.input("q", c.q), k = g.input("k", c.k), v = g.input("v", c.v);
-      Tensor mask = c.mask.empty() ? Tensor{} : g.input("mask", c.mask);
-      Tensor out = scaled_dot_product_attention(q, k, v, mask, c.causal);
-      const auto low = testing::lower_node(g, out.id(), traits);
-      ASSERT_EQ(low.launches.size(), 1u);
-      // 128 value columns stage 46 KB in shared memory: lavapipe's 32 KiB take the scalar tiles.
-      const bool fits = c.v.back() == 64 || traits.max_shared_bytes >= 48 * 1024;
-      // 3 splits of whole 64-key blocks, as many blocks each, none empty: 2 blocks give 2
-      // splits, 3 give 3, 4 give 2 of 2.
-      const int64_t blocks = (c.k[c.k.size() - 2] + 63) / 64;
-      const int64_t per = (blocks + std::min<int64_t>(3, blocks) - 1) / std::min<int64_t>(3, blocks);
-      const std::string split_suffix =
-          std::string(splits) == "3" ? "_split" + std::to_string((blocks + per - 1) / per) : "";
-      EXPECT_EQ(low.launches[0].name,
-                fits ? "attention_tiled_registers" + split_suffix : "attention_tiled");
-      check_attention(c.q, c.k, c.v, c.mask, c.causal, c.seed);
-    }
+  const codegen::DeviceTraits traits = testing::device_traits();
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.seed);
+    Graph g;
+    Tensor q = g.input("q", c.q), k = g.input("k", c.k), v = g.input("v", c.v);
+    Tensor mask = c.mask.empty() ? Tensor{} : g.input("mask", c.mask);
+    Tensor out = scaled_dot_product_attention(q, k, v, mask, c.causal);
+    const auto low = testing::lower_node(g, out.id(), traits);
+    ASSERT_EQ(low.launches.size(), 1u);
+    // 128 value columns stage 46 KB in shared memory: lavapipe's 32 KiB take the scalar tiles.
+    const bool fits = c.v.back() == 64 || traits.max_shared_bytes >= 48 * 1024;
+    EXPECT_EQ(low.launches[0].name, fits ? "attention_tiled_registers" : "attention_tiled");
+    check_attention(c.q, c.k, c.v, c.mask, c.causal, c.seed);
   }
 }
 
