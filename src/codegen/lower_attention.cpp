@@ -152,6 +152,17 @@ std::string score_expr(const LowerContext& ctx, const AttentionShape& g, const A
   return s;
 }
 
+// GLSL: `reach`, the keys some row of the tile of `rows` query rows from i0 sees, where each row
+// has its own position: one lane per row loads its position, all at once (a loop over the rows
+// waited for one position load after another). Declares the shared reach_sh; needs `tid`.
+std::string tile_reach(const AttentionShape& g, const std::string& rows) {
+  std::string s = "  if (tid < " + rows + ") reach_sh[tid] = i0 + tid < LQ ? " +
+                  visible_expr(g, "(i0 + tid)") + " : 0u;\n";
+  s += "  barrier();\n  uint reach = 0u;\n";
+  s += "  for (uint r = 0u; r < " + rows + "; ++r) reach = max(reach, reach_sh[r]);\n";
+  return s;
+}
+
 uint32_t most_lanes(const DeviceTraits& d) {
   return std::bit_floor(std::clamp<uint32_t>(d.max_workgroup_invocations, 32, 256));
 }
@@ -197,6 +208,7 @@ KernelLaunch tiled_kernel(const LowerContext& ctx, const AttentionShape& g, cons
   s += "shared float k_sh[" + ulit(t.keys * (g.d + 1)) + "];\n";
   s += "shared float v_sh[" + ulit(std::max<uint64_t>(t.keys * g.dv, 1)) + "];\n";
   s += "shared float p_sh[" + ulit(t.rows * (t.keys + 1)) + "];\n";
+  if (g.has_positions) s += "shared uint reach_sh[" + ulit(t.rows) + "];\n";
   s += "void main() {\n";
   s += "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
   s += "  if (g >= " + ulit(g.heads() * tiles) + ") return;\n";
@@ -211,9 +223,7 @@ KernelLaunch tiled_kernel(const LowerContext& ctx, const AttentionShape& g, cons
   s += "  uint visible = valid ? " + visible_expr(g, "i") + " : 0u;\n";
   // The keys some row of the tile sees.
   if (g.has_positions) {
-    s += "  uint reach = 0u;\n";
-    s += "  for (uint r = i0; r < min(i0 + " + BQ + ", LQ); ++r) reach = max(reach, " +
-         visible_expr(g, "r") + ");\n";
+    s += tile_reach(g, BQ);
   } else {
     s += std::string("  uint reach = ") + (a.causal ? "min(LK, min(i0 + " + BQ + ", LQ))" : "LK") +
          ";\n";
@@ -449,6 +459,7 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
   s += "shared vec4 kt[" + ulit(t.kt_vec4s(g)) + "];\n";
   s += "shared vec4 vs[" + ulit(kRegKeys * t.vr4) + "];\n";
   s += "shared float red[" + ulit(kRegRows * 17) + "];\n";
+  if (g.has_positions) s += "shared uint reach_sh[" + ulit(kRegRows) + "];\n";
   s += "void main() {\n";
   s += "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
   s += "  if (g >= " + ulit(g.heads() * tiles) + ") return;\n";
@@ -463,9 +474,7 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
   });
   // The keys some row of the tile sees.
   if (g.has_positions) {
-    s += "  uint reach = 0u;\n";
-    s += "  for (uint r = i0; r < min(i0 + " + BQ + ", LQ); ++r) reach = max(reach, " +
-         visible_expr(g, "r") + ");\n";
+    s += tile_reach(g, BQ);
   } else {
     s += std::string("  uint reach = ") + (a.causal ? "min(LK, min(i0 + " + BQ + ", LQ))" : "LK") +
          ";\n";

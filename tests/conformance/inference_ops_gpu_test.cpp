@@ -155,7 +155,8 @@ TEST(InferenceGpu, CachedAttentionPrefillRightPadded) {
 }
 
 // A prompt prefilled through the register-tiled kernel (40 queries, values of 64 columns) into
-// caches of 100 slots: the first sequence from position 0, the second continuing at position 10
+// caches of 100 slots: the first sequence continuing at position 50 (its rows see two key
+// blocks), the second at position 10
 // and right-padded after 27 tokens (position -1: output 0). Slots past each sequence's last
 // position hold NaN on the GPU (zero in the reference): the kernel stages them with the key
 // block but must never weigh them.
@@ -168,9 +169,9 @@ TEST(InferenceGpu, CachedAttentionPrefillRegisterTiles) {
   Tensor k = random_input(g, feeds, "k", {B, Hkv, T, D}, rng);
   Tensor v = random_input(g, feeds, "v", {B, Hkv, T, DV}, rng);
   std::vector<double> p;
-  for (int64_t i = 0; i < L; ++i) p.push_back(static_cast<double>(i));
+  for (int64_t i = 0; i < L; ++i) p.push_back(static_cast<double>(50 + i));
   for (int64_t i = 0; i < L; ++i) p.push_back(i < 27 ? static_cast<double>(10 + i) : -1.0);
-  const int64_t last[B] = {L - 1, 36};
+  const int64_t last[B] = {50 + L - 1, 36};
   Tensor pos = int_input(g, feeds, "pos", {B, 1, L}, p);
   Tensor out = cached_attention(q, k, v, pos);
   g.output("out", out);
