@@ -184,9 +184,10 @@ std::optional<Tiling> tiling_for(const AttentionShape& g, const DeviceTraits& d)
   t.cols = static_cast<uint32_t>((g.dv + kRowLanes - 1) / kRowLanes);
   if (t.rows < 4 || t.cols > 16) return std::nullopt;
   for (uint32_t keys : {64u, 32u, 16u}) {
-    // Rows of q, k and p padded by one float: lanes reading a column hit distinct banks.
+    // Rows of q, k and p padded by one float (lanes reading a column hit distinct banks), and
+    // a word per row for the rows' reach (tile_reach).
     const uint64_t floats =
-        t.rows * (g.d + 1) + keys * (g.d + 1) + keys * g.dv + t.rows * (keys + 1);
+        t.rows * (g.d + 1) + keys * (g.d + 1) + keys * g.dv + t.rows * (keys + 1) + t.rows;
     if (floats * sizeof(float) <= d.max_shared_bytes) {
       t.keys = keys;
       return t;
@@ -301,7 +302,8 @@ struct RegisterTiling {
     return std::max(g.d * kr4, uint64_t{kRegKeys} * qr4);  // keys, then probabilities
   }
   uint64_t shared_bytes(const AttentionShape& g) const {
-    return (g.d * qr4 + kt_vec4s(g) + kRegKeys * vr4) * 16 + kRegRows * 17 * 4;
+    // The staged rows, the row reductions, the rows' reach (tile_reach).
+    return (g.d * qr4 + kt_vec4s(g) + kRegKeys * vr4) * 16 + kRegRows * 17 * 4 + kRegRows * 4;
   }
 };
 
