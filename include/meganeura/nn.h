@@ -209,6 +209,21 @@ class RMSNorm : public Module {
   bool affine;
 };
 
+struct Conv1dConfig {
+  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+  bool bias = true;
+};
+
+// weight [out, in/groups, k], bias [out]; x [N, in, L] (or [in, L]). Zero padding. As
+// torch.nn.Conv1d (Whisper's encoder stem).
+class Conv1d : public Module {
+ public:
+  Conv1d(int64_t in_channels, int64_t out_channels, int64_t kernel_size, Conv1dConfig config = {});
+  Tensor forward(Tensor x) override;
+  int64_t in_channels, out_channels, kernel_size;
+  Conv1dConfig config;
+};
+
 struct Conv2dConfig {
   std::array<int64_t, 2> stride{1, 1};
   std::array<int64_t, 2> padding{0, 0};

@@ -135,6 +135,13 @@ struct Conv2dOptions {
 };
 // x: [N, C, H, W]; w: [O, C/groups, kh, kw]; bias: [O] or invalid.
 Tensor conv2d(Tensor x, Tensor w, Tensor bias = {}, Conv2dOptions opt = {});
+struct Conv1dOptions {
+  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+};
+// x: [..., C, L]; w: [O, C/groups, k] (PyTorch's Conv1d layout); bias: [O] or invalid. Output
+// [..., O, L_out]. Runs as conv2d over [..., C, 1, L] and [O, C/groups, 1, k] views (a reshape
+// aliases its input: no copy, no memory), so it shares conv2d's kernels, fusions and gradients.
+Tensor conv1d(Tensor x, Tensor w, Tensor bias = {}, Conv1dOptions opt = {});
 struct ConvTranspose2dOptions {
   std::array<int64_t, 2> stride{1, 1};
   std::array<int64_t, 2> padding{0, 0};

@@ -225,6 +225,15 @@ void bind_layers(py::module_& nn) {
            }),
            py::arg("normalized_shape"), py::arg("eps") = py::none(),
            py::arg("elementwise_affine") = true);
+  ModuleClass<nn::Conv1d>(nn, "Conv1d")
+      .def(py::init([](int64_t in, int64_t out, int64_t kernel_size, int64_t stride,
+                       int64_t padding, int64_t dilation, int64_t groups, bool bias) {
+             return std::make_shared<nn::Conv1d>(
+                 in, out, kernel_size, nn::Conv1dConfig{stride, padding, dilation, groups, bias});
+           }),
+           py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel_size"),
+           py::arg("stride") = 1, py::arg("padding") = 0, py::arg("dilation") = 1,
+           py::arg("groups") = 1, py::arg("bias") = true);
   ModuleClass<nn::Conv2d>(nn, "Conv2d")
       .def(py::init([](int64_t in, int64_t out, const py::object& kernel_size,
                        const py::object& stride, const py::object& padding,

@@ -186,6 +186,14 @@ Pool2dOptions pool_options(const std::string& op, const py::object& kernel_size,
 
 void bind_convolution(py::module_& m) {
   m.def(
+      "conv1d",
+      [](Tensor x, Tensor w, OptTensor bias, int64_t stride, int64_t padding, int64_t dilation,
+         int64_t groups) {
+        return conv1d(x, w, or_none(bias), {stride, padding, dilation, groups});
+      },
+      py::arg("x"), py::arg("weight"), py::arg("bias") = py::none(), py::arg("stride") = 1,
+      py::arg("padding") = 0, py::arg("dilation") = 1, py::arg("groups") = 1, keep);
+  m.def(
       "conv2d",
       [](Tensor x, Tensor w, OptTensor bias, const py::object& stride, const py::object& padding,
          const py::object& dilation, int64_t groups) {

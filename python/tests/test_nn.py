@@ -47,6 +47,37 @@ def test_pytorch_checkpoint_gives_pytorch_outputs():
     assert relative_error(s["y"], io["eval0"]) < 1e-4
 
 
+def test_conv1d_stem_gives_pytorch_outputs():
+    """Whisper's encoder stem (make_nn_fixtures.py's conv1d case) from PyTorch's state_dict, and
+    mn.conv1d with groups against a direct computation."""
+    io = mn.data.load_safetensors(NN / "conv1d_io.safetensors")
+    stem = mn.nn.Sequential(mn.nn.Conv1d(4, 6, 3, padding=1), mn.nn.GELU(),
+                            mn.nn.Conv1d(6, 6, 3, stride=2, padding=1), mn.nn.GELU())
+    g = mn.Graph()
+    x = g.input("x", io["x"].shape)
+    g.output("y", stem(x))
+    g.output("z", mn.conv1d(x, g.input("w", [4, 2, 2]), padding=1, groups=2))
+    bad = mn.Graph()
+    with pytest.raises(mn.ShapeError, match="divisible by groups"):
+        mn.conv1d(bad.input("x", [2, 4, 10]), bad.input("w", [5, 2, 2]), groups=2)
+    s = mn.Session(g)
+    stem.load_state_dict(s, NN / "conv1d.safetensors")
+    xs = np.asarray(io["x"], dtype=np.float64)
+    w = np.linspace(-1, 1, 16).reshape(4, 2, 2)
+    s["x"] = io["x"]
+    s["w"] = w
+    s.step()
+    assert relative_error(s["y"], io["eval0"]) < 1e-4
+    padded = np.pad(xs, ((0, 0), (0, 0), (1, 1)))
+    want = np.zeros((2, 4, 11))
+    for o in range(4):
+        group = o // 2
+        for c in range(2):
+            for j in range(2):
+                want[:, o, :] += w[o, c, j] * padded[:, group * 2 + c, j:j + 11]
+    assert relative_error(s["z"], want) < 1e-5
+
+
 def test_keys_follow_pytorch():
     net = mn.nn.Sequential(mn.nn.Linear(6, 8), mn.nn.ReLU(), Scale(8), mn.nn.BatchNorm2d(3))
     keys = net.state_keys()

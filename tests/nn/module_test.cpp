@@ -117,6 +117,9 @@ TEST(NnModule, DeclarationErrorsNameTheModule) {
         nn::Conv2d(3, 4, {3, 3}, nn::Conv2dConfig{.groups = 2});
       },
       {"Conv2d", "multiples of groups 2"});
+  expect_error([] { nn::Conv1d(4, 6, 0); }, {"Conv1d", "kernel_size is 0"});
+  expect_error([] { nn::Conv1d(4, 6, 3, nn::Conv1dConfig{.padding = -1}); },
+               {"Conv1d", "padding is negative"});
   expect_error([&] { a.child("7"); }, {"Sequential (root)", "no child '7'"});
   expect_error([] { nn::Embedding(10, 4, 10); }, {"Embedding", "padding_idx 10", "[-10, 10)"});
   expect_error([] { nn::Embedding(10, 4, -11); }, {"padding_idx -11"});
@@ -146,6 +149,10 @@ TEST(NnModule, BadInputsNameTheModule) {
   expect_error([&] { emb.forward(g.input("i", {3})); }, {"Embedding", "i32 indices"});
   nn::BatchNorm2d bn(3);
   expect_error([&] { bn.forward(g.input("img", {2, 4, 5, 5})); }, {"BatchNorm2d", "3 channels"});
+  nn::Conv1d conv(80, 8, 3);
+  expect_error([&] { conv.forward(g.input("mel", {1, 128, 300})); },
+               {"Conv1d", "80 channels", "f32[1, 128, 300]"});
+  expect_error([&] { conv.forward(g.input("flat", {300})); }, {"Conv1d", "[N, C, L] or [C, L]"});
   nn::MultiheadAttention mha(8, 2);
   expect_error([&] { mha.forward(g.input("q", {2, 8})); }, {"MultiheadAttention", "3-D input"});
   Tensor q = g.input("q3", {2, 5, 8});

@@ -81,6 +81,12 @@ std::vector<Case> cases() {
                    Tensor x = in.at("x"), y = in.at("y");
                    return std::vector<Tensor>{mha.forward(x, y, y, {}, false, in.at("mask"))};
                  }});
+  auto stem = std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
+      std::make_shared<nn::Conv1d>(4, 6, 3, nn::Conv1dConfig{.padding = 1}),
+      std::make_shared<nn::GELU>(),
+      std::make_shared<nn::Conv1d>(6, 6, 3, nn::Conv1dConfig{.stride = 2, .padding = 1}),
+      std::make_shared<nn::GELU>()});
+  out.push_back({"conv1d", stem, single});
   return out;
 }
 

@@ -17,7 +17,7 @@ from . import onnx
 from . import optim
 from . import reference
 from . import vision
-__all__ = ['DType', 'DeviceError', 'Error', 'FormatError', 'Graph', 'IndexError', 'Init', 'MemorySummary', 'Metric', 'ProgramMemory', 'Session', 'ShapeError', 'Tensor', 'TrainEpoch', 'TrainEvent', 'TrainHistory', 'Trainer', 'TrainingStep', 'abs', 'adaptive_avg_pool2d', 'add', 'add_training_step', 'argmax', 'avg_pool2d', 'batch_norm', 'bf16', 'binary_cross_entropy', 'binary_cross_entropy_with_logits', 'broadcast_to', 'cache_write', 'cached_attention', 'cast', 'clamp', 'concat', 'conv2d', 'conv_transpose2d', 'cos', 'cross_entropy', 'data', 'div', 'dropout', 'eq', 'exp', 'f16', 'f32', 'gather', 'ge', 'gelu', 'global_avg_pool2d', 'gradients', 'group_norm', 'gt', 'i32', 'l1_loss', 'layer_norm', 'le', 'leaky_relu', 'lm', 'log', 'log_softmax', 'lt', 'matmul', 'max', 'max_pool2d', 'maximum', 'mean', 'min', 'minimum', 'mse_loss', 'mul', 'ne', 'neg', 'nll_loss', 'nn', 'one_hot', 'onnx', 'optim', 'pad', 'permute', 'pow', 'reference', 'relu', 'reshape', 'rms_norm', 'rope', 'rope_positions', 'rsqrt', 'sample_tokens', 'scaled_dot_product_attention', 'scatter_add', 'sigmoid', 'silu', 'sin', 'slice', 'smooth_l1_loss', 'softmax', 'softplus', 'split', 'sqrt', 'squeeze', 'stop_gradient', 'sub', 'sum', 'sum_to', 'take', 'tanh', 'transpose', 'u32', 'unsqueeze', 'upsample_bilinear2d', 'upsample_nearest2d', 'variance', 'vision', 'where']
+__all__ = ['DType', 'DeviceError', 'Error', 'FormatError', 'Graph', 'IndexError', 'Init', 'MemorySummary', 'Metric', 'ProgramMemory', 'Session', 'ShapeError', 'Tensor', 'TrainEpoch', 'TrainEvent', 'TrainHistory', 'Trainer', 'TrainingStep', 'abs', 'adaptive_avg_pool2d', 'add', 'add_training_step', 'argmax', 'avg_pool2d', 'batch_norm', 'bf16', 'binary_cross_entropy', 'binary_cross_entropy_with_logits', 'broadcast_to', 'cache_write', 'cached_attention', 'cast', 'clamp', 'concat', 'conv1d', 'conv2d', 'conv_transpose2d', 'cos', 'cross_entropy', 'data', 'div', 'dropout', 'eq', 'exp', 'f16', 'f32', 'gather', 'ge', 'gelu', 'global_avg_pool2d', 'gradients', 'group_norm', 'gt', 'i32', 'l1_loss', 'layer_norm', 'le', 'leaky_relu', 'lm', 'log', 'log_softmax', 'lt', 'matmul', 'max', 'max_pool2d', 'maximum', 'mean', 'min', 'minimum', 'mse_loss', 'mul', 'ne', 'neg', 'nll_loss', 'nn', 'one_hot', 'onnx', 'optim', 'pad', 'permute', 'pow', 'reference', 'relu', 'reshape', 'rms_norm', 'rope', 'rope_positions', 'rsqrt', 'sample_tokens', 'scaled_dot_product_attention', 'scatter_add', 'sigmoid', 'silu', 'sin', 'slice', 'smooth_l1_loss', 'softmax', 'softplus', 'split', 'sqrt', 'squeeze', 'stop_gradient', 'sub', 'sum', 'sum_to', 'take', 'tanh', 'transpose', 'u32', 'unsqueeze', 'upsample_bilinear2d', 'upsample_nearest2d', 'variance', 'vision', 'where']
 class DType:
     """
     Element types: f16 and bf16 are storage, arithmetic is f32.
@@ -580,6 +580,8 @@ def cast(x: Tensor, dtype: typing.Any) -> Tensor:
 def clamp(x: Tensor, min: float, max: float) -> Tensor:
     ...
 def concat(tensors: list[Tensor], axis: int = 0) -> Tensor:
+    ...
+def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int = 1, padding: int = 0, dilation: int = 1, groups: int = 1) -> Tensor:
     ...
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: int = 1) -> Tensor:
     ...

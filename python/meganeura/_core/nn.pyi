@@ -5,9 +5,12 @@ from __future__ import annotations
 import meganeura._core
 import os
 import typing
-__all__ = ['BatchNorm2d', 'Conv2d', 'Dropout', 'Embedding', 'Flatten', 'GELU', 'LayerNorm', 'Linear', 'Module', 'ModuleList', 'MultiheadAttention', 'RMSNorm', 'ReLU', 'Sequential', 'SiLU', 'TransformerBlock']
+__all__ = ['BatchNorm2d', 'Conv1d', 'Conv2d', 'Dropout', 'Embedding', 'Flatten', 'GELU', 'LayerNorm', 'Linear', 'Module', 'ModuleList', 'MultiheadAttention', 'RMSNorm', 'ReLU', 'Sequential', 'SiLU', 'TransformerBlock']
 class BatchNorm2d(Module):
     def __init__(self, num_features: int, eps: float = 1e-05, momentum: float = 0.1, affine: bool = True) -> None:
+        ...
+class Conv1d(Module):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1, padding: int = 0, dilation: int = 1, groups: int = 1, bias: bool = True) -> None:
         ...
 class Conv2d(Module):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: typing.Any, stride: typing.Any = 1, padding: typing.Any = 0, dilation: typing.Any = 1, groups: int = 1, bias: bool = True) -> None:

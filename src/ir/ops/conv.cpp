@@ -487,6 +487,42 @@ Tensor conv2d(Tensor x, Tensor w, Tensor bias, Conv2dOptions opt) {
                          operands(x, w, bias));
 }
 
+Tensor conv1d(Tensor x, Tensor w, Tensor bias, Conv1dOptions opt) {
+  // Checked in 1-D terms, so that a bad call is not reported in the shapes of the views.
+  std::vector<TensorType> in{x.type(), w.type()};
+  if (bias.valid()) in.push_back(bias.type());
+  const char* op = "conv1d";
+  if (opt.stride < 1 || opt.dilation < 1 || opt.groups < 1 || opt.padding < 0) {
+    shape_fail(op, in,
+               "expected stride, dilation, groups >= 1 and padding >= 0, got stride " +
+                   std::to_string(opt.stride) + ", padding " + std::to_string(opt.padding) +
+                   ", dilation " + std::to_string(opt.dilation) + ", groups " +
+                   std::to_string(opt.groups));
+  }
+  if (x.rank() < 2) shape_fail(op, in, "expected x of shape [..., C, L]");
+  if (w.rank() != 3) shape_fail(op, in, "expected w of shape [O, C/groups, k]");
+  const int64_t c = x.dim(x.rank() - 2), length = x.dim(x.rank() - 1);
+  check_groups(op, in, c, w.dim(0), opt.groups);
+  if (w.dim(1) != c / opt.groups) {
+    shape_fail(op, in, "expected w.shape[1] = C/groups = " + std::to_string(c / opt.groups));
+  }
+  check_bias(op, in, w.dim(0));
+  if (conv_out_size(length, w.dim(2), opt.stride, opt.padding, opt.dilation) < 1) {
+    shape_fail(op, in, "expected the dilated kernel to fit the padded input");
+  }
+  Shape x4 = x.shape();
+  x4.insert(x4.end() - 1, 1);
+  Conv2dOptions o;
+  o.stride = {1, opt.stride};
+  o.padding = {0, opt.padding};
+  o.dilation = {1, opt.dilation};
+  o.groups = opt.groups;
+  Tensor y = conv2d(reshape(x, x4), reshape(w, {w.dim(0), w.dim(1), 1, w.dim(2)}), bias, o);
+  Shape out = y.shape();
+  out.erase(out.end() - 2);
+  return reshape(y, out);
+}
+
 Tensor conv_transpose2d(Tensor x, Tensor w, Tensor bias, ConvTranspose2dOptions opt) {
   ConvTranspose2dAttrs a{to_attrs(opt.stride, opt.padding, opt.dilation, opt.groups),
                          opt.output_padding[0], opt.output_padding[1]};
