@@ -40,11 +40,13 @@ struct Init {
     kaiming_uniform,
     xavier_normal,
     xavier_uniform,
-    normal_zero_row
+    normal_zero_row,
+    sinusoids
   };
   Kind kind = Kind::zeros;
   // constant: value; normal: mean; uniform: low; kaiming: negative slope; xavier: gain;
-  // normal_zero_row: the row (index on the first axis) left at zero.
+  // normal_zero_row: the row (index on the first axis) left at zero; sinusoids: the longest
+  // timescale.
   double a = 0.0;
   double b = 0.0;  // normal, normal_zero_row: std; uniform: high
   uint64_t seed = 0;
@@ -72,6 +74,10 @@ struct Init {
   static Init normal_zero_row(double std, int64_t row, uint64_t seed) {
     return {Kind::normal_zero_row, static_cast<double>(row), std, seed};
   }
+
+  // Positions × channels [P, C]: row p is sin(p·t_i) for the first C/2 channels and cos(p·t_i)
+  // for the others, t_i = max_timescale^(-i / (C/2 - 1)): Whisper's encoder positions.
+  static Init sinusoids(double max_timescale = 10000.0) { return {Kind::sinusoids, max_timescale}; }
 
   bool operator==(const Init&) const = default;
   auto fields() const { return std::tie(kind, a, b, seed); }

@@ -1,6 +1,7 @@
 #include <cmath>
 #include <numbers>
 
+#include <meganeura/error.h>
 #include <meganeura/graph.h>
 
 #include "ir/random.h"
@@ -81,6 +82,22 @@ Array initialize(const Init& init, const Shape& shape, DType dtype) {
         const auto width = static_cast<size_t>(out.numel() / shape[0]);
         std::fill_n(out.data.begin() + static_cast<ptrdiff_t>(row) * static_cast<ptrdiff_t>(width),
                     width, 0.0);
+      }
+      break;
+    }
+    case Init::Kind::sinusoids: {
+      if (shape.size() != 2 || shape[1] < 4 || shape[1] % 2 != 0) {
+        throw Error("Init::sinusoids: expected a [positions, channels] shape with an even number "
+                    "of channels >= 4, got " + shape_str(shape));
+      }
+      const int64_t half = shape[1] / 2;
+      const double step = std::log(init.a) / static_cast<double>(half - 1);
+      for (int64_t p = 0; p < shape[0]; ++p) {
+        for (int64_t i = 0; i < half; ++i) {
+          const double angle = static_cast<double>(p) * std::exp(-step * static_cast<double>(i));
+          out.data[static_cast<size_t>(p * shape[1] + i)] = std::sin(angle);
+          out.data[static_cast<size_t>(p * shape[1] + half + i)] = std::cos(angle);
+        }
       }
       break;
     }
