@@ -12,4 +12,5 @@ void add_chat_command(CLI::App& app);      // chat.cpp
 void add_finetune_command(CLI::App& app);  // finetune.cpp
 void add_classify_command(CLI::App& app);  // classify.cpp
 void add_run_command(CLI::App& app);       // run.cpp
+void add_whisper_encode_command(CLI::App& app);  // whisper.cpp
 }  // namespace mn::cli
