@@ -1,0 +1,111 @@
+// Whisper's encoder on the GPU: inference over a batch of 30-second log-mel windows (random
+// features), and a training step (loss sum(y · w), SGD) at openai/whisper-tiny and -base sizes
+// with random weights. One JSON line per (size, batch, mode). PyTorch counterpart:
+// bench/whisper_encoder.py (transformers' WhisperEncoder, same sizes).
+//
+// Usage: bench_whisper_encoder [--sizes tiny,base] [--batch 1,8] [--steps 20] [--device D]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench_util.h"
+
+#include <meganeura/error.h>
+#include <meganeura/graph.h>
+#include <meganeura/optimizer.h>
+#include <meganeura/session.h>
+#include <meganeura/speech.h>
+
+namespace {
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+  return out;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+mn::Array random_array(const mn::Shape& shape, uint64_t seed) {
+  mn::Array a(shape, mn::DType::f32);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  for (double& v : a.data) v = static_cast<double>(static_cast<float>(u(rng)));
+  return a;
+}
+
+nlohmann::json run(const std::string& size, int64_t batch, bool training, int steps,
+                   const std::string& device) {
+  const mn::speech::WhisperEncoderConfig c = mn::speech::whisper_encoder_config(size);
+  auto enc = mn::speech::whisper_encoder(c);
+  enc->train(training);
+  mn::Graph g;
+  const mn::Shape x_shape{batch, c.num_mel_bins, 2 * c.max_source_positions};
+  mn::Tensor y = enc->forward(g.input("x", x_shape));
+  g.output("y", y);
+  if (training) {
+    mn::Tensor w = g.input("w", y.shape());
+    mn::add_training_step(sum(y * w), mn::Optimizer::sgd());
+  }
+  mn::SessionOptions so;
+  so.device = device;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = mn::build_session(g, so);
+  const double build_ms = ms_since(t0);
+  s->set("x", random_array(x_shape, 1));
+  if (training) {
+    s->set("w", random_array(y.shape(), 2));
+    s->set_scalar(mn::StepInputs::lr, 1e-6);
+  }
+  std::vector<double> ms;
+  for (int i = 0; i < steps + 3; ++i) {
+    if (training) s->set_scalar(mn::StepInputs::step, static_cast<double>(i + 1));
+    const auto t = std::chrono::steady_clock::now();
+    s->step();
+    (void)s->get("y");
+    if (i >= 3) ms.push_back(ms_since(t));
+  }
+  const mn::MemorySummary m = s->memory();
+  return {{"bench", "whisper_encoder"}, {"framework", "meganeura"},
+          {"size", size}, {"batch", batch}, {"mode", training ? "train" : "inference"},
+          {"step_ms_median", mn::bench::median(ms)}, {"build_ms", build_ms},
+          {"arena_mib", static_cast<double>(m.arena_bytes) / (1 << 20)},
+          {"dispatches", m.dispatches}, {"device", s->device_name()}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  std::string sizes = "tiny,base", batches = "1,8", device;
+  int steps = 20;
+  for (int i = 1; i < argc; ++i) {
+    auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
+    if (!std::strcmp(argv[i], "--sizes")) sizes = next();
+    else if (!std::strcmp(argv[i], "--batch")) batches = next();
+    else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(next().c_str());
+    else if (!std::strcmp(argv[i], "--device")) device = next();
+    else throw mn::Error(std::string("bench_whisper_encoder: unknown option ") + argv[i]);
+  }
+  for (const std::string& size : split(sizes)) {
+    for (const std::string& b : split(batches)) {
+      for (bool training : {false, true}) {
+        std::cout << run(size, std::stoll(b), training, steps, device).dump() << std::endl;
+      }
+    }
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "bench_whisper_encoder: %s\n", e.what());
+  return 1;
+}
