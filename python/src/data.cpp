@@ -1,5 +1,6 @@
 // Data sets and tensor files: Fashion-MNIST (Debian's dataset-fashion-mnist) and safetensors
 // as NumPy arrays.
+#include <meganeura/audio.h>
 #include <meganeura/data.h>
 #include <meganeura/image.h>
 
@@ -77,10 +78,40 @@ void bind_images(py::module_& data) {
       "pixels [H, W, 3].");
 }
 
+void bind_audio(py::module_& data) {
+  data.def(
+      "read_wav",
+      [](const std::filesystem::path& path) {
+        Audio a = read_wav(path);
+        const Shape shape{static_cast<int64_t>(a.samples.size())};
+        return py::make_tuple(adopt_vector(std::move(a.samples), shape), a.sample_rate, a.channels);
+      },
+      py::arg("path"),
+      "A WAV file (PCM 16/24/32 bits or float32) as (float32 mono samples, sample rate, the "
+      "file's channel count); channels are averaged.");
+  data.def(
+      "log_mel_spectrogram",
+      [](const py::object& samples, int64_t sample_rate, int64_t n_mels, int64_t pad_to_samples) {
+        py::array_t<float, py::array::c_style | py::array::forcecast> x(
+            py::module_::import("numpy").attr("asarray")(samples));
+        if (x.ndim() != 1) throw ShapeError("log_mel_spectrogram: expected 1-D samples");
+        LogMelOptions o;
+        o.n_mels = n_mels;
+        o.pad_to_samples = pad_to_samples;
+        return to_numpy(log_mel_spectrogram(std::span<const float>(x.data(), static_cast<size_t>(x.size())),
+                                            sample_rate, o));
+      },
+      py::arg("samples"), py::arg("sample_rate"), py::arg("n_mels") = 80,
+      py::arg("pad_to_samples") = 480000,
+      "Whisper's log-mel features float32 [n_mels, frames] as transformers' "
+      "WhisperFeatureExtractor computes them (pad_to_samples=0: the audio's own length).");
+}
+
 }  // namespace
 
 void bind_data(py::module_& data) {
   bind_images(data);
+  bind_audio(data);
   py::class_<DataLoader>(data, "DataLoader",
                          "Batches of a classification data set, epoch after epoch, in the order "
                          "the C++ trainer uses (a pure function of the seed and the epoch).")

@@ -52,6 +52,7 @@ void bind_init(py::module_& m) {
                   py::arg("gain") = 1.0)
       .def_static("xavier_uniform", &Init::xavier_uniform, py::arg("seed") = 0,
                   py::arg("gain") = 1.0)
+      .def_static("sinusoids", &Init::sinusoids, py::arg("max_timescale") = 10000.0)
       .def("values",
            [](const Init& init, const Shape& shape, const py::object& dtype) {
              return to_numpy(initialize(init, shape, to_dtype(dtype, "Init.values")));

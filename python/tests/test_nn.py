@@ -184,3 +184,17 @@ def test_padding_idx_and_key_padding_mask_follow_pytorch():
     s["x"], s["y"], s["pad"] = x.numpy(), y.numpy(), pad
     s.step()
     assert relative_error(s["o"], expected.detach().numpy()) < 1e-5
+
+
+def test_whisper_features_from_python():
+    """read_wav and log_mel_spectrogram give the C++ results (tests/fixtures/audio)."""
+    samples, rate, channels = mn.data.read_wav(FIXTURES / "audio" / "speech_16k.wav")
+    assert (rate, channels, samples.shape, samples.dtype) == (16000, 1, (32869,), np.float32)
+    mel = mn.data.log_mel_spectrogram(samples, rate, n_mels=128, pad_to_samples=0)
+    want = np.load(FIXTURES / "audio" / "mel128.npy")
+    assert mel.shape == want.shape and np.abs(mel - want).max() < 1e-4
+    with pytest.raises(mn.Error, match="44100 Hz"):
+        mn.data.log_mel_spectrogram(samples, 44100)
+    positions = mn.Init.sinusoids().values([4, 8])
+    assert np.allclose(positions[:, 0], np.sin(np.arange(4)))
+    assert np.allclose(positions[:, 4], np.cos(np.arange(4)))

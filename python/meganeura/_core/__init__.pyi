@@ -151,6 +151,9 @@ class Init:
     def xavier_normal(seed: int = 0, gain: float = 1.0) -> Init:
         ...
     @staticmethod
+    def sinusoids(max_timescale: float = 10000.0) -> Init:
+        ...
+    @staticmethod
     def xavier_uniform(seed: int = 0, gain: float = 1.0) -> Init:
         ...
     @staticmethod

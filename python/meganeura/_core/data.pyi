@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy
 import os
 import typing
-__all__ = ['DataLoader', 'TensorDataset', 'fashion_mnist_classes', 'imagenet_preprocess', 'load_fashion_mnist', 'load_npy', 'load_safetensors', 'read_image', 'save_safetensors']
+__all__ = ['DataLoader', 'TensorDataset', 'fashion_mnist_classes', 'imagenet_preprocess', 'load_fashion_mnist', 'load_npy', 'load_safetensors', 'log_mel_spectrogram', 'read_image', 'read_wav', 'save_safetensors']
 class DataLoader:
     """
     Batches of a classification data set, epoch after epoch, in the order the C++ trainer uses (a pure function of the seed and the epoch).
@@ -72,6 +72,14 @@ def load_npy(path: os.PathLike) -> numpy.ndarray:
 def load_safetensors(path: os.PathLike) -> dict:
     """
     Every tensor of a safetensors file, by name.
+    """
+def log_mel_spectrogram(samples: typing.Any, sample_rate: int, n_mels: int = 80, pad_to_samples: int = 480000) -> numpy.ndarray:
+    """
+    Whisper's log-mel features float32 [n_mels, frames] as transformers' WhisperFeatureExtractor computes them (pad_to_samples=0: the audio's own length).
+    """
+def read_wav(path: os.PathLike) -> tuple:
+    """
+    A WAV file (PCM 16/24/32 bits or float32) as (float32 mono samples, sample rate, the file's channel count); channels are averaged.
     """
 def read_image(path: os.PathLike) -> numpy.ndarray[numpy.uint8]:
     """
