@@ -158,11 +158,15 @@ std::string slab_products(const TiledConfig& c) {
 // per multiprocessor, and split alone it runs faster (512 × 576 × 192: 27.7 → 17.4 µs), but in
 // a 512-token prefill the q, k and v products already share their barrier window and the split
 // prefill measured 9.3 ms against 8.7 unsplit (docs/perf.md).
-int64_t tiled_splits(const TiledConfig& c, const MatmulGeometry& g, const DeviceTraits& d) {
+struct KSplit {
+  int64_t count = 1, k = 0;  // splits, and the K range of each (whole slabs)
+};
+
+KSplit tiled_splits(const TiledConfig& c, const MatmulGeometry& g, const DeviceTraits& d) {
   const int64_t slabs = (g.k + c.ks - 1) / c.ks;
   const int64_t s = std::clamp<int64_t>(d.matmul_split_k, 1, std::max<int64_t>(slabs, 1));
-  const int64_t per = (slabs + s - 1) / s;  // slabs per split
-  return (slabs + per - 1) / per;            // so that no split is empty
+  const int64_t per = (slabs + s - 1) / s;       // slabs per split
+  return {(slabs + per - 1) / per, per * c.ks};  // so that no split is empty
 }
 
 // GLSL: statements `body` for every output (i, j) of the thread, gm and gn its row and column,
@@ -221,8 +225,8 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   // limit.
   const int64_t col_tiles = (g.n + c.tile - 1) / c.tile, row_tiles = (g.m + c.tile - 1) / c.tile;
   const int64_t tiles = col_tiles * row_tiles * batch;
-  const int64_t splits = tiled_splits(c, g, ctx.device);
-  const int64_t split_k = ((g.k + c.ks - 1) / c.ks + splits - 1) / splits * c.ks;
+  const KSplit split = tiled_splits(c, g, ctx.device);
+  const int64_t splits = split.count;
   if (splits > 1 && splits * batch * g.m * g.n > int64_t{std::numeric_limits<uint32_t>::max()}) {
     throw Error("matmul: " + std::to_string(splits) +
                 " K splits of this product need more partial sums than 32-bit offsets address");
@@ -264,8 +268,8 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
        " + gl_WorkGroupID.x;\n";
   s += "  uint row0 = (rt % " + ulit(row_tiles) + ") * " + TILE + ", col0 = gl_WorkGroupID.x * " +
        TILE + ";\n";
-  s += "  uint kbegin = split * " + ulit(split_k) + ", kend = min(" + K + ", kbegin + " +
-       ulit(split_k) + ");\n";
+  s += "  uint kbegin = split * " + ulit(split.k) + ", kend = min(" + K + ", kbegin + " +
+       ulit(split.k) + ");\n";
   s += batch_bases(g);
   s += c.t == 4 ? "  vec4 acc[4];\n  for (uint i = 0u; i < 4u; ++i) acc[i] = vec4(0.0);\n"
                 : "  float acc[1][1];\n  acc[0][0] = 0.0;\n";
