@@ -152,10 +152,15 @@ std::string score_expr(const LowerContext& ctx, const AttentionShape& g, const A
   return s;
 }
 
-// GLSL: `reach`, the keys some row of the tile of `rows` query rows from i0 sees, where each row
-// has its own position: one lane per row loads its position, all at once (a loop over the rows
-// waited for one position load after another). Declares the shared reach_sh; needs `tid`.
+// GLSL: `reach`, the keys some row of the tile of `rows` query rows from i0 sees: all, the
+// causal prefix, or, where each row has its own position, the largest visible count, one lane
+// per row loading its position, all at once (a loop over the rows waited for one position load
+// after another; the shared reach_sh is the kernel's to declare). Needs `tid`.
 std::string tile_reach(const AttentionShape& g, const std::string& rows) {
+  if (!g.has_positions) {
+    return std::string("  uint reach = ") +
+           (g.attrs.causal ? "min(LK, min(i0 + " + rows + ", LQ))" : "LK") + ";\n";
+  }
   std::string s = "  if (tid < " + rows + ") reach_sh[tid] = i0 + tid < LQ ? " +
                   visible_expr(g, "(i0 + tid)") + " : 0u;\n";
   s += "  barrier();\n  uint reach = 0u;\n";
@@ -222,13 +227,7 @@ KernelLaunch tiled_kernel(const LowerContext& ctx, const AttentionShape& g, cons
   s += "    uint r = x / D, e = x % D;\n";
   s += "    q_sh[r * " + QS + " + e] = i0 + r < LQ ? q_ld(qb + (i0 + r) * D + e) : 0.0;\n  }\n";
   s += "  uint visible = valid ? " + visible_expr(g, "i") + " : 0u;\n";
-  // The keys some row of the tile sees.
-  if (g.has_positions) {
-    s += tile_reach(g, BQ);
-  } else {
-    s += std::string("  uint reach = ") + (a.causal ? "min(LK, min(i0 + " + BQ + ", LQ))" : "LK") +
-         ";\n";
-  }
+  s += tile_reach(g, BQ);
   s += "  float m = -mn_inf(), l = 0.0;\n  float acc[" + COLS + "];\n";
   s += "  for (uint c = 0u; c < " + COLS + "; ++c) acc[c] = 0.0;\n";
   s += "  for (uint j0 = 0u; j0 < reach; j0 += " + BK + ") {\n";
@@ -474,13 +473,7 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
     return "  uint vis" + r + " = i0 + ty * 4u + " + r + "u < LQ ? " +
            visible_expr(g, "(i0 + ty * 4u + " + r + "u)") + " : 0u;\n";
   });
-  // The keys some row of the tile sees.
-  if (g.has_positions) {
-    s += tile_reach(g, BQ);
-  } else {
-    s += std::string("  uint reach = ") + (a.causal ? "min(LK, min(i0 + " + BQ + ", LQ))" : "LK") +
-         ";\n";
-  }
+  s += tile_reach(g, BQ);
   s += unrolled(4, [&](const std::string& r) {
     std::string x = "  float m" + r + " = -mn_inf(), l" + r + " = 0.0;\n";
     x += unrolled(t.quads_v, [&](const std::string& q) {
