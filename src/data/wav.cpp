@@ -1,5 +1,6 @@
 // RIFF/WAVE reading: the fmt and data chunks, PCM integers of 16/24/32 bits or 32-bit floats,
 // channels averaged to mono.
+#include <bit>
 #include <cstring>
 #include <fstream>
 #include <string>
@@ -7,19 +8,16 @@
 #include <meganeura/audio.h>
 #include <meganeura/error.h>
 
+#include "data/bytes.h"
+
 namespace mn {
 
 namespace {
 
 constexpr uint16_t kPcm = 1, kFloat = 3, kExtensible = 0xFFFE;
 
-uint32_t u32_at(const std::vector<uint8_t>& b, size_t at) {
-  return static_cast<uint32_t>(b[at]) | static_cast<uint32_t>(b[at + 1]) << 8 |
-         static_cast<uint32_t>(b[at + 2]) << 16 | static_cast<uint32_t>(b[at + 3]) << 24;
-}
-uint16_t u16_at(const std::vector<uint8_t>& b, size_t at) {
-  return static_cast<uint16_t>(b[at] | b[at + 1] << 8);
-}
+uint32_t u32_at(const std::vector<uint8_t>& b, size_t at) { return data::load_le<uint32_t>(&b[at]); }
+uint16_t u16_at(const std::vector<uint8_t>& b, size_t at) { return data::load_le<uint16_t>(&b[at]); }
 
 struct Format {
   uint16_t tag = 0, channels = 0, bits = 0;
@@ -29,24 +27,18 @@ struct Format {
 
 // One sample of `bits` bits at `p` as a float: integers scaled to [-1, 1).
 float sample_at(const uint8_t* p, uint16_t tag, uint16_t bits) {
-  if (tag == kFloat) {
-    float f;
-    std::memcpy(&f, p, 4);
-    return f;
-  }
+  if (tag == kFloat) return std::bit_cast<float>(data::load_le<uint32_t>(p));
   switch (bits) {
     case 16:
-      return static_cast<float>(static_cast<int16_t>(p[0] | p[1] << 8)) / 32768.0f;
+      return static_cast<float>(static_cast<int16_t>(data::load_le<uint16_t>(p))) / 32768.0f;
     case 24: {
       int32_t v = p[0] | p[1] << 8 | p[2] << 16;
       if (v & 0x800000) v -= 1 << 24;
       return static_cast<float>(v) / 8388608.0f;
     }
-    default: {
-      const int32_t v = static_cast<int32_t>(static_cast<uint32_t>(p[0]) | p[1] << 8 |
-                                             p[2] << 16 | static_cast<uint32_t>(p[3]) << 24);
-      return static_cast<float>(static_cast<double>(v) / 2147483648.0);
-    }
+    default:
+      return static_cast<float>(static_cast<double>(static_cast<int32_t>(data::load_le<uint32_t>(p))) /
+                                2147483648.0);
   }
 }
 
