@@ -94,7 +94,7 @@ TEST(WhisperCli, EncodesAClipAsTheLibraryDoes) {
   nn::load_state_dict(*enc, *s, fixture("whisper/encoder.safetensors"));
   s->set("x", features);
   s->step();
-  const Array written = Column::from_raw(read_npy(out), "hidden.npy").to_array();
+  const Array written = to_array(read_npy(out), "hidden.npy");
   EXPECT_LT(testing::scaled_error(written, s->get("y")), 1e-6);
 }
 

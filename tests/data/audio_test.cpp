@@ -23,7 +23,7 @@ std::filesystem::path fixture(const std::string& name) {
   return std::filesystem::path(MN_SOURCE_DIR) / "tests/fixtures/audio" / name;
 }
 
-Array npy(const std::string& name) { return Column::from_raw(read_npy(fixture(name)), name).to_array(); }
+Array npy(const std::string& name) { return to_array(read_npy(fixture(name)), name); }
 
 double max_abs_difference(const Array& a, const Array& b, int64_t b_frames, int64_t first = 0) {
   // a: [mels, frames_a]; b: [mels, b_frames], compared with a's frames [first, first + b_frames).
@@ -75,7 +75,9 @@ std::vector<uint8_t> wav_bytes(uint16_t tag, uint16_t channels, uint16_t bits, u
   auto put = [&](uint64_t v, int n) {
     for (int i = 0; i < n; ++i) b.push_back(static_cast<uint8_t>(v >> (8 * i)));
   };
-  auto tag4 = [&](const char* s) { b.insert(b.end(), s, s + 4); };
+  auto tag4 = [&](const char* s) {
+    for (int i = 0; i < 4; ++i) b.push_back(static_cast<uint8_t>(s[i]));
+  };
   const uint32_t fmt_size = tag == 0xFFFE ? 40 : 16;
   tag4("RIFF");
   put(4 + 8 + fmt_size + 8 + data.size(), 4);

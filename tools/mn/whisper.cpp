@@ -5,8 +5,6 @@
 // states [1, positions, d_model] as .npy and reports the times.
 #include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -19,6 +17,7 @@
 #include <meganeura/tensor_data.h>
 
 #include "commands.h"
+#include "io/json_fields.h"
 
 namespace mn::cli {
 
@@ -36,23 +35,12 @@ double ms_since(Clock::time_point t) {
 
 speech::WhisperEncoderConfig config_of(const std::filesystem::path& dir) {
   const auto path = dir / "config.json";
-  std::ifstream f(path);
-  if (!f) throw FormatError(path.string() + ": cannot open");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(f);
-  } catch (const nlohmann::json::exception& e) {
-    throw FormatError(path.string() + ": not JSON (" + e.what() + ")");
-  }
-  auto field = [&](const char* key) {
-    if (!j.contains(key) || !j[key].is_number_integer()) {
-      throw FormatError(path.string() + ": '" + key + "' is missing or not an integer");
-    }
-    return j[key].get<int64_t>();
-  };
-  return {.num_mel_bins = field("num_mel_bins"), .d_model = field("d_model"),
-          .layers = field("encoder_layers"), .heads = field("encoder_attention_heads"),
-          .ffn_dim = field("encoder_ffn_dim"), .max_source_positions = field("max_source_positions")};
+  const io::JsonFields f(io::read_text_file(path), path.string());
+  return {.num_mel_bins = f.required_int("num_mel_bins"), .d_model = f.required_int("d_model"),
+          .layers = f.required_int("encoder_layers"),
+          .heads = f.required_int("encoder_attention_heads"),
+          .ffn_dim = f.required_int("encoder_ffn_dim"),
+          .max_source_positions = f.required_int("max_source_positions")};
 }
 
 // The encoder's tensors of a Whisper checkpoint: "model.encoder.<key>" (WhisperModel,
@@ -107,8 +95,8 @@ void run_whisper_encode(const WhisperArgs& a) {
   g.output("hidden", encoder->forward(g.input("features", features.shape)));
   SessionOptions so;
   so.device = a.device;
-  for (const nn::StateEntry& e : encoder->state_entries()) {
-    if (!a.model.empty()) so.preset.insert(e.graph_name);
+  if (!a.model.empty()) {
+    for (const nn::StateEntry& e : encoder->state_entries()) so.preset.insert(e.graph_name);
   }
   const auto t1 = Clock::now();
   auto session = build_session(g, so);
@@ -121,17 +109,7 @@ void run_whisper_encode(const WhisperArgs& a) {
   session->step();
   const Array hidden = session->get("hidden");
   const double encode_ms = ms_since(t2);
-  if (!a.output.empty()) {
-    RawTensor t;
-    t.type = ElemType::f32;
-    t.shape = hidden.shape;
-    t.bytes.resize(static_cast<size_t>(hidden.numel()) * sizeof(float));
-    for (size_t i = 0; i < hidden.data.size(); ++i) {
-      const auto v = static_cast<float>(hidden.data[i]);
-      std::memcpy(t.bytes.data() + i * sizeof(float), &v, sizeof(float));
-    }
-    write_npy(a.output, t);
-  }
+  if (!a.output.empty()) write_npy(a.output, from_array(hidden));
   const nlohmann::json out = {{"audio", a.audio},
                               {"seconds", static_cast<double>(audio.samples.size()) /
                                               static_cast<double>(audio.sample_rate)},
