@@ -2,7 +2,10 @@
 // log-sum-exp of the scores and the gradients of q, k and v, each probability recomputed from
 // q, k and the log-sum-exp where it is used, so no Lq x Lk tensor is ever stored.
 //
-// Scalar kernels (no tensor cores), a workgroup per row of the result and 64 lanes:
+// Register-tiled kernels where the head sizes allow (kernels/attention_training_tiled.comp: a
+// workgroup per tile of 32 or 16 rows streaming blocks of the other side through shared memory,
+// 4 × 4 or 4 × 2 scores per lane), else scalar ones (no tensor cores either way), a workgroup
+// per row of the result and 64 lanes:
 // - attention_lse, attention_grad_q: a workgroup per query row. Per block of 64 keys, each lane
 //   scores one key (q's row in shared memory); the block's dS (or the running max and sum) is
 //   shared and every lane accumulates its output columns over the block.
@@ -11,9 +14,12 @@
 //   k or v) in blocks of 64, from the key's own row on when causal (the rows above never see it).
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <string>
 
 #include "codegen/glsl.h"
 #include "codegen/kernel.h"
+#include "codegen/kernel_template.h"
 #include "codegen/lower_attention.h"
 #include "codegen/lower_families.h"
 #include "ir/ops/attention.h"
@@ -267,11 +273,122 @@ KernelLaunch grad_kv_kernel(const LowerContext& ctx, const TrainingShape& g) {
                 std::move(bindings));
 }
 
+// ---- register tiles (kernels/attention_training_tiled.comp) ----
+
+// R own rows per workgroup and BK other rows per block.
+struct TileShape {
+  uint64_t rows, block;
+  uint32_t lanes() const { return static_cast<uint32_t>(rows / 4 * 16); }
+};
+
+bool query_own(Form f) { return f == Form::lse || f == Form::grad_q; }
+bool has_own_b(Form f) { return f == Form::grad_q || f == Form::grad_k; }
+bool has_other_b(Form f) { return f != Form::lse; }
+uint64_t output_width(const TrainingShape& g) { return g.form == Form::grad_v ? g.dv : g.d; }
+
+// A staged row's stride in vec4s: swizzled rows of 8·n vec4s keep their width, others are
+// padded to an odd stride (template at_a/at_b).
+uint64_t row_stride(uint64_t width) {
+  const uint64_t w4 = width / 4;
+  return w4 % 8 == 0 ? w4 : (w4 | 1);
+}
+
+// Where the transposed weights go: "other_b" or "other_a" when that block is done with before
+// they are written and has room, else an array of their own ("").
+std::string weights_home(const TrainingShape& g, const TileShape& t) {
+  const uint64_t r4 = t.rows / 4 + 1;
+  if (g.form == Form::grad_v) return r4 <= row_stride(g.d) ? "other_a" : "";
+  if (g.form == Form::lse) return "other_a";  // none are written
+  return r4 <= row_stride(g.dv) ? "other_b" : "";
+}
+
+uint64_t tiled_shared_bytes(const TrainingShape& g, const TileShape& t) {
+  const uint64_t pa = row_stride(g.d), pb = row_stride(g.dv);
+  uint64_t vec4s = (t.rows + t.block) * pa;
+  if (has_own_b(g.form)) vec4s += t.rows * pb;
+  if (has_other_b(g.form)) vec4s += t.block * pb;
+  if (weights_home(g, t).empty()) vec4s += t.block * (t.rows / 4 + 1);
+  uint64_t bytes = vec4s * 16;
+  if (g.form == Form::lse) bytes += t.rows * 16 * 8;  // red
+  return bytes;
+}
+
+// The largest tiles whose shared memory the device has; none where a head's width is not a
+// multiple of 4 or the output's not of 64 (16 lanes × 4 columns).
+std::optional<TileShape> register_tiles_for(const TrainingShape& g, const DeviceTraits& d) {
+  if (g.d % 4 != 0 || g.dv % 4 != 0) return std::nullopt;
+  if (g.form != Form::lse && output_width(g) % 64 != 0) return std::nullopt;
+  for (const TileShape t : {TileShape{32, 64}, TileShape{32, 32}, TileShape{16, 32},
+                            TileShape{16, 16}}) {
+    if (t.lanes() <= d.max_workgroup_invocations && tiled_shared_bytes(g, t) <= d.max_shared_bytes)
+      return t;
+  }
+  return std::nullopt;
+}
+
+// The mask's element of score (batch offset mbatch, query head h, row i, key j).
+std::string mask_function(const TrainingShape& g) {
+  if (!g.attrs.has_mask) return "";
+  const size_t R = g.mask_strides.size();
+  return "uint mask_at(uint mbatch, uint h, uint i, uint j) { return mbatch + h * " +
+         ulit(g.mask_strides[R - 3]) + " + i * " + ulit(g.mask_strides[R - 2]) + " + j * " +
+         ulit(g.mask_strides[R - 1]) + "; }";
+}
+
+KernelLaunch tiled_kernel(const LowerContext& ctx, const TrainingShape& g, const TileShape& t) {
+  static const char* const names[] = {"attention_lse_tiled", "attention_grad_q_tiled",
+                                      "attention_grad_k_tiled", "attention_grad_v_tiled"};
+  const Form f = g.form;
+  const bool qown = query_own(f);
+  const uint64_t own_rows = qown ? g.lq : g.lk, own_heads = qown ? g.hq : g.hkv;
+  const uint64_t tiles = (own_rows + t.rows - 1) / t.rows;
+  const uint64_t groups = g.batches() * own_heads * tiles;
+  KernelLaunch k;
+  std::string weights = weights_home(g, t);
+  TemplateFields fields{
+      {"DECLARATIONS", glsl::require_extensions(declarations(ctx, g, k.bindings),
+                                                {"GL_EXT_control_flow_attributes"})},
+      {"FORM", std::to_string(static_cast<int>(f))},
+      {"CAUSAL", g.attrs.causal ? "1" : "0"},
+      {"HAS_MASK", g.attrs.has_mask ? "1" : "0"},
+      {"R", std::to_string(t.rows)},
+      {"BK", std::to_string(t.block)},
+      {"PA", std::to_string(row_stride(g.d))},
+      {"PB", std::to_string(row_stride(g.dv))},
+      {"W", std::to_string(f == Form::lse ? 64 : output_width(g))},
+      {"OWN_ROWS", std::to_string(own_rows)},
+      {"OWN_HEADS", std::to_string(own_heads)},
+      {"TILES", std::to_string(tiles)},
+      {"GROUPS", std::to_string(groups)},
+      {"WEIGHTS", weights.empty() ? "weights_sh" : weights},
+      {"WEIGHTS_DECLARATION",
+       weights.empty() ? "shared vec4 weights_sh[" + ulit(t.block * (t.rows / 4 + 1)) + "];" : ""},
+      {"C_ROWS", f == Form::grad_v ? "other_b" : "other_a"},
+      {"AT_C", f == Form::grad_v ? "at_b" : "at_a"},
+      {"OWN_A", qown ? "q_ld" : "k_ld"},
+      {"OTHER_A", qown ? "k_ld" : "q_ld"},
+      // Names in the template's disabled branches where the form has no such operand.
+      {"OWN_B", f == Form::grad_q ? "dout_ld" : f == Form::grad_k ? "v_ld" : "no_operand"},
+      {"OTHER_B", f == Form::grad_q ? "v_ld" : has_other_b(f) ? "dout_ld" : "no_operand"},
+      {"MASK_FUNCTION", mask_function(g)},
+      {"MASK_BATCH", mask_batch(g)},
+  };
+  k.name = names[static_cast<int>(f)];
+  k.glsl = fill_kernel_template("attention_training_tiled.comp", fields);
+  k.workgroup = {t.lanes(), 1, 1};
+  k.groups = glsl::linear_grid(groups * t.lanes(), ctx.device, t.lanes()).groups;
+  return k;
+}
+
 Lowering lower_training(const LowerContext& ctx, Form form) {
   glsl::require_storage(ctx);
   if (ctx.node.type.numel() == 0) return {};
   const TrainingShape g(ctx, form);
   Lowering low;
+  if (const auto tiles = register_tiles_for(g, ctx.device)) {
+    low.launches.push_back(tiled_kernel(ctx, g, *tiles));
+    return low;
+  }
   switch (form) {
     case Form::lse:
       low.launches.push_back(lse_kernel(ctx, g));

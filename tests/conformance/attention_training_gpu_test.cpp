@@ -1,7 +1,8 @@
 // Attention's training kernels at the head sizes models use (the op table's samples are tiny):
 // the output and the gradients of q, k and v from a random dout, on the GPU against the float64
 // reference, for head_dim 64 and 128 with causal grouped-query heads over more than one block of
-// 64 keys, and for other sizes with an additive mask and Lq != Lk.
+// 64 keys, with an additive mask and Lq != Lk (the register-tiled kernels, in every tile shape the
+// device's shared memory picks), and for other sizes (the scalar kernels).
 #include <gtest/gtest.h>
 
 #include <ostream>
@@ -69,6 +70,8 @@ INSTANTIATE_TEST_SUITE_P(
     HeadSizes, AttentionTrainingGpu,
     ::testing::Values(Case{"d64_causal_gqa", 1, 4, 2, 70, 70, 64, 64, true, false},
                       Case{"d128_causal_gqa", 1, 3, 1, 80, 80, 128, 128, true, false},
+                      Case{"d64_mask_long_key", 2, 2, 1, 40, 100, 64, 64, false, true},
+                      Case{"d64_dv128_causal_mask_long_query", 1, 2, 2, 90, 40, 64, 128, true, true},
                       Case{"d96_mask_long_key", 2, 2, 2, 20, 130, 96, 32, false, true},
                       Case{"d32_causal_mask_long_query", 1, 2, 1, 90, 40, 32, 48, true, true}),
     [](const auto& info) { return info.param.label; });
