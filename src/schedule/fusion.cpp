@@ -29,7 +29,7 @@ struct Builder {
   const Graph& g;
   const FusionOptions& options;
   size_t n;
-  std::vector<char> needed, sink;
+  std::vector<char> needed, sink, assigned;  // assigned: values of assignments
   std::vector<std::vector<NodeId>> consumers;  // needed consumers, without repeats
   std::vector<int> group_of;
   struct Work {
@@ -49,7 +49,8 @@ struct Builder {
     needed = needed_nodes(g);
     sink.assign(n, 0);
     for (const auto& [name, id] : g.outputs()) sink[id] = 1;
-    for (const auto& [target, value] : g.assignments()) sink[value] = 1;
+    assigned.assign(n, 0);
+    for (const auto& [target, value] : g.assignments()) sink[value] = assigned[value] = 1;
     consumers.resize(n);
     for (size_t i = 0; i < n; ++i) {
       if (!needed[i]) continue;
@@ -262,6 +263,12 @@ struct Builder {
       }
       if (x < 0) continue;
       Work& w = groups[x];
+      // An update of parameters or state (an optimizer's) stays a pointwise group: there it
+      // writes into the tensors it updates (plan/in_place.h) among the step's last launches,
+      // where an epilogue would store new copies, live until the assignments copy them back.
+      if (std::any_of(w.nodes.begin(), w.nodes.end(), [&](NodeId v) { return assigned[v]; })) {
+        continue;
+      }
       bool legal = true;
       for (NodeId c : consumers[i]) {
         if (group_of[c] == x) continue;

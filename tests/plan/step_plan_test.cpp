@@ -115,7 +115,9 @@ TEST(StepPlan, TrainingStepBuffersNeverShareWhileNeeded) {
     SCOPED_TRACE(fuse ? "fused" : "unfused");
     EXPECT_TRUE(placement_errors(p, o.alignment).empty())
         << joined(placement_errors(p, o.alignment));
-    EXPECT_FALSE(p.assignment_copies.empty());
+    // As written, every update is copied back after the step; fused, the optimizer's updates
+    // write into the tensors they update (none is absorbed by a matmul's epilogue).
+    EXPECT_EQ(p.assignment_copies.empty(), fuse);
     // Memory was actually shared: the arena is smaller than one aligned buffer per value.
     uint64_t total = 0;
     for (const PlannedBuffer& b : p.buffers)
