@@ -99,37 +99,18 @@ Tensor CausalLmBlocks::embed(Tensor input_ids) {
 }
 
 Rotary CausalLmBlocks::rotary(Tensor positions) {
-  const std::vector<double> inv = rope_inv_freq(c_);
-  const int64_t half = static_cast<int64_t>(inv.size()), D = 2 * half;
-  if (positions.valid()) {
-    // [B, L, 1] · [half] -> angles [B, 1, L, D] (the heads axis broadcast).
-    Tensor pos = unsqueeze(cast(positions, DType::f32), -1);
-    Tensor freqs = pos * g_.constant(Array({half}, DType::f32, inv));
-    Tensor angle = unsqueeze(concat({freqs, freqs}, -1), 1);
-    return {cos(angle), sin(angle)};
-  }
-  const int64_t L = o_.sequence;
-  Array c({L, D}, DType::f32), s({L, D}, DType::f32);
-  for (int64_t l = 0; l < L; ++l) {
-    for (int64_t i = 0; i < D; ++i) {
-      const double a = static_cast<double>(l) * inv[static_cast<size_t>(i % half)];
-      c.data[static_cast<size_t>(l * D + i)] = std::cos(a);
-      s.data[static_cast<size_t>(l * D + i)] = std::sin(a);
-    }
-  }
-  return {g_.constant(std::move(c)), g_.constant(std::move(s))};
+  if (positions.valid()) return rotary_op(positions);
+  // Positions 0..L-1 for every sequence, broadcast over the batch.
+  Array iota({1, o_.sequence}, DType::i32);
+  for (int64_t l = 0; l < o_.sequence; ++l) iota.data[static_cast<size_t>(l)] = static_cast<double>(l);
+  return rotary_op(g_.constant(std::move(iota)));
 }
 
-Rotary CausalLmBlocks::rotary_op(Tensor positions) { return {{}, {}, unsqueeze(positions, 1)}; }
+Rotary CausalLmBlocks::rotary_op(Tensor positions) { return {unsqueeze(positions, 1)}; }
 
 Tensor CausalLmBlocks::apply_rotary(Tensor x, const Rotary& r) const {
-  if (r.positions.valid()) {
-    return c_.rope_scaling ? rope_positions(x, r.positions, c_.rope_theta, *c_.rope_scaling)
-                           : rope_positions(x, r.positions, c_.rope_theta);
-  }
-  const int64_t D = x.dim(-1), half = D / 2;
-  Tensor rotated = concat({-slice(x, -1, half, D), slice(x, -1, 0, half)}, -1);
-  return x * r.cos + rotated * r.sin;
+  return c_.rope_scaling ? rope_positions(x, r.positions, c_.rope_theta, *c_.rope_scaling)
+                         : rope_positions(x, r.positions, c_.rope_theta);
 }
 
 Tensor CausalLmBlocks::heads(Tensor t, int64_t n) {

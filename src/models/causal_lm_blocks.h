@@ -10,11 +10,10 @@
 
 namespace mn::models {
 
-// The rotary embedding of a graph: cos and sin of the angles, broadcastable against
-// [batch, heads, sequence, head_dim]; or the positions (i32 [batch, 1, sequence]) that the
-// rope_positions op rotates by.
+// The rotary embedding of a graph: the positions (i32 [batch or 1, 1, sequence]) that the
+// rope_positions op rotates q and k by (one kernel each, and one for each gradient, where the
+// rotate-half form in graph ops took a slice, negation, concatenation and products).
 struct Rotary {
-  Tensor cos, sin;
   Tensor positions;
 };
 
@@ -31,7 +30,7 @@ class CausalLmBlocks {
   Tensor norm(Tensor x, const std::string& name);
 
   Tensor embed(Tensor input_ids);  // [B, L] -> [B, L, hidden]
-  // Angles of positions 0..L-1 (constants) or of a positions input (i32 [B, L]).
+  // Positions 0..L-1 (a constant) or a positions input (i32 [B, L]).
   Rotary rotary(Tensor positions = {});
   // The rope_positions op at a positions input (one kernel per rotation).
   static Rotary rotary_op(Tensor positions);
