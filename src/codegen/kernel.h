@@ -46,8 +46,8 @@ struct DeviceTraits {
   // MN_COOP_TENSOR_SPLIT_K: K splits of tensor-addressed matmuls whose tiles do not fill the
   // device; 0 chooses (codegen/lower_matmul_tensor.h), 1 never splits, n forces n where K allows.
   int coop_tensor_split_k = 0;
-  // MN_MATMUL_SPLIT_K: K splits of the tiled (scalar) matmul, forced (0 or 1: none; see
-  // codegen/lower_matmul.cpp for why it does not choose).
+  // MN_MATMUL_SPLIT_K: K splits of the tiled (scalar) matmul; 0 chooses (long K over few
+  // tiles, codegen/lower_matmul.cpp), 1 never splits, n forces n where K allows.
   int matmul_split_k = 0;
   // The granularities of workgroup-scope bf16·bf16+f32 matrices, as coop_wg_granularity's
   // (zeros: not offered; VK_KHR_shader_bfloat16's cooperative matrices are needed too).

@@ -152,19 +152,31 @@ std::string slab_products(const TiledConfig& c) {
   return s;
 }
 
-// K splits of the tiled kernel, DeviceTraits::matmul_split_k (MN_MATMUL_SPLIT_K; 0 or 1: none):
-// each workgroup of a tile adds a K range of at least one slab, the last to finish adds the
-// others' partial sums. Not chosen by default: a small product's grid leaves an H200 few warps
-// per multiprocessor, and split alone it runs faster (512 × 576 × 192: 27.7 → 17.4 µs), but in
-// a 512-token prefill the q, k and v products already share their barrier window and the split
-// prefill measured 9.3 ms against 8.7 unsplit (docs/perf.md).
+// K splits of the tiled kernel: each workgroup of a tile adds a K range of at least one slab,
+// the last to finish adds the others' partial sums. DeviceTraits::matmul_split_k
+// (MN_MATMUL_SPLIT_K) forces a count; 0 chooses: a product whose tiles fill less than two
+// waves of the device over a long K (at least kSplitMinK: the weight gradients of a training
+// step, whose K is batch × tokens) splits into ranges of at least 8 slabs until its grid holds
+// about four workgroups per multiprocessor. Shorter K stays whole: a 512-token prefill's q, k and
+// v products (K 576) already share their barrier window, and split they measured 9.3 ms
+// against 8.7 (docs/perf.md), though alone they ran faster (512 × 576 × 192: 27.7 → 17.4 µs).
+constexpr int64_t kSplitMinK = 1024;
+
 struct KSplit {
   int64_t count = 1, k = 0;  // splits, and the K range of each (whole slabs)
 };
 
-KSplit tiled_splits(const TiledConfig& c, const MatmulGeometry& g, const DeviceTraits& d) {
+KSplit tiled_splits(const TiledConfig& c, const MatmulGeometry& g, int64_t tiles,
+                    const DeviceTraits& d) {
   const int64_t slabs = (g.k + c.ks - 1) / c.ks;
-  const int64_t s = std::clamp<int64_t>(d.matmul_split_k, 1, std::max<int64_t>(slabs, 1));
+  int64_t want = d.matmul_split_k;
+  if (want == 0) {
+    const int64_t fill = d.groups_to_fill();
+    want = g.k >= kSplitMinK && tiles < 2 * fill
+               ? std::min((4 * fill + tiles - 1) / tiles, slabs / 8)
+               : 1;
+  }
+  const int64_t s = std::clamp<int64_t>(want, 1, std::max<int64_t>(slabs, 1));
   const int64_t per = (slabs + s - 1) / s;       // slabs per split
   return {(slabs + per - 1) / per, per * c.ks};  // so that no split is empty
 }
@@ -225,7 +237,7 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   // limit.
   const int64_t col_tiles = (g.n + c.tile - 1) / c.tile, row_tiles = (g.m + c.tile - 1) / c.tile;
   const int64_t tiles = col_tiles * row_tiles * batch;
-  const KSplit split = tiled_splits(c, g, ctx.device);
+  const KSplit split = tiled_splits(c, g, tiles, ctx.device);
   const int64_t splits = split.count;
   if (splits > 1 && splits * batch * g.m * g.n > int64_t{std::numeric_limits<uint32_t>::max()}) {
     throw Error("matmul: " + std::to_string(splits) +

@@ -197,6 +197,38 @@ TEST(MatmulGpu, SplitK) {
   }
 }
 
+// Unforced (matmul_split_k 0), a long K over few tiles splits (a weight gradient's K is batch ×
+// tokens): here 6 tiles on a 128-workgroup device, 2048 = 64 slabs, at most 8 splits of 8 slabs;
+// with K 576 (a prefill's projections) or with splitting turned off (1) it stays whole.
+TEST(MatmulGpu, SplitKChosenForLongKOverFewTiles) {
+  auto rng = testing::rng_for("matmul-gpu/split-k-chosen");
+  struct Case {
+    int64_t k;
+    int forced;
+    std::string kernel;
+  };
+  for (const Case& c : {Case{2048, 0, "matmul_64x64_split8"}, Case{576, 0, "matmul_64x64"},
+                        Case{2048, 1, "matmul_64x64"}}) {
+    SCOPED_TRACE(c.kernel + " at K " + std::to_string(c.k));
+    codegen::DeviceTraits traits = testing::device_traits();
+    traits.multiprocessors = 128;
+    traits.matmul_split_k = c.forced;
+    Graph g;
+    Tensor a = g.input("a", {130, c.k});
+    Tensor b = g.input("b", {70, c.k});
+    Tensor out = matmul(a, b, false, true);
+    const auto low = testing::lower_node(g, out.id(), traits);
+    ASSERT_EQ(low.launches.size(), 1u);
+    EXPECT_EQ(low.launches[0].name, c.kernel);
+    const std::vector<Array> in{testing::random_array(rng, {{130, c.k}, DType::f32}),
+                                testing::random_array(rng, {{70, c.k}, DType::f32})};
+    auto want = reference::evaluate_nodes(g, {{"a", in[0]}, {"b", in[1]}},
+                                          std::vector<NodeId>{out.id()});
+    EXPECT_TRUE(testing::elementwise_near(testing::run_lowering(g, out.id(), in, traits),
+                                          testing::stored(want[0]), 2e-5));
+  }
+}
+
 // Through a session with MN_MATMUL_SPLIT_K: the fused residual add (the matmul's epilogue) runs
 // once, in the workgroup that adds the partials, and gradients split as well.
 TEST(MatmulGpu, SplitKWithEpilogueAndGradients) {
