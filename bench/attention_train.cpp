@@ -11,7 +11,8 @@
 // --arena BxL (e.g. 8x512, repeatable) instead plans a training step (AdamW) of a causal LM of
 // SmolLM2-135M's shape (build_causal_lm: 30 layers, 9 heads over 3 key/value heads of 64) at
 // batch B and sequence L, without running it, once with attention's backward in graph ops
-// (MN_ATTENTION_BACKWARD=graph) and once with the gradient kernels (=kernels), and prints both arenas.
+// (MN_ATTENTION_BACKWARD=graph) and once with the gradient kernels (=kernels), and prints both arenas
+// and what fills them at their peaks.
 // It needs no GPU.
 //
 // Usage: bench_attention_train [--batch N] [--lengths 512,2048] [--dims 64,128] [--reps N]
@@ -36,6 +37,7 @@
 
 #include "bench_util.h"
 #include "plan/step_plan.h"
+#include "plan_memory.h"
 
 namespace {
 
@@ -152,7 +154,8 @@ void arena_case(int64_t batch, int64_t sequence) {
         {"batch", batch},
         {"sequence", sequence},
         {"arena_mib", static_cast<double>(plan.arena_bytes) / (1 << 20)},
-        {"dispatches", plan.launches.size()}};
+        {"dispatches", plan.launches.size()},
+        {"memory", mn::bench::peak_fields(plan)}};
     std::printf("%s\n", j.dump().c_str());
     std::fflush(stdout);
   }

@@ -3,11 +3,19 @@
 // the graph as written (one kernel per op) and optimized (e-graph + fusion) in the same process
 // and prints one JSON line each. PyTorch counterpart: bench/transformer_train.py.
 // --plan only plans each step (no device, no run) and prints its arena and dispatch count;
-// --plan-kernels also counts the launches of each kernel name.
+// --plan-kernels also counts the launches of each kernel name, --plan-memory says what fills the
+// arena at its peak.
+//
+// --model causal_lm builds the step from build_causal_lm with SmolLM2-135M's config instead
+// (Hugging Face's LlamaForCausalLM: composite attention, rms_norm and silu, the loss's shift
+// inside), the graph that loading the real model gives, as bench/transformer_train.py runs it;
+// the default, `transformer`, is build_transformer's graph in primitive ops, as an exporter
+// writes it, which the optimizer has to recognise.
 //
 // Usage: bench_transformer_train [--steps N] [--layers L] [--batch B] [--sequence S]
 //                                [--device D] [--only optimized|baseline] [--profile] [--plan]
 //                                [--precision f32|bf16|f16]   (SessionOptions::precision)
+//                                [--model transformer|causal_lm]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,10 +29,12 @@
 
 #include "bench_util.h"
 
+#include <meganeura/causal_lm.h>
 #include <meganeura/models.h>
 #include <meganeura/optimizer.h>
 #include <meganeura/session.h>
 
+#include "plan_memory.h"
 #include "plan/step_plan.h"
 
 namespace {
@@ -36,7 +46,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // The step's plan as a session would make it, without a device: arena and dispatches.
 // Launches are counted by kernel name (--plan-kernels).
 nlohmann::json plan_fields(const mn::Graph& g, bool optimized, mn::DType precision,
-                           bool kernels) {
+                           bool kernels, bool memory) {
   mn::plan::PlanOptions po;
   po.optimize.enabled = po.fuse = optimized;
   po.precision = precision;
@@ -51,7 +61,42 @@ nlohmann::json plan_fields(const mn::Graph& g, bool optimized, mn::DType precisi
     for (const auto& l : plan.launches) ++counts[l.kernel.name];
     j["kernels"] = counts;
   }
+  if (memory) j["memory"] = mn::bench::peak_fields(plan);
   return j;
+}
+
+// The training step's graph and the names of its token and target inputs.
+struct StepGraph {
+  std::unique_ptr<mn::Graph> graph;
+  std::string tokens, targets;
+  bool shifted_inside = false;  // targets = tokens (the model shifts them), as transformers does
+};
+
+StepGraph step_graph(const std::string& model, const mn::TransformerSpec& spec) {
+  if (model == "transformer") {
+    mn::LanguageModel m = mn::build_transformer(spec);
+    mn::add_training_step(m.loss, mn::Optimizer::adamw());
+    return {std::move(m.graph), "tokens", "targets", false};
+  }
+  if (model != "causal_lm") throw mn::Error("--model must be transformer or causal_lm, got '" + model + "'");
+  mn::LmConfig c;
+  c.vocab_size = spec.vocab;
+  c.hidden_size = spec.hidden;
+  c.intermediate_size = spec.ffn;
+  c.num_hidden_layers = spec.layers;
+  c.num_attention_heads = spec.heads;
+  c.num_key_value_heads = spec.kv_heads;
+  c.head_dim = spec.hidden / spec.heads;
+  c.rms_norm_eps = spec.rms_eps;
+  c.rope_theta = spec.rope_theta;
+  c.tie_word_embeddings = true;
+  mn::CausalLmOptions o;
+  o.batch = spec.batch;
+  o.sequence = spec.sequence;
+  o.with_loss = true;
+  mn::CausalLm m = mn::build_causal_lm(c, o);
+  mn::add_training_step(m.loss, mn::Optimizer::adamw());
+  return {std::move(m.graph), "input_ids", "labels", true};
 }
 
 }  // namespace
@@ -59,8 +104,8 @@ nlohmann::json plan_fields(const mn::Graph& g, bool optimized, mn::DType precisi
 int main(int argc, char** argv) {
   int steps = 30;
   std::string device, only;
-  bool profile = false, plan_only = false, plan_kernels = false;
-  std::string precision = "f32";
+  bool profile = false, plan_only = false, plan_kernels = false, plan_memory = false;
+  std::string precision = "f32", model = "transformer";
   mn::TransformerSpec spec = mn::smollm2_135m();
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
@@ -82,20 +127,25 @@ int main(int argc, char** argv) {
       plan_only = true;
     else if (!std::strcmp(argv[i], "--plan-kernels"))
       plan_only = plan_kernels = true;
+    else if (!std::strcmp(argv[i], "--plan-memory"))
+      plan_only = plan_memory = true;
     else if (!std::strcmp(argv[i], "--precision"))
       precision = next();
+    else if (!std::strcmp(argv[i], "--model"))
+      model = next();
   }
   const std::string name = "smollm2_135m_train_b" + std::to_string(spec.batch) + "_s" +
                            std::to_string(spec.sequence) +
-                           (spec.layers == 30 ? "" : "_l" + std::to_string(spec.layers));
+                           (spec.layers == 30 ? "" : "_l" + std::to_string(spec.layers)) +
+                           (model == "transformer" ? "" : "_" + model);
   try {
     for (bool optimized : {false, true}) {
       if (!only.empty() && only != (optimized ? "optimized" : "baseline")) continue;
-      mn::LanguageModel m = mn::build_transformer(spec);
-      mn::add_training_step(m.loss, mn::Optimizer::adamw());
+      const StepGraph m = step_graph(model, spec);
       if (plan_only) {
         nlohmann::json j =
-            plan_fields(*m.graph, optimized, mn::dtype_from_name(precision), plan_kernels);
+            plan_fields(*m.graph, optimized, mn::dtype_from_name(precision), plan_kernels,
+                        plan_memory);
         j.update({{"name", name},
                   {"impl", "meganeura"},
                   {"optimized", optimized},
@@ -118,9 +168,11 @@ int main(int argc, char** argv) {
       std::vector<int32_t> tokens(n), targets(n);
       for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % spec.vocab);
       for (size_t i = 0; i < n; ++i)
-        targets[i] = (i + 1) % spec.sequence == 0 ? -100 : tokens[i + 1];
-      s->set("tokens", tokens);
-      s->set("targets", targets);
+        targets[i] = m.shifted_inside                 ? tokens[i]
+                     : (i + 1) % spec.sequence == 0 ? -100
+                                                      : tokens[i + 1];
+      s->set(m.tokens, tokens);
+      s->set(m.targets, targets);
       std::vector<double> times;
       double loss = 0, first_loss = 0;
       for (int i = 0; i < steps + 3; ++i) {

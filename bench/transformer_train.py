@@ -2,10 +2,12 @@
 transformers, SDPA attention, tied embeddings), AdamW, fp32, eager; one step = forward,
 backward, optimizer step and loss readback. Prints one JSON line. --precision bf16|f16 runs
 the forward under torch.autocast (f32 master weights and optimizer, as
-SessionOptions::precision does; f16 with a GradScaler).
+SessionOptions::precision does; f16 with a GradScaler). --compile runs the model's forward and
+loss under torch.compile (mode reduce-overhead; the backward is compiled with it, the optimizer
+runs eagerly). "peak_mib" is torch.cuda.max_memory_allocated over the timed steps.
 
 Usage: python3 bench/transformer_train.py [--steps N] [--layers L] [--batch B] [--sequence S]
-                                          [--precision f32|bf16|f16]
+                                          [--precision f32|bf16|f16] [--compile]
 """
 import argparse
 import json
@@ -21,6 +23,7 @@ p.add_argument("--layers", type=int, default=30)
 p.add_argument("--batch", type=int, default=1)
 p.add_argument("--sequence", type=int, default=256)
 p.add_argument("--precision", choices=["f32", "bf16", "f16"], default="f32")
+p.add_argument("--compile", action="store_true")
 a = p.parse_args()
 
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
@@ -43,11 +46,19 @@ amp = {"bf16": torch.bfloat16, "f16": torch.float16}.get(a.precision)
 scaler = torch.amp.GradScaler("cuda") if a.precision == "f16" else None
 
 
-def step():
-    opt.zero_grad(set_to_none=True)
+def forward_loss():
     with torch.autocast("cuda", dtype=amp, enabled=amp is not None):
         logits = model(input_ids=tokens).logits
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))
+
+
+if a.compile:
+    forward_loss = torch.compile(forward_loss, mode="reduce-overhead")
+
+
+def step():
+    opt.zero_grad(set_to_none=True)
+    loss = forward_loss()
     if scaler:
         scaler.scale(loss).backward()
         scaler.step(opt)
@@ -61,12 +72,15 @@ def step():
 for _ in range(3):
     step()
 torch.cuda.synchronize()
+torch.cuda.reset_peak_memory_stats()
 times = []
 for _ in range(a.steps):
     t0 = time.perf_counter()
     loss = step()
     times.append((time.perf_counter() - t0) * 1e3)
 name = f"smollm2_135m_train_b{a.batch}_s{a.sequence}" + ("" if a.layers == 30 else f"_l{a.layers}")
-print(json.dumps({"name": name, "impl": "pytorch", "mode": "eager", "precision": a.precision,
-                  "torch": torch.__version__, "step_ms_median": statistics.median(times),
-                  "step_ms_min": min(times), "steps": a.steps, "final_loss": loss}), flush=True)
+print(json.dumps({"name": name, "impl": "pytorch", "mode": "compile" if a.compile else "eager",
+                  "precision": a.precision, "torch": torch.__version__,
+                  "step_ms_median": statistics.median(times), "step_ms_min": min(times),
+                  "steps": a.steps, "final_loss": loss,
+                  "peak_mib": torch.cuda.max_memory_allocated() / 2**20}), flush=True)

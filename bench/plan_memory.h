@@ -1,0 +1,42 @@
+#pragma once
+// What fills a planned step's arena, for the benchmarks that plan without a device (--plan-memory).
+#include <algorithm>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "plan/memory_breakdown.h"
+#include "plan/step_plan.h"
+
+namespace mn::bench {
+
+// What fills the arena at the plan's peak: the breakdown's roles, and the live transient bytes
+// summed by the op that computes them (in MiB), largest first.
+inline nlohmann::json peak_fields(const plan::StepPlan& plan) {
+  const plan::MemoryBreakdown m = plan::memory_breakdown(plan);
+  auto mib = [](uint64_t b) { return static_cast<double>(b) / (1 << 20); };
+  std::map<std::string, uint64_t> by_op;
+  for (const plan::PlannedBuffer& b : plan.buffers) {
+    if (b.persistent || b.first_use > m.peak_launch || b.last_use < m.peak_launch) continue;
+    by_op[b.node < 0 ? "(scratch)" : std::string(plan.graph.node(b.node).op_name())] += b.bytes;
+  }
+  std::vector<std::pair<uint64_t, std::string>> sorted;
+  for (const auto& [op, bytes] : by_op) sorted.emplace_back(bytes, op);
+  std::sort(sorted.rbegin(), sorted.rend());
+  nlohmann::json live = nlohmann::json::array();
+  for (const auto& [bytes, op] : sorted) live.push_back({op, mib(bytes)});
+  return {{"parameters", mib(m.parameter_bytes)},
+          {"states", mib(m.state_bytes)},
+          {"io", mib(m.io_bytes)},
+          {"peak_launch", m.peak_launch},
+          {"activations", mib(m.activation_bytes)},
+          {"backward", mib(m.backward_bytes)},
+          {"workspace", mib(m.workspace_bytes)},
+          {"transient_region", mib(m.transient_region_bytes)},
+          {"live_by_op", live}};
+}
+
+}  // namespace mn::bench
