@@ -3,10 +3,11 @@
 // timed with GPU timestamps (median of --reps steps after warm-up). With the gradient kernels
 // the step runs the forward kernel, attention_lse, the delta = rowsum(dout * out) reduction and
 // attention_grad_q/k/v.
-// MN_ATTENTION_BACKWARD=kernels times the gradient kernels; by default the backward is graph
-// ops (matmuls and a softmax over the Lq x Lk scores). One JSON line per case with "gpu_ms_median", "tflops" (forward + backward at 3.5 times the
-// forward's 4·B·Hq·L²·D, halved when causal: the convention of FlashAttention's benchmarks),
-// the arena and the kernels. PyTorch counterpart: bench/attention_train.py.
+// MN_ATTENTION_BACKWARD=kernels times the gradient kernels, =graph the graph ops (matmuls and a
+// softmax over the Lq x Lk scores); unset, the vjp chooses (README). One JSON line per case with
+// "gpu_ms_median", "tflops" (forward + backward at 3.5 times the forward's 4·B·Hq·L²·D, halved
+// when causal: the convention of FlashAttention's benchmarks), the arena and the kernels.
+// PyTorch counterpart: bench/attention_train.py.
 //
 // --arena BxL (e.g. 8x512, repeatable) instead plans a training step (AdamW) of a causal LM of
 // SmolLM2-135M's shape (build_causal_lm: 30 layers, 9 heads over 3 key/value heads of 64) at
@@ -65,10 +66,12 @@ mn::Array random_array(const mn::Shape& shape, uint64_t seed) {
   return a;
 }
 
-// The form MN_ATTENTION_BACKWARD asks for (graph ops unless `kernels`).
-std::string backward_form() {
-  const char* v = std::getenv("MN_ATTENTION_BACKWARD");
-  return v && std::string_view(v) == "kernels" ? "gradient kernels" : "graph ops";
+// The form the step's graph holds: the gradient kernels where it has attention_grad_q.
+std::string backward_form(const mn::Graph& g) {
+  for (const mn::Node& n : g.nodes()) {
+    if (n.op_name() == "attention_grad_q") return "gradient kernels";
+  }
+  return "graph ops";
 }
 
 void run_case(const Options& o, int64_t length, int64_t dim) {
@@ -108,7 +111,7 @@ void run_case(const Options& o, int64_t length, int64_t dim) {
                       {"length", length},
                       {"head_dim", dim},
                       {"device", s->device_name()},
-                      {"attention_backward", backward_form()},
+                      {"attention_backward", backward_form(g)},
                       {"gpu_ms_median", median},
                       {"tflops", median > 0 ? 3.5 * forward_flops / (median * 1e-3) / 1e12 : 0.0},
                       {"arena_mib", static_cast<double>(mem.arena_bytes) / (1 << 20)},

@@ -59,12 +59,23 @@ void expect_refused(const std::function<void()>& f, const std::string& fragment)
   }
 }
 
-TEST(AttentionTrainingOps, TheGraphFormIsTheDefaultAndBadChoicesAreRefused) {
-  Graph g;
-  Tensor q = g.input("q", {4, 5, 8}), k = g.input("k", {4, 5, 8}), v = g.input("v", {4, 5, 8});
-  gradients(sum(scaled_dot_product_attention(q, k, v)), {q, k, v});
-  EXPECT_EQ(count_ops(g, "attention_grad_q"), 0u);
-  EXPECT_EQ(count_ops(g, "softmax"), 1u);
+// Unforced, the form follows the size of a layer's scores (32 MiB and up: the training ops) and
+// the head width (at most 64: the training ops' register tiles).
+TEST(AttentionTrainingOps, TheFormFollowsTheScoresSizeAndBadChoicesAreRefused) {
+  struct Case {
+    Shape q, kv;
+    bool kernels;
+  };
+  // 2 × 8 × 1024² f32 scores are 64 MiB; 8 × 256² are 2 MiB.
+  for (const Case& c : {Case{{2, 8, 1024, 64}, {2, 2, 1024, 64}, true},
+                        Case{{8, 256, 64}, {8, 256, 64}, false},
+                        Case{{2, 8, 1024, 128}, {2, 2, 1024, 128}, false}}) {
+    Graph g;
+    Tensor q = g.input("q", c.q), k = g.input("k", c.kv), v = g.input("v", c.kv);
+    gradients(sum(scaled_dot_product_attention(q, k, v, {}, true)), {q, k, v});
+    EXPECT_EQ(count_ops(g, "attention_grad_q"), c.kernels ? 1u : 0u) << shape_str(c.q);
+    EXPECT_EQ(count_ops(g, "softmax"), c.kernels ? 0u : 1u) << shape_str(c.q);
+  }
   testing::ScopedEnv bad("MN_ATTENTION_BACKWARD", "flash");
   Graph h;
   Tensor hq = h.input("q", {4, 5, 8});

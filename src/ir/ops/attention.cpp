@@ -268,23 +268,48 @@ std::vector<Tensor> sdpa_vjp_of(const AttentionAttrs& a, std::span<const Tensor>
   return grads;
 }
 
-// MN_ATTENTION_BACKWARD=kernels builds attention's backward from the training ops
-// (attention_lse, attention_grad_q/k/v: no Lq x Lk tensor in memory); unset or `graph`, from
-// graph ops. The graph form is the default while the kernels are scalar: on an H200 they took
-// 17 ms for batch 8, 9 heads, L = 512, D = 64, against 1.2 ms for the graph ops' matmuls
-// (docs/perf.md).
-bool kernel_backward_chosen() {
+// Attention's backward pass in graph ops (the scores' and probabilities' Lq x Lk tensors per
+// head, stored between forward and backward) or from the training ops (attention_lse,
+// attention_grad_q/k/v: each probability recomputed where it is used, nothing of Lq x Lk in
+// memory). MN_ATTENTION_BACKWARD=graph or =kernels forces one; unset (or `auto`), the training
+// ops serve heads of at most 64 elements (which their register tiles take; wider heads spill
+// there and ran 1.5-10x slower than the graph ops on an H200) once a layer's score tensor
+// reaches kKernelBackwardScoreBytes: below, the graph ops' products are the faster (an H200 at
+// batch 8, 9 heads, L = 512, D = 64: 0.90 ms against 1.20), above, memory decides and from
+// L = 2048 on the kernels are the faster too (13.8 against 25.2 ms; docs/perf.md).
+constexpr double kKernelBackwardScoreBytes = 32.0 * (1 << 20);
+
+enum class BackwardForm { automatic, graph, kernels };
+
+// Read at each vjp, so that one process can build both forms (the tests, bench_attention_train).
+BackwardForm backward_form_chosen() {
   const char* v = std::getenv("MN_ATTENTION_BACKWARD");
-  if (!v || !*v || std::string_view(v) == "graph") return false;
-  if (std::string_view(v) == "kernels") return true;
-  throw Error(std::string("MN_ATTENTION_BACKWARD must be 'graph' or 'kernels', got '") + v + "'");
+  if (!v || !*v || std::string_view(v) == "auto") return BackwardForm::automatic;
+  if (std::string_view(v) == "graph") return BackwardForm::graph;
+  if (std::string_view(v) == "kernels") return BackwardForm::kernels;
+  throw Error(std::string("MN_ATTENTION_BACKWARD must be 'auto', 'graph' or 'kernels', got '") +
+              v + "'");
+}
+
+bool kernel_backward_for(const Geometry& g) {
+  switch (backward_form_chosen()) {
+    case BackwardForm::graph:
+      return false;
+    case BackwardForm::kernels:
+      return true;
+    case BackwardForm::automatic:
+      break;
+  }
+  const double score_bytes = 4.0 * static_cast<double>(numel(g.scores));
+  return g.d <= 64 && g.dv <= 64 && score_bytes >= kKernelBackwardScoreBytes;
 }
 
 // The training ops where chosen and they take the operands; the graph-op form otherwise (or
 // when q, k or v broadcast over batch axes).
 std::vector<Tensor> sdpa_vjp(const Node& n, std::span<const Tensor> in, Tensor out, Tensor dout) {
   const auto& a = n.attrs.as<AttentionAttrs>();
-  if (kernel_backward_chosen() && attention_training_applies(geometry_of(in, a))) {
+  const Geometry g = geometry_of(in, a);
+  if (attention_training_applies(g) && kernel_backward_for(g)) {
     return attention_training_vjp(a, in, out, dout);
   }
   return sdpa_vjp_of(a, in, out, dout);
