@@ -4,24 +4,11 @@
 #include <array>
 #include <vector>
 
+#include "schedule/fusion.h"
+
 namespace mn::plan {
 
 namespace {
-
-// Nodes the graph's outputs depend on: the forward pass.
-std::vector<char> output_ancestors(const Graph& g) {
-  std::vector<char> in(g.size(), 0);
-  std::vector<NodeId> stack;
-  for (const auto& [name, id] : g.outputs()) stack.push_back(id);
-  while (!stack.empty()) {
-    const NodeId n = stack.back();
-    stack.pop_back();
-    if (in[static_cast<size_t>(n)]) continue;
-    in[static_cast<size_t>(n)] = 1;
-    for (NodeId i : g.node(n).inputs) stack.push_back(i);
-  }
-  return in;
-}
 
 void add_persistent(MemoryBreakdown& m, const StepPlan& p, const PlannedBuffer& b) {
   if (b.node < 0) {
@@ -42,7 +29,7 @@ void add_persistent(MemoryBreakdown& m, const StepPlan& p, const PlannedBuffer& 
 
 MemoryBreakdown memory_breakdown(const StepPlan& p) {
   MemoryBreakdown m;
-  const std::vector<char> forward = output_ancestors(p.graph);
+  const std::vector<char> forward = schedule::forward_nodes(p.graph);
   // Live transient bytes per launch, by role (a difference array over launch indices).
   const size_t n = p.launches.size() + 1;
   enum Role { activation, backward, workspace };

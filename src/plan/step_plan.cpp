@@ -10,6 +10,7 @@
 #include "ir/op_def.h"
 #include "optimize/mixed_precision.h"
 #include "plan/in_place.h"
+#include "schedule/rematerialize.h"
 #include "schedule/cache_append.h"
 #include "schedule/fusion.h"
 #include "schedule/gemv_fusion.h"
@@ -53,22 +54,10 @@ std::vector<int> barrier_run_ends(const std::vector<PlannedLaunch>& launches) {
   return ends;
 }
 
-}  // namespace
-
-StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
-  StepPlan p;
-  const char* no_optimize = std::getenv("MN_NO_OPTIMIZE");
-  const bool off = no_optimize && std::string_view(no_optimize) == "1";
-  optimize::OptimizeOptions oo = options.optimize;
-  oo.enabled = oo.enabled && !off;
-  std::optional<Graph> mixed;
-  if (options.precision != DType::f32) {
-    mixed.emplace(optimize::with_mixed_precision(original, options.precision));
-  }
-  optimize::OptimizeResult optimized = optimize::optimize(mixed ? *mixed : original, oo);
-  p.report = std::move(optimized.report);
-  p.graph = schedule::lower_for_gpu(optimized.graph);
-  if (options.precision != DType::f32) p.graph = optimize::casts_through_movement(p.graph);
+// The kernels, buffers and arena of `p`, whose graph is optimized and lowered: `recomputed`
+// marks the copies schedule::rematerialize made (empty: none).
+void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
+                        std::vector<char> recomputed) {
   const Graph& g = p.graph;
   const size_t n = g.size();
 
@@ -78,6 +67,15 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
   schedule::FusionOptions fo;
   // Past a few hundred bindings a launch saves nothing more (and descriptor sets grow).
   fo.max_bindings = std::min<uint32_t>(options.device.max_storage_buffers, 256);
+  // A training step's backward kernels launch in the backward pass: one whose inputs are all
+  // forward values (a recomputed copy, or a gradient's factor of saved activations) would
+  // otherwise launch as soon as they exist and keep its value through the rest of the forward.
+  if (!g.assignments().empty()) {
+    const std::vector<char> forward = schedule::forward_nodes(g);
+    recomputed.resize(n, 0);
+    for (size_t i = 0; i < n; ++i) recomputed[i] = recomputed[i] || !forward[i];
+  }
+  fo.deferred = std::move(recomputed);
   p.groups = fuse ? schedule::fuse(g, fo) : schedule::unfused_groups(g);
   if (fuse) {
     // Casts first, so that a sibling product's matrix is already its stored tensor; again
@@ -236,7 +234,42 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
   }
   p.arena_bytes = p.memory.arena_bytes;
   p.report.dispatches_after = p.launches.size();
-  return p;
+}
+
+}  // namespace
+
+StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
+  StepPlan p;
+  const char* no_optimize = std::getenv("MN_NO_OPTIMIZE");
+  const bool off = no_optimize && std::string_view(no_optimize) == "1";
+  optimize::OptimizeOptions oo = options.optimize;
+  oo.enabled = oo.enabled && !off;
+  std::optional<Graph> mixed;
+  if (options.precision != DType::f32) {
+    mixed.emplace(optimize::with_mixed_precision(original, options.precision));
+  }
+  optimize::OptimizeResult optimized = optimize::optimize(mixed ? *mixed : original, oo);
+  p.report = std::move(optimized.report);
+  p.graph = schedule::lower_for_gpu(optimized.graph);
+  if (options.precision != DType::f32) p.graph = optimize::casts_through_movement(p.graph);
+  if (!options.rematerialize || off) {
+    schedule_and_place(p, options, off, {});
+    return p;
+  }
+  // Recomputation trades launches for memory: it is kept where it makes the arena smaller
+  // (a deep model's activations), not where the backward pass's own working set is the peak
+  // and the copies only add to it (a model of two layers).
+  schedule::Rematerialized r = schedule::rematerialize(p.graph);
+  if (r.copies.empty()) {
+    schedule_and_place(p, options, off, {});
+    return p;
+  }
+  StepPlan copies;
+  copies.report = p.report;
+  copies.graph = std::move(r.graph);
+  schedule_and_place(copies, options, off, std::move(r.copies));
+  schedule_and_place(p, options, off, {});
+  return copies.arena_bytes < p.arena_bytes ? std::move(copies) : std::move(p);
 }
 
 }  // namespace mn::plan

@@ -85,6 +85,9 @@ struct PlanOptions {
   bool check_indices = true;
   // Products in 16 bits (optimize/mixed_precision.h): f32 (off), bf16 or f16.
   DType precision = DType::f32;
+  // Cheap forward values the backward pass reads are computed again there instead of kept
+  // (schedule/rematerialize.h).
+  bool rematerialize = true;
 };
 
 StepPlan make_step_plan(const Graph& g, const PlanOptions& options);

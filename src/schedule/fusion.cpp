@@ -30,6 +30,7 @@ struct Builder {
   const FusionOptions& options;
   size_t n;
   std::vector<char> needed, sink, assigned;  // assigned: values of assignments
+  std::vector<char> forward;                 // with options.deferred: the forward pass
   std::vector<std::vector<NodeId>> consumers;  // needed consumers, without repeats
   std::vector<int> group_of;
   struct Work {
@@ -47,6 +48,7 @@ struct Builder {
 
   Builder(const Graph& graph, const FusionOptions& o) : g(graph), options(o), n(graph.size()) {
     needed = needed_nodes(g);
+    if (!options.deferred.empty()) forward = forward_nodes(g);
     sink.assign(n, 0);
     for (const auto& [name, id] : g.outputs()) sink[id] = 1;
     assigned.assign(n, 0);
@@ -148,6 +150,7 @@ struct Builder {
       std::vector<NodeId> nodes = groups[a].nodes;
       nodes.insert(nodes.end(), groups[b].nodes.begin(), groups[b].nodes.end());
       if (external_inputs(nodes).size() + outputs_of(nodes).size() > options.max_bindings) continue;
+      if (phases_mix(groups[a].nodes, groups[b].nodes)) continue;
       if (path_avoiding(a, b) || path_avoiding(b, a)) continue;
       for (NodeId u : groups[b].nodes) group_of[u] = a;
       groups[a].nodes = std::move(nodes);
@@ -155,6 +158,19 @@ struct Builder {
       groups[b].alive = false;
     }
   }
+
+  bool deferred(NodeId v) const { return !options.deferred.empty() && options.deferred[v]; }
+  // Nodes a deferred value is computed again for and forward ones never share a kernel.
+  bool phases_mix(const std::vector<NodeId>& a, const std::vector<NodeId>& b) const {
+    if (options.deferred.empty()) return false;
+    auto any = [&](const std::vector<NodeId>& xs, auto pred) {
+      return std::any_of(xs.begin(), xs.end(), pred);
+    };
+    auto is_deferred = [&](NodeId v) { return deferred(v); };
+    auto is_forward = [&](NodeId v) { return forward[v] != 0; };
+    return (any(a, is_deferred) && any(b, is_forward)) || (any(a, is_forward) && any(b, is_deferred));
+  }
+  bool may_join(NodeId v, int x) const { return !phases_mix({v}, groups[x].nodes); }
 
   // Pointwise node `v` (its consumers already grouped) joins a consumer's group, or starts one.
   void place_pointwise(NodeId v) {
@@ -166,7 +182,7 @@ struct Builder {
       const bool all_in =
           std::all_of(cs.begin(), cs.end(), [&](NodeId c) { return group_of[c] == g0; });
       if (all_in && groups[g0].kind == KernelGroup::Kind::pointwise &&
-          broadcasts_to(shape, groups[g0].domain) && fits(v, g0)) {
+          broadcasts_to(shape, groups[g0].domain) && fits(v, g0) && may_join(v, g0)) {
         join(v, g0);
         return;
       }
@@ -182,7 +198,7 @@ struct Builder {
     std::sort(candidates.begin(), candidates.end());
     for (const auto& [k, negx] : candidates) {
       const int x = -negx;
-      bool legal = fits(v, x);
+      bool legal = fits(v, x) && may_join(v, x);
       for (NodeId c : cs) {
         if (!legal) break;
         if (group_of[c] != x && reaches(group_of[c], x)) {
@@ -441,6 +457,20 @@ std::vector<char> needed_nodes(const Graph& g) {
   return needed;
 }
 
+std::vector<char> forward_nodes(const Graph& g) {
+  std::vector<char> in(g.size(), 0);
+  std::vector<NodeId> stack;
+  for (const auto& [name, id] : g.outputs()) stack.push_back(id);
+  while (!stack.empty()) {
+    const NodeId n = stack.back();
+    stack.pop_back();
+    if (in[static_cast<size_t>(n)]) continue;
+    in[static_cast<size_t>(n)] = 1;
+    for (NodeId i : g.node(n).inputs) stack.push_back(i);
+  }
+  return in;
+}
+
 void drop_unread_groups(const Graph& g, std::vector<KernelGroup>& groups,
                         const std::function<bool(NodeId)>& droppable) {
   std::set<NodeId> read;
@@ -513,17 +543,43 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
   using Ready = std::pair<NodeId, int>;
   using Queue = std::priority_queue<Ready, std::vector<Ready>, std::greater<>>;
   Queue free_now, after_barrier;  // ready groups whose inputs precede / follow the last barrier
+  // Ready groups of deferred values, keyed by their first node: held until the order reaches it.
+  Queue held;
+  std::vector<NodeId> first(count, -1);
   for (size_t x = 0; x < count; ++x) {
-    if (b.groups[x].alive && indegree[x] == 0) free_now.emplace(last[x], static_cast<int>(x));
+    if (!b.groups[x].alive) continue;
+    for (NodeId v : b.groups[x].nodes) {
+      if (b.deferred(v) && (first[x] < 0 || v < first[x])) first[x] = v;
+    }
+  }
+  auto ready = [&](Queue& q, int x) {
+    if (first[x] >= 0) {
+      held.emplace(first[x], x);
+    } else {
+      q.emplace(last[x], x);
+    }
+  };
+  for (size_t x = 0; x < count; ++x) {
+    if (b.groups[x].alive && indegree[x] == 0) ready(free_now, static_cast<int>(x));
   }
   std::vector<int> order;
-  while (!free_now.empty() || !after_barrier.empty()) {
+  NodeId reached = -1;  // the furthest graph position launched so far
+  while (!free_now.empty() || !after_barrier.empty() || !held.empty()) {
+    if (free_now.empty() && after_barrier.empty()) {
+      after_barrier.emplace(last[held.top().second], held.top().second);
+      held.pop();
+    }
     if (free_now.empty()) std::swap(free_now, after_barrier);
     const int x = free_now.top().second;
     free_now.pop();
     order.push_back(x);
+    reached = std::max(reached, last[x]);
     for (int y : succ[x]) {
-      if (--indegree[y] == 0) after_barrier.emplace(last[y], y);
+      if (--indegree[y] == 0) ready(after_barrier, y);
+    }
+    while (!held.empty() && held.top().first <= reached) {
+      after_barrier.emplace(last[held.top().second], held.top().second);
+      held.pop();
     }
   }
 

@@ -57,6 +57,11 @@ struct FusionOptions {
   bool conv_epilogue = true;    // pointwise consumers into the conv2d forward's store
   bool reduction = true;        // pointwise producers and consumers into a reduction
   uint32_t max_bindings = 32;   // storage buffers one kernel may bind
+  // Per node (empty: none): a value computed again for the backward pass
+  // (schedule/rematerialize.h). Its kernel never shares a launch with forward nodes, and does
+  // not launch before the dispatch order reaches its place in the graph, so that it is computed
+  // where the backward pass needs it, not as soon as its inputs are ready.
+  std::vector<char> deferred;
 };
 
 struct KernelSegment {
@@ -118,6 +123,9 @@ bool is_scalar_constant(const Node& node);
 // Nodes whose values a step computes: those the outputs and assignments depend on (the same
 // set the step plan allocates and runs).
 std::vector<char> needed_nodes(const Graph& g);
+// Nodes the graph's outputs depend on: a training step's forward pass (the rest of what it
+// computes, gradients and updates, only its assignments need).
+std::vector<char> forward_nodes(const Graph& g);
 
 // The kernel groups of `lowered` (a graph after lower_for_gpu) in a valid dispatch order,
 // covering every needed node that is not a source (input, parameter, state, constant) once.

@@ -1,0 +1,34 @@
+#pragma once
+// Recomputation of cheap forward values in a training step's backward pass.
+//
+// A forward value that the backward pass reads (an activation saved for a gradient) stays in the
+// arena from the forward pass until its last backward reader. When it is a pointwise function
+// of values the backward pass keeps anyway (parameters, or activations that backward reads
+// themselves), it can be computed again where the backward pass needs it: the backward readers
+// get a copy of the node (and of such nodes below it), and the original dies with its last
+// forward reader. The copies fuse into the backward's pointwise kernels, or run as one
+// pointwise kernel before a product that reads them; nothing changes numerically (the same
+// operations on the same values). In SmolLM2's decoder layers: the RMSNorm outputs that the
+// weight gradients read, silu(gate) and silu(gate)·up, about 2.5 GB at 8 × 512 tokens.
+#include <vector>
+
+#include <meganeura/graph.h>
+
+namespace mn::schedule {
+
+struct RematerializeOptions {
+  // Values of fewer elements (2 MiB in f32) stay stored: a copy that cannot fuse into its
+  // reader costs a launch, worth it only for memory that counts.
+  int64_t min_elements = 1 << 19;
+};
+
+struct Rematerialized {
+  Graph graph;
+  std::vector<char> copies;  // per node of `graph`: a copy (FusionOptions::deferred)
+};
+
+// `lowered` (after lower_for_gpu) with the backward readers of recomputable forward values
+// reading copies of them; the graph as it is when it has no backward pass.
+Rematerialized rematerialize(const Graph& lowered, const RematerializeOptions& options = {});
+
+}  // namespace mn::schedule

@@ -1,0 +1,167 @@
+// Recomputation in the backward pass (schedule/rematerialize.h): which forward values the
+// backward readers get copies of, that the step computes the same values with them, that the
+// plan's arena shrinks, and that the copies and other backward kernels launch in the backward
+// pass rather than as soon as their inputs exist.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include <meganeura/autodiff.h>
+#include <meganeura/causal_lm.h>
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+#include <meganeura/optimizer.h>
+#include <meganeura/reference.h>
+
+#include "plan/step_plan.h"
+#include "schedule/fusion.h"
+#include "schedule/gpu_lowering.h"
+#include "schedule/rematerialize.h"
+#include "support/elementwise_error.h"
+#include "support/random_fill.h"
+
+namespace mn {
+namespace {
+
+// A SwiGLU block trained by SGD: silu(x·Wgᵀ) · (x·Wuᵀ) → down projection → mean square.
+struct SwiGlu {
+  Graph g;
+  SwiGlu() {
+    Tensor x = g.input("x", {6, 8});
+    Tensor wg = g.parameter("wg", {12, 8}, Init::normal(0.0, 0.5, 1));
+    Tensor wu = g.parameter("wu", {12, 8}, Init::normal(0.0, 0.5, 2));
+    Tensor wd = g.parameter("wd", {8, 12}, Init::normal(0.0, 0.5, 3));
+    Tensor h = silu(matmul(x, wg, false, true)) * matmul(x, wu, false, true);
+    Tensor y = matmul(h, wd, false, true);
+    Tensor loss = mean(y * y);
+    g.output("loss", loss);
+    add_training_step(loss, Optimizer::sgd({.lr = 0.1}));
+  }
+};
+
+bool reads(const Node& n, NodeId v) {
+  return std::find(n.inputs.begin(), n.inputs.end(), v) != n.inputs.end();
+}
+
+TEST(Rematerialize, BackwardReadsCopiesOfSiluAndItsProduct) {
+  SwiGlu m;
+  const Graph lowered = schedule::lower_for_gpu(m.g);
+  const schedule::Rematerialized r = schedule::rematerialize(lowered, {.min_elements = 1});
+  const Graph& g = r.graph;
+  ASSERT_EQ(r.copies.size(), g.size());
+  const std::vector<char> forward = schedule::forward_nodes(g);
+  std::vector<std::string> copied;
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!r.copies[i]) continue;
+    copied.emplace_back(g.node(static_cast<NodeId>(i)).op_name());
+    EXPECT_FALSE(forward[i]) << "a copy is part of the forward pass";
+  }
+  std::sort(copied.begin(), copied.end());
+  EXPECT_EQ(copied, (std::vector<std::string>{"mul", "silu"}));
+  // No backward node reads the forward silu or product any more; their copies are read.
+  const std::vector<char> needed = schedule::needed_nodes(g);
+  for (size_t i = 0; i < g.size(); ++i) {
+    const Node& n = g.node(static_cast<NodeId>(i));
+    if (!forward[i] || (n.op_name() != "silu" && n.op_name() != "mul")) continue;
+    if (n.type.shape != Shape{6, 12}) continue;
+    for (size_t j = 0; j < g.size(); ++j) {
+      if (needed[j] && !forward[j]) {
+        EXPECT_FALSE(reads(g.node(static_cast<NodeId>(j)), static_cast<NodeId>(i)))
+            << "backward node " << g.node(static_cast<NodeId>(j)).op_name() << " reads forward "
+            << n.op_name();
+      }
+    }
+  }
+  // The same step: loss and updated parameters equal the graph's without copies.
+  auto rng = testing::rng_for("rematerialize/swiglu");
+  reference::Feeds inputs{{"x", testing::random_array(rng, {{6, 8}, DType::f32}, -1.0, 1.0)}};
+  for (const auto& [name, value] : step_scalars(Optimizer::sgd({.lr = 0.1}), 0.1, 1)) {
+    inputs[name] = Array::scalar(value);
+  }
+  reference::Feeds before, after;
+  const auto want = reference::run_step(lowered, inputs, before);
+  const auto got = reference::run_step(g, inputs, after);
+  EXPECT_EQ(got.at("loss").data, want.at("loss").data);
+  for (const char* p : {"wg", "wu", "wd"}) EXPECT_EQ(after.at(p).data, before.at(p).data) << p;
+}
+
+TEST(Rematerialize, SmallValuesAndGraphsWithoutBackwardStayAsTheyAre) {
+  SwiGlu m;
+  const Graph lowered = schedule::lower_for_gpu(m.g);
+  EXPECT_TRUE(schedule::rematerialize(lowered).copies.empty());  // 72 elements < the default
+
+  Graph inference;
+  Tensor x = inference.input("x", {1024, 1024});
+  inference.output("y", silu(x) * x);
+  EXPECT_TRUE(
+      schedule::rematerialize(schedule::lower_for_gpu(inference), {.min_elements = 1}).copies.empty());
+}
+
+// SmolLM2-135M's widths (a small vocabulary), planned without a device.
+LmConfig smollm2_widths(int64_t layers) {
+  LmConfig c;
+  c.vocab_size = 512;
+  c.hidden_size = 576;
+  c.intermediate_size = 1536;
+  c.num_attention_heads = 9;
+  c.num_key_value_heads = 3;
+  c.head_dim = 64;
+  c.rms_norm_eps = 1e-5;
+  c.tie_word_embeddings = true;
+  c.num_hidden_layers = layers;
+  return c;
+}
+
+CausalLm training_step(int64_t layers, int64_t batch, int64_t sequence) {
+  CausalLmOptions o;
+  o.batch = batch;
+  o.sequence = sequence;
+  o.with_loss = true;
+  CausalLm lm = build_causal_lm(smollm2_widths(layers), o);
+  add_training_step(lm.loss, Optimizer::adamw());
+  return lm;
+}
+
+// Four layers at 8 × 512 tokens: the arena shrinks with recomputation (945 -> 774 MiB), and no
+// backward kernel launches before the loss's.
+TEST(Rematerialize, CausalLmStepPlansLessMemoryAndKeepsBackwardAfterTheLoss) {
+  CausalLm lm = training_step(4, 8, 512);
+  plan::PlanOptions with, without;
+  without.rematerialize = false;
+  const plan::StepPlan p = plan::make_step_plan(*lm.graph, with);
+  const plan::StepPlan q = plan::make_step_plan(*lm.graph, without);
+  EXPECT_LT(p.arena_bytes, q.arena_bytes * 0.85);
+  // Every launch computing only backward values comes after the launch of the loss.
+  const std::vector<char> forward = schedule::forward_nodes(p.graph);
+  NodeId loss = -1;
+  for (const auto& [name, id] : p.graph.outputs()) {
+    if (name == "loss") loss = id;
+  }
+  int loss_launch = -1;
+  for (size_t i = 0; i < p.launches.size(); ++i) {
+    const auto& nodes = p.launches[i].nodes;
+    if (std::find(nodes.begin(), nodes.end(), loss) != nodes.end()) loss_launch = static_cast<int>(i);
+  }
+  ASSERT_GE(loss_launch, 0);
+  for (size_t i = 0; i < p.launches.size(); ++i) {
+    const auto& nodes = p.launches[i].nodes;
+    const bool backward_only = std::none_of(nodes.begin(), nodes.end(),
+                                            [&](NodeId v) { return forward[v] != 0; });
+    if (backward_only) EXPECT_GT(static_cast<int>(i), loss_launch) << p.launches[i].kernel.name;
+  }
+}
+
+// Two layers at 4 × 256: the copies would make the arena larger (the backward pass's own working
+// set is the peak there), so the planner keeps the plan without them.
+TEST(Rematerialize, ThePlannerKeepsThePlanWithoutCopiesWhereTheyDoNotPay) {
+  CausalLm lm = training_step(2, 4, 256);
+  plan::PlanOptions with, without;
+  without.rematerialize = false;
+  const plan::StepPlan p = plan::make_step_plan(*lm.graph, with);
+  const plan::StepPlan q = plan::make_step_plan(*lm.graph, without);
+  EXPECT_EQ(p.arena_bytes, q.arena_bytes);
+  EXPECT_EQ(p.launches.size(), q.launches.size());
+}
+
+}  // namespace
+}  // namespace mn
