@@ -3,8 +3,8 @@
 // q, k and the log-sum-exp where it is used, so no Lq x Lk tensor is ever stored.
 //
 // Register-tiled kernels where the head sizes allow (kernels/attention_training_tiled.comp: a
-// workgroup per tile of 32 or 16 rows streaming blocks of the other side through shared memory,
-// 4 × 4 or 4 × 2 scores per lane), else scalar ones (no tensor cores either way), a workgroup
+// workgroup per tile of 32 or 16 rows streaming blocks of 64 to 16 rows of the other side through
+// shared memory, 4 rows × block/16 scores per lane), else scalar ones (no tensor cores either way), a workgroup
 // per row of the result and 64 lanes:
 // - attention_lse, attention_grad_q: a workgroup per query row. Per block of 64 keys, each lane
 //   scores one key (q's row in shared memory); the block's dS (or the running max and sum) is
