@@ -121,21 +121,6 @@ void run_case(const Options& o, int64_t length, int64_t dim) {
   std::fflush(stdout);
 }
 
-mn::LmConfig smollm2_135m_config() {
-  mn::LmConfig c;
-  c.vocab_size = 49152;
-  c.hidden_size = 576;
-  c.intermediate_size = 1536;
-  c.num_hidden_layers = 30;
-  c.num_attention_heads = 9;
-  c.num_key_value_heads = 3;
-  c.head_dim = 64;
-  c.rms_norm_eps = 1e-5;
-  c.rope_theta = 100000.0;
-  c.tie_word_embeddings = true;
-  return c;
-}
-
 void arena_case(int64_t batch, int64_t sequence) {
   for (bool graph_backward : {true, false}) {
     if (graph_backward) {
@@ -147,7 +132,7 @@ void arena_case(int64_t batch, int64_t sequence) {
     options.batch = batch;
     options.sequence = sequence;
     options.with_loss = true;
-    mn::CausalLm m = mn::build_causal_lm(smollm2_135m_config(), options);
+    mn::CausalLm m = mn::build_causal_lm(mn::llama_config(mn::smollm2_135m()), options);
     mn::add_training_step(m.loss, mn::Optimizer::adamw());
     const mn::plan::StepPlan plan = mn::plan::make_step_plan(*m.graph, mn::plan::PlanOptions{});
     const nlohmann::json j = {

@@ -78,23 +78,14 @@ StepGraph step_graph(const std::string& model, const mn::TransformerSpec& spec) 
     mn::add_training_step(m.loss, mn::Optimizer::adamw());
     return {std::move(m.graph), "tokens", "targets", false};
   }
-  if (model != "causal_lm") throw mn::Error("--model must be transformer or causal_lm, got '" + model + "'");
-  mn::LmConfig c;
-  c.vocab_size = spec.vocab;
-  c.hidden_size = spec.hidden;
-  c.intermediate_size = spec.ffn;
-  c.num_hidden_layers = spec.layers;
-  c.num_attention_heads = spec.heads;
-  c.num_key_value_heads = spec.kv_heads;
-  c.head_dim = spec.hidden / spec.heads;
-  c.rms_norm_eps = spec.rms_eps;
-  c.rope_theta = spec.rope_theta;
-  c.tie_word_embeddings = true;
+  if (model != "causal_lm") {
+    throw mn::Error("--model must be transformer or causal_lm, got '" + model + "'");
+  }
   mn::CausalLmOptions o;
   o.batch = spec.batch;
   o.sequence = spec.sequence;
   o.with_loss = true;
-  mn::CausalLm m = mn::build_causal_lm(c, o);
+  mn::CausalLm m = mn::build_causal_lm(mn::llama_config(spec), o);
   mn::add_training_step(m.loss, mn::Optimizer::adamw());
   return {std::move(m.graph), "input_ids", "labels", true};
 }

@@ -9,6 +9,7 @@
 
 #include <meganeura/graph.h>
 #include <meganeura/hf.h>
+#include <meganeura/models.h>
 
 namespace mn {
 
@@ -61,6 +62,10 @@ struct CausalLm {
 };
 
 CausalLm build_causal_lm(const LmConfig& config, const CausalLmOptions& options);
+
+// The Llama config of the built-in transformer's shape (tied embeddings; its batch, sequence and
+// seed are the CausalLmOptions' to give): smollm2_135m() gives SmolLM2-135M's config.json.
+LmConfig llama_config(const TransformerSpec& spec);
 
 // The rotary inverse frequencies theta^(-2i/head_dim), i < head_dim/2, with Llama 3's rescaling
 // applied when the config has it (in double; transformers computes them in f32).

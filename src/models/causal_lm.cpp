@@ -218,6 +218,21 @@ Tensor shifted_loss(Tensor logits, Tensor labels) {
 
 }  // namespace
 
+LmConfig llama_config(const TransformerSpec& spec) {
+  LmConfig c;
+  c.vocab_size = spec.vocab;
+  c.hidden_size = spec.hidden;
+  c.intermediate_size = spec.ffn;
+  c.num_hidden_layers = spec.layers;
+  c.num_attention_heads = spec.heads;
+  c.num_key_value_heads = spec.kv_heads;
+  c.head_dim = spec.hidden / spec.heads;
+  c.rms_norm_eps = spec.rms_eps;
+  c.rope_theta = spec.rope_theta;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
 CausalLm build_causal_lm(const LmConfig& config, const CausalLmOptions& options) {
   check_options(config, options);
   CausalLm m;

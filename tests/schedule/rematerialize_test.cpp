@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <utility>
 
 #include <meganeura/autodiff.h>
 #include <meganeura/causal_lm.h>
@@ -97,39 +98,32 @@ TEST(Rematerialize, SmallValuesAndGraphsWithoutBackwardStayAsTheyAre) {
       schedule::rematerialize(schedule::lower_for_gpu(inference), {.min_elements = 1}).copies.empty());
 }
 
-// SmolLM2-135M's widths (a small vocabulary), planned without a device.
-LmConfig smollm2_widths(int64_t layers) {
-  LmConfig c;
-  c.vocab_size = 512;
-  c.hidden_size = 576;
-  c.intermediate_size = 1536;
-  c.num_attention_heads = 9;
-  c.num_key_value_heads = 3;
-  c.head_dim = 64;
-  c.rms_norm_eps = 1e-5;
-  c.tie_word_embeddings = true;
-  c.num_hidden_layers = layers;
-  return c;
-}
-
+// A training step planned without a device.
 CausalLm training_step(int64_t layers, int64_t batch, int64_t sequence) {
   CausalLmOptions o;
   o.batch = batch;
   o.sequence = sequence;
   o.with_loss = true;
-  CausalLm lm = build_causal_lm(smollm2_widths(layers), o);
+  TransformerSpec spec = smollm2_135m();  // SmolLM2-135M's widths, a small vocabulary
+  spec.layers = layers;
+  spec.vocab = 512;
+  CausalLm lm = build_causal_lm(llama_config(spec), o);
   add_training_step(lm.loss, Optimizer::adamw());
   return lm;
+}
+
+// The step planned with recomputation (p) and without (q).
+std::pair<plan::StepPlan, plan::StepPlan> plans_of(const Graph& g) {
+  plan::PlanOptions with, without;
+  without.rematerialize = false;
+  return {plan::make_step_plan(g, with), plan::make_step_plan(g, without)};
 }
 
 // Four layers at 8 × 512 tokens: the arena shrinks with recomputation (945 -> 774 MiB), and no
 // backward kernel launches before the loss's.
 TEST(Rematerialize, CausalLmStepPlansLessMemoryAndKeepsBackwardAfterTheLoss) {
   CausalLm lm = training_step(4, 8, 512);
-  plan::PlanOptions with, without;
-  without.rematerialize = false;
-  const plan::StepPlan p = plan::make_step_plan(*lm.graph, with);
-  const plan::StepPlan q = plan::make_step_plan(*lm.graph, without);
+  const auto [p, q] = plans_of(*lm.graph);
   EXPECT_LT(p.arena_bytes, q.arena_bytes * 0.85);
   // Every launch computing only backward values comes after the launch of the loss.
   const std::vector<char> forward = schedule::forward_nodes(p.graph);
@@ -155,10 +149,7 @@ TEST(Rematerialize, CausalLmStepPlansLessMemoryAndKeepsBackwardAfterTheLoss) {
 // set is the peak there), so the planner keeps the plan without them.
 TEST(Rematerialize, ThePlannerKeepsThePlanWithoutCopiesWhereTheyDoNotPay) {
   CausalLm lm = training_step(2, 4, 256);
-  plan::PlanOptions with, without;
-  without.rematerialize = false;
-  const plan::StepPlan p = plan::make_step_plan(*lm.graph, with);
-  const plan::StepPlan q = plan::make_step_plan(*lm.graph, without);
+  const auto [p, q] = plans_of(*lm.graph);
   EXPECT_EQ(p.arena_bytes, q.arena_bytes);
   EXPECT_EQ(p.launches.size(), q.launches.size());
 }
