@@ -60,6 +60,11 @@ struct SessionOptions {
   // their initializers are not evaluated, which for a large model is most of building the
   // session. Until set, their values are unspecified.
   std::set<std::string, std::less<>> preset;
+  // The most device memory the session's arena may take. A plan that needs more (after the
+  // planner's own savings: liveness, in-place updates, recomputation in the backward pass) is
+  // an mn::Error naming what fills it, before any device memory is allocated. Unset: no limit
+  // but the device's; 0 is an error.
+  std::optional<uint64_t> memory_budget_bytes;
 };
 
 // One program of a multi-program session.

@@ -83,7 +83,8 @@ py::object get_value(const Session& s, const std::string& name,
 SessionOptions options_from(const std::string& device, bool profile, bool time_steps,
                             std::optional<bool> validation, std::optional<bool> check_numerics,
                             std::optional<bool> check_indices, bool optimize,
-                            const py::object& precision, const std::vector<std::string>& preset) {
+                            const py::object& precision, const std::vector<std::string>& preset,
+                            std::optional<uint64_t> memory_budget_bytes) {
   SessionOptions o;
   o.device = device;
   o.profile = profile;
@@ -94,6 +95,7 @@ SessionOptions options_from(const std::string& device, bool profile, bool time_s
   o.optimize = optimize;
   o.precision = to_dtype(precision, "Session precision");
   o.preset.insert(preset.begin(), preset.end());
+  o.memory_budget_bytes = memory_budget_bytes;
   return o;
 }
 
@@ -169,19 +171,22 @@ void bind_session(py::module_& m) {
                        bool time_steps, std::optional<bool> validation,
                        std::optional<bool> check_numerics, std::optional<bool> check_indices,
                        bool optimize, const py::object& precision,
-                       const std::vector<std::string>& preset) {
+                       const std::vector<std::string>& preset,
+                       std::optional<uint64_t> memory_budget_bytes) {
              return build(graph, options_from(device, profile, time_steps, validation,
                                               check_numerics, check_indices, optimize,
-                                              precision, preset));
+                                              precision, preset, memory_budget_bytes));
            }),
            py::arg("graph"), py::kw_only(), py::arg("device") = "", py::arg("profile") = false,
            py::arg("time_steps") = false, py::arg("validation") = py::none(),
            py::arg("check_numerics") = py::none(), py::arg("check_indices") = py::none(),
            py::arg("optimize") = true, py::arg("precision") = DType::f32,
            py::arg("preset") = std::vector<std::string>{},
+           py::arg("memory_budget_bytes") = py::none(),
            "Compiles `graph` (or a dict of programs sharing weights) for a device: a device "
            "index or name substring, else $MN_DEVICE, else the first discrete GPU, integrated "
-           "GPU or the CPU (lavapipe).")
+           "GPU or the CPU (lavapipe). With memory_budget_bytes, an arena over it is an error "
+           "saying what fills it.")
       .def(
           "set",
           [](Session& s, const std::string& name, const py::object& value,

@@ -132,3 +132,13 @@ def test_dlpack_tensors_in_and_out():
     np.testing.assert_array_equal(s.get("y"), np.full((2, 3), 2, np.float32))
     with pytest.raises(mn.Error, match="DLPack"):
         s.set("x", torch.ones(2, 3, requires_grad=True))
+
+
+def test_memory_budget_refuses_a_larger_arena_saying_what_fills_it():
+    g = small_graph()
+    with pytest.raises(mn.Error, match="over its memory budget.*parameters and states"):
+        mn.Session(g, memory_budget_bytes=16)
+    s = mn.Session(g, memory_budget_bytes=1 << 30)
+    assert s.memory().arena_bytes <= 1 << 30
+    with pytest.raises(mn.Error, match="must be positive"):
+        mn.Session(g, memory_budget_bytes=0)

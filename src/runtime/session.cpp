@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -367,11 +368,39 @@ void check_programs(const std::vector<SessionProgram>& specs) {
   }
 }
 
+std::string mib(uint64_t bytes) {
+  char s[32];
+  std::snprintf(s, sizeof s, "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
+  return s;
+}
+
+// The arena against SessionOptions::memory_budget_bytes, with what fills it when it is over.
+void check_memory_budget(const Session::Impl& impl, uint64_t budget) {
+  const plan::ProgramsLayout& layout = impl.layout;
+  if (layout.arena_bytes <= budget) return;
+  std::string what = "parameters and states " + mib(layout.shared_bytes);
+  for (size_t i = 0; i < impl.programs.size(); ++i) {
+    const Program& p = impl.programs[i];
+    const plan::MemoryBreakdown b = plan::memory_breakdown(p.plan);
+    what += "; program '" + p.name + "': inputs, outputs and constants " +
+            mib(layout.own_bytes[i]) + ", intermediates " + mib(layout.transient_bytes[i]) +
+            " (live at its peak: activations " + mib(b.activation_bytes) + ", gradients and " +
+            "optimizer temporaries " + mib(b.backward_bytes) + ", kernel scratch " +
+            mib(b.workspace_bytes) + ")";
+  }
+  throw Error("the session needs an arena of " + mib(layout.arena_bytes) +
+              ", over its memory budget of " + mib(budget) + ": " + what +
+              ". A smaller batch or sequence, or SessionOptions::precision bf16, needs less.");
+}
+
 }  // namespace
 
 std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& specs,
                                        const SessionOptions& options) {
   check_programs(specs);
+  if (options.memory_budget_bytes && *options.memory_budget_bytes == 0) {
+    throw Error("SessionOptions::memory_budget_bytes must be positive (unset for no limit)");
+  }
   auto impl = std::make_unique<Session::Impl>();
   impl->device = runtime::shared_device(options.device, options.validation);
   vk::Device& dev = *impl->device;
@@ -395,6 +424,7 @@ std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& specs,
     names.push_back(specs[i].name);
   }
   impl->layout = plan::place_programs(plans, names, po.alignment, po.chunk_bytes);
+  if (options.memory_budget_bytes) check_memory_budget(*impl, *options.memory_budget_bytes);
 
   vk::ArenaOptions ao;
   ao.chunk_bytes = po.chunk_bytes;

@@ -6,6 +6,7 @@
 
 #include <meganeura/graph.h>
 #include <meganeura/ops.h>
+#include <meganeura/optimizer.h>
 #include <meganeura/session.h>
 
 #include "support/scoped_env.h"
@@ -88,6 +89,29 @@ TEST(SessionChecks, FenceSpinIsAWholeNumberOfMicroseconds) {
       EXPECT_NE(std::string(e.what()).find("MN_FENCE_SPIN_US"), std::string::npos) << e.what();
     }
   }
+}
+
+// SessionOptions::memory_budget_bytes: an arena over it is an error naming its parts, before
+// anything is allocated; one within it builds; a budget of 0 is refused.
+TEST(SessionChecks, AnArenaOverTheMemoryBudgetIsAnErrorSayingWhatFillsIt) {
+  Graph g;
+  Tensor x = g.input("x", {64, 32});
+  Tensor w = g.parameter("w", {32, 16}, Init::normal(0.0, 0.1, 1));
+  Tensor loss = mean(relu(matmul(x, w)));
+  g.output("loss", loss);
+  add_training_step(loss, Optimizer::adam());
+  SessionOptions tight;
+  tight.memory_budget_bytes = 4096;
+  expect_message([&] { build_session(g, tight); },
+                 {"arena of", "over its memory budget of 0.0 MiB", "parameters and states",
+                  "program 'step'", "activations", "gradients and optimizer temporaries"});
+  SessionOptions roomy;
+  roomy.memory_budget_bytes = uint64_t{1} << 30;
+  auto s = build_session(g, roomy);
+  EXPECT_LE(s->memory().arena_bytes, *roomy.memory_budget_bytes);
+  SessionOptions zero;
+  zero.memory_budget_bytes = 0;
+  expect_message([&] { build_session(g, zero); }, {"memory_budget_bytes must be positive"});
 }
 
 }  // namespace

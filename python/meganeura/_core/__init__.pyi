@@ -256,9 +256,9 @@ class Session:
     """
     def __getitem__(self, arg0: str) -> typing.Any:
         ...
-    def __init__(self, graph: typing.Any, *, device: str = '', profile: bool = False, time_steps: bool = False, validation: bool | None = None, check_numerics: bool | None = None, check_indices: bool | None = None, optimize: bool = True, precision: typing.Any = DType.f32, preset: list[str] = []) -> None:
+    def __init__(self, graph: typing.Any, *, device: str = '', profile: bool = False, time_steps: bool = False, validation: bool | None = None, check_numerics: bool | None = None, check_indices: bool | None = None, optimize: bool = True, precision: typing.Any = DType.f32, preset: list[str] = [], memory_budget_bytes: int | None = None) -> None:
         """
-        Compiles `graph` (or a dict of programs sharing weights) for a device: a device index or name substring, else $MN_DEVICE, else the first discrete GPU, integrated GPU or the CPU (lavapipe).
+        Compiles `graph` (or a dict of programs sharing weights) for a device: a device index or name substring, else $MN_DEVICE, else the first discrete GPU, integrated GPU or the CPU (lavapipe). With memory_budget_bytes, an arena over it is an error saying what fills it.
         """
     def __setitem__(self, arg0: str, arg1: typing.Any) -> None:
         ...
