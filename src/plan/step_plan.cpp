@@ -252,24 +252,21 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
   p.report = std::move(optimized.report);
   p.graph = schedule::lower_for_gpu(optimized.graph);
   if (options.precision != DType::f32) p.graph = optimize::casts_through_movement(p.graph);
-  if (!options.rematerialize || off) {
-    schedule_and_place(p, options, off, {});
-    return p;
-  }
   // Recomputation trades launches for memory: it is kept where it makes the arena smaller
   // (a deep model's activations), not where the backward pass's own working set is the peak
   // and the copies only add to it (a model of two layers).
-  schedule::Rematerialized r = schedule::rematerialize(p.graph);
-  if (r.copies.empty()) {
-    schedule_and_place(p, options, off, {});
-    return p;
+  if (options.rematerialize && !off) {
+    if (std::optional<schedule::Rematerialized> r = schedule::rematerialize(p.graph)) {
+      StepPlan copies;
+      copies.report = p.report;
+      copies.graph = std::move(r->graph);
+      schedule_and_place(copies, options, off, std::move(r->copies));
+      schedule_and_place(p, options, off, {});
+      return copies.arena_bytes < p.arena_bytes ? std::move(copies) : std::move(p);
+    }
   }
-  StepPlan copies;
-  copies.report = p.report;
-  copies.graph = std::move(r.graph);
-  schedule_and_place(copies, options, off, std::move(r.copies));
   schedule_and_place(p, options, off, {});
-  return copies.arena_bytes < p.arena_bytes ? std::move(copies) : std::move(p);
+  return p;
 }
 
 }  // namespace mn::plan

@@ -160,7 +160,8 @@ struct Builder {
   }
 
   bool deferred(NodeId v) const { return !options.deferred.empty() && options.deferred[v]; }
-  // Nodes a deferred value is computed again for and forward ones never share a kernel.
+  // Deferred nodes (recomputed copies, a training step's backward values) and forward nodes
+  // never share a kernel: the kernel would run in the forward pass and keep its values.
   bool phases_mix(const std::vector<NodeId>& a, const std::vector<NodeId>& b) const {
     if (options.deferred.empty()) return false;
     auto any = [&](const std::vector<NodeId>& xs, auto pred) {

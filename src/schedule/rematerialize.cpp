@@ -1,5 +1,7 @@
 #include "schedule/rematerialize.h"
 
+#include <algorithm>
+#include <functional>
 #include <vector>
 
 #include "ir/graph_rewrite.h"
@@ -54,8 +56,12 @@ Analysis analyse(const Graph& g, const RematerializeOptions& options) {
 
 }  // namespace
 
-Rematerialized rematerialize(const Graph& lowered, const RematerializeOptions& options) {
+std::optional<Rematerialized> rematerialize(const Graph& lowered,
+                                            const RematerializeOptions& options) {
   const Analysis a = analyse(lowered, options);
+  if (std::none_of(a.recompute.begin(), a.recompute.end(), [](char c) { return c != 0; })) {
+    return std::nullopt;
+  }
   const size_t n = lowered.size();
   std::vector<std::vector<Tensor>> operands_of(n);  // of recomputed nodes, in the new graph
   std::vector<Tensor> copy(n);
@@ -95,7 +101,6 @@ Rematerialized rematerialize(const Graph& lowered, const RematerializeOptions& o
   });
   r.copies.assign(r.graph.size(), 0);
   for (NodeId id : copy_ids) r.copies[static_cast<size_t>(id)] = 1;
-  if (copy_ids.empty()) r.copies.clear();
   return r;
 }
 

@@ -10,6 +10,7 @@
 // pointwise kernel before a product that reads them; nothing changes numerically (the same
 // operations on the same values). In SmolLM2's decoder layers: the RMSNorm outputs that the
 // weight gradients read, silu(gate) and silu(gate)·up, about 2.5 GB at 8 × 512 tokens.
+#include <optional>
 #include <vector>
 
 #include <meganeura/graph.h>
@@ -28,7 +29,9 @@ struct Rematerialized {
 };
 
 // `lowered` (after lower_for_gpu) with the backward readers of recomputable forward values
-// reading copies of them; the graph as it is when it has no backward pass.
-Rematerialized rematerialize(const Graph& lowered, const RematerializeOptions& options = {});
+// reading copies of them; nullopt when no value is recomputed (no backward pass, or nothing large
+// and cheap enough), so that the graph is not rebuilt for nothing.
+std::optional<Rematerialized> rematerialize(const Graph& lowered,
+                                            const RematerializeOptions& options = {});
 
 }  // namespace mn::schedule
