@@ -59,11 +59,7 @@ std::vector<int64_t> parse_list(const char* s) {
 }
 
 mn::Array random_array(const mn::Shape& shape, uint64_t seed) {
-  mn::Array a(shape, mn::DType::f32);
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> d(0.0, 1.0);
-  for (double& v : a.data) v = static_cast<float>(d(rng));
-  return a;
+  return mn::bench::random_array(shape, seed, mn::bench::Draw::normal);
 }
 
 // The form the step's graph holds: the gradient kernels where it has attention_grad_q.

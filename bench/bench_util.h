@@ -1,8 +1,12 @@
 #pragma once
-// Pieces the benchmarks share: the median they report, and the fields every training-step
-// benchmark prints about its session.
+// Pieces the benchmarks share: the median they report, the fields every training-step
+// benchmark prints about its session, comma lists, wall times and random inputs.
 #include <algorithm>
+#include <chrono>
+#include <cstdint>
 #include <map>
+#include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -11,6 +15,31 @@
 #include <meganeura/session.h>
 
 namespace mn::bench {
+
+// "a,b,,c" → {"a", "b", "c"}: the lists of sizes, batches and lengths the options take.
+inline std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string p; std::getline(ss, p, ',');) {
+    if (!p.empty()) out.push_back(p);
+  }
+  return out;
+}
+
+inline double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// f32 values of a fixed stream: uniform in [-1, 1), or standard normal.
+enum class Draw { uniform, normal };
+inline Array random_array(const Shape& shape, uint64_t seed, Draw draw = Draw::uniform) {
+  Array a(shape, DType::f32);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  std::normal_distribution<double> n(0.0, 1.0);
+  for (double& v : a.data) v = static_cast<float>(draw == Draw::uniform ? u(rng) : n(rng));
+  return a;
+}
 
 // The upper median (the middle element of an odd count); 0 for no samples.
 inline double median(std::vector<double> v) {

@@ -87,14 +87,7 @@ struct Geom {
   bool routed() const { return k == 1 && s == 1 && p == 0; }  // lowered as a matmul
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string p; std::getline(ss, p, ',');) {
-    if (!p.empty()) out.push_back(p);
-  }
-  return out;
-}
+using mn::bench::split;
 
 // Operands of one direction: x [n, c, h, h], w [o, c, k, k], gy [n, o, oh, oh].
 struct Data {

@@ -27,9 +27,7 @@
 
 namespace {
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
+using mn::bench::ms_since;
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
   std::mt19937 rng(seed);

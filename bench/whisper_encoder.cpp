@@ -4,13 +4,10 @@
 // bench/whisper_encoder.py (transformers' WhisperEncoder, same sizes).
 //
 // Usage: bench_whisper_encoder [--sizes tiny,base] [--batch 1,8] [--steps 20] [--device D]
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
-#include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,24 +23,9 @@
 
 namespace {
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
-  return out;
-}
-
-double ms_since(std::chrono::steady_clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
-}
-
-mn::Array random_array(const mn::Shape& shape, uint64_t seed) {
-  mn::Array a(shape, mn::DType::f32);
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
-  for (double& v : a.data) v = static_cast<double>(static_cast<float>(u(rng)));
-  return a;
-}
+using mn::bench::ms_since;
+using mn::bench::random_array;
+using mn::bench::split;
 
 nlohmann::json run(const std::string& size, int64_t batch, bool training, int steps,
                    const std::string& device) {
