@@ -18,6 +18,7 @@
 #include <meganeura/tensor_data.h>
 
 #include "commands.h"
+#include "wall_time.h"
 
 namespace mn::cli {
 
@@ -33,11 +34,6 @@ struct RunArgs {
   bool profile = false;
   bool json = false;
 };
-
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
 
 bool float_kind(ElemType t) {
   return t == ElemType::f16 || t == ElemType::bf16 || t == ElemType::f32 || t == ElemType::f64;

@@ -17,6 +17,8 @@
 #include <meganeura/tensor_data.h>
 
 #include "commands.h"
+#include "wall_time.h"
+#include "module_weights.h"
 #include "io/json_fields.h"
 
 namespace mn::cli {
@@ -28,11 +30,6 @@ struct WhisperArgs {
   bool json = false;
 };
 
-using Clock = std::chrono::steady_clock;
-double ms_since(Clock::time_point t) {
-  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
-}
-
 speech::WhisperEncoderConfig config_of(const std::filesystem::path& dir) {
   const auto path = dir / "config.json";
   const io::JsonFields f(io::read_text_file(path), path.string());
@@ -41,24 +38,6 @@ speech::WhisperEncoderConfig config_of(const std::filesystem::path& dir) {
           .heads = f.required_int("encoder_attention_heads"),
           .ffn_dim = f.required_int("encoder_ffn_dim"),
           .max_source_positions = f.required_int("max_source_positions")};
-}
-
-// The encoder's tensors of a Whisper checkpoint: "model.encoder.<key>" (WhisperModel,
-// WhisperForConditionalGeneration) or "<key>" (an encoder's own state_dict).
-nn::StateDict encoder_weights(const nn::Module& encoder, const std::filesystem::path& file) {
-  const SafetensorsReader r(file);
-  nn::StateDict out;
-  for (const nn::StateEntry& e : encoder.state_entries()) {
-    const std::string prefixed = "model.encoder." + e.key;
-    if (r.contains(prefixed)) {
-      out[e.key] = r.array(prefixed);
-    } else if (r.contains(e.key)) {
-      out[e.key] = r.array(e.key);
-    } else {
-      throw FormatError(file.string() + ": no tensor '" + prefixed + "' (nor '" + e.key + "')");
-    }
-  }
-  return out;
 }
 
 void run_whisper_encode(const WhisperArgs& a) {
@@ -101,7 +80,7 @@ void run_whisper_encode(const WhisperArgs& a) {
   const auto t1 = Clock::now();
   auto session = build_session(g, so);
   if (!a.model.empty()) {
-    nn::load_state_dict(*encoder, *session, encoder_weights(*encoder, dir / "model.safetensors"));
+    nn::load_state_dict(*encoder, *session, module_weights(*encoder, dir / "model.safetensors", "model.encoder."));
   }
   const double build_ms = ms_since(t1);
   session->set("features", features);
