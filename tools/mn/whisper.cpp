@@ -80,7 +80,8 @@ void run_whisper_encode(const WhisperArgs& a) {
   const auto t1 = Clock::now();
   auto session = build_session(g, so);
   if (!a.model.empty()) {
-    nn::load_state_dict(*encoder, *session, module_weights(*encoder, dir / "model.safetensors", "model.encoder."));
+    nn::load_state_dict(*encoder, *session,
+                        module_weights(*encoder, dir / "model.safetensors", "model.encoder."));
   }
   const double build_ms = ms_since(t1);
   session->set("features", features);
