@@ -13,4 +13,5 @@ void add_finetune_command(CLI::App& app);  // finetune.cpp
 void add_classify_command(CLI::App& app);  // classify.cpp
 void add_run_command(CLI::App& app);       // run.cpp
 void add_whisper_encode_command(CLI::App& app);  // whisper.cpp
+void add_smolvla_command(CLI::App& app);         // smolvla.cpp
 }  // namespace mn::cli

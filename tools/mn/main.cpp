@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
   mn::cli::add_finetune_command(app);
   mn::cli::add_classify_command(app);
   mn::cli::add_whisper_encode_command(app);
+  mn::cli::add_smolvla_command(app);
   mn::cli::add_run_command(app);
   if (unknown_command(app, argc, argv)) return 1;
   try {
