@@ -67,8 +67,10 @@ struct TiledConfig {
   bool check_m = false, check_n = false, check_k = false;  // shapes not of whole tiles/slabs
 
   explicit TiledConfig(const MatmulGeometry& g) {
-    // 64×64 tiles with 4×4 per thread once both sides fill them; 16×16 tiles otherwise.
-    t = (g.m >= 64 && g.n >= 64) ? 4 : 1;
+    // 64×64 tiles with 4×4 per thread once the columns fill them and the rows half of one
+    // (a 50-row product runs 4× the multiply-adds per load that 16×16 tiles give); 16×16 tiles
+    // otherwise.
+    t = (g.m >= 32 && g.n >= 64) ? 4 : 1;
     tile = 16 * t;
     ks = t == 4 ? 32 : 16;
     per_thread = ks * tile / 256;
@@ -157,9 +159,12 @@ std::string slab_products(const TiledConfig& c) {
 // (MN_MATMUL_SPLIT_K) forces a count; 0 chooses: a product whose tiles fill less than two
 // waves of the device over a long K (at least kSplitMinK: the weight gradients of a training
 // step, whose K is batch × tokens) splits into ranges of at least 8 slabs until its grid holds
-// about four workgroups per multiprocessor. Shorter K stays whole: a 512-token prefill's q, k and
-// v products (K 576) already share their barrier window, and split they measured 9.3 ms
-// against 8.7 (docs/perf.md), though alone they ran faster (512 × 576 × 192: 27.7 → 17.4 µs).
+// about four workgroups per multiprocessor; one whose tiles fill less than a quarter of a wave
+// (a few dozen tokens: SmolVLA's 50 actions) splits a K of at least 8 slabs into ranges of at
+// least 4 until the grid holds about one workgroup per multiprocessor. Other K stays whole: a
+// 512-token prefill's q, k and v products (K 576, 72 and 24 tiles) already share their barrier
+// window, and split they measured 9.3 ms against 8.7 (docs/perf.md), though alone they ran
+// faster (512 × 576 × 192: 27.7 → 17.4 µs).
 constexpr int64_t kSplitMinK = 1024;
 
 struct KSplit {
@@ -172,9 +177,13 @@ KSplit tiled_splits(const TiledConfig& c, const MatmulGeometry& g, int64_t tiles
   int64_t want = d.matmul_split_k;
   if (want == 0) {
     const int64_t fill = d.groups_to_fill();
-    want = g.k >= kSplitMinK && tiles < 2 * fill
-               ? std::min((4 * fill + tiles - 1) / tiles, slabs / 8)
-               : 1;
+    if (g.k >= kSplitMinK && tiles < 2 * fill) {
+      want = std::min((4 * fill + tiles - 1) / tiles, slabs / 8);
+    } else if (4 * tiles < fill && slabs >= 8) {
+      want = std::min((fill + tiles - 1) / tiles, slabs / 4);
+    } else {
+      want = 1;
+    }
   }
   const int64_t s = std::clamp<int64_t>(want, 1, std::max<int64_t>(slabs, 1));
   const int64_t per = (slabs + s - 1) / s;       // slabs per split

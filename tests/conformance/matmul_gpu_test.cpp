@@ -200,28 +200,36 @@ TEST(MatmulGpu, SplitK) {
 // Unforced (matmul_split_k 0), a long K over few tiles splits (a weight gradient's K is batch ×
 // tokens): here 6 tiles on a 128-workgroup device, 2048 = 64 slabs, at most 8 splits of 8 slabs;
 // with K 576 (a prefill's projections) or with splitting turned off (1) it stays whole.
+// The tiles and K splits chosen by shape on a device of 128 multiprocessors: long K over few
+// tiles splits (weight gradients), a product of few rows over few tiles splits its K too
+// (SmolVLA's 50 action tokens, on 64×64 tiles from 32 rows), a grid of a quarter wave or more
+// of short K stays whole (a prefill's projections), and a forced count wins.
 TEST(MatmulGpu, SplitKChosenForLongKOverFewTiles) {
   auto rng = testing::rng_for("matmul-gpu/split-k-chosen");
   struct Case {
-    int64_t k;
+    int64_t m, n, k;
     int forced;
     std::string kernel;
   };
-  for (const Case& c : {Case{2048, 0, "matmul_64x64_split8"}, Case{576, 0, "matmul_64x64"},
-                        Case{2048, 1, "matmul_64x64"}}) {
-    SCOPED_TRACE(c.kernel + " at K " + std::to_string(c.k));
+  for (const Case& c : {Case{130, 70, 2048, 0, "matmul_64x64_split8"},
+                        Case{512, 576, 576, 0, "matmul_64x64"},
+                        Case{130, 70, 2048, 1, "matmul_64x64"},
+                        Case{50, 70, 720, 0, "matmul_64x64_split5"},
+                        Case{20, 70, 720, 0, "matmul_16x16_split9"}}) {
+    SCOPED_TRACE(c.kernel + " at " + std::to_string(c.m) + " x " + std::to_string(c.k) + " x " +
+                 std::to_string(c.n));
     codegen::DeviceTraits traits = testing::device_traits();
     traits.multiprocessors = 128;
     traits.matmul_split_k = c.forced;
     Graph g;
-    Tensor a = g.input("a", {130, c.k});
-    Tensor b = g.input("b", {70, c.k});
+    Tensor a = g.input("a", {c.m, c.k});
+    Tensor b = g.input("b", {c.n, c.k});
     Tensor out = matmul(a, b, false, true);
     const auto low = testing::lower_node(g, out.id(), traits);
     ASSERT_EQ(low.launches.size(), 1u);
     EXPECT_EQ(low.launches[0].name, c.kernel);
-    const std::vector<Array> in{testing::random_array(rng, {{130, c.k}, DType::f32}),
-                                testing::random_array(rng, {{70, c.k}, DType::f32})};
+    const std::vector<Array> in{testing::random_array(rng, {{c.m, c.k}, DType::f32}),
+                                testing::random_array(rng, {{c.n, c.k}, DType::f32})};
     auto want = reference::evaluate_nodes(g, {{"a", in[0]}, {"b", in[1]}},
                                           std::vector<NodeId>{out.id()});
     EXPECT_TRUE(testing::elementwise_near(testing::run_lowering(g, out.id(), in, traits),
