@@ -86,6 +86,9 @@ Arena::Arena(Device& device, uint64_t bytes, ArenaOptions options)
     }
   }
   if (!host_mapped_) allocate(MemoryKind::device_local);
+  reads_cached_ = host_mapped_ && !options.uncached_reads && std::all_of(chunks_.begin(), chunks_.end(), [](const auto& c) {
+                    return c->host_cached();
+                  });
 }
 
 bool Arena::placement_ok(uint64_t offset, uint64_t size) const {
@@ -169,7 +172,7 @@ void Arena::write(uint64_t offset, std::span<const std::byte> bytes) {
 void Arena::read(uint64_t offset, std::span<std::byte> bytes) const {
   check_bounds(offset, bytes.size(), "read");
   if (bytes.empty()) return;
-  if (host_mapped_) {
+  if (host_reads_cached()) {
     for (const RangePiece& p : pieces(offset, bytes.size())) {
       chunks_[p.chunk]->read(p.offset, bytes.subspan(p.range_offset, p.size));
     }

@@ -47,6 +47,9 @@ struct ArenaOptions {
   // 0: the largest power of two the device allows. Smaller values (powers of two, multiples of
   // the binding alignment) exercise the split-binding path on large-limit devices.
   uint64_t chunk_bytes = 0;
+  // Read a mapped arena through copies even where the mapping's reads are cached, as on a
+  // discrete GPU's BAR (tests of that path on lavapipe).
+  bool uncached_reads = false;
 };
 
 class Arena {
@@ -65,6 +68,10 @@ class Arena {
   uint64_t alignment() const { return alignment_; }
   // True when the host writes and reads the arena directly (no staging copy needed).
   bool host_mapped() const { return host_mapped_; }
+  // True when, besides, the host's reads of the mapping are cached (system memory: lavapipe,
+  // integrated GPUs). A discrete GPU's BAR is written fast (write-combined) but read a bus
+  // round trip at a time: megabytes take tens of milliseconds, so reads go through a copy.
+  bool host_reads_cached() const { return host_mapped_ && reads_cached_; }
   uint64_t id() const { return id_; }
 
   // Whether [offset, offset+size) may be bound (see the placement rule above).
@@ -78,8 +85,9 @@ class Arena {
   // Number of descriptors a binding of this range needs.
   uint32_t descriptor_count(const Range& r) const;
 
-  // Host access for setup and tests: through the mapping when host_mapped(), else through a
-  // temporary staging buffer and a one-off submission. Steps record their own copies instead.
+  // Host access for setup and tests: through the mapping when host_mapped() (reads: when
+  // host_reads_cached()), else through a temporary staging buffer and a one-off submission.
+  // Steps record their own copies instead.
   void write(uint64_t offset, std::span<const std::byte> bytes);
   void read(uint64_t offset, std::span<std::byte> bytes) const;
 
@@ -92,6 +100,7 @@ class Arena {
   uint32_t chunk_shift_ = 0;
   uint64_t alignment_ = 1;
   bool host_mapped_ = false;
+  bool reads_cached_ = false;
   uint64_t id_ = 0;
   std::vector<std::unique_ptr<Buffer>> chunks_;
 };

@@ -85,6 +85,7 @@ Buffer::Buffer(Device& device, uint64_t bytes, VkBufferUsageFlags usage, MemoryK
     result = vkMapMemory(device.handle(), memory_, 0, VK_WHOLE_SIZE, 0, &pointer);
     mapped_ = static_cast<std::byte*>(pointer);
     coherent_ = device.memory_type_flags(type) & VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+    cached_ = device.memory_type_flags(type) & VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
   }
   if (result != VK_SUCCESS) {
     vkFreeMemory(device.handle(), memory_, nullptr);

@@ -32,6 +32,9 @@ class Buffer {
   uint64_t id() const { return id_; }
   // Host pointer to byte 0; nullptr for device_local memory.
   std::byte* mapped() const { return mapped_; }
+  // Whether the host's reads of the mapping are cached (HOST_CACHED memory). A discrete GPU's
+  // device-local memory mapped through the BAR is not: each read crosses the bus, uncached.
+  bool host_cached() const { return cached_; }
 
   // Host access through the mapping, with the flush/invalidate non-coherent memory needs.
   // Out-of-range access throws mn::Error.
@@ -50,6 +53,7 @@ class Buffer {
   uint64_t id_ = 0;
   std::byte* mapped_ = nullptr;
   bool coherent_ = true;
+  bool cached_ = false;
 };
 
 // Host-visible memory for uploads and readbacks; usable as copy source and destination.
