@@ -3,7 +3,8 @@
 // with random weights. One JSON line per (size, batch, mode). PyTorch counterpart:
 // bench/whisper_encoder.py (transformers' WhisperEncoder, same sizes).
 //
-// Usage: bench_whisper_encoder [--sizes tiny,base] [--batch 1,8] [--steps 20] [--device D]
+// Usage: bench_whisper_encoder [--sizes tiny,base] [--batch 1,8] [--steps 20] [--profile]
+//                              [--device D]
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,7 +29,7 @@ using mn::bench::random_array;
 using mn::bench::split;
 
 nlohmann::json run(const std::string& size, int64_t batch, bool training, int steps,
-                   const std::string& device) {
+                   const std::string& device, bool profile) {
   const mn::speech::WhisperEncoderConfig c = mn::speech::whisper_encoder_config(size);
   auto enc = mn::speech::whisper_encoder(c);
   enc->train(training);
@@ -42,6 +43,7 @@ nlohmann::json run(const std::string& size, int64_t batch, bool training, int st
   }
   mn::SessionOptions so;
   so.device = device;
+  so.profile = profile;
   const auto t0 = std::chrono::steady_clock::now();
   auto s = mn::build_session(g, so);
   const double build_ms = ms_since(t0);
@@ -58,12 +60,11 @@ nlohmann::json run(const std::string& size, int64_t batch, bool training, int st
     (void)s->get("y");
     if (i >= 3) ms.push_back(ms_since(t));
   }
-  const mn::MemorySummary m = s->memory();
-  return {{"bench", "whisper_encoder"}, {"framework", "meganeura"},
-          {"size", size}, {"batch", batch}, {"mode", training ? "train" : "inference"},
-          {"step_ms_median", mn::bench::median(ms)}, {"build_ms", build_ms},
-          {"arena_mib", static_cast<double>(m.arena_bytes) / (1 << 20)},
-          {"dispatches", m.dispatches}, {"device", s->device_name()}};
+  nlohmann::json j = {{"bench", "whisper_encoder"}, {"framework", "meganeura"},
+                      {"size", size},         {"batch", batch},
+                      {"mode", training ? "train" : "inference"}, {"build_ms", build_ms}};
+  j.update(mn::bench::step_fields(*s, ms, profile));
+  return j;
 }
 
 }  // namespace
@@ -71,18 +72,20 @@ nlohmann::json run(const std::string& size, int64_t batch, bool training, int st
 int main(int argc, char** argv) try {
   std::string sizes = "tiny,base", batches = "1,8", device;
   int steps = 20;
+  bool profile = false;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (!std::strcmp(argv[i], "--sizes")) sizes = next();
     else if (!std::strcmp(argv[i], "--batch")) batches = next();
     else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(next().c_str());
     else if (!std::strcmp(argv[i], "--device")) device = next();
+    else if (!std::strcmp(argv[i], "--profile")) profile = true;
     else throw mn::Error(std::string("bench_whisper_encoder: unknown option ") + argv[i]);
   }
   for (const std::string& size : split(sizes)) {
     for (const std::string& b : split(batches)) {
       for (bool training : {false, true}) {
-        std::cout << run(size, std::stoll(b), training, steps, device).dump() << std::endl;
+        std::cout << run(size, std::stoll(b), training, steps, device, profile).dump() << std::endl;
       }
     }
   }
