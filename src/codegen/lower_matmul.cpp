@@ -156,16 +156,18 @@ std::string slab_products(const TiledConfig& c) {
 
 // K splits of the tiled kernel: each workgroup of a tile adds a K range of at least one slab,
 // the last to finish adds the others' partial sums. DeviceTraits::matmul_split_k
-// (MN_MATMUL_SPLIT_K) forces a count; 0 chooses: a product whose tiles fill less than two
-// waves of the device over a long K (at least kSplitMinK: the weight gradients of a training
-// step, whose K is batch × tokens) splits into ranges of at least 8 slabs until its grid holds
-// about four workgroups per multiprocessor; one whose tiles fill less than a quarter of a wave
-// (a few dozen tokens: SmolVLA's 50 actions) splits a K of at least 8 slabs into ranges of at
-// least 4 until the grid holds about one workgroup per multiprocessor. Other K stays whole: a
-// 512-token prefill's q, k and v products (K 576, 72 and 24 tiles) already share their barrier
-// window, and split they measured 9.3 ms against 8.7 (docs/perf.md), though alone they ran
-// faster (512 × 576 × 192: 27.7 → 17.4 µs).
-constexpr int64_t kSplitMinK = 1024;
+// (MN_MATMUL_SPLIT_K) forces a count; 0 chooses:
+// - a product whose tiles fill less than two waves of the device over a long K (at least
+//   kSplitMinK: the weight gradients of a training step, whose K is batch × tokens) splits into
+//   ranges of at least 8 slabs until its grid holds about four workgroups per multiprocessor;
+// - a product of fewer than 64 rows whose tiles fill less than a quarter of a wave (SmolVLA's
+//   50 action tokens) splits a K of at least 8 slabs into ranges of at least 4 until the grid
+//   holds about one workgroup per multiprocessor.
+// Other products stay whole: a 512-token prefill's q, k and v products (K 576, 72 and 24
+// tiles) share their barrier window, and split they measured 9.3 ms against 8.7, though alone
+// they ran faster (512 × 576 × 192: 27.7 → 17.4 µs); its down projection (K 1536) split made the
+// prefill 9.05 ms against 8.81 (docs/perf.md).
+constexpr int64_t kSplitMinK = 2048;
 
 struct KSplit {
   int64_t count = 1, k = 0;  // splits, and the K range of each (whole slabs)
@@ -179,7 +181,7 @@ KSplit tiled_splits(const TiledConfig& c, const MatmulGeometry& g, int64_t tiles
     const int64_t fill = d.groups_to_fill();
     if (g.k >= kSplitMinK && tiles < 2 * fill) {
       want = std::min((4 * fill + tiles - 1) / tiles, slabs / 8);
-    } else if (4 * tiles < fill && slabs >= 8) {
+    } else if (g.m < 64 && 4 * tiles < fill && slabs >= 8) {
       want = std::min((fill + tiles - 1) / tiles, slabs / 4);
     } else {
       want = 1;

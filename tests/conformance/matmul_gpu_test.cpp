@@ -201,9 +201,9 @@ TEST(MatmulGpu, SplitK) {
 // tokens): here 6 tiles on a 128-workgroup device, 2048 = 64 slabs, at most 8 splits of 8 slabs;
 // with K 576 (a prefill's projections) or with splitting turned off (1) it stays whole.
 // The tiles and K splits chosen by shape on a device of 128 multiprocessors: long K over few
-// tiles splits (weight gradients), a product of few rows over few tiles splits its K too
-// (SmolVLA's 50 action tokens, on 64×64 tiles from 32 rows), a grid of a quarter wave or more
-// of short K stays whole (a prefill's projections), and a forced count wins.
+// tiles splits (weight gradients), a product of fewer than 64 rows over few tiles splits its K
+// too (SmolVLA's 50 action tokens, on 64×64 tiles from 32 rows), other products stay whole (a
+// prefill's projections, K 576 or 1536), and a forced count wins.
 TEST(MatmulGpu, SplitKChosenForLongKOverFewTiles) {
   auto rng = testing::rng_for("matmul-gpu/split-k-chosen");
   struct Case {
@@ -213,6 +213,7 @@ TEST(MatmulGpu, SplitKChosenForLongKOverFewTiles) {
   };
   for (const Case& c : {Case{130, 70, 2048, 0, "matmul_64x64_split8"},
                         Case{512, 576, 576, 0, "matmul_64x64"},
+                        Case{130, 70, 1536, 0, "matmul_64x64"},
                         Case{130, 70, 2048, 1, "matmul_64x64"},
                         Case{50, 70, 720, 0, "matmul_64x64_split5"},
                         Case{20, 70, 720, 0, "matmul_16x16_split9"}}) {
