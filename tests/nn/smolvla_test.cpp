@@ -16,6 +16,8 @@
 #include <meganeura/tensor_data.h>
 #include <meganeura/vla.h>
 
+#include "support/expect_error.h"
+#include "support/module_gradients.h"
 #include "support/random_fill.h"
 
 namespace mn {
@@ -99,14 +101,7 @@ TEST(SmolVla, FlowMatchingLossAndGradientsMatchLerobot) {
   s->set_scalar(StepInputs::step, 1.0);
   s->step();
   EXPECT_NEAR(s->get("loss").data[0], io.array("loss").data[0], 1e-4 * io.array("loss").data[0]);
-  int compared = 0;
-  for (const nn::StateEntry& e : expert.named_parameters()) {
-    const Array got = s->get("grad/" + e.graph_name), want = io.array("grad." + e.key);
-    ASSERT_EQ(got.shape, want.shape) << e.key;
-    EXPECT_LT(testing::scaled_error(got, want), 2e-3) << "gradient of " << e.key;
-    ++compared;
-  }
-  EXPECT_EQ(compared, 45);
+  EXPECT_EQ(testing::expect_gradients_match(*s, expert, io, 2e-3), 45);
 }
 
 TEST(SmolVla, KeysAreLerobots) {
@@ -128,26 +123,16 @@ TEST(SmolVla, KeysAreLerobots) {
   EXPECT_EQ(base.chunk, 50);
 }
 
-template <class E, class F>
-void expect_error(F&& f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no error, expected one containing: " << needle;
-  } catch (const E& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
-
 TEST(SmolVla, BadSizesAndInputsSayWhat) {
   vla::SmolVlaConfig c = kSmall;
   c.kv_heads = 4;
-  expect_error<Error>([&] { vla::SmolVlaActionExpert e(c); }, "not a multiple of kv_heads 4");
+  expect_error<Error>([&] { vla::SmolVlaActionExpert e(c); }, {"not a multiple of kv_heads 4"});
   c = kSmall;
   c.chunk = 0;
-  expect_error<Error>([&] { vla::SmolVlaActionExpert e(c); }, "chunk is 0");
+  expect_error<Error>([&] { vla::SmolVlaActionExpert e(c); }, {"chunk is 0"});
   c = kSmall;
   c.head_dim = 7;
-  expect_error<Error>([&] { vla::SmolVlaActionExpert e(c); }, "must be even");
+  expect_error<Error>([&] { vla::SmolVlaActionExpert e(c); }, {"must be even"});
 
   vla::SmolVlaActionExpert expert(kSmall);
   Graph g;
@@ -157,17 +142,17 @@ TEST(SmolVla, BadSizesAndInputsSayWhat) {
       [&] {
         expert.velocity(prefix, g.input("x", {kBatch, 4, 6}), time);
       },
-      "x_t must be [B, 5, 6]");
+      {"x_t must be [B, 5, 6]"});
   Tensor x = g.input("x_t", {kBatch, 5, 6});
   expect_error<ShapeError>([&] { expert.velocity(prefix, x, g.input("t3", {3})); },
-                           "time must be [2]");
+                           {"time must be [2]"});
   vla::VlmPrefix short_prefix = prefix;
   short_prefix.keys.pop_back();
-  expect_error<ShapeError>([&] { expert.velocity(short_prefix, x, time); }, "keys and values of 3");
+  expect_error<ShapeError>([&] { expert.velocity(short_prefix, x, time); }, {"keys and values of 3"});
   vla::VlmPrefix wrong = prefix;
   wrong.values[2] = g.input("v2", {kBatch, kPrefix, 3, 8});
-  expect_error<ShapeError>([&] { expert.velocity(wrong, x, time); }, "prefix values of layer 2");
-  expect_error<Error>([&] { expert.forward(x); }, "takes a prefix");
+  expect_error<ShapeError>([&] { expert.velocity(wrong, x, time); }, {"prefix values of layer 2"});
+  expect_error<Error>([&] { expert.forward(x); }, {"takes a prefix"});
 }
 
 }  // namespace
