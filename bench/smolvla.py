@@ -10,16 +10,16 @@ arithmetic as lerobot's while loop). CUDA-synchronized wall time, peak memory.
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 import types
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
-                                "fixtures", "smolvla"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "fixtures", "smolvla"))
 from smolvla_torch import Config, VLAFlowMatching  # noqa: E402
+from torch_timing import measure  # noqa: E402
 
 
 def sample_fixed(model, mask, kv, noise):
@@ -66,19 +66,8 @@ def run(what, batch, prefix, steps, mode):
         return loss
 
     fn = sample if what == "sample" else train
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    ms = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        out = fn()
-        (out.item() if out.dim() == 0 else out.cpu())
-        ms.append((time.perf_counter() - start) * 1e3)
     return {"bench": "smolvla", "framework": "pytorch", "mode": what, "torch_mode": mode,
-            "batch": batch, "prefix": prefix, "step_ms_median": statistics.median(ms),
-            "peak_mib": torch.cuda.max_memory_allocated() / 2**20}
+            "batch": batch, "prefix": prefix, **measure(fn, steps)}
 
 
 def main():

@@ -8,12 +8,15 @@ and torch.compile, f32; peak memory.
 
 import argparse
 import json
-import statistics
-import time
+import os
+import sys
 
 import torch
 from transformers import WhisperConfig
 from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_timing import measure  # noqa: E402
 
 SIZES = {"tiny": (384, 4, 6), "base": (512, 6, 8), "small": (768, 12, 12)}
 
@@ -44,20 +47,8 @@ def run(size, batch, training, steps, mode):
     fn = train if training else infer
     if mode == "compile":
         fn = torch.compile(fn)
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    ms = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        ms.append((time.perf_counter() - start) * 1e3)
     return {"bench": "whisper_encoder", "framework": "pytorch", "mode": mode, "size": size,
-            "batch": batch, "train": training, "step_ms_median": statistics.median(ms),
-            "peak_mib": torch.cuda.max_memory_allocated() / 2**20}
-
+            "batch": batch, "train": training, **measure(fn, steps)}
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
