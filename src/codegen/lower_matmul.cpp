@@ -215,8 +215,9 @@ std::string per_output(const TiledConfig& c, const MatmulGeometry& g, const std:
 }
 
 // With K split: this workgroup's partial sums into P; the last of a tile's workgroups to
-// finish goes on with the others' added to its own (and leaves the tile's counter zero for the
-// next run); the others return.
+// finish goes on with the sum of every split's partials, added in split order whichever
+// finished last, so that a step gives the same bits every run (exact resume), and leaves the
+// tile's counter zero for the next run; the others return.
 std::string combine_splits(const TiledConfig& c, const MatmulGeometry& g, int64_t batch,
                            int64_t splits) {
   const std::string MN = ulit(g.m * g.n), N = ulit(g.n);
@@ -226,11 +227,10 @@ std::string combine_splits(const TiledConfig& c, const MatmulGeometry& g, int64_
   s += "  if (lid == 0u) {\n    last_sh = atomicAdd(done[tile_id], 1u) == " + ulit(splits - 1) +
        ";\n    if (last_sh) done[tile_id] = 0u;\n  }\n";
   s += "  barrier();\n  if (!last_sh) return;\n  memoryBarrierBuffer();\n";
-  s += "  for (uint sp = 0u; sp < " + ulit(splits) + "; ++sp) {\n";
-  s += "    if (sp == split) continue;\n";
-  s += per_output(c, g, "@acc += P_ld((sp * " + ulit(batch) + " + bz) * " + MN + " + gm * " +
-                            N + " + gn);");
-  s += "  }\n";
+  s += per_output(c, g,
+                  "{ float own = @acc; @acc = 0.0; for (uint sp = 0u; sp < " + ulit(splits) +
+                      "; ++sp) @acc += sp == split ? own : P_ld((sp * " + ulit(batch) +
+                      " + bz) * " + MN + " + gm * " + N + " + gn); }");
   return s;
 }
 

@@ -148,10 +148,11 @@ TEST(Rematerialize, CausalLmStepPlansLessMemoryAndKeepsBackwardAfterTheLoss) {
   }
 }
 
-// Two layers at 4 × 256: the copies would make the arena larger (the backward pass's own working
-// set is the peak there), so the planner keeps the plan without them.
+// Two layers at 2 × 256: the copies would not make the arena smaller (the backward pass's own
+// working set is the peak there), so the planner keeps the plan without them. (At 4 × 256, with the
+// scalar matmul's present tile rules, they save 2 MiB.)
 TEST(Rematerialize, ThePlannerKeepsThePlanWithoutCopiesWhereTheyDoNotPay) {
-  CausalLm lm = training_step(2, 4, 256);
+  CausalLm lm = training_step(2, 2, 256);
   const auto [p, q] = plans_of(*lm.graph);
   EXPECT_EQ(p.arena_bytes, q.arena_bytes);
   EXPECT_EQ(p.launches.size(), q.launches.size());
