@@ -232,7 +232,8 @@ constexpr uint64_t kDirectReadBytes = 4096;
 // Host-side staging for inputs (where the host cannot write the arena) and for the outputs read
 // back every step (where it cannot read the arena, or reads it uncached: a discrete GPU's BAR,
 // where reading Whisper's 2.3 MB of hidden states took ~40 ms against ~1 for a copy).
-void build_staging(vk::Device& dev, Program& p, const SessionProgram& spec, const vk::Arena& arena) {
+void build_staging(vk::Device& dev, Program& p, const SessionProgram& spec,
+                   const vk::Arena& arena) {
   if (!arena.host_mapped()) {
     uint64_t up_bytes = 0;
     for (const auto& [name, id] : p.plan.inputs) {
@@ -251,6 +252,7 @@ void build_staging(vk::Device& dev, Program& p, const SessionProgram& spec, cons
     p.readback_offset[name] = down_bytes;
     down_bytes += (p.buffer_of(id).bytes + 15) / 16 * 16;
   }
+  if (p.readback_offset.empty() && arena.host_mapped()) return;
   p.readback = std::make_unique<vk::StagingBuffer>(dev, std::max<uint64_t>(down_bytes, 16), true);
 }
 

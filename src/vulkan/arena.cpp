@@ -86,9 +86,9 @@ Arena::Arena(Device& device, uint64_t bytes, ArenaOptions options)
     }
   }
   if (!host_mapped_) allocate(MemoryKind::device_local);
-  reads_cached_ = host_mapped_ && !options.uncached_reads && std::all_of(chunks_.begin(), chunks_.end(), [](const auto& c) {
-                    return c->host_cached();
-                  });
+  reads_cached_ = host_mapped_ && !options.uncached_reads &&
+                  std::all_of(chunks_.begin(), chunks_.end(),
+                              [](const auto& c) { return c->host_cached(); });
 }
 
 bool Arena::placement_ok(uint64_t offset, uint64_t size) const {
