@@ -68,6 +68,17 @@ TEST(SmolVlaCli, BadCallsSayWhatIsWrong) {
   fails_with(test::run_mn({"smolvla", "--weights", weights, "--head-dim", "8", "--chunk", "5",
                            "--self-attn-every", "3", "--prefix", prefix}),
              "k_proj");
+  std::map<std::string, Array> half;
+  const SafetensorsReader io(fixture("io.safetensors"));
+  for (const SafetensorsEntry& e : io.entries()) {
+    if (e.name.starts_with("prefix_")) half[e.name] = io.array(e.name);
+  }
+  half["prefix_mask"].data[3] = 0.5;
+  const auto bad_prefix = f.dir.path() / "half.safetensors";
+  save_safetensors(bad_prefix, half);
+  fails_with(test::run_mn({"smolvla", "--weights", weights, "--head-dim", "8", "--chunk", "5",
+                           "--prefix", bad_prefix.string()}),
+             "prefix_mask holds 0.500000 at element 3");
 }
 
 }  // namespace

@@ -98,7 +98,15 @@ void set_prefix(Session& s, const SmolVlaArgs& a, const vla::SmolVlaConfig& c, i
         s.set(what + std::to_string(l), r.array(what + std::to_string(l)));
       }
     }
-    s.set("prefix_mask", r.array("prefix_mask"));
+    const Array mask = r.array("prefix_mask");
+    for (size_t i = 0; i < mask.data.size(); ++i) {
+      if (mask.data[i] != 0.0 && mask.data[i] != 1.0) {
+        throw FormatError(a.prefix + ": prefix_mask holds " + std::to_string(mask.data[i]) +
+                          " at element " + std::to_string(i) +
+                          " (1 for a real token, 0 for padding)");
+      }
+    }
+    s.set("prefix_mask", mask);
     return;
   }
   std::mt19937_64 rng(a.seed + 1);
