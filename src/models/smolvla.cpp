@@ -374,7 +374,9 @@ Tensor SmolVlaActionExpert::flow_matching_loss(const VlmPrefix& prefix, Tensor a
   Graph& g = actions.graph();
   Tensor t = reshape(time, {time.dim(0), 1, 1});
   Tensor x_t = t * noise + (g.scalar(1.0) - t) * actions;
-  return mse_loss(velocity(prefix, x_t, time), noise - actions);
+  const Tensor v_t =
+      velocity_at(attention_inputs(prefix, actions.dim(0)), x_t, time_embedding(time));
+  return mse_loss(v_t, noise - actions);
 }
 
 }  // namespace mn::vla
