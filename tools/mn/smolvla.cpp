@@ -39,9 +39,7 @@ const std::string kPolicyPrefix = "model.";
 
 // The shape of `key` in a checkpoint, prefixed as a policy's or bare.
 Shape shape_of(const SafetensorsReader& r, const std::string& file, const std::string& key) {
-  for (const std::string& name : {kPolicyPrefix + key, key}) {
-    if (r.contains(name)) return r.entry(name).shape;
-  }
+  if (const auto name = checkpoint_name(r, kPolicyPrefix, key)) return r.entry(*name).shape;
   throw FormatError(file + ": no tensor '" + kPolicyPrefix + key + "' (nor '" + key + "')");
 }
 
@@ -79,10 +77,9 @@ vla::SmolVlaConfig config_of(const SmolVlaArgs& a) {
         heads_of(rows(shape_of(r, a.weights, key), a.weights, key), a.head_dim, a.weights, key);
   }
   c.layers = 0;
-  while (r.contains(kPolicyPrefix + "vlm_with_expert.lm_expert.layers." + std::to_string(c.layers) +
-                    ".input_layernorm.weight") ||
-         r.contains("vlm_with_expert.lm_expert.layers." + std::to_string(c.layers) +
-                    ".input_layernorm.weight")) {
+  while (checkpoint_name(
+      r, kPolicyPrefix,
+      "vlm_with_expert.lm_expert.layers." + std::to_string(c.layers) + ".input_layernorm.weight")) {
     ++c.layers;
   }
   return c;
