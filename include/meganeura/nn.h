@@ -197,6 +197,17 @@ class LayerNorm : public Module {
   bool affine, has_bias;
 };
 
+// x [N, C, *] normalized over each group of C / num_groups channels and the spatial axes, then
+// scaled and shifted per channel (weight ones, bias zeros), as torch.nn.GroupNorm.
+class GroupNorm : public Module {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  Tensor forward(Tensor x) override;
+  int64_t num_groups, num_channels;
+  double eps;
+  bool affine;
+};
+
 // x·rsqrt(mean(x²) + eps)·weight over the trailing axes, as torch.nn.RMSNorm; eps unset is the
 // f32 machine epsilon (PyTorch's default).
 class RMSNorm : public Module {

@@ -1,4 +1,4 @@
-// LayerNorm and RMSNorm over the trailing normalized_shape axes.
+// LayerNorm and RMSNorm over the trailing normalized_shape axes; GroupNorm over channel groups.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -66,6 +66,37 @@ Tensor RMSNorm::forward(Tensor x) {
   require_trailing(*this, x, normalized_shape);
   return rms_norm(x, affine ? tensor(x.graph(), "weight") : Tensor{}, eps,
                   static_cast<int64_t>(normalized_shape.size()));
+}
+
+GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, double eps, bool affine)
+    : Module("GroupNorm"),
+      num_groups(num_groups),
+      num_channels(num_channels),
+      eps(eps),
+      affine(affine) {
+  require_positive(*this, num_groups, "num_groups");
+  require_positive(*this, num_channels, "num_channels");
+  if (num_channels % num_groups != 0) {
+    throw Error(where() + ": num_channels " + std::to_string(num_channels) +
+                " is not a multiple of num_groups " + std::to_string(num_groups));
+  }
+  check_normalized_shape(*this, {num_channels}, eps);
+  if (affine) {
+    register_parameter("weight", {num_channels}, Init::ones());
+    register_parameter("bias", {num_channels}, Init::zeros());
+  }
+}
+
+Tensor GroupNorm::forward(Tensor x) {
+  require_input(*this, x);
+  require_float(*this, x);
+  if (x.rank() < 2 || x.shape()[1] != num_channels) {
+    throw ShapeError(where() + ": expected an input [N, " + std::to_string(num_channels) +
+                     ", *], got " + x.type().str());
+  }
+  Graph& g = x.graph();
+  return group_norm(x, num_groups, affine ? tensor(g, "weight") : Tensor{},
+                    affine ? tensor(g, "bias") : Tensor{}, eps);
 }
 
 }  // namespace mn::nn
