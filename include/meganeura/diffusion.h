@@ -17,12 +17,11 @@
 #include <vector>
 
 #include <meganeura/array.h>
+#include <meganeura/data.h>
 #include <meganeura/graph.h>
 #include <meganeura/nn.h>
-
-namespace mn {
-class Session;
-}
+#include <meganeura/optimizer.h>
+#include <meganeura/session.h>
 
 namespace mn::diffusion {
 
@@ -130,5 +129,42 @@ void add_sampling_step(Graph& g, UNet2DModel& unet, const Shape& shape, bool cli
 Array run_sampler(Session& session, const std::string& program,
                   const std::vector<SamplerStep>& steps, const Array& initial,
                   const std::function<Array(size_t)>& step_noise);
+
+// Training a U-Net to predict noise (DDPM) on a data set of images, then sampling from it.
+struct DdpmTrainOptions {
+  UNet2DConfig unet = unet_small_config();
+  NoiseSchedule schedule = NoiseSchedule::linear();
+  Optimizer optimizer = Optimizer::adam({.lr = 1e-3});  // with its learning rate and schedule
+  int64_t batch = 64;   // the last short batch of each epoch is dropped
+  int64_t epochs = 1;
+  uint64_t seed = 0;    // initialization, data order, noise and timesteps
+  SessionOptions session;
+  int64_t samples = 16;  // images sampled at the end (0: none)
+  SamplerOptions sampler;
+  struct Progress {
+    int64_t epoch = 0, epochs = 0, step = 0, steps_per_epoch = 0;
+    double loss = 0;  // the mean loss of the epoch's steps so far
+    double seconds = 0, samples_per_second = 0;
+  };
+  std::function<void(const Progress&)> on_progress;  // after every step
+};
+
+struct DdpmTrainResult {
+  double final_loss = 0;  // the mean loss of the last epoch
+  int64_t steps = 0;
+  double seconds = 0, samples_per_second = 0;
+  double sampling_seconds = 0;
+  std::string device;
+  Array samples;  // [samples, C, H, W], clipped to [-1, 1]
+  // The trained U-Net and the session holding its weights (programs "train" and "sample"), for
+  // nn::state_dict / save_state_dict.
+  std::shared_ptr<UNet2DModel> unet;
+  std::shared_ptr<Session> session;
+};
+
+// `images` [N, C, H, W] with pixels in [0, 1] (load_fashion_mnist's nchw layout) are scaled to
+// [-1, 1]. Each step draws fresh noise and timesteps on the host from the seed. mn::Error naming
+// the option for a bad value, an image shape the U-Net cannot take, or fewer images than a batch.
+DdpmTrainResult train_ddpm(const Dataset& images, const DdpmTrainOptions& options);
 
 }  // namespace mn::diffusion

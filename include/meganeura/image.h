@@ -28,6 +28,11 @@ struct Image {
 // wrong for anything else or a damaged file.
 Image read_image(const std::filesystem::path& path);
 
+// Writes `image` as an 8-bit RGB PNG, in full or not at all (a temporary file renamed over the
+// target). mn::Error naming the file when it cannot be written or the image is empty or its
+// pixels do not match its size.
+void write_png(const std::filesystem::path& path, const Image& image);
+
 // PIL's Image.resize(..., BILINEAR) as torchvision's Resize calls it on PIL images: a triangle
 // filter widened by the scale when shrinking (antialiasing), in PIL's fixed-point arithmetic,
 // horizontal pass first, rounded to 8 bits after each pass.

@@ -10,13 +10,18 @@
 
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include <meganeura/data.h>
+#include <meganeura/image.h>
 
 #include "data/test_util.h"
 #include "support/run_command.h"
@@ -194,6 +199,79 @@ TEST(Cli, LimitReadsOnlyTheSamplesItUses) {
       << "peak resident set of mn train: " << usage.ru_maxrss << " KiB";
   expect_failure({"train", "--data", dir.path().string(), "--batch", "16"},
                  {"2000000", "decompresses to at most"});
+}
+
+// The DDPM U-Net from the command line: two steps of training, three images sampled by DDPM into
+// a 2 x 2 grid of 28 x 28 tiles (2 black pixels between and around them), the weights saved
+// under diffusers' names.
+TEST(Cli, TrainsAUnetAndWritesItsSamples) {
+  test::ScratchDir dir("cli-test");
+  write_tiny_fashion_mnist(dir.path(), 8);
+  const fs::path png = dir / "samples.png", weights = dir / "unet.safetensors";
+  const test::CommandResult r = test::run_mn({"train",
+                                              "--model",
+                                              "unet",
+                                              "--data",
+                                              dir.path().string(),
+                                              "--batch",
+                                              "4",
+                                              "--limit",
+                                              "8",
+                                              "--sampler",
+                                              "ddpm",
+                                              "--sampling-steps",
+                                              "2",
+                                              "--samples",
+                                              "3",
+                                              "--sample-png",
+                                              png.string(),
+                                              "--save",
+                                              weights.string(),
+                                              "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["steps"], 2);
+  EXPECT_EQ(j["sampled"], 3);
+  EXPECT_EQ(j["sampler"], "ddpm");
+  const double loss = j["final_loss"];
+  EXPECT_TRUE(std::isfinite(loss) && loss > 0) << loss;
+  const Image grid = read_image(png);
+  ASSERT_EQ(grid.width, 62);
+  ASSERT_EQ(grid.height, 62);
+  auto gray = [&](int64_t x, int64_t y) {
+    return grid.pixels[static_cast<size_t>((y * 62 + x) * 3)];
+  };
+  std::set<uint8_t> first_tile;
+  for (int64_t y = 2; y < 30; ++y) {
+    for (int64_t x = 2; x < 30; ++x) first_tile.insert(gray(x, y));
+  }
+  EXPECT_GT(first_tile.size(), 8u) << "the first sample is (nearly) one shade";
+  for (int64_t i = 0; i < 62; ++i) {
+    EXPECT_EQ(gray(i, 0), 0);
+    EXPECT_EQ(gray(0, i), 0);
+    EXPECT_EQ(gray(i, 30), 0);   // between the rows
+    EXPECT_EQ(gray(40, 40), 0);  // the fourth tile: no sample
+  }
+  const SafetensorsReader saved(weights);
+  EXPECT_EQ(saved.entry("conv_in.weight").shape, (Shape{32, 1, 3, 3}));
+  EXPECT_EQ(saved.entry("conv_out.weight").shape, (Shape{1, 32, 3, 3}));
+  EXPECT_TRUE(saved.contains("mid_block.attentions.0.to_q.weight"));
+}
+
+TEST(Cli, BadUnetOptionsAreErrors) {
+  const std::vector<std::vector<std::string>> bad = {{"--sampler", "euler"},
+                                                     {"--sampling-steps", "0"},
+                                                     {"--sampling-steps", "1001"},
+                                                     {"--samples", "-1"},
+                                                     {"--samples", "1025"}};
+  for (const auto& option : bad)
+    expect_failure({"train", "--model", "unet", option[0], option[1]},
+                   {option[0] + " " + option[1]});
+  expect_failure({"train", "--samples", "4"}, {"--samples 4", "only with --model unet"});
+  expect_failure({"train", "--model", "cnn", "--sampler", "ddim"},
+                 {"--sampler", "only with --model unet"});
+  expect_failure({"train", "--model", "unet", "--resume", "x.safetensors"},
+                 {"--resume", "--model unet"});
 }
 
 }  // namespace

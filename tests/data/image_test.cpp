@@ -33,15 +33,15 @@ TEST(ImageTransforms, BilinearResizeIsPils) {
                                   172, 209, 246, 32,  69,  106, 143, 180, 217, 108, 35,  72,  109,
                                   146, 183, 220, 111, 38,  75,  112, 149, 186, 223, 114}));
   EXPECT_EQ(resize_bilinear(im, 2, 5).pixels,
-            (std::vector<uint8_t>{116, 88, 107, 121, 140, 112, 125, 97,  116, 130,
+            (std::vector<uint8_t>{116, 88,  107, 121, 140, 112, 125, 97,  116, 130,
                                   149, 121, 134, 106, 125, 139, 158, 130, 143, 115,
                                   134, 148, 167, 139, 87,  106, 143, 139, 111, 94}));
   // Upscaling: the first row of PIL's 10 x 8.
   const Image up = resize_bilinear(im, 10, 8);
   EXPECT_EQ(std::vector<uint8_t>(up.pixels.begin(), up.pixels.begin() + 30),
-            (std::vector<uint8_t>{0,  37,  74,  61, 98,  135, 139, 112, 149, 216,
-                                  10, 47,  128, 75, 112, 116, 153, 100, 181, 218,
-                                  12, 79,  116, 89, 93,  130, 167, 154, 191, 228}));
+            (std::vector<uint8_t>{0,  37, 74,  61, 98,  135, 139, 112, 149, 216,
+                                  10, 47, 128, 75, 112, 116, 153, 100, 181, 218,
+                                  12, 79, 116, 89, 93,  130, 167, 154, 191, 228}));
   EXPECT_EQ(resize_bilinear(im, 7, 5).pixels, im.pixels);
   EXPECT_THROW(resize_bilinear(im, 0, 5), Error);
 }
@@ -65,12 +65,44 @@ TEST(ImageTransforms, ShorterSideAndCenterCropFollowTorchvision) {
 TEST(ImageDecode, RefusalsNameTheFile) {
   test::ScratchDir dir("image");
   test::write_bytes(dir / "text.png", {'h', 'e', 'l', 'l', 'o'});
-  test::expect_format_error([&] { read_image(dir / "text.png"); }, {"text.png", "not a PNG or JPEG"});
+  test::expect_format_error([&] { read_image(dir / "text.png"); },
+                            {"text.png", "not a PNG or JPEG"});
   test::write_bytes(dir / "bad.png", {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n', 0, 0, 0, 13});
   test::expect_format_error([&] { read_image(dir / "bad.png"); }, {"bad.png", "PNG"});
   test::write_bytes(dir / "bad.jpg", {0xff, 0xd8, 0xff, 0xe0, 0, 16, 'J', 'F', 'I', 'F'});
   test::expect_format_error([&] { read_image(dir / "bad.jpg"); }, {"bad.jpg", "JPEG"});
-  test::expect_format_error([&] { read_image(dir / "missing.jpg"); }, {"missing.jpg", "cannot open"});
+  test::expect_format_error([&] { read_image(dir / "missing.jpg"); },
+                            {"missing.jpg", "cannot open"});
+}
+
+TEST(ImageEncode, PngRoundTripsExactly) {
+  test::ScratchDir dir("image");
+  const Image im = pattern();
+  write_png(dir / "p.png", im);
+  const Image back = read_image(dir / "p.png");
+  EXPECT_EQ(back.width, im.width);
+  EXPECT_EQ(back.height, im.height);
+  EXPECT_EQ(back.pixels, im.pixels);
+  // Written over an existing file in full.
+  Image one;
+  one.width = one.height = 1;
+  one.pixels = {1, 2, 3};
+  write_png(dir / "p.png", one);
+  EXPECT_EQ(read_image(dir / "p.png").pixels, one.pixels);
+}
+
+TEST(ImageEncode, RefusalsNameTheFileAndKeepTheOldOne) {
+  test::ScratchDir dir("image");
+  write_png(dir / "keep.png", pattern());
+  Image bad = pattern();
+  bad.pixels.pop_back();
+  test::expect_error_of<Error>([&] { write_png(dir / "keep.png", bad); },
+                               {"keep.png", "7 x 5", "104 bytes"});
+  test::expect_error_of<Error>([&] { write_png(dir / "empty.png", Image{}); },
+                               {"empty.png", "0 x 0"});
+  EXPECT_EQ(read_image(dir / "keep.png").pixels, pattern().pixels);
+  EXPECT_FALSE(std::filesystem::exists(dir / "empty.png"));
+  test::expect_error_of<Error>([&] { write_png(dir / "no/such/dir.png", pattern()); }, {"dir.png"});
 }
 
 }  // namespace

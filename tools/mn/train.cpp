@@ -1,4 +1,4 @@
-// `mn train`: trains a built-in classifier on Fashion-MNIST.
+// `mn train`: trains a built-in classifier, or a DDPM U-Net, on Fashion-MNIST.
 #include <unistd.h>
 
 #include <cmath>
@@ -15,6 +15,7 @@
 
 #include "commands.h"
 #include "data/atomic_file.h"
+#include "train_unet.h"
 
 namespace mn::cli {
 
@@ -39,6 +40,11 @@ struct TrainArgs {
   bool json = false;
   bool check_numerics = false;
   std::string precision = "f32";
+  // --model unet
+  std::string sampler = "ddim";
+  int64_t sampling_steps = 50;
+  int64_t samples = 16;
+  std::string sample_png = "unet-samples.png";
 };
 
 std::string format_duration(double s) {
@@ -107,6 +113,54 @@ void check_args(const TrainArgs& a, const CLI::App& cmd) {
   require(!given(cmd, "--limit") || a.limit >= 1, cmd, "--limit", "an integer >= 1");
   require(a.precision == "f32" || a.precision == "bf16" || a.precision == "f16", cmd,
           "--precision", "f32, bf16 or f16");
+  const bool unet = a.model == "unet";
+  for (const char* o : {"--sampler", "--sampling-steps", "--samples", "--sample-png"}) {
+    require(unet || !given(cmd, o), cmd, o, "only with --model unet");
+  }
+  require(!unet || !given(cmd, "--resume"), cmd, "--resume",
+          "nothing with --model unet (its runs do not resume; --save keeps the weights)");
+  require(a.sampler == "ddim" || a.sampler == "ddpm", cmd, "--sampler", "ddim or ddpm");
+  require(a.sampling_steps >= 1 && a.sampling_steps <= 1000, cmd, "--sampling-steps",
+          "an integer in [1, 1000] (the noise schedule's length)");
+  require(a.samples >= 0 && a.samples <= 1024, cmd, "--samples", "an integer in [0, 1024]");
+}
+
+// The optimizer the options describe; Adam's learning rate defaults to `adam_lr`.
+Optimizer optimizer_of(const TrainArgs& a, const CLI::App& cmd, double adam_lr) {
+  Optimizer opt;
+  opt.kind = optimizer_from_name(a.optimizer);
+  if (opt.kind == Optimizer::Kind::sgd) opt.momentum = a.momentum;
+  if (given(cmd, "--weight-decay"))
+    opt.weight_decay = a.weight_decay;
+  else if (opt.kind == Optimizer::Kind::adamw)
+    opt.weight_decay = 0.01;
+  opt.accumulate = a.accumulate;
+  opt.clip_grad_norm = a.clip;
+  opt.lr = given(cmd, "--lr") ? a.lr : (opt.kind == Optimizer::Kind::sgd ? 0.05 : adam_lr);
+  opt.schedule.kind = schedule_from_name(a.schedule);
+  opt.schedule.warmup = a.warmup;
+  return opt;
+}
+
+void run_train_unet(const TrainArgs& a, const CLI::App& cmd) {
+  UnetRun run;
+  diffusion::DdpmTrainOptions& o = run.train;
+  o.optimizer = optimizer_of(a, cmd, 1e-3);
+  o.batch = a.batch;
+  o.epochs = a.epochs;
+  o.seed = a.seed;
+  o.session.device = a.device;
+  o.session.precision = dtype_from_name(a.precision);
+  if (a.check_numerics) o.session.check_numerics = true;
+  o.samples = a.samples;
+  o.sampler.kind = a.sampler == "ddpm" ? diffusion::SamplerKind::ddpm : diffusion::SamplerKind::ddim;
+  o.sampler.steps = a.sampling_steps;
+  run.data = a.data;
+  if (given(cmd, "--limit")) run.limit = a.limit;
+  run.save = a.save;
+  run.png = a.sample_png;
+  run.json = a.json;
+  train_unet(std::move(run));
 }
 
 // Checks that need the data set's size: the run's length and what accumulation can reach.
@@ -122,6 +176,7 @@ void check_run(const TrainArgs& a, const CLI::App& cmd, int64_t train_size) {
 
 void run_train(const TrainArgs& a, const CLI::App& cmd) {
   check_args(a, cmd);
+  if (a.model == "unet") return run_train_unet(a, cmd);
   // An unwritable checkpoint fails before minutes of loading and training.
   if (!a.save.empty()) data::AtomicFile::check_destination(a.save);
   TrainOptions o;
@@ -129,21 +184,9 @@ void run_train(const TrainArgs& a, const CLI::App& cmd) {
   o.model.batch = a.batch;
   o.model.seed = a.seed;
   o.epochs = a.epochs;
-  o.optimizer.kind = optimizer_from_name(a.optimizer);
-  if (o.optimizer.kind == Optimizer::Kind::sgd) o.optimizer.momentum = a.momentum;
-  if (given(cmd, "--weight-decay"))
-    o.optimizer.weight_decay = a.weight_decay;
-  else if (o.optimizer.kind == Optimizer::Kind::adamw)
-    o.optimizer.weight_decay = 0.01;
-  o.optimizer.accumulate = a.accumulate;
-  o.optimizer.clip_grad_norm = a.clip;
   // Defaults measured on Fashion-MNIST: Adam at 1e-3 for the MLP (0.844 after one epoch), 2e-3
   // for the CNN (0.894 after two; 1e-3 reached 0.874).
-  const double adam_lr = o.model.kind == ModelKind::cnn ? 2e-3 : 1e-3;
-  o.optimizer.lr =
-      given(cmd, "--lr") ? a.lr : (o.optimizer.kind == Optimizer::Kind::sgd ? 0.05 : adam_lr);
-  o.optimizer.schedule.kind = schedule_from_name(a.schedule);
-  o.optimizer.schedule.warmup = a.warmup;
+  o.optimizer = optimizer_of(a, cmd, o.model.kind == ModelKind::cnn ? 2e-3 : 1e-3);
   o.device = a.device;
   if (a.check_numerics) o.check_numerics = true;
   o.precision = dtype_from_name(a.precision);
@@ -190,8 +233,11 @@ void run_train(const TrainArgs& a, const CLI::App& cmd) {
 
 void add_train_command(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
-  auto* cmd = app.add_subcommand("train", "train a built-in classifier on Fashion-MNIST");
-  cmd->add_option("--model", a->model, "mlp, cnn, resnet18, resnet34 or resnet50")
+  auto* cmd = app.add_subcommand(
+      "train", "train a built-in classifier, or a DDPM U-Net (--model unet), on Fashion-MNIST");
+  cmd->add_option("--model", a->model,
+                  "mlp, cnn, resnet18, resnet34, resnet50, or unet (DDPM noise prediction, then "
+                  "sampling into a PNG)")
       ->capture_default_str();
   cmd->add_option("--epochs", a->epochs, "passes over the training set")->capture_default_str();
   cmd->add_option("--batch", a->batch, "batch size")->capture_default_str();
@@ -221,6 +267,13 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--check-numerics", a->check_numerics,
                 "after every step, name the first graph node that produced a NaN or Inf "
                 "(slow; also $MN_CHECK_NUMERICS=1)");
+  cmd->add_option("--sampler", a->sampler, "unet: ddim or ddpm")->capture_default_str();
+  cmd->add_option("--sampling-steps", a->sampling_steps, "unet: denoising steps of the sampler")
+      ->capture_default_str();
+  cmd->add_option("--samples", a->samples, "unet: images sampled after training (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--sample-png", a->sample_png, "unet: the samples as a PNG grid")
+      ->capture_default_str();
   cmd->callback([a, cmd] { run_train(*a, *cmd); });
 }
 
