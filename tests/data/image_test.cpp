@@ -8,6 +8,7 @@
 #include <meganeura/image.h>
 
 #include "data/test_util.h"
+#include "support/expect_error.h"
 
 namespace mn {
 namespace {
@@ -96,13 +97,12 @@ TEST(ImageEncode, RefusalsNameTheFileAndKeepTheOldOne) {
   write_png(dir / "keep.png", pattern());
   Image bad = pattern();
   bad.pixels.pop_back();
-  test::expect_error_of<Error>([&] { write_png(dir / "keep.png", bad); },
-                               {"keep.png", "7 x 5", "104 bytes"});
-  test::expect_error_of<Error>([&] { write_png(dir / "empty.png", Image{}); },
-                               {"empty.png", "0 x 0"});
+  expect_error<Error>([&] { write_png(dir / "keep.png", bad); },
+                      {"keep.png", "7 x 5", "104 bytes"});
+  expect_error<Error>([&] { write_png(dir / "empty.png", Image{}); }, {"empty.png", "0 x 0"});
   EXPECT_EQ(read_image(dir / "keep.png").pixels, pattern().pixels);
   EXPECT_FALSE(std::filesystem::exists(dir / "empty.png"));
-  test::expect_error_of<Error>([&] { write_png(dir / "no/such/dir.png", pattern()); }, {"dir.png"});
+  expect_error<Error>([&] { write_png(dir / "no/such/dir.png", pattern()); }, {"dir.png"});
 }
 
 }  // namespace
