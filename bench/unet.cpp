@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,16 @@ mn::Array random_timesteps(int64_t batch) {
   return t;
 }
 
+std::unique_ptr<mn::Session> build(const mn::Graph& g, const Options& o, double& build_ms) {
+  mn::SessionOptions so;
+  so.device = o.device;
+  so.profile = o.profile;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = mn::build_session(g, so);
+  build_ms = ms_since(t0);
+  return s;
+}
+
 // Adam steps on the loss of random images, noise and timesteps (the step's cost depends on none).
 nlohmann::json train(int64_t batch, const Options& o) {
   diffusion::UNet2DModel unet(diffusion::unet_small_config());
@@ -53,12 +64,8 @@ nlohmann::json train(int64_t batch, const Options& o) {
                            g.input("noise", shape), g.input("t", {batch}, mn::DType::i32));
   const mn::Optimizer adam = mn::Optimizer::adam({.lr = 1e-3});
   mn::add_training_step(loss, adam);
-  mn::SessionOptions so;
-  so.device = o.device;
-  so.profile = o.profile;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto s = mn::build_session(g, so);
-  const double build_ms = ms_since(t0);
+  double build_ms = 0;
+  auto s = build(g, o, build_ms);
   s->set("x0", random_array(shape, 1));
   s->set("noise", random_array(shape, 2, mn::bench::Draw::normal));
   s->set("t", random_timesteps(batch));
@@ -83,12 +90,8 @@ nlohmann::json sample(int64_t batch, const Options& o) {
   const mn::Shape shape{batch, 1, 28, 28};
   mn::Graph g;
   diffusion::add_sampling_step(g, unet, shape);
-  mn::SessionOptions so;
-  so.device = o.device;
-  so.profile = o.profile;
-  const auto t0 = std::chrono::steady_clock::now();
-  auto s = mn::build_session(g, so);
-  const double build_ms = ms_since(t0);
+  double build_ms = 0;
+  auto s = build(g, o, build_ms);
   const std::vector<diffusion::SamplerStep> steps =
       diffusion::sampler_steps(diffusion::NoiseSchedule::linear(),
                                {.kind = diffusion::SamplerKind::ddim, .steps = o.sampling_steps});
