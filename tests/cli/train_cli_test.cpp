@@ -272,6 +272,17 @@ TEST(Cli, BadUnetOptionsAreErrors) {
                  {"--sampler", "only with --model unet"});
   expect_failure({"train", "--model", "unet", "--resume", "x.safetensors"},
                  {"--resume", "--model unet"});
+  // The run's length against the data's 2 batches per epoch (the short third one dropped).
+  test::ScratchDir dir("cli-test");
+  write_tiny_fashion_mnist(dir.path(), 10);
+  const std::string data = dir.path().string();
+  expect_failure({"train", "--model", "unet", "--data", data, "--batch", "4", "--epochs",
+                  "9223372036854775807"},
+                 {"--epochs 9223372036854775807", "2 batches per epoch"});
+  expect_failure({"train", "--model", "unet", "--data", data, "--batch", "4", "--accumulate", "3"},
+                 {"--accumulate 3", "2 batches"});
+  expect_failure({"train", "--model", "unet", "--data", data, "--batch", "16"},
+                 {"10 images are fewer than a batch of 16"});
 }
 
 }  // namespace

@@ -111,8 +111,8 @@ void check_args(const TrainArgs& a, const CLI::App& cmd) {
   require(a.warmup >= 0, cmd, "--warmup", "an integer >= 0");
   require(a.accumulate >= 1, cmd, "--accumulate", "an integer >= 1");
   require(!given(cmd, "--limit") || a.limit >= 1, cmd, "--limit", "an integer >= 1");
-  require(a.precision == "f32" || a.precision == "bf16" || a.precision == "f16", cmd,
-          "--precision", "f32, bf16 or f16");
+  require(a.precision == "f32" || a.precision == "bf16" || a.precision == "f16", cmd, "--precision",
+          "f32, bf16 or f16");
   const bool unet = a.model == "unet";
   for (const char* o : {"--sampler", "--sampling-steps", "--samples", "--sample-png"}) {
     require(unet || !given(cmd, o), cmd, o, "only with --model unet");
@@ -142,6 +142,17 @@ Optimizer optimizer_of(const TrainArgs& a, const CLI::App& cmd, double adam_lr) 
   return opt;
 }
 
+// Checks that need the data set's size (as batches per epoch): the run's length and what
+// accumulation can reach.
+void check_run(const TrainArgs& a, const CLI::App& cmd, int64_t per_epoch) {
+  require(a.epochs <= std::numeric_limits<int64_t>::max() / per_epoch, cmd, "--epochs",
+          "at most " + std::to_string(std::numeric_limits<int64_t>::max() / per_epoch) + " with " +
+              std::to_string(per_epoch) + " batches per epoch");
+  require(a.accumulate <= per_epoch * a.epochs, cmd, "--accumulate",
+          "at most the run's " + std::to_string(per_epoch * a.epochs) +
+              " batches, or no update would ever happen");
+}
+
 void run_train_unet(const TrainArgs& a, const CLI::App& cmd) {
   UnetRun run;
   diffusion::DdpmTrainOptions& o = run.train;
@@ -153,25 +164,21 @@ void run_train_unet(const TrainArgs& a, const CLI::App& cmd) {
   o.session.precision = dtype_from_name(a.precision);
   if (a.check_numerics) o.session.check_numerics = true;
   o.samples = a.samples;
-  o.sampler.kind = a.sampler == "ddpm" ? diffusion::SamplerKind::ddpm : diffusion::SamplerKind::ddim;
+  o.sampler.kind =
+      a.sampler == "ddpm" ? diffusion::SamplerKind::ddpm : diffusion::SamplerKind::ddim;
   o.sampler.steps = a.sampling_steps;
-  run.data = a.data;
-  if (given(cmd, "--limit")) run.limit = a.limit;
   run.save = a.save;
   run.png = a.sample_png;
   run.json = a.json;
+  // Unwritable outputs fail before the data is read and the run is checked against its length.
+  if (!run.save.empty()) data::AtomicFile::check_destination(run.save);
+  if (!run.png.empty()) data::AtomicFile::check_destination(run.png);
+  run.images =
+      load_fashion_mnist(Split::train, ImageLayout::nchw, a.data,
+                         given(cmd, "--limit") ? std::optional<int64_t>(a.limit) : std::nullopt);
+  // The short batch is dropped; fewer images than a batch are train_ddpm's error to name.
+  check_run(a, cmd, std::max<int64_t>(run.images.size() / a.batch, 1));
   train_unet(std::move(run));
-}
-
-// Checks that need the data set's size: the run's length and what accumulation can reach.
-void check_run(const TrainArgs& a, const CLI::App& cmd, int64_t train_size) {
-  const int64_t per_epoch = (train_size + a.batch - 1) / a.batch;
-  require(a.epochs <= std::numeric_limits<int64_t>::max() / per_epoch, cmd, "--epochs",
-          "at most " + std::to_string(std::numeric_limits<int64_t>::max() / per_epoch) + " with " +
-              std::to_string(per_epoch) + " batches per epoch");
-  require(a.accumulate <= per_epoch * a.epochs, cmd, "--accumulate",
-          "at most the run's " + std::to_string(per_epoch * a.epochs) +
-              " batches, or no update would ever happen");
 }
 
 void run_train(const TrainArgs& a, const CLI::App& cmd) {
@@ -200,7 +207,7 @@ void run_train(const TrainArgs& a, const CLI::App& cmd) {
   if (given(cmd, "--limit")) limit = a.limit;
   auto train = std::make_shared<Dataset>(load_fashion_mnist(Split::train, layout, a.data, limit));
   auto test = std::make_shared<Dataset>(load_fashion_mnist(Split::test, layout, a.data, limit));
-  check_run(a, cmd, train->size());
+  check_run(a, cmd, (train->size() + a.batch - 1) / a.batch);  // short batches kept
   const bool terminal = isatty(fileno(stderr)) != 0;
   o.on_progress = [terminal](const TrainOptions::Progress& p) {
     print_progress(p, terminal, false);

@@ -12,8 +12,6 @@
 #include <meganeura/image.h>
 #include <meganeura/nn.h>
 
-#include "data/atomic_file.h"
-
 namespace mn::cli {
 
 namespace {
@@ -49,9 +47,7 @@ Image sample_grid(const Array& samples) {
 }  // namespace
 
 void train_unet(UnetRun run) {
-  if (!run.save.empty()) data::AtomicFile::check_destination(run.save);
-  if (!run.png.empty()) data::AtomicFile::check_destination(run.png);
-  const Dataset images = load_fashion_mnist(Split::train, ImageLayout::nchw, run.data, run.limit);
+  const Dataset& images = run.images;
   diffusion::DdpmTrainOptions& o = run.train;
   std::fprintf(stderr,
                "training a DDPM U-Net on Fashion-MNIST (%lld images), lr %g, batch %lld, "
@@ -84,12 +80,13 @@ void train_unet(UnetRun run) {
                         {"device", r.device}};
     std::cout << j.dump() << std::endl;
   } else {
-    std::printf("device %s: final loss %.4f, %lld steps in %.1f s (%.1f samples/s); %lld images "
-                "by %s in %lld steps (%.2f s)%s%s\n",
-                r.device.c_str(), r.final_loss, static_cast<long long>(r.steps), r.seconds,
-                r.samples_per_second, static_cast<long long>(o.samples), sampler,
-                static_cast<long long>(o.sampler.steps), r.sampling_seconds,
-                run.png.empty() ? "" : " -> ", run.png.string().c_str());
+    std::printf(
+        "device %s: final loss %.4f, %lld steps in %.1f s (%.1f samples/s); %lld images "
+        "by %s in %lld steps (%.2f s)%s%s\n",
+        r.device.c_str(), r.final_loss, static_cast<long long>(r.steps), r.seconds,
+        r.samples_per_second, static_cast<long long>(o.samples), sampler,
+        static_cast<long long>(o.sampler.steps), r.sampling_seconds, run.png.empty() ? "" : " -> ",
+        run.png.string().c_str());
   }
 }
 
