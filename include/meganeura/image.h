@@ -33,9 +33,14 @@ Image read_image(const std::filesystem::path& path);
 // pixels do not match its size.
 void write_png(const std::filesystem::path& path, const Image& image);
 
-// PIL's Image.resize(..., BILINEAR) as torchvision's Resize calls it on PIL images: a triangle
-// filter widened by the scale when shrinking (antialiasing), in PIL's fixed-point arithmetic,
-// horizontal pass first, rounded to 8 bits after each pass.
+// PIL's resampling filters: BILINEAR (a triangle of support 1) and LANCZOS (sinc windowed by
+// sinc, support 3).
+enum class Resample { bilinear, lanczos };
+// PIL's Image.resize(..., filter): the filter widened by the scale when shrinking (antialiasing),
+// in PIL's fixed-point arithmetic, horizontal pass first, rounded to 8 bits after each pass.
+// mn::Error for a size below 1 or an empty image.
+Image resize(const Image& image, int64_t width, int64_t height, Resample filter);
+// PIL's Image.resize(..., BILINEAR) as torchvision's Resize calls it on PIL images.
 Image resize_bilinear(const Image& image, int64_t width, int64_t height);
 // torchvision's Resize(size) with one size: the shorter side becomes `size`, the longer one
 // int(size * long / short).

@@ -1,7 +1,7 @@
-// torchvision's ImageNet evaluation transform on 8-bit RGB images, as it runs on PIL images:
-// PIL's bilinear resampling (Resample.c: a triangle filter of support 1 widened by the scale
-// when shrinking, coefficients normalized and turned into 22-bit fixed point, the horizontal
-// pass first, each pass rounded to 8 bits), the center crop, and ToTensor + Normalize.
+// Image transforms on 8-bit RGB images as they run on PIL images: PIL's resampling
+// (Resample.c: a filter of support 1 (bilinear) or 3 (Lanczos) widened by the scale when
+// shrinking, coefficients normalized and turned into 22-bit fixed point, the horizontal pass
+// first, each pass rounded to 8 bits), the center crop, and ToTensor + Normalize.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -21,12 +21,25 @@ struct Taps {
   std::vector<int32_t> weights;
 };
 
-// PIL's precompute_coeffs for the bilinear filter over the whole input, then
-// normalize_coeffs_8bpc.
-std::vector<Taps> bilinear_taps(int64_t in_size, int64_t out_size) {
+double sinc(double x) {
+  if (x == 0.0) return 1.0;
+  x *= 3.14159265358979323846;  // PIL's M_PI
+  return std::sin(x) / x;
+}
+
+// PIL's filters: (support, weight at a distance x).
+double filter_support(Resample f) { return f == Resample::lanczos ? 3.0 : 1.0; }
+double filter_weight(Resample f, double x) {
+  if (f == Resample::lanczos) return (-3.0 <= x && x < 3.0) ? sinc(x) * sinc(x / 3.0) : 0.0;
+  x = std::abs(x);
+  return x < 1.0 ? 1.0 - x : 0.0;
+}
+
+// PIL's precompute_coeffs over the whole input, then normalize_coeffs_8bpc.
+std::vector<Taps> filter_taps(Resample filter, int64_t in_size, int64_t out_size) {
   const double scale = static_cast<double>(in_size) / static_cast<double>(out_size);
   const double filter_scale = std::max(scale, 1.0);
-  const double support = 1.0 * filter_scale;
+  const double support = filter_support(filter) * filter_scale;
   std::vector<Taps> taps(static_cast<size_t>(out_size));
   std::vector<double> k;
   for (int64_t xx = 0; xx < out_size; ++xx) {
@@ -37,8 +50,8 @@ std::vector<Taps> bilinear_taps(int64_t in_size, int64_t out_size) {
     k.assign(static_cast<size_t>(std::max<int64_t>(xmax, 0)), 0.0);
     double total = 0.0;
     for (int64_t x = 0; x < xmax; ++x) {
-      const double t = std::abs((static_cast<double>(x + xmin) - center + 0.5) * ss);
-      const double w = t < 1.0 ? 1.0 - t : 0.0;
+      const double w =
+          filter_weight(filter, (static_cast<double>(x + xmin) - center + 0.5) * ss);
       k[static_cast<size_t>(x)] = w;
       total += w;
     }
@@ -59,9 +72,10 @@ uint8_t clip8(int64_t v) {
 }
 
 // One pass along x (horizontal) or y (vertical), PIL's ImagingResampleHorizontal/Vertical_8bpc.
-Image resample_pass(const Image& in, int64_t out_width, int64_t out_height, bool horizontal) {
-  const std::vector<Taps> taps = horizontal ? bilinear_taps(in.width, out_width)
-                                            : bilinear_taps(in.height, out_height);
+Image resample_pass(const Image& in, int64_t out_width, int64_t out_height, bool horizontal,
+                    Resample filter) {
+  const std::vector<Taps> taps = horizontal ? filter_taps(filter, in.width, out_width)
+                                            : filter_taps(filter, in.height, out_height);
   Image out;
   out.width = out_width;
   out.height = out_height;
@@ -84,15 +98,19 @@ Image resample_pass(const Image& in, int64_t out_width, int64_t out_height, bool
 
 }  // namespace
 
-Image resize_bilinear(const Image& image, int64_t width, int64_t height) {
+Image resize(const Image& image, int64_t width, int64_t height, Resample filter) {
   if (width < 1 || height < 1) {
-    throw Error("resize_bilinear: size " + std::to_string(width) + " x " + std::to_string(height) +
+    throw Error("resize: size " + std::to_string(width) + " x " + std::to_string(height) +
                 " is not positive");
   }
-  if (image.width < 1 || image.height < 1) throw Error("resize_bilinear: empty image");
+  if (image.width < 1 || image.height < 1) throw Error("resize: empty image");
   // PIL skips a pass whose size does not change.
-  Image h = width == image.width ? image : resample_pass(image, width, image.height, true);
-  return height == image.height ? h : resample_pass(h, width, height, false);
+  Image h = width == image.width ? image : resample_pass(image, width, image.height, true, filter);
+  return height == image.height ? h : resample_pass(h, width, height, false, filter);
+}
+
+Image resize_bilinear(const Image& image, int64_t width, int64_t height) {
+  return resize(image, width, height, Resample::bilinear);
 }
 
 Image resize_shorter_side(const Image& image, int64_t size) {
