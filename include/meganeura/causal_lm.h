@@ -3,6 +3,7 @@
 // LmConfig, with Hugging Face's parameter names and [out, in] weight layout, so a checkpoint
 // loads one to one (see <meganeura/hf.h>).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +53,8 @@ struct CausalLmOptions {
   // of ones, zero biases, as transformers initializes them).
   uint64_t seed = 0;
   LoraOptions lora;
+  // Where the decoder's parameters live: "model." (a causal LM), "model.text_model." (SmolVLM).
+  std::string prefix = "model.";
 };
 
 // Inputs "input_ids" (i32 [batch, sequence]) and the optional "positions" and "labels"; output
@@ -79,6 +82,10 @@ struct LmStepOptions {
   int64_t block = 1;         // tokens per sequence in one step
   int64_t max_context = 0;   // cache rows per sequence
   DType dtype = DType::f32;  // storage of the parameters
+  std::string prefix = "model.";  // as CausalLmOptions::prefix
+  // Replaces the token embeddings [batch, block, hidden] before the first layer (a
+  // vision-language model puts image features in place of its image tokens); null: none.
+  std::function<Tensor(Graph& g, Tensor input_ids, Tensor embeddings)> splice;
 };
 
 // Inputs: "input_ids" and "positions" (i32 [batch, block]: each token's cache row, which is

@@ -82,7 +82,10 @@ struct ParameterSpec {
   std::string name;
   Shape shape;
 };
-std::vector<ParameterSpec> lm_parameters(const LmConfig& config);
+// `prefix` is where the decoder lives ("model." in a causal LM, "model.text_model." in SmolVLM);
+// the untied head is "lm_head.weight" in both.
+std::vector<ParameterSpec> lm_parameters(const LmConfig& config,
+                                         const std::string& prefix = "model.");
 
 // Where each tensor of a directory's weights lives (single file or shards), headers read and
 // validated on load; tensor data is read one tensor at a time when uploading.

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "io/json_fields.h"
+#include "io/lm_config_fields.h"
 
 namespace mn {
 
@@ -127,7 +128,10 @@ const char* architecture_name(LmArchitecture a) {
 }
 
 LmConfig parse_lm_config(const std::string& json_text, const std::string& file) {
-  JsonFields f(json_text, file);
+  return io::parse_lm_config_fields(JsonFields(json_text, file), json_text);
+}
+
+LmConfig io::parse_lm_config_fields(const JsonFields& f, const std::string& json_text) {
   LmConfig c;
   c.json_text = json_text;
   c.architecture = parse_architecture(f);
@@ -240,12 +244,12 @@ std::string generation_config_json(const GenerationConfig& g) {
   return j.dump(2) + "\n";
 }
 
-std::vector<ParameterSpec> lm_parameters(const LmConfig& c) {
+std::vector<ParameterSpec> lm_parameters(const LmConfig& c, const std::string& prefix) {
   const int64_t H = c.hidden_size, D = c.head_dim, F = c.intermediate_size;
   const int64_t q = c.num_attention_heads * D, kv = c.num_key_value_heads * D;
-  std::vector<ParameterSpec> out{{"model.embed_tokens.weight", {c.vocab_size, H}}};
+  std::vector<ParameterSpec> out{{prefix + "embed_tokens.weight", {c.vocab_size, H}}};
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const std::string p = prefix + "layers." + std::to_string(l) + ".";
     auto linear = [&](const std::string& name, int64_t o, int64_t i, bool bias) {
       out.push_back({p + name + ".weight", {o, i}});
       if (bias) out.push_back({p + name + ".bias", {o}});
@@ -264,7 +268,7 @@ std::vector<ParameterSpec> lm_parameters(const LmConfig& c) {
     out.push_back({p + "input_layernorm.weight", {H}});
     out.push_back({p + "post_attention_layernorm.weight", {H}});
   }
-  out.push_back({"model.norm.weight", {H}});
+  out.push_back({prefix + "norm.weight", {H}});
   if (!c.tie_word_embeddings) out.push_back({"lm_head.weight", {c.vocab_size, H}});
   return out;
 }

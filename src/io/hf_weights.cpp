@@ -8,6 +8,7 @@
 
 #include <set>
 
+#include "io/hf_files.h"
 #include "io/json_fields.h"
 
 namespace mn {
@@ -98,10 +99,13 @@ DType file_dtype(const HfTensor& t) {
                     file_list(m.weight_files) + ")");
 }
 
-void check_against_config(const HfModel& m) {
+}  // namespace
+
+void io::check_weight_files(const HfModel& m, const std::vector<ParameterSpec>& params,
+                            const std::string& described_as) {
   const std::string config = (m.dir / "config.json").string();
   std::set<std::string> expected;
-  for (const ParameterSpec& p : lm_parameters(m.config)) {
+  for (const ParameterSpec& p : params) {
     expected.insert(p.name);
     auto it = m.tensors.find(p.name);
     if (it == m.tensors.end()) missing(m, p.name);
@@ -115,15 +119,22 @@ void check_against_config(const HfModel& m) {
   }
   for (const auto& [name, t] : m.tensors) {
     if (expected.count(name)) continue;
-    std::string why = "not a parameter of " +
-                      std::string(architecture_name(m.config.architecture)) + " as " + config +
-                      " describes it";
+    std::string why = "not a parameter of " + described_as + " as " + config + " describes it";
     if (name == "lm_head.weight") why += " (tie_word_embeddings is true)";
     throw FormatError(t.file.string() + ": unexpected tensor '" + name + "': " + why);
   }
 }
 
-}  // namespace
+void io::add_weight_files(HfModel& m) {
+  if (fs::exists(m.dir / kIndex)) {
+    add_sharded(m, m.dir / kIndex);
+  } else if (fs::exists(m.dir / kSingle)) {
+    add_file(m, m.dir / kSingle);
+  } else {
+    throw FormatError(m.dir.string() + ": no weights (neither " + kSingle + " nor " + kIndex + ")");
+  }
+}
+
 
 HfModel load_hf_model(const fs::path& dir) {
   if (!fs::is_directory(dir)) throw FormatError(dir.string() + ": not a directory");
@@ -133,14 +144,8 @@ HfModel load_hf_model(const fs::path& dir) {
   const fs::path gen = dir / "generation_config.json";
   if (fs::exists(gen))
     m.generation = parse_generation_config(io::read_text_file(gen), gen.string());
-  if (fs::exists(dir / kIndex)) {
-    add_sharded(m, dir / kIndex);
-  } else if (fs::exists(dir / kSingle)) {
-    add_file(m, dir / kSingle);
-  } else {
-    throw FormatError(dir.string() + ": no weights (neither " + kSingle + " nor " + kIndex + ")");
-  }
-  check_against_config(m);
+  io::add_weight_files(m);
+  io::check_weight_files(m, lm_parameters(m.config), architecture_name(m.config.architecture));
   return m;
 }
 

@@ -69,7 +69,7 @@ Tensor CausalLmBlocks::linear(Tensor x, int64_t out, const std::string& name, bo
 }
 
 bool CausalLmBlocks::has_adapter(const std::string& name) const {
-  if (!o_.lora.enabled() || name.rfind("model.layers.", 0) != 0) return false;
+  if (!o_.lora.enabled() || name.rfind(o_.prefix + "layers.", 0) != 0) return false;
   const std::string module = name.substr(name.rfind('.') + 1);
   const auto& t = o_.lora.targets;
   return std::find(t.begin(), t.end(), module) != t.end();
@@ -91,7 +91,7 @@ Tensor CausalLmBlocks::norm(Tensor x, const std::string& name) {
 }
 
 Tensor CausalLmBlocks::embed(Tensor input_ids) {
-  embedding_ = stored("model.embed_tokens.weight", {c_.vocab_size, c_.hidden_size},
+  embedding_ = stored(o_.prefix + "embed_tokens.weight", {c_.vocab_size, c_.hidden_size},
                       Init::normal(0.0, 0.02, o_.seed + seed_++));
   // Gathered after widening, so that the gradient scatter accumulates in f32 even when the
   // table is stored in bf16 or f16.
@@ -145,13 +145,13 @@ Tensor CausalLmBlocks::mlp_block(Tensor x, const std::string& p) {
 }
 
 Tensor CausalLmBlocks::decoder_layer(Tensor h, int64_t layer, const Rotary& r) {
-  const std::string p = "model.layers." + std::to_string(layer) + ".";
+  const std::string p = o_.prefix + "layers." + std::to_string(layer) + ".";
   h = h + attention_block(norm(h, p + "input_layernorm"), p + "self_attn.", r);
   return h + mlp_block(norm(h, p + "post_attention_layernorm"), p + "mlp.");
 }
 
 Tensor CausalLmBlocks::final_logits(Tensor h) {
-  h = norm(h, "model.norm");
+  h = norm(h, o_.prefix + "norm");
   if (c_.tie_word_embeddings) return matmul(h, cast(embedding_, DType::f32), false, true);
   return linear(h, c_.vocab_size, "lm_head", false);
 }

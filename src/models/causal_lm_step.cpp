@@ -73,6 +73,7 @@ CausalLm build_lm_step(const LmConfig& config, const LmStepOptions& options) {
   lm.sequence = options.block;
   lm.dtype = options.dtype;
   lm.with_positions = true;
+  lm.prefix = options.prefix;
   CausalLm m;
   m.graph = std::make_unique<Graph>();
   Graph& g = *m.graph;
@@ -86,6 +87,7 @@ CausalLm build_lm_step(const LmConfig& config, const LmStepOptions& options) {
     return cache.attend(q, k, v, prefix);
   });
   Tensor h = b.embed(m.input_ids);
+  if (options.splice) h = options.splice(g, m.input_ids, h);
   const models::Rotary r = models::CausalLmBlocks::rotary_op(m.positions);
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) h = b.decoder_layer(h, l, r);
   m.logits = b.final_logits(rows_at(g, h, last));

@@ -1,0 +1,37 @@
+#pragma once
+// One step of a recorded KV-cache program (prefill block or one-token decode): the token block,
+// its positions, the sampled position and the sampling inputs set, the program run, the sampled
+// ids read back. Shared by the runners of causal LMs and vision-language models.
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include <meganeura/generate.h>
+#include <meganeura/hf.h>
+#include <meganeura/session.h>
+
+namespace mn::gen {
+
+// Sequences, cache rows and prefill block of a runner from its options (0: the defaults, the
+// context min(max_position_embeddings, 2048), the block min(128, context)); mn::Error naming
+// `who` for bad values.
+struct RunnerShape {
+  int64_t batch = 1, context = 0, block = 0;
+};
+RunnerShape runner_shape(const char* who, const LmRunnerOptions& options, const LmConfig& config);
+
+inline std::vector<double> as_doubles(std::span<const int32_t> v) { return {v.begin(), v.end()}; }
+
+// The program for a call of `tokens.size() / batch` tokens per sequence: "decode" for one,
+// "prefill" for `prefill_block`; mn::Error naming both otherwise.
+std::string_view step_program(const char* who, int64_t batch, int64_t prefill_block,
+                              size_t tokens);
+
+std::vector<int32_t> run_token_step(Session& s, std::string_view program, int64_t batch,
+                                    std::span<const int32_t> tokens,
+                                    std::span<const int32_t> positions,
+                                    std::span<const int32_t> last, const SamplingOptions& sampling,
+                                    uint64_t counter);
+
+}  // namespace mn::gen
