@@ -98,6 +98,25 @@ TEST(ChatCli, TwoTurnsFromStandardInput) {
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 2) << r.out;
 }
 
+const std::string kSmolVlm = std::string(MN_SOURCE_DIR) + "/tests/fixtures/smolvlm/";
+
+// The chat prompt with the wide image, as tests/fixtures/smolvlm's reference: transformers'
+// greedy continuation.
+TEST(GenerateCli, SmolVlmDescribesAnImageAsTransformers) {
+  auto r = test::run_mn("generate " + kSmolVlm + "model --image " + kSmolVlm + "wide.png --chat "
+                        "--prompt 'What is in this image?' --max-tokens 8 --frames-per-call 7 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  SafetensorsReader ref(kSmolVlm + "reference.safetensors");
+  const Array prompt = ref.array("input_ids"), greedy = ref.array("greedy");
+  std::vector<int32_t> continuation;
+  for (size_t i = prompt.data.size(); i < greedy.data.size(); ++i)
+    continuation.push_back(static_cast<int32_t>(greedy.data[i]));
+  const std::string text = Tokenizer::from_dir(kSmolVlm + "model").decode(continuation, true);
+  EXPECT_EQ(r.out.substr(0, text.size()), text);
+  const auto j = nlohmann::json::parse(test::last_line(r.out));
+  EXPECT_EQ(j.at("prompt_tokens").get<int64_t>(), static_cast<int64_t>(prompt.data.size()));
+}
+
 struct BadInput {
   std::string args, message;
 };
@@ -125,7 +144,16 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"generate " + kModels + "llama_tied --prompt ''", "empty"},
         BadInput{"generate " + kModels + "llama_tied --prompt hi --max-context 8 "
                  "--max-tokens 16",
-                 "exceeds the context of 8"}));
+                 "exceeds the context of 8"},
+        BadInput{"generate " + kModels + "llama_tied --prompt hi --image " + kSmolVlm + "wide.png",
+                 "--image needs a vision-language model"},
+        BadInput{"generate " + kSmolVlm + "model --prompt a --prompt b --image " + kSmolVlm +
+                     "wide.png",
+                 "1 --image for 2 --prompt"},
+        BadInput{"generate " + kSmolVlm + "model --prompt a --image /nonexistent.png",
+                 "/nonexistent.png"},
+        BadInput{"generate " + kSmolVlm + "model --prompt a --frames-per-call 0",
+                 "--frames-per-call"}));
 
 }  // namespace
 }  // namespace mn
