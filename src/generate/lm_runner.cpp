@@ -17,13 +17,8 @@ namespace {
 class SessionLmRunner : public LmRunner {
  public:
   SessionLmRunner(const HfModel& model, const LmRunnerOptions& o) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto lap = [&t0] {
-      const auto now = std::chrono::steady_clock::now();
-      const double s = std::chrono::duration<double>(now - t0).count();
-      t0 = now;
-      return s;
-    };
+    gen::Laps laps;
+    auto lap = [&laps] { return laps.lap(); };
     const gen::RunnerShape shape = gen::runner_shape("LmRunner", o, model.config);
     batch_ = shape.batch;
     context_ = shape.context;

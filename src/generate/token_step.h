@@ -2,6 +2,7 @@
 // One step of a recorded KV-cache program (prefill block or one-token decode): the token block,
 // its positions, the sampled position and the sampling inputs set, the program run, the sampled
 // ids read back. Shared by the runners of causal LMs and vision-language models.
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string_view>
@@ -20,6 +21,20 @@ struct RunnerShape {
   int64_t batch = 1, context = 0, block = 0;
 };
 RunnerShape runner_shape(const char* who, const LmRunnerOptions& options, const LmConfig& config);
+
+// Seconds between successive calls (the build stages of a runner).
+class Laps {
+ public:
+  double lap() {
+    const auto now = std::chrono::steady_clock::now();
+    const double s = std::chrono::duration<double>(now - t0_).count();
+    t0_ = now;
+    return s;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
+};
 
 inline std::vector<double> as_doubles(std::span<const int32_t> v) { return {v.begin(), v.end()}; }
 

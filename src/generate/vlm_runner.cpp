@@ -28,13 +28,8 @@ int64_t largest_split(const SmolVlmImageProcessor& p) {
 class SessionVlmRunner : public VlmRunner {
  public:
   SessionVlmRunner(const SmolVlmModel& model, const VlmRunnerOptions& o) : config_(model.config) {
-    auto t0 = std::chrono::steady_clock::now();
-    auto lap = [&t0] {
-      const auto now = std::chrono::steady_clock::now();
-      const double s = std::chrono::duration<double>(now - t0).count();
-      t0 = now;
-      return s;
-    };
+    gen::Laps laps;
+    auto lap = [&laps] { return laps.lap(); };
     const gen::RunnerShape shape = gen::runner_shape("VlmRunner", o.lm, config_.text);
     batch_ = shape.batch;
     context_ = shape.context;

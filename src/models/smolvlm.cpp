@@ -12,31 +12,11 @@
 #include <meganeura/ops.h>
 #include <meganeura/vlm.h>
 
+#include "models/projected_attention.h"
+
 namespace mn {
 
 namespace {
-
-// Bidirectional multi-head attention over [F, L, d], every projection with a bias.
-class VisionAttention : public nn::Module {
- public:
-  VisionAttention(int64_t d, int64_t heads) : Module("SmolVLMVisionAttention"), d_(d), heads_(heads) {
-    k_ = register_module("k_proj", std::make_shared<nn::Linear>(d, d));
-    v_ = register_module("v_proj", std::make_shared<nn::Linear>(d, d));
-    q_ = register_module("q_proj", std::make_shared<nn::Linear>(d, d));
-    out_ = register_module("out_proj", std::make_shared<nn::Linear>(d, d));
-  }
-  Tensor forward(Tensor x) override {
-    const int64_t n = x.dim(0), l = x.dim(1), hd = d_ / heads_;
-    auto split = [&](Tensor t) { return permute(reshape(t, {n, l, heads_, hd}), {0, 2, 1, 3}); };
-    Tensor a = scaled_dot_product_attention(split(q_->forward(x)), split(k_->forward(x)),
-                                            split(v_->forward(x)));
-    return out_->forward(reshape(permute(a, {0, 2, 1, 3}), {n, l, d_}));
-  }
-
- private:
-  int64_t d_, heads_;
-  std::shared_ptr<nn::Linear> k_, v_, q_, out_;
-};
 
 class VisionMlp : public nn::Module {
  public:
@@ -54,8 +34,9 @@ class VisionMlp : public nn::Module {
 class EncoderLayer : public nn::Module {
  public:
   explicit EncoderLayer(const SmolVlmVisionConfig& c) : Module("SmolVLMEncoderLayer") {
-    attn_ = register_module("self_attn",
-                            std::make_shared<VisionAttention>(c.hidden_size, c.num_attention_heads));
+    attn_ = register_module("self_attn", std::make_shared<models::ProjectedAttention>(
+                                             "SmolVLMVisionAttention", c.hidden_size,
+                                             c.num_attention_heads, true));
     norm1_ = register_module(
         "layer_norm1", std::make_shared<nn::LayerNorm>(Shape{c.hidden_size}, c.layer_norm_eps));
     mlp_ = register_module("mlp", std::make_shared<VisionMlp>(c));
@@ -68,7 +49,7 @@ class EncoderLayer : public nn::Module {
   }
 
  private:
-  std::shared_ptr<VisionAttention> attn_;
+  std::shared_ptr<models::ProjectedAttention> attn_;
   std::shared_ptr<nn::LayerNorm> norm1_, norm2_;
   std::shared_ptr<VisionMlp> mlp_;
 };

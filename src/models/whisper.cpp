@@ -9,37 +9,17 @@
 #include <meganeura/ops.h>
 #include <meganeura/speech.h>
 
+#include "models/projected_attention.h"
+
 namespace mn::speech {
 
 namespace {
 
-// Bidirectional multi-head attention over [N, L, d]: q_proj and v_proj with bias, k_proj
-// without, out_proj; scores scaled by 1/sqrt(head_dim).
-class WhisperAttention : public nn::Module {
- public:
-  WhisperAttention(int64_t d, int64_t heads) : Module("WhisperAttention"), d_(d), heads_(heads) {
-    k_ = register_module("k_proj", std::make_shared<nn::Linear>(d, d, false));
-    v_ = register_module("v_proj", std::make_shared<nn::Linear>(d, d));
-    q_ = register_module("q_proj", std::make_shared<nn::Linear>(d, d));
-    out_ = register_module("out_proj", std::make_shared<nn::Linear>(d, d));
-  }
-  Tensor forward(Tensor x) override {
-    const int64_t n = x.dim(0), l = x.dim(1), hd = d_ / heads_;
-    auto split = [&](Tensor t) { return permute(reshape(t, {n, l, heads_, hd}), {0, 2, 1, 3}); };
-    Tensor a = scaled_dot_product_attention(split(q_->forward(x)), split(k_->forward(x)),
-                                            split(v_->forward(x)));
-    return out_->forward(reshape(permute(a, {0, 2, 1, 3}), {n, l, d_}));
-  }
-
- private:
-  int64_t d_, heads_;
-  std::shared_ptr<nn::Linear> k_, v_, q_, out_;
-};
-
 class WhisperEncoderLayer : public nn::Module {
  public:
   explicit WhisperEncoderLayer(const WhisperEncoderConfig& c) : Module("WhisperEncoderLayer") {
-    attn_ = register_module("self_attn", std::make_shared<WhisperAttention>(c.d_model, c.heads));
+    attn_ = register_module("self_attn", std::make_shared<models::ProjectedAttention>(
+                                             "WhisperAttention", c.d_model, c.heads, false));
     attn_norm_ = register_module("self_attn_layer_norm",
                                  std::make_shared<nn::LayerNorm>(Shape{c.d_model}));
     fc1_ = register_module("fc1", std::make_shared<nn::Linear>(c.d_model, c.ffn_dim));
@@ -53,7 +33,7 @@ class WhisperEncoderLayer : public nn::Module {
   }
 
  private:
-  std::shared_ptr<WhisperAttention> attn_;
+  std::shared_ptr<models::ProjectedAttention> attn_;
   std::shared_ptr<nn::LayerNorm> attn_norm_, final_norm_;
   std::shared_ptr<nn::Linear> fc1_, fc2_;
 };
