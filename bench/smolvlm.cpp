@@ -4,7 +4,9 @@
 // PyTorch counterpart: bench/smolvlm.py.
 //
 // Usage: bench_smolvlm MODEL_DIR [--frames 17] [--frames-per-call 17] [--text-tokens 16]
-//                      [--new-tokens 32] [--dtype f32|f16|bf16] [--device D]
+//                      [--new-tokens 32] [--dtype f32|f16|bf16] [--precision f32|bf16|f16]
+//                      [--device D] [--profile]
+// --profile adds the GPU time of the last vision and prefill steps' kernels, summed by name.
 // The prompt is bench/smolvlm.py's: 3 tokens, per frame <fake_token_around_image> and 64
 // <image> tokens, then --text-tokens tokens.
 #include <chrono>
@@ -42,7 +44,8 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "usage: bench_smolvlm MODEL_DIR [options]\n");
     return 2;
   }
-  std::string dir = argv[1], dtype = "f32", device;
+  std::string dir = argv[1], dtype = "f32", precision = "f32", device;
+  bool profile = false;
   int64_t frames = 17, per_call = 17, text = 16, new_tokens = 32;
   for (int i = 2; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
@@ -56,8 +59,12 @@ int main(int argc, char** argv) try {
       new_tokens = std::atoll(next());
     else if (!std::strcmp(argv[i], "--dtype"))
       dtype = next();
+    else if (!std::strcmp(argv[i], "--precision"))
+      precision = next();
     else if (!std::strcmp(argv[i], "--device"))
       device = next();
+    else if (!std::strcmp(argv[i], "--profile"))
+      profile = true;
     else
       throw mn::Error(std::string("bench_smolvlm: unknown option ") + argv[i]);
   }
@@ -67,7 +74,9 @@ int main(int argc, char** argv) try {
   mn::VlmRunnerOptions o;
   o.lm.dtype = mn::dtype_from_name(dtype);
   o.lm.device = device;
+  o.lm.precision = mn::dtype_from_name(precision);
   o.lm.time_steps = true;
+  o.lm.profile = profile;
   o.lm.max_context = prompt_len + new_tokens;
   o.lm.prefill_block = prompt_len;
   o.frames_per_call = per_call;
@@ -97,6 +106,7 @@ int main(int argc, char** argv) try {
   nlohmann::json j = {{"name", "smolvlm_" + std::filesystem::path(dir).filename().string()},
                       {"impl", "meganeura"},
                       {"precision", dtype},
+                      {"products", precision},
                       {"frames", frames},
                       {"frames_per_call", per_call},
                       {"prompt_tokens", prompt_len},
@@ -111,6 +121,17 @@ int main(int argc, char** argv) try {
                       {"arena_mib", static_cast<double>(runner->memory().arena_bytes) / (1 << 20)},
                       {"device", runner->device_name()}};
   for (const mn::ProgramMemory& p : runner->memory().programs) j["dispatches_" + p.name] = p.dispatches;
+  if (profile) {
+    for (const char* program : {"vision", "prefill"}) {
+      double total = 0;
+      for (const mn::KernelTotal& k : mn::kernel_totals(runner->profile(program))) {
+        total += k.ms;
+        if (j[std::string(program) + "_kernels"].size() < 12)
+          j[std::string(program) + "_kernels"].push_back({k.name, k.ms, k.count});
+      }
+      j[std::string(program) + "_gpu_ms"] = total;
+    }
+  }
   std::cout << j.dump() << std::endl;
   return 0;
 } catch (const std::exception& e) {

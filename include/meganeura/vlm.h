@@ -144,6 +144,9 @@ class VlmRunner : public TokenModel {
   // With time_steps or profile: the GPU time of the last step of "vision", "prefill" or
   // "decode".
   virtual double step_gpu_ms(std::string_view program) const = 0;
+  // With LmRunnerOptions::profile, the kernels of the last step of `program` and their GPU
+  // times.
+  virtual std::vector<KernelTime> profile(std::string_view program) const = 0;
   // The logits [batch, vocab] of the last step of "prefill" or "decode" at each sequence's
   // sampled position (read from the device on demand).
   virtual Array logits(std::string_view program) const = 0;
