@@ -37,6 +37,10 @@ struct LoraOptions {
 // ".lora_A.weight" / ".lora_B.weight": whether a parameter name is an adapter's.
 bool is_lora_parameter(const std::string& name);
 
+// Replaces the token embeddings [batch, tokens, hidden] before the first layer (a
+// vision-language model puts image features in place of its image tokens).
+using EmbeddingSplice = std::function<Tensor(Graph& g, Tensor input_ids, Tensor embeddings)>;
+
 struct CausalLmOptions {
   int64_t batch = 1;
   int64_t sequence = 128;
@@ -55,6 +59,7 @@ struct CausalLmOptions {
   LoraOptions lora;
   // Where the decoder's parameters live: "model." (a causal LM), "model.text_model." (SmolVLM).
   std::string prefix = "model.";
+  EmbeddingSplice splice;  // null: the embeddings as they are
 };
 
 // Inputs "input_ids" (i32 [batch, sequence]) and the optional "positions" and "labels"; output
@@ -83,9 +88,7 @@ struct LmStepOptions {
   int64_t max_context = 0;   // cache rows per sequence
   DType dtype = DType::f32;  // storage of the parameters
   std::string prefix = "model.";  // as CausalLmOptions::prefix
-  // Replaces the token embeddings [batch, block, hidden] before the first layer (a
-  // vision-language model puts image features in place of its image tokens); null: none.
-  std::function<Tensor(Graph& g, Tensor input_ids, Tensor embeddings)> splice;
+  EmbeddingSplice splice;          // as CausalLmOptions::splice
 };
 
 // Inputs: "input_ids" and "positions" (i32 [batch, block]: each token's cache row, which is

@@ -14,9 +14,11 @@
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
+#include <meganeura/causal_lm.h>
 #include <meganeura/generate.h>
 #include <meganeura/hf.h>
 #include <meganeura/image.h>
@@ -119,6 +121,25 @@ SmolVlmModel load_smolvlm(const std::filesystem::path& dir);
 // [F, image_seq_len, text hidden_size]. Parameters in f32 under their transformers names.
 // ShapeError for other pixel shapes.
 Tensor smolvlm_image_features(Graph& g, const SmolVlmConfig& config, Tensor pixel_values);
+
+// The training graph: frames and tokens in, the decoder's loss out, every parameter (vision,
+// connector, decoder) differentiable. Inputs "pixel_values" (f32 [frames, 3, S, S]: the frames
+// of every sequence's images, in order), "input_ids", "image_rows" (i32 [batch, sequence]: the
+// features row each <image> token takes, from smolvlm_image_rows) and "labels" (i32 [batch,
+// sequence], -100 ignored, shifted inside as transformers does); outputs "logits" and "loss".
+struct SmolVlmTrainingOptions {
+  int64_t batch = 1;
+  int64_t sequence = 128;
+  int64_t frames = 1;
+  DType dtype = DType::f32;  // storage of the decoder's parameters
+};
+CausalLm build_smolvlm_training(const SmolVlmConfig& config, const SmolVlmTrainingOptions& options);
+
+// "image_rows" for input_ids [batch, sequence]: sequence b's <image> tokens take, in order, the
+// features of its frames_per_sequence[b] frames, which follow those of the sequences before it.
+// mn::Error naming the sequence when its <image> tokens are not its frames' tokens.
+Array smolvlm_image_rows(const Array& input_ids, const SmolVlmConfig& config,
+                         std::span<const int64_t> frames_per_sequence);
 
 struct VlmRunnerOptions {
   LmRunnerOptions lm;  // batch, context, prefill block, storage dtype of the decoder, device

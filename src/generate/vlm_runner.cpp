@@ -11,6 +11,7 @@
 #include <meganeura/vlm.h>
 
 #include "generate/token_step.h"
+#include "models/image_splice.h"
 
 namespace mn {
 
@@ -198,9 +199,7 @@ class SessionVlmRunner : public VlmRunner {
       s.splice = [=](Graph& g, Tensor ids, Tensor embeddings) {
         Tensor rows = g.input("image_rows", {batch, block}, DType::i32);
         Tensor features = g.state(kFeatures, {capacity, hidden});
-        Tensor picked = reshape(take(features, reshape(rows, {batch * block}), 0), {batch, block, hidden});
-        Tensor is_image = unsqueeze(eq(ids, g.scalar(static_cast<double>(image_token), DType::i32)), 2);
-        return where(is_image, picked, embeddings);
+        return models::image_splice(features, rows, image_token)(g, ids, embeddings);
       };
     }
     return build_lm_step(config_.text, s);

@@ -234,15 +234,21 @@ LmConfig llama_config(const TransformerSpec& spec) {
 }
 
 CausalLm build_causal_lm(const LmConfig& config, const CausalLmOptions& options) {
+  return models::build_causal_lm_in(std::make_unique<Graph>(), config, options);
+}
+
+CausalLm models::build_causal_lm_in(std::unique_ptr<Graph> graph, const LmConfig& config,
+                                    const CausalLmOptions& options) {
   check_options(config, options);
   CausalLm m;
-  m.graph = std::make_unique<Graph>();
+  m.graph = std::move(graph);
   Graph& g = *m.graph;
   models::CausalLmBlocks b(g, config, options);
   const Shape ids_shape{options.batch, options.sequence};
   m.input_ids = g.input("input_ids", ids_shape, DType::i32);
   if (options.with_positions) m.positions = g.input("positions", ids_shape, DType::i32);
   Tensor h = b.embed(m.input_ids);
+  if (options.splice) h = options.splice(g, m.input_ids, h);
   const models::Rotary r = b.rotary(m.positions);
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) h = b.decoder_layer(h, l, r);
   m.logits = b.final_logits(h);

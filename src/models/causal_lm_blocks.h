@@ -4,6 +4,7 @@
 // attention block ends in attend(q, k, v), which a cached variant replaces.
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include <meganeura/causal_lm.h>
@@ -62,5 +63,10 @@ class CausalLmBlocks {
   Tensor embedding_;
   AttendFn attend_;  // the stored embedding, shared with a tied head
 };
+
+// build_causal_lm into a graph that may already hold other parts (a vision tower whose
+// features the options' splice reads).
+CausalLm build_causal_lm_in(std::unique_ptr<Graph> graph, const LmConfig& config,
+                            const CausalLmOptions& options);
 
 }  // namespace mn::models

@@ -10,8 +10,11 @@
 #include <meganeura/graph.h>
 #include <meganeura/nn.h>
 #include <meganeura/ops.h>
+#include <meganeura/causal_lm.h>
 #include <meganeura/vlm.h>
 
+#include "models/causal_lm_blocks.h"
+#include "models/image_splice.h"
 #include "models/projected_attention.h"
 
 namespace mn {
@@ -173,6 +176,68 @@ Tensor smolvlm_image_features(Graph& g, const SmolVlmConfig& config, Tensor pixe
   ImageEncoder encoder(config);
   encoder.eval();
   return encoder.forward(pixel_values);
+}
+
+// The features row of each image token taken from `features` [rows, hidden] in place of its
+// embedding.
+EmbeddingSplice models::image_splice(Tensor features, Tensor image_rows, int64_t image_token) {
+  return [=](Graph& g, Tensor ids, Tensor embeddings) {
+    const int64_t b = ids.dim(0), l = ids.dim(1), hidden = embeddings.dim(2);
+    Tensor picked = reshape(take(features, reshape(image_rows, {b * l}), 0), {b, l, hidden});
+    Tensor is_image = unsqueeze(eq(ids, g.scalar(static_cast<double>(image_token), DType::i32)), 2);
+    return where(is_image, picked, embeddings);
+  };
+}
+
+CausalLm build_smolvlm_training(const SmolVlmConfig& config, const SmolVlmTrainingOptions& o) {
+  if (o.frames < 1) throw Error("build_smolvlm_training: frames must be positive, got " + std::to_string(o.frames));
+  auto g = std::make_unique<Graph>();
+  const SmolVlmVisionConfig& v = config.vision;
+  Tensor pixels = g->input("pixel_values", {o.frames, v.num_channels, v.image_size, v.image_size});
+  Tensor rows = g->input("image_rows", {o.batch, o.sequence}, DType::i32);
+  Tensor features = reshape(smolvlm_image_features(*g, config, pixels),
+                            {o.frames * config.image_seq_len(), config.text.hidden_size});
+  CausalLmOptions lm;
+  lm.batch = o.batch;
+  lm.sequence = o.sequence;
+  lm.dtype = o.dtype;
+  lm.with_loss = true;
+  lm.prefix = "model.text_model.";
+  lm.splice = models::image_splice(features, rows, config.image_token_id);
+  return models::build_causal_lm_in(std::move(g), config.text, lm);
+}
+
+Array smolvlm_image_rows(const Array& input_ids, const SmolVlmConfig& config,
+                         std::span<const int64_t> frames_per_sequence) {
+  if (input_ids.shape.size() != 2) {
+    throw ShapeError("smolvlm_image_rows: input_ids must be [batch, sequence], got " +
+                     shape_str(input_ids.shape));
+  }
+  const int64_t batch = input_ids.shape[0], length = input_ids.shape[1];
+  if (static_cast<int64_t>(frames_per_sequence.size()) != batch) {
+    throw Error("smolvlm_image_rows: " + std::to_string(frames_per_sequence.size()) +
+                " frame counts for " + std::to_string(batch) + " sequences");
+  }
+  const int64_t seq = config.image_seq_len();
+  Array rows({batch, length}, DType::i32);
+  int64_t first = 0;
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t used = 0;
+    for (int64_t i = 0; i < length; ++i) {
+      const size_t at = static_cast<size_t>(b * length + i);
+      const bool image = static_cast<int64_t>(input_ids.data[at]) == config.image_token_id;
+      rows.data[at] = image ? static_cast<double>(first + used++) : 0.0;
+    }
+    const int64_t want = frames_per_sequence[static_cast<size_t>(b)] * seq;
+    if (used != want) {
+      throw Error("smolvlm_image_rows: sequence " + std::to_string(b) + " has " +
+                  std::to_string(used) + " <image> tokens; its " +
+                  std::to_string(frames_per_sequence[static_cast<size_t>(b)]) + " frames make " +
+                  std::to_string(want));
+    }
+    first += want;
+  }
+  return rows;
 }
 
 }  // namespace mn

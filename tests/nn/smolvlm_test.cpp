@@ -12,6 +12,7 @@
 
 #include <meganeura/data.h>
 #include <meganeura/error.h>
+#include <meganeura/optimizer.h>
 #include <meganeura/session.h>
 #include <meganeura/tokenizer.h>
 #include <meganeura/vlm.h>
@@ -122,6 +123,48 @@ TEST(SmolVlm, PrefillLogitsAndGreedyMatchTransformers) {
     EXPECT_EQ(out[0].tokens, want);
     if (block == p) EXPECT_LT(testing::scaled_error(runner->logits("prefill"), last), 1e-4);
   }
+}
+
+// The training step: the loss with the prompt as labels (image tokens ignored) and the
+// gradients of parameters in every part (patch embedding, positions, attention, MLP, final
+// norm, connector, token embeddings, decoder layers, head) against make_training_fixture.py's
+// float64 re-implementation (which reproduces transformers' features and logits within 1e-6).
+TEST(SmolVlm, TrainingLossAndGradientsMatchTheReference) {
+  const SmolVlmModel model = load_smolvlm(fixture("model"));
+  const Array& ids = reference().at("input_ids");
+  const Array& pixels = reference().at("pixels_wide");
+  SmolVlmTrainingOptions o;
+  o.sequence = ids.shape[1];
+  o.frames = pixels.shape[0];
+  CausalLm m = build_smolvlm_training(model.config, o);
+  add_training_step(m.loss, Optimizer::sgd(), {}, true);
+  auto s = build_session(*m.graph);
+  load_weights(*s, model.files);
+  Array labels = ids;
+  for (double& v : labels.data) {
+    if (v == static_cast<double>(model.config.image_token_id)) v = -100;
+  }
+  const std::vector<int64_t> frames{o.frames};
+  s->set("pixel_values", pixels);
+  s->set("input_ids", ids);
+  s->set("labels", labels);
+  s->set("image_rows", smolvlm_image_rows(ids, model.config, frames));
+  s->set_scalar(StepInputs::lr, 0.0);
+  s->set_scalar(StepInputs::step, 1.0);
+  s->step();
+  const auto training = load_safetensors(fixture("training.safetensors"));
+  EXPECT_NEAR(s->get("loss").data[0], training.at("loss").data[0], 1e-4);
+  int compared = 0;
+  for (const auto& [key, want] : training) {
+    if (key.rfind("grad.", 0) != 0) continue;
+    const std::string name = key.substr(5);
+    EXPECT_LT(testing::scaled_error(s->get("grad/" + name), want), 2e-3) << name;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 11);
+  // The image tokens must be the frames' tokens.
+  expect_error<Error>([&] { smolvlm_image_rows(ids, model.config, std::vector<int64_t>{2}); },
+                      {"sequence 0 has 28 <image> tokens", "2 frames make 8"});
 }
 
 TEST(SmolVlm, RunnerRefusesWhatDoesNotFit) {
