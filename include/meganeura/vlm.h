@@ -120,7 +120,7 @@ SmolVlmModel load_smolvlm(const std::filesystem::path& dir);
 // The vision tower and connector on frames [F, 3, S, S] (S = vision.image_size): features
 // [F, image_seq_len, text hidden_size]. Parameters in f32 under their transformers names.
 // ShapeError for other pixel shapes.
-Tensor smolvlm_image_features(Graph& g, const SmolVlmConfig& config, Tensor pixel_values);
+Tensor smolvlm_image_features(const SmolVlmConfig& config, Tensor pixel_values);
 
 // The training graph: frames and tokens in, the decoder's loss out, every parameter (vision,
 // connector, decoder) differentiable. Inputs "pixel_values" (f32 [frames, 3, S, S]: the frames

@@ -1,6 +1,5 @@
 // LmRunner: a Hugging Face causal LM as a TokenModel on a device.
 #include <algorithm>
-#include <chrono>
 
 #include <meganeura/causal_lm.h>
 #include <meganeura/finetune.h>
@@ -18,7 +17,6 @@ class SessionLmRunner : public LmRunner {
  public:
   SessionLmRunner(const HfModel& model, const LmRunnerOptions& o) {
     gen::Laps laps;
-    auto lap = [&laps] { return laps.lap(); };
     const gen::RunnerShape shape = gen::runner_shape("LmRunner", o, model.config);
     batch_ = shape.batch;
     context_ = shape.context;
@@ -42,12 +40,12 @@ class SessionLmRunner : public LmRunner {
       graphs.push_back(build_lm_step(model.config, s));
       programs.push_back({name, graphs.back().graph.get(), std::vector<std::string>{"next"}});
     }
-    times_.graphs = lap();
+    times_.graphs = laps.lap();
     session_ = build_session(programs, so);
-    times_.session = lap();
+    times_.session = laps.lap();
     load_weights(*session_, model);
     if (!o.adapter.empty()) merge_lora_adapter(*session_, model.config, o.adapter);
-    times_.weights = lap();
+    times_.weights = laps.lap();
   }
 
   int64_t batch() const override { return batch_; }
@@ -84,68 +82,3 @@ std::unique_ptr<LmRunner> LmRunner::create(const HfModel& model, const LmRunnerO
 }
 
 }  // namespace mn
-
-namespace mn::gen {
-
-// 0 means "the default" for the context and the block; negative values are errors, never
-// replaced by it.
-RunnerShape runner_shape(const char* who, const LmRunnerOptions& o, const LmConfig& config) {
-  auto at_least = [who](int64_t v, int64_t least, const char* what) {
-    if (v < least) {
-      throw Error(std::string(who) + ": " + what + " must be at least " + std::to_string(least) +
-                  " (got " + std::to_string(v) + ")");
-    }
-  };
-  at_least(o.batch, 1, "batch");
-  at_least(o.max_context, 0, "max_context");
-  at_least(o.prefill_block, 0, "prefill_block");
-  if (!is_float(o.dtype)) {
-    throw Error(std::string(who) + ": the weights' dtype must be f32, f16 or bf16 (got " +
-                dtype_name(o.dtype) + ")");
-  }
-  RunnerShape r;
-  r.batch = o.batch;
-  r.context = o.max_context > 0 ? o.max_context
-                                : std::min<int64_t>(config.max_position_embeddings, 2048);
-  r.block = o.prefill_block > 0 ? o.prefill_block : std::min<int64_t>(128, r.context);
-  if (r.block > r.context) {
-    throw Error(std::string(who) + ": a prefill block of " + std::to_string(r.block) +
-                " tokens exceeds the context of " + std::to_string(r.context));
-  }
-  return r;
-}
-
-std::string_view step_program(const char* who, int64_t batch, int64_t prefill_block,
-                              size_t tokens) {
-  const int64_t block = static_cast<int64_t>(tokens) / batch;
-  if (static_cast<int64_t>(tokens) != block * batch || (block != 1 && block != prefill_block)) {
-    throw Error(std::string(who) + ": a call of " + std::to_string(tokens) + " tokens for " +
-                std::to_string(batch) + " sequences (the prefill block is " +
-                std::to_string(prefill_block) + " tokens per sequence, decoding takes 1)");
-  }
-  return block == 1 ? "decode" : "prefill";
-}
-
-std::vector<int32_t> run_token_step(Session& s, std::string_view program, int64_t batch,
-                                    std::span<const int32_t> tokens,
-                                    std::span<const int32_t> positions,
-                                    std::span<const int32_t> last, const SamplingOptions& sampling,
-                                    uint64_t counter) {
-  const int64_t block = static_cast<int64_t>(tokens.size()) / batch;
-  s.set(program, "input_ids", Array({batch, block}, DType::i32, as_doubles(tokens)));
-  s.set(program, "positions", Array({batch, block}, DType::i32, as_doubles(positions)));
-  s.set(program, "last", Array({batch}, DType::i32, as_doubles(last)));
-  s.set(program, "temperature", Array::scalar(sampling.temperature));
-  s.set(program, "top_k", Array::scalar(static_cast<double>(sampling.top_k), DType::i32));
-  s.set(program, "top_p", Array::scalar(sampling.top_p));
-  // The u32 inputs hold the low 32 bits: seeds and counters past them repeat streams.
-  s.set(program, "seed", Array::scalar(static_cast<double>(sampling.seed & 0xffffffffu), DType::u32));
-  s.set(program, "step", Array::scalar(static_cast<double>(counter & 0xffffffffu), DType::u32));
-  s.step(program);
-  const Array next = s.get(program, "next");
-  std::vector<int32_t> out(next.data.size());
-  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int32_t>(next.data[i]);
-  return out;
-}
-
-}  // namespace mn::gen

@@ -1,7 +1,8 @@
 #pragma once
-// One step of a recorded KV-cache program (prefill block or one-token decode): the token block,
-// its positions, the sampled position and the sampling inputs set, the program run, the sampled
-// ids read back. Shared by the runners of causal LMs and vision-language models.
+// What the token runners of causal LMs and vision-language models share: their shape from the
+// options, the build laps, and one step of a recorded KV-cache program (prefill block or
+// one-token decode: the token block, its positions, the sampled position and the sampling
+// inputs set, the program run, the sampled ids read back).
 #include <chrono>
 #include <cstdint>
 #include <span>

@@ -3,7 +3,6 @@
 // the end for the padding frames of a partial call); the prefill reads them back by row, one
 // row per <image> token, in the order the tokens come.
 #include <algorithm>
-#include <chrono>
 
 #include <meganeura/causal_lm.h>
 #include <meganeura/error.h>
@@ -30,7 +29,6 @@ class SessionVlmRunner : public VlmRunner {
  public:
   SessionVlmRunner(const SmolVlmModel& model, const VlmRunnerOptions& o) : config_(model.config) {
     gen::Laps laps;
-    auto lap = [&laps] { return laps.lap(); };
     const gen::RunnerShape shape = gen::runner_shape("VlmRunner", o.lm, config_.text);
     batch_ = shape.batch;
     context_ = shape.context;
@@ -61,14 +59,14 @@ class SessionVlmRunner : public VlmRunner {
     Graph vision = vision_graph();
     CausalLm prefill = step_graph(o.lm.dtype, block_, true);
     CausalLm decode = step_graph(o.lm.dtype, 1, false);
-    times_.graphs = lap();
+    times_.graphs = laps.lap();
     session_ = build_session({{"vision", &vision, std::vector<std::string>{}},
                               {"prefill", prefill.graph.get(), std::vector<std::string>{"next"}},
                               {"decode", decode.graph.get(), std::vector<std::string>{"next"}}},
                              so);
-    times_.session = lap();
+    times_.session = laps.lap();
     load_weights(*session_, model.files);
-    times_.weights = lap();
+    times_.weights = laps.lap();
   }
 
   int64_t batch() const override { return batch_; }
@@ -177,7 +175,7 @@ class SessionVlmRunner : public VlmRunner {
     const SmolVlmVisionConfig& v = config_.vision;
     Tensor pixels = g.input("pixel_values", {frames_per_call_, v.num_channels, v.image_size, v.image_size});
     Tensor rows = g.input("rows", {frames_per_call_ * seq_}, DType::i32);
-    Tensor features = smolvlm_image_features(g, config_, pixels);
+    Tensor features = smolvlm_image_features(config_, pixels);
     features = reshape(features, {frames_per_call_ * seq_, config_.text.hidden_size});
     Tensor state = g.state(kFeatures, {capacity_, config_.text.hidden_size});
     Tensor written = cache_write(state, features, rows);

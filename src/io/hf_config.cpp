@@ -74,26 +74,13 @@ void parse_rope(const JsonFields& f, LmConfig& c) {
   if (!(c.rope_theta > 0.0)) f.fail("rope_theta", "must be positive");
 }
 
-// A size in [1, 2^31 - 1]: token ids and positions are i32, and kernels index with 32 bits.
-int64_t positive(const JsonFields& f, const char* key, std::optional<int64_t> fallback = {}) {
-  std::optional<int64_t> v = f.optional_int(key);
-  if (!v) v = fallback;
-  if (!v) f.fail(key, "is missing");
-  if (*v <= 0) f.fail(key, "must be positive, got " + std::to_string(*v));
-  if (*v > INT32_MAX) {
-    f.fail(key, "must be at most 2147483647 (token ids and positions are i32), got " +
-                    std::to_string(*v));
-  }
-  return *v;
-}
-
 void parse_sizes(const JsonFields& f, LmConfig& c) {
-  c.vocab_size = positive(f, "vocab_size");
-  c.hidden_size = positive(f, "hidden_size");
-  c.intermediate_size = positive(f, "intermediate_size");
-  c.num_hidden_layers = positive(f, "num_hidden_layers");
-  c.num_attention_heads = positive(f, "num_attention_heads");
-  c.num_key_value_heads = positive(f, "num_key_value_heads", c.num_attention_heads);
+  c.vocab_size = io::positive_size(f, "vocab_size");
+  c.hidden_size = io::positive_size(f, "hidden_size");
+  c.intermediate_size = io::positive_size(f, "intermediate_size");
+  c.num_hidden_layers = io::positive_size(f, "num_hidden_layers");
+  c.num_attention_heads = io::positive_size(f, "num_attention_heads");
+  c.num_key_value_heads = io::positive_size(f, "num_key_value_heads", c.num_attention_heads);
   if (c.num_attention_heads % c.num_key_value_heads != 0) {
     f.fail("num_key_value_heads", "(" + std::to_string(c.num_key_value_heads) +
                                       ") must divide num_attention_heads (" +
@@ -104,10 +91,10 @@ void parse_sizes(const JsonFields& f, LmConfig& c) {
                                       ") must divide hidden_size (" +
                                       std::to_string(c.hidden_size) + ") when head_dim is absent");
   }
-  c.head_dim = positive(f, "head_dim", c.hidden_size / c.num_attention_heads);
+  c.head_dim = io::positive_size(f, "head_dim", c.hidden_size / c.num_attention_heads);
   if (c.head_dim % 2 != 0)
     f.fail("head_dim", "must be even for the rotary embedding, got " + std::to_string(c.head_dim));
-  c.max_position_embeddings = positive(f, "max_position_embeddings",
+  c.max_position_embeddings = io::positive_size(f, "max_position_embeddings",
                                        c.architecture == LmArchitecture::llama ? 2048 : 32768);
 }
 

@@ -32,21 +32,15 @@ std::string vlm_architecture(const JsonFields& f) {
                               kArchitectures[1]);
 }
 
-int64_t positive(const JsonFields& f, const char* key, int64_t fallback) {
-  const int64_t v = f.optional_int(key).value_or(fallback);
-  if (v <= 0) f.fail(key, "must be positive, got " + std::to_string(v));
-  return v;
-}
-
 SmolVlmVisionConfig parse_vision(const JsonFields& v) {
   SmolVlmVisionConfig c;
-  c.hidden_size = positive(v, "hidden_size", c.hidden_size);
-  c.intermediate_size = positive(v, "intermediate_size", c.intermediate_size);
-  c.num_hidden_layers = positive(v, "num_hidden_layers", c.num_hidden_layers);
-  c.num_attention_heads = positive(v, "num_attention_heads", c.num_attention_heads);
-  c.num_channels = positive(v, "num_channels", c.num_channels);
-  c.image_size = positive(v, "image_size", c.image_size);
-  c.patch_size = positive(v, "patch_size", c.patch_size);
+  c.hidden_size = io::positive_size(v, "hidden_size", c.hidden_size);
+  c.intermediate_size = io::positive_size(v, "intermediate_size", c.intermediate_size);
+  c.num_hidden_layers = io::positive_size(v, "num_hidden_layers", c.num_hidden_layers);
+  c.num_attention_heads = io::positive_size(v, "num_attention_heads", c.num_attention_heads);
+  c.num_channels = io::positive_size(v, "num_channels", c.num_channels);
+  c.image_size = io::positive_size(v, "image_size", c.image_size);
+  c.patch_size = io::positive_size(v, "patch_size", c.patch_size);
   c.layer_norm_eps = v.optional_number("layer_norm_eps").value_or(c.layer_norm_eps);
   if (!(c.layer_norm_eps > 0)) v.fail("layer_norm_eps", "must be positive");
   if (c.hidden_size % c.num_attention_heads != 0) {
@@ -98,7 +92,7 @@ SmolVlmConfig parse_smolvlm_config(const std::string& json_text, const std::stri
   c.architecture = vlm_architecture(f);
   if (auto v = f.optional_object("vision_config")) c.vision = parse_vision(*v);
   c.text = parse_text(f, file);
-  c.scale_factor = positive(f, "scale_factor", c.scale_factor);
+  c.scale_factor = io::positive_size(f, "scale_factor", c.scale_factor);
   const int64_t side = c.vision.patches_per_side();
   if (side % c.scale_factor != 0) {
     f.fail("scale_factor", "(" + std::to_string(c.scale_factor) + ") must divide the " +
@@ -132,7 +126,7 @@ SmolVlmImageProcessor parse_smolvlm_image_processor(const std::string& json_text
     std::optional<JsonFields> o = f.optional_object(key);
     if (!o) return fallback;
     if (!o->has("longest_edge")) o->fail("longest_edge", "is missing (height/width sizes are not supported)");
-    return positive(*o, "longest_edge", fallback);
+    return io::positive_size(*o, "longest_edge", fallback);
   };
   p.do_resize = f.optional_bool("do_resize").value_or(p.do_resize);
   p.longest_edge = edge("size", p.longest_edge);

@@ -126,4 +126,17 @@ std::optional<JsonFields> JsonFields::optional_object(const std::string& key) co
   return JsonFields(*v, file_, prefix_ + key + ".");
 }
 
+int64_t positive_size(const JsonFields& f, const std::string& key,
+                      std::optional<int64_t> fallback) {
+  std::optional<int64_t> v = f.optional_int(key);
+  if (!v) v = fallback;
+  if (!v) f.fail(key, "is missing");
+  if (*v <= 0) f.fail(key, "must be positive, got " + std::to_string(*v));
+  if (*v > INT32_MAX) {
+    f.fail(key, "must be at most 2147483647 (sizes, token ids and positions are i32), got " +
+                    std::to_string(*v));
+  }
+  return *v;
+}
+
 }  // namespace mn::io

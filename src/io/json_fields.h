@@ -46,4 +46,9 @@ class JsonFields {
   std::string prefix_;  // "rope_scaling." for nested objects
 };
 
+// A size field in [1, 2^31 - 1] (token ids, positions and kernel indices are 32-bit), `fallback`
+// when absent; FormatError naming the field when missing without a fallback or out of range.
+int64_t positive_size(const JsonFields& f, const std::string& key,
+                      std::optional<int64_t> fallback = std::nullopt);
+
 }  // namespace mn::io

@@ -163,7 +163,7 @@ class ImageEncoder : public nn::Module {
 
 }  // namespace
 
-Tensor smolvlm_image_features(Graph& g, const SmolVlmConfig& config, Tensor pixel_values) {
+Tensor smolvlm_image_features(const SmolVlmConfig& config, Tensor pixel_values) {
   const SmolVlmVisionConfig& v = config.vision;
   if (pixel_values.rank() != 4 || pixel_values.dim(1) != v.num_channels ||
       pixel_values.dim(2) != v.image_size || pixel_values.dim(3) != v.image_size) {
@@ -171,8 +171,6 @@ Tensor smolvlm_image_features(Graph& g, const SmolVlmConfig& config, Tensor pixe
                      ", " + std::to_string(v.image_size) + ", " + std::to_string(v.image_size) +
                      "], got " + pixel_values.type().str());
   }
-  if (&pixel_values.graph() != &g)
-    throw Error("smolvlm_image_features: the pixels belong to another graph");
   ImageEncoder encoder(config);
   encoder.eval();
   return encoder.forward(pixel_values);
@@ -195,7 +193,7 @@ CausalLm build_smolvlm_training(const SmolVlmConfig& config, const SmolVlmTraini
   const SmolVlmVisionConfig& v = config.vision;
   Tensor pixels = g->input("pixel_values", {o.frames, v.num_channels, v.image_size, v.image_size});
   Tensor rows = g->input("image_rows", {o.batch, o.sequence}, DType::i32);
-  Tensor features = reshape(smolvlm_image_features(*g, config, pixels),
+  Tensor features = reshape(smolvlm_image_features(config, pixels),
                             {o.frames * config.image_seq_len(), config.text.hidden_size});
   CausalLmOptions lm;
   lm.batch = o.batch;

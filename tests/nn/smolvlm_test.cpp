@@ -83,7 +83,7 @@ TEST(SmolVlm, ImageFeaturesMatchTransformers) {
   const SmolVlmModel model = load_smolvlm(fixture("model"));
   const Array& pixels = reference().at("pixels_wide");
   Graph g;
-  g.output("features", smolvlm_image_features(g, model.config, g.input("pixels", pixels.shape)));
+  g.output("features", smolvlm_image_features(model.config, g.input("pixels", pixels.shape)));
   auto s = build_session(g);
   HfModel vision = model.files;  // only the tensors this graph has
   for (auto it = vision.tensors.begin(); it != vision.tensors.end();) {
