@@ -1,6 +1,9 @@
 // SmolVLM model directories: config.json (vision_config, text_config, the connector's scale
 // factor and the image token), preprocessor_config.json, and the weights checked against the
 // parameters the config implies.
+#include <algorithm>
+#include <optional>
+
 #include <meganeura/error.h>
 #include <meganeura/vlm.h>
 
@@ -19,16 +22,23 @@ namespace {
 constexpr std::array<const char*, 2> kArchitectures{"SmolVLMForConditionalGeneration",
                                                     "Idefics3ForConditionalGeneration"};
 
+// The one name of config.json's "architectures", nullopt when it is not a list of one string.
+std::optional<std::string> architecture_of(const json& config) {
+  auto it = config.find("architectures");
+  if (it == config.end() || !it->is_array() || it->size() != 1 || !(*it)[0].is_string())
+    return std::nullopt;
+  return (*it)[0].get<std::string>();
+}
+
+bool is_vlm_architecture(const std::string& name) {
+  return std::find(kArchitectures.begin(), kArchitectures.end(), name) != kArchitectures.end();
+}
+
 std::string vlm_architecture(const JsonFields& f) {
-  const json& j = f.object();
-  auto it = j.find("architectures");
-  if (it == j.end() || !it->is_array() || it->size() != 1 || !(*it)[0].is_string())
-    f.fail("architectures", "must be a list of one name");
-  const std::string name = (*it)[0].get<std::string>();
-  for (const char* a : kArchitectures) {
-    if (name == a) return name;
-  }
-  f.fail("architectures", "names '" + name + "'; supported: " + kArchitectures[0] + ", " +
+  const std::optional<std::string> name = architecture_of(f.object());
+  if (!name) f.fail("architectures", "must be a list of one name");
+  if (is_vlm_architecture(*name)) return *name;
+  f.fail("architectures", "names '" + *name + "'; supported: " + kArchitectures[0] + ", " +
                               kArchitectures[1]);
 }
 
@@ -112,10 +122,8 @@ bool is_smolvlm_dir(const fs::path& dir) {
   if (!fs::is_regular_file(config)) return false;
   const json j = json::parse(io::read_text_file(config), nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return false;
-  auto it = j.find("architectures");
-  if (it == j.end() || !it->is_array() || it->size() != 1 || !(*it)[0].is_string()) return false;
-  const std::string name = (*it)[0].get<std::string>();
-  return name == kArchitectures[0] || name == kArchitectures[1];
+  const std::optional<std::string> name = architecture_of(j);
+  return name && is_vlm_architecture(*name);
 }
 
 SmolVlmImageProcessor parse_smolvlm_image_processor(const std::string& json_text,
