@@ -147,6 +147,8 @@ INSTANTIATE_TEST_SUITE_P(
                  "exceeds the context of 8"},
         BadInput{"generate " + kModels + "llama_tied --prompt hi --image " + kSmolVlm + "wide.png",
                  "--image needs a vision-language model"},
+        BadInput{"generate " + kModels + "llama_tied --prompt hi --frames-per-call 2",
+                 "--frames-per-call needs a vision-language model"},
         BadInput{"generate " + kSmolVlm + "model --prompt a --prompt b --image " + kSmolVlm +
                      "wide.png",
                  "1 --image for 2 --prompt"},

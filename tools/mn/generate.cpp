@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -24,7 +25,8 @@ struct GenerateArgs {
   std::string system;
   bool json = false;
   std::vector<std::string> images;  // one per prompt (SmolVLM)
-  int64_t frames_per_call = 4;      // image frames the vision encoder takes per submission
+  // Image frames the vision encoder takes per submission (SmolVLM); unset: 4.
+  std::optional<int64_t> frames_per_call;
 };
 
 std::vector<int32_t> encode_prompt(const Tokenizer& tok, const GenerateArgs& a,
@@ -93,9 +95,12 @@ void check_prompts(const GenerateArgs& a) {
 }
 
 void run_text_model(const GenerateArgs& a) {
-  if (!a.images.empty()) {
-    throw Error("mn generate: --image needs a vision-language model (SmolVLM); " + a.lm.model_dir +
-                "/config.json names a text model");
+  for (const char* option : {"--image", "--frames-per-call"}) {
+    if (std::string(option) == "--image" ? !a.images.empty() : a.frames_per_call.has_value()) {
+      throw Error(std::string("mn generate: ") + option +
+                  " needs a vision-language model (SmolVLM); " + a.lm.model_dir +
+                  "/config.json names a text model");
+    }
   }
   const HfModel model = load_hf_model(a.lm.model_dir);
   const Tokenizer tok = Tokenizer::from_dir(a.lm.model_dir);
@@ -131,7 +136,7 @@ void run_vision_model(const GenerateArgs& a) {
   }
   VlmRunnerOptions o;
   o.lm = runner_options(a.lm, static_cast<int64_t>(prompts.size()));
-  o.frames_per_call = a.frames_per_call;
+  o.frames_per_call = a.frames_per_call.value_or(4);
   auto runner = VlmRunner::create(model, o);
   for (size_t i = 0; i < images.size(); ++i) runner->set_image(static_cast<int64_t>(i), images[i]);
   generate_and_print(a, *runner, tok, model.files.generation, prompts, runner->device_name(),
@@ -140,9 +145,9 @@ void run_vision_model(const GenerateArgs& a) {
 
 void run_generate(const GenerateArgs& a) {
   check_prompts(a);
-  if (a.frames_per_call < 1) {
+  if (a.frames_per_call && *a.frames_per_call < 1) {
     throw Error("mn generate: --frames-per-call must be at least 1 (got " +
-                std::to_string(a.frames_per_call) + ")");
+                std::to_string(*a.frames_per_call) + ")");
   }
   if (is_smolvlm_dir(a.lm.model_dir)) {
     run_vision_model(a);
