@@ -18,7 +18,11 @@
 //
 // Usage: bench_attention_train [--batch N] [--lengths 512,2048] [--dims 64,128] [--reps N]
 //                              [--device D] [--small] [--arena BxL]...
+//                              [--forward [--dtype f32|f16|bf16]]
 // --small: batch 1, length 128 and 2 reps, for CPU devices.
+// --forward: the forward alone (no gradients; "tflops" is the forward's), with q, k, v and the
+// output in --dtype f32|f16|bf16 (f32 unless given). MN_COOP_ATTENTION=0 keeps it off the
+// tensor cores.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,6 +52,8 @@ struct Options {
   int reps = 20;
   std::string device;
   std::vector<std::pair<int64_t, int64_t>> arenas;  // (batch, sequence)
+  bool forward = false;
+  mn::DType dtype = mn::DType::f32;
 };
 
 std::vector<int64_t> parse_list(const char* s) {
@@ -68,6 +74,45 @@ std::string backward_form(const mn::Graph& g) {
     if (n.op_name() == "attention_grad_q") return "gradient kernels";
   }
   return "graph ops";
+}
+
+// The forward alone: one JSON line like run_case's, its TFLOP/s the forward's.
+void forward_case(const Options& o, int64_t length, int64_t dim) {
+  mn::Graph g;
+  const mn::Shape qs{o.batch, o.heads, length, dim}, kvs{o.batch, o.kv_heads, length, dim};
+  mn::Tensor q = g.input("q", qs, o.dtype), k = g.input("k", kvs, o.dtype),
+             v = g.input("v", kvs, o.dtype);
+  g.output("out", mn::scaled_dot_product_attention(q, k, v, {}, /*causal=*/true));
+  mn::SessionOptions so;
+  so.device = o.device;
+  so.profile = true;
+  auto s = mn::build_session(g, so);
+  s->set("q", random_array(qs, 1));
+  s->set("k", random_array(kvs, 2));
+  s->set("v", random_array(kvs, 3));
+  const mn::bench::ProfiledSteps steps = mn::bench::profiled_steps(*s, o.reps);
+  nlohmann::json kernels = nlohmann::json::array();
+  for (const auto& kt : steps.kernels) kernels.push_back({{"name", kt.name}, {"ms", kt.ms}});
+  const double median = steps.gpu_ms_median;
+  const double flops = 4.0 * static_cast<double>(o.batch * o.heads) *
+                       static_cast<double>(length) * static_cast<double>(length) *
+                       static_cast<double>(dim) * 0.5;
+  nlohmann::json j = {{"case", "attention_forward"},
+                      {"dtype", mn::dtype_name(o.dtype)},
+                      {"causal", true},
+                      {"batch", o.batch},
+                      {"heads", o.heads},
+                      {"kv_heads", o.kv_heads},
+                      {"length", length},
+                      {"head_dim", dim},
+                      {"device", s->device_name()},
+                      {"gpu_ms_median", median},
+                      {"gpu_ms_min", steps.gpu_ms_min},
+                      {"gpu_ms_max", steps.gpu_ms_max},
+                      {"tflops", median > 0 ? flops / (median * 1e-3) / 1e12 : 0.0},
+                      {"kernels", kernels}};
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
 }
 
 void run_case(const Options& o, int64_t length, int64_t dim) {
@@ -176,6 +221,10 @@ int run(int argc, char** argv) {
         return 2;
       }
       o.arenas.emplace_back(std::stoll(v.substr(0, x)), std::stoll(v.substr(x + 1)));
+    } else if (!std::strcmp(argv[i], "--forward")) {
+      o.forward = true;
+    } else if (!std::strcmp(argv[i], "--dtype")) {
+      o.dtype = mn::dtype_from_name(next("--dtype"));
     } else if (!std::strcmp(argv[i], "--small")) {
       o.batch = 1;
       o.lengths = {128};
@@ -190,7 +239,13 @@ int run(int argc, char** argv) {
     return 0;
   }
   for (int64_t length : o.lengths) {
-    for (int64_t dim : o.dims) run_case(o, length, dim);
+    for (int64_t dim : o.dims) {
+      if (o.forward) {
+        forward_case(o, length, dim);
+      } else {
+        run_case(o, length, dim);
+      }
+    }
   }
   return 0;
 }

@@ -6,9 +6,13 @@ timed with CUDA events (median of --reps after warm-up). "tflops" counts forward
 flash backend in PyTorch: the default selection (memory-efficient attention) runs, and
 "backend" says which one was allowed.
 
+--forward times the forward alone (no autograd), in --dtype fp32|fp16|bf16: the counterpart of
+bench_attention_train --forward; with fp16 or bf16 the default selection runs the flash backend.
+
 Usage: /usr/bin/python3 bench/attention_train.py [--batch N] [--lengths 512,2048]
                                                  [--dims 64,128] [--reps N]
                                                  [--backend default|efficient|math|flash]
+                                                 [--forward [--dtype fp32|fp16|bf16]]
 """
 import argparse
 import json
@@ -24,15 +28,26 @@ BACKENDS = {
 }
 
 
+DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
 def run_case(args, length, dim, device):
     b, hq, hkv = args.batch, 9, 3
+    dtype = DTYPES[args.dtype]
     gen = torch.Generator(device=device).manual_seed(0)
-    q = torch.randn(b, hq, length, dim, device=device, generator=gen, requires_grad=True)
-    k = torch.randn(b, hkv, length, dim, device=device, generator=gen, requires_grad=True)
-    v = torch.randn(b, hkv, length, dim, device=device, generator=gen, requires_grad=True)
-    dout = torch.randn(b, hq, length, dim, device=device, generator=gen)
+    grad = not args.forward
+
+    def randn(*shape):
+        return torch.randn(*shape, device=device, generator=gen).to(dtype).requires_grad_(grad)
+
+    q, k, v = randn(b, hq, length, dim), randn(b, hkv, length, dim), randn(b, hkv, length, dim)
+    dout = torch.randn(b, hq, length, dim, device=device, generator=gen).to(dtype)
 
     def step():
+        if args.forward:
+            with torch.no_grad():
+                F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            return
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
         torch.autograd.grad(out, (q, k, v), dout)
 
@@ -59,10 +74,12 @@ def run_case(args, length, dim, device):
         with sdpa_kernel(BACKENDS[args.backend]):
             ms, peak = timed()
     forward_flops = 4.0 * b * hq * length * length * dim * 0.5
-    print(json.dumps({"case": "attention_train", "framework": "pytorch", "dtype": "f32",
+    flops = forward_flops if args.forward else 3.5 * forward_flops
+    print(json.dumps({"case": "attention_forward" if args.forward else "attention_train",
+                      "framework": "pytorch", "dtype": args.dtype,
                       "causal": True, "batch": b, "heads": hq, "kv_heads": hkv,
                       "length": length, "head_dim": dim, "backend": args.backend,
-                      "gpu_ms_median": ms, "tflops": 3.5 * forward_flops / (ms * 1e-3) / 1e12,
+                      "gpu_ms_median": ms, "tflops": flops / (ms * 1e-3) / 1e12,
                       "peak_mib": peak / 2**20, "device": torch.cuda.get_device_name(),
                       "torch": torch.__version__}), flush=True)
 
@@ -74,7 +91,11 @@ def main():
     p.add_argument("--dims", default="64,128")
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--backend", default="default", choices=["default", *BACKENDS])
+    p.add_argument("--forward", action="store_true")
+    p.add_argument("--dtype", default="fp32", choices=list(DTYPES))
     args = p.parse_args()
+    if args.dtype != "fp32" and not args.forward:
+        p.error("--dtype applies to --forward only")
     torch.backends.cuda.matmul.allow_tf32 = False
     for length in [int(x) for x in args.lengths.split(",")]:
         for dim in [int(x) for x in args.dims.split(",")]:

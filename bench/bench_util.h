@@ -73,9 +73,9 @@ inline nlohmann::json step_fields(const Session& s, const std::vector<double>& s
 }
 
 // A session built with SessionOptions::profile stepped 3 times to warm up, then `reps` times:
-// the median of the timed steps' summed kernel times, and the last step's kernels.
+// the median of the timed steps' summed kernel times, their range, and the last step's kernels.
 struct ProfiledSteps {
-  double gpu_ms_median = 0;
+  double gpu_ms_median = 0, gpu_ms_min = 0, gpu_ms_max = 0;
   std::vector<KernelTime> kernels;
 };
 inline ProfiledSteps profiled_steps(Session& s, int reps) {
@@ -90,6 +90,10 @@ inline ProfiledSteps profiled_steps(Session& s, int reps) {
     ms.push_back(total);
   }
   p.gpu_ms_median = median(ms);
+  if (!ms.empty()) {
+    p.gpu_ms_min = *std::min_element(ms.begin(), ms.end());
+    p.gpu_ms_max = *std::max_element(ms.begin(), ms.end());
+  }
   return p;
 }
 

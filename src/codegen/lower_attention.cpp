@@ -5,13 +5,15 @@
 // values is loaded once into shared memory for all of them, 16 lanes per query row score the
 // block's keys and accumulate the row's output columns. Per row: a workgroup per query row, the
 // lanes scoring one key each and accumulating output columns from global memory; it serves
-// short queries (decoding) and heads too wide for the tile's shared memory.
+// short queries (decoding) and heads too wide for the tile's shared memory. On devices with
+// tensor cores, prompts take the cooperative-matrix kernel first (lower_attention_coop.cpp).
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <functional>
 #include <optional>
 
+#include "codegen/attention_shape.h"
 #include "codegen/glsl.h"
 #include "codegen/kernel.h"
 #include "codegen/lower_attention.h"
@@ -27,146 +29,12 @@ namespace {
 
 using glsl::ulit;
 
-Shape pad_to(const Shape& s, size_t rank) {
-  Shape p(rank - s.size(), 1);
-  p.insert(p.end(), s.begin(), s.end());
-  return p;
-}
-Shape leading(const Shape& s) { return Shape(s.begin(), s.end() - 3); }
-
-// The operands padded to a common rank R >= 3, the sizes the kernel bakes in (the op's
-// inference has validated them) and the form: scaled_dot_product_attention's attributes, or
-// cached_attention's as those of its unmasked, non-causal form plus the positions operand.
-struct AttentionShape {
-  size_t rank = 3;
-  Shape q, k, v, mask, batch, scores;
-  Shape positions, rows;  // positions padded to rank R - 1, broadcast to rows = batch + [Hq, Lq]
-  uint64_t hq = 1, hkv = 1, lq = 1, lk = 1, d = 1, dv = 1;
-  AttentionAttrs attrs;
-  bool has_positions = false;
-
-  explicit AttentionShape(const LowerContext& ctx) {
-    const Attrs& a = ctx.node.attrs;
-    has_positions = a.is<CachedAttentionAttrs>();
-    attrs = has_positions ? AttentionAttrs{false, a.as<CachedAttentionAttrs>().scale, false}
-                          : a.as<AttentionAttrs>();
-    const std::span<const TensorType> in = ctx.inputs;
-    const bool has_mask = attrs.has_mask;
-    for (int i = 0; i < 3; ++i) rank = std::max(rank, in[i].shape.size());
-    q = pad_to(in[0].shape, rank);
-    k = pad_to(in[1].shape, rank);
-    v = pad_to(in[2].shape, rank);
-    const size_t R = rank;
-    hq = q[R - 3], lq = q[R - 2], d = q[R - 1];
-    hkv = k[R - 3], lk = k[R - 2], dv = v[R - 1];
-    batch = broadcast_shapes(broadcast_shapes(leading(q), leading(k)), leading(v));
-    scores = batch;
-    scores.insert(scores.end(),
-                  {static_cast<int64_t>(hq), static_cast<int64_t>(lq), static_cast<int64_t>(lk)});
-    if (has_mask) mask = pad_to(in[3].shape, rank);
-    if (has_positions) {
-      rows = Shape(scores.begin(), scores.end() - 1);
-      positions = pad_to(in[3].shape, rank - 1);
-    }
-  }
-  uint64_t heads() const { return static_cast<uint64_t>(numel(batch)) * hq; }
-};
-
-// Buffers, sizes and helpers the kernels share; sets `bindings` to the operands and the output,
-// or with `partials`, scratch buffer 0 as the f32 buffer `part` in the output's place.
-std::string declarations(const LowerContext& ctx, const AttentionShape& g, bool has_mask,
-                         std::vector<KernelBinding>& bindings, bool partials = false) {
-  std::string s = glsl::header();
-  const char* names[] = {"q", "k", "v", g.has_positions ? "pos" : "mask"};
-  const uint32_t operands = has_mask || g.has_positions ? 4 : 3;
-  for (uint32_t i = 0; i < operands; ++i) {
-    s += glsl::buffer(i, ctx.inputs[i].dtype, names[i], true);
-    bindings.push_back({ArgRef::input(static_cast<int>(i)), false});
-  }
-  if (partials) {
-    // Coherent: the last workgroup of a row reads what the others stored (row_kernel).
-    std::string part = glsl::buffer(operands, DType::f32, "part", false);
-    part.insert(part.find("buffer Buffer"), "coherent ");
-    s += part;
-    bindings.push_back({ArgRef::scratch(0), true});
-    s += glsl::buffer(operands + 1, ctx.node.type.dtype, "out", false);
-    bindings.push_back({ArgRef::output(), true});
-    s += "layout(std430, set = 0, binding = " + std::to_string(operands + 2) +
-         ") buffer Counters { uint done[]; };\n";
-    bindings.push_back({ArgRef::counters(0), true});
-  } else {
-    s += glsl::buffer(operands, ctx.node.type.dtype, "out", false);
-    bindings.push_back({ArgRef::output(), true});
-  }
-  s += "const uint HQ = " + ulit(g.hq) + ", LQ = " + ulit(g.lq) + ", D = " + ulit(g.d) +
-       ", LK = " + ulit(g.lk) + ", DV = " + ulit(g.dv) + ", GROUP = " + ulit(g.hq / g.hkv) + ";\n";
-  s += "float mn_inf() { return uintBitsToFloat(0x7f800000u); }\n";
-  return s;
-}
-
-// Statements locating head (b, h) of the scores given `b` and `h`: qb, kb, vb, the bases of its
-// q, k and v heads; with a mask, mb, the mask's offset of score (row, key 0), for the row in
-// the GLSL expression `row`.
-std::string head_offsets(const AttentionShape& g, bool has_mask, const std::string& row) {
-  const size_t R = g.rank;
-  std::string s = "  uint hk = h / GROUP;\n" + glsl::unravel(g.batch, "b", "c");
-  const auto batch_offset = [&](const Shape& padded, uint64_t block) {
-    return "(" + glsl::broadcast_offset(leading(padded), g.batch, "c") + ") * " + ulit(block);
-  };
-  s += "  uint qb = " + batch_offset(g.q, g.hq * g.lq * g.d) + " + h * LQ * D;\n";
-  s += "  uint kb = " + batch_offset(g.k, g.hkv * g.lk * g.d) + " + hk * LK * D;\n";
-  s += "  uint vb = " + batch_offset(g.v, g.hkv * g.lk * g.dv) + " + hk * LK * DV;\n";
-  if (has_mask) {
-    s += "  uint c" + std::to_string(R - 3) + " = h, c" + std::to_string(R - 2) + " = " + row +
-         ", c" + std::to_string(R - 1) + " = 0u;\n";
-    s += "  uint mb = " + glsl::broadcast_offset(g.mask, g.scores, "c") + ";\n";
-  }
-  if (g.has_positions) {
-    s += "  uint c" + std::to_string(R - 3) + " = h, c" + std::to_string(R - 2) + " = 0u;\n";
-    s += "  uint pb = " + glsl::broadcast_offset(g.positions, g.rows, "c") + ";\n";
-  }
-  return s;
-}
-
-// The keys query row `row` sees (a GLSL uint expression): all, the causal prefix, or those up
-// to its position (none when negative). head_offsets defines pb for the positions.
-std::string visible_expr(const AttentionShape& g, const std::string& row) {
-  if (g.has_positions) {
-    const std::string stride = g.positions[g.rank - 2] == 1 ? "0u" : "1u";
-    return "min(LK, uint(max(pos_ldi(pb + (" + row + ") * " + stride + "), -1) + 1))";
-  }
-  return g.attrs.causal ? "min(LK, " + row + " + 1u)" : "LK";
-}
-
-// The score of key `jj` from `dot` (q . k): scaled, plus the mask.
-std::string score_expr(const LowerContext& ctx, const AttentionShape& g, const AttentionAttrs& a,
-                       const std::string& jj, const std::string& mask_base = "mb") {
-  // An explicit scale as the dtype holds it; the default divides by sqrt(D) as the reference.
-  std::string s = a.scale > 0.0
-                      ? "dot * " + glsl::float_literal(round_to_dtype(a.scale, ctx.node.type.dtype))
-                      : "dot / " + glsl::float_literal(std::sqrt(static_cast<double>(g.d)));
-  if (a.has_mask) {
-    s += " + mask_ld(" + mask_base + " + " + jj + " * " + ulit(g.mask[g.rank - 1] == 1 ? 0 : 1) +
-         ")";
-  }
-  return s;
-}
-
-// GLSL: `reach`, the keys some row of the tile of `rows` query rows from i0 sees: all, the
-// causal prefix, or, where each row has its own position, the largest visible count, one lane
-// per row loading its position, all at once (a loop over the rows waited for one position load
-// after another; the shared reach_sh is the kernel's to declare). Needs `tid`.
-std::string tile_reach(const AttentionShape& g, const std::string& rows) {
-  if (!g.has_positions) {
-    return std::string("  uint reach = ") +
-           (g.attrs.causal ? "min(LK, min(i0 + " + rows + ", LQ))" : "LK") + ";\n";
-  }
-  std::string s = "  if (tid < " + rows + ") reach_sh[tid] = i0 + tid < LQ ? " +
-                  visible_expr(g, "(i0 + tid)") + " : 0u;\n";
-  s += "  barrier();\n  uint reach = 0u;\n";
-  s += "  for (uint r = 0u; r < " + rows + "; ++r) reach = max(reach, reach_sh[r]);\n";
-  return s;
-}
+using attention_lowering::AttentionShape;
+using attention_lowering::declarations;
+using attention_lowering::head_offsets;
+using attention_lowering::score_expr;
+using attention_lowering::tile_reach;
+using attention_lowering::visible_expr;
 
 uint32_t most_lanes(const DeviceTraits& d) {
   return std::bit_floor(std::clamp<uint32_t>(d.max_workgroup_invocations, 32, 256));
@@ -537,9 +405,10 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
   return k;
 }
 
-// Whether a tiled kernel (either form) serves these queries.
+// Whether a tiled kernel (any form) serves these queries.
 bool tiled(const AttentionShape& g, const DeviceTraits& d) {
-  return register_tiling_for(g, d) || tiling_for(g, d);
+  return attention_lowering::coop_attention_fits(g, d) || register_tiling_for(g, d) ||
+         tiling_for(g, d);
 }
 
 // ---- per row: a workgroup per query row ----
@@ -959,6 +828,10 @@ Lowering lower_attention(const LowerContext& ctx) {
     throw Error("attention lowering: this cached_attention cannot read its query rotated");
   }
   Lowering low;
+  if (attention_lowering::coop_attention_fits(g, ctx.device)) {
+    low.launches.push_back(attention_lowering::coop_attention_kernel(ctx, g));
+    return low;
+  }
   if (const std::optional<RegisterTiling> t = register_tiling_for(g, ctx.device)) {
     low.launches.push_back(register_tiled_kernel(ctx, g, *t));
     return low;

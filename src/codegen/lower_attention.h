@@ -35,4 +35,10 @@ bool row_kernel_reads_rope(const LowerContext& ctx);
 // rotated key update shares the query's rotation where the query is rotated too.
 bool takes_cache_append(const LowerContext& ctx);
 
+struct AttentionShape;
+// Whether the tensor-core kernel serves these queries (lower_attention_coop.cpp): the device has
+// cooperative matrices and the heads' sizes and the prompt's length suit it; and the kernel.
+bool coop_attention_fits(const AttentionShape& g, const DeviceTraits& d);
+KernelLaunch coop_attention_kernel(const LowerContext& ctx, const AttentionShape& g);
+
 }  // namespace mn::codegen::attention_lowering

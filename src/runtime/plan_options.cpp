@@ -47,6 +47,7 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
   t.max_shared_optin_bytes = c.compute.shared_memory_optin_bytes;
   t.multiprocessors = c.compute.multiprocessors;
   t.matmul_split_k = env_count("MN_MATMUL_SPLIT_K", 0);
+  t.coop_attention = env_or("MN_COOP_ATTENTION", "1") != "0";
   const auto& cm = c.cooperative_matrix;
   if (cm.khr_feature && cm.workgroup_scope && cm.flexible_dimensions) {
     for (const auto& f : cm.flexible_configs) {

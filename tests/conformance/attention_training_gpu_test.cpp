@@ -32,6 +32,9 @@ class AttentionTrainingGpu : public ::testing::TestWithParam<Case> {};
 TEST_P(AttentionTrainingGpu, ForwardAndGradientsMatchTheReference) {
   const Case& c = GetParam();
   testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
+  // The forward on the f32 kernels, so that the gradients meet f32's agreement (the tensor-core
+  // forward rounds its operands to f16; tests/tensor_cores checks it).
+  testing::ScopedEnv f32_forward("MN_COOP_ATTENTION", "0");
   Graph g;
   Tensor q = g.input("q", {c.batch, c.hq, c.lq, c.d});
   Tensor k = g.input("k", {c.batch, c.hkv, c.lk, c.d});

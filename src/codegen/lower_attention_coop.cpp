@@ -1,0 +1,189 @@
+// Attention over prompts on tensor cores: the flash-attention kernel of
+// kernels/attention_coop.comp, filled for one node. Queries, keys, values and probabilities are
+// rounded to f16 for the matrix units (as the cooperative matmul rounds f32 operands); scores,
+// the softmax and the output accumulate in f32.
+//
+// Chosen before the f32 kernels where the device has subgroup-scope cooperative matrices
+// (DeviceTraits::coop, subgroups of 32), heads of 16 to 128 in steps of 16 and at least 32 query
+// rows (fewer leave most of the 64-row tile idle: decoding keeps its split-key kernels).
+#include <optional>
+#include <string>
+
+#include "codegen/attention_shape.h"
+#include "codegen/glsl.h"
+#include "codegen/kernel_template.h"
+#include "codegen/lower_attention.h"
+
+namespace mn::codegen::attention_lowering {
+
+namespace {
+
+using glsl::ulit;
+
+constexpr uint64_t kRows = 64, kLanes = 128, kMinRows = 32, kMaxHead = 128;
+
+struct CoopTiling {
+  uint64_t keys = 64;  // keys per block (BC)
+  uint64_t kv_units = 0;
+};
+
+// 16-byte units of the staged query tile or key/value block, and the shared bytes in all.
+uint64_t kv_units(const AttentionShape& g, uint64_t keys) {
+  const uint64_t ks = g.d / 8 + 1, vs = g.dv / 8 + 1;
+  return std::max(keys * (ks + vs), kRows * ks);
+}
+uint64_t shared_bytes(const AttentionShape& g, uint64_t keys) {
+  return kv_units(g, keys) * 16 + kRows * keys * (4 + 2) + 128 * 4 +
+         (g.has_positions ? kRows * 4 : 0);
+}
+
+std::optional<CoopTiling> coop_tiling_for(const AttentionShape& g, const DeviceTraits& d) {
+  if (!d.coop || !d.coop_attention || d.subgroup_size != 32) return std::nullopt;
+  if (d.max_workgroup_invocations < kLanes) return std::nullopt;
+  if (g.d % 16 != 0 || g.dv % 16 != 0 || g.d > kMaxHead || g.dv > kMaxHead) return std::nullopt;
+  if (g.lq < kMinRows) return std::nullopt;
+  for (uint64_t keys : {64u, 32u, 16u}) {
+    // Every lane loads whole 16-byte units of each block.
+    if ((keys * g.d / 8) % kLanes != 0 || (keys * g.dv / 8) % kLanes != 0) continue;
+    if (shared_bytes(g, keys) > d.max_shared_bytes) continue;
+    return CoopTiling{keys, kv_units(g, keys)};
+  }
+  return std::nullopt;
+}
+
+// `body(i)` for i = 0 .. count - 1, i a literal.
+template <typename F>
+std::string each(uint64_t count, F body) {
+  std::string s;
+  for (uint64_t i = 0; i < count; ++i) s += body(i);
+  return s;
+}
+
+std::string load_query(const AttentionShape& g) {
+  return each(g.d / 16, [](uint64_t e) {
+    const std::string q = "q" + std::to_string(e);
+    return "  F16 " + q + ";\n  coopMatLoadNV(" + q + ", kv, sg * 16u * KS + " + ulit(2 * e) +
+           ", KS, false);\n";
+  });
+}
+
+// The lane's output columns f·16 + 2c + par of its row, c < 8, for each 16 columns f.
+std::string output_registers(const AttentionShape& g) {
+  return each(g.dv / 16, [](uint64_t f) {
+    return "  float " + each(8, [&](uint64_t c) {
+      return "o" + std::to_string(f) + "_" + std::to_string(c) + (c < 7 ? " = 0.0, " : " = 0.0;\n");
+    });
+  });
+}
+
+// S = Q·Kᵀ for each 16 keys of the block, column-major into the subgroup's part of sc.
+std::string scores(const AttentionShape& g, const CoopTiling& t) {
+  return each(t.keys / 16, [&](uint64_t c) {
+    std::string s = "    {\n      F32 s = F32(0.0);\n      F16 kf;\n";
+    s += each(g.d / 16, [&](uint64_t e) {
+      return "      coopMatLoadNV(kf, kv, " + ulit(c * 16) + " * KS + " + ulit(2 * e) +
+             ", KS, true);\n      s = coopMatMulAddNV(q" + std::to_string(e) + ", kf, s);\n";
+    });
+    return s + "      coopMatStoreNV(s, sc, scr + " + ulit(c * 256) + ", 16u, true);\n    }\n";
+  });
+}
+
+// O = alpha·O + P·V: the block's probabilities as A-matrices, then CHUNK output matrices at a
+// time multiplied, staged column-major in sc and added into the lanes' registers.
+std::string accumulate(const AttentionShape& g, const CoopTiling& t) {
+  const uint64_t outputs = g.dv / 16, chunk = std::min(outputs, t.keys / 16);
+  std::string s = each(t.keys / 16, [](uint64_t kk) {
+    const std::string p = "pf" + std::to_string(kk);
+    return "    F16 " + p + ";\n    coopMatLoadNV(" + p + ", pr, scr + " + ulit(kk * 256) +
+           ", 16u, true);\n";
+  });
+  for (uint64_t f0 = 0; f0 < outputs; f0 += chunk) {
+    const uint64_t n = std::min(chunk, outputs - f0);
+    s += each(n, [&](uint64_t df) {
+      std::string x = "    {\n      F32 pv = F32(0.0);\n      F16 vf;\n";
+      x += each(t.keys / 16, [&](uint64_t kk) {
+        return "      coopMatLoadNV(vf, kv, VOFF + " + ulit(kk * 16) + " * VS + " +
+               ulit(2 * (f0 + df)) + ", VS, false);\n      pv = coopMatMulAddNV(pf" +
+               std::to_string(kk) + ", vf, pv);\n";
+      });
+      return x + "      coopMatStoreNV(pv, sc, scr + " + ulit(df * 256) + ", 16u, true);\n    }\n";
+    });
+    s += "    subgroupMemoryBarrierShared();\n    subgroupBarrier();\n";
+    s += each(n, [&](uint64_t df) {
+      return each(8, [&](uint64_t c) {
+        const std::string o = "o" + std::to_string(f0 + df) + "_" + std::to_string(c);
+        return "    " + o + " = " + o + " * alpha + sc[scr + " + ulit(df * 256 + 2 * c * 16) +
+               " + par * 16u + r];\n";
+      });
+    });
+    s += "    subgroupMemoryBarrierShared();\n    subgroupBarrier();\n";
+  }
+  return s;
+}
+
+// The lane's columns divided by the row's sum, stored.
+std::string store(const AttentionShape& g) {
+  return each(g.dv / 16, [&](uint64_t f) {
+    return each(8, [&](uint64_t c) {
+      return "    out_st(ob + " + ulit(f * 16 + 2 * c) + ", o" + std::to_string(f) + "_" +
+             std::to_string(c) + " * inv);\n";
+    });
+  });
+}
+
+KernelLaunch coop_kernel(const LowerContext& ctx, const AttentionShape& g, const CoopTiling& t) {
+  const AttentionAttrs& a = g.attrs;
+  KernelLaunch k;
+  std::string decl = declarations(ctx, g, a.has_mask, k.bindings);
+  decl = glsl::require_extensions(
+      decl, {"GL_EXT_shader_explicit_arithmetic_types_float16", "GL_KHR_memory_scope_semantics",
+             "GL_NV_cooperative_matrix", "GL_KHR_shader_subgroup_basic",
+             "GL_EXT_control_flow_attributes"});
+  for (uint32_t i = 0; i < 3; ++i) {
+    decl += glsl::quad_view(i, ctx.inputs[i].dtype, i == 0 ? "q" : i == 1 ? "k" : "v");
+  }
+  const uint64_t tiles = (g.lq + kRows - 1) / kRows;
+  const size_t R = g.rank;
+  const uint64_t mask_row_stride =
+      a.has_mask && g.mask[R - 2] != 1 ? static_cast<uint64_t>(g.mask[R - 1]) : 0;
+  const TemplateFields fields{
+      {"DECLARATIONS", decl},
+      {"HAS_MASK", a.has_mask ? "1" : "0"},
+      {"CAUSAL_ORDER", a.causal || g.has_positions ? "1" : "0"},
+      {"BC", std::to_string(t.keys)},
+      {"TILES", std::to_string(tiles)},
+      {"HEADS", std::to_string(g.heads())},
+      {"MASK_ROW_STRIDE", std::to_string(mask_row_stride)},
+      {"KV_UNITS", std::to_string(t.kv_units)},
+      {"REACH_SHARED", g.has_positions ? "shared uint reach_sh[64];" : ""},
+      {"HEAD_OFFSETS", head_offsets(g, a.has_mask, "0u")},
+      {"REACH", tile_reach(g, "BR")},
+      {"LOAD_QUERY", load_query(g)},
+      {"VISIBLE", visible_expr(g, "i")},
+      {"OUTPUT_MATRICES", output_registers(g)},
+      {"CHUNK", std::to_string(std::min(g.dv / 16, t.keys / 16))},
+      {"SCORES", scores(g, t)},
+      {"SCORE", score_expr(ctx, g, a, "jj", "mbr")},
+      {"ACCUMULATE", accumulate(g, t)},
+      {"STORE", store(g)},
+  };
+  k.name = "attention_coop";
+  k.glsl = fill_kernel_template("attention_coop.comp", fields);
+  k.workgroup = {kLanes, 1, 1};
+  k.groups = glsl::linear_grid(g.heads() * tiles * kLanes, ctx.device, kLanes).groups;
+  return k;
+}
+
+}  // namespace
+
+bool coop_attention_fits(const AttentionShape& g, const DeviceTraits& d) {
+  return coop_tiling_for(g, d).has_value();
+}
+
+KernelLaunch coop_attention_kernel(const LowerContext& ctx, const AttentionShape& g) {
+  const std::optional<CoopTiling> t = coop_tiling_for(g, ctx.device);
+  if (!t) throw Error("attention lowering: these heads do not suit the tensor-core kernel");
+  return coop_kernel(ctx, g, *t);
+}
+
+}  // namespace mn::codegen::attention_lowering

@@ -1,0 +1,116 @@
+// The tensor-core attention kernel on the CPU side (lavapipe has no cooperative matrices; its
+// results are checked on the device by tests/tensor_cores/coop_attention_gpu_test.cpp): when a
+// prompt's attention takes it, and that every form compiles and rewrites to KHR.
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+
+#include "codegen/coop_fixture.h"
+#include "codegen/kernel.h"
+#include "codegen/shader/shader_compiler.h"
+#include "codegen/shader/spirv_coop_khr.h"
+
+namespace mn::codegen {
+namespace {
+
+struct Case {
+  std::string tag;
+  Shape q, k, v, mask;
+  bool causal = false;
+  bool positions = false;  // cached_attention with per-row positions [B, 1, Lq]
+  DType dtype = DType::f32;
+};
+
+std::unique_ptr<testing::OneNode> attention_node(const Case& c) {
+  auto n = std::make_unique<testing::OneNode>();
+  Graph& g = n->g;
+  Tensor q = g.input("q", c.q, c.dtype), k = g.input("k", c.k, c.dtype),
+         v = g.input("v", c.v, c.dtype);
+  Tensor out;
+  std::vector<Tensor> operands{q, k, v};
+  if (c.positions) {
+    Tensor pos = g.input("pos", {c.q[0], 1, c.q[2]}, DType::i32);
+    operands.push_back(pos);
+    out = cached_attention(q, k, v, pos);
+  } else {
+    Tensor mask = c.mask.empty() ? Tensor{} : g.input("mask", c.mask);
+    if (!c.mask.empty()) operands.push_back(mask);
+    out = scaled_dot_product_attention(q, k, v, mask, c.causal);
+  }
+  g.output("out", out);
+  n->id = out.id();
+  for (const Tensor& t : operands) n->types.push_back(g.node(t.id()).type);
+  return n;
+}
+
+std::string kernel_name(const Case& c, const DeviceTraits& t) {
+  const Lowering l = attention_node(c)->lower(t);
+  return l.launches.size() == 1 ? l.launches[0].name : "(" + std::to_string(l.launches.size()) + ")";
+}
+
+TEST(CoopAttention, EveryFormCompilesAndRewritesToKhr) {
+  const DeviceTraits t = testing::h200_traits();
+  const CompileOptions co;
+  const Case cases[] = {
+      {"d64-causal-gqa", {1, 9, 512, 64}, {1, 3, 512, 64}, {1, 3, 512, 64}, {}, true},
+      {"d128", {2, 4, 100, 128}, {2, 4, 300, 128}, {2, 4, 300, 128}, {}, false},
+      {"d16-mask", {1, 2, 40, 16}, {1, 2, 70, 16}, {1, 2, 70, 16}, {1, 40, 70}, false},
+      {"d32-dv96-row-mask", {3, 33, 32}, {3, 65, 32}, {3, 65, 96}, {3, 1, 65}, true},
+      {"positions", {2, 4, 64, 64}, {2, 2, 256, 64}, {2, 2, 256, 64}, {}, false, true},
+      {"f16", {1, 2, 128, 64}, {1, 2, 128, 64}, {1, 2, 128, 64}, {}, true, false, DType::f16},
+      {"bf16", {1, 2, 128, 64}, {1, 2, 128, 64}, {1, 2, 128, 64}, {}, false, false, DType::bf16},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.tag);
+    const Lowering l = attention_node(c)->lower(t);
+    ASSERT_EQ(l.launches.size(), 1u);
+    const KernelLaunch& k = l.launches[0];
+    EXPECT_EQ(k.name, "attention_coop");
+    EXPECT_EQ(k.workgroup[0], 128u);
+    const auto spirv = compile_glsl(k.glsl, co);
+    ASSERT_TRUE(uses_nv_cooperative_matrix(spirv));
+    EXPECT_FALSE(uses_nv_cooperative_matrix(rewrite_nv_coop_to_khr(spirv)));
+  }
+}
+
+TEST(CoopAttention, OnlyPromptsWithSuitableHeadsOnTensorCoreDevices) {
+  const DeviceTraits t = testing::h200_traits();
+  const Case prompt{"prompt", {1, 2, 64, 64}, {1, 2, 64, 64}, {1, 2, 64, 64}, {}, true};
+  EXPECT_EQ(kernel_name(prompt, t), "attention_coop");
+  // 32 query rows is the least; decoding and short queries keep the f32 kernels.
+  Case rows = prompt;
+  rows.q[2] = 32;
+  EXPECT_EQ(kernel_name(rows, t), "attention_coop");
+  rows.q[2] = 31;
+  EXPECT_NE(kernel_name(rows, t), "attention_coop");
+  // Heads must be multiples of 16 up to 128, on both sides.
+  for (int64_t d : {8, 24, 144}) {
+    Case c = prompt;
+    c.q[3] = c.k[3] = d;
+    EXPECT_NE(kernel_name(c, t), "attention_coop") << d;
+  }
+  Case values = prompt;
+  values.v[3] = 40;
+  EXPECT_NE(kernel_name(values, t), "attention_coop");
+  // No cooperative matrices, subgroups other than 32, or the switch off: the f32 kernels.
+  DeviceTraits none = t;
+  none.coop = false;
+  EXPECT_EQ(kernel_name(prompt, none), "attention_tiled_registers");
+  DeviceTraits wide = t;
+  wide.subgroup_size = 64;
+  EXPECT_NE(kernel_name(prompt, wide), "attention_coop");
+  DeviceTraits off = t;
+  off.coop_attention = false;
+  EXPECT_EQ(kernel_name(prompt, off), "attention_tiled_registers");
+  // Shared memory too small for any block: the f32 kernels.
+  DeviceTraits small = t;
+  small.max_shared_bytes = 8192;
+  EXPECT_NE(kernel_name(prompt, small), "attention_coop");
+}
+
+}  // namespace
+}  // namespace mn::codegen
