@@ -76,13 +76,21 @@ std::string backward_form(const mn::Graph& g) {
   return "graph ops";
 }
 
-// The forward alone: one JSON line like run_case's, its TFLOP/s the forward's.
-void forward_case(const Options& o, int64_t length, int64_t dim) {
+// One JSON line: the forward alone (--forward) or the forward and the gradients of q, k, v.
+void run_case(const Options& o, int64_t length, int64_t dim) {
   mn::Graph g;
   const mn::Shape qs{o.batch, o.heads, length, dim}, kvs{o.batch, o.kv_heads, length, dim};
   mn::Tensor q = g.input("q", qs, o.dtype), k = g.input("k", kvs, o.dtype),
              v = g.input("v", kvs, o.dtype);
-  g.output("out", mn::scaled_dot_product_attention(q, k, v, {}, /*causal=*/true));
+  mn::Tensor out = mn::scaled_dot_product_attention(q, k, v, {}, /*causal=*/true);
+  g.output("out", out);
+  if (!o.forward) {
+    const std::vector<mn::Tensor> grads = mn::gradients(out, {q, k, v}, g.input("dout", qs));
+    g.output("dq", grads[0]);
+    g.output("dk", grads[1]);
+    g.output("dv", grads[2]);
+  }
+
   mn::SessionOptions so;
   so.device = o.device;
   so.profile = true;
@@ -90,14 +98,17 @@ void forward_case(const Options& o, int64_t length, int64_t dim) {
   s->set("q", random_array(qs, 1));
   s->set("k", random_array(kvs, 2));
   s->set("v", random_array(kvs, 3));
+  if (!o.forward) s->set("dout", random_array(qs, 4));
   const mn::bench::ProfiledSteps steps = mn::bench::profiled_steps(*s, o.reps);
   nlohmann::json kernels = nlohmann::json::array();
   for (const auto& kt : steps.kernels) kernels.push_back({{"name", kt.name}, {"ms", kt.ms}});
   const double median = steps.gpu_ms_median;
-  const double flops = 4.0 * static_cast<double>(o.batch * o.heads) *
-                       static_cast<double>(length) * static_cast<double>(length) *
-                       static_cast<double>(dim) * 0.5;
-  nlohmann::json j = {{"case", "attention_forward"},
+  const double forward_flops = 4.0 * static_cast<double>(o.batch * o.heads) *
+                               static_cast<double>(length) * static_cast<double>(length) *
+                               static_cast<double>(dim) * 0.5;
+  const double flops = o.forward ? forward_flops : 3.5 * forward_flops;
+  const mn::MemorySummary mem = s->memory();
+  nlohmann::json j = {{"case", o.forward ? "attention_forward" : "attention_train"},
                       {"dtype", mn::dtype_name(o.dtype)},
                       {"causal", true},
                       {"batch", o.batch},
@@ -110,54 +121,10 @@ void forward_case(const Options& o, int64_t length, int64_t dim) {
                       {"gpu_ms_min", steps.gpu_ms_min},
                       {"gpu_ms_max", steps.gpu_ms_max},
                       {"tflops", median > 0 ? flops / (median * 1e-3) / 1e12 : 0.0},
-                      {"kernels", kernels}};
-  std::printf("%s\n", j.dump().c_str());
-  std::fflush(stdout);
-}
-
-void run_case(const Options& o, int64_t length, int64_t dim) {
-  mn::Graph g;
-  const mn::Shape qs{o.batch, o.heads, length, dim}, kvs{o.batch, o.kv_heads, length, dim};
-  mn::Tensor q = g.input("q", qs), k = g.input("k", kvs), v = g.input("v", kvs);
-  mn::Tensor dout = g.input("dout", qs);
-  mn::Tensor out = mn::scaled_dot_product_attention(q, k, v, {}, /*causal=*/true);
-  const std::vector<mn::Tensor> grads = mn::gradients(out, {q, k, v}, dout);
-  g.output("out", out);
-  g.output("dq", grads[0]);
-  g.output("dk", grads[1]);
-  g.output("dv", grads[2]);
-
-  mn::SessionOptions so;
-  so.device = o.device;
-  so.profile = true;
-  auto s = mn::build_session(g, so);
-  s->set("q", random_array(qs, 1));
-  s->set("k", random_array(kvs, 2));
-  s->set("v", random_array(kvs, 3));
-  s->set("dout", random_array(qs, 4));
-  const mn::bench::ProfiledSteps steps = mn::bench::profiled_steps(*s, o.reps);
-  nlohmann::json kernels = nlohmann::json::array();
-  for (const auto& kt : steps.kernels) kernels.push_back({{"name", kt.name}, {"ms", kt.ms}});
-  const double median = steps.gpu_ms_median;
-  const double forward_flops = 4.0 * static_cast<double>(o.batch * o.heads) *
-                               static_cast<double>(length) * static_cast<double>(length) *
-                               static_cast<double>(dim) * 0.5;
-  const mn::MemorySummary mem = s->memory();
-  nlohmann::json j = {{"case", "attention_train"},
-                      {"dtype", "f32"},
-                      {"causal", true},
-                      {"batch", o.batch},
-                      {"heads", o.heads},
-                      {"kv_heads", o.kv_heads},
-                      {"length", length},
-                      {"head_dim", dim},
-                      {"device", s->device_name()},
-                      {"attention_backward", backward_form(g)},
-                      {"gpu_ms_median", median},
-                      {"tflops", median > 0 ? 3.5 * forward_flops / (median * 1e-3) / 1e12 : 0.0},
                       {"arena_mib", static_cast<double>(mem.arena_bytes) / (1 << 20)},
                       {"dispatches", mem.dispatches},
                       {"kernels", kernels}};
+  if (!o.forward) j["attention_backward"] = backward_form(g);
   std::printf("%s\n", j.dump().c_str());
   std::fflush(stdout);
 }
@@ -234,18 +201,16 @@ int run(int argc, char** argv) {
       return 2;
     }
   }
+  if (o.dtype != mn::DType::f32 && !o.forward) {
+    std::fprintf(stderr, "bench_attention_train: --dtype applies to --forward only\n");
+    return 2;
+  }
   if (!o.arenas.empty()) {
     for (const auto& [batch, sequence] : o.arenas) arena_case(batch, sequence);
     return 0;
   }
   for (int64_t length : o.lengths) {
-    for (int64_t dim : o.dims) {
-      if (o.forward) {
-        forward_case(o, length, dim);
-      } else {
-        run_case(o, length, dim);
-      }
-    }
+    for (int64_t dim : o.dims) run_case(o, length, dim);
   }
   return 0;
 }
