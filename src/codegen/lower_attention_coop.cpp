@@ -6,6 +6,7 @@
 // Chosen before the f32 kernels where the device has subgroup-scope cooperative matrices
 // (DeviceTraits::coop, subgroups of 32), heads of 16 to 128 in steps of 16 and at least 32 query
 // rows (fewer leave most of the 64-row tile idle: decoding keeps its split-key kernels).
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -38,7 +39,9 @@ uint64_t shared_bytes(const AttentionShape& g, uint64_t keys) {
 }
 
 std::optional<CoopTiling> coop_tiling_for(const AttentionShape& g, const DeviceTraits& d) {
-  if (!d.coop || !d.coop_attention || d.subgroup_size != 32) return std::nullopt;
+  if (!d.coop || !d.coop_attention || d.subgroup_size != 32 || !d.subgroup_vote) {
+    return std::nullopt;
+  }
   if (d.max_workgroup_invocations < kLanes) return std::nullopt;
   if (g.d % 16 != 0 || g.dv % 16 != 0 || g.d > kMaxHead || g.dv > kMaxHead) return std::nullopt;
   if (g.lq < kMinRows) return std::nullopt;
@@ -67,13 +70,8 @@ std::string load_query(const AttentionShape& g) {
   });
 }
 
-// The lane's output columns f·16 + 2c + par of its row, c < 8, for each 16 columns f.
-std::string output_registers(const AttentionShape& g) {
-  return each(g.dv / 16, [](uint64_t f) {
-    return "  float " + each(8, [&](uint64_t c) {
-      return "o" + std::to_string(f) + "_" + std::to_string(c) + (c < 7 ? " = 0.0, " : " = 0.0;\n");
-    });
-  });
+std::string output_matrices(const AttentionShape& g) {
+  return each(g.dv / 16, [](uint64_t f) { return "  F32 o" + std::to_string(f) + " = F32(0.0);\n"; });
 }
 
 // S = Q·Kᵀ for each 16 keys of the block, column-major into the subgroup's part of sc.
@@ -88,45 +86,55 @@ std::string scores(const AttentionShape& g, const CoopTiling& t) {
   });
 }
 
-// O = alpha·O + P·V: the block's probabilities as A-matrices, then CHUNK output matrices at a
-// time multiplied, staged column-major in sc and added into the lanes' registers.
+// Output matrix o<f> through the subgroup's part of sc, column-major: `lanes` runs with the
+// lane's columns 2c + par of its row r at sc[scr + (2c + par) * 16 + r], c = 0 .. 7.
+std::string through_shared(uint64_t f, const std::string& indent,
+                           const std::function<std::string(uint64_t c, const std::string& at)>& lanes) {
+  const std::string o = "o" + std::to_string(f);
+  std::string s = indent + "coopMatStoreNV(" + o + ", sc, scr, 16u, true);\n";
+  s += indent + "subgroupMemoryBarrierShared();\n" + indent + "subgroupBarrier();\n";
+  s += each(8, [&](uint64_t c) {
+    return lanes(c, "sc[scr + " + ulit(32 * c) + " + par * 16u + r]");
+  });
+  return s + indent + "subgroupMemoryBarrierShared();\n" + indent + "subgroupBarrier();\n";
+}
+
+// Rows whose reference moved: their outputs times alpha.
+std::string rescale(const AttentionShape& g) {
+  return each(g.dv / 16, [&](uint64_t f) {
+    const std::string o = "o" + std::to_string(f);
+    return through_shared(f, "      ",
+                          [](uint64_t, const std::string& at) {
+                            return "      " + at + " *= alpha;\n";
+                          }) +
+           "      coopMatLoadNV(" + o + ", sc, scr, 16u, true);\n";
+  });
+}
+
+// O += P·V: the block's probabilities as A-matrices, the values' B-matrices from shared memory.
 std::string accumulate(const AttentionShape& g, const CoopTiling& t) {
-  const uint64_t outputs = g.dv / 16, chunk = std::min(outputs, t.keys / 16);
   std::string s = each(t.keys / 16, [](uint64_t kk) {
     const std::string p = "pf" + std::to_string(kk);
     return "    F16 " + p + ";\n    coopMatLoadNV(" + p + ", pr, scr + " + ulit(kk * 256) +
            ", 16u, true);\n";
   });
-  for (uint64_t f0 = 0; f0 < outputs; f0 += chunk) {
-    const uint64_t n = std::min(chunk, outputs - f0);
-    s += each(n, [&](uint64_t df) {
-      std::string x = "    {\n      F32 pv = F32(0.0);\n      F16 vf;\n";
-      x += each(t.keys / 16, [&](uint64_t kk) {
-        return "      coopMatLoadNV(vf, kv, VOFF + " + ulit(kk * 16) + " * VS + " +
-               ulit(2 * (f0 + df)) + ", VS, false);\n      pv = coopMatMulAddNV(pf" +
-               std::to_string(kk) + ", vf, pv);\n";
-      });
-      return x + "      coopMatStoreNV(pv, sc, scr + " + ulit(df * 256) + ", 16u, true);\n    }\n";
+  s += "    F16 vf;\n";
+  s += each(g.dv / 16, [&](uint64_t f) {
+    const std::string o = "o" + std::to_string(f);
+    return each(t.keys / 16, [&](uint64_t kk) {
+      return "    coopMatLoadNV(vf, kv, VOFF + " + ulit(kk * 16) + " * VS + " + ulit(2 * f) +
+             ", VS, false);\n    " + o + " = coopMatMulAddNV(pf" + std::to_string(kk) + ", vf, " +
+             o + ");\n";
     });
-    s += "    subgroupMemoryBarrierShared();\n    subgroupBarrier();\n";
-    s += each(n, [&](uint64_t df) {
-      return each(8, [&](uint64_t c) {
-        const std::string o = "o" + std::to_string(f0 + df) + "_" + std::to_string(c);
-        return "    " + o + " = " + o + " * alpha + sc[scr + " + ulit(df * 256 + 2 * c * 16) +
-               " + par * 16u + r];\n";
-      });
-    });
-    s += "    subgroupMemoryBarrierShared();\n    subgroupBarrier();\n";
-  }
+  });
   return s;
 }
 
-// The lane's columns divided by the row's sum, stored.
+// Each lane's columns of its row divided by the row's sum, stored.
 std::string store(const AttentionShape& g) {
   return each(g.dv / 16, [&](uint64_t f) {
-    return each(8, [&](uint64_t c) {
-      return "    out_st(ob + " + ulit(f * 16 + 2 * c) + ", o" + std::to_string(f) + "_" +
-             std::to_string(c) + " * inv);\n";
+    return through_shared(f, "  ", [&](uint64_t c, const std::string& at) {
+      return "  if (i < LQ) out_st(ob + " + ulit(f * 16 + 2 * c) + ", " + at + " * inv);\n";
     });
   });
 }
@@ -138,6 +146,7 @@ KernelLaunch coop_kernel(const LowerContext& ctx, const AttentionShape& g, const
   decl = glsl::require_extensions(
       decl, {"GL_EXT_shader_explicit_arithmetic_types_float16", "GL_KHR_memory_scope_semantics",
              "GL_NV_cooperative_matrix", "GL_KHR_shader_subgroup_basic",
+             "GL_KHR_shader_subgroup_vote",
              "GL_EXT_control_flow_attributes"});
   for (uint32_t i = 0; i < 3; ++i) {
     decl += glsl::quad_view(i, ctx.inputs[i].dtype, i == 0 ? "q" : i == 1 ? "k" : "v");
@@ -160,8 +169,8 @@ KernelLaunch coop_kernel(const LowerContext& ctx, const AttentionShape& g, const
       {"REACH", tile_reach(g, "BR")},
       {"LOAD_QUERY", load_query(g)},
       {"VISIBLE", visible_expr(g, "i")},
-      {"OUTPUT_MATRICES", output_registers(g)},
-      {"CHUNK", std::to_string(std::min(g.dv / 16, t.keys / 16))},
+      {"OUTPUT_MATRICES", output_matrices(g)},
+      {"RESCALE", rescale(g)},
       {"SCORES", scores(g, t)},
       {"SCORE", score_expr(ctx, g, a, "jj", "mbr")},
       {"ACCUMULATE", accumulate(g, t)},

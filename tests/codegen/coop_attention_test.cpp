@@ -1,6 +1,7 @@
 // The tensor-core attention kernel on the CPU side (lavapipe has no cooperative matrices; its
 // results are checked on the device by tests/tensor_cores/coop_attention_gpu_test.cpp): when a
 // prompt's attention takes it, and that every form compiles and rewrites to KHR.
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -96,20 +97,19 @@ TEST(CoopAttention, OnlyPromptsWithSuitableHeadsOnTensorCoreDevices) {
   Case values = prompt;
   values.v[3] = 40;
   EXPECT_NE(kernel_name(values, t), "attention_coop");
-  // No cooperative matrices, subgroups other than 32, or the switch off: the f32 kernels.
-  DeviceTraits none = t;
-  none.coop = false;
-  EXPECT_EQ(kernel_name(prompt, none), "attention_tiled_registers");
-  DeviceTraits wide = t;
-  wide.subgroup_size = 64;
-  EXPECT_NE(kernel_name(prompt, wide), "attention_coop");
-  DeviceTraits off = t;
-  off.coop_attention = false;
-  EXPECT_EQ(kernel_name(prompt, off), "attention_tiled_registers");
-  // Shared memory too small for any block: the f32 kernels.
-  DeviceTraits small = t;
-  small.max_shared_bytes = 8192;
-  EXPECT_NE(kernel_name(prompt, small), "attention_coop");
+  // Devices that do not take it: the f32 kernels.
+  const std::pair<const char*, std::function<void(DeviceTraits&)>> others[] = {
+      {"no cooperative matrices", [](DeviceTraits& d) { d.coop = false; }},
+      {"subgroups of 64", [](DeviceTraits& d) { d.subgroup_size = 64; }},
+      {"no subgroup vote", [](DeviceTraits& d) { d.subgroup_vote = false; }},
+      {"MN_COOP_ATTENTION=0", [](DeviceTraits& d) { d.coop_attention = false; }},
+      {"8 KiB of shared memory", [](DeviceTraits& d) { d.max_shared_bytes = 8192; }},
+  };
+  for (const auto& [what, change] : others) {
+    DeviceTraits d = t;
+    change(d);
+    EXPECT_NE(kernel_name(prompt, d), "attention_coop") << what;
+  }
 }
 
 }  // namespace

@@ -41,6 +41,7 @@ inline std::unique_ptr<OneNode> matmul_node(Shape a, Shape b, bool ta, bool tb,
 inline DeviceTraits h200_traits() {
   DeviceTraits t;
   t.subgroup_size = 32;
+  t.subgroup_vote = true;
   t.max_workgroup_invocations = 1024;
   t.max_shared_bytes = 49152;
   t.max_group_count = 65535;

@@ -1,7 +1,8 @@
 // The tensor-core attention kernel (codegen/lower_attention_coop.cpp) run in sessions on the
 // device against float64: causal grouped-query heads over partial tiles and key blocks, head
 // sizes 16 to 128 with values of other widths, additive masks (per row, broadcast, -inf keys,
-// fully masked rows), a 1024-patch vision prompt, a cache prefill at per-row positions whose
+// fully masked rows), scores growing from block to block (the outputs rescaled), a 1024-patch
+// vision prompt, a cache prefill at per-row positions whose
 // unwritten slots hold NaN, f16 and bf16 tensors, and the kernel through the SPV_KHR rewrite.
 //
 // The queries, keys and values are f16 numbers, so the kernel's only rounding beyond f32's is
@@ -127,6 +128,34 @@ TEST(CoopAttentionGpu, SixteenBitTensors) {
   MN_REQUIRE_COOP_PATH(CoopPath::f16_storage);
   check_case({"f16", {1, 4, 128, 64}, {1, 2, 128, 64}, {1, 2, 128, 64}, {}, true, DType::f16});
   check_case({"bf16", {2, 2, 96, 64}, {2, 2, 160, 64}, {2, 2, 160, 64}, {}, false, DType::bf16});
+}
+
+// Scores that grow from block to block move each row's reference maximum several times, so the
+// output matrices are rescaled (through shared memory) between blocks; they also exercise
+// probabilities up to e^8 in f16.
+TEST(CoopAttentionGpu, ScoresGrowingAcrossBlocks) {
+  MN_REQUIRE_COOP_PATH(CoopPath::nv);
+  for (bool causal : {false, true}) {
+    const Case c{causal ? "growing-causal" : "growing", {1, 2, 128, 64}, {1, 2, 512, 64},
+                 {1, 2, 512, 64}, {}, causal};
+    SCOPED_TRACE(c.tag);
+    auto rng = rng_for("coop-attention/" + c.tag);
+    Graph g;
+    Tensor q = g.input("q", c.q), k = g.input("k", c.k), v = g.input("v", c.v);
+    reference::Feeds feeds;
+    feeds["q"] = random_array(rng, {c.q, DType::f32}, 0.25, 0.5);
+    feeds["k"] = random_array(rng, {c.k, DType::f32}, 0.5, 1.0);
+    for (size_t at = 0; at < feeds["k"].data.size(); ++at) {
+      const double key = static_cast<double>(at / 64 % 512);
+      feeds["k"].data[at] *= 1.0 + key / 32.0;  // scores up to about 40 at the last keys
+    }
+    for (const char* name : {"q", "k"}) {
+      for (double& x : feeds[name].data) x = round_to_dtype(x, DType::f16);
+    }
+    feeds["v"] = f16_values(rng, c.v, DType::f32);
+    Tensor out = scaled_dot_product_attention(q, k, v, {}, causal);
+    check(c, feeds, g, out, scaled_dot_product_attention(q, k, abs(v), {}, causal), feeds);
+  }
 }
 
 // Rows whose every key is masked give NaN, as the reference's 0 / 0; the others are unaffected.

@@ -9,15 +9,17 @@
 // block after it loaded into registers meanwhile. Per block, each subgroup:
 // - scores S = Q·Kᵀ into f32 matrices, stored column-major to its part of `sc`;
 // - two lanes per row, one taking the even keys and one the odd, scale, mask and hide the keys
-//   past the row's reach, take the row's block maximum, the factor alpha = exp(old max - new
-//   max) rescaling what came before, and the probabilities exp(s - max), written as f16 to `pr`;
-// - multiplies P·V into fresh f32 matrices, a chunk of output columns at a time through `sc`,
-//   and each lane adds its row's even or odd columns into its registers after scaling them by
-//   its row's alpha (an accumulator's elements belong to rows the implementation chooses, so
-//   the rescaling happens where the lane knows its row).
+//   past the row's reach, take the row's block maximum and write the probabilities
+//   exp(s - ref) as f16 to `pr`, each lane keeping its half of the row's sum;
+// - O += P·V on f32 accumulator matrices.
+// The reference `ref` of a row is a running maximum that moves only when a block's maximum
+// exceeds it by more than TAU, so probabilities stay below e^TAU (f16 holds them with its full
+// precision) and O is rarely rescaled. When a row's reference moves, the subgroup rescales its
+// output matrices by exp(old - new) row by row through `sc`: an accumulator's elements belong
+// to rows the implementation chooses, so the rows are scaled where the lanes know them.
 // Column-major with 16 rows a column, lane (row r, parity h) reading column 2c + h meets bank
-// r + 16h: the 32 lanes read 32 distinct banks. At the end each lane divides its columns by its
-// row's sum and stores them in the output's dtype.
+// r + 16h: the 32 lanes read 32 distinct banks. At the end O goes out through `sc` the same way,
+// each lane dividing its row's columns by the row's sum.
 
 #define HAS_MASK @HAS_MASK@
 #define CAUSAL_ORDER @CAUSAL_ORDER@
@@ -29,10 +31,10 @@ const uint VOFF = BC * KS;                   // the staged values after the keys
 const uint TILES = @TILES@u, HEADS = @HEADS@u;
 const uint NK = BC * DU / LANES, NV = BC * DVU / LANES;  // units a lane loads per block
 const uint MASK_ROW_STRIDE = @MASK_ROW_STRIDE@u;  // the mask's elements from one row to the next
-const uint CHUNK = @CHUNK@u;  // output matrices of P·V staged in sc at a time
+const float TAU = 8.0;  // how far a block's maximum may exceed a row's reference unrescaled
 
 shared uvec4 kv[@KV_UNITS@];        // the query tile at first, then each block's keys and values
-shared float sc[4u * 16u * BC];      // each subgroup's scores, then its chunks of P·V
+shared float sc[4u * 16u * BC];      // each subgroup's scores; its outputs when rescaled and stored
 shared float16_t pr[4u * 16u * BC];  // each subgroup's probabilities, column-major
 shared float pair_sh[4u * 32u];      // a row's two lanes exchanging their maxima and sums
 @REACH_SHARED@
@@ -76,7 +78,7 @@ void main() {
 #if HAS_MASK
   uint mbr = mb + min(i, LQ - 1u) * MASK_ROW_STRIDE;
 #endif
-  float m = -mn_inf(), l = 0.0;
+  float ref = -mn_inf(), l = 0.0;
 @OUTPUT_MATRICES@
   uvec4 kr[NK], vr[NV];
   // The block of keys from `first` into registers, zeros past the tile's reach: a key no row
@@ -122,21 +124,28 @@ void main() {
     subgroupBarrier();
     float other = pair_sh[sg * 32u + (lane ^ 1u)];
     bm = other > bm ? other : bm;
-    float mx = bm > m ? bm : m;
-    float alpha = m == -mn_inf() ? 0.0 : exp(m - mx);
-    m = mx;
+    // A new reference where the block's maximum passes the old one by more than TAU (from -inf,
+    // any finite maximum does: the row's outputs and sum are still 0, nothing to rescale).
+    float alpha = 1.0;
+    if (bm > ref + TAU) {
+      if (ref != -mn_inf()) alpha = exp(ref - bm);
+      ref = bm;
+    }
     l *= alpha;
     // Masked keys (-inf) weigh 0; a row whose keys are all masked ends as 0 / 0 = NaN, as the
     // reference's exp(-inf - -inf).
     for (uint c = 0u; c < BC / 2u; ++c) {
       uint at = scr + (2u * c + par) * 16u + r;
       float v = sc[at];
-      float p = v == -mn_inf() ? 0.0 : exp(v - mx);
+      float p = v == -mn_inf() ? 0.0 : exp(v - ref);
       l += p;
       pr[at] = float16_t(p);
     }
     subgroupMemoryBarrierShared();
     subgroupBarrier();
+    if (subgroupAny(alpha != 1.0)) {
+@RESCALE@
+    }
 
 @ACCUMULATE@
   }
@@ -147,8 +156,6 @@ void main() {
   subgroupBarrier();
   float sum = l + pair_sh[sg * 32u + (lane ^ 1u)];
   float inv = vis == 0u ? 0.0 : 1.0 / sum;
-  if (i < LQ) {
-    uint ob = (bh * LQ + i) * DV + par;
+  uint ob = (bh * LQ + i) * DV + par;
 @STORE@
-  }
 }
