@@ -46,9 +46,11 @@ struct DeviceTraits {
   // MN_COOP_TENSOR_SPLIT_K: K splits of tensor-addressed matmuls whose tiles do not fill the
   // device; 0 chooses (codegen/lower_matmul_tensor.h), 1 never splits, n forces n where K allows.
   int coop_tensor_split_k = 0;
-  // Attention over prompts on the subgroup-scope matrices (codegen/lower_attention_coop.cpp);
-  // MN_COOP_ATTENTION=0 keeps it on the f32 kernels.
-  bool coop_attention = true;
+  // Attention over prompts on the subgroup-scope matrices (codegen/lower_attention_coop.cpp):
+  // MN_COOP_ATTENTION unset lets the lowering choose (codegen/lower_attention.cpp), =1 takes
+  // the kernel wherever it fits, =0 keeps the f32 kernels.
+  enum class Choice : uint8_t { automatic, always, never };
+  Choice coop_attention = Choice::automatic;
   // MN_MATMUL_SPLIT_K: K splits of the tiled (scalar) matmul; 0 chooses (long K over few
   // tiles, codegen/lower_matmul.cpp), 1 never splits, n forces n where K allows.
   int matmul_split_k = 0;

@@ -405,6 +405,18 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
   return k;
 }
 
+// Whether the tensor-core kernel runs: where it fits, asked for (MN_COOP_ATTENTION=1), or by
+// choice: unless its grid gives the multiprocessors fewer than two workgroups each and the
+// register-tiled kernel serves. Four warps alone on a multiprocessor wait out their barriers
+// and loads: on the H200, Whisper's encoder at batch 1 (144 and 192 workgroups) stepped in 9.4
+// and 14.6 ms on it against 4.3 and 6.6 on the register tiles (docs/perf.md).
+bool takes_coop(const AttentionShape& g, const DeviceTraits& d) {
+  if (!attention_lowering::coop_attention_fits(g, d)) return false;
+  if (d.coop_attention == DeviceTraits::Choice::always) return true;
+  const auto groups = static_cast<int64_t>(attention_lowering::coop_attention_workgroups(g));
+  return groups >= 2 * d.groups_to_fill() || !register_tiling_for(g, d);
+}
+
 // Whether a tiled kernel (any form) serves these queries.
 bool tiled(const AttentionShape& g, const DeviceTraits& d) {
   return attention_lowering::coop_attention_fits(g, d) || register_tiling_for(g, d) ||
@@ -828,7 +840,7 @@ Lowering lower_attention(const LowerContext& ctx) {
     throw Error("attention lowering: this cached_attention cannot read its query rotated");
   }
   Lowering low;
-  if (attention_lowering::coop_attention_fits(g, ctx.device)) {
+  if (takes_coop(g, ctx.device)) {
     low.launches.push_back(attention_lowering::coop_attention_kernel(ctx, g));
     return low;
   }

@@ -40,5 +40,7 @@ struct AttentionShape;
 // cooperative matrices and the heads' sizes and the prompt's length suit it; and the kernel.
 bool coop_attention_fits(const AttentionShape& g, const DeviceTraits& d);
 KernelLaunch coop_attention_kernel(const LowerContext& ctx, const AttentionShape& g);
+// Its grid: a workgroup per 64 query rows of a head.
+uint64_t coop_attention_workgroups(const AttentionShape& g);
 
 }  // namespace mn::codegen::attention_lowering

@@ -3,9 +3,9 @@
 // rounded to f16 for the matrix units (as the cooperative matmul rounds f32 operands); scores,
 // the softmax and the output accumulate in f32.
 //
-// Chosen before the f32 kernels where the device has subgroup-scope cooperative matrices
-// (DeviceTraits::coop, subgroups of 32), heads of 16 to 128 in steps of 16 and at least 32 query
-// rows (fewer leave most of the 64-row tile idle: decoding keeps its split-key kernels).
+// It serves devices with subgroup-scope cooperative matrices (DeviceTraits::coop, subgroups of
+// 32), heads of 16 to 128 in steps of 16 and at least 32 query rows (fewer leave most of the
+// 64-row tile idle: decoding keeps its split-key kernels); lower_attention.cpp decides when.
 #include <functional>
 #include <optional>
 #include <string>
@@ -39,7 +39,8 @@ uint64_t shared_bytes(const AttentionShape& g, uint64_t keys) {
 }
 
 std::optional<CoopTiling> coop_tiling_for(const AttentionShape& g, const DeviceTraits& d) {
-  if (!d.coop || !d.coop_attention || d.subgroup_size != 32 || !d.subgroup_vote) {
+  if (!d.coop || d.coop_attention == DeviceTraits::Choice::never || d.subgroup_size != 32 ||
+      !d.subgroup_vote) {
     return std::nullopt;
   }
   if (d.max_workgroup_invocations < kLanes) return std::nullopt;
@@ -187,6 +188,10 @@ KernelLaunch coop_kernel(const LowerContext& ctx, const AttentionShape& g, const
 
 bool coop_attention_fits(const AttentionShape& g, const DeviceTraits& d) {
   return coop_tiling_for(g, d).has_value();
+}
+
+uint64_t coop_attention_workgroups(const AttentionShape& g) {
+  return g.heads() * ((g.lq + kRows - 1) / kRows);
 }
 
 KernelLaunch coop_attention_kernel(const LowerContext& ctx, const AttentionShape& g) {

@@ -28,6 +28,16 @@ int env_count(const char* name, int fallback) {
   return std::stoi(s);
 }
 
+// MN_COOP_ATTENTION: unset chooses, 1 always, 0 never; anything else is an error.
+codegen::DeviceTraits::Choice coop_attention_choice(const std::string& v) {
+  using Choice = codegen::DeviceTraits::Choice;
+  if (v.empty()) return Choice::automatic;
+  if (v == "1") return Choice::always;
+  if (v == "0") return Choice::never;
+  throw Error("MN_COOP_ATTENTION='" + v + "' is neither 1 (always) nor 0 (never); unset, the " +
+              "lowering chooses");
+}
+
 }  // namespace
 
 codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
@@ -47,7 +57,7 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
   t.max_shared_optin_bytes = c.compute.shared_memory_optin_bytes;
   t.multiprocessors = c.compute.multiprocessors;
   t.matmul_split_k = env_count("MN_MATMUL_SPLIT_K", 0);
-  t.coop_attention = env_or("MN_COOP_ATTENTION", "1") != "0";
+  t.coop_attention = coop_attention_choice(env_or("MN_COOP_ATTENTION", ""));
   const auto& cm = c.cooperative_matrix;
   if (cm.khr_feature && cm.workgroup_scope && cm.flexible_dimensions) {
     for (const auto& f : cm.flexible_configs) {

@@ -53,8 +53,15 @@ std::string kernel_name(const Case& c, const DeviceTraits& t) {
   return l.launches.size() == 1 ? l.launches[0].name : "(" + std::to_string(l.launches.size()) + ")";
 }
 
+// Traits of an H200 taking the kernel wherever it fits (MN_COOP_ATTENTION=1).
+DeviceTraits always() {
+  DeviceTraits t = testing::h200_traits();
+  t.coop_attention = DeviceTraits::Choice::always;
+  return t;
+}
+
 TEST(CoopAttention, EveryFormCompilesAndRewritesToKhr) {
-  const DeviceTraits t = testing::h200_traits();
+  const DeviceTraits t = always();
   const CompileOptions co;
   const Case cases[] = {
       {"d64-causal-gqa", {1, 9, 512, 64}, {1, 3, 512, 64}, {1, 3, 512, 64}, {}, true},
@@ -79,7 +86,7 @@ TEST(CoopAttention, EveryFormCompilesAndRewritesToKhr) {
 }
 
 TEST(CoopAttention, OnlyPromptsWithSuitableHeadsOnTensorCoreDevices) {
-  const DeviceTraits t = testing::h200_traits();
+  const DeviceTraits t = always();
   const Case prompt{"prompt", {1, 2, 64, 64}, {1, 2, 64, 64}, {1, 2, 64, 64}, {}, true};
   EXPECT_EQ(kernel_name(prompt, t), "attention_coop");
   // 32 query rows is the least; decoding and short queries keep the f32 kernels.
@@ -102,7 +109,7 @@ TEST(CoopAttention, OnlyPromptsWithSuitableHeadsOnTensorCoreDevices) {
       {"no cooperative matrices", [](DeviceTraits& d) { d.coop = false; }},
       {"subgroups of 64", [](DeviceTraits& d) { d.subgroup_size = 64; }},
       {"no subgroup vote", [](DeviceTraits& d) { d.subgroup_vote = false; }},
-      {"MN_COOP_ATTENTION=0", [](DeviceTraits& d) { d.coop_attention = false; }},
+      {"MN_COOP_ATTENTION=0", [](DeviceTraits& d) { d.coop_attention = DeviceTraits::Choice::never; }},
       {"8 KiB of shared memory", [](DeviceTraits& d) { d.max_shared_bytes = 8192; }},
   };
   for (const auto& [what, change] : others) {
@@ -110,6 +117,27 @@ TEST(CoopAttention, OnlyPromptsWithSuitableHeadsOnTensorCoreDevices) {
     change(d);
     EXPECT_NE(kernel_name(prompt, d), "attention_coop") << what;
   }
+}
+
+// Unset, MN_COOP_ATTENTION lets the lowering choose: the tensor-core kernel where its grid gives
+// the H200's 132 multiprocessors two workgroups each, or where the register-tiled kernel does
+// not serve; otherwise the register tiles.
+TEST(CoopAttention, ChosenForGridsThatFillTheDeviceOrHeadsTheRegisterTilesCannotTake) {
+  const DeviceTraits t = testing::h200_traits();
+  ASSERT_EQ(t.coop_attention, DeviceTraits::Choice::automatic);
+  // 4 × 66 workgroups of 64 rows: two per multiprocessor.
+  Case full{"full", {1, 4, 66 * 64, 64}, {1, 4, 66 * 64, 64}, {1, 4, 66 * 64, 64}, {}, true};
+  EXPECT_EQ(kernel_name(full, t), "attention_coop");
+  Case short_of = full;
+  short_of.q[2] = short_of.k[2] = short_of.v[2] = 65 * 64;  // 260 workgroups
+  EXPECT_EQ(kernel_name(short_of, t), "attention_tiled_registers");
+  // Whisper-tiny's encoder at batch 1: 6 heads of 1500 rows, 144 workgroups.
+  const Case whisper{"whisper", {1, 6, 1500, 64}, {1, 6, 1500, 64}, {1, 6, 1500, 64}, {}, false};
+  EXPECT_EQ(kernel_name(whisper, t), "attention_tiled_registers");
+  // Heads of 128: the register tiles do not fit 48 KiB, the f32 fallback is the scalar tiled
+  // kernel, so the tensor cores take even a small grid.
+  const Case wide{"wide", {1, 2, 128, 128}, {1, 2, 128, 128}, {1, 2, 128, 128}, {}, true};
+  EXPECT_EQ(kernel_name(wide, t), "attention_coop");
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "runtime/device_pool.h"
 #include "runtime/host_tensor.h"
 #include "runtime/plan_options.h"
+#include "support/expect_error.h"
 #include "support/scoped_env.h"
 #include "support/scratch_dir.h"
 #include "vulkan/arena.h"
@@ -190,6 +191,23 @@ namespace {
 // kernels: run them on the test device and check the packed operand bit for bit.
 // Workgroup-scope matrices become traits only for f16·f16+f32 at workgroup scope, per
 // workgroup size, and only with both VK_NV_cooperative_matrix2 features.
+// MN_COOP_ATTENTION read into the traits: unset chooses, 1 always, 0 never, anything else an
+// error naming the variable.
+TEST(CoopTraits, AttentionChoiceFromTheEnvironment) {
+  const vk::DeviceCapabilities c = runtime::nvidia();
+  using Choice = DeviceTraits::Choice;
+  const std::pair<const char*, Choice> choices[] = {
+      {nullptr, Choice::automatic}, {"1", Choice::always}, {"0", Choice::never}};
+  for (const auto& [value, want] : choices) {
+    testing::ScopedEnv e("MN_COOP_ATTENTION", value);
+    EXPECT_EQ(runtime::device_traits(c).coop_attention, want) << (value ? value : "unset");
+  }
+  for (const char* bad : {"2", "yes"}) {
+    testing::ScopedEnv e("MN_COOP_ATTENTION", bad);
+    mn::expect_error<Error>([&] { runtime::device_traits(c); }, {"MN_COOP_ATTENTION", bad});
+  }
+}
+
 TEST(CoopTraits, WorkgroupScopeGranularitiesFromFlexibleDimensions) {
   vk::DeviceCapabilities c = runtime::nvidia();
   c.compute.max_workgroup_invocations = 1024;

@@ -19,6 +19,7 @@
 
 #include "support/expect_error.h"
 #include "support/random_fill.h"
+#include "support/tensor_cores.h"
 
 namespace mn {
 namespace {
@@ -121,7 +122,10 @@ TEST(SmolVlm, PrefillLogitsAndGreedyMatchTransformers) {
     stop.max_new_tokens = static_cast<int64_t>(want.size());
     const auto out = generate(*runner, {prompt}, SamplingOptions{}, stop);
     EXPECT_EQ(out[0].tokens, want);
-    if (block == p) EXPECT_LT(testing::scaled_error(runner->logits("prefill"), last), 1e-4);
+    // On tensor cores the prompt's attention multiplies f16 operands (docs/tensor-cores.md):
+    // 8.1e-4 measured on an H200.
+    const double tol = testing::sessions_use_tensor_cores() ? 2e-3 : 1e-4;
+    if (block == p) EXPECT_LT(testing::scaled_error(runner->logits("prefill"), last), tol);
   }
 }
 

@@ -23,6 +23,7 @@
 
 #include "codegen/kernel.h"
 #include "support/random_fill.h"
+#include "support/scoped_env.h"
 #include "support/tensor_cores.h"
 #include "tensor_cores/coop_product.h"
 
@@ -73,9 +74,12 @@ std::string kernels_of(const Session& s) {
   return names;
 }
 
-// Runs attention (out) and attention over |v| (terms) in float64 and the first in a session.
+// Runs attention (out) and attention over |v| (terms) in float64 and the first in a session,
+// on the tensor-core kernel wherever it fits (MN_COOP_ATTENTION=1: unset, small grids would
+// take the register tiles).
 void check(const Case& c, const reference::Feeds& feeds, Graph& g, const Tensor& out,
            const Tensor& terms, const reference::Feeds& device_feeds) {
+  const ScopedEnv always("MN_COOP_ATTENTION", "1");
   g.output("out", out);
   g.output("terms", terms);
   const auto want = reference::evaluate(g, feeds);
@@ -217,6 +221,7 @@ TEST(CoopAttentionGpu, CachePrefillAtPositions) {
   Tensor out = cached_attention(q, k, v, pos);
   check(c, feeds, g, out, cached_attention(q, k, abs(v), pos), poisoned);
   // The padding rows see no key: exactly 0.
+  const ScopedEnv always("MN_COOP_ATTENTION", "1");
   auto s = build_session(g);
   for (const auto& [name, value] : poisoned) s->set(name, value);
   s->step();
@@ -246,7 +251,8 @@ TEST(CoopAttentionGpu, ThroughTheKhrRewrite) {
   const Node& n = g.node(out.id());
   std::vector<TensorType> types;
   for (NodeId in : n.inputs) types.push_back(g.node(in).type);
-  const codegen::DeviceTraits traits = coop_trial_traits(CoopPath::khr);
+  codegen::DeviceTraits traits = coop_trial_traits(CoopPath::khr);
+  traits.coop_attention = codegen::DeviceTraits::Choice::always;
   const codegen::Lowering l = (*codegen::find_lowering(n.op_name()))({n, types, traits});
   ASSERT_EQ(l.launches.size(), 1u);
   EXPECT_EQ(l.launches[0].name, "attention_coop");
