@@ -6,7 +6,8 @@
 // block's keys and accumulate the row's output columns. Per row: a workgroup per query row, the
 // lanes scoring one key each and accumulating output columns from global memory; it serves
 // short queries (decoding) and heads too wide for the tile's shared memory. On devices with
-// tensor cores, prompts take the cooperative-matrix kernel first (lower_attention_coop.cpp).
+// tensor cores, prompts may take the cooperative-matrix kernel instead (takes_coop,
+// lower_attention_coop.cpp).
 #include <algorithm>
 #include <bit>
 #include <cmath>

@@ -72,7 +72,8 @@ std::string load_query(const AttentionShape& g) {
 }
 
 std::string output_matrices(const AttentionShape& g) {
-  return each(g.dv / 16, [](uint64_t f) { return "  F32 o" + std::to_string(f) + " = F32(0.0);\n"; });
+  return each(g.dv / 16,
+              [](uint64_t f) { return "  F32 o" + std::to_string(f) + " = F32(0.0);\n"; });
 }
 
 // S = Q·Kᵀ for each 16 keys of the block, column-major into the subgroup's part of sc.
@@ -89,14 +90,14 @@ std::string scores(const AttentionShape& g, const CoopTiling& t) {
 
 // Output matrix o<f> through the subgroup's part of sc, column-major: `lanes` runs with the
 // lane's columns 2c + par of its row r at sc[scr + (2c + par) * 16 + r], c = 0 .. 7.
-std::string through_shared(uint64_t f, const std::string& indent,
-                           const std::function<std::string(uint64_t c, const std::string& at)>& lanes) {
+std::string through_shared(
+    uint64_t f, const std::string& indent,
+    const std::function<std::string(uint64_t c, const std::string& at)>& lanes) {
   const std::string o = "o" + std::to_string(f);
   std::string s = indent + "coopMatStoreNV(" + o + ", sc, scr, 16u, true);\n";
   s += indent + "subgroupMemoryBarrierShared();\n" + indent + "subgroupBarrier();\n";
-  s += each(8, [&](uint64_t c) {
-    return lanes(c, "sc[scr + " + ulit(32 * c) + " + par * 16u + r]");
-  });
+  s += each(8,
+            [&](uint64_t c) { return lanes(c, "sc[scr + " + ulit(32 * c) + " + par * 16u + r]"); });
   return s + indent + "subgroupMemoryBarrierShared();\n" + indent + "subgroupBarrier();\n";
 }
 
@@ -104,10 +105,9 @@ std::string through_shared(uint64_t f, const std::string& indent,
 std::string rescale(const AttentionShape& g) {
   return each(g.dv / 16, [&](uint64_t f) {
     const std::string o = "o" + std::to_string(f);
-    return through_shared(f, "      ",
-                          [](uint64_t, const std::string& at) {
-                            return "      " + at + " *= alpha;\n";
-                          }) +
+    return through_shared(
+               f, "      ",
+               [](uint64_t, const std::string& at) { return "      " + at + " *= alpha;\n"; }) +
            "      coopMatLoadNV(" + o + ", sc, scr, 16u, true);\n";
   });
 }
@@ -147,8 +147,7 @@ KernelLaunch coop_kernel(const LowerContext& ctx, const AttentionShape& g, const
   decl = glsl::require_extensions(
       decl, {"GL_EXT_shader_explicit_arithmetic_types_float16", "GL_KHR_memory_scope_semantics",
              "GL_NV_cooperative_matrix", "GL_KHR_shader_subgroup_basic",
-             "GL_KHR_shader_subgroup_vote",
-             "GL_EXT_control_flow_attributes"});
+             "GL_KHR_shader_subgroup_vote", "GL_EXT_control_flow_attributes"});
   for (uint32_t i = 0; i < 3; ++i) {
     decl += glsl::quad_view(i, ctx.inputs[i].dtype, i == 0 ? "q" : i == 1 ? "k" : "v");
   }

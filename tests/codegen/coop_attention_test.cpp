@@ -50,7 +50,8 @@ std::unique_ptr<testing::OneNode> attention_node(const Case& c) {
 
 std::string kernel_name(const Case& c, const DeviceTraits& t) {
   const Lowering l = attention_node(c)->lower(t);
-  return l.launches.size() == 1 ? l.launches[0].name : "(" + std::to_string(l.launches.size()) + ")";
+  return l.launches.size() == 1 ? l.launches[0].name
+                                : "(" + std::to_string(l.launches.size()) + ")";
 }
 
 // Traits of an H200 taking the kernel wherever it fits (MN_COOP_ATTENTION=1).
@@ -109,7 +110,8 @@ TEST(CoopAttention, OnlyPromptsWithSuitableHeadsOnTensorCoreDevices) {
       {"no cooperative matrices", [](DeviceTraits& d) { d.coop = false; }},
       {"subgroups of 64", [](DeviceTraits& d) { d.subgroup_size = 64; }},
       {"no subgroup vote", [](DeviceTraits& d) { d.subgroup_vote = false; }},
-      {"MN_COOP_ATTENTION=0", [](DeviceTraits& d) { d.coop_attention = DeviceTraits::Choice::never; }},
+      {"MN_COOP_ATTENTION=0",
+       [](DeviceTraits& d) { d.coop_attention = DeviceTraits::Choice::never; }},
       {"8 KiB of shared memory", [](DeviceTraits& d) { d.max_shared_bytes = 8192; }},
   };
   for (const auto& [what, change] : others) {

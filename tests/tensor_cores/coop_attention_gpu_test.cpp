@@ -52,7 +52,9 @@ void expect_within_bound(const Array& got, const Array& want, const Array& terms
                          DType out) {
   ASSERT_EQ(got.shape, want.shape);
   const double floor = 2e-5 + static_cast<double>(keys) * std::ldexp(1.0, -25);
-  const double stored = out == DType::f16 ? std::ldexp(1.0, -11) : out == DType::bf16 ? std::ldexp(1.0, -8) : 0.0;
+  const double stored = out == DType::f16    ? std::ldexp(1.0, -11)
+                        : out == DType::bf16 ? std::ldexp(1.0, -8)
+                                             : 0.0;
   int reported = 0;
   for (size_t i = 0; i < want.data.size(); ++i) {
     const double g = got.data[i], w = want.data[i];
@@ -99,7 +101,8 @@ void check_case(const Case& c) {
   auto rng = rng_for("coop-attention/" + c.tag);
   Graph g;
   reference::Feeds feeds;
-  Tensor q = g.input("q", c.q, c.dtype), k = g.input("k", c.k, c.dtype), v = g.input("v", c.v, c.dtype);
+  Tensor q = g.input("q", c.q, c.dtype), k = g.input("k", c.k, c.dtype),
+         v = g.input("v", c.v, c.dtype);
   feeds["q"] = f16_values(rng, c.q, c.dtype);
   feeds["k"] = f16_values(rng, c.k, c.dtype);
   feeds["v"] = f16_values(rng, c.v, c.dtype);
@@ -119,7 +122,11 @@ TEST(CoopAttentionGpu, PromptsMatchFloat64WithinTheF16Bound) {
   MN_REQUIRE_COOP_PATH(CoopPath::nv);
   const Case cases[] = {
       {"causal-gqa-d64", {2, 6, 200, 64}, {2, 2, 200, 64}, {2, 2, 200, 64}, {}, true},
-      {"d128-mask-long-keys", {1, 4, 100, 128}, {1, 4, 300, 128}, {1, 4, 300, 128}, {1, 1, 100, 300}},
+      {"d128-mask-long-keys",
+       {1, 4, 100, 128},
+       {1, 4, 300, 128},
+       {1, 4, 300, 128},
+       {1, 1, 100, 300}},
       {"d32-dv96-row-mask-causal", {3, 70, 32}, {3, 150, 32}, {3, 150, 96}, {3, 1, 150}, true},
       {"d16-33-rows", {1, 2, 33, 16}, {1, 2, 33, 16}, {1, 2, 33, 16}, {}, true},
       {"vision-1024", {1, 12, 1024, 64}, {1, 12, 1024, 64}, {1, 12, 1024, 64}, {}, false},
@@ -140,8 +147,12 @@ TEST(CoopAttentionGpu, SixteenBitTensors) {
 TEST(CoopAttentionGpu, ScoresGrowingAcrossBlocks) {
   MN_REQUIRE_COOP_PATH(CoopPath::nv);
   for (bool causal : {false, true}) {
-    const Case c{causal ? "growing-causal" : "growing", {1, 2, 128, 64}, {1, 2, 512, 64},
-                 {1, 2, 512, 64}, {}, causal};
+    const Case c{causal ? "growing-causal" : "growing",
+                 {1, 2, 128, 64},
+                 {1, 2, 512, 64},
+                 {1, 2, 512, 64},
+                 {},
+                 causal};
     SCOPED_TRACE(c.tag);
     auto rng = rng_for("coop-attention/" + c.tag);
     Graph g;
@@ -176,7 +187,8 @@ TEST(CoopAttentionGpu, FullyMaskedRowsAreNaN) {
   feeds["v"] = f16_values(rng, c.v, DType::f32);
   Array m({64, 80}, DType::f32);
   for (int64_t i = 0; i < 64; ++i) {
-    for (int64_t j = 0; j < 80; ++j) m.data[i * 80 + j] = i % 7 == 3 ? -kInf : (j % 4 == 0 ? -kInf : 0.0);
+    for (int64_t j = 0; j < 80; ++j)
+      m.data[i * 80 + j] = i % 7 == 3 ? -kInf : (j % 4 == 0 ? -kInf : 0.0);
   }
   feeds["mask"] = m;
   Tensor out = scaled_dot_product_attention(q, k, v, mask, false);
