@@ -41,7 +41,8 @@ def run_case(args, length, dim, device):
         return torch.randn(*shape, device=device, generator=gen).to(dtype).requires_grad_(grad)
 
     q, k, v = randn(b, hq, length, dim), randn(b, hkv, length, dim), randn(b, hkv, length, dim)
-    dout = torch.randn(b, hq, length, dim, device=device, generator=gen).to(dtype)
+    if grad:
+        dout = torch.randn(b, hq, length, dim, device=device, generator=gen).to(dtype)
 
     def step():
         if args.forward:

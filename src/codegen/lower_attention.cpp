@@ -420,8 +420,7 @@ bool takes_coop(const AttentionShape& g, const DeviceTraits& d) {
 
 // Whether a tiled kernel (any form) serves these queries.
 bool tiled(const AttentionShape& g, const DeviceTraits& d) {
-  return attention_lowering::coop_attention_fits(g, d) || register_tiling_for(g, d) ||
-         tiling_for(g, d);
+  return takes_coop(g, d) || register_tiling_for(g, d) || tiling_for(g, d);
 }
 
 // ---- per row: a workgroup per query row ----

@@ -151,7 +151,7 @@ KernelLaunch coop_kernel(const LowerContext& ctx, const AttentionShape& g, const
   for (uint32_t i = 0; i < 3; ++i) {
     decl += glsl::quad_view(i, ctx.inputs[i].dtype, i == 0 ? "q" : i == 1 ? "k" : "v");
   }
-  const uint64_t tiles = (g.lq + kRows - 1) / kRows;
+  const uint64_t tiles = (g.lq + kRows - 1) / kRows;  // per head
   const size_t R = g.rank;
   const uint64_t mask_row_stride =
       a.has_mask && g.mask[R - 2] != 1 ? static_cast<uint64_t>(g.mask[R - 1]) : 0;
@@ -164,7 +164,7 @@ KernelLaunch coop_kernel(const LowerContext& ctx, const AttentionShape& g, const
       {"HEADS", std::to_string(g.heads())},
       {"MASK_ROW_STRIDE", std::to_string(mask_row_stride)},
       {"KV_UNITS", std::to_string(t.kv_units)},
-      {"REACH_SHARED", g.has_positions ? "shared uint reach_sh[64];" : ""},
+      {"REACH_SHARED", g.has_positions ? "shared uint reach_sh[BR];" : ""},
       {"HEAD_OFFSETS", head_offsets(g, a.has_mask, "0u")},
       {"REACH", tile_reach(g, "BR")},
       {"LOAD_QUERY", load_query(g)},
@@ -179,7 +179,7 @@ KernelLaunch coop_kernel(const LowerContext& ctx, const AttentionShape& g, const
   k.name = "attention_coop";
   k.glsl = fill_kernel_template("attention_coop.comp", fields);
   k.workgroup = {kLanes, 1, 1};
-  k.groups = glsl::linear_grid(g.heads() * tiles * kLanes, ctx.device, kLanes).groups;
+  k.groups = glsl::linear_grid(coop_attention_workgroups(g) * kLanes, ctx.device, kLanes).groups;
   return k;
 }
 

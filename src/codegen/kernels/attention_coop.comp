@@ -86,11 +86,11 @@ void main() {
 #define LOAD_BLOCK(first)                                                  \
   [[unroll]] for (uint n = 0u; n < NK; ++n) {                              \
     uint x = tid + n * LANES, key = (first) + x / DU;                      \
-    kr[n] = key < reach ? k8(kb + key * D + (x % DU) * 8u) : uvec4(0u);       \
+    kr[n] = key < reach ? k8(kb + key * D + (x % DU) * 8u) : uvec4(0u);    \
   }                                                                        \
   [[unroll]] for (uint n = 0u; n < NV; ++n) {                              \
     uint x = tid + n * LANES, key = (first) + x / DVU;                     \
-    vr[n] = key < reach ? v8(vb + key * DV + (x % DVU) * 8u) : uvec4(0u);     \
+    vr[n] = key < reach ? v8(vb + key * DV + (x % DVU) * 8u) : uvec4(0u);  \
   }
   if (reach > 0u) { LOAD_BLOCK(0u) }
   for (uint j0 = 0u; j0 < reach; j0 += BC) {
