@@ -5,10 +5,13 @@
 // Usage: bench_generate MODEL_DIR [--dtype f32|f16|bf16] [--precision f32|bf16|f16]
 //                       [--prompt-tokens 256]
 //                       [--new-tokens 64] [--prefill-tokens 512] [--device D] [--profile]
-//                       [--step-time]
+//                       [--step-time] [--host-split]
 // --profile adds the GPU time of the last decode and prefill steps' kernels, summed by name.
 // --step-time adds the medians of 32 decode steps' GPU time (timestamps at the step's two ends)
 // and of their wall time as LmRunner::run sees it: the difference is the host's share.
+// --host-split times the pieces of 64 decode steps on a decode-only session of the same model:
+// setting the eight inputs, the submission, the wait for the fence and the read of the sampled
+// id (medians, ms), beside the step's GPU time: where the host's share goes.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -22,8 +25,10 @@
 
 #include "bench_util.h"
 
+#include <meganeura/causal_lm.h>
 #include <meganeura/generate.h>
 #include <meganeura/hf.h>
+#include <meganeura/session.h>
 
 namespace {
 
@@ -37,6 +42,54 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
   return t;
 }
 
+// Medians of the parts of a decode step, on a decode-only session of `model`.
+nlohmann::json host_split(const mn::HfModel& model, mn::DType dtype, mn::DType precision,
+                          const std::string& device, int64_t context) {
+  mn::LmStepOptions so;
+  so.max_context = context;
+  so.dtype = dtype;
+  mn::CausalLm lm = mn::build_lm_step(model.config, so);
+  mn::SessionOptions opt;
+  opt.device = device;
+  opt.precision = precision;
+  opt.time_steps = true;
+  for (const mn::ParameterSpec& p : mn::lm_parameters(model.config)) opt.preset.insert(p.name);
+  auto s = mn::build_session(*lm.graph, opt);
+  mn::load_weights(*s, model);
+  std::map<std::string, std::vector<double>> t;
+  for (int32_t i = 0; i < 64 + 8; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    s->set("input_ids", mn::Array({1, 1}, mn::DType::i32, {static_cast<double>(i % 100)}));
+    s->set("positions", mn::Array({1, 1}, mn::DType::i32, {static_cast<double>(i)}));
+    s->set("last", mn::Array({1}, mn::DType::i32, {0.0}));
+    s->set("temperature", mn::Array::scalar(0.0));
+    s->set("top_k", mn::Array::scalar(0, mn::DType::i32));
+    s->set("top_p", mn::Array::scalar(1.0));
+    s->set("seed", mn::Array::scalar(0, mn::DType::u32));
+    s->set("step", mn::Array::scalar(static_cast<double>(i), mn::DType::u32));
+    const double set_ms = ms_since(t0);
+    auto t1 = std::chrono::steady_clock::now();
+    s->submit();
+    const double submit_ms = ms_since(t1);
+    auto t2 = std::chrono::steady_clock::now();
+    s->wait();
+    const double wait_ms = ms_since(t2);
+    auto t3 = std::chrono::steady_clock::now();
+    const double id = s->get("next").data[0];
+    const double get_ms = ms_since(t3);
+    if (i < 8 || id < 0) continue;  // warm-up
+    t["set_ms"].push_back(set_ms);
+    t["submit_ms"].push_back(submit_ms);
+    t["wait_ms"].push_back(wait_ms);
+    t["get_ms"].push_back(get_ms);
+    t["total_ms"].push_back(ms_since(t0));
+    t["gpu_ms"].push_back(s->step_gpu_ms(s->program_names().front()));
+  }
+  nlohmann::json j;
+  for (auto& [k, v] : t) j[k] = mn::bench::median(v);
+  return j;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -46,7 +99,7 @@ int main(int argc, char** argv) try {
   }
   std::string dir = argv[1], dtype = "f32", precision = "f32", device;
   int64_t prompt_tokens = 256, new_tokens = 64, prefill_tokens = 512;
-  bool profile = false, step_time = false;
+  bool profile = false, step_time = false, split = false;
   for (int i = 2; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
     if (!std::strcmp(argv[i], "--dtype"))
@@ -65,6 +118,8 @@ int main(int argc, char** argv) try {
       profile = true;
     else if (!std::strcmp(argv[i], "--step-time"))
       step_time = true;
+    else if (!std::strcmp(argv[i], "--host-split"))
+      split = true;
     else
       throw mn::Error(std::string("bench_generate: unknown option ") + argv[i]);
   }
@@ -146,6 +201,11 @@ int main(int argc, char** argv) try {
       }
       j[std::string(program) + "_gpu_ms"] = total;
     }
+  }
+  if (split) {
+    runner.reset();
+    j["decode_host_split"] =
+        host_split(model, o.dtype, o.precision, device, prompt_tokens + new_tokens + 72);
   }
   std::cout << j.dump() << std::endl;
   return 0;
