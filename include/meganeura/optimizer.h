@@ -4,6 +4,7 @@
 // the step count are scalar graph inputs, so schedules never re-record anything.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,23 @@ struct TrainingStep {
 // Session can read it by name after a step.
 TrainingStep add_training_step(Tensor loss, const Optimizer& opt,
                                std::vector<Tensor> parameters = {}, bool output_gradients = false);
+
+// add_training_step split in two at the gradients, for data-parallel training (the gradients
+// are averaged over processes between the two): loss's graph gets the backward pass and puts
+// each parameter's gradient into the state "<param>/grad_accum" (adding it there when the
+// optimizer accumulates micro-batches); `update` is a graph of the same parameters and states
+// (by name: both run as programs of one session) that takes the sums' mean over the
+// micro-batches, clips, updates every parameter, and zeroes the sums when accumulating. Nothing
+// in it is gated by `apply`: the caller runs it once per update. Its inputs are the step
+// scalars of step_scalars(); with clipping it outputs "grad_norm". The loss graph outputs "loss".
+struct SplitTrainingStep {
+  Tensor loss;
+  std::vector<std::string> parameters;     // in the graph's order
+  std::vector<std::string> gradient_sums;  // "<param>/grad_accum", one per parameter
+  std::unique_ptr<Graph> update;
+  Tensor grad_norm;  // of `update`, when clipping
+};
+SplitTrainingStep split_training_step(Tensor loss, const Optimizer& opt);
 
 // Keeps the step counter of a training session and sets its scalar inputs before every step:
 // the learning rate from the optimizer's lr and schedule, the update count and Adam's bias

@@ -139,6 +139,9 @@ class Session {
   // An output of the last step, or the current value of a parameter or state.
   Array get(std::string_view name) const;
   std::vector<float> get_f32(std::string_view name) const;
+  // The same as little-endian elements of the tensor's own dtype, without an Array: what
+  // set_raw takes back (a data-parallel step's gradients travel this way).
+  std::vector<std::byte> get_raw(std::string_view name) const;
 
   // One step: submit and wait.
   void step();

@@ -9,6 +9,7 @@
 #include <string>
 
 #include <meganeura/data.h>
+#include <meganeura/distributed.h>
 #include <meganeura/models.h>
 #include <meganeura/optimizer.h>
 
@@ -34,6 +35,9 @@ struct TrainOptions {
     double test_accuracy = -1;  // set on epoch_done
   };
   std::function<void(const Progress&)> on_progress;
+  // Data-parallel training over the ranks (TrainerOptions::communicator): model.batch is then
+  // each rank's batch, and a step of the data is model.batch × ranks samples.
+  std::shared_ptr<Communicator> communicator;
 };
 
 struct TrainResult {

@@ -28,6 +28,7 @@
 #include <utility>
 #include <vector>
 
+#include <meganeura/distributed.h>
 #include <meganeura/graph.h>
 #include <meganeura/optimizer.h>
 #include <meganeura/session.h>
@@ -118,6 +119,15 @@ struct TrainerOptions {
   int64_t log_every = 100;
   std::vector<TrainCallback> callbacks;
   SessionOptions session;  // device, precision, checks
+  // Data-parallel training (connect_distributed): every rank runs this trainer on its own
+  // device with a graph of its share of the batch; the data's batches are the ranks' together
+  // (graph batch × ranks), rank r taking the r-th slice. Each step runs the backward pass, then
+  // the gradients are averaged over the ranks (one all-reduce, on the micro-batch that updates),
+  // then the update, so every rank keeps the same parameters; losses and metrics are the
+  // ranks' means. Rank 0 broadcasts its weights when fit() starts, alone prints progress and
+  // writes checkpoints (a checkpoint resumes with any number of ranks that divides its batch);
+  // every rank evaluates the whole evaluation set. Null: this process alone.
+  std::shared_ptr<Communicator> communicator;
 };
 
 struct TrainHistory {
@@ -154,8 +164,9 @@ class Trainer {
   // Runs the evaluation program over every sample of `data`: "loss" and the eval metrics.
   std::map<std::string, double> evaluate(const TensorDataset& data);
 
-  // The session (programs "train" and "eval"): weights can be set or read between runs, e.g.
-  // by nn::load_state_dict before fit().
+  // The session (programs "train" and "eval"; data-parallel, "train" is the backward pass and
+  // "update" the optimizer's update): weights can be set or read between runs, e.g. by
+  // nn::load_state_dict before fit().
   Session& session();
   int64_t global_step() const;
   const TrainerOptions& options() const;

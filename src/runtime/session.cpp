@@ -75,6 +75,7 @@ struct Session::Impl {
     return *owner(name, what).find(name);
   }
   void write_tensor(Program& p, std::string_view name, std::span<const std::byte> bytes);
+  std::vector<std::byte> read_bytes(const Program& p, std::string_view name);
   Array read_tensor(const Program& p, std::string_view name);
   void finish_pending() {
     if (pending >= 0) {
@@ -154,7 +155,7 @@ void Session::Impl::write_tensor(Program& p, std::string_view name,
   if (p.plan.inputs.count(name)) p.input_set[std::string(name)] = true;
 }
 
-Array Session::Impl::read_tensor(const Program& p, std::string_view name) {
+std::vector<std::byte> Session::Impl::read_bytes(const Program& p, std::string_view name) {
   if (!p.stepped && !p.plan.inputs.count(name) && !p.plan.persistents.count(name)) {
     throw Error("Session::get '" + std::string(name) + "': an output of program '" + p.name +
                 "', which has not run a step yet");
@@ -168,6 +169,12 @@ Array Session::Impl::read_tensor(const Program& p, std::string_view name) {
   } else {  // host-mapped arena, or an output not read back every step: on demand
     arena->read(p.buffer_of(p.id_of(name)).offset, bytes);
   }
+  return bytes;
+}
+
+Array Session::Impl::read_tensor(const Program& p, std::string_view name) {
+  const std::vector<std::byte> bytes = read_bytes(p, name);
+  const Node& n = *p.find(name);
   return Array(n.type.shape, n.type.dtype,
                runtime::decode(bytes, n.type.dtype, static_cast<size_t>(n.type.numel())));
 }
@@ -584,6 +591,10 @@ Array Session::get(std::string_view program, std::string_view name) const {
 }
 
 std::vector<float> Session::get_f32(std::string_view name) const { return get(name).to_f32(); }
+
+std::vector<std::byte> Session::get_raw(std::string_view name) const {
+  return impl_->read_bytes(impl_->owner(name, "Session::get_raw"), name);
+}
 
 void Session::submit(std::string_view program) {
   Program& p = impl_->program(program, "Session::submit");

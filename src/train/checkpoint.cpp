@@ -81,7 +81,9 @@ Array transposed(const Array& a) {
 void load_tensors(const SafetensorsReader& reader, Session& s, const RunShape& o) {
   const bool in_out = reader.metadata().at("format") == kCheckpointFormatInOut;
   std::vector<std::string> names = s.parameter_names();
-  for (const std::string& n : s.state_names()) names.push_back(n);
+  for (const std::string& n : s.state_names()) {
+    if (!o.transient.count(n)) names.push_back(n);
+  }
   const std::set<std::string> wanted(names.begin(), names.end());
   for (const SafetensorsEntry& e : reader.entries()) {
     if (!wanted.count(e.name)) mismatch(o, "tensor '" + e.name + "' is not part of this run");
@@ -122,13 +124,15 @@ Array require_finite(Array a, const std::string& name, const char* kind, int64_t
 }  // namespace
 
 void save_checkpoint(const std::filesystem::path& path, Session& s, const Meta& identity,
-                     int64_t global_step, DataLoader::Position next, const Meta& extra) {
+                     int64_t global_step, DataLoader::Position next, const Meta& extra,
+                     const std::set<std::string>& transient) {
   // One read of every tensor, checked as it is read: a diverged run is never saved.
   std::map<std::string, Array> arrays;
   for (const std::string& n : s.parameter_names()) {
     arrays[n] = require_finite(s.get(n), n, "parameter", global_step);
   }
   for (const std::string& n : s.state_names()) {
+    if (transient.count(n)) continue;
     arrays[n] = require_finite(s.get(n), n, "optimizer state", global_step);
   }
   Meta meta = extra;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <string>
 
 #include <meganeura/data.h>
@@ -28,13 +29,18 @@ struct RunShape {
   int64_t per_epoch = 0;         // batches per epoch
   int64_t total = 0;             // steps in the run
   int64_t epochs = 0;
+  // Tensors of the session that checkpoints leave out (a data-parallel step's gradient sums
+  // where they are zero at every checkpoint).
+  std::set<std::string> transient;
 };
 
 // Writes the session's parameters and states with `identity`, the position, and `extra`
 // (anything else the trainer keeps, e.g. partial epoch sums), atomically. A session holding a
 // NaN or Inf is never saved: check_finite's error instead.
+// `transient` tensors are left out.
 void save_checkpoint(const std::filesystem::path& path, Session& s, const Meta& identity,
-                     int64_t global_step, DataLoader::Position next, const Meta& extra = {});
+                     int64_t global_step, DataLoader::Position next, const Meta& extra = {},
+                     const std::set<std::string>& transient = {});
 
 struct ResumePoint {
   int64_t global_step = 0;

@@ -109,13 +109,25 @@ Optimizer Optimizer::adamw(const AdamWOptions& o) {
 namespace {
 
 struct StepScalars {
-  Tensor lr, step, apply;
+  Tensor lr, step;
+  Tensor apply;                               // gates the update (accumulation in the graph)
   Tensor bias_correction1, bias_correction2;  // Adam, AdamW
 };
 
+// The step's scalar inputs; `apply` only where the graph itself accumulates micro-batches.
+StepScalars step_scalar_inputs(Graph& g, const Optimizer& opt, bool gated) {
+  StepScalars s{g.input(StepInputs::lr, {}), g.input(StepInputs::step, {}), {}, {}, {}};
+  if (gated) s.apply = g.input(StepInputs::apply, {});
+  if (opt.kind != Optimizer::Kind::sgd) {
+    s.bias_correction1 = g.input(StepInputs::bias_correction1, {});
+    s.bias_correction2 = g.input(StepInputs::bias_correction2, {});
+  }
+  return s;
+}
+
 // Keeps `old` unless this micro-batch applies the update.
 Tensor gated(const Optimizer& opt, const StepScalars& s, Tensor updated, Tensor old) {
-  return opt.accumulate > 1 ? where(s.apply, updated, old) : updated;
+  return s.apply.valid() ? where(s.apply, updated, old) : updated;
 }
 
 void update_parameter(Graph& g, const Optimizer& opt, const StepScalars& s, Tensor p, Tensor grad) {
@@ -161,6 +173,25 @@ void update_parameter(Graph& g, const Optimizer& opt, const StepScalars& s, Tens
   g.assign(p, gated(opt, s, next, p));
 }
 
+// Clipping by the global norm (returned, when clipping) and every parameter's update.
+Tensor clip_and_update(Graph& g, const Optimizer& opt, const StepScalars& s,
+                       const std::vector<Tensor>& parameters, std::vector<Tensor> grads) {
+  Tensor norm;
+  if (opt.clip_grad_norm > 0) {
+    Tensor sq;
+    for (const Tensor& gr : grads) {
+      Tensor term = sum(cast(gr, DType::f32) * cast(gr, DType::f32));
+      sq = sq.valid() ? sq + term : term;
+    }
+    norm = sqrt(sq);
+    Tensor coef = minimum(opt.clip_grad_norm / (norm + 1e-6), g.scalar(1.0));
+    for (Tensor& gr : grads) gr = gr * (gr.dtype() == DType::f32 ? coef : cast(coef, gr.dtype()));
+  }
+  for (size_t i = 0; i < parameters.size(); ++i)
+    update_parameter(g, opt, s, parameters[i], grads[i]);
+  return norm;
+}
+
 }  // namespace
 
 std::map<std::string, double> step_scalars(const Optimizer& opt, double lr, int64_t step) {
@@ -191,12 +222,7 @@ TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Te
   out.parameters = parameters;
   out.gradients = gradients(loss, parameters);
 
-  StepScalars s{g.input(StepInputs::lr, {}), g.input(StepInputs::step, {}), {}};
-  if (opt.accumulate > 1) s.apply = g.input(StepInputs::apply, {});
-  if (opt.kind != Optimizer::Kind::sgd) {
-    s.bias_correction1 = g.input(StepInputs::bias_correction1, {});
-    s.bias_correction2 = g.input(StepInputs::bias_correction2, {});
-  }
+  const StepScalars s = step_scalar_inputs(g, opt, opt.accumulate > 1);
 
   std::vector<Tensor> grads = out.gradients;
   if (opt.accumulate > 1) {
@@ -210,24 +236,56 @@ TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Te
       grads[i] = total * (1.0 / opt.accumulate);
     }
   }
-  if (opt.clip_grad_norm > 0) {
-    Tensor sq;
-    for (const Tensor& gr : grads) {
-      Tensor term = sum(cast(gr, DType::f32) * cast(gr, DType::f32));
-      sq = sq.valid() ? sq + term : term;
-    }
-    out.grad_norm = sqrt(sq);
-    Tensor coef = minimum(opt.clip_grad_norm / (out.grad_norm + 1e-6), g.scalar(1.0));
-    for (Tensor& gr : grads) gr = gr * (gr.dtype() == DType::f32 ? coef : cast(coef, gr.dtype()));
-  }
-  for (size_t i = 0; i < parameters.size(); ++i)
-    update_parameter(g, opt, s, parameters[i], grads[i]);
+  out.grad_norm = clip_and_update(g, opt, s, parameters, std::move(grads));
   if (!g.find_output("loss")) g.output("loss", loss);
   if (output_gradients) {
     for (size_t i = 0; i < parameters.size(); ++i) {
       g.output("grad/" + g.node(parameters[i].id()).name, out.gradients[i]);
     }
   }
+  return out;
+}
+
+SplitTrainingStep split_training_step(Tensor loss, const Optimizer& opt) {
+  Graph& g = loss.graph();
+  if (loss.numel() != 1) {
+    throw ShapeError("split_training_step: the loss must have one element, got " +
+                     loss.type().str());
+  }
+  opt.validate("split_training_step");
+  std::vector<Tensor> parameters;
+  for (NodeId id : g.parameters()) parameters.push_back(g.tensor(id));
+  if (parameters.empty()) throw Error("split_training_step: the graph has no parameters");
+  const std::vector<Tensor> grads = gradients(loss, parameters);
+
+  SplitTrainingStep out;
+  out.loss = loss;
+  out.update = std::make_unique<Graph>();
+  Graph& u = *out.update;
+  std::vector<Tensor> update_parameters, means;
+  for (size_t i = 0; i < parameters.size(); ++i) {
+    const Node& n = g.node(parameters[i].id());
+    const std::string sum_name = n.name + "/grad_accum";
+    Tensor sum = g.state(sum_name, n.type.shape, Init::zeros(), grads[i].dtype());
+    // One micro-batch an update: the sum is the gradient itself, no zeroing needed.
+    g.assign(sum, opt.accumulate > 1 ? sum + grads[i] : grads[i]);
+    out.parameters.push_back(n.name);
+    out.gradient_sums.push_back(sum_name);
+
+    // The same tensors by name in the update's graph (their values come from the session).
+    update_parameters.push_back(u.parameter(n.name, n.type.shape, Init::zeros(), n.type.dtype));
+    Tensor held = u.state(sum_name, n.type.shape, Init::zeros(), grads[i].dtype());
+    if (opt.accumulate > 1) {
+      means.push_back(held * (1.0 / opt.accumulate));
+      u.assign(held, held * 0.0);
+    } else {
+      means.push_back(held);
+    }
+  }
+  const StepScalars s = step_scalar_inputs(u, opt, false);
+  out.grad_norm = clip_and_update(u, opt, s, update_parameters, std::move(means));
+  if (out.grad_norm.valid()) u.output("grad_norm", out.grad_norm);
+  if (!g.find_output("loss")) g.output("loss", loss);
   return out;
 }
 

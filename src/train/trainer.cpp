@@ -1,5 +1,7 @@
 // The Trainer: any graph with a loss, fed from named columns, in a session of two programs
-// ("train": forward, backward and update; "eval": the evaluation graph over the same weights).
+// ("train": forward, backward and update; "eval": the evaluation graph over the same weights),
+// or, data-parallel, three: "train" ends at the gradients, which the ranks average before
+// "update" applies them.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,6 +20,7 @@
 #include "ir/graph_rewrite.h"
 #include "ir/quoted_list.h"
 #include "train/checkpoint.h"
+#include "train/data_parallel.h"
 #include "train/progress.h"
 
 namespace mn {
@@ -132,6 +135,9 @@ struct MetricSums {
     s.first += v.first;
     s.second += v.second;
   }
+  void add(const MetricSums& other) {
+    for (const auto& [name, v] : other.sums) add(name, v);
+  }
   std::map<std::string, double> means() const {
     std::map<std::string, double> out;
     for (const auto& [name, s] : sums) {
@@ -173,6 +179,15 @@ struct Trainer::Impl {
   int64_t global_step = 0;
   bool resumed = false;
   std::unique_ptr<train::ProgressPrinter> printer;
+  // Data-parallel: the ranks, the update's graph, and the tensors checkpoints leave out.
+  std::shared_ptr<Communicator> comm;
+  SplitTrainingStep split;
+  std::set<std::string> transient;
+
+  int rank() const { return comm ? comm->rank() : 0; }
+  int ranks() const { return comm ? comm->size() : 1; }
+  // The rows of one step of the data: every rank's batch together.
+  int64_t data_batch() const { return train_batch * ranks(); }
 
   void check_data(const TensorDataset& d, const char* program,
                   const std::vector<std::string>& feeds,
@@ -239,7 +254,7 @@ struct Trainer::Impl {
   train::Meta identity() const {
     train::Meta id = o.run_identity;
     id["optimizer"] = optimizer_name(o.optimizer.kind);
-    id["batch"] = std::to_string(train_batch);
+    id["batch"] = std::to_string(data_batch());
     return id;
   }
 
@@ -257,6 +272,33 @@ struct Trainer::Impl {
       measure(sums, metrics, b, eval_batch, read_outputs("eval", eval_outputs));
     }
     return sums.means();
+  }
+
+  // Data-parallel: one step's loss and metric sums as the ranks' (the loss their mean), the
+  // same on every rank. One all-reduce of a few numbers.
+  void reduce_step(MetricSums& step, double& loss) const {
+    std::vector<double> v = {loss};
+    for (const auto& [name, sum] : step.sums) {
+      v.push_back(sum.first);
+      v.push_back(sum.second);
+    }
+    comm->all_reduce_sum(v);
+    loss = v[0] / ranks();
+    size_t i = 1;
+    for (auto& [name, sum] : step.sums) {
+      sum.first = v[i++];
+      sum.second = v[i++];
+    }
+  }
+
+  // Data-parallel: the gradient sums averaged over the ranks, then the update.
+  void update(const OptimizerStepper& stepper) {
+    train::average_over_ranks(*session, split.gradient_sums, *comm);
+    for (const auto& [name, value] :
+         step_scalars(o.optimizer, stepper.lr(), stepper.updates() + 1)) {
+      session->set("update", name, Array::scalar(value));
+    }
+    session->step("update");
   }
 
   // The callbacks and the progress see `e`; a callback's stop ends the run after this event.
@@ -287,7 +329,16 @@ Trainer::Trainer(Tensor loss, TrainerOptions options, const Graph* eval)
     m.eval_copy = copy_graph(g);
     eval = &m.eval_copy;
   }
-  add_training_step(loss, m.o.optimizer);
+  m.comm = m.o.communicator;
+  if (m.comm) {
+    m.split = split_training_step(loss, m.o.optimizer);
+    // One micro-batch an update leaves the last gradients in the sums: nothing to keep.
+    if (m.o.optimizer.accumulate == 1) {
+      m.transient.insert(m.split.gradient_sums.begin(), m.split.gradient_sums.end());
+    }
+  } else {
+    add_training_step(loss, m.o.optimizer);
+  }
 
   m.train_batch = feed_inputs(g, "training", m.train_feeds);
   m.eval_batch = feed_inputs(*eval, "evaluation", m.eval_feeds);
@@ -304,9 +355,11 @@ Trainer::Trainer(Tensor loss, TrainerOptions options, const Graph* eval)
   m.eval_outputs = metric_outputs(m.o.eval_metrics);
   check_outputs(g, "training", m.train_outputs);
   check_outputs(*eval, "evaluation", m.eval_outputs);
-  m.session = build_session({{"train", &g, m.train_outputs}, {"eval", eval, m.eval_outputs}},
-                            m.o.session);
-  if (m.o.progress != TrainerOptions::Progress::none) {
+  std::vector<SessionProgram> programs = {{"train", &g, m.train_outputs}};
+  if (m.comm) programs.push_back({"update", m.split.update.get(), std::vector<std::string>{}});
+  programs.push_back({"eval", eval, m.eval_outputs});
+  m.session = build_session(programs, m.o.session);
+  if (m.o.progress != TrainerOptions::Progress::none && m.rank() == 0) {
     m.printer = std::make_unique<train::ProgressPrinter>(m.o.progress, m.o.progress_stream,
                                                          m.o.log_every);
   }
@@ -332,17 +385,25 @@ TrainHistory Trainer::fit(std::shared_ptr<const TensorDataset> train,
   if (eval) m.check_data(*eval, "evaluation", m.eval_feeds, m.eval_types);
   if (!o.checkpoint.empty()) data::AtomicFile::check_destination(o.checkpoint);
 
-  TensorLoader loader(train, {.batch_size = m.train_batch,
+  const int64_t data_batch = m.data_batch();
+  TensorLoader loader(train, {.batch_size = data_batch,
                               .shuffle = o.shuffle,
                               .seed = o.seed,
                               .drop_last = o.drop_last});
   const int64_t per_epoch = loader.batches_per_epoch();
-  if (!o.drop_last && train->size() % m.train_batch != 0 && o.pad_values.empty()) {
+  const int64_t short_rows = o.drop_last ? 0 : train->size() % data_batch;
+  if (short_rows != 0 && o.pad_values.empty()) {
     fail(fmt::format(
-        "the training data's last batch holds {} of the graph's {} samples: set drop_last, or "
+        "the training data's last batch holds {} of the {} samples of a step: set drop_last, or "
         "pad_values to values that make padding rows count for nothing (e.g. -100 for the "
         "labels of cross_entropy)",
-        train->size() % m.train_batch, m.train_batch));
+        short_rows, data_batch));
+  }
+  if (short_rows != 0 && short_rows <= (m.ranks() - 1) * m.train_batch) {
+    fail(fmt::format(
+        "the training data's last batch holds {} samples, which leaves rank {} of {} (batches "
+        "of {}) without any: set drop_last, or change the batch or the number of ranks",
+        short_rows, (short_rows + m.train_batch - 1) / m.train_batch, m.ranks(), m.train_batch));
   }
   if (o.epochs > std::numeric_limits<int64_t>::max() / per_epoch) {
     fail(std::to_string(o.epochs) + " epochs of " + std::to_string(per_epoch) +
@@ -358,10 +419,12 @@ TrainHistory Trainer::fit(std::shared_ptr<const TensorDataset> train,
   MetricSums epoch_sums;
   if (!o.resume.empty() && !m.resumed) {
     const train::ResumePoint at = train::load_checkpoint(
-        *m.session, {o.resume, m.identity(), per_epoch, total, o.epochs});
+        *m.session, {o.resume, m.identity(), per_epoch, total, o.epochs, m.transient});
     m.global_step = at.global_step;
     epoch_sums.load(at.meta, o.resume);
   }
+  // Every rank from rank 0's weights (and state), whatever each made or loaded.
+  if (m.comm && !m.resumed) train::broadcast_persistents(*m.session, *m.comm);
   m.resumed = true;  // a later fit() continues from this trainer's own position
   if (m.global_step >= total) {
     fail("fit: the run has already trained its " + std::to_string(total) + " steps (" +
@@ -374,9 +437,17 @@ TrainHistory Trainer::fit(std::shared_ptr<const TensorDataset> train,
   const std::vector<Metric> metrics = with_loss(o.metrics);
   auto save = [&](DataLoader::Position next) {
     if (o.checkpoint.empty()) return;
+    // Sums of an update still being accumulated: the ranks' mean stands for them all (the
+    // update takes the mean again, so replacing each rank's own by it changes nothing), and
+    // the checkpoint holds what one process with the whole batch would.
+    if (m.comm && o.optimizer.accumulate > 1) {
+      train::average_over_ranks(*m.session, m.split.gradient_sums, *m.comm);
+    }
+    if (m.rank() != 0) return;
     train::Meta extra;
     epoch_sums.save(extra);
-    train::save_checkpoint(o.checkpoint, *m.session, m.identity(), m.global_step, next, extra);
+    train::save_checkpoint(o.checkpoint, *m.session, m.identity(), m.global_step, next, extra,
+                           m.transient);
   };
 
   TrainHistory history;
@@ -390,21 +461,28 @@ TrainHistory Trainer::fit(std::shared_ptr<const TensorDataset> train,
   e.total_steps = total;
   try {
     while (m.global_step < total && !stop) {
-      const TensorBatch b = loader.next();
+      const TensorBatch data = loader.next();
+      const TensorBatch b = m.comm ? train::shard_batch(data, m.rank(), m.train_batch) : data;
       m.feed("train", b, m.train_feeds, m.train_batch);
       e.lr = stepper.lr();
-      stepper.set_inputs(*m.session);
+      if (!m.comm) stepper.set_inputs(*m.session);
       m.session->step("train");
-      stepper.advance();
-      ++m.global_step;
       const std::map<std::string, Array> outputs = m.read_outputs("train", m.train_outputs);
       e.loss = outputs.at("loss").data[0];
+      MetricSums step_sums;
+      m.measure(step_sums, metrics, b, m.train_batch, outputs);
+      if (m.comm) {
+        m.reduce_step(step_sums, e.loss);
+        if (stepper.applies_next()) m.update(stepper);
+      }
+      stepper.advance();
+      ++m.global_step;
       if (!std::isfinite(e.loss)) {
         fail("training diverged: loss is " + std::to_string(e.loss) + " at step " +
              std::to_string(m.global_step) + " (lower the learning rate?)");
       }
-      m.measure(epoch_sums, metrics, b, m.train_batch, outputs);
-      samples += b.rows;
+      epoch_sums.add(step_sums);
+      samples += data.rows;
 
       e.kind = TrainEvent::Kind::step;
       e.epoch = b.epoch;

@@ -1,0 +1,67 @@
+#include "train/data_parallel.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace mn::train {
+
+TensorBatch shard_batch(const TensorBatch& global, int rank, int64_t rows) {
+  const int64_t begin = std::min<int64_t>(global.rows, rank * rows);
+  const int64_t end = std::min<int64_t>(global.rows, begin + rows);
+  TensorBatch b;
+  b.epoch = global.epoch;
+  b.step = global.step;
+  b.rows = end - begin;
+  b.indices.assign(global.indices.begin() + begin, global.indices.begin() + end);
+  for (const auto& [name, c] : global.columns) {
+    Column part;
+    part.dtype = c.dtype;
+    part.shape = c.shape;
+    part.shape[0] = b.rows;
+    const size_t w = c.row_bytes();
+    part.bytes.assign(c.bytes.begin() + static_cast<ptrdiff_t>(begin * w),
+                      c.bytes.begin() + static_cast<ptrdiff_t>(end * w));
+    b.columns.emplace(name, std::move(part));
+  }
+  return b;
+}
+
+void average_over_ranks(Session& s, const std::vector<std::string>& names, Communicator& comm) {
+  std::vector<size_t> offsets;
+  std::vector<float> all;
+  for (const std::string& n : names) {
+    offsets.push_back(all.size());
+    if (s.type_of(n).dtype == DType::f32) {
+      const std::vector<std::byte> raw = s.get_raw(n);
+      const size_t at = all.size();
+      all.resize(at + raw.size() / sizeof(float));
+      std::memcpy(all.data() + at, raw.data(), raw.size());
+    } else {
+      const std::vector<float> v = s.get(n).to_f32();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+  }
+  offsets.push_back(all.size());
+  comm.all_reduce_sum(all);
+  const float scale = 1.0f / static_cast<float>(comm.size());
+  if (comm.size() > 1) {
+    for (float& v : all) v *= scale;
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    const auto* first = reinterpret_cast<const std::byte*>(all.data() + offsets[i]);
+    s.set_raw(names[i], DType::f32, {first, (offsets[i + 1] - offsets[i]) * sizeof(float)});
+  }
+}
+
+void broadcast_persistents(Session& s, Communicator& comm) {
+  if (comm.size() == 1) return;
+  std::vector<std::string> names = s.parameter_names();
+  for (const std::string& n : s.state_names()) names.push_back(n);
+  for (const std::string& n : names) {
+    std::vector<std::byte> bytes = s.get_raw(n);
+    comm.broadcast(bytes, 0);
+    if (comm.rank() != 0) s.set_raw(n, s.type_of(n).dtype, bytes);
+  }
+}
+
+}  // namespace mn::train

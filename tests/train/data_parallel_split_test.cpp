@@ -1,0 +1,258 @@
+// The data-parallel Trainer's own pieces, in one process: the step split at the gradients
+// (split_training_step) trains as add_training_step does, checkpoints of a split run resume
+// exactly (mid-accumulation too), and a global batch is cut into the ranks' shares. The ranks
+// themselves run under mpirun in tests/distributed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+
+#include <meganeura/distributed.h>
+#include <meganeura/nn.h>
+#include <meganeura/trainer.h>
+
+#include "support/scratch_dir.h"
+#include "train/data_parallel.h"
+
+namespace mn {
+namespace {
+
+constexpr int64_t kIn = 6, kClasses = 3, kBatch = 8;
+
+// A job of one process: every collective leaves its data as it is.
+class SoloCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string engine() const override { return "solo"; }
+  void all_reduce_sum(std::span<float>) override { ++calls; }
+  void all_reduce_sum(std::span<double>) override { ++calls; }
+  void broadcast(std::span<std::byte>, int) override { ++calls; }
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+  int calls = 0;
+};
+
+std::shared_ptr<TensorDataset> classes_data(int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> u(0, 1);
+  Array x({n, kIn}, DType::f32), y({n}, DType::i32);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < kIn; ++j) x.data[static_cast<size_t>(i * kIn + j)] = u(rng);
+    const double* row = x.data.data() + i * kIn;
+    y.data[static_cast<size_t>(i)] = static_cast<double>(std::max_element(row, row + 3) - row);
+  }
+  auto d = std::make_shared<TensorDataset>();
+  d->add("x", x);
+  d->add("y", y);
+  return d;
+}
+
+struct Model {
+  std::shared_ptr<nn::Sequential> net = std::make_shared<nn::Sequential>();
+  Graph g;
+  Tensor loss;
+  Model() {
+    net->push_back(std::make_shared<nn::Linear>(kIn, 8));
+    net->push_back(std::make_shared<nn::GELU>());
+    net->push_back(std::make_shared<nn::Linear>(8, kClasses));
+    net->seed(5);
+    const Tensor logits = net->forward(g.input("x", {kBatch, kIn}));
+    g.output("logits", logits);
+    loss = cross_entropy(logits, g.input("y", {kBatch}, DType::i32));
+  }
+};
+
+TrainerOptions run_options(const Optimizer& opt) {
+  TrainerOptions o;
+  o.progress = TrainerOptions::Progress::none;
+  o.optimizer = opt;
+  o.epochs = 2;
+  o.seed = 9;
+  o.metrics = {Metric::accuracy("logits", "y")};
+  return o;
+}
+
+std::map<std::string, std::vector<float>> weights(Session& s) {
+  std::map<std::string, std::vector<float>> out;
+  for (const std::string& n : s.parameter_names()) out[n] = s.get_f32(n);
+  return out;
+}
+
+void expect_near(const std::map<std::string, std::vector<float>>& a,
+                 const std::map<std::string, std::vector<float>>& b, double tol) {
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, va] : a) {
+    const std::vector<float>& vb = b.at(name);
+    ASSERT_EQ(va.size(), vb.size()) << name;
+    for (size_t i = 0; i < va.size(); ++i) {
+      ASSERT_NEAR(va[i], vb[i], tol * (1 + std::fabs(va[i]))) << name << "[" << i << "]";
+    }
+  }
+}
+
+struct Case {
+  const char* name;
+  Optimizer opt;
+};
+
+class SplitStep : public ::testing::TestWithParam<Case> {};
+
+// The same trajectory as the one-program step: parameters, losses and metrics.
+TEST_P(SplitStep, TrainsAsTheOneProgramStep) {
+  const auto data = classes_data(44, 1);  // 5.5 batches: a short last batch, padded
+  TrainHistory h_one, h_split;
+  std::map<std::string, std::vector<float>> w_one, w_split;
+  {
+    Model m;
+    TrainerOptions o = run_options(GetParam().opt);
+    o.pad_values = {{"y", -100}};
+    Trainer t(m.loss, o);
+    h_one = t.fit(data);
+    w_one = weights(t.session());
+  }
+  auto solo = std::make_shared<SoloCommunicator>();
+  {
+    Model m;
+    TrainerOptions o = run_options(GetParam().opt);
+    o.pad_values = {{"y", -100}};
+    o.communicator = solo;
+    Trainer t(m.loss, o);
+    EXPECT_EQ(t.session().program_names(), (std::vector<std::string>{"train", "update", "eval"}));
+    h_split = t.fit(data);
+    w_split = weights(t.session());
+  }
+  expect_near(w_one, w_split, 1e-6);
+  ASSERT_EQ(h_one.epochs.size(), h_split.epochs.size());
+  for (size_t e = 0; e < h_one.epochs.size(); ++e) {
+    EXPECT_NEAR(h_one.epochs[e].metrics.at("loss"), h_split.epochs[e].metrics.at("loss"), 1e-6);
+    EXPECT_EQ(h_one.epochs[e].metrics.at("accuracy"), h_split.epochs[e].metrics.at("accuracy"));
+  }
+  // Per step: the loss and metric sums; per update: the gradient sums. Once: the weights.
+  EXPECT_GT(solo->calls, 12);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Optimizers, SplitStep,
+    ::testing::Values(Case{"sgd_momentum", Optimizer::sgd({.lr = 0.1, .momentum = 0.9})},
+                      Case{"adamw_clipped", Optimizer::adamw({.lr = 0.02, .clip_grad_norm = 0.5})},
+                      Case{"adam_accumulate3", Optimizer::adam({.lr = 0.02, .accumulate = 3})},
+                      Case{"sgd_accumulate2_clipped",
+                           Optimizer::sgd({.lr = 0.1, .clip_grad_norm = 0.3, .accumulate = 2})}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// A split run stopped mid-accumulation and resumed (by the one-program trainer too: the
+// checkpoint is the same) ends where an unbroken run ends.
+TEST(SplitStepCheckpoint, ResumesMidAccumulationExactly) {
+  test::ScratchDir dir("dp-resume");
+  const auto data = classes_data(56, 2);  // 7 batches an epoch, updates every 2
+  const Optimizer opt = Optimizer::adam({.lr = 0.02, .accumulate = 2});
+  std::map<std::string, std::vector<float>> unbroken;
+  {
+    Model m;
+    Trainer t(m.loss, run_options(opt));
+    t.fit(data);
+    unbroken = weights(t.session());
+  }
+  auto solo = std::make_shared<SoloCommunicator>();
+  {
+    Model m;
+    TrainerOptions o = run_options(opt);
+    o.communicator = solo;
+    o.checkpoint = dir / "ckpt.safetensors";
+    o.max_steps = 7;  // one epoch: the 4th update is half accumulated
+    Trainer t(m.loss, o);
+    t.fit(data);
+  }
+  for (bool split : {true, false}) {
+    Model m;
+    TrainerOptions o = run_options(opt);
+    if (split) o.communicator = solo;
+    o.resume = dir / "ckpt.safetensors";
+    Trainer t(m.loss, o);
+    t.fit(data);
+    SCOPED_TRACE(split ? "resumed split" : "resumed in one program");
+    expect_near(unbroken, weights(t.session()), 1e-6);
+  }
+}
+
+// One micro-batch an update: the gradient sums are scratch, not part of the checkpoint, which
+// the one-program trainer resumes as its own.
+TEST(SplitStepCheckpoint, LeavesOutTheGradientsOfOneMicroBatch) {
+  test::ScratchDir dir("dp-ckpt");
+  const auto data = classes_data(32, 3);
+  auto solo = std::make_shared<SoloCommunicator>();
+  Model m;
+  TrainerOptions o = run_options(Optimizer::sgd({.lr = 0.1}));
+  o.communicator = solo;
+  o.checkpoint = dir / "ckpt.safetensors";
+  o.max_steps = 4;
+  Trainer t(m.loss, o);
+  t.fit(data);
+  const SafetensorsReader r(dir / "ckpt.safetensors");
+  for (const SafetensorsEntry& e : r.entries()) {
+    EXPECT_EQ(e.name.find("grad_accum"), std::string::npos) << e.name;
+  }
+  Model again;
+  TrainerOptions resumed = run_options(Optimizer::sgd({.lr = 0.1}));
+  resumed.resume = dir / "ckpt.safetensors";
+  Trainer one(again.loss, resumed);
+  EXPECT_NO_THROW(one.fit(data));
+}
+
+TEST(ShardBatch, CutsTheRanksRowsAndShortBatches) {
+  const auto data = classes_data(10, 4);
+  TensorLoader loader(data, {.batch_size = 6, .shuffle = false, .prefetch = 0});
+  const TensorBatch full = loader.next();
+  const TensorBatch r1 = train::shard_batch(full, 1, 3);
+  EXPECT_EQ(r1.rows, 3);
+  EXPECT_EQ(r1.indices, (std::vector<int64_t>{3, 4, 5}));
+  EXPECT_EQ(r1.columns.at("x").shape, (Shape{3, kIn}));
+  const std::vector<double> all = full.columns.at("x").to_array().data;
+  EXPECT_EQ(r1.columns.at("x").to_array().data,
+            std::vector<double>(all.begin() + 3 * kIn, all.end()));
+  const TensorBatch last = loader.next();  // rows 6..9
+  EXPECT_EQ(train::shard_batch(last, 0, 3).rows, 3);
+  EXPECT_EQ(train::shard_batch(last, 1, 3).rows, 1);
+  EXPECT_EQ(train::shard_batch(last, 1, 3).indices, (std::vector<int64_t>{9}));
+}
+
+// A short last batch that leaves a rank without a sample is refused before training.
+TEST(DataParallelTrainer, RefusesARankWithoutSamples) {
+  // Two ranks' worth of the communicator: only sizes are read before the error.
+  class Pair final : public Communicator {
+   public:
+    int rank() const override { return 0; }
+    int size() const override { return 2; }
+    std::string engine() const override { return "pair"; }
+    void all_reduce_sum(std::span<float>) override {}
+    void all_reduce_sum(std::span<double>) override {}
+    void broadcast(std::span<std::byte>, int) override {}
+    [[noreturn]] void abort(int code) override { std::exit(code); }
+  };
+  Model m;
+  TrainerOptions o = run_options(Optimizer::sgd({.lr = 0.1}));
+  o.communicator = std::make_shared<Pair>();
+  o.pad_values = {{"y", -100}};
+  Trainer t(m.loss, o);
+  try {
+    t.fit(classes_data(16 + 5, 5));  // steps of 16; the last holds 5, rank 1 would get none
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("leaves rank 1 of 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("drop_last"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Distributed, EngineNamesAndTimeouts) {
+  EXPECT_EQ(distributed_engine_from_name("mpi"), DistributedEngine::mpi);
+  EXPECT_EQ(distributed_engine_from_name("auto"), DistributedEngine::automatic);
+  EXPECT_THROW(distributed_engine_from_name("gloo"), Error);
+  EXPECT_EQ(connect_distributed({.engine = DistributedEngine::none}), nullptr);
+  EXPECT_THROW(connect_distributed({.engine = DistributedEngine::nccl}), Error);
+  EXPECT_THROW(connect_distributed({.engine = DistributedEngine::none, .timeout_seconds = -1}),
+               Error);
+}
+
+}  // namespace
+}  // namespace mn
