@@ -1,5 +1,6 @@
 #pragma once
-// Runs the `mn` command line as a user would, for tests of its exit codes and output.
+// Runs the `mn` command line (or any command) as a user would, for tests of its exit codes and
+// output.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,9 +17,9 @@ struct CommandResult {
   std::string err;  // standard error
 };
 
-// Runs `build/bin/mn <args>` through the shell (args are shell words: quote them) with
-// `stdin_text` on standard input. Standard error is captured through a temporary file.
-inline CommandResult run_mn(const std::string& args, const std::string& stdin_text = {}) {
+// Runs `command` through the shell with `stdin_text` on standard input. Standard error is
+// captured through a temporary file.
+inline CommandResult run_shell(const std::string& command_line, const std::string& stdin_text = {}) {
   char err_path[] = "/tmp/mn_test_stderr_XXXXXX";
   const int fd = mkstemp(err_path);
   if (fd >= 0) close(fd);
@@ -28,8 +29,7 @@ inline CommandResult run_mn(const std::string& args, const std::string& stdin_te
     if (write(in_fd, stdin_text.data(), stdin_text.size()) < 0) {}
     close(in_fd);
   }
-  const std::string command = std::string(MN_BINARY_DIR) + "/mn " + args + " <" + in_path +
-                              " 2>" + err_path;
+  const std::string command = command_line + " <" + in_path + " 2>" + err_path;
   CommandResult r;
   if (FILE* p = popen(command.c_str(), "r")) {
     std::array<char, 4096> buf;
@@ -47,6 +47,11 @@ inline CommandResult run_mn(const std::string& args, const std::string& stdin_te
   std::remove(err_path);
   std::remove(in_path);
   return r;
+}
+
+// Runs `build/bin/mn <args>` (args are shell words: quote them).
+inline CommandResult run_mn(const std::string& args, const std::string& stdin_text = {}) {
+  return run_shell(std::string(MN_BINARY_DIR) + "/mn " + args, stdin_text);
 }
 
 // A shell word holding `s` exactly.

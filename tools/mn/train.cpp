@@ -40,6 +40,7 @@ struct TrainArgs {
   bool json = false;
   bool check_numerics = false;
   std::string precision = "f32";
+  std::string distributed = "auto";
   // --model unet
   std::string sampler = "ddim";
   int64_t sampling_steps = 50;
@@ -113,6 +114,9 @@ void check_args(const TrainArgs& a, const CLI::App& cmd) {
   require(!given(cmd, "--limit") || a.limit >= 1, cmd, "--limit", "an integer >= 1");
   require(a.precision == "f32" || a.precision == "bf16" || a.precision == "f16", cmd, "--precision",
           "f32, bf16 or f16");
+  require(a.distributed == "auto" || a.distributed == "none" || a.distributed == "mpi" ||
+              a.distributed == "nccl",
+          cmd, "--distributed", "auto, none, mpi or nccl");
   const bool unet = a.model == "unet";
   for (const char* o : {"--sampler", "--sampling-steps", "--samples", "--sample-png"}) {
     require(unet || !given(cmd, o), cmd, o, "only with --model unet");
@@ -181,15 +185,50 @@ void run_train_unet(const TrainArgs& a, const CLI::App& cmd) {
   train_unet(std::move(run));
 }
 
+// The ranks of a data-parallel run (null: this process alone), and each rank's batch.
+std::shared_ptr<Communicator> connect(const TrainArgs& a, const CLI::App& cmd) {
+  auto comm = connect_distributed({.engine = distributed_engine_from_name(a.distributed)});
+  if (!comm) return nullptr;
+  require(a.model != "unet", cmd, "--distributed",
+          "none with --model unet, which trains on one process (launched by mpirun, give "
+          "--distributed none to train it on each)");
+  require(a.batch % comm->size() == 0, cmd, "--batch",
+          "a multiple of the " + std::to_string(comm->size()) +
+              " ranks (each trains on an equal share of every batch)");
+  return comm;
+}
+
+void train_classifier_run(const TrainArgs& a, const CLI::App& cmd,
+                          const std::shared_ptr<Communicator>& comm);
+
 void run_train(const TrainArgs& a, const CLI::App& cmd) {
   check_args(a, cmd);
+  std::shared_ptr<Communicator> comm = connect(a, cmd);
   if (a.model == "unet") return run_train_unet(a, cmd);
+  if (!comm || comm->size() == 1) return train_classifier_run(a, cmd, comm);
+  try {
+    train_classifier_run(a, cmd, comm);
+  } catch (const DistributedError& e) {  // names the rank itself
+    std::fprintf(stderr, "mn train: %s\n", e.what());
+    comm->abort(1);
+  } catch (const std::exception& e) {
+    // The other ranks would wait for this one in their next all-reduce until their timeout:
+    // the error ends the whole job now.
+    std::fprintf(stderr, "mn train: rank %d of %d: %s\n", comm->rank(), comm->size(), e.what());
+    comm->abort(1);
+  }
+}
+
+void train_classifier_run(const TrainArgs& a, const CLI::App& cmd,
+                          const std::shared_ptr<Communicator>& comm) {
+  const bool lead = !comm || comm->rank() == 0;  // prints and writes
   // An unwritable checkpoint fails before minutes of loading and training.
   if (!a.save.empty()) data::AtomicFile::check_destination(a.save);
   TrainOptions o;
   o.model.kind = model_from_name(a.model);
-  o.model.batch = a.batch;
+  o.model.batch = comm ? a.batch / comm->size() : a.batch;
   o.model.seed = a.seed;
+  o.communicator = comm;
   o.epochs = a.epochs;
   // Defaults measured on Fashion-MNIST: Adam at 1e-3 for the MLP (0.844 after one epoch), 2e-3
   // for the CNN (0.894 after two; 1e-3 reached 0.874).
@@ -209,14 +248,20 @@ void run_train(const TrainArgs& a, const CLI::App& cmd) {
   auto test = std::make_shared<Dataset>(load_fashion_mnist(Split::test, layout, a.data, limit));
   check_run(a, cmd, (train->size() + a.batch - 1) / a.batch);  // short batches kept
   const bool terminal = isatty(fileno(stderr)) != 0;
-  o.on_progress = [terminal](const TrainOptions::Progress& p) {
-    print_progress(p, terminal, false);
-  };
-  std::fprintf(
-      stderr, "training %s on Fashion-MNIST (%lld train, %lld test), %s lr %g, batch %lld\n",
-      a.model.c_str(), static_cast<long long>(train->size()), static_cast<long long>(test->size()),
-      a.optimizer.c_str(), o.optimizer.lr, static_cast<long long>(a.batch));
+  if (lead) {
+    o.on_progress = [terminal](const TrainOptions::Progress& p) {
+      print_progress(p, terminal, false);
+    };
+    std::fprintf(
+        stderr, "training %s on Fashion-MNIST (%lld train, %lld test), %s lr %g, batch %lld%s\n",
+        a.model.c_str(), static_cast<long long>(train->size()),
+        static_cast<long long>(test->size()), a.optimizer.c_str(), o.optimizer.lr,
+        static_cast<long long>(a.batch),
+        comm ? (" over " + std::to_string(comm->size()) + " ranks (" + comm->engine() + ")").c_str()
+             : "");
+  }
   TrainResult r = train_classifier(train, test, o);
+  if (!lead) return;
   if (a.json) {
     nlohmann::json j = {{"model", a.model},
                         {"test_accuracy", r.test_accuracy},
@@ -226,7 +271,8 @@ void run_train(const TrainArgs& a, const CLI::App& cmd) {
                         {"steps", r.steps},
                         {"seconds", r.seconds},
                         {"samples_per_second", r.samples_per_second},
-                        {"device", r.device}};
+                        {"device", r.device},
+                        {"ranks", comm ? comm->size() : 1}};
     std::cout << j.dump() << std::endl;
   } else {
     std::printf(
@@ -274,6 +320,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--check-numerics", a->check_numerics,
                 "after every step, name the first graph node that produced a NaN or Inf "
                 "(slow; also $MN_CHECK_NUMERICS=1)");
+  cmd->add_option("--distributed", a->distributed,
+                  "data-parallel engine: auto (MPI when launched by mpirun), mpi, nccl or none; "
+                  "--batch is then all ranks' batch together")
+      ->capture_default_str();
   cmd->add_option("--sampler", a->sampler, "unet: ddim or ddpm")->capture_default_str();
   cmd->add_option("--sampling-steps", a->sampling_steps, "unet: denoising steps of the sampler")
       ->capture_default_str();

@@ -1,0 +1,152 @@
+// `mpirun -np N mn train`: N ranks on lavapipe train the parameters that one process with the
+// whole batch trains (MLP and CNN, 2 and 3 ranks), a checkpoint of 2 ranks resumes on 1, and a
+// rank that fails or stops ends the job with an error naming it instead of a hang.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+#include <meganeura/data.h>
+
+#include "support/run_command.h"
+#include "support/scratch_dir.h"
+
+namespace mn {
+namespace {
+
+using test::CommandResult;
+
+std::string mn_binary() { return std::string(MN_BINARY_DIR) + "/mn"; }
+
+// Open MPI refuses root unless told; ranks outnumber CI's cores.
+std::string mpirun(int ranks) {
+  std::string env = geteuid() == 0 ? "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " : "";
+  return env + "mpirun --oversubscribe -np " + std::to_string(ranks) + " ";
+}
+
+bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+
+#define REQUIRE_MPIRUN() \
+  ASSERT_TRUE(have_mpirun()) << "mpirun is missing: install Debian's openmpi-bin (scripts/setup.sh)"
+
+// Every parameter of two checkpoints within `tol` × (1 + |value|).
+void expect_same_parameters(const std::filesystem::path& a, const std::filesystem::path& b,
+                            double tol) {
+  const SafetensorsReader ra(a), rb(b);
+  ASSERT_EQ(ra.entries().size(), rb.entries().size());
+  int compared = 0;
+  for (const SafetensorsEntry& e : ra.entries()) {
+    ASSERT_TRUE(rb.contains(e.name)) << e.name;
+    const Array x = ra.array(e.name), y = rb.array(e.name);
+    ASSERT_EQ(x.shape, y.shape) << e.name;
+    if (e.name.find('/') != std::string::npos) continue;  // optimizer state: follows the weights
+    for (size_t i = 0; i < x.data.size(); ++i) {
+      ASSERT_NEAR(x.data[i], y.data[i], tol * (1 + std::fabs(x.data[i])))
+          << e.name << "[" << i << "]";
+    }
+    ++compared;
+  }
+  EXPECT_GE(compared, 4);
+}
+
+struct JobCase {
+  const char* name;
+  const char* args;  // mn train's, without --save
+  int ranks;
+  double tol;
+};
+
+class MpiTraining : public ::testing::TestWithParam<JobCase> {};
+
+TEST_P(MpiTraining, RanksTrainWhatOneProcessTrains) {
+  REQUIRE_MPIRUN();
+  const JobCase& r = GetParam();
+  test::ScratchDir dir("mpi-train");
+  const std::string one = dir.path() / "one.safetensors", many = dir.path() / "many.safetensors";
+  const CommandResult single =
+      test::run_mn(std::string("train ") + r.args + " --distributed none --json --save " + one);
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  const CommandResult job = test::run_shell(mpirun(r.ranks) + mn_binary() + " train " + r.args +
+                                            " --json --save " + many);
+  ASSERT_EQ(job.exit_code, 0) << job.err << job.out;
+  // Rank 0 alone prints the summary, which names the ranks.
+  EXPECT_NE(job.out.find("\"ranks\":" + std::to_string(r.ranks)), std::string::npos) << job.out;
+  EXPECT_EQ(job.err.find("over " + std::to_string(r.ranks) + " ranks (mpi)"),
+            job.err.rfind("over " + std::to_string(r.ranks) + " ranks (mpi)"))
+      << "printed by more than one rank:\n" << job.err;
+  expect_same_parameters(one, many, r.tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, MpiTraining,
+    ::testing::Values(
+        JobCase{"mlp_sgd_2", "--model mlp --optimizer sgd --limit 512 --batch 64 --epochs 1", 2, 1e-6},
+        // Adam divides by the gradients' scale: sums in another order move small elements more.
+        JobCase{"mlp_adam_3_accumulate2",
+            "--model mlp --limit 576 --batch 96 --epochs 1 --accumulate 2", 3, 5e-5},
+        JobCase{"cnn_sgd_2", "--model cnn --optimizer sgd --limit 256 --batch 64 --epochs 1", 2,
+            1e-6}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// A checkpoint saved by 2 ranks half-way through an accumulated update, resumed by 1 process,
+// ends where one process running the whole way ends.
+TEST(MpiTrainingResume, TwoRanksThenOne) {
+  REQUIRE_MPIRUN();
+  test::ScratchDir dir("mpi-resume");
+  // 9 batches an epoch, updates every 2: the epoch's checkpoint holds half an update.
+  const std::string args = " --model mlp --optimizer sgd --limit 576 --batch 64 --accumulate 2";
+  const std::string half = dir.path() / "half.safetensors",
+                    resumed = dir.path() / "resumed.safetensors",
+                    whole = dir.path() / "whole.safetensors";
+  const CommandResult a = test::run_shell(mpirun(2) + mn_binary() + " train" + args +
+                                          " --epochs 1 --save " + half);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  const CommandResult b = test::run_mn("train" + args + " --epochs 2 --distributed none --resume " +
+                                       half + " --save " + resumed);
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  const CommandResult c =
+      test::run_mn("train" + args + " --epochs 2 --distributed none --save " + whole);
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  expect_same_parameters(whole, resumed, 1e-6);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Rank 1 fails after the job started (its data is missing): its error ends every rank at once,
+// long before the collectives' timeout.
+TEST(MpiTrainingFailure, AFailedRankEndsTheJob) {
+  REQUIRE_MPIRUN();
+  const auto t0 = std::chrono::steady_clock::now();
+  const CommandResult r = test::run_shell(
+      "MN_DISTRIBUTED_TIMEOUT=300 " + mpirun(2) + "sh -c '" + mn_binary() +
+      " train --limit 256 --epochs 1 $( [ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && echo --data "
+      "/nonexistent-fashion-mnist )'");
+  const std::string said = r.out + r.err;
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(said.find("rank 1 of 2"), std::string::npos) << said;
+  EXPECT_NE(said.find("nonexistent-fashion-mnist"), std::string::npos) << said;
+  EXPECT_LT(seconds_since(t0), 120);
+}
+
+// Rank 1 stops taking part (its data ends after 4 of rank 0's 8 steps and it leaves): rank 0's
+// next all-reduce times out with an error naming the collective, and the job ends.
+TEST(MpiTrainingFailure, ARankThatStopsTimesTheOthersOut) {
+  REQUIRE_MPIRUN();
+  const auto t0 = std::chrono::steady_clock::now();
+  const CommandResult r = test::run_shell(
+      "MN_DISTRIBUTED_TIMEOUT=5 " + mpirun(2) + "sh -c '" + mn_binary() +
+      " train --epochs 1 --limit $( [ \"$OMPI_COMM_WORLD_RANK\" = 1 ] && echo 256 || echo 512 )'");
+  const std::string said = r.out + r.err;
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(said.find("rank 0 of 2: the all-reduce"), std::string::npos) << said;
+  EXPECT_NE(said.find("did not complete within 5 s"), std::string::npos) << said;
+  EXPECT_LT(seconds_since(t0), 120);
+}
+
+}  // namespace
+}  // namespace mn
