@@ -21,8 +21,10 @@ for arg in "$@"; do
     # PyTorch on the CPU and numpy give reference values that we did not compute ourselves.
     # pytest runs the Python package's tests.
     # libonnx-testdata: the ONNX backend suite's node tests (tests/onnx).
+    # openmpi-bin: mpirun and Open MPI's library for the data-parallel tests (tests/distributed);
+    # the library loads it at run time only.
     --tests) packages+=(python3 python3-torch python3-torchvision python3-numpy python3-pytest
-      libonnx-testdata python3-sympy python3-protobuf)
+      libonnx-testdata python3-sympy python3-protobuf openmpi-bin)
       tests=1 ;;
     --clang) packages+=(clang libclang-rt-14-dev) ;;
     --no-build) build=0 ;;
