@@ -232,10 +232,6 @@ void build_pipelines(Session::Impl& impl, const plan::PlanOptions& po) {
   }
 }
 
-// Outputs up to this size are read straight from a mapped arena even where its reads are
-// uncached (a decoding step's sampled ids): a few bus round trips cost less than a copy.
-constexpr uint64_t kDirectReadBytes = 4096;
-
 // Host-side staging for inputs (where the host cannot write the arena) and for the outputs read
 // back every step (where it cannot read the arena, or reads it uncached: a discrete GPU's BAR,
 // where reading Whisper's 2.3 MB of hidden states took ~40 ms against ~1 for a copy).
@@ -255,7 +251,7 @@ void build_staging(vk::Device& dev, Program& p, const SessionProgram& spec,
     if (spec.read_back &&
         std::find(spec.read_back->begin(), spec.read_back->end(), name) == spec.read_back->end())
       continue;
-    if (arena.host_mapped() && p.buffer_of(id).bytes <= kDirectReadBytes) continue;
+    if (arena.host_mapped() && p.buffer_of(id).bytes <= vk::Arena::kDirectReadBytes) continue;
     p.readback_offset[name] = down_bytes;
     down_bytes += (p.buffer_of(id).bytes + 15) / 16 * 16;
   }

@@ -72,6 +72,9 @@ class Arena {
   // integrated GPUs). A discrete GPU's BAR is written fast (write-combined) but read a bus
   // round trip at a time: megabytes take tens of milliseconds, so reads go through a copy.
   bool host_reads_cached() const { return host_mapped_ && reads_cached_; }
+  // Reads up to this size go through a mapping even where its reads are uncached (a decoding
+  // step's sampled ids): a few bus round trips cost less than a copy's submission and wait.
+  static constexpr uint64_t kDirectReadBytes = 4096;
   uint64_t id() const { return id_; }
 
   // Whether [offset, offset+size) may be bound (see the placement rule above).
@@ -86,7 +89,8 @@ class Arena {
   uint32_t descriptor_count(const Range& r) const;
 
   // Host access for setup and tests: through the mapping when host_mapped() (reads: when
-  // host_reads_cached()), else through a temporary staging buffer and a one-off submission.
+  // host_reads_cached() or at most kDirectReadBytes), else through a temporary staging buffer
+  // and a one-off submission.
   // Steps record their own copies instead.
   void write(uint64_t offset, std::span<const std::byte> bytes);
   void read(uint64_t offset, std::span<std::byte> bytes) const;
