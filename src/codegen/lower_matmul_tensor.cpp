@@ -25,8 +25,11 @@ namespace {
 // / 259: t128x128k32 232 / 263 / 283, t128x256k32u4 249 / 291 / 318. Slower, and so not
 // offered: K steps of 64 (with or without 2 per iteration), of 16 with 8 per iteration,
 // 128×256 with 1 step per iteration, 128×128 with 4, and 256×128 with 4.
-// t64x64k32 serves bf16 products too small to fill the device with the larger tiles.
-constexpr std::array<TensorTile, 3> kTiles{{
+// t64x64k32 and the smaller tiles serve bf16 products too small to fill the device with the
+// larger tiles (a prompt's 512 × 576 projections: 72 tiles of 64 × 64 for 132 multiprocessors).
+constexpr std::array<TensorTile, 5> kTiles{{
+    {"t32x32k32", 32, 32, 32, 1, 32, true},
+    {"t32x64k32", 32, 64, 32, 1, 64, true},
     {"t64x64k32", 64, 64, 32, 1, 64, true},
     {"t128x128k32", 128, 128, 32, 1, 128},
     {"t128x256k32u4", 128, 256, 32, 4, 256},

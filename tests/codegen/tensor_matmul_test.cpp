@@ -136,28 +136,36 @@ TEST(TensorMatmul, EpilogueAndBatchesCompileAndValidate) {
 
 TEST(TensorMatmul, SmallGridsSplitK) {
   const DeviceTraits t = tensor_traits();  // 132 multiprocessors
-  // 256×576 in 64×64 tiles: 36 workgroups; 4 splits of K = 576 (18 steps) fill the device.
+  // With the 64×64 tile, 256×576 is 36 workgroups; 4 splits of K = 576 (18 steps) fill the
+  // device.
+  DeviceTraits t64 = t;
+  t64.coop_tensor_tile = "t64x64k32";
   auto qo = matmul_node({256, 576}, {576, 576}, false, false, DType::bf16);
-  EXPECT_EQ(qo->lower(t).launches.back().name, "matmul_tensor_t64x64k32_split4");
+  EXPECT_EQ(qo->lower(t64).launches.back().name, "matmul_tensor_t64x64k32_split4");
   // K = 256 (8 steps): at most 2 splits of 4 steps.
   auto dw = matmul_node({256, 256}, {256, 576}, false, false, DType::bf16);
-  EXPECT_EQ(dw->lower(t).launches.back().name, "matmul_tensor_t64x64k32_split2");
-  // A grid that fills more than half the device is not split; neither is a short K.
+  EXPECT_EQ(dw->lower(t64).launches.back().name, "matmul_tensor_t64x64k32_split2");
+  // Chosen freely, the smaller tiles fill the device instead (144 workgroups of 32×32).
+  EXPECT_EQ(qo->lower(t).launches.back().name, "matmul_tensor_t32x32k32");
+  EXPECT_EQ(dw->lower(t).launches.back().name, "matmul_tensor_t32x32k32");
+  // A grid that fills the device is not split, and takes the largest tile that fills it
+  // (576×576: 162 workgroups of 32×64, 81 of 64×64); neither is a short K.
   auto wide = matmul_node({576, 256}, {256, 576}, false, false, DType::bf16);
-  EXPECT_EQ(wide->lower(t).launches.back().name, "matmul_tensor_t64x64k32");
+  EXPECT_EQ(wide->lower(t).launches.back().name, "matmul_tensor_t32x64k32");
   auto short_k = matmul_node({256, 96}, {96, 1024}, false, false, DType::bf16);
-  EXPECT_EQ(short_k->lower(t).launches.back().name, "matmul_tensor_t64x64k32");
+  EXPECT_EQ(short_k->lower(t).launches.back().name, "matmul_tensor_t32x32k32");
   // Attention's products per head (256×256×64, 9 heads): small one by one, not as a batch.
   auto scores = matmul_node({9, 256, 64}, {9, 256, 64}, false, true, DType::bf16);
-  EXPECT_EQ(scores->lower(t).launches.back().name.rfind("matmul_tensor_t64x64k32", 0), 0u)
+  EXPECT_EQ(scores->lower(t).launches.back().name.rfind("matmul_tensor_t", 0), 0u)
       << scores->lower(t).launches.back().name;
-  // Few outputs over a long K: the key/value projections (256 × 192, K = 576).
+  // Few outputs over a long K: the key/value projections (256 × 192, K = 576): 48 workgroups
+  // of 32×32, 3 splits.
   auto kv = matmul_node({256, 576}, {192, 576}, false, true, DType::bf16);
-  EXPECT_EQ(kv->lower(t).launches.back().name, "matmul_tensor_t64x64k32_split4");
+  EXPECT_EQ(kv->lower(t).launches.back().name, "matmul_tensor_t32x32k32_split3");
   // Never, when told so.
   DeviceTraits never = t;
   never.coop_tensor_split_k = 1;
-  EXPECT_EQ(qo->lower(never).launches.back().name, "matmul_tensor_t64x64k32");
+  EXPECT_EQ(kv->lower(never).launches.back().name, "matmul_tensor_t32x32k32");
 }
 
 TEST(TensorMatmul, ChosenOnlyWithTensorAddressingForF16Operands) {
@@ -184,13 +192,13 @@ TEST(TensorMatmul, ChosenOnlyWithTensorAddressingForF16Operands) {
 }
 
 TEST(TensorMatmul, Bf16ProductsNeedBf16MatricesAndTakeSmallTiles) {
-  // 512×1024: no tile fills the device; bf16 has no other tensor-core kernel and takes the
-  // tile with most workgroups.
+  // 512×1024: no large tile fills the device; bf16 has no other tensor-core kernel and takes
+  // the largest of the small tiles that does (256 workgroups of 32×64).
   auto mm = matmul_node({512, 576}, {1024, 576}, false, true, DType::bf16);
   DeviceTraits t = tensor_traits();
   const auto ctx = mm->ctx(t);
   EXPECT_EQ(tensor_matmul_rejection(ctx, geometry(ctx), 1), "");
-  EXPECT_EQ(mm->lower(t).launches.back().name, "matmul_tensor_t64x64k32");
+  EXPECT_EQ(mm->lower(t).launches.back().name, "matmul_tensor_t32x64k32");
   const auto spirv = compile_or_skip(mm->lower(t).launches.back());
   if (!spirv.empty()) EXPECT_EQ(test::spirv_val_errors(spirv), "");
   // Without bf16 matrices, the scalar kernel.

@@ -68,6 +68,7 @@ TEST(MemoryBreakdown, SplitKPartialsAreWorkspace) {
   po.device = codegen::testing::h200_wg_traits();
   po.device.coop_tensor = true;
   po.device.coop_wg_bf16_granularity = po.device.coop_wg_granularity;
+  po.device.coop_tensor_tile = "t64x64k32";  // 36 tiles: split in 4
   const plan::StepPlan p = plan::make_step_plan(g, po);
   ASSERT_EQ(p.launches.size(), 1u);
   EXPECT_EQ(p.launches[0].kernel.name, "matmul_tensor_t64x64k32_split4");
