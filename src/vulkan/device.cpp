@@ -87,7 +87,32 @@ uint32_t select_device(const std::vector<DeviceCapabilities>& devices, std::stri
     if (!best || type_rank(d.device_type) < type_rank(best->device_type)) best = &d;
   }
   if (!best) no_match(devices, "no usable Vulkan device (meganeura needs Vulkan 1.2 and compute)");
+  // One process per device on a node of several: the process's local rank picks among the
+  // devices of the preferred kind, in index order.
+  if (const std::optional<int> local = local_rank()) {
+    std::vector<uint32_t> peers;
+    for (const auto& d : devices) {
+      if (d.usable && d.device_type == best->device_type) peers.push_back(d.index);
+    }
+    return peers[static_cast<size_t>(*local) % peers.size()];
+  }
   return best->index;
+}
+
+std::optional<int> local_rank() {
+  // Open MPI, MPICH/Hydra, Slurm, and PyTorch's launchers.
+  for (const char* var :
+       {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", "LOCAL_RANK"}) {
+    const char* v = std::getenv(var);
+    if (!v || !*v) continue;
+    char* end = nullptr;
+    const long r = std::strtol(v, &end, 10);
+    if (*end != '\0' || r < 0 || r > 1 << 20) {
+      throw DeviceError(std::string(var) + " is '" + v + "', expected a local rank (0, 1, ...)");
+    }
+    return static_cast<int>(r);
+  }
+  return std::nullopt;
 }
 
 Device::Device(const DeviceOptions& options) {

@@ -22,16 +22,23 @@ class PipelineCache;
 
 struct DeviceOptions {
   // A device index or a case-insensitive substring of its name; unset: $MN_DEVICE, and if that
-  // is unset too, the first discrete GPU, else integrated, else virtual, else CPU (lavapipe).
+  // is unset too, the first discrete GPU, else integrated, else virtual, else CPU (lavapipe);
+  // in a multi-process job, the local rank's device of that kind (select_device).
   std::optional<std::string> selector;
   std::optional<bool> validation;                  // unset: $MN_VALIDATION
   std::optional<std::filesystem::path> cache_dir;  // unset: default_cache_dir()
   bool persistent_pipeline_cache = true;
 };
 
-// Picks from `devices` as DeviceOptions::selector describes (empty: by type preference).
+// Picks from `devices` as DeviceOptions::selector describes (empty: by type preference, and
+// in a process of a multi-process job, local_rank() modulo the devices of the preferred type).
 // No usable match: mn::DeviceError listing every device.
 uint32_t select_device(const std::vector<DeviceCapabilities>& devices, std::string_view selector);
+
+// This process's rank among the job's processes on this node, when a launcher says it
+// (OMPI_COMM_WORLD_LOCAL_RANK, MPI_LOCALRANKID, SLURM_LOCALID, LOCAL_RANK); a value that is
+// not a rank is an mn::DeviceError naming the variable.
+std::optional<int> local_rank();
 
 // One line per device: "0: NVIDIA H200 (discrete, NVIDIA, Vulkan 1.4.312)".
 std::string describe_devices(const std::vector<DeviceCapabilities>& devices);

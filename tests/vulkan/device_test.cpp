@@ -44,6 +44,34 @@ TEST(DeviceSelection, PrefersDiscreteThenIntegratedThenCpu) {
   EXPECT_EQ(select_device(cpu_only, ""), 0u);
 }
 
+// One process per GPU: the local rank of a multi-process job picks among the devices of the
+// preferred kind; a selector still wins.
+TEST(DeviceSelection, LocalRankPicksItsOwnDevice) {
+  const std::vector<DeviceCapabilities> node = {
+      fake(0, "llvmpipe (LLVM 15.0.6, 256 bits)", VK_PHYSICAL_DEVICE_TYPE_CPU),
+      fake(1, "NVIDIA H200", VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU),
+      fake(2, "Old Radeon", VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, false),
+      fake(3, "NVIDIA H200", VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU),
+  };
+  {
+    const mn::testing::ScopedEnv rank("OMPI_COMM_WORLD_LOCAL_RANK", "1");
+    EXPECT_EQ(select_device(node, ""), 3u);
+    EXPECT_EQ(select_device(node, "0"), 0u);
+  }
+  {
+    const mn::testing::ScopedEnv rank("LOCAL_RANK", "2");  // more ranks than GPUs: shared
+    EXPECT_EQ(select_device(node, ""), 1u);
+    EXPECT_EQ(select_device({node[0]}, ""), 0u);
+  }
+  const mn::testing::ScopedEnv bad("SLURM_LOCALID", "first");
+  try {
+    select_device(node, "");
+    FAIL() << "no error";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("SLURM_LOCALID is 'first'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(DeviceSelection, ByIndexOrNameSubstring) {
   EXPECT_EQ(select_device(kMachine, "0"), 0u);
   EXPECT_EQ(select_device(kMachine, "1"), 1u);
