@@ -13,6 +13,7 @@
 
 #include <meganeura/array.h>
 #include <meganeura/causal_lm.h>
+#include <meganeura/distributed.h>
 #include <meganeura/hf.h>
 #include <meganeura/optimizer.h>
 #include <meganeura/train.h>
@@ -92,6 +93,12 @@ struct FinetuneOptions {
     double loss = 0, lr = 0, tokens_per_second = 0, seconds = 0;
   };
   std::function<void(const Progress&)> on_progress;
+  // Data-parallel over the ranks (docs/distributed.md): `batch` is each rank's micro-batch, a
+  // micro-batch of the data is batch × ranks examples (rank r taking the r-th share), the
+  // gradients are averaged over the ranks before every update, losses and token rates are the
+  // ranks'. Rank 0 writes checkpoints and `save`; a checkpoint resumes with any number of ranks
+  // whose micro-batches add up to the same.
+  std::shared_ptr<Communicator> communicator;
 };
 
 struct FinetuneResult {

@@ -146,7 +146,12 @@ struct SplitTrainingStep {
   std::unique_ptr<Graph> update;
   Tensor grad_norm;  // of `update`, when clipping
 };
-SplitTrainingStep split_training_step(Tensor loss, const Optimizer& opt);
+// `parameters`: those to train (default: every parameter of the graph). `weighted`: the loss
+// graph takes a scalar input "grad_weight" that multiplies the gradients before they enter the
+// sums (a rank's share of a loss averaged over the whole batch: its own count of what the loss
+// averages over, times the ranks, over the batch's count).
+SplitTrainingStep split_training_step(Tensor loss, const Optimizer& opt,
+                                      std::vector<Tensor> parameters = {}, bool weighted = false);
 
 // Keeps the step counter of a training session and sets its scalar inputs before every step:
 // the learning rate from the optimizer's lr and schedule, the update count and Adam's bias

@@ -132,7 +132,8 @@ std::vector<std::pair<std::string, std::string>> resume_fields(const FinetuneOpt
       {"lora_alpha", o.lora.enabled() ? number(o.lora.alpha) : "-"},
       {"lora_targets", o.lora.enabled() ? targets : "-"},
       {"seq", std::to_string(o.sequence)},
-      {"batch", std::to_string(o.batch)},
+      // The data's micro-batch: every rank's together.
+      {"batch", std::to_string(o.batch * (o.communicator ? o.communicator->size() : 1))},
       {"accumulate", std::to_string(o.optimizer.accumulate)},
       {"dtype", dtype_name(o.dtype)},
       {"seed", std::to_string(o.seed)},

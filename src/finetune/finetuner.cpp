@@ -1,9 +1,12 @@
 // The fine-tuning loop: a causal LM with its loss and optimizer update in one session, fed
 // shuffled batches of token examples; checkpoints hold what exact resume needs (the trained
-// parameters, the optimizer state, the update count and the data position).
+// parameters, the optimizer state, the update count and the data position). Data-parallel
+// (a communicator), the session runs the backward pass ("train") and the update ("update")
+// as two programs, the ranks averaging the gradients between them.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <set>
 
 #include <meganeura/error.h>
 #include <meganeura/finetune.h>
@@ -11,6 +14,7 @@
 #include <meganeura/tokenizer.h>
 
 #include "finetune/finetune_checks.h"
+#include "train/data_parallel.h"
 
 namespace mn {
 
@@ -30,9 +34,16 @@ struct Finetuner::Impl {
   ExamplePosition pos;
   std::vector<int64_t> order;  // of pos.epoch
   int64_t order_epoch = -1;
-  int64_t tokens = 0;  // trained tokens fed so far by this object
+  int64_t tokens = 0;  // trained tokens fed so far by this object (every rank's)
+  // Data-parallel: the ranks, the step's split, the tensors checkpoints leave out.
+  std::shared_ptr<Communicator> comm;
+  SplitTrainingStep split;
+  std::set<std::string> transient;
 
-  explicit Impl(FinetuneOptions options) : o(std::move(options)) {
+  int ranks() const { return comm ? comm->size() : 1; }
+  int rank() const { return comm ? comm->rank() : 0; }
+
+  explicit Impl(FinetuneOptions options) : o(std::move(options)), comm(o.communicator) {
     finetune::check_options(o);
     model = load_hf_model(o.model_dir);
     const Tokenizer tok = Tokenizer::from_dir(o.model_dir);
@@ -40,7 +51,8 @@ struct Finetuner::Impl {
                           : load_text_examples(o.text, tok, o.sequence);
     check_vocabulary();
     build();
-    const int64_t batches = (data.count() + o.batch - 1) / o.batch;
+    const int64_t rows = o.batch * ranks();  // a micro-batch of the data
+    const int64_t batches = (data.count() + rows - 1) / rows;
     total =
         o.steps > 0 ? o.steps : std::max<int64_t>(1, o.epochs * batches / o.optimizer.accumulate);
     if (!o.resume.empty()) resume(o.resume);
@@ -74,26 +86,43 @@ struct Finetuner::Impl {
         if (is_lora_parameter(lm.graph->node(id).name)) params.push_back(lm.graph->tensor(id));
       }
     }
-    add_training_step(lm.loss, o.optimizer, params);
     SessionOptions so;
     so.device = o.device;
     // The base weights come from the model's files; adapters keep their initializers.
     for (const ParameterSpec& p : lm_parameters(model.config)) so.preset.insert(p.name);
-    session = build_session(*lm.graph, so);
+    if (comm) {
+      // The loss is a mean over trained tokens: each rank's gradient is weighted by its share
+      // of them, so the ranks' mean is the gradient of the whole micro-batch's mean.
+      split = split_training_step(lm.loss, o.optimizer, params, /*weighted=*/true);
+      if (o.optimizer.accumulate == 1) {
+        transient.insert(split.gradient_sums.begin(), split.gradient_sums.end());
+      }
+      session = build_session(
+          {{"train", lm.graph.get(), std::vector<std::string>{"loss"}},
+           {"update", split.update.get(), std::vector<std::string>{}}},
+          so);
+    } else {
+      add_training_step(lm.loss, o.optimizer, params);
+      session = build_session(*lm.graph, so);
+    }
     load_weights(*session, model);
+    // Every rank from rank 0's adapters (the base weights are the files').
+    if (comm) train::broadcast_persistents(*session, *comm);
     for (const std::string& n : session->parameter_names()) {
       if (!o.lora.enabled() || is_lora_parameter(n)) trained.push_back(n);
     }
-    inputs = session->input_names();
+    inputs = session->input_names(session->program_names().front());
   }
 
   bool has_input(const std::string& name) const {
     return std::find(inputs.begin(), inputs.end(), name) != inputs.end();
   }
 
-  // The next micro-batch: examples in the epoch's order; the epoch's last batch is completed
-  // with ignored rows (padding labels) rather than examples of the next epoch.
-  void next_batch(std::vector<int32_t>& ids, std::vector<int32_t>& labels) {
+  // This rank's share of the next micro-batch: examples in the epoch's order (the micro-batch
+  // of the data is every rank's share together); the epoch's last batch is completed with
+  // ignored rows (padding labels) rather than examples of the next epoch. Returns each rank's
+  // trained tokens.
+  std::vector<int64_t> next_batch(std::vector<int32_t>& ids, std::vector<int32_t>& labels) {
     const auto L = static_cast<size_t>(o.sequence);
     ids.assign(static_cast<size_t>(o.batch) * L, data.input_ids[0]);
     labels.assign(ids.size(), kIgnoreLabel);
@@ -101,20 +130,25 @@ struct Finetuner::Impl {
       order = epoch_order(data.count(), o.seed, pos.epoch);
       order_epoch = pos.epoch;
     }
-    for (int64_t row = 0; row < o.batch && pos.index < data.count(); ++row, ++pos.index) {
+    const int64_t first = rank() * o.batch;  // this rank's rows of the micro-batch
+    std::vector<int64_t> counts(static_cast<size_t>(ranks()), 0);
+    for (int64_t row = 0; row < o.batch * ranks() && pos.index < data.count();
+         ++row, ++pos.index) {
       const auto src = static_cast<size_t>(order[static_cast<size_t>(pos.index)]) * L;
-      std::copy_n(data.input_ids.begin() + static_cast<std::ptrdiff_t>(src), L,
-                  ids.begin() + static_cast<std::ptrdiff_t>(row * L));
-      std::copy_n(data.labels.begin() + static_cast<std::ptrdiff_t>(src), L,
-                  labels.begin() + static_cast<std::ptrdiff_t>(row * L));
+      counts[static_cast<size_t>(row / o.batch)] += trained_tokens(&data.labels[src], o.sequence);
+      if (row < first || row >= first + o.batch) continue;
+      const auto at = static_cast<std::ptrdiff_t>((row - first) * static_cast<int64_t>(L));
+      std::copy_n(data.input_ids.begin() + static_cast<std::ptrdiff_t>(src), L, ids.begin() + at);
+      std::copy_n(data.labels.begin() + static_cast<std::ptrdiff_t>(src), L, labels.begin() + at);
     }
     if (pos.index >= data.count()) pos = {pos.epoch + 1, 0};
+    return counts;
   }
 
-  static int64_t trained_tokens(const std::vector<int32_t>& labels, int64_t sequence) {
+  // Tokens of one example whose label is trained (the first position predicts nothing).
+  static int64_t trained_tokens(const int32_t* labels, int64_t sequence) {
     int64_t n = 0;
-    for (size_t i = 0; i < labels.size(); ++i)
-      n += labels[i] != kIgnoreLabel && static_cast<int64_t>(i) % sequence != 0;
+    for (int64_t i = 1; i < sequence; ++i) n += labels[i] != kIgnoreLabel;
     return n;
   }
 
@@ -124,10 +158,23 @@ struct Finetuner::Impl {
     std::vector<int32_t> ids, labels;
     double loss = 0;
     for (int micro = 0; micro < k; ++micro) {
-      next_batch(ids, labels);
-      tokens += trained_tokens(labels, o.sequence);
+      const std::vector<int64_t> counts = next_batch(ids, labels);
+      int64_t all = 0;
+      for (int64_t c : counts) all += c;
+      tokens += all;
       session->set("input_ids", ids);
       session->set("labels", labels);
+      if (comm) {
+        // Every rank reads the whole micro-batch's counts: no communication for the weights.
+        const double own = static_cast<double>(counts[static_cast<size_t>(rank())]);
+        const double share = all > 0 ? own * ranks() / static_cast<double>(all) : 1.0;
+        session->set("train", "grad_weight", Array::scalar(share));
+        session->step("train");
+        // A rank without trained tokens has a NaN mean and no gradient: it adds nothing.
+        const double mean = session->get("train", "loss").data[0];
+        loss += own > 0 ? mean * share : 0.0;
+        continue;
+      }
       for (const auto& [name, value] : step_scalars(o.optimizer, lr, global_step + 1)) {
         if (has_input(name)) session->set_scalar(name, value);
       }
@@ -136,14 +183,28 @@ struct Finetuner::Impl {
       session->step();
       loss += session->get("loss").data[0];
     }
+    if (comm) {
+      // The micro-batches' losses (weighted means: their sum over the ranks is the whole
+      // micro-batch's mean) and the ranks' mean gradients, then the update every rank makes.
+      std::vector<double> sums = {loss};
+      comm->all_reduce_sum(sums);
+      loss = sums[0] / ranks();
+      train::average_over_ranks(*session, split.gradient_sums, *comm);
+      for (const auto& [name, value] : step_scalars(o.optimizer, lr, global_step + 1))
+        session->set("update", name, Array::scalar(value));
+      session->step("update");
+    }
     ++global_step;
     return loss / k;
   }
 
   void save_checkpoint(const fs::path& file) const {
+    if (rank() != 0) return;  // every rank holds the same tensors
     std::map<std::string, Array> arrays;
     for (const std::string& n : trained) arrays[n] = session->get(n);
-    for (const std::string& n : session->state_names()) arrays[n] = session->get(n);
+    for (const std::string& n : session->state_names()) {
+      if (!transient.count(n)) arrays[n] = session->get(n);
+    }
     std::map<std::string, std::string> meta;
     for (const auto& [key, value] : finetune::resume_fields(o, model.config, data))
       meta[key] = value;
@@ -158,7 +219,9 @@ struct Finetuner::Impl {
     const auto& meta = reader.metadata();
     finetune::check_resume_fields(file, meta, finetune::resume_fields(o, model.config, data));
     std::vector<std::string> names = trained;
-    for (const std::string& n : session->state_names()) names.push_back(n);
+    for (const std::string& n : session->state_names()) {
+      if (!transient.count(n)) names.push_back(n);
+    }
     for (const std::string& n : names) {
       if (!reader.contains(n))
         throw FormatError(file.string() + ": checkpoint lacks tensor '" + n + "'");
@@ -170,6 +233,7 @@ struct Finetuner::Impl {
   }
 
   void save(const fs::path& dir) const {
+    if (rank() != 0) return;
     if (!o.lora.enabled()) {
       save_hf_model(dir, *session, model.config, saving());
       return;

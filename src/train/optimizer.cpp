@@ -246,17 +246,23 @@ TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Te
   return out;
 }
 
-SplitTrainingStep split_training_step(Tensor loss, const Optimizer& opt) {
+SplitTrainingStep split_training_step(Tensor loss, const Optimizer& opt,
+                                      std::vector<Tensor> parameters, bool weighted) {
   Graph& g = loss.graph();
   if (loss.numel() != 1) {
     throw ShapeError("split_training_step: the loss must have one element, got " +
                      loss.type().str());
   }
   opt.validate("split_training_step");
-  std::vector<Tensor> parameters;
-  for (NodeId id : g.parameters()) parameters.push_back(g.tensor(id));
+  if (parameters.empty()) {
+    for (NodeId id : g.parameters()) parameters.push_back(g.tensor(id));
+  }
   if (parameters.empty()) throw Error("split_training_step: the graph has no parameters");
-  const std::vector<Tensor> grads = gradients(loss, parameters);
+  std::vector<Tensor> grads = gradients(loss, parameters);
+  if (weighted) {
+    const Tensor w = g.input("grad_weight", {});
+    for (Tensor& gr : grads) gr = gr * (gr.dtype() == DType::f32 ? w : cast(w, gr.dtype()));
+  }
 
   SplitTrainingStep out;
   out.loss = loss;

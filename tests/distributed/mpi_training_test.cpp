@@ -1,6 +1,7 @@
-// `mpirun -np N mn train`: N ranks on lavapipe train the parameters that one process with the
-// whole batch trains (MLP and CNN, 2 and 3 ranks), a checkpoint of 2 ranks resumes on 1, and a
-// rank that fails or stops ends the job with an error naming it instead of a hang.
+// `mpirun -np N mn train` and `mn finetune`: N ranks on lavapipe train the parameters that one
+// process with the whole batch trains (MLP and CNN, 2 and 3 ranks; a Llama fully and a Qwen3's
+// LoRA adapters), a checkpoint of 2 ranks resumes on 1, and a rank that fails or stops ends the
+// job with an error naming it instead of a hang.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 
 #include <meganeura/data.h>
 
+#include "finetune/finetune_support.h"
 #include "support/run_command.h"
 #include "support/scratch_dir.h"
 
@@ -111,6 +113,72 @@ TEST(MpiTrainingResume, TwoRanksThenOne) {
       test::run_mn("train" + args + " --epochs 2 --distributed none --save " + whole);
   ASSERT_EQ(c.exit_code, 0) << c.err;
   expect_same_parameters(whole, resumed, 1e-6);
+}
+
+// Fine-tuning a Hugging Face model: 2 ranks, each with half of every micro-batch, against 1
+// process with all of it.
+struct FinetuneCase {
+  const char* name;
+  const char* model;
+  const char* args;
+  const char* weights;  // the saved file compared
+  double tol;
+};
+
+class MpiFinetune : public ::testing::TestWithParam<FinetuneCase> {};
+
+TEST_P(MpiFinetune, RanksTrainWhatOneProcessTrains) {
+  REQUIRE_MPIRUN();
+  const FinetuneCase& c = GetParam();
+  test::ScratchDir dir("mpi-finetune");
+  const auto text = dir.write("t.txt", testing::training_text());
+  const std::string args = " " + testing::lm_fixture(c.model).string() + " --text " +
+                           text.string() + " --seq 16 " + c.args;
+  const std::string one = dir.path() / "one", many = dir.path() / "many";
+  const CommandResult single =
+      test::run_mn("finetune" + args + " --distributed none --save " + one);
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  const CommandResult job = test::run_shell(mpirun(2) + mn_binary() + " finetune" + args +
+                                            " --json --save " + many);
+  ASSERT_EQ(job.exit_code, 0) << job.err << job.out;
+  EXPECT_NE(job.out.find("\"ranks\":2"), std::string::npos) << job.out;
+  expect_same_parameters(dir.path() / "one" / c.weights, dir.path() / "many" / c.weights, c.tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, MpiFinetune,
+    ::testing::Values(FinetuneCase{"llama_full", "llama_tied", "--batch 4 --steps 3 --lr 1e-3",
+                                   "model.safetensors", 5e-5},
+                      // 24 examples in micro-batches of 10: the last leaves rank 1 none.
+                      FinetuneCase{"llama_sgd_short_last_batch", "llama_tied",
+                                   "--batch 10 --epochs 1 --optimizer sgd --lr 0.5",
+                                   "model.safetensors", 1e-5},
+                      // SGD: a wrong scale of the averaged gradients shows (Adam hides it).
+                      FinetuneCase{"qwen3_lora_sgd_accumulate2", "qwen3_tiny",
+                                   "--batch 4 --steps 3 --optimizer sgd --lr 0.5 --lora-rank 4 "
+                                   "--accumulate 2",
+                                   "adapter_model.safetensors", 1e-6}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// Two updates on 2 ranks, a checkpoint, two more on 1 process: where 4 on 1 process end.
+TEST(MpiFinetuneResume, TwoRanksThenOne) {
+  REQUIRE_MPIRUN();
+  test::ScratchDir dir("mpi-finetune-resume");
+  const auto text = dir.write("t.txt", testing::training_text());
+  const std::string args = " " + testing::lm_fixture("llama_tied").string() + " --text " +
+                           text.string() + " --seq 16 --batch 4 --lr 1e-3";
+  const std::string ck = dir.path() / "ck.safetensors";
+  const CommandResult first = test::run_shell(mpirun(2) + mn_binary() + " finetune" + args +
+                                              " --steps 2 --checkpoint " + ck);
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const CommandResult rest = test::run_mn("finetune" + args + " --steps 4 --distributed none --resume " +
+                                          ck + " --save " + (dir.path() / "resumed").string());
+  ASSERT_EQ(rest.exit_code, 0) << rest.err;
+  const CommandResult whole = test::run_mn("finetune" + args + " --steps 4 --distributed none --save " +
+                                           (dir.path() / "whole").string());
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  expect_same_parameters(dir.path() / "whole/model.safetensors",
+                         dir.path() / "resumed/model.safetensors", 5e-5);
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t) {

@@ -18,8 +18,10 @@ struct FinetuneArgs {
   FinetuneOptions o;
   std::string dtype = "f32";
   std::string schedule = "constant";
+  std::string optimizer = "adamw";
   std::optional<int64_t> lora_rank;
   std::string lora_targets;
+  std::string distributed = "auto";
   bool json = false;
 };
 
@@ -43,6 +45,7 @@ FinetuneOptions options_from(FinetuneArgs& a) {
   } else {
     throw Error("--dtype must be f32 or bf16, got '" + a.dtype + "'");
   }
+  o.optimizer.kind = optimizer_from_name(a.optimizer);
   o.optimizer.schedule.kind = schedule_from_name(a.schedule);
   if (a.lora_rank) {
     if (*a.lora_rank <= 0)
@@ -56,14 +59,52 @@ FinetuneOptions options_from(FinetuneArgs& a) {
   return o;
 }
 
+// The data-parallel ranks (null: this process alone); each takes --batch / ranks examples.
+void connect(FinetuneArgs& a, FinetuneOptions& o) {
+  o.communicator = connect_distributed({.engine = distributed_engine_from_name(a.distributed)});
+  if (!o.communicator) return;
+  const int ranks = o.communicator->size();
+  if (o.batch % ranks != 0) {
+    throw Error("--batch " + std::to_string(o.batch) + ": expected a multiple of the " +
+                std::to_string(ranks) + " ranks (each trains on an equal share of every batch)");
+  }
+  o.batch /= ranks;
+}
+
+void finetune_run(FinetuneArgs& a, FinetuneOptions o);
+
 void run_finetune(FinetuneArgs& a) {
   FinetuneOptions o = options_from(a);
-  o.on_progress = [](const FinetuneOptions::Progress& p) {
-    std::fprintf(stderr, "step %lld/%lld  loss %.4f  lr %.3g  %.0f tokens/s\n",
-                 static_cast<long long>(p.step), static_cast<long long>(p.steps), p.loss, p.lr,
-                 p.tokens_per_second);
-  };
+  connect(a, o);
+  const std::shared_ptr<Communicator> comm = o.communicator;
+  if (!comm || comm->size() == 1) return finetune_run(a, std::move(o));
+  try {
+    finetune_run(a, std::move(o));
+  } catch (const DistributedError& e) {  // names the rank itself
+    std::fprintf(stderr, "mn finetune: %s\n", e.what());
+    comm->abort(1);
+  } catch (const std::exception& e) {
+    // The other ranks would wait for this one until their timeout: the error ends the job.
+    std::fprintf(stderr, "mn finetune: rank %d of %d: %s\n", comm->rank(), comm->size(),
+                 e.what());
+    comm->abort(1);
+  }
+}
+
+void finetune_run(FinetuneArgs& a, FinetuneOptions o) {
+  const bool lead = !o.communicator || o.communicator->rank() == 0;  // prints
+  if (lead) {
+    o.on_progress = [](const FinetuneOptions::Progress& p) {
+      std::fprintf(stderr, "step %lld/%lld  loss %.4f  lr %.3g  %.0f tokens/s\n",
+                   static_cast<long long>(p.step), static_cast<long long>(p.steps), p.loss, p.lr,
+                   p.tokens_per_second);
+    };
+  }
   Finetuner tuner(o);
+  if (!lead) {
+    tuner.run();
+    return;
+  }
   const LmExamples& data = tuner.examples();
   std::fprintf(stderr, "%lld examples of %lld tokens, %lld steps\n",
                static_cast<long long>(data.count()), static_cast<long long>(data.sequence),
@@ -79,7 +120,8 @@ void run_finetune(FinetuneArgs& a) {
                               {"final_loss", r.final_loss},
                               {"tokens_per_second", r.tokens_per_second},
                               {"device", r.device},
-                              {"lora_rank", o.lora.rank}};
+                              {"lora_rank", o.lora.rank},
+                              {"ranks", o.communicator ? o.communicator->size() : 1}};
     std::printf("%s\n", j.dump().c_str());
   }
 }
@@ -104,7 +146,9 @@ void add_finetune_command(CLI::App& app) {
   cmd->add_option("--warmup", o.optimizer.schedule.warmup, "linear warm-up updates")
       ->capture_default_str();
   cmd->add_option("--schedule", a->schedule, "constant or cosine")->capture_default_str();
-  cmd->add_option("--weight-decay", o.optimizer.weight_decay, "AdamW decoupled weight decay")
+  cmd->add_option("--optimizer", a->optimizer, "adamw, adam or sgd")->capture_default_str();
+  cmd->add_option("--weight-decay", o.optimizer.weight_decay,
+                  "weight decay (AdamW: decoupled; Adam, SGD: an L2 penalty)")
       ->capture_default_str();
   cmd->add_option("--accumulate", o.optimizer.accumulate, "micro-batches per update")
       ->capture_default_str();
@@ -123,6 +167,10 @@ void add_finetune_command(CLI::App& app) {
   cmd->add_option("--device", o.device, "device index or name part (see mn devices)");
   cmd->add_option("--seed", o.seed, "data order and adapter initialization")->capture_default_str();
   cmd->add_flag("--json", a->json, "print one JSON summary as the last line");
+  cmd->add_option("--distributed", a->distributed,
+                  "data-parallel engine: auto (MPI when launched by mpirun), mpi, nccl or none; "
+                  "--batch is then all ranks' micro-batch together")
+      ->capture_default_str();
   cmd->callback([a] {
     if (a->o.text.empty() && a->o.jsonl.empty()) throw Error("mn finetune: give --text or --jsonl");
     run_finetune(*a);
