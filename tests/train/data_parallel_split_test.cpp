@@ -13,12 +13,14 @@
 #include <meganeura/trainer.h>
 
 #include "support/scratch_dir.h"
+#include "train/classes_data.h"
 #include "train/data_parallel.h"
 
 namespace mn {
 namespace {
 
-constexpr int64_t kIn = 6, kClasses = 3, kBatch = 8;
+using test::classes_data;
+constexpr int64_t kIn = test::kClassesIn, kClasses = test::kClassesOut, kBatch = 8;
 
 // A job of one process: every collective leaves its data as it is.
 class SoloCommunicator final : public Communicator {
@@ -32,21 +34,6 @@ class SoloCommunicator final : public Communicator {
   [[noreturn]] void abort(int code) override { std::exit(code); }
   int calls = 0;
 };
-
-std::shared_ptr<TensorDataset> classes_data(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> u(0, 1);
-  Array x({n, kIn}, DType::f32), y({n}, DType::i32);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < kIn; ++j) x.data[static_cast<size_t>(i * kIn + j)] = u(rng);
-    const double* row = x.data.data() + i * kIn;
-    y.data[static_cast<size_t>(i)] = static_cast<double>(std::max_element(row, row + 3) - row);
-  }
-  auto d = std::make_shared<TensorDataset>();
-  d->add("x", x);
-  d->add("y", y);
-  return d;
-}
 
 struct Model {
   std::shared_ptr<nn::Sequential> net = std::make_shared<nn::Sequential>();

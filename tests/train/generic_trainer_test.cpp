@@ -13,27 +13,13 @@
 #include <meganeura/trainer.h>
 
 #include "support/scratch_dir.h"
+#include "train/classes_data.h"
 
 namespace mn {
 namespace {
 
-constexpr int64_t kIn = 6, kClasses = 3;
-
-// Samples whose class is the largest of the first three features (learnable by a linear model).
-std::shared_ptr<TensorDataset> classes_data(int64_t n, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<double> u(0, 1);
-  Array x({n, kIn}, DType::f32), y({n}, DType::i32);
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t j = 0; j < kIn; ++j) x.data[static_cast<size_t>(i * kIn + j)] = u(rng);
-    const double* row = x.data.data() + i * kIn;
-    y.data[static_cast<size_t>(i)] = static_cast<double>(std::max_element(row, row + 3) - row);
-  }
-  auto d = std::make_shared<TensorDataset>();
-  d->add("x", x);
-  d->add("y", y);
-  return d;
-}
+using test::classes_data;
+constexpr int64_t kIn = test::kClassesIn, kClasses = test::kClassesOut;
 
 // A two-layer classifier over x [batch, kIn] and y [batch], outputs "logits"; returns its loss.
 struct Model {
@@ -283,7 +269,7 @@ TEST(Trainer, RefusalsNameWhatIsWrong) {
 
   Model m(3);
   Trainer t(m.loss, adamw_run());
-  expect_error([&] { t.fit(data); }, {"last batch holds 1 of the graph's 3", "drop_last"});
+  expect_error([&] { t.fit(data); }, {"last batch holds 1 of the 3 samples of a step", "drop_last"});
   auto renamed = std::make_shared<TensorDataset>();
   renamed->add("inputs", data->column("x"));
   renamed->add("y", data->column("y"));
