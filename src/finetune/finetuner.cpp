@@ -94,9 +94,7 @@ struct Finetuner::Impl {
       // The loss is a mean over trained tokens: each rank's gradient is weighted by its share
       // of them, so the ranks' mean is the gradient of the whole micro-batch's mean.
       split = split_training_step(lm.loss, o.optimizer, params, /*weighted=*/true);
-      if (o.optimizer.accumulate == 1) {
-        transient.insert(split.gradient_sums.begin(), split.gradient_sums.end());
-      }
+      transient = train::transient_sums(split, o.optimizer);
       session = build_session(
           {{"train", lm.graph.get(), std::vector<std::string>{"loss"}},
            {"update", split.update.get(), std::vector<std::string>{}}},
@@ -189,10 +187,7 @@ struct Finetuner::Impl {
       std::vector<double> sums = {loss};
       comm->all_reduce_sum(sums);
       loss = sums[0] / ranks();
-      train::average_over_ranks(*session, split.gradient_sums, *comm);
-      for (const auto& [name, value] : step_scalars(o.optimizer, lr, global_step + 1))
-        session->set("update", name, Array::scalar(value));
-      session->step("update");
+      train::update_over_ranks(*session, split, o.optimizer, lr, global_step + 1, *comm);
     }
     ++global_step;
     return loss / k;

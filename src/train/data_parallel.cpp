@@ -53,6 +53,20 @@ void average_over_ranks(Session& s, const std::vector<std::string>& names, Commu
   }
 }
 
+std::set<std::string> transient_sums(const SplitTrainingStep& split, const Optimizer& opt) {
+  if (opt.accumulate > 1) return {};
+  return {split.gradient_sums.begin(), split.gradient_sums.end()};
+}
+
+void update_over_ranks(Session& s, const SplitTrainingStep& split, const Optimizer& opt,
+                       double lr, int64_t update, Communicator& comm) {
+  average_over_ranks(s, split.gradient_sums, comm);
+  for (const auto& [name, value] : step_scalars(opt, lr, update)) {
+    s.set("update", name, Array::scalar(value));
+  }
+  s.step("update");
+}
+
 void broadcast_persistents(Session& s, Communicator& comm) {
   if (comm.size() == 1) return;
   std::vector<std::string> names = s.parameter_names();

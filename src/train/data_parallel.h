@@ -2,10 +2,12 @@
 // The host side of data-parallel training (the Trainer's, with a Communicator): each rank's
 // rows of a global batch, the gradient sums averaged over the ranks between the step's two
 // programs (split_training_step), and rank 0's tensors on every rank.
+#include <set>
 #include <string>
 #include <vector>
 
 #include <meganeura/distributed.h>
+#include <meganeura/optimizer.h>
 #include <meganeura/session.h>
 #include <meganeura/tensor_data.h>
 
@@ -18,6 +20,15 @@ TensorBatch shard_batch(const TensorBatch& global, int rank, int64_t rows);
 // Every named tensor of `s` replaced by its mean over the ranks: one all-reduce of them all,
 // summed in f32 whatever they store.
 void average_over_ranks(Session& s, const std::vector<std::string>& names, Communicator& comm);
+
+// The gradient sums that checkpoints leave out: with one micro-batch an update they hold the
+// last gradients, nothing a resumed run needs (and what a one-process run's file lacks).
+std::set<std::string> transient_sums(const SplitTrainingStep& split, const Optimizer& opt);
+
+// The update of a split step: the gradient sums averaged over the ranks, then the "update"
+// program as update `update` (1-based) at learning rate `lr`.
+void update_over_ranks(Session& s, const SplitTrainingStep& split, const Optimizer& opt,
+                       double lr, int64_t update, Communicator& comm);
 
 // Rank 0's parameters and states in every rank's session: the ranks start from one set of
 // weights whichever way each rank made or loaded its own.

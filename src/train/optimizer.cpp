@@ -126,7 +126,7 @@ StepScalars step_scalar_inputs(Graph& g, const Optimizer& opt, bool gated) {
 }
 
 // Keeps `old` unless this micro-batch applies the update.
-Tensor gated(const Optimizer& opt, const StepScalars& s, Tensor updated, Tensor old) {
+Tensor gated(const StepScalars& s, Tensor updated, Tensor old) {
   return s.apply.valid() ? where(s.apply, updated, old) : updated;
 }
 
@@ -144,7 +144,7 @@ void update_parameter(Graph& g, const Optimizer& opt, const StepScalars& s, Tens
         Tensor buf = g.state(name + "/momentum", p.shape());
         Tensor first = eq(s.step, g.scalar(1.0));
         Tensor buf_new = where(first, gf, buf * opt.momentum + gf * (1.0 - opt.dampening));
-        g.assign(buf, gated(opt, s, buf_new, buf));
+        g.assign(buf, gated(s, buf_new, buf));
         gf = opt.nesterov ? gf + buf_new * opt.momentum : buf_new;
       }
       next = pf - s.lr * gf;
@@ -161,8 +161,8 @@ void update_parameter(Graph& g, const Optimizer& opt, const StepScalars& s, Tens
       Tensor v = g.state(name + "/exp_avg_sq", p.shape());
       Tensor m_new = m * opt.beta1 + gf * (1.0 - opt.beta1);
       Tensor v_new = v * opt.beta2 + gf * gf * (1.0 - opt.beta2);
-      g.assign(m, gated(opt, s, m_new, m));
-      g.assign(v, gated(opt, s, v_new, v));
+      g.assign(m, gated(s, m_new, m));
+      g.assign(v, gated(s, v_new, v));
       // lr / bc1 and sqrt(bc2) are scalars: computed once, not per element.
       Tensor step_size = s.lr / s.bias_correction1;
       next = pf - step_size * m_new / (sqrt(v_new) / sqrt(s.bias_correction2) + opt.eps);
@@ -170,7 +170,7 @@ void update_parameter(Graph& g, const Optimizer& opt, const StepScalars& s, Tens
     }
   }
   if (dt != DType::f32) next = cast(next, dt);
-  g.assign(p, gated(opt, s, next, p));
+  g.assign(p, gated(s, next, p));
 }
 
 // Clipping by the global norm (returned, when clipping) and every parameter's update.
@@ -192,6 +192,23 @@ Tensor clip_and_update(Graph& g, const Optimizer& opt, const StepScalars& s,
   return norm;
 }
 
+// The parameters a step trains (`parameters`, or every parameter of the loss's graph), after
+// checking the loss and the optimizer; errors start with `who`.
+std::vector<Tensor> trained_parameters(const char* who, Tensor loss, const Optimizer& opt,
+                                       std::vector<Tensor> parameters) {
+  if (loss.numel() != 1) {
+    throw ShapeError(std::string(who) + ": the loss must have one element, got " +
+                     loss.type().str());
+  }
+  opt.validate(who);
+  Graph& g = loss.graph();
+  if (parameters.empty()) {
+    for (NodeId id : g.parameters()) parameters.push_back(g.tensor(id));
+  }
+  if (parameters.empty()) throw Error(std::string(who) + ": the graph has no parameters");
+  return parameters;
+}
+
 }  // namespace
 
 std::map<std::string, double> step_scalars(const Optimizer& opt, double lr, int64_t step) {
@@ -209,14 +226,7 @@ std::map<std::string, double> step_scalars(const Optimizer& opt, double lr, int6
 TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Tensor> parameters,
                                bool output_gradients) {
   Graph& g = loss.graph();
-  if (loss.numel() != 1) {
-    throw ShapeError("add_training_step: the loss must have one element, got " + loss.type().str());
-  }
-  opt.validate("add_training_step");
-  if (parameters.empty()) {
-    for (NodeId id : g.parameters()) parameters.push_back(g.tensor(id));
-  }
-  if (parameters.empty()) throw Error("add_training_step: the graph has no parameters");
+  parameters = trained_parameters("add_training_step", loss, opt, std::move(parameters));
   TrainingStep out;
   out.loss = loss;
   out.parameters = parameters;
@@ -249,15 +259,7 @@ TrainingStep add_training_step(Tensor loss, const Optimizer& opt, std::vector<Te
 SplitTrainingStep split_training_step(Tensor loss, const Optimizer& opt,
                                       std::vector<Tensor> parameters, bool weighted) {
   Graph& g = loss.graph();
-  if (loss.numel() != 1) {
-    throw ShapeError("split_training_step: the loss must have one element, got " +
-                     loss.type().str());
-  }
-  opt.validate("split_training_step");
-  if (parameters.empty()) {
-    for (NodeId id : g.parameters()) parameters.push_back(g.tensor(id));
-  }
-  if (parameters.empty()) throw Error("split_training_step: the graph has no parameters");
+  parameters = trained_parameters("split_training_step", loss, opt, std::move(parameters));
   std::vector<Tensor> grads = gradients(loss, parameters);
   if (weighted) {
     const Tensor w = g.input("grad_weight", {});

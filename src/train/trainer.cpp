@@ -291,16 +291,6 @@ struct Trainer::Impl {
     }
   }
 
-  // Data-parallel: the gradient sums averaged over the ranks, then the update.
-  void update(const OptimizerStepper& stepper) {
-    train::average_over_ranks(*session, split.gradient_sums, *comm);
-    for (const auto& [name, value] :
-         step_scalars(o.optimizer, stepper.lr(), stepper.updates() + 1)) {
-      session->set("update", name, Array::scalar(value));
-    }
-    session->step("update");
-  }
-
   // The callbacks and the progress see `e`; a callback's stop ends the run after this event.
   void emit(TrainEvent& e, bool& stop) {
     e.stop = false;
@@ -332,10 +322,7 @@ Trainer::Trainer(Tensor loss, TrainerOptions options, const Graph* eval)
   m.comm = m.o.communicator;
   if (m.comm) {
     m.split = split_training_step(loss, m.o.optimizer);
-    // One micro-batch an update leaves the last gradients in the sums: nothing to keep.
-    if (m.o.optimizer.accumulate == 1) {
-      m.transient.insert(m.split.gradient_sums.begin(), m.split.gradient_sums.end());
-    }
+    m.transient = train::transient_sums(m.split, m.o.optimizer);
   } else {
     add_training_step(loss, m.o.optimizer);
   }
@@ -473,7 +460,10 @@ TrainHistory Trainer::fit(std::shared_ptr<const TensorDataset> train,
       m.measure(step_sums, metrics, b, m.train_batch, outputs);
       if (m.comm) {
         m.reduce_step(step_sums, e.loss);
-        if (stepper.applies_next()) m.update(stepper);
+        if (stepper.applies_next()) {
+          train::update_over_ranks(*m.session, m.split, o.optimizer, stepper.lr(),
+                                   stepper.updates() + 1, *m.comm);
+        }
       }
       stepper.advance();
       ++m.global_step;

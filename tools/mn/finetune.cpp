@@ -9,6 +9,7 @@
 #include <meganeura/finetune.h>
 
 #include "commands.h"
+#include "ranks.h"
 
 namespace mn::cli {
 
@@ -59,36 +60,14 @@ FinetuneOptions options_from(FinetuneArgs& a) {
   return o;
 }
 
-// The data-parallel ranks (null: this process alone); each takes --batch / ranks examples.
-void connect(FinetuneArgs& a, FinetuneOptions& o) {
-  o.communicator = connect_distributed({.engine = distributed_engine_from_name(a.distributed)});
-  if (!o.communicator) return;
-  const int ranks = o.communicator->size();
-  if (o.batch % ranks != 0) {
-    throw Error("--batch " + std::to_string(o.batch) + ": expected a multiple of the " +
-                std::to_string(ranks) + " ranks (each trains on an equal share of every batch)");
-  }
-  o.batch /= ranks;
-}
-
 void finetune_run(FinetuneArgs& a, FinetuneOptions o);
 
 void run_finetune(FinetuneArgs& a) {
   FinetuneOptions o = options_from(a);
-  connect(a, o);
-  const std::shared_ptr<Communicator> comm = o.communicator;
-  if (!comm || comm->size() == 1) return finetune_run(a, std::move(o));
-  try {
-    finetune_run(a, std::move(o));
-  } catch (const DistributedError& e) {  // names the rank itself
-    std::fprintf(stderr, "mn finetune: %s\n", e.what());
-    comm->abort(1);
-  } catch (const std::exception& e) {
-    // The other ranks would wait for this one until their timeout: the error ends the job.
-    std::fprintf(stderr, "mn finetune: rank %d of %d: %s\n", comm->rank(), comm->size(),
-                 e.what());
-    comm->abort(1);
-  }
+  // Each rank takes --batch / ranks examples of every micro-batch.
+  o.communicator = connect_ranks(a.distributed);
+  if (o.communicator) o.batch = rank_batch(o.batch, *o.communicator);
+  run_on_ranks("mn finetune", o.communicator, [&] { finetune_run(a, std::move(o)); });
 }
 
 void finetune_run(FinetuneArgs& a, FinetuneOptions o) {

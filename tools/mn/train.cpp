@@ -14,6 +14,7 @@
 #include <meganeura/train.h>
 
 #include "commands.h"
+#include "ranks.h"
 #include "data/atomic_file.h"
 #include "train_unet.h"
 
@@ -114,9 +115,6 @@ void check_args(const TrainArgs& a, const CLI::App& cmd) {
   require(!given(cmd, "--limit") || a.limit >= 1, cmd, "--limit", "an integer >= 1");
   require(a.precision == "f32" || a.precision == "bf16" || a.precision == "f16", cmd, "--precision",
           "f32, bf16 or f16");
-  require(a.distributed == "auto" || a.distributed == "none" || a.distributed == "mpi" ||
-              a.distributed == "nccl",
-          cmd, "--distributed", "auto, none, mpi or nccl");
   const bool unet = a.model == "unet";
   for (const char* o : {"--sampler", "--sampling-steps", "--samples", "--sample-png"}) {
     require(unet || !given(cmd, o), cmd, o, "only with --model unet");
@@ -185,38 +183,20 @@ void run_train_unet(const TrainArgs& a, const CLI::App& cmd) {
   train_unet(std::move(run));
 }
 
-// The ranks of a data-parallel run (null: this process alone), and each rank's batch.
-std::shared_ptr<Communicator> connect(const TrainArgs& a, const CLI::App& cmd) {
-  auto comm = connect_distributed({.engine = distributed_engine_from_name(a.distributed)});
-  if (!comm) return nullptr;
-  require(a.model != "unet", cmd, "--distributed",
-          "none with --model unet, which trains on one process (launched by mpirun, give "
-          "--distributed none to train it on each)");
-  require(a.batch % comm->size() == 0, cmd, "--batch",
-          "a multiple of the " + std::to_string(comm->size()) +
-              " ranks (each trains on an equal share of every batch)");
-  return comm;
-}
-
 void train_classifier_run(const TrainArgs& a, const CLI::App& cmd,
                           const std::shared_ptr<Communicator>& comm);
 
 void run_train(const TrainArgs& a, const CLI::App& cmd) {
   check_args(a, cmd);
-  std::shared_ptr<Communicator> comm = connect(a, cmd);
-  if (a.model == "unet") return run_train_unet(a, cmd);
-  if (!comm || comm->size() == 1) return train_classifier_run(a, cmd, comm);
-  try {
-    train_classifier_run(a, cmd, comm);
-  } catch (const DistributedError& e) {  // names the rank itself
-    std::fprintf(stderr, "mn train: %s\n", e.what());
-    comm->abort(1);
-  } catch (const std::exception& e) {
-    // The other ranks would wait for this one in their next all-reduce until their timeout:
-    // the error ends the whole job now.
-    std::fprintf(stderr, "mn train: rank %d of %d: %s\n", comm->rank(), comm->size(), e.what());
-    comm->abort(1);
+  std::shared_ptr<Communicator> comm = connect_ranks(a.distributed);
+  if (comm) {
+    require(a.model != "unet", cmd, "--distributed",
+            "none with --model unet, which trains on one process (launched by mpirun, give "
+            "--distributed none to train it on each)");
+    rank_batch(a.batch, *comm);
   }
+  if (a.model == "unet") return run_train_unet(a, cmd);
+  run_on_ranks("mn train", comm, [&] { train_classifier_run(a, cmd, comm); });
 }
 
 void train_classifier_run(const TrainArgs& a, const CLI::App& cmd,
@@ -226,7 +206,7 @@ void train_classifier_run(const TrainArgs& a, const CLI::App& cmd,
   if (!a.save.empty()) data::AtomicFile::check_destination(a.save);
   TrainOptions o;
   o.model.kind = model_from_name(a.model);
-  o.model.batch = comm ? a.batch / comm->size() : a.batch;
+  o.model.batch = comm ? rank_batch(a.batch, *comm) : a.batch;
   o.model.seed = a.seed;
   o.communicator = comm;
   o.epochs = a.epochs;
