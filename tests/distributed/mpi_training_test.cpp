@@ -216,5 +216,54 @@ TEST(MpiTrainingFailure, ARankThatStopsTimesTheOthersOut) {
   EXPECT_LT(seconds_since(t0), 120);
 }
 
+// Options and settings of a data-parallel run that cannot work: each an error naming it.
+TEST(DistributedCli, BadEnginesSettingsAndLibrariesAreNamed) {
+  test::ScratchDir dir("dist-cli");
+  const auto text = dir.write("t.txt", testing::training_text());
+  const std::string finetune =
+      "finetune " + testing::lm_fixture("llama_tied").string() + " --text " + text.string() +
+      " --seq 16 --steps 1 ";
+  struct Bad {
+    std::string command;  // after `mn`, with any environment before it
+    std::string expected;
+  };
+  const std::vector<Bad> cases = {
+      {"train --limit 64 --distributed bogus",
+       "--distributed bogus: expected auto, none, mpi or nccl"},
+      {finetune + "--distributed bogus", "--distributed bogus: expected auto, none, mpi or nccl"},
+      {finetune + "--optimizer lion", "unknown optimizer 'lion' (expected sgd, adam or adamw)"},
+      {"MN_MPI_LIBRARY=/nonexistent/libmpi.so.40 " + mn_binary() +
+           " train --limit 64 --distributed mpi",
+       "'/nonexistent/libmpi.so.40', which cannot be loaded"},
+      {"MN_DISTRIBUTED_TIMEOUT=soon " + mn_binary() + " train --limit 64",
+       "MN_DISTRIBUTED_TIMEOUT is 'soon', expected a positive number of seconds"},
+  };
+  for (const Bad& c : cases) {
+    const bool with_env = c.command.rfind("MN_", 0) == 0;
+    const CommandResult r = with_env ? test::run_shell(c.command) : test::run_mn(c.command);
+    EXPECT_NE(r.exit_code, 0) << c.command;
+    EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.command << "\n" << r.err;
+  }
+}
+
+// A batch the ranks cannot share, and a model that trains on one process only.
+TEST(MpiTrainingFailure, OptionsTheRanksCannotShareAreNamed) {
+  REQUIRE_MPIRUN();
+  test::ScratchDir dir("mpi-bad");
+  const auto text = dir.write("t.txt", testing::training_text());
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {" train --limit 64 --batch 63", "--batch 63: expected a multiple of the 2 ranks"},
+      {" train --model unet --limit 64", "--distributed"},
+      {" finetune " + testing::lm_fixture("llama_tied").string() + " --text " + text.string() +
+           " --seq 16 --steps 1 --batch 3",
+       "--batch 3: expected a multiple of the 2 ranks"},
+  };
+  for (const auto& [args, expected] : cases) {
+    const CommandResult r = test::run_shell(mpirun(2) + mn_binary() + args);
+    EXPECT_NE(r.exit_code, 0) << args;
+    EXPECT_NE((r.out + r.err).find(expected), std::string::npos) << args << "\n" << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace mn
