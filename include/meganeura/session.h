@@ -65,6 +65,10 @@ struct SessionOptions {
   // an mn::Error naming what fills it, before any device memory is allocated. Unset: no limit
   // but the device's; 0 is an error.
   std::optional<uint64_t> memory_budget_bytes;
+  // Device memory another API can import: the data-parallel trainers set it for the NCCL
+  // engine, which all-reduces gradients in place. An mn::DeviceError where the device cannot
+  // export memory (no VK_KHR_external_memory_fd).
+  bool exportable_memory = false;
 };
 
 // One program of a multi-program session.
@@ -181,6 +185,7 @@ class Session {
   const Graph& compiled_graph() const;
 
  private:
+  friend struct SessionAccess;  // the library's own parts (src/runtime/session_access.h)
   std::unique_ptr<Impl> impl_;
 };
 

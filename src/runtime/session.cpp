@@ -19,6 +19,7 @@
 #include "runtime/index_check.h"
 #include "runtime/numerics_check.h"
 #include "runtime/plan_options.h"
+#include "runtime/session_access.h"
 #include "vulkan/arena.h"
 #include "vulkan/buffer.h"
 #include "vulkan/device.h"
@@ -444,6 +445,7 @@ std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& specs,
 
   vk::ArenaOptions ao;
   ao.chunk_bytes = po.chunk_bytes;
+  ao.exportable = options.exportable_memory;
   // MN_MAP_ARENA=0: staging copies as on a discrete GPU without resizable BAR, wherever the
   // host could map the arena; MN_MAP_ARENA=write: mapped, but read through copies as a discrete
   // GPU's BAR is (tests of both paths on lavapipe).
@@ -738,5 +740,28 @@ double Session::step_gpu_ms(std::string_view program) const {
 }
 
 const Graph& Session::compiled_graph() const { return impl_->programs.front().plan.graph; }
+
+}  // namespace mn
+
+namespace mn {
+
+std::vector<ArenaSpan> SessionAccess::arena_spans(Session& s, std::string_view name) {
+  Session::Impl& impl = *s.impl_;
+  Program& p = impl.owner(name, "arena_spans");
+  auto it = p.plan.persistents.find(name);
+  if (it == p.plan.persistents.end()) {
+    throw Error("arena_spans: '" + std::string(name) + "' is not a parameter or state");
+  }
+  impl.finish_pending();
+  const Node& n = *p.find(name);
+  const uint64_t bytes = static_cast<uint64_t>(n.type.numel()) * dtype_size(n.type.dtype);
+  std::vector<ArenaSpan> spans;
+  for (const vk::RangePiece& piece : impl.arena->pieces(p.buffer_of(it->second).offset, bytes)) {
+    spans.push_back({&impl.arena->chunk(piece.chunk), piece.offset, piece.size});
+  }
+  return spans;
+}
+
+const vk::Device& SessionAccess::device(const Session& s) { return *s.impl_->device; }
 
 }  // namespace mn

@@ -73,7 +73,7 @@ Arena::Arena(Device& device, uint64_t bytes, ArenaOptions options)
     chunks_.clear();
     for (uint64_t start = 0; start < size_; start += chunk_bytes_) {
       const uint64_t n = std::min(chunk_bytes_, size_ - start);
-      chunks_.push_back(std::make_unique<Buffer>(device, n, kArenaUsage, kind));
+      chunks_.push_back(std::make_unique<Buffer>(device, n, kArenaUsage, kind, options.exportable));
     }
   };
   if (mappable) {

@@ -50,6 +50,8 @@ struct ArenaOptions {
   // Read a mapped arena through copies even where the mapping's reads are cached, as on a
   // discrete GPU's BAR (tests of that path on lavapipe).
   bool uncached_reads = false;
+  // Memory another API imports (Buffer::export_fd): NCCL's in-place all-reduce of gradients.
+  bool exportable = false;
 };
 
 class Arena {

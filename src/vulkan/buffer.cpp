@@ -35,10 +35,19 @@ uint64_t next_resource_id() {
   return counter.fetch_add(1);
 }
 
-Buffer::Buffer(Device& device, uint64_t bytes, VkBufferUsageFlags usage, MemoryKind kind)
-    : device_(device), size_(bytes), kind_(kind), id_(next_resource_id()) {
+Buffer::Buffer(Device& device, uint64_t bytes, VkBufferUsageFlags usage, MemoryKind kind,
+               bool exportable)
+    : device_(device), size_(bytes), kind_(kind), id_(next_resource_id()), exportable_(exportable) {
   if (bytes == 0) throw Error("cannot create an empty Vulkan buffer");
+  if (exportable && !device.capabilities().external_memory_fd) {
+    throw DeviceError("device '" + device.capabilities().name +
+                      "' cannot export memory to other APIs (no VK_KHR_external_memory_fd)");
+  }
+  constexpr auto kOpaqueFd = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
+  VkExternalMemoryBufferCreateInfo external{VK_STRUCTURE_TYPE_EXTERNAL_MEMORY_BUFFER_CREATE_INFO};
+  external.handleTypes = kOpaqueFd;
   VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+  if (exportable) info.pNext = &external;
   info.size = bytes;
   info.usage = usage;
   info.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
@@ -73,6 +82,16 @@ Buffer::Buffer(Device& device, uint64_t bytes, VkBufferUsageFlags usage, MemoryK
   allocation_size_ = req.size;
   alloc.allocationSize = req.size;
   alloc.memoryTypeIndex = type;
+  // Exported memory is a dedicated allocation: CUDA imports it as one
+  // (CUDA_EXTERNAL_MEMORY_DEDICATED), whatever the driver would otherwise require.
+  VkExportMemoryAllocateInfo export_info{VK_STRUCTURE_TYPE_EXPORT_MEMORY_ALLOCATE_INFO};
+  export_info.handleTypes = kOpaqueFd;
+  VkMemoryDedicatedAllocateInfo dedicated{VK_STRUCTURE_TYPE_MEMORY_DEDICATED_ALLOCATE_INFO};
+  dedicated.buffer = buffer_;
+  if (exportable) {
+    alloc.pNext = &export_info;
+    export_info.pNext = &dedicated;
+  }
   VkResult result = vkAllocateMemory(device.handle(), &alloc, nullptr, &memory_);
   if (result != VK_SUCCESS) {
     vkDestroyBuffer(device.handle(), buffer_, nullptr);
@@ -97,11 +116,24 @@ Buffer::Buffer(Device& device, uint64_t bytes, VkBufferUsageFlags usage, MemoryK
 }
 
 Buffer::~Buffer() {
+  for (auto& hook : destroy_hooks_) hook();
   count_live(&LiveObjects::buffers, -1);
   count_live(&LiveObjects::memory_bytes, -static_cast<int64_t>(allocation_size_));
   if (mapped_) vkUnmapMemory(device_.handle(), memory_);
   vkDestroyBuffer(device_.handle(), buffer_, nullptr);
   vkFreeMemory(device_.handle(), memory_, nullptr);
+}
+
+int Buffer::export_fd() const {
+  if (!exportable_) throw DeviceError("Buffer::export_fd: the buffer was not made exportable");
+  auto get_fd = reinterpret_cast<PFN_vkGetMemoryFdKHR>(device_.proc("vkGetMemoryFdKHR"));
+  if (!get_fd) throw DeviceError("the device has no vkGetMemoryFdKHR");
+  VkMemoryGetFdInfoKHR info{VK_STRUCTURE_TYPE_MEMORY_GET_FD_INFO_KHR};
+  info.memory = memory_;
+  info.handleType = VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT;
+  int fd = -1;
+  check(get_fd(device_.handle(), &info, &fd), "vkGetMemoryFdKHR");
+  return fd;
 }
 
 void Buffer::sync(uint64_t offset, uint64_t bytes, bool flush) const {

@@ -2,7 +2,9 @@
 // One VkBuffer with its own memory: staging buffers, and the pieces of an Arena.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
+#include <vector>
 
 #include <vulkan/vulkan.h>
 
@@ -20,7 +22,10 @@ enum class MemoryKind {
 class Buffer {
  public:
   // Throws mn::DeviceError if no memory type of this kind exists or allocation fails.
-  Buffer(Device& device, uint64_t bytes, VkBufferUsageFlags usage, MemoryKind kind);
+  // `exportable`: a dedicated allocation that export_fd() hands to another API (CUDA), or a
+  // DeviceError where the device has no VK_KHR_external_memory_fd.
+  Buffer(Device& device, uint64_t bytes, VkBufferUsageFlags usage, MemoryKind kind,
+         bool exportable = false);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -35,6 +40,16 @@ class Buffer {
   // Whether the host's reads of the mapping are cached (HOST_CACHED memory). A discrete GPU's
   // device-local memory mapped through the BAR is not: each read crosses the bus, uncached.
   bool host_cached() const { return cached_; }
+  // The allocation's size (at least size()): what an importing API maps.
+  uint64_t allocation_size() const { return allocation_size_; }
+  bool exportable() const { return exportable_; }
+  // A new file descriptor of the memory (VK_EXTERNAL_MEMORY_HANDLE_TYPE_OPAQUE_FD_BIT), owned
+  // by the caller until an importing API takes it; mn::DeviceError unless exportable().
+  int export_fd() const;
+  // Runs `hook` when the buffer is destroyed, before its memory is freed: an API that imported
+  // the memory lets go of it there.
+  void on_destroy(std::function<void()> hook) const { destroy_hooks_.push_back(std::move(hook)); }
+  Device& device() const { return device_; }
 
   // Host access through the mapping, with the flush/invalidate non-coherent memory needs.
   // Out-of-range access throws mn::Error.
@@ -54,6 +69,8 @@ class Buffer {
   std::byte* mapped_ = nullptr;
   bool coherent_ = true;
   bool cached_ = false;
+  bool exportable_ = false;
+  mutable std::vector<std::function<void()>> destroy_hooks_;
 };
 
 // Host-visible memory for uploads and readbacks; usable as copy source and destination.

@@ -289,6 +289,7 @@ DeviceCapabilities query_capabilities(VkInstance instance, VkPhysicalDevice devi
   caps.atomics.float_extension = extensions.has(VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME);
   caps.atomics.float2_extension = extensions.has(VK_EXT_SHADER_ATOMIC_FLOAT_2_EXTENSION_NAME);
   caps.has_nv_sm_builtins = extensions.has(VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME);
+  caps.external_memory_fd = extensions.has(VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME);
   const bool has_v13 = basic.apiVersion >= VK_API_VERSION_1_3;
   caps.pipeline_creation_feedback =
       has_v13 || extensions.has(VK_EXT_PIPELINE_CREATION_FEEDBACK_EXTENSION_NAME);
@@ -338,6 +339,7 @@ DeviceCapabilities query_capabilities(VkInstance instance, VkPhysicalDevice devi
   caps.cooperative_matrix.workgroup_scope_reserved_shared_bytes =
       cm2.cooperativeMatrixWorkgroupScopeReservedSharedMemory;
 
+  std::copy(std::begin(p11.deviceUUID), std::end(p11.deviceUUID), caps.device_uuid.begin());
   c.subgroup_size = p11.subgroupSize;
   const VkSubgroupFeatureFlags ops = (p11.subgroupSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT)
                                          ? p11.subgroupSupportedOperations

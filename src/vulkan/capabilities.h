@@ -51,6 +51,10 @@ struct DeviceCapabilities {
   std::string driver_name, driver_info, driver_version;
   VkDriverId driver_id = static_cast<VkDriverId>(0);
   std::array<uint8_t, VK_UUID_SIZE> pipeline_cache_uuid{};
+  // The device's identity across APIs: CUDA's cuDeviceGetUuid gives the same bytes.
+  std::array<uint8_t, VK_UUID_SIZE> device_uuid{};
+  // VK_KHR_external_memory_fd: memory exported as a file descriptor other APIs import.
+  bool external_memory_fd = false;
   bool usable = false;  // Vulkan 1.2 or later with a compute queue
   std::string unusable_reason;
 

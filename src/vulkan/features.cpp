@@ -27,6 +27,8 @@ std::vector<const char*> wanted_device_extensions(uint32_t api, const ExtensionL
       VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME,
       VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME,
       VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME,
+      // Arenas NCCL all-reduces in place (SessionOptions::exportable_memory).
+      VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME,
       // The specification requires enabling it wherever it is offered (MoltenVK).
       "VK_KHR_portability_subset"};
   if (api < VK_API_VERSION_1_3) {

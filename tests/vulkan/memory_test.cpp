@@ -1,4 +1,6 @@
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <meganeura/error.h>
 
@@ -52,6 +54,36 @@ TEST_F(Memory, ArenaChunksFollowTheStorageBufferLimit) {
 
   EXPECT_THROW(Arena(device(), 1024, ArenaOptions{ArenaOptions::HostAccess::automatic, 3000}),
                Error);
+}
+
+// Exportable arenas (the NCCL engine's in-place all-reduce): each chunk a dedicated allocation
+// whose file descriptor another API imports; the arena works as any other.
+TEST_F(Memory, ExportableArenaChunksGiveFileDescriptors) {
+  ArenaOptions options;
+  options.chunk_bytes = 1 * kMiB;
+  options.exportable = true;
+  if (!device().capabilities().external_memory_fd) {
+    EXPECT_THROW(Arena(device(), 2 * kMiB, options), DeviceError);
+    GTEST_SKIP() << "the device has no VK_KHR_external_memory_fd";
+  }
+  Arena arena(device(), 2 * kMiB + 64, options);
+  ASSERT_EQ(arena.chunk_count(), 3u);
+  for (uint32_t i = 0; i < arena.chunk_count(); ++i) {
+    const Buffer& chunk = arena.chunk(i);
+    EXPECT_TRUE(chunk.exportable());
+    EXPECT_GE(chunk.allocation_size(), chunk.size());
+    const int fd = chunk.export_fd();
+    ASSERT_GE(fd, 0);
+    EXPECT_EQ(fcntl(fd, F_GETFD) >= 0, true) << "not an open descriptor";
+    close(fd);
+  }
+  const std::vector<uint32_t> words = random_words(1000, 7);
+  arena.write(kMiB - 2000, bytes_of(words));
+  std::vector<uint32_t> back(1000);
+  arena.read(kMiB - 2000, writable_bytes_of(back));
+  EXPECT_EQ(back, words);
+  EXPECT_FALSE(Arena(device(), kMiB).chunk(0).exportable());
+  EXPECT_THROW(Arena(device(), kMiB).chunk(0).export_fd(), DeviceError);
 }
 
 TEST_F(Memory, DefaultChunkIsTheLargestBindablePowerOfTwo) {
