@@ -33,7 +33,7 @@ class Communicator {
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual std::string engine() const = 0;  // "mpi"
+  virtual std::string engine() const = 0;  // "mpi", "nccl"
   // Sums `values` over the processes in place; every process gets the same sums.
   virtual void all_reduce_sum(std::span<float> values) = 0;
   virtual void all_reduce_sum(std::span<double> values) = 0;
@@ -58,12 +58,21 @@ struct DistributedOptions {
 
 // Whether this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI).
 bool launched_by_mpi();
+// Whether it was started by environment, as PyTorch's launchers (torchrun) start processes:
+// WORLD_SIZE is set (with RANK, and MASTER_ADDR and MASTER_PORT for more than one rank).
+bool launched_by_env();
 
 // The job this process belongs to. `automatic`: MPI when an MPI launcher started the process,
-// else none. `none` (or automatic without a launcher): nullptr, training on this process alone.
+// NCCL when the environment did, else none. `none` (or automatic without a launcher): nullptr,
+// training on this process alone.
 // `mpi`: Open MPI's library (libmpi.so.40) loaded at run time, initialised once per process and
-// finalised at exit; started without a launcher it is a job of one. `nccl`: an mn::Error (not
-// in this build). A missing library is an mn::Error saying what to install.
+// finalised at exit; started without a launcher it is a job of one.
+// `nccl` (NVIDIA GPUs): the CUDA driver (libcuda.so.1) and NCCL (libnccl.so.2) loaded at run
+// time; the local rank's CUDA device, which must be the session's Vulkan device; gradients
+// averaged in place in the session's memory, exported to CUDA. Under mpirun MPI passes NCCL's id
+// around; started by environment rank 0 sends it over TCP (MASTER_ADDR:MASTER_PORT); started by
+// neither it is a job of one. A bad launch environment is an mn::Error naming the variable.
+// A missing library is an mn::Error saying what to install.
 std::shared_ptr<Communicator> connect_distributed(const DistributedOptions& options = {});
 
 }  // namespace mn

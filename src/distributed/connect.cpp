@@ -5,7 +5,9 @@
 
 #include <meganeura/distributed.h>
 
+#include "distributed/env_launch.h"
 #include "distributed/mpi_communicator.h"
+#include "distributed/nccl_communicator.h"
 
 namespace mn {
 
@@ -54,6 +56,8 @@ const char* distributed_engine_name(DistributedEngine e) {
   return "?";
 }
 
+bool launched_by_env() { return dist::launched_by_env(); }
+
 bool launched_by_mpi() {
   // Open MPI's mpirun, MPICH/Hydra and Slurm's PMI, PMIx.
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
@@ -68,12 +72,16 @@ std::shared_ptr<Communicator> connect_distributed(const DistributedOptions& opti
     case DistributedEngine::none:
       return nullptr;
     case DistributedEngine::automatic:
-      return launched_by_mpi() ? dist::mpi_world(timeout) : nullptr;
+      if (launched_by_mpi()) return dist::mpi_world(timeout);
+      return launched_by_env() ? dist::nccl_world(timeout) : nullptr;
     case DistributedEngine::mpi:
+      if (!launched_by_mpi() && launched_by_env()) {
+        throw Error("the MPI engine needs mpirun (or another MPI launcher); a job started by "
+                    "environment (WORLD_SIZE, RANK, MASTER_ADDR) takes the NCCL engine (nccl)");
+      }
       return dist::mpi_world(timeout);
     case DistributedEngine::nccl:
-      throw Error("the NCCL engine is not part of this build; use the MPI engine (mpi), which "
-                  "runs on every device");
+      return dist::nccl_world(timeout);
   }
   return nullptr;
 }
