@@ -91,6 +91,7 @@ struct Finetuner::Impl {
     // The base weights come from the model's files; adapters keep their initializers.
     for (const ParameterSpec& p : lm_parameters(model.config)) so.preset.insert(p.name);
     if (comm) {
+      so.exportable_memory = train::reduces_in_place(*comm);
       // The loss is a mean over trained tokens: each rank's gradient is weighted by its share
       // of them, so the ranks' mean is the gradient of the whole micro-batch's mean.
       split = split_training_step(lm.loss, o.optimizer, params, /*weighted=*/true);

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 
+#include "distributed/device_average.h"
+#include "vulkan/buffer.h"
+
 namespace mn::train {
 
 TensorBatch shard_batch(const TensorBatch& global, int rank, int64_t rows) {
@@ -26,7 +29,35 @@ TensorBatch shard_batch(const TensorBatch& global, int rank, int64_t rows) {
   return b;
 }
 
+bool reduces_in_place(const Communicator& comm) {
+  return dynamic_cast<const dist::DeviceAverage*>(&comm) != nullptr;
+}
+
+namespace {
+
+// The tensors' arena spans where all of them lie in exportable memory; else nothing.
+std::vector<dist::DeviceTensor> device_tensors(Session& s, const std::vector<std::string>& names) {
+  std::vector<dist::DeviceTensor> tensors;
+  for (const std::string& n : names) {
+    dist::DeviceTensor t{SessionAccess::arena_spans(s, n), s.type_of(n).dtype};
+    for (const ArenaSpan& span : t.spans) {
+      if (!span.chunk->exportable()) return {};
+    }
+    tensors.push_back(std::move(t));
+  }
+  return tensors;
+}
+
+}  // namespace
+
 void average_over_ranks(Session& s, const std::vector<std::string>& names, Communicator& comm) {
+  if (auto* device = dynamic_cast<dist::DeviceAverage*>(&comm); device && !names.empty()) {
+    const std::vector<dist::DeviceTensor> tensors = device_tensors(s, names);
+    if (!tensors.empty()) {
+      device->average_in_place(tensors);
+      return;
+    }
+  }
   std::vector<size_t> offsets;
   std::vector<float> all;
   for (const std::string& n : names) {

@@ -17,8 +17,13 @@ namespace mn::train {
 // ends before them): `rows` is each rank's batch.
 TensorBatch shard_batch(const TensorBatch& global, int rank, int64_t rows);
 
-// Every named tensor of `s` replaced by its mean over the ranks: one all-reduce of them all,
-// summed in f32 whatever they store.
+// Whether `comm` averages tensors in device memory (NCCL): the session's memory must then be
+// exportable (SessionOptions::exportable_memory).
+bool reduces_in_place(const Communicator& comm);
+
+// Every named tensor of `s` replaced by its mean over the ranks: in place in device memory where
+// the engine can and the session's memory is exportable; else one all-reduce of them all through
+// the host, summed in f32 whatever they store.
 void average_over_ranks(Session& s, const std::vector<std::string>& names, Communicator& comm);
 
 // The gradient sums that checkpoints leave out: with one micro-batch an update they hold the

@@ -345,7 +345,9 @@ Trainer::Trainer(Tensor loss, TrainerOptions options, const Graph* eval)
   std::vector<SessionProgram> programs = {{"train", &g, m.train_outputs}};
   if (m.comm) programs.push_back({"update", m.split.update.get(), std::vector<std::string>{}});
   programs.push_back({"eval", eval, m.eval_outputs});
-  m.session = build_session(programs, m.o.session);
+  SessionOptions so = m.o.session;
+  if (m.comm) so.exportable_memory |= train::reduces_in_place(*m.comm);
+  m.session = build_session(programs, so);
   if (m.o.progress != TrainerOptions::Progress::none && m.rank() == 0) {
     m.printer = std::make_unique<train::ProgressPrinter>(m.o.progress, m.o.progress_stream,
                                                          m.o.log_every);

@@ -237,9 +237,23 @@ TEST(DistributedCli, BadEnginesSettingsAndLibrariesAreNamed) {
        "'/nonexistent/libmpi.so.40', which cannot be loaded"},
       {"MN_DISTRIBUTED_TIMEOUT=soon " + mn_binary() + " train --limit 64",
        "MN_DISTRIBUTED_TIMEOUT is 'soon', expected a positive number of seconds"},
+      {"MN_NCCL_LIBRARY=/nonexistent/libnccl.so.2 " + mn_binary() +
+           " train --limit 64 --distributed nccl",
+       "'/nonexistent/libnccl.so.2', which cannot be loaded"},
+      // Started by environment (torchrun's variables): checked before any library is loaded.
+      {"WORLD_SIZE=2 RANK=0 " + mn_binary() + " train --limit 64",
+       "MASTER_ADDR is not set: a job of several ranks needs rank 0's host"},
+      {"WORLD_SIZE=2 RANK=5 MASTER_ADDR=localhost MASTER_PORT=29500 " + mn_binary() +
+           " train --limit 64 --distributed nccl",
+       "RANK is '5', expected a whole number from 0 to 1"},
+      {"WORLD_SIZE=two " + mn_binary() + " " + finetune + "--distributed auto",
+       "WORLD_SIZE is 'two', expected a whole number from 1"},
+      {"WORLD_SIZE=2 RANK=1 MASTER_ADDR=localhost MASTER_PORT=29500 " + mn_binary() +
+           " train --limit 64 --distributed mpi",
+       "the MPI engine needs mpirun"},
   };
   for (const Bad& c : cases) {
-    const bool with_env = c.command.rfind("MN_", 0) == 0;
+    const bool with_env = c.command.find('=') < c.command.find(' ');
     const CommandResult r = with_env ? test::run_shell(c.command) : test::run_mn(c.command);
     EXPECT_NE(r.exit_code, 0) << c.command;
     EXPECT_NE(r.err.find(c.expected), std::string::npos) << c.command << "\n" << r.err;

@@ -14,7 +14,9 @@
 
 #include "support/scratch_dir.h"
 #include "train/classes_data.h"
+#include "distributed/device_average.h"
 #include "train/data_parallel.h"
+#include "vulkan/buffer.h"
 
 namespace mn {
 namespace {
@@ -127,6 +129,57 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"sgd_accumulate2_clipped",
                            Optimizer::sgd({.lr = 0.1, .clip_grad_norm = 0.3, .accumulate = 2})}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// A job of one process whose engine averages device memory in place (as the NCCL engine does):
+// the Trainer makes its session's memory exportable and hands the engine the gradient sums'
+// arena spans instead of copying them through the host.
+class SoloDeviceCommunicator final : public Communicator, public dist::DeviceAverage {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string engine() const override { return "solo-device"; }
+  void all_reduce_sum(std::span<float> v) override { host_values += v.size(); }
+  void all_reduce_sum(std::span<double> v) override { host_values += v.size(); }
+  void broadcast(std::span<std::byte>, int) override {}
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+  void average_in_place(std::span<const dist::DeviceTensor> tensors) override {
+    ++device_calls;
+    for (const dist::DeviceTensor& t : tensors) {
+      for (const ArenaSpan& s : t.spans) {
+        EXPECT_TRUE(s.chunk->exportable());
+        EXPECT_LE(s.offset + s.bytes, s.chunk->size());
+        device_bytes += s.bytes;
+      }
+    }
+  }
+  int device_calls = 0;
+  size_t device_bytes = 0, host_values = 0;
+};
+
+TEST(SplitStep, AnEngineOnDeviceMemoryGetsTheGradientsInPlace) {
+  const auto data = classes_data(32, 4);  // 4 steps
+  const Optimizer opt = Optimizer::sgd({.lr = 0.1, .momentum = 0.9});
+  std::map<std::string, std::vector<float>> plain;
+  {
+    Model m;
+    Trainer t(m.loss, run_options(opt));
+    t.fit(data);
+    plain = weights(t.session());
+  }
+  auto engine = std::make_shared<SoloDeviceCommunicator>();
+  Model m;
+  TrainerOptions o = run_options(opt);
+  o.communicator = engine;
+  Trainer t(m.loss, o);
+  t.fit(data);
+  expect_near(plain, weights(t.session()), 1e-6);
+  EXPECT_EQ(engine->device_calls, 8);  // 2 epochs of 4 updates
+  // Every update: the gradients of both layers' weights and biases, f32.
+  const size_t params = (kIn * 8 + 8 + 8 * kClasses + kClasses) * sizeof(float);
+  EXPECT_EQ(engine->device_bytes, 8 * params);
+  // The host collectives carry only the losses and metric sums, never the gradients.
+  EXPECT_LT(engine->host_values, 8 * 16u);
+}
 
 // A split run stopped mid-accumulation and resumed (by the one-program trainer too: the
 // checkpoint is the same) ends where an unbroken run ends.

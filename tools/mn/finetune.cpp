@@ -147,7 +147,7 @@ void add_finetune_command(CLI::App& app) {
   cmd->add_option("--seed", o.seed, "data order and adapter initialization")->capture_default_str();
   cmd->add_flag("--json", a->json, "print one JSON summary as the last line");
   cmd->add_option("--distributed", a->distributed,
-                  "data-parallel engine: auto (MPI when launched by mpirun), mpi, nccl or none; "
+                  "data-parallel engine: auto (MPI under mpirun, NCCL when started by environment: WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT), mpi, nccl or none; "
                   "--batch is then all ranks' micro-batch together")
       ->capture_default_str();
   cmd->callback([a] {

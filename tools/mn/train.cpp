@@ -301,7 +301,7 @@ void add_train_command(CLI::App& app) {
                 "after every step, name the first graph node that produced a NaN or Inf "
                 "(slow; also $MN_CHECK_NUMERICS=1)");
   cmd->add_option("--distributed", a->distributed,
-                  "data-parallel engine: auto (MPI when launched by mpirun), mpi, nccl or none; "
+                  "data-parallel engine: auto (MPI under mpirun, NCCL when started by environment: WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT), mpi, nccl or none; "
                   "--batch is then all ranks' batch together")
       ->capture_default_str();
   cmd->add_option("--sampler", a->sampler, "unet: ddim or ddpm")->capture_default_str();
