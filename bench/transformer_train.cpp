@@ -85,6 +85,7 @@ StepGraph step_graph(const std::string& model, const mn::TransformerSpec& spec) 
   o.batch = spec.batch;
   o.sequence = spec.sequence;
   o.with_loss = true;
+  o.logits_output = false;  // the step returns its loss, as bench/transformer_train.py's
   mn::CausalLm m = mn::build_causal_lm(mn::llama_config(spec), o);
   mn::add_training_step(m.loss, mn::Optimizer::adamw());
   return {std::move(m.graph), "input_ids", "labels", true};

@@ -50,6 +50,11 @@ struct CausalLmOptions {
   // mean cross-entropy of the logits at position i against labels[i + 1], as transformers
   // computes it when given labels (the shift happens inside: pass labels = input_ids).
   bool with_loss = false;
+  // Makes the logits an output ("logits", f32, kept for the host to read). A training step
+  // that reads only its loss turns it off: the logits are then scratch of the loss, and the
+  // arena does not hold a [batch, sequence, vocab] f32 copy for the whole step (768 MiB for
+  // SmolLM2 at 8 x 512). Without the loss there is nothing else to compute: it must stay on.
+  bool logits_output = true;
   // Adds the input "positions" (i32 [batch, sequence]) giving each token's position for the
   // rotary embedding; without it, positions are 0 .. sequence-1.
   bool with_positions = false;
@@ -63,7 +68,7 @@ struct CausalLmOptions {
 };
 
 // Inputs "input_ids" (i32 [batch, sequence]) and the optional "positions" and "labels"; output
-// "logits" (f32 [batch, sequence, vocab]) and, with the loss, "loss".
+// "logits" (f32 [batch, sequence, vocab]; unless logits_output is off) and, with the loss, "loss".
 struct CausalLm {
   std::unique_ptr<Graph> graph;  // owned here: the tensors below point into it
   Tensor input_ids, positions, labels, logits, loss;

@@ -76,6 +76,7 @@ struct Finetuner::Impl {
     lo.sequence = o.sequence;
     lo.dtype = o.dtype;
     lo.with_loss = true;
+    lo.logits_output = false;  // only the loss is read: the logits stay scratch of the step
     lo.seed = o.seed;
     lo.lora = o.lora;
     lo.lora.seed = o.seed;

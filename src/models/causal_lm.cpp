@@ -201,6 +201,9 @@ void check_options(const LmConfig& c, const CausalLmOptions& o) {
     throw Error(std::string("build_causal_lm: the parameter dtype must be f32, f16 or bf16, got ") +
                 dtype_name(o.dtype));
   check_lora(o.lora);
+  if (!o.logits_output && !o.with_loss)
+    throw Error("build_causal_lm: logits_output is off and with_loss too: the graph would have "
+                "no output");
   if (o.with_loss && o.sequence < 2)
     throw Error("build_causal_lm: the loss needs a sequence of at least 2 tokens");
 }
@@ -252,7 +255,7 @@ CausalLm models::build_causal_lm_in(std::unique_ptr<Graph> graph, const LmConfig
   const models::Rotary r = b.rotary(m.positions);
   for (int64_t l = 0; l < config.num_hidden_layers; ++l) h = b.decoder_layer(h, l, r);
   m.logits = b.final_logits(h);
-  g.output("logits", m.logits);
+  if (options.logits_output) g.output("logits", m.logits);
   if (options.with_loss) {
     m.labels = g.input("labels", ids_shape, DType::i32);
     m.loss = shifted_loss(m.logits, m.labels);

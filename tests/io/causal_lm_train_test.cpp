@@ -34,8 +34,10 @@ LmConfig tiny(const std::string& architecture) {
   return parse_lm_config(j.dump());
 }
 
-void expect_step_matches_reference(const LmConfig& config, DType dtype, const std::string& tag) {
+void expect_step_matches_reference(const LmConfig& config, DType dtype, const std::string& tag,
+                                   bool logits_output = true) {
   CausalLmOptions o;
+  o.logits_output = logits_output;
   o.batch = 2;
   o.sequence = 6;
   o.dtype = dtype;
@@ -52,6 +54,8 @@ void expect_step_matches_reference(const LmConfig& config, DType dtype, const st
   inputs[StepInputs::step] = Array::scalar(1.0);
 
   auto session = build_session(*lm.graph);
+  const auto outputs = session->output_names();
+  EXPECT_EQ(std::count(outputs.begin(), outputs.end(), "logits"), logits_output ? 1 : 0);
   for (const auto& [name, value] : inputs) {
     const auto names = session->input_names();
     if (std::find(names.begin(), names.end(), name) != names.end()) session->set(name, value);
@@ -84,6 +88,24 @@ TEST(CausalLmTraining, Qwen3Step) {
 }
 TEST(CausalLmTraining, Bf16StorageStep) {
   expect_step_matches_reference(tiny("Qwen3ForCausalLM"), DType::bf16, "qwen3-bf16");
+}
+// A step that reads only its loss: the logits are scratch, not an output, and the step is the
+// same.
+TEST(CausalLmTraining, StepWithoutTheLogitsOutput) {
+  expect_step_matches_reference(tiny("LlamaForCausalLM"), DType::f32, "llama-no-logits",
+                                /*logits_output=*/false);
+}
+TEST(CausalLmTraining, AGraphWithoutLogitsNorLossIsRefused) {
+  CausalLmOptions o;
+  o.logits_output = false;
+  try {
+    build_causal_lm(tiny("LlamaForCausalLM"), o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("logits_output is off and with_loss too"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
