@@ -5,6 +5,7 @@
 //
 // Usage: bench_resnet_train [--depth 18,50] [--batch 32] [--size 224] [--steps N]
 //                           [--precision f32|bf16|f16] [--device D] [--profile]
+//                           [--plan-memory]   (plan only, no device: what fills the arena)
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "plan_memory.h"
 
 #include <meganeura/optimizer.h>
 #include <meganeura/session.h>
@@ -31,12 +33,36 @@ std::vector<int> depths_of(const std::string& list) {
   return out;
 }
 
-nlohmann::json run(int depth, int64_t batch, int64_t size, int steps, const mn::SessionOptions& so) {
+const mn::Optimizer kOptimizer = mn::Optimizer::sgd({.lr = 0.01, .momentum = 0.9});
+
+void build_step(mn::Graph& g, int depth, int64_t batch, int64_t size) {
   auto net = mn::vision::resnet({.depth = depth, .num_classes = 1000});
-  mn::Graph g;
   mn::Tensor logits = net->forward(g.input("x", {batch, 3, size, size}));
-  const mn::Optimizer opt = mn::Optimizer::sgd({.lr = 0.01, .momentum = 0.9});
-  mn::add_training_step(mn::cross_entropy(logits, g.input("y", {batch}, mn::DType::i32)), opt);
+  mn::add_training_step(mn::cross_entropy(logits, g.input("y", {batch}, mn::DType::i32)),
+                        kOptimizer);
+}
+
+// The step planned with the planner's default device (16-bit storage on), no device needed.
+nlohmann::json plan(int depth, int64_t batch, int64_t size, mn::DType precision) {
+  mn::Graph g;
+  build_step(g, depth, batch, size);
+  mn::plan::PlanOptions po;
+  po.precision = precision;
+  po.device.storage_16bit = true;
+  const mn::plan::StepPlan p = mn::plan::make_step_plan(g, po);
+  return {{"bench", "resnet_train"},
+          {"model", "resnet" + std::to_string(depth)},
+          {"batch", batch},
+          {"precision", mn::dtype_name(precision)},
+          {"arena_mib", static_cast<double>(p.arena_bytes) / (1 << 20)},
+          {"dispatches", p.launches.size()},
+          {"memory", mn::bench::peak_fields(p)}};
+}
+
+nlohmann::json run(int depth, int64_t batch, int64_t size, int steps, const mn::SessionOptions& so) {
+  mn::Graph g;
+  build_step(g, depth, batch, size);
+  const mn::Optimizer& opt = kOptimizer;
   const auto t0 = std::chrono::steady_clock::now();
   auto s = mn::build_session(g, so);
   const double build_s =
@@ -76,6 +102,7 @@ int main(int argc, char** argv) {
   int64_t batch = 32, size = 224;
   int steps = 20;
   mn::SessionOptions so;
+  bool plan_memory = false;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (!std::strcmp(argv[i], "--depth")) depths = next();
@@ -85,13 +112,18 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--precision")) so.precision = mn::dtype_from_name(next());
     else if (!std::strcmp(argv[i], "--device")) so.device = next();
     else if (!std::strcmp(argv[i], "--profile")) so.profile = true;
+    else if (!std::strcmp(argv[i], "--plan-memory")) plan_memory = true;
     else {
       std::fprintf(stderr, "bench_resnet_train: unknown argument %s\n", argv[i]);
       return 2;
     }
   }
   try {
-    for (int depth : depths_of(depths)) std::cout << run(depth, batch, size, steps, so).dump() << std::endl;
+    for (int depth : depths_of(depths)) {
+      const nlohmann::json j =
+          plan_memory ? plan(depth, batch, size, so.precision) : run(depth, batch, size, steps, so);
+      std::cout << j.dump() << std::endl;
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_resnet_train: %s\n", e.what());
     return 1;

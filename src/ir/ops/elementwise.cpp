@@ -263,7 +263,9 @@ void register_unary(OpRegistry& r) {
                  {-2, 2}));
   r.add(
       unary_op("relu", "max(x, 0) (gradient 0 at 0)", fn([](double x) { return x > 0 ? x : 0.0; }),
-               [](const Node&, Tensor x, Tensor, Tensor g) { return g * gt(x, scalar_like(x, 0)); },
+               // From the output (y > 0 exactly where x > 0): the backward pass then keeps what
+               // the next layer keeps anyway, not the input too (a BatchNorm's output in a CNN).
+               [](const Node&, Tensor, Tensor y, Tensor g) { return g * gt(y, scalar_like(y, 0)); },
                {-2, 2}));
   {
     OpDef d = unary_op("erf", "Gauss error function", fn([](double x) { return std::erf(x); }),
