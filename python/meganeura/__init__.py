@@ -38,7 +38,8 @@ reference = _core.reference
 lm = _core.lm
 vision = _core.vision
 onnx = _core.onnx
-for _name in ("nn", "optim", "data", "reference", "lm", "vision", "onnx"):
+distributed = _core.distributed
+for _name in ("nn", "optim", "data", "reference", "lm", "vision", "onnx", "distributed"):
     _sys.modules[__name__ + "." + _name] = getattr(_core, _name)
 
 __version__ = "0.1.0"

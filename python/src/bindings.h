@@ -32,6 +32,7 @@ void bind_reference(py::module_& reference);
 void bind_lm(py::module_& lm);
 void bind_trainer(py::module_& m, py::module_& data);
 void bind_onnx(py::module_& m);
+void bind_distributed(py::module_& dist);
 
 // A dtype given as mn.DType, its name ("f32", "bf16"), NumPy's name ("float32", "int32") or a
 // NumPy dtype. mn::Error naming `where` and the value for anything else.

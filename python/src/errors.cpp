@@ -1,6 +1,7 @@
 // mn::Error and its kinds as Python exceptions carrying the C++ message. Each also derives
 // from the built-in exception a Python user would catch for it (ValueError for shapes,
 // IndexError for indices, OSError for files).
+#include <meganeura/distributed.h>
 #include <meganeura/error.h>
 
 #include "bindings.h"
@@ -21,7 +22,8 @@ PyObject* new_exception(py::module_& m, const char* name, const char* doc, py::t
 }  // namespace
 
 void bind_errors(py::module_& m) {
-  static PyObject *error, *shape_error, *index_error, *format_error, *device_error;
+  static PyObject *error, *shape_error, *index_error, *format_error, *device_error,
+      *distributed_error;
   error = new_exception(m, "Error",
                         "A failure of meganeura; the message says what was wrong and where.",
                         py::make_tuple(py::handle(PyExc_RuntimeError)));
@@ -34,6 +36,11 @@ void bind_errors(py::module_& m) {
   device_error = new_exception(m, "DeviceError",
                                "The GPU layer failed: no device, a Vulkan call, a shader.",
                                py::make_tuple(py::handle(error)));
+  distributed_error = new_exception(
+      m, "DistributedError",
+      "A collective of a data-parallel job did not complete: another process died, stopped "
+      "taking part, or disagrees on what it sends.",
+      py::make_tuple(py::handle(error)));
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
@@ -45,6 +52,8 @@ void bind_errors(py::module_& m) {
       PyErr_SetString(format_error, e.what());
     } catch (const DeviceError& e) {
       PyErr_SetString(device_error, e.what());
+    } catch (const DistributedError& e) {
+      PyErr_SetString(distributed_error, e.what());
     } catch (const Error& e) {
       PyErr_SetString(error, e.what());
     }

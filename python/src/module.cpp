@@ -10,6 +10,8 @@ PYBIND11_MODULE(_core, m) {
   auto reference = m.def_submodule("reference", "The CPU reference interpreter.");
   auto lm = m.def_submodule("lm", "Language models: tokenizers, generation, chat.");
   auto vision = m.def_submodule("vision", "Vision models in torchvision's layout.");
+  auto distributed =
+      m.def_submodule("distributed", "Data-parallel training over processes (MPI, NCCL).");
   bind_errors(m);
   bind_graph(m);
   bind_ops(m);
@@ -23,4 +25,5 @@ PYBIND11_MODULE(_core, m) {
   bind_reference(reference);
   bind_lm(lm);
   bind_onnx(m);
+  bind_distributed(distributed);
 }

@@ -1,6 +1,7 @@
 // The generic Trainer and its data: TensorDataset from NumPy arrays, .npy or safetensors files,
 // metrics (built-in or Python functions), callbacks receiving TrainEvents, and fit() running
 // without the GIL (taken back only to call into Python).
+#include <meganeura/distributed.h>
 #include <meganeura/trainer.h>
 
 #include <cstring>
@@ -210,7 +211,7 @@ void bind_trainer(py::module_& m, py::module_& data) {
                        const std::map<std::string, std::string>& run_identity,
                        const std::string& progress, int64_t log_every,
                        const std::vector<py::function>& callbacks, const std::string& device,
-                       const py::object& precision) {
+                       const py::object& precision, std::shared_ptr<Communicator> communicator) {
              TrainerOptions o;
              o.optimizer = optimizer;
              o.epochs = epochs;
@@ -231,6 +232,7 @@ void bind_trainer(py::module_& m, py::module_& data) {
              for (const py::function& f : callbacks) o.callbacks.push_back(python_callback(f));
              o.session.device = device;
              o.session.precision = to_dtype(precision, "Trainer precision");
+             o.communicator = std::move(communicator);
              return std::make_unique<Trainer>(loss, std::move(o), eval_graph);
            }),
            py::arg("loss"), py::kw_only(), py::arg("optimizer"), py::arg("epochs") = 1,
@@ -243,11 +245,14 @@ void bind_trainer(py::module_& m, py::module_& data) {
            py::arg("resume") = "", py::arg("run_identity") = std::map<std::string, std::string>{},
            py::arg("progress") = "auto", py::arg("log_every") = 100,
            py::arg("callbacks") = std::vector<py::function>{}, py::arg("device") = "",
-           py::arg("precision") = DType::f32, py::keep_alive<1, 2>(), py::keep_alive<1, 12>(),
+           py::arg("precision") = DType::f32, py::arg("communicator") = nullptr,
+           py::keep_alive<1, 2>(), py::keep_alive<1, 12>(),
            "`loss`: a one-element tensor of a graph whose inputs are data columns; the graph "
            "gets the backward pass and the update. `eval_graph`: a graph over the same "
            "parameters for evaluation (modules in eval mode); without one, a copy of the loss's "
-           "graph before the update.")
+           "graph before the update. `communicator` (meganeura.distributed.connect()): train "
+           "data-parallel, each process on its share of every batch (the batch of `loss` is "
+           "one process's share); rank 0 prints and checkpoints.")
       .def(
           "fit",
           [](Trainer& t, std::shared_ptr<const TensorDataset> train,

@@ -28,7 +28,7 @@ def stub_names(path):
 def test_stubs_cover_the_extension():
     for module, stub in [(mn._core, "__init__.pyi"), (mn.nn, "nn.pyi"), (mn.optim, "optim.pyi"),
                          (mn.data, "data.pyi"), (mn.reference, "reference.pyi"),
-                         (mn.vision, "vision.pyi"),
+                         (mn.vision, "vision.pyi"), (mn.distributed, "distributed.pyi"),
                          (mn.lm, "lm.pyi")]:
         public = {n for n in dir(module) if not n.startswith("_")}
         missing = public - stub_names(STUBS / stub)

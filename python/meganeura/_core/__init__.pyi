@@ -3,6 +3,7 @@ meganeura: train and run neural networks on any Vulkan GPU.
 """
 from __future__ import annotations
 from meganeura import DeviceError
+from meganeura import DistributedError
 from meganeura import Error
 from meganeura import FormatError
 from meganeura import IndexError
@@ -11,13 +12,14 @@ import numpy
 import os
 import typing
 from . import data
+from . import distributed
 from . import lm
 from . import nn
 from . import onnx
 from . import optim
 from . import reference
 from . import vision
-__all__ = ['DType', 'DeviceError', 'Error', 'FormatError', 'Graph', 'IndexError', 'Init', 'MemorySummary', 'Metric', 'ProgramMemory', 'Session', 'ShapeError', 'Tensor', 'TrainEpoch', 'TrainEvent', 'TrainHistory', 'Trainer', 'TrainingStep', 'abs', 'adaptive_avg_pool2d', 'add', 'add_training_step', 'argmax', 'avg_pool2d', 'batch_norm', 'bf16', 'binary_cross_entropy', 'binary_cross_entropy_with_logits', 'broadcast_to', 'cache_write', 'cached_attention', 'cast', 'clamp', 'concat', 'conv1d', 'conv2d', 'conv_transpose2d', 'cos', 'cross_entropy', 'data', 'div', 'dropout', 'eq', 'exp', 'f16', 'f32', 'gather', 'ge', 'gelu', 'global_avg_pool2d', 'gradients', 'group_norm', 'gt', 'i32', 'l1_loss', 'layer_norm', 'le', 'leaky_relu', 'lm', 'log', 'log_softmax', 'lt', 'matmul', 'max', 'max_pool2d', 'maximum', 'mean', 'min', 'minimum', 'mse_loss', 'mul', 'ne', 'neg', 'nll_loss', 'nn', 'one_hot', 'onnx', 'optim', 'pad', 'permute', 'pow', 'reference', 'relu', 'reshape', 'rms_norm', 'rope', 'rope_positions', 'rsqrt', 'sample_tokens', 'scaled_dot_product_attention', 'scatter_add', 'sigmoid', 'silu', 'sin', 'slice', 'smooth_l1_loss', 'softmax', 'softplus', 'split', 'sqrt', 'squeeze', 'stop_gradient', 'sub', 'sum', 'sum_to', 'take', 'tanh', 'transpose', 'u32', 'unsqueeze', 'upsample_bilinear2d', 'upsample_nearest2d', 'variance', 'vision', 'where']
+__all__ = ['DType', 'DeviceError', 'DistributedError', 'Error', 'FormatError', 'Graph', 'IndexError', 'Init', 'MemorySummary', 'Metric', 'ProgramMemory', 'Session', 'ShapeError', 'Tensor', 'TrainEpoch', 'TrainEvent', 'TrainHistory', 'Trainer', 'TrainingStep', 'abs', 'adaptive_avg_pool2d', 'add', 'add_training_step', 'argmax', 'avg_pool2d', 'batch_norm', 'bf16', 'binary_cross_entropy', 'binary_cross_entropy_with_logits', 'broadcast_to', 'cache_write', 'cached_attention', 'cast', 'clamp', 'concat', 'conv1d', 'conv2d', 'conv_transpose2d', 'cos', 'cross_entropy', 'data', 'distributed', 'div', 'dropout', 'eq', 'exp', 'f16', 'f32', 'gather', 'ge', 'gelu', 'global_avg_pool2d', 'gradients', 'group_norm', 'gt', 'i32', 'l1_loss', 'layer_norm', 'le', 'leaky_relu', 'lm', 'log', 'log_softmax', 'lt', 'matmul', 'max', 'max_pool2d', 'maximum', 'mean', 'min', 'minimum', 'mse_loss', 'mul', 'ne', 'neg', 'nll_loss', 'nn', 'one_hot', 'onnx', 'optim', 'pad', 'permute', 'pow', 'reference', 'relu', 'reshape', 'rms_norm', 'rope', 'rope_positions', 'rsqrt', 'sample_tokens', 'scaled_dot_product_attention', 'scatter_add', 'sigmoid', 'silu', 'sin', 'slice', 'smooth_l1_loss', 'softmax', 'softplus', 'split', 'sqrt', 'squeeze', 'stop_gradient', 'sub', 'sum', 'sum_to', 'take', 'tanh', 'transpose', 'u32', 'unsqueeze', 'upsample_bilinear2d', 'upsample_nearest2d', 'variance', 'vision', 'where']
 class DType:
     """
     Element types: f16 and bf16 are storage, arithmetic is f32.
@@ -145,13 +147,13 @@ class Init:
     def ones() -> Init:
         ...
     @staticmethod
+    def sinusoids(max_timescale: float = 10000.0) -> Init:
+        ...
+    @staticmethod
     def uniform(low: float = 0.0, high: float = 1.0, seed: int = 0) -> Init:
         ...
     @staticmethod
     def xavier_normal(seed: int = 0, gain: float = 1.0) -> Init:
-        ...
-    @staticmethod
-    def sinusoids(max_timescale: float = 10000.0) -> Init:
         ...
     @staticmethod
     def xavier_uniform(seed: int = 0, gain: float = 1.0) -> Init:
@@ -519,9 +521,9 @@ class Trainer:
     """
     Trains a graph with a scalar loss on TensorDatasets: one submission per step, metrics, evaluation, callbacks, checkpoints with exact resume.
     """
-    def __init__(self, loss: Tensor, *, optimizer: optim.Optimizer, epochs: int = 1, max_steps: int = -1, shuffle: bool = True, seed: int = 0, drop_last: bool = False, pad_values: dict[str, float] = {}, metrics: list[Metric] = [], eval_metrics: list[Metric] = [], eval_graph: Graph = None, eval_every: int = 0, checkpoint: os.PathLike = '', checkpoint_every: int = 0, resume: os.PathLike = '', run_identity: dict[str, str] = {}, progress: str = 'auto', log_every: int = 100, callbacks: list[typing.Callable] = [], device: str = '', precision: typing.Any = DType.f32) -> None:
+    def __init__(self, loss: Tensor, *, optimizer: optim.Optimizer, epochs: int = 1, max_steps: int = -1, shuffle: bool = True, seed: int = 0, drop_last: bool = False, pad_values: dict[str, float] = {}, metrics: list[Metric] = [], eval_metrics: list[Metric] = [], eval_graph: Graph = None, eval_every: int = 0, checkpoint: os.PathLike = '', checkpoint_every: int = 0, resume: os.PathLike = '', run_identity: dict[str, str] = {}, progress: str = 'auto', log_every: int = 100, callbacks: list[typing.Callable] = [], device: str = '', precision: typing.Any = DType.f32, communicator: ... = None) -> None:
         """
-        `loss`: a one-element tensor of a graph whose inputs are data columns; the graph gets the backward pass and the update. `eval_graph`: a graph over the same parameters for evaluation (modules in eval mode); without one, a copy of the loss's graph before the update.
+        `loss`: a one-element tensor of a graph whose inputs are data columns; the graph gets the backward pass and the update. `eval_graph`: a graph over the same parameters for evaluation (modules in eval mode); without one, a copy of the loss's graph before the update. `communicator` (meganeura.distributed.connect()): train data-parallel, each process on its share of every batch (the batch of `loss` is one process's share); rank 0 prints and checkpoints.
         """
     def evaluate(self, data: data.TensorDataset) -> dict[str, float]:
         """

@@ -77,13 +77,13 @@ def log_mel_spectrogram(samples: typing.Any, sample_rate: int, n_mels: int = 80,
     """
     Whisper's log-mel features float32 [n_mels, frames] as transformers' WhisperFeatureExtractor computes them (pad_to_samples=0: the audio's own length).
     """
-def read_wav(path: os.PathLike) -> tuple:
-    """
-    A WAV file (PCM 16/24/32 bits or float32) as (float32 mono samples, sample rate, the file's channel count); channels are averaged.
-    """
 def read_image(path: os.PathLike) -> numpy.ndarray[numpy.uint8]:
     """
     A PNG or JPEG file as uint8 RGB pixels [height, width, 3].
+    """
+def read_wav(path: os.PathLike) -> tuple:
+    """
+    A WAV file (PCM 16/24/32 bits or float32) as (float32 mono samples, sample rate, the file's channel count); channels are averaged.
     """
 def save_safetensors(path: os.PathLike, tensors: dict, metadata: dict[str, str] = {}) -> None:
     """
