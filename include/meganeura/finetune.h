@@ -99,6 +99,9 @@ struct FinetuneOptions {
   // ranks'. Rank 0 writes checkpoints and `save`; a checkpoint resumes with any number of ranks
   // whose micro-batches add up to the same.
   std::shared_ptr<Communicator> communicator;
+  // After every update, the ranks' parameters and optimizer states compared by checksum
+  // (TrainerOptions::check_ranks).
+  bool check_ranks = false;
 };
 
 struct FinetuneResult {

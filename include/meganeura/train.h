@@ -38,6 +38,7 @@ struct TrainOptions {
   // Data-parallel training over the ranks (TrainerOptions::communicator): model.batch is then
   // each rank's batch, and a step of the data is model.batch × ranks samples.
   std::shared_ptr<Communicator> communicator;
+  bool check_ranks = false;  // TrainerOptions::check_ranks
 };
 
 struct TrainResult {

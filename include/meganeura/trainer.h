@@ -128,6 +128,11 @@ struct TrainerOptions {
   // writes checkpoints (a checkpoint resumes with any number of ranks that divides its batch);
   // every rank evaluates the whole evaluation set. Null: this process alone.
   std::shared_ptr<Communicator> communicator;
+  // With a communicator: after every update the ranks compare checksums of their parameters
+  // and optimizer states, and a difference is a DistributedError naming the ranks and the
+  // update (a check of the engine and of the data-parallel step; it reads every parameter back,
+  // so it costs a copy of the model per update).
+  bool check_ranks = false;
 };
 
 struct TrainHistory {

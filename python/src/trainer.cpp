@@ -211,7 +211,8 @@ void bind_trainer(py::module_& m, py::module_& data) {
                        const std::map<std::string, std::string>& run_identity,
                        const std::string& progress, int64_t log_every,
                        const std::vector<py::function>& callbacks, const std::string& device,
-                       const py::object& precision, std::shared_ptr<Communicator> communicator) {
+                       const py::object& precision, std::shared_ptr<Communicator> communicator,
+                       bool check_ranks) {
              TrainerOptions o;
              o.optimizer = optimizer;
              o.epochs = epochs;
@@ -233,6 +234,7 @@ void bind_trainer(py::module_& m, py::module_& data) {
              o.session.device = device;
              o.session.precision = to_dtype(precision, "Trainer precision");
              o.communicator = std::move(communicator);
+             o.check_ranks = check_ranks;
              return std::make_unique<Trainer>(loss, std::move(o), eval_graph);
            }),
            py::arg("loss"), py::kw_only(), py::arg("optimizer"), py::arg("epochs") = 1,
@@ -246,13 +248,16 @@ void bind_trainer(py::module_& m, py::module_& data) {
            py::arg("progress") = "auto", py::arg("log_every") = 100,
            py::arg("callbacks") = std::vector<py::function>{}, py::arg("device") = "",
            py::arg("precision") = DType::f32, py::arg("communicator") = nullptr,
+           py::arg("check_ranks") = false,
            py::keep_alive<1, 2>(), py::keep_alive<1, 12>(),
            "`loss`: a one-element tensor of a graph whose inputs are data columns; the graph "
            "gets the backward pass and the update. `eval_graph`: a graph over the same "
            "parameters for evaluation (modules in eval mode); without one, a copy of the loss's "
            "graph before the update. `communicator` (meganeura.distributed.connect()): train "
            "data-parallel, each process on its share of every batch (the batch of `loss` is "
-           "one process's share); rank 0 prints and checkpoints.")
+           "one process's share); rank 0 prints and checkpoints. `check_ranks`: after every update, "
+           "compare the ranks' parameters by checksum (DistributedError naming those that "
+           "differ).")
       .def(
           "fit",
           [](Trainer& t, std::shared_ptr<const TensorDataset> train,

@@ -30,11 +30,38 @@ SCRIPT = textwrap.dedent("""
     g = mn.Graph()
     loss = mn.cross_entropy(net(g.input("x", [32 // ranks, 6])), g.input("y", [32 // ranks], mn.i32))
     trainer = mn.Trainer(loss, optimizer=mn.optim.SGD(0.1, momentum=0.9), epochs=1, seed=3,
-                         progress="none", communicator=world)
+                         progress="none", communicator=world,
+                         check_ranks=world is not None)
     trainer.fit(mn.data.TensorDataset({"x": x, "y": y}))
     if not world or world.rank == 0:
         names = trainer.session.parameter_names
         print(json.dumps({n: trainer.session.get(n).ravel().tolist() for n in names}))
+""")
+
+
+# A small CNN with BatchNorm, on every rank: each writes its running statistics to a file.
+BATCH_NORM_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import meganeura as mn
+
+    world = mn.distributed.connect("auto")
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((64, 1, 6, 6)).astype(np.float32) * (1 + np.arange(64) % 3)[:, None, None, None]
+    y = (x.reshape(64, -1).mean(axis=1) > 0).astype(np.int32)
+    net = mn.nn.Sequential(mn.nn.Conv2d(1, 4, 3), mn.nn.BatchNorm2d(4), mn.nn.ReLU(),
+                           mn.nn.Flatten(), mn.nn.Linear(64, 2)).seed(1)
+    g = mn.Graph()
+    loss = mn.cross_entropy(net(g.input("x", [8, 1, 6, 6])), g.input("y", [8], mn.i32))
+    net.eval()
+    e = mn.Graph()
+    e.output("loss", mn.cross_entropy(net(e.input("x", [8, 1, 6, 6])), e.input("y", [8], mn.i32)))
+    trainer = mn.Trainer(loss, optimizer=mn.optim.SGD(0.05), epochs=1, progress="none",
+                         communicator=world, check_ranks=True, eval_graph=e)
+    trainer.fit(mn.data.TensorDataset({"x": x, "y": y}))
+    s = trainer.session
+    with open(f"{sys.argv[1]}/rank{world.rank}.json", "w") as f:
+        json.dump({n: s.get(n).ravel().tolist() for n in s.state_names if "running" in n}, f)
 """)
 
 
@@ -103,3 +130,20 @@ def test_two_ranks_train_what_one_process_trains(tmp_path):
     assert one.keys() == two.keys() and len(one) == 4
     for name in one:
         np.testing.assert_allclose(two[name], one[name], rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+def test_ranks_share_batch_norm_statistics(tmp_path):
+    script = tmp_path / "bn.py"
+    script.write_text(BATCH_NORM_SCRIPT)
+    launcher, extra = mpirun(2)
+    env = dict(os.environ, **extra)
+    job = subprocess.run(launcher + [sys.executable, str(script), str(tmp_path)], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert job.returncode == 0, job.stderr + job.stdout
+    stats = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert stats[0].keys() == stats[1].keys() and len(stats[0]) == 2, stats[0].keys()
+    for name in stats[0]:
+        # Averaged after every update: the same on both ranks, and moved from their start.
+        assert stats[0][name] == stats[1][name], name
+        start = 0.0 if "mean" in name else 1.0
+        assert any(abs(v - start) > 1e-3 for v in stats[0][name]), name

@@ -103,6 +103,7 @@ TrainResult train_classifier(std::shared_ptr<const Dataset> train,
   to.session.check_numerics = o.check_numerics;
   to.session.precision = o.precision;
   to.communicator = o.communicator;
+  to.check_ranks = o.check_ranks;
   Trainer trainer(net.loss, std::move(to), eval_net.graph.get());
   result.device = trainer.session().device_name();
   const TrainHistory h =

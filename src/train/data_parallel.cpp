@@ -1,6 +1,7 @@
 #include "train/data_parallel.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #include "distributed/device_average.h"
@@ -89,6 +90,28 @@ std::set<std::string> transient_sums(const SplitTrainingStep& split, const Optim
   return {split.gradient_sums.begin(), split.gradient_sums.end()};
 }
 
+namespace {
+
+// Whether state `name` belongs to a parameter ("<param>/m", "<param>/grad_accum").
+bool parameter_state(const std::string& name, const std::set<std::string>& params) {
+  const size_t slash = name.find('/');
+  return slash != std::string::npos && params.count(name.substr(0, slash));
+}
+
+// States of the model itself (BatchNorm's running statistics), which each rank updates from its
+// own samples: floating-point states that belong to no parameter.
+std::vector<std::string> model_statistics(const Session& s) {
+  const std::vector<std::string> p = s.parameter_names();
+  const std::set<std::string> params(p.begin(), p.end());
+  std::vector<std::string> names;
+  for (const std::string& n : s.state_names()) {
+    if (!parameter_state(n, params) && is_float(s.type_of(n).dtype)) names.push_back(n);
+  }
+  return names;
+}
+
+}  // namespace
+
 void update_over_ranks(Session& s, const SplitTrainingStep& split, const Optimizer& opt,
                        double lr, int64_t update, Communicator& comm) {
   average_over_ranks(s, split.gradient_sums, comm);
@@ -96,6 +119,40 @@ void update_over_ranks(Session& s, const SplitTrainingStep& split, const Optimiz
     s.set("update", name, Array::scalar(value));
   }
   s.step("update");
+  // Running means of equal shards average to the whole batch's running mean; running
+  // variances to the mean of the shards' (without the spread between their means).
+  if (const std::vector<std::string> stats = model_statistics(s); !stats.empty()) {
+    average_over_ranks(s, stats, comm);
+  }
+}
+
+void check_same_parameters(Session& s, Communicator& comm, int64_t update) {
+  std::vector<std::string> names = s.parameter_names();
+  const std::set<std::string> params(names.begin(), names.end());
+  for (const std::string& n : s.state_names()) {
+    if (parameter_state(n, params)) names.push_back(n);
+  }
+  std::sort(names.begin(), names.end());
+  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a
+  for (const std::string& n : names) {
+    for (std::byte b : s.get_raw(n)) hash = (hash ^ static_cast<uint8_t>(b)) * 0x100000001b3ull;
+  }
+  uint64_t rank0 = hash;
+  comm.broadcast(std::as_writable_bytes(std::span(&rank0, 1)), 0);
+  std::vector<double> differs(static_cast<size_t>(comm.size()), 0.0);
+  differs[static_cast<size_t>(comm.rank())] = hash == rank0 ? 0.0 : 1.0;
+  comm.all_reduce_sum(differs);
+  std::string ranks;
+  for (size_t r = 0; r < differs.size(); ++r) {
+    if (differs[r] != 0) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (!ranks.empty()) {
+    throw DistributedError("rank " + std::to_string(comm.rank()) + " of " +
+                           std::to_string(comm.size()) + ": after update " +
+                           std::to_string(update) + " the parameters and optimizer states of " +
+                           "rank(s) " + ranks + " differ from rank 0's (checksums of " +
+                           std::to_string(names.size()) + " tensors)");
+  }
 }
 
 void broadcast_persistents(Session& s, Communicator& comm) {

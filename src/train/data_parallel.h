@@ -31,9 +31,17 @@ void average_over_ranks(Session& s, const std::vector<std::string>& names, Commu
 std::set<std::string> transient_sums(const SplitTrainingStep& split, const Optimizer& opt);
 
 // The update of a split step: the gradient sums averaged over the ranks, then the "update"
-// program as update `update` (1-based) at learning rate `lr`.
+// program as update `update` (1-based) at learning rate `lr`, then the model's own statistics
+// (BatchNorm's running mean and variance, floating-point states of no parameter) averaged, so
+// that every rank evaluates and checkpoints the same model.
 void update_over_ranks(Session& s, const SplitTrainingStep& split, const Optimizer& opt,
                        double lr, int64_t update, Communicator& comm);
+
+// Whether every rank holds the parameters and optimizer states rank 0 holds (a 64-bit FNV-1a
+// checksum of their bytes, compared through one broadcast and one all-reduce); else a
+// DistributedError naming the ranks that differ and update `update`. Other states (BatchNorm's
+// running statistics, measured on each rank's own samples) are left out.
+void check_same_parameters(Session& s, Communicator& comm, int64_t update);
 
 // Rank 0's parameters and states in every rank's session: the ranks start from one set of
 // weights whichever way each rank made or loaded its own.

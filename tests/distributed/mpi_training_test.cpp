@@ -71,8 +71,9 @@ TEST_P(MpiTraining, RanksTrainWhatOneProcessTrains) {
   const CommandResult single =
       test::run_mn(std::string("train ") + r.args + " --distributed none --json --save " + one);
   ASSERT_EQ(single.exit_code, 0) << single.err;
+  // Every rank's parameters checked against rank 0's after every update.
   const CommandResult job = test::run_shell(mpirun(r.ranks) + mn_binary() + " train " + r.args +
-                                            " --json --save " + many);
+                                            " --check-ranks --json --save " + many);
   ASSERT_EQ(job.exit_code, 0) << job.err << job.out;
   // Rank 0 alone prints the summary, which names the ranks.
   EXPECT_NE(job.out.find("\"ranks\":" + std::to_string(r.ranks)), std::string::npos) << job.out;
@@ -139,7 +140,7 @@ TEST_P(MpiFinetune, RanksTrainWhatOneProcessTrains) {
       test::run_mn("finetune" + args + " --distributed none --save " + one);
   ASSERT_EQ(single.exit_code, 0) << single.err;
   const CommandResult job = test::run_shell(mpirun(2) + mn_binary() + " finetune" + args +
-                                            " --json --save " + many);
+                                            " --check-ranks --json --save " + many);
   ASSERT_EQ(job.exit_code, 0) << job.err << job.out;
   EXPECT_NE(job.out.find("\"ranks\":2"), std::string::npos) << job.out;
   expect_same_parameters(dir.path() / "one" / c.weights, dir.path() / "many" / c.weights, c.tol);

@@ -181,6 +181,44 @@ TEST(SplitStep, AnEngineOnDeviceMemoryGetsTheGradientsInPlace) {
   EXPECT_LT(engine->host_values, 8 * 16u);
 }
 
+// Rank 1 of a job whose rank 0 holds other parameters (its broadcast checksum is not ours): the
+// check names the rank and the update; with rank 0's checksum it passes.
+class RankOneCommunicator final : public Communicator {
+ public:
+  explicit RankOneCommunicator(bool same) : same_(same) {}
+  int rank() const override { return 1; }
+  int size() const override { return 2; }
+  std::string engine() const override { return "fake"; }
+  void all_reduce_sum(std::span<float>) override {}
+  void all_reduce_sum(std::span<double>) override {}  // rank 0 agrees with itself: adds 0
+  void broadcast(std::span<std::byte> bytes, int) override {
+    if (!same_) bytes[0] ^= std::byte{1};
+  }
+  [[noreturn]] void abort(int code) override { std::exit(code); }
+
+ private:
+  bool same_;
+};
+
+TEST(SplitStep, RanksWithOtherParametersAreNamed) {
+  Model m;
+  add_training_step(m.loss, Optimizer::adam({.lr = 0.01}));
+  auto s = build_session(m.g);
+  RankOneCommunicator same(true), other(false);
+  train::check_same_parameters(*s, same, 3);
+  try {
+    train::check_same_parameters(*s, other, 3);
+    ADD_FAILURE() << "no error";
+  } catch (const DistributedError& e) {
+    // 4 parameters and their Adam moments (8); the step counter is not a parameter's.
+    EXPECT_NE(std::string(e.what()).find("rank 1 of 2: after update 3 the parameters and "
+                                         "optimizer states of rank(s) 1 differ from rank 0's "
+                                         "(checksums of 12 tensors)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // A split run stopped mid-accumulation and resumed (by the one-program trainer too: the
 // checkpoint is the same) ends where an unbroken run ends.
 TEST(SplitStepCheckpoint, ResumesMidAccumulationExactly) {

@@ -146,6 +146,9 @@ void add_finetune_command(CLI::App& app) {
   cmd->add_option("--device", o.device, "device index or name part (see mn devices)");
   cmd->add_option("--seed", o.seed, "data order and adapter initialization")->capture_default_str();
   cmd->add_flag("--json", a->json, "print one JSON summary as the last line");
+  cmd->add_flag("--check-ranks", a->o.check_ranks,
+                "data-parallel: after every update, check by checksum that every rank holds "
+                "rank 0's parameters and optimizer states");
   cmd->add_option("--distributed", a->distributed,
                   "data-parallel engine: auto (MPI under mpirun, NCCL when started by environment: WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT), mpi, nccl or none; "
                   "--batch is then all ranks' micro-batch together")

@@ -42,6 +42,7 @@ struct TrainArgs {
   bool check_numerics = false;
   std::string precision = "f32";
   std::string distributed = "auto";
+  bool check_ranks = false;
   // --model unet
   std::string sampler = "ddim";
   int64_t sampling_steps = 50;
@@ -209,6 +210,7 @@ void train_classifier_run(const TrainArgs& a, const CLI::App& cmd,
   o.model.batch = comm ? rank_batch(a.batch, *comm) : a.batch;
   o.model.seed = a.seed;
   o.communicator = comm;
+  o.check_ranks = a.check_ranks;
   o.epochs = a.epochs;
   // Defaults measured on Fashion-MNIST: Adam at 1e-3 for the MLP (0.844 after one epoch), 2e-3
   // for the CNN (0.894 after two; 1e-3 reached 0.874).
@@ -304,6 +306,9 @@ void add_train_command(CLI::App& app) {
                   "data-parallel engine: auto (MPI under mpirun, NCCL when started by environment: WORLD_SIZE, RANK, MASTER_ADDR, MASTER_PORT), mpi, nccl or none; "
                   "--batch is then all ranks' batch together")
       ->capture_default_str();
+  cmd->add_flag("--check-ranks", a->check_ranks,
+                "data-parallel: after every update, check by checksum that every rank holds "
+                "rank 0's parameters and optimizer states");
   cmd->add_option("--sampler", a->sampler, "unet: ddim or ddpm")->capture_default_str();
   cmd->add_option("--sampling-steps", a->sampling_steps, "unet: denoising steps of the sampler")
       ->capture_default_str();
