@@ -1,22 +1,19 @@
 #include "distributed/mpi_communicator.h"
 
 #include <algorithm>
-#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "distributed/mpi_library.h"
+#include "distributed/poll.h"
 
 namespace mn::dist {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 // Whether a collective of this process timed out: MPI_Finalize would then wait for the ranks
 // that never answered, so the exit aborts the job instead.
@@ -110,23 +107,12 @@ class MpiCommunicator final : public Communicator {
   // Polls the request until it completes or the timeout passes; a timeout leaves the job
   // unusable (the request stays pending), so the process aborts the job when it exits.
   void wait(MpiHandle& request, const std::string& what) {
-    const auto start = Clock::now();
-    const auto deadline = start + std::chrono::duration<double>(timeout_);
-    for (int polls = 0;; ++polls) {
-      int done = 0;
-      check(mpi_.Test(&request, &done, nullptr), "MPI_Test");
-      if (done) return;
-      if (Clock::now() > deadline) {
-        g_broken = true;
-        throw DistributedError(fmt::format(
-            "rank {} of {}: the {} did not complete within {} s: another rank has died or stopped "
-            "taking part (MN_DISTRIBUTED_TIMEOUT sets the limit)",
-            rank_, size_, what, timeout_));
-      }
-      // Spin briefly (a collective of a step usually completes within microseconds of the
-      // last rank's arrival), then yield the core to the other ranks of an oversubscribed node.
-      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
+    auto done = [&] {
+      int complete = 0;
+      check(mpi_.Test(&request, &complete, nullptr), "MPI_Test");
+      return complete != 0;
+    };
+    poll_until(done, timeout_, rank_, size_, what, [] { g_broken = true; });
   }
 
   void check(int rc, const char* call) const {

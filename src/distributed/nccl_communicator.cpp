@@ -1,9 +1,7 @@
 #include "distributed/nccl_communicator.h"
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -13,14 +11,13 @@
 #include "distributed/env_launch.h"
 #include "distributed/mpi_communicator.h"
 #include "distributed/nccl_library.h"
+#include "distributed/poll.h"
 #include "vulkan/buffer.h"
 #include "vulkan/device.h"
 
 namespace mn::dist {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 int nccl_type(DType d) {
   switch (d) {
@@ -178,11 +175,9 @@ class NcclCommunicator final : public Communicator, public DeviceAverage {
   // Polls the stream until the collective completes, NCCL reports an error, or the timeout
   // passes; the last two leave the communicator unusable (aborted).
   void wait(const std::string& what) {
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(timeout_));
-    for (int polls = 0;; ++polls) {
+    auto done = [&] {
       const CuResult rc = cuda_.StreamQuery(stream_);
-      if (rc == CudaLibrary::kSuccess) return;
+      if (rc == CudaLibrary::kSuccess) return true;
       if (rc != CudaLibrary::kNotReady) {
         broken_ = true;
         throw DistributedError(fmt::format("rank {} of {}: the {} failed: {}", rank_, size_, what,
@@ -195,15 +190,9 @@ class NcclCommunicator final : public Communicator, public DeviceAverage {
         throw DistributedError(fmt::format("rank {} of {}: the {} failed: {}", rank_, size_, what,
                                            nccl_.error_text("NCCL", async)));
       }
-      if (Clock::now() > deadline) {
-        broken_ = true;
-        throw DistributedError(fmt::format(
-            "rank {} of {}: the {} did not complete within {} s: another rank has died or stopped "
-            "taking part (MN_DISTRIBUTED_TIMEOUT sets the limit)",
-            rank_, size_, what, timeout_));
-      }
-      if (polls > 1000) std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
+      return false;
+    };
+    poll_until(done, timeout_, rank_, size_, what, [&] { broken_ = true; });
   }
 
   void check_cuda(CuResult rc, const char* call) const {
