@@ -26,12 +26,14 @@ CudaLibrary load() {
   bind(lib, "cuDevicePrimaryCtxRetain", c.DevicePrimaryCtxRetain);
   bind(lib, "cuDevicePrimaryCtxRelease_v2", c.DevicePrimaryCtxRelease);
   bind(lib, "cuCtxSetCurrent", c.CtxSetCurrent);
+  bind(lib, "cuCtxSynchronize", c.CtxSynchronize);
   bind(lib, "cuStreamCreate", c.StreamCreate);
   bind(lib, "cuStreamDestroy_v2", c.StreamDestroy);
   bind(lib, "cuStreamQuery", c.StreamQuery);
   bind(lib, "cuMemAlloc_v2", c.MemAlloc);
   bind(lib, "cuMemFree_v2", c.MemFree);
   bind(lib, "cuMemcpyHtoD_v2", c.MemcpyHtoD);
+  bind(lib, "cuMemcpyHtoDAsync_v2", c.MemcpyHtoDAsync);
   bind(lib, "cuMemcpyDtoH_v2", c.MemcpyDtoH);
   bind(lib, "cuImportExternalMemory", c.ImportExternalMemory);
   bind(lib, "cuExternalMemoryGetMappedBuffer", c.ExternalMemoryGetMappedBuffer);

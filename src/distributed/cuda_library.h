@@ -47,12 +47,16 @@ struct CudaLibrary {
   CuResult (*DevicePrimaryCtxRetain)(CuContext*, CuDevice) = nullptr;
   CuResult (*DevicePrimaryCtxRelease)(CuDevice) = nullptr;
   CuResult (*CtxSetCurrent)(CuContext) = nullptr;
+  CuResult (*CtxSynchronize)() = nullptr;
   CuResult (*StreamCreate)(CuStream*, unsigned int) = nullptr;
   CuResult (*StreamDestroy)(CuStream) = nullptr;
   CuResult (*StreamQuery)(CuStream) = nullptr;
   CuResult (*MemAlloc)(CuDevicePtr*, size_t) = nullptr;
   CuResult (*MemFree)(CuDevicePtr) = nullptr;
   CuResult (*MemcpyHtoD)(CuDevicePtr, const void*, size_t) = nullptr;
+  // On a stream: what NCCL then runs on the same stream sees the bytes (the synchronous copy
+  // from pageable memory may return before its DMA lands, and orders nothing on another stream).
+  CuResult (*MemcpyHtoDAsync)(CuDevicePtr, const void*, size_t, CuStream) = nullptr;
   CuResult (*MemcpyDtoH)(void*, CuDevicePtr, size_t) = nullptr;
   CuResult (*ImportExternalMemory)(CuExternalMemory*, const CuExternalMemoryHandleDesc*) = nullptr;
   CuResult (*ExternalMemoryGetMappedBuffer)(CuDevicePtr*, CuExternalMemory,

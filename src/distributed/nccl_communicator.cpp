@@ -96,7 +96,7 @@ class NcclCommunicator final : public Communicator, public DeviceAverage {
     if (bytes.empty()) return;
     current();
     const CuDevicePtr d = staging(bytes.size());
-    check_cuda(cuda_.MemcpyHtoD(d, bytes.data(), bytes.size()), "cuMemcpyHtoD");
+    check_cuda(cuda_.MemcpyHtoDAsync(d, bytes.data(), bytes.size(), stream_), "cuMemcpyHtoDAsync");
     void* p = reinterpret_cast<void*>(d);
     check_nccl(nccl_.Broadcast(p, p, bytes.size(), NcclLibrary::kUint8,
                                root, comm_, stream_),
@@ -164,7 +164,7 @@ class NcclCommunicator final : public Communicator, public DeviceAverage {
     if (count == 0) return;
     current();
     const CuDevicePtr d = staging(bytes);
-    check_cuda(cuda_.MemcpyHtoD(d, data, bytes), "cuMemcpyHtoD");
+    check_cuda(cuda_.MemcpyHtoDAsync(d, data, bytes, stream_), "cuMemcpyHtoDAsync");
     void* p = reinterpret_cast<void*>(d);
     check_nccl(nccl_.AllReduce(p, p, count, type, NcclLibrary::kSum, comm_, stream_),
                "ncclAllReduce");

@@ -120,6 +120,7 @@ TEST(NcclEngine, CudaSharesTheSessionsMemory) {
     std::vector<float> written(64);
     for (size_t i = 0; i < written.size(); ++i) written[i] = 100.0f + static_cast<float>(i);
     ASSERT_EQ(cuda.MemcpyHtoD(p, written.data(), 64 * sizeof(float)), 0);
+    ASSERT_EQ(cuda.CtxSynchronize(), 0);  // the copy's DMA done before Vulkan reads
     EXPECT_EQ(session->get_f32("s"), written);
     session->set("x", std::vector<float>(64, 1.0f));
     session->step();
