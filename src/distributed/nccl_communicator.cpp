@@ -24,9 +24,9 @@ int nccl_type(DType d) {
     case DType::f32:
       return NcclLibrary::kFloat32;
     case DType::f16:
-      return 6;  // ncclFloat16
+      return NcclLibrary::kFloat16;
     case DType::bf16:
-      return 9;  // ncclBfloat16
+      return NcclLibrary::kBfloat16;
     default:
       throw Error(std::string("the NCCL engine averages floating-point tensors, not ") +
                   dtype_name(d));

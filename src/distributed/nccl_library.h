@@ -31,7 +31,8 @@ struct NcclLibrary {
   static constexpr NcclResult kSuccess = 0;
   static constexpr NcclResult kInvalidUsage = 5;
   static constexpr NcclResult kInProgress = 7;
-  static constexpr int kUint8 = 1, kFloat32 = 7, kFloat64 = 8;  // ncclDataType_t
+  static constexpr int kUint8 = 1, kFloat16 = 6, kFloat32 = 7, kFloat64 = 8,
+                       kBfloat16 = 9;  // ncclDataType_t
   static constexpr int kSum = 0, kAvg = 4;                      // ncclRedOp_t (ncclAvg: 2.10)
 
   std::string error_text(const char* call, NcclResult code) const;

@@ -189,8 +189,8 @@ struct Finetuner::Impl {
       std::vector<double> sums = {loss};
       comm->all_reduce_sum(sums);
       loss = sums[0] / ranks();
-      train::update_over_ranks(*session, split, o.optimizer, lr, global_step + 1, *comm);
-      if (o.check_ranks) train::check_same_parameters(*session, *comm, global_step + 1);
+      train::update_over_ranks(*session, split, o.optimizer, lr, global_step + 1, *comm,
+                               o.check_ranks);
     }
     ++global_step;
     return loss / k;

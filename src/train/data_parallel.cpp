@@ -113,7 +113,7 @@ std::vector<std::string> model_statistics(const Session& s) {
 }  // namespace
 
 void update_over_ranks(Session& s, const SplitTrainingStep& split, const Optimizer& opt,
-                       double lr, int64_t update, Communicator& comm) {
+                       double lr, int64_t update, Communicator& comm, bool check_ranks) {
   average_over_ranks(s, split.gradient_sums, comm);
   for (const auto& [name, value] : step_scalars(opt, lr, update)) {
     s.set("update", name, Array::scalar(value));
@@ -124,6 +124,7 @@ void update_over_ranks(Session& s, const SplitTrainingStep& split, const Optimiz
   if (const std::vector<std::string> stats = model_statistics(s); !stats.empty()) {
     average_over_ranks(s, stats, comm);
   }
+  if (check_ranks) check_same_parameters(s, comm, update);
 }
 
 void check_same_parameters(Session& s, Communicator& comm, int64_t update) {

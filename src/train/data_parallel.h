@@ -33,9 +33,10 @@ std::set<std::string> transient_sums(const SplitTrainingStep& split, const Optim
 // The update of a split step: the gradient sums averaged over the ranks, then the "update"
 // program as update `update` (1-based) at learning rate `lr`, then the model's own statistics
 // (BatchNorm's running mean and variance, floating-point states of no parameter) averaged, so
-// that every rank evaluates and checkpoints the same model.
+// that every rank evaluates and checkpoints the same model. `check_ranks`: then
+// check_same_parameters.
 void update_over_ranks(Session& s, const SplitTrainingStep& split, const Optimizer& opt,
-                       double lr, int64_t update, Communicator& comm);
+                       double lr, int64_t update, Communicator& comm, bool check_ranks);
 
 // Whether every rank holds the parameters and optimizer states rank 0 holds (a 64-bit FNV-1a
 // checksum of their bytes, compared through one broadcast and one all-reduce); else a

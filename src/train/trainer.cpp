@@ -464,10 +464,7 @@ TrainHistory Trainer::fit(std::shared_ptr<const TensorDataset> train,
         m.reduce_step(step_sums, e.loss);
         if (stepper.applies_next()) {
           train::update_over_ranks(*m.session, m.split, o.optimizer, stepper.lr(),
-                                   stepper.updates() + 1, *m.comm);
-          if (o.check_ranks) {
-            train::check_same_parameters(*m.session, *m.comm, stepper.updates() + 1);
-          }
+                                   stepper.updates() + 1, *m.comm, o.check_ranks);
         }
       }
       stepper.advance();
