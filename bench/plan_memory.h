@@ -39,4 +39,36 @@ inline nlohmann::json peak_fields(const plan::StepPlan& plan) {
           {"live_by_op", live}};
 }
 
+// The `count` largest transient buffers live at the plan's peak: the node (id, op, shape), its
+// bytes, and the launches that write it first and read it last, to see why it is still there.
+inline nlohmann::json live_at_peak(const plan::StepPlan& plan, size_t count) {
+  const int peak = plan::memory_breakdown(plan).peak_launch;
+  std::vector<const plan::PlannedBuffer*> live;
+  for (const plan::PlannedBuffer& b : plan.buffers) {
+    if (!b.persistent && b.first_use <= peak && b.last_use >= peak) live.push_back(&b);
+  }
+  std::sort(live.begin(), live.end(),
+            [](const auto* a, const auto* b) { return a->bytes > b->bytes; });
+  auto launch_name = [&](int i) {
+    return i < static_cast<int>(plan.launches.size()) ? std::to_string(i) + " " +
+                                                            plan.launches[i].kernel.name
+                                                      : std::string("end");
+  };
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t i = 0; i < std::min(count, live.size()); ++i) {
+    const plan::PlannedBuffer& b = *live[i];
+    nlohmann::json j{{"mib", static_cast<double>(b.bytes) / (1 << 20)},
+                     {"first", launch_name(b.first_use)},
+                     {"last", launch_name(b.last_use)}};
+    if (b.node >= 0) {
+      const Node& n = plan.graph.node(b.node);
+      j["node"] = b.node;
+      j["op"] = n.op_name();
+      j["shape"] = n.type.shape;
+    }
+    out.push_back(j);
+  }
+  return out;
+}
+
 }  // namespace mn::bench

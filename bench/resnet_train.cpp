@@ -6,6 +6,7 @@
 // Usage: bench_resnet_train [--depth 18,50] [--batch 32] [--size 224] [--steps N]
 //                           [--precision f32|bf16|f16] [--device D] [--profile]
 //                           [--plan-memory]   (plan only, no device: what fills the arena)
+//                           [--plan-live N]   (and the N largest buffers live at its peak)
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -43,7 +44,7 @@ void build_step(mn::Graph& g, int depth, int64_t batch, int64_t size) {
 }
 
 // The step planned with the planner's default device (16-bit storage on), no device needed.
-nlohmann::json plan(int depth, int64_t batch, int64_t size, mn::DType precision) {
+nlohmann::json plan(int depth, int64_t batch, int64_t size, mn::DType precision, size_t live) {
   mn::Graph g;
   build_step(g, depth, batch, size);
   mn::plan::PlanOptions po;
@@ -56,7 +57,8 @@ nlohmann::json plan(int depth, int64_t batch, int64_t size, mn::DType precision)
           {"precision", mn::dtype_name(precision)},
           {"arena_mib", static_cast<double>(p.arena_bytes) / (1 << 20)},
           {"dispatches", p.launches.size()},
-          {"memory", mn::bench::peak_fields(p)}};
+          {"memory", mn::bench::peak_fields(p)},
+          {"live_at_peak", mn::bench::live_at_peak(p, live)}};
 }
 
 nlohmann::json run(int depth, int64_t batch, int64_t size, int steps, const mn::SessionOptions& so) {
@@ -103,6 +105,7 @@ int main(int argc, char** argv) {
   int steps = 20;
   mn::SessionOptions so;
   bool plan_memory = false;
+  size_t plan_live = 0;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (!std::strcmp(argv[i], "--depth")) depths = next();
@@ -113,6 +116,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--device")) so.device = next();
     else if (!std::strcmp(argv[i], "--profile")) so.profile = true;
     else if (!std::strcmp(argv[i], "--plan-memory")) plan_memory = true;
+    else if (!std::strcmp(argv[i], "--plan-live")) plan_memory = true, plan_live = std::stoul(next());
     else {
       std::fprintf(stderr, "bench_resnet_train: unknown argument %s\n", argv[i]);
       return 2;
@@ -121,7 +125,7 @@ int main(int argc, char** argv) {
   try {
     for (int depth : depths_of(depths)) {
       const nlohmann::json j =
-          plan_memory ? plan(depth, batch, size, so.precision) : run(depth, batch, size, steps, so);
+          plan_memory ? plan(depth, batch, size, so.precision, plan_live) : run(depth, batch, size, steps, so);
       std::cout << j.dump() << std::endl;
     }
   } catch (const std::exception& e) {

@@ -4,7 +4,7 @@
 // and prints one JSON line each. PyTorch counterpart: bench/transformer_train.py.
 // --plan only plans each step (no device, no run) and prints its arena and dispatch count;
 // --plan-kernels also counts the launches of each kernel name, --plan-memory says what fills the
-// arena at its peak.
+// arena at its peak, --plan-live N also lists the N largest buffers live there.
 //
 // --model causal_lm builds the step from build_causal_lm with SmolLM2-135M's config instead
 // (Hugging Face's LlamaForCausalLM: composite attention, rms_norm and silu, the loss's shift
@@ -46,7 +46,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // The step's plan as a session would make it, without a device: arena and dispatches.
 // Launches are counted by kernel name (--plan-kernels).
 nlohmann::json plan_fields(const mn::Graph& g, bool optimized, mn::DType precision,
-                           bool kernels, bool memory) {
+                           bool kernels, bool memory, size_t live) {
   mn::plan::PlanOptions po;
   po.optimize.enabled = po.fuse = optimized;
   po.precision = precision;
@@ -62,6 +62,7 @@ nlohmann::json plan_fields(const mn::Graph& g, bool optimized, mn::DType precisi
     j["kernels"] = counts;
   }
   if (memory) j["memory"] = mn::bench::peak_fields(plan);
+  if (live) j["live_at_peak"] = mn::bench::live_at_peak(plan, live);
   return j;
 }
 
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
   int steps = 30;
   std::string device, only;
   bool profile = false, plan_only = false, plan_kernels = false, plan_memory = false;
+  size_t plan_live = 0;
   std::string precision = "f32", model = "transformer";
   mn::TransformerSpec spec = mn::smollm2_135m();
   for (int i = 1; i < argc; ++i) {
@@ -121,6 +123,8 @@ int main(int argc, char** argv) {
       plan_only = plan_kernels = true;
     else if (!std::strcmp(argv[i], "--plan-memory"))
       plan_only = plan_memory = true;
+    else if (!std::strcmp(argv[i], "--plan-live"))
+      plan_only = plan_memory = true, plan_live = std::stoul(next());
     else if (!std::strcmp(argv[i], "--precision"))
       precision = next();
     else if (!std::strcmp(argv[i], "--model"))
@@ -137,7 +141,7 @@ int main(int argc, char** argv) {
       if (plan_only) {
         nlohmann::json j =
             plan_fields(*m.graph, optimized, mn::dtype_from_name(precision), plan_kernels,
-                        plan_memory);
+                        plan_memory, plan_live);
         j.update({{"name", name},
                   {"impl", "meganeura"},
                   {"optimized", optimized},
