@@ -7,11 +7,13 @@
 #include <string_view>
 
 #include "codegen/index_check.h"
+#include "ir/graph_rewrite.h"
 #include "ir/op_def.h"
 #include "optimize/mixed_precision.h"
 #include "plan/in_place.h"
-#include "schedule/rematerialize.h"
 #include "schedule/cache_append.h"
+#include "schedule/reduction_operands.h"
+#include "schedule/rematerialize.h"
 #include "schedule/fusion.h"
 #include "schedule/gemv_fusion.h"
 #include "schedule/gpu_lowering.h"
@@ -57,7 +59,7 @@ std::vector<int> barrier_run_ends(const std::vector<PlannedLaunch>& launches) {
 // The kernels, buffers and arena of `p`, whose graph is optimized and lowered: `recomputed`
 // marks the copies schedule::rematerialize made (empty: none).
 void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
-                        std::vector<char> recomputed) {
+                        std::vector<char> recomputed, bool eager_gradients) {
   const Graph& g = p.graph;
   const size_t n = g.size();
 
@@ -76,6 +78,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     for (size_t i = 0; i < n; ++i) recomputed[i] = recomputed[i] || !forward[i];
   }
   fo.deferred = std::move(recomputed);
+  fo.eager_gradients = eager_gradients;
   p.groups = fuse ? schedule::fuse(g, fo) : schedule::unfused_groups(g);
   if (fuse) {
     // Casts first, so that a sibling product's matrix is already its stored tensor; again
@@ -252,21 +255,38 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
   p.report = std::move(optimized.report);
   p.graph = schedule::lower_for_gpu(optimized.graph);
   if (options.precision != DType::f32) p.graph = optimize::casts_through_movement(p.graph);
-  // Recomputation trades launches for memory: it is kept where it makes the arena smaller
-  // (a deep model's activations), not where the backward pass's own working set is the peak
-  // and the copies only add to it (a model of two layers).
-  if (options.rematerialize && !off) {
-    if (std::optional<schedule::Rematerialized> r = schedule::rematerialize(p.graph)) {
-      StepPlan copies;
-      copies.report = p.report;
-      copies.graph = std::move(r->graph);
-      schedule_and_place(copies, options, off, std::move(r->copies));
-      schedule_and_place(p, options, off, {});
-      return copies.arena_bytes < p.arena_bytes ? std::move(copies) : std::move(p);
+  if (options.fuse && options.reduction_operands && !off) {
+    schedule::ReductionOperandOptions ro;
+    ro.max_bindings = std::min<uint32_t>(options.device.max_storage_buffers, 256);
+    if (std::optional<Graph> g = schedule::private_reduction_operands(p.graph, ro)) {
+      p.graph = std::move(*g);
     }
   }
-  schedule_and_place(p, options, off, {});
-  return p;
+  // Recomputation trades launches for memory: it is kept where it makes the arena smaller
+  // (a deep model's activations), not where the backward pass's own working set is the peak
+  // and the copies only add to it (a model of two layers). A training step is also planned in
+  // both orders of its gradient kernels (schedule::FusionOptions::eager_gradients); the
+  // smallest arena wins, the first planned (no copies, graph order) on ties.
+  std::optional<StepPlan> best;
+  auto consider = [&](const Graph& graph, const std::vector<char>& copies) {
+    const bool training = !graph.assignments().empty();
+    for (bool eager : {false, true}) {
+      if (eager && !training) break;
+      if (training && options.eager_gradients && *options.eager_gradients != eager) continue;
+      StepPlan c;
+      c.report = p.report;
+      c.graph = copy_graph(graph);
+      schedule_and_place(c, options, off, copies, eager);
+      if (!best || c.arena_bytes < best->arena_bytes) best = std::move(c);
+    }
+  };
+  consider(p.graph, {});
+  if (options.rematerialize && !off) {
+    if (std::optional<schedule::Rematerialized> r = schedule::rematerialize(p.graph)) {
+      consider(r->graph, r->copies);
+    }
+  }
+  return std::move(*best);
 }
 
 }  // namespace mn::plan

@@ -3,6 +3,7 @@
 // every binding, the buffers' placement in one arena, and the copies that apply assignments.
 // Pure data, no Vulkan: the runtime turns it into pipelines and one recorded command buffer.
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,12 @@ struct PlanOptions {
   // Cheap forward values the backward pass reads are computed again there instead of kept
   // (schedule/rematerialize.h).
   bool rematerialize = true;
+  // Reductions compute the pointwise values they read in their own loads where other kernels
+  // read those values too (schedule/reduction_operands.h), with fusion on.
+  bool reduction_operands = true;
+  // The order of a training step's gradient kernels (schedule::FusionOptions::eager_gradients):
+  // unset plans both and keeps the smaller arena.
+  std::optional<bool> eager_gradients;
 };
 
 StepPlan make_step_plan(const Graph& g, const PlanOptions& options);

@@ -66,17 +66,7 @@ struct Builder {
 
   const Node& node(NodeId id) const { return g.node(id); }
 
-  bool fusable(NodeId id) const {
-    const Node& nd = node(id);
-    // A stored 16-bit tensor widened to f32 (a weight) is read widened by the kernels that use
-    // it (widened_loads.h): its cast stays single, to be dropped there.
-    if (const NodeId src = widened_source(g, id); src >= 0 && is_source_op(node(src).op_name())) {
-      return false;
-    }
-    std::vector<TensorType> in;
-    for (NodeId i : nd.inputs) in.push_back(node(i).type);
-    return codegen::fusable_pointwise(nd, in);
-  }
+  bool fusable(NodeId id) const { return fusable_node(g, id); }
 
   int new_group(KernelGroup::Kind kind, NodeId id) {
     groups.push_back({kind, {id}, node(id).type.shape, true});
@@ -147,6 +137,7 @@ struct Builder {
     }
     for (size_t i = 1; i < xs.size(); ++i) {
       const int a = xs[0], b = xs[i];
+      if (feeds_prologue(a) || feeds_prologue(b)) continue;
       std::vector<NodeId> nodes = groups[a].nodes;
       nodes.insert(nodes.end(), groups[b].nodes.begin(), groups[b].nodes.end());
       if (external_inputs(nodes).size() + outputs_of(nodes).size() > options.max_bindings) continue;
@@ -157,6 +148,18 @@ struct Builder {
       groups[b].nodes.clear();
       groups[b].alive = false;
     }
+  }
+
+  // The group computes one value that only a reduction reads, one that takes the group as
+  // its prologue (fuse_prologues): another output would make it a stored value again.
+  bool feeds_prologue(int x) const {
+    const std::vector<NodeId> outs = outputs_of(groups[x].nodes);
+    if (outs.size() != 1 || sink[outs.front()] || consumers[outs.front()].size() != 1) {
+      return false;
+    }
+    const Node& red = node(consumers[outs.front()].front());
+    return red.inputs.size() == 1 &&
+           codegen::reduce_accepts_fusion(red, std::vector<TensorType>{node(outs.front()).type});
   }
 
   bool deferred(NodeId v) const { return !options.deferred.empty() && options.deferred[v]; }
@@ -195,7 +198,9 @@ struct Builder {
       if (groups[x].kind == KernelGroup::Kind::pointwise && groups[x].domain == shape) ++count[x];
     }
     std::vector<std::pair<int, int>> candidates;
-    for (const auto& [x, k] : count) candidates.emplace_back(-k, -x);
+    for (const auto& [x, k] : count) {
+      if (!feeds_prologue(x)) candidates.emplace_back(-k, -x);
+    }
     std::sort(candidates.begin(), candidates.end());
     for (const auto& [k, negx] : candidates) {
       const int x = -negx;
@@ -437,7 +442,163 @@ struct Builder {
   }
 };
 
+// The group graph: each group's successors (the groups reading its values), the number of its
+// predecessors, and its last node (its position in the graph).
+struct GroupGraph {
+  std::vector<std::set<int>> succ;
+  std::vector<int> indegree;
+  std::vector<NodeId> last;
+};
+
+GroupGraph group_graph(const Builder& b) {
+  const size_t count = b.groups.size();
+  GroupGraph gg{std::vector<std::set<int>>(count), std::vector<int>(count, 0),
+                std::vector<NodeId>(count, -1)};
+  for (size_t x = 0; x < count; ++x) {
+    if (!b.groups[x].alive) continue;
+    for (NodeId v : b.groups[x].nodes) {
+      gg.last[x] = std::max(gg.last[x], v);
+      for (NodeId c : b.consumers[v]) {
+        const int y = b.group_of[c];
+        if (y != static_cast<int>(x) && gg.succ[x].insert(y).second) ++gg.indegree[y];
+      }
+    }
+  }
+  return gg;
+}
+
+// The live groups in a topological order close to the graph's (by each group's last node).
+std::vector<int> dispatch_order(const Builder& b, const GroupGraph& gg,
+                                const FusionOptions& options) {
+  const Graph& g = b.g;
+  const size_t count = b.groups.size();
+  const std::vector<std::set<int>>& succ = gg.succ;
+  const std::vector<NodeId>& last = gg.last;
+  std::vector<int> indegree = gg.indegree;
+  // Groups that depend on nothing launched since the last barrier go first: each barrier
+  // (a group reading what the previous ones wrote) then waits for as much work as is ready
+  // (a decoding step's q, k and v projections together, then their rotary embeddings and cache
+  // writes together), instead of the graph's interleaving paying one per kernel.
+  using Ready = std::pair<NodeId, int>;
+  using Queue = std::priority_queue<Ready, std::vector<Ready>, std::greater<>>;
+  Queue free_now, after_barrier;  // ready groups whose inputs precede / follow the last barrier
+  // Ready groups of deferred values: held until the order reaches their first node, or until
+  // launching them frees more memory than they store (the last reader of an activation: a
+  // weight gradient, however late the graph computes it).
+  std::vector<int> held;
+  std::vector<NodeId> first(count, -1);
+  for (size_t x = 0; x < count; ++x) {
+    if (!b.groups[x].alive) continue;
+    for (NodeId v : b.groups[x].nodes) {
+      if (b.deferred(v) && (first[x] < 0 || v < first[x])) first[x] = v;
+    }
+  }
+  auto ready = [&](Queue& q, int x) {
+    if (first[x] >= 0) {
+      held.push_back(x);
+    } else {
+      q.emplace(last[x], x);
+    }
+  };
+  // Per value: the groups reading it that have not launched yet.
+  std::vector<int> readers_left(g.size(), 0);
+  std::vector<std::vector<NodeId>> reads(count), stores(count);
+  for (size_t x = 0; x < count; ++x) {
+    if (!b.groups[x].alive) continue;
+    for (NodeId v : b.groups[x].nodes) {
+      for (NodeId in : g.node(v).inputs) {
+        if (b.group_of[in] == static_cast<int>(x) || is_source_op(g.node(in).op_name()) ||
+            std::find(reads[x].begin(), reads[x].end(), in) != reads[x].end()) {
+          continue;
+        }
+        reads[x].push_back(in);
+        ++readers_left[in];
+      }
+    }
+    stores[x] = b.outputs_of(b.groups[x].nodes);
+  }
+  auto bytes = [&](NodeId v) {
+    const TensorType& t = g.node(v).type;
+    return static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype);
+  };
+  auto frees_more_than_it_stores = [&](int x) {
+    uint64_t freed = 0, stored = 0;
+    for (NodeId v : reads[x]) freed += readers_left[v] == 1 && !b.sink[v] ? bytes(v) : 0;
+    for (NodeId v : stores[x]) stored += bytes(v);
+    return freed > stored;
+  };
+  // Tail groups: pointwise groups whose values feed only other tail groups, assignments and
+  // outputs (the optimizer's updates). They launch at the end of the step (below), so they do
+  // not move the order's position forward when they become ready.
+  std::vector<char> tail(count, 0), tail_known(count, 0);
+  std::function<bool(int)> is_tail = [&](int x) {
+    if (tail_known[x]) return tail[x] != 0;
+    tail_known[x] = 1;
+    bool t = b.groups[x].kind == KernelGroup::Kind::pointwise;
+    for (int y : succ[x]) t = t && is_tail(y);
+    tail[x] = t;
+    return t;
+  };
+  // A group whose values only the tail reads: a parameter's gradient (FusionOptions::
+  // eager_gradients).
+  auto only_tail_reads = [&](int x) {
+    return !is_tail(x) &&
+           std::all_of(succ[x].begin(), succ[x].end(), [&](int y) { return is_tail(y); });
+  };
+  std::vector<int> order;
+  NodeId reached = -1;  // the furthest graph position launched so far
+  auto release = [&](size_t i) {
+    after_barrier.emplace(last[held[i]], held[i]);
+    held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+  };
+  for (size_t x = 0; x < count; ++x) {
+    if (b.groups[x].alive && indegree[x] == 0) ready(free_now, static_cast<int>(x));
+  }
+  while (!free_now.empty() || !after_barrier.empty() || !held.empty()) {
+    for (size_t i = 0; i < held.size();) {
+      const int h = held[i];
+      if (first[h] <= reached || frees_more_than_it_stores(h) ||
+          (options.eager_gradients && only_tail_reads(h))) {
+        release(i);
+      } else {
+        ++i;
+      }
+    }
+    if (free_now.empty() && after_barrier.empty()) {
+      // Nothing else is ready: the held group earliest in the graph.
+      release(static_cast<size_t>(std::min_element(held.begin(), held.end(),
+                                                   [&](int a, int c) { return first[a] < first[c]; }) -
+                                  held.begin()));
+    }
+    if (free_now.empty()) std::swap(free_now, after_barrier);
+    const int x = free_now.top().second;
+    free_now.pop();
+    order.push_back(x);
+    if (!is_tail(x) && !(options.eager_gradients && only_tail_reads(x))) {
+      reached = std::max(reached, last[x]);
+    }
+    for (NodeId v : reads[x]) --readers_left[v];
+    for (int y : succ[x]) {
+      if (--indegree[y] == 0) ready(after_barrier, y);
+    }
+  }
+
+  return order;
+}
+
 }  // namespace
+
+bool fusable_node(const Graph& g, NodeId id) {
+  const Node& nd = g.node(id);
+  // A stored 16-bit tensor widened to f32 (a weight) is read widened by the kernels that use
+  // it (widened_loads.h): its cast stays single, to be dropped there.
+  if (const NodeId src = widened_source(g, id); src >= 0 && is_source_op(g.node(src).op_name())) {
+    return false;
+  }
+  std::vector<TensorType> in;
+  for (NodeId i : nd.inputs) in.push_back(g.node(i).type);
+  return codegen::fusable_pointwise(nd, in);
+}
 
 bool is_scalar_constant(const Node& node) {
   return node.op_name() == "constant" && node.type.dtype == DType::f32 && node.type.numel() == 1;
@@ -522,67 +683,10 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
     b.fuse_reduce_epilogues();
   }
 
-  // The group graph, in a topological order close to the graph's (by each group's last node).
+  const GroupGraph gg = group_graph(b);
   const size_t count = b.groups.size();
-  std::vector<std::set<int>> succ(count);
-  std::vector<int> indegree(count, 0);
-  std::vector<NodeId> last(count, -1);
-  for (size_t x = 0; x < count; ++x) {
-    if (!b.groups[x].alive) continue;
-    for (NodeId v : b.groups[x].nodes) {
-      last[x] = std::max(last[x], v);
-      for (NodeId c : b.consumers[v]) {
-        const int y = b.group_of[c];
-        if (y != static_cast<int>(x) && succ[x].insert(y).second) ++indegree[y];
-      }
-    }
-  }
-  // Groups that depend on nothing launched since the last barrier go first: each barrier
-  // (a group reading what the previous ones wrote) then waits for as much work as is ready
-  // (a decoding step's q, k and v projections together, then their rotary embeddings and cache
-  // writes together), instead of the graph's interleaving paying one per kernel.
-  using Ready = std::pair<NodeId, int>;
-  using Queue = std::priority_queue<Ready, std::vector<Ready>, std::greater<>>;
-  Queue free_now, after_barrier;  // ready groups whose inputs precede / follow the last barrier
-  // Ready groups of deferred values, keyed by their first node: held until the order reaches it.
-  Queue held;
-  std::vector<NodeId> first(count, -1);
-  for (size_t x = 0; x < count; ++x) {
-    if (!b.groups[x].alive) continue;
-    for (NodeId v : b.groups[x].nodes) {
-      if (b.deferred(v) && (first[x] < 0 || v < first[x])) first[x] = v;
-    }
-  }
-  auto ready = [&](Queue& q, int x) {
-    if (first[x] >= 0) {
-      held.emplace(first[x], x);
-    } else {
-      q.emplace(last[x], x);
-    }
-  };
-  for (size_t x = 0; x < count; ++x) {
-    if (b.groups[x].alive && indegree[x] == 0) ready(free_now, static_cast<int>(x));
-  }
-  std::vector<int> order;
-  NodeId reached = -1;  // the furthest graph position launched so far
-  while (!free_now.empty() || !after_barrier.empty() || !held.empty()) {
-    if (free_now.empty() && after_barrier.empty()) {
-      after_barrier.emplace(last[held.top().second], held.top().second);
-      held.pop();
-    }
-    if (free_now.empty()) std::swap(free_now, after_barrier);
-    const int x = free_now.top().second;
-    free_now.pop();
-    order.push_back(x);
-    reached = std::max(reached, last[x]);
-    for (int y : succ[x]) {
-      if (--indegree[y] == 0) ready(after_barrier, y);
-    }
-    while (!held.empty() && held.top().first <= reached) {
-      after_barrier.emplace(last[held.top().second], held.top().second);
-      held.pop();
-    }
-  }
+  const std::vector<std::set<int>>& succ = gg.succ;
+  const std::vector<int> order = dispatch_order(b, gg, options);
 
   // Tail groups: pointwise groups whose values feed only other tail groups, assignments and
   // outputs. Height: the longest chain of tail groups after it.

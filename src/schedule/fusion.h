@@ -62,6 +62,13 @@ struct FusionOptions {
   // not launch before the dispatch order reaches its place in the graph, so that it is computed
   // where the backward pass needs it, not as soon as its inputs are ready.
   std::vector<char> deferred;
+  // Deferred kernels are also launched as soon as launching them frees more memory than they
+  // store (the last reader of an activation). With this set, a kernel whose values only the
+  // optimizer's updates read (a parameter's gradient) launches as soon as it is ready, too,
+  // and does not move the order's position. Which order gives the smaller arena depends on the
+  // model (ResNet's gradients are smaller than the activations they read, a small batch's
+  // transformer gradients larger): plan/step_plan.cpp plans both.
+  bool eager_gradients = false;
 };
 
 struct KernelSegment {
@@ -116,6 +123,10 @@ struct KernelGroup {
   };
   CacheAppend append;
 };
+
+// A pointwise node that fusion puts in pointwise kernels (codegen::fusable_pointwise), not a
+// widening cast of a stored 16-bit tensor (read widened by its readers, widened_loads.h).
+bool fusable_node(const Graph& g, NodeId id);
 
 // An f32 constant of one element: fused kernels take its value as a literal, not a binding.
 bool is_scalar_constant(const Node& node);

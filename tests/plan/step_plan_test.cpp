@@ -15,6 +15,7 @@
 #include <meganeura/models.h>
 #include <meganeura/ops.h>
 #include <meganeura/optimizer.h>
+#include <meganeura/vision.h>
 
 #include "plan/step_plan.h"
 
@@ -124,6 +125,29 @@ TEST(StepPlan, TrainingStepBuffersNeverShareWhileNeeded) {
       total += (b.bytes + o.alignment - 1) / o.alignment * o.alignment;
     EXPECT_LT(p.arena_bytes, total);
   }
+}
+
+// A ResNet-18 training step at batch 16, 112 × 112: both orders of the gradient kernels are valid
+// placements, the planner keeps the smaller, and launching a weight gradient as soon as it
+// frees its activations is the smaller here (the gradients are smaller than what they read).
+TEST(StepPlan, GradientKernelOrdersAreBothValidAndTheSmallerIsKept) {
+  Graph g;
+  auto net = vision::resnet({.depth = 18, .num_classes = 10});
+  Tensor logits = net->forward(g.input("x", {16, 3, 112, 112}));
+  add_training_step(cross_entropy(logits, g.input("y", {16}, DType::i32)),
+                    Optimizer::sgd({.lr = 0.01, .momentum = 0.9}));
+  PlanOptions graph_order, eager, chosen;
+  graph_order.eager_gradients = false;
+  eager.eager_gradients = true;
+  const StepPlan a = make_step_plan(g, graph_order);
+  const StepPlan b = make_step_plan(g, eager);
+  const StepPlan c = make_step_plan(g, chosen);
+  for (const StepPlan* p : {&a, &b}) {
+    EXPECT_TRUE(placement_errors(*p, chosen.alignment).empty())
+        << joined(placement_errors(*p, chosen.alignment));
+  }
+  EXPECT_LT(b.arena_bytes, a.arena_bytes);
+  EXPECT_EQ(c.arena_bytes, std::min(a.arena_bytes, b.arena_bytes));
 }
 
 // A reshape is a view: no launch, the buffer of its source; the source's bytes stay needed
