@@ -4,6 +4,7 @@
 // operand bindings back onto the convolution's inputs.
 #include "codegen/lower_conv_matmul.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -185,11 +186,18 @@ std::optional<Lowering> conv1x1_backward_weight(const LowerContext& ctx) {
                      nullptr);
   }
   // NCHW keeps each image's [C, H·W] contiguous but not the batch's [C, N·H·W]: one product
-  // per image into f32 scratch, then a deterministic sum over the images. Past 256 MiB of
-  // partial products the implicit GEMM (which sums inside its tiles) is used instead.
+  // per image into f32 scratch, then a deterministic sum over the images. Where the partial
+  // products would take more memory than the larger operand (and more than 16 MiB), or past
+  // 256 MiB, the implicit GEMM (which sums inside its tiles) is used instead: a late layer's
+  // few pixels and many channels (ResNet-50's 512 → 2048 at 7 × 7, batch 32: 128 MiB of
+  // partials beside 12 MiB of gradient, in products of K = 49) belong to it.
   const int64_t per_image = o * c;
   const auto bytes = static_cast<uint64_t>(x.batch * per_image) * 4;
-  if (bytes > (uint64_t{256} << 20)) return std::nullopt;
+  const uint64_t operand =
+      std::max(static_cast<uint64_t>(x.batch * c * hw) * dtype_size(ctx.inputs[0].dtype),
+               static_cast<uint64_t>(gy.batch * o * hw) * dtype_size(ctx.inputs[1].dtype));
+  const bool partials_outweigh = bytes > operand && bytes > (uint64_t{16} << 20);
+  if (bytes > (uint64_t{256} << 20) || partials_outweigh) return std::nullopt;
   std::optional<Lowering> l =
       as_matmul(ctx, {1, {gy.batch, o, hw}, false}, {0, {x.batch, c, hw}, true}, {x.batch, o, c},
                 DType::f32, nullptr);
