@@ -14,6 +14,7 @@
 #include "schedule/cache_append.h"
 #include "schedule/reduction_operands.h"
 #include "schedule/rematerialize.h"
+#include "schedule/shared_statistics.h"
 #include "schedule/fusion.h"
 #include "schedule/gemv_fusion.h"
 #include "schedule/gpu_lowering.h"
@@ -255,6 +256,9 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
   p.report = std::move(optimized.report);
   p.graph = schedule::lower_for_gpu(optimized.graph);
   if (options.precision != DType::f32) p.graph = optimize::casts_through_movement(p.graph);
+  if (!off) {
+    if (std::optional<Graph> g = schedule::share_statistics(p.graph)) p.graph = std::move(*g);
+  }
   if (options.fuse && options.reduction_operands && !off) {
     schedule::ReductionOperandOptions ro;
     ro.max_bindings = std::min<uint32_t>(options.device.max_storage_buffers, 256);
