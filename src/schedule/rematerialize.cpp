@@ -26,17 +26,26 @@ Analysis analyse(const Graph& g, const RematerializeOptions& options) {
     if (!needed[i] || a.forward[i]) continue;
     for (NodeId in : g.node(static_cast<NodeId>(i)).inputs) a.backward_reader[in] = 1;
   }
-  // In topological order, so that a node's inputs are decided first.
+  // In topological order, so that a node's inputs are decided first. A value the backward
+  // pass does not read is decided too: it may lie between kept values and one it reads (a
+  // normalization's affine before a ReLU), and is then recomputed as part of that one's copy.
   for (size_t i = 0; i < n; ++i) {
     const Node& node = g.node(static_cast<NodeId>(i));
-    if (!needed[i] || !a.forward[i] || !a.backward_reader[i]) continue;
+    if (!needed[i] || !a.forward[i]) continue;
     if (!node.op || node.op->archetype != Archetype::pointwise || node.inputs.empty()) continue;
     if (node.type.numel() < options.min_elements) continue;
     bool available = true;  // every input is there when the backward pass runs
+    std::vector<NodeId> small_inputs;  // kept for the copy: a mean, a 1/σ per channel
     for (NodeId in : node.inputs) {
       const Node& src = g.node(in);
+      const bool small = a.forward[in] && !is_source_op(src.op_name()) &&
+                         src.type.numel() <= node.type.numel() / options.small_ratio;
+      if (small && !a.backward_reader[in]) small_inputs.push_back(in);
       available = available && (is_source_op(src.op_name()) || a.recompute[in] ||
-                                 (a.forward[in] && a.backward_reader[in]));
+                                 (a.forward[in] && a.backward_reader[in]) || small);
+    }
+    if (available) {
+      for (NodeId in : small_inputs) a.backward_reader[in] = 1;
     }
     // A value widened from a narrower one (a product's bf16 result cast to f32): keeping the
     // narrow input instead of it takes fewer bytes.
@@ -59,9 +68,9 @@ Analysis analyse(const Graph& g, const RematerializeOptions& options) {
 std::optional<Rematerialized> rematerialize(const Graph& lowered,
                                             const RematerializeOptions& options) {
   const Analysis a = analyse(lowered, options);
-  if (std::none_of(a.recompute.begin(), a.recompute.end(), [](char c) { return c != 0; })) {
-    return std::nullopt;
-  }
+  bool any = false;  // a value the backward pass reads is recomputed
+  for (size_t i = 0; i < a.recompute.size(); ++i) any = any || (a.recompute[i] && a.backward_reader[i]);
+  if (!any) return std::nullopt;
   const size_t n = lowered.size();
   std::vector<std::vector<Tensor>> operands_of(n);  // of recomputed nodes, in the new graph
   std::vector<Tensor> copy(n);

@@ -9,7 +9,10 @@
 // forward reader. The copies fuse into the backward's pointwise kernels, or run as one
 // pointwise kernel before a product that reads them; nothing changes numerically (the same
 // operations on the same values). In SmolLM2's decoder layers: the RMSNorm outputs that the
-// weight gradients read, silu(gate) and silu(gate)·up, about 2.5 GB at 8 × 512 tokens.
+// weight gradients read, silu(gate) and silu(gate)·up, about 2.5 GB at 8 × 512 tokens. Values
+// the backward pass does not read are recomputed as links of such a chain, and small inputs
+// (per-channel statistics) are kept for it: a ReLU after a batch norm's affine is computed
+// again from the convolution's output where the next layer's weight gradient reads it.
 #include <optional>
 #include <vector>
 
@@ -21,6 +24,9 @@ struct RematerializeOptions {
   // Values of fewer elements (2 MiB in f32) stay stored: a copy that cannot fuse into its
   // reader costs a launch, worth it only for memory that counts.
   int64_t min_elements = 1 << 19;
+  // A forward input this many times smaller than the value (per-channel statistics) is kept
+  // for the copy when the backward pass does not keep it anyway.
+  int64_t small_ratio = 16;
 };
 
 struct Rematerialized {

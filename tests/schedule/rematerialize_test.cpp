@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <optional>
 #include <utility>
 
@@ -88,6 +89,62 @@ TEST(Rematerialize, BackwardReadsCopiesOfSiluAndItsProduct) {
   const auto got = reference::run_step(g, inputs, after);
   EXPECT_EQ(got.at("loss").data, want.at("loss").data);
   for (const char* p : {"wg", "wu", "wd"}) EXPECT_EQ(after.at(p).data, before.at(p).data) << p;
+}
+
+// relu((x − mean(x))·s) read by the weight gradient: the backward pass reads the ReLU (its
+// mask and the weight gradient) and x − mean(x) (the scale's gradient), not the product, which
+// is recomputed as a link of the ReLU's copy; with the mean (a small statistic the backward pass
+// does not read) kept for the copies, x − mean(x) is recomputed too.
+TEST(Rematerialize, ChainsThroughValuesTheBackwardDoesNotReadWithSmallStatisticsKept) {
+  auto step = [] {
+    auto g = std::make_unique<Graph>();
+    Tensor x = g->input("x", {64, 32});
+    Tensor s = g->parameter("s", {32}, Init::normal(1.0, 0.2, 4));
+    Tensor w = g->parameter("w", {16, 32}, Init::normal(0.0, 0.3, 5));
+    Tensor r = relu((x - mean(x, {0}, true)) * s);
+    Tensor y = matmul(r, w, false, true);
+    Tensor loss = mean(y * y);
+    g->output("loss", loss);
+    add_training_step(loss, Optimizer::sgd({.lr = 0.1}));
+    return g;
+  };
+  const auto g = step();
+  const Graph lowered = schedule::lower_for_gpu(*g);
+  const std::optional<schedule::Rematerialized> result =
+      schedule::rematerialize(lowered, {.min_elements = 1});
+  ASSERT_TRUE(result);
+  std::vector<std::string> copied;
+  for (size_t i = 0; i < result->graph.size(); ++i) {
+    if (result->copies[i]) copied.emplace_back(result->graph.node(static_cast<NodeId>(i)).op_name());
+  }
+  std::sort(copied.begin(), copied.end());
+  EXPECT_EQ(copied, (std::vector<std::string>{"mul", "relu", "sub"}));
+
+  // Without the statistic kept, x − mean(x) (which the scale's gradient reads) stays stored
+  // and only the product and the ReLU are recomputed from it.
+  const std::optional<schedule::Rematerialized> without_small =
+      schedule::rematerialize(lowered, {.min_elements = 1, .small_ratio = 1 << 20});
+  ASSERT_TRUE(without_small);
+  copied.clear();
+  for (size_t i = 0; i < without_small->graph.size(); ++i) {
+    if (without_small->copies[i]) {
+      copied.emplace_back(without_small->graph.node(static_cast<NodeId>(i)).op_name());
+    }
+  }
+  std::sort(copied.begin(), copied.end());
+  EXPECT_EQ(copied, (std::vector<std::string>{"mul", "relu"}));
+
+  // The same step with the copies.
+  auto rng = testing::rng_for("rematerialize/chain");
+  reference::Feeds inputs{{"x", testing::random_array(rng, {{64, 32}, DType::f32}, -1.0, 1.0)}};
+  for (const auto& [name, value] : step_scalars(Optimizer::sgd({.lr = 0.1}), 0.1, 1)) {
+    inputs[name] = Array::scalar(value);
+  }
+  reference::Feeds before, after;
+  const auto want = reference::run_step(lowered, inputs, before);
+  const auto got = reference::run_step(result->graph, inputs, after);
+  EXPECT_EQ(got.at("loss").data, want.at("loss").data);
+  for (const char* p : {"s", "w"}) EXPECT_EQ(after.at(p).data, before.at(p).data) << p;
 }
 
 TEST(Rematerialize, SmallValuesAndGraphsWithoutBackwardStayAsTheyAre) {
