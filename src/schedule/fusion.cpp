@@ -13,9 +13,6 @@
 
 namespace mn::schedule {
 
-namespace {
-
-// `small` broadcasts to exactly `big` (right-aligned, size-1 or equal extents).
 bool broadcasts_to(const Shape& small, const Shape& big) {
   if (small.size() > big.size()) return false;
   const size_t lead = big.size() - small.size();
@@ -24,6 +21,20 @@ bool broadcasts_to(const Shape& small, const Shape& big) {
   }
   return true;
 }
+
+std::vector<std::vector<NodeId>> needed_consumers(const Graph& g, const std::vector<char>& needed) {
+  std::vector<std::vector<NodeId>> consumers(g.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    if (!needed[i]) continue;
+    for (NodeId in : g.node(static_cast<NodeId>(i)).inputs) {
+      auto& c = consumers[in];
+      if (c.empty() || c.back() != static_cast<NodeId>(i)) c.push_back(static_cast<NodeId>(i));
+    }
+  }
+  return consumers;
+}
+
+namespace {
 
 struct Builder {
   const Graph& g;
@@ -53,14 +64,7 @@ struct Builder {
     for (const auto& [name, id] : g.outputs()) sink[id] = 1;
     assigned.assign(n, 0);
     for (const auto& [target, value] : g.assignments()) sink[value] = assigned[value] = 1;
-    consumers.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      if (!needed[i]) continue;
-      for (NodeId in : g.node(static_cast<NodeId>(i)).inputs) {
-        auto& c = consumers[in];
-        if (c.empty() || c.back() != static_cast<NodeId>(i)) c.push_back(static_cast<NodeId>(i));
-      }
-    }
+    consumers = needed_consumers(g, needed);
     group_of.assign(n, -1);
   }
 

@@ -124,6 +124,12 @@ struct KernelGroup {
   CacheAppend append;
 };
 
+// `small` broadcasts to exactly `big` (right-aligned, size-1 or equal extents).
+bool broadcasts_to(const Shape& small, const Shape& big);
+
+// Per node, the needed nodes reading it, each once, in graph order.
+std::vector<std::vector<NodeId>> needed_consumers(const Graph& g, const std::vector<char>& needed);
+
 // A pointwise node that fusion puts in pointwise kernels (codegen::fusable_pointwise), not a
 // widening cast of a stored 16-bit tensor (read widened by its readers, widened_loads.h).
 bool fusable_node(const Graph& g, NodeId id);

@@ -13,16 +13,6 @@ namespace mn::schedule {
 
 namespace {
 
-// `small` broadcasts to exactly `big` (right-aligned, size-1 or equal extents).
-bool broadcasts_to(const Shape& small, const Shape& big) {
-  if (small.size() > big.size()) return false;
-  const size_t lead = big.size() - small.size();
-  for (size_t i = 0; i < small.size(); ++i) {
-    if (small[i] != 1 && small[i] != big[lead + i]) return false;
-  }
-  return true;
-}
-
 struct Analysis {
   const Graph& g;
   const ReductionOperandOptions& options;
@@ -36,14 +26,7 @@ struct Analysis {
     sink.assign(n, 0);
     for (const auto& [name, id] : g.outputs()) sink[id] = 1;
     for (const auto& [target, value] : g.assignments()) sink[value] = 1;
-    consumers.resize(n);
-    for (size_t i = 0; i < n; ++i) {
-      if (!needed[i]) continue;
-      for (NodeId in : g.node(static_cast<NodeId>(i)).inputs) {
-        auto& c = consumers[in];
-        if (c.empty() || c.back() != static_cast<NodeId>(i)) c.push_back(static_cast<NodeId>(i));
-      }
-    }
+    consumers = needed_consumers(g, needed);
   }
 
   // The pointwise DAG computing reduction `r`'s operand, in topological order, when other

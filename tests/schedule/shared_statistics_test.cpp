@@ -14,6 +14,7 @@
 #include "optimize/optimize.h"
 #include "plan/step_plan.h"
 #include "schedule/batch_norm_step.h"
+#include "schedule/sgd_step.h"
 #include "schedule/fusion.h"
 #include "schedule/gpu_lowering.h"
 #include "schedule/shared_statistics.h"
@@ -56,17 +57,13 @@ TEST(SharedStatistics, BatchNormBackwardReadsTheForwardVariance) {
   // The same step, up to the rescaling's rounding.
   auto rng = testing::rng_for("shared_statistics/batch_norm");
   const int64_t n = BatchNormStep::kN, c = BatchNormStep::kC, hw = BatchNormStep::kHW;
-  reference::Feeds inputs{
-      {"x", testing::random_array(rng, {{n, c, hw, hw}, DType::f32}, -1.0, 1.0)}};
-  for (const auto& [name, value] : step_scalars(Optimizer::sgd({.lr = 0.1}), 0.1, 1)) {
-    inputs[name] = Array::scalar(value);
-  }
-  reference::Feeds before, after;
-  const auto want = reference::run_step(lowered, inputs, before);
-  const auto got = reference::run_step(*shared, inputs, after);
-  EXPECT_TRUE(testing::elementwise_near(got.at("loss"), want.at("loss"), 1e-6));
+  const Array x = testing::random_array(rng, {{n, c, hw, hw}, DType::f32}, -1.0, 1.0);
+  const testing::StepResult want = testing::sgd_step(lowered, x);
+  const testing::StepResult got = testing::sgd_step(*shared, x);
+  EXPECT_TRUE(testing::elementwise_near(got.outputs.at("loss"), want.outputs.at("loss"), 1e-6));
   for (const char* p : {"w", "gamma", "beta", "running_mean", "running_var"}) {
-    EXPECT_TRUE(testing::elementwise_near(after.at(p), before.at(p), 1e-6)) << p;
+    EXPECT_TRUE(testing::elementwise_near(got.persistent.at(p), want.persistent.at(p), 1e-6))
+        << p;
   }
 
   // The planner applies it (after the e-graph and the lowering).
