@@ -7,6 +7,7 @@
 
 #include "ir/graph_rewrite.h"
 #include "ir/op_def.h"
+#include "ir/ops/common.h"
 #include "ir/ops/reduce.h"
 
 namespace mn::schedule {
@@ -21,10 +22,10 @@ bool small_statistic(const Graph& g, const Node& n) {
   return n.type.numel() * kShrink <= g.node(n.inputs[0]).type.numel();
 }
 
-// Elements each result of a reduction over `axes` of `shape` sums.
+// Elements each result of a reduction over `axes` (normalized) of `shape` sums.
 int64_t reduced_count(const Shape& shape, const std::vector<int64_t>& axes) {
   int64_t count = 1;
-  for (int64_t a : axes) count *= shape[static_cast<size_t>(a < 0 ? a + static_cast<int64_t>(shape.size()) : a)];
+  for (int64_t a : axes) count *= shape[static_cast<size_t>(a)];
   return count;
 }
 
@@ -56,8 +57,12 @@ std::optional<Graph> share_statistics(const Graph& lowered) {
       if (op != "variance") continue;
       const auto& a = first.attrs.as<VarianceAttrs>();
       const auto& b = node.attrs.as<VarianceAttrs>();
-      if (a.axes != b.axes) continue;
-      const int64_t n = reduced_count(lowered.node(input).type.shape, a.axes);
+      // Axes as the op reads them: negative ones counted from the end, none meaning all.
+      const Shape& shape = lowered.node(input).type.shape;
+      const int rank = static_cast<int>(shape.size());
+      const std::vector<int64_t> axes = ops::normalize_axes(a.axes, rank, op);
+      if (axes != ops::normalize_axes(b.axes, rank, op)) continue;
+      const int64_t n = reduced_count(shape, axes);
       if (n - a.correction <= 0 || n - b.correction <= 0) continue;
       changed = true;
       Tensor v = it->second.value;

@@ -11,6 +11,7 @@
 #include <meganeura/optimizer.h>
 #include <meganeura/reference.h>
 
+#include "ir/ops/reduce.h"
 #include "optimize/optimize.h"
 #include "plan/step_plan.h"
 #include "schedule/batch_norm_step.h"
@@ -116,6 +117,28 @@ TEST(SharedStatistics, VariancesOfOtherAxesOrInputsStaySeparate) {
   const auto got = reference::run_step(*shared, inputs, unused_b);
   EXPECT_TRUE(testing::elementwise_near(got.at("biased"), want.at("biased"), 1e-6));
   EXPECT_EQ(got.at("unbiased").data, want.at("unbiased").data);
+
+  // Axes as the op reads them, as nodes made without the public function carry them (an
+  // importer's, a decomposition's): a negative axis is its positive twin, and none means all.
+  Graph k;
+  Tensor z = k.input("u", {32, 64});
+  auto raw_variance = [&](std::vector<int64_t> axes, bool keepdims, int64_t correction) {
+    return k.apply("variance", VarianceAttrs{std::move(axes), keepdims, correction}, {z});
+  };
+  k.output("last_unbiased", raw_variance({-1}, false, 1));
+  k.output("last_biased", raw_variance({1}, true, 0));
+  k.output("all_unbiased", raw_variance({}, false, 1));
+  k.output("all_biased", raw_variance({0, 1}, true, 0));
+  const Graph lowered_k = schedule::lower_for_gpu(k);
+  const std::optional<Graph> shared_k = schedule::share_statistics(lowered_k);
+  ASSERT_TRUE(shared_k);
+  EXPECT_EQ(readers(*shared_k, "variance", 0), 2);
+  reference::Feeds unused_c, unused_d;
+  const auto want_k = reference::run_step(lowered_k, inputs, unused_c);
+  const auto got_k = reference::run_step(*shared_k, inputs, unused_d);
+  for (const char* name : {"last_unbiased", "last_biased", "all_unbiased", "all_biased"}) {
+    EXPECT_TRUE(testing::elementwise_near(got_k.at(name), want_k.at(name), 1e-6)) << name;
+  }
 }
 
 }  // namespace
