@@ -447,12 +447,36 @@ struct Builder {
 };
 
 // The group graph: each group's successors (the groups reading its values), the number of its
-// predecessors, and its last node (its position in the graph).
+// predecessors, its last node (its position in the graph), and whether it is a tail group: a
+// pointwise group whose values feed only other tail groups, assignments and outputs (the
+// optimizer's updates, launched together at the end of the step).
 struct GroupGraph {
   std::vector<std::set<int>> succ;
   std::vector<int> indegree;
   std::vector<NodeId> last;
+  std::vector<char> tail;
 };
+
+// GroupGraph::tail, successors first (a reverse topological order of Kahn's algorithm).
+std::vector<char> tail_groups(const Builder& b, const GroupGraph& gg) {
+  const size_t count = b.groups.size();
+  std::vector<int> indegree = gg.indegree, order;
+  for (size_t x = 0; x < count; ++x) {
+    if (b.groups[x].alive && indegree[x] == 0) order.push_back(static_cast<int>(x));
+  }
+  for (size_t i = 0; i < order.size(); ++i) {
+    for (int y : gg.succ[static_cast<size_t>(order[i])]) {
+      if (--indegree[y] == 0) order.push_back(y);
+    }
+  }
+  std::vector<char> tail(count, 0);
+  for (size_t i = order.size(); i-- > 0;) {
+    const int x = order[i];
+    tail[x] = b.groups[x].kind == KernelGroup::Kind::pointwise &&
+              std::all_of(gg.succ[x].begin(), gg.succ[x].end(), [&](int y) { return tail[y]; });
+  }
+  return tail;
+}
 
 GroupGraph group_graph(const Builder& b) {
   const size_t count = b.groups.size();
@@ -468,6 +492,7 @@ GroupGraph group_graph(const Builder& b) {
       }
     }
   }
+  gg.tail = tail_groups(b, gg);
   return gg;
 }
 
@@ -504,20 +529,16 @@ std::vector<int> dispatch_order(const Builder& b, const GroupGraph& gg,
       q.emplace(last[x], x);
     }
   };
-  // Per value: the groups reading it that have not launched yet.
+  // Per group, the computed values it reads and those it stores; per value, the groups reading
+  // it that have not launched yet.
   std::vector<int> readers_left(g.size(), 0);
   std::vector<std::vector<NodeId>> reads(count), stores(count);
   for (size_t x = 0; x < count; ++x) {
     if (!b.groups[x].alive) continue;
-    for (NodeId v : b.groups[x].nodes) {
-      for (NodeId in : g.node(v).inputs) {
-        if (b.group_of[in] == static_cast<int>(x) || is_source_op(g.node(in).op_name()) ||
-            std::find(reads[x].begin(), reads[x].end(), in) != reads[x].end()) {
-          continue;
-        }
-        reads[x].push_back(in);
-        ++readers_left[in];
-      }
+    for (NodeId in : b.external_inputs(b.groups[x].nodes)) {
+      if (is_source_op(g.node(in).op_name())) continue;
+      reads[x].push_back(in);
+      ++readers_left[in];
     }
     stores[x] = b.outputs_of(b.groups[x].nodes);
   }
@@ -531,23 +552,12 @@ std::vector<int> dispatch_order(const Builder& b, const GroupGraph& gg,
     for (NodeId v : stores[x]) stored += bytes(v);
     return freed > stored;
   };
-  // Tail groups: pointwise groups whose values feed only other tail groups, assignments and
-  // outputs (the optimizer's updates). They launch at the end of the step (below), so they do
-  // not move the order's position forward when they become ready.
-  std::vector<char> tail(count, 0), tail_known(count, 0);
-  std::function<bool(int)> is_tail = [&](int x) {
-    if (tail_known[x]) return tail[x] != 0;
-    tail_known[x] = 1;
-    bool t = b.groups[x].kind == KernelGroup::Kind::pointwise;
-    for (int y : succ[x]) t = t && is_tail(y);
-    tail[x] = t;
-    return t;
-  };
-  // A group whose values only the tail reads: a parameter's gradient (FusionOptions::
-  // eager_gradients).
+  // Tail groups launch at the end of the step (fuse), so they do not move the order's position
+  // forward when they become ready. A group whose values only the tail reads is a parameter's
+  // gradient (FusionOptions::eager_gradients).
+  auto is_tail = [&](int x) { return gg.tail[x] != 0; };
   auto only_tail_reads = [&](int x) {
-    return !is_tail(x) &&
-           std::all_of(succ[x].begin(), succ[x].end(), [&](int y) { return is_tail(y); });
+    return !is_tail(x) && std::all_of(succ[x].begin(), succ[x].end(), is_tail);
   };
   std::vector<int> order;
   NodeId reached = -1;  // the furthest graph position launched so far
@@ -692,23 +702,14 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
   const std::vector<std::set<int>>& succ = gg.succ;
   const std::vector<int> order = dispatch_order(b, gg, options);
 
-  // Tail groups: pointwise groups whose values feed only other tail groups, assignments and
-  // outputs. Height: the longest chain of tail groups after it.
+  // Per tail group (GroupGraph::tail), its height: the longest chain of tail groups after it.
   std::vector<int> height(count, -1);
   if (options.horizontal) {
     for (size_t r = order.size(); r-- > 0;) {
       const int x = order[r];
-      if (b.groups[x].kind != KernelGroup::Kind::pointwise) continue;
-      int h = 0;
-      bool tail = true;
-      for (int y : succ[x]) {
-        if (height[y] < 0) {
-          tail = false;
-          break;
-        }
-        h = std::max(h, height[y] + 1);
-      }
-      if (tail) height[x] = h;
+      if (!gg.tail[x]) continue;
+      height[x] = 0;
+      for (int y : succ[x]) height[x] = std::max(height[x], height[y] + 1);
     }
   }
 
