@@ -1,7 +1,9 @@
 #pragma once
 // What fills a planned step's arena, for the benchmarks that plan without a device (--plan-memory).
 #include <algorithm>
+#include <cstdlib>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,6 +39,14 @@ inline nlohmann::json peak_fields(const plan::StepPlan& plan) {
           {"workspace", mib(m.workspace_bytes)},
           {"transient_region", mib(m.transient_region_bytes)},
           {"live_by_op", live}};
+}
+
+// The N of `--plan-live N`: a positive count of buffers, or nullopt (the caller says so).
+inline std::optional<size_t> live_count(const char* text) {
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(text, &end, 10);
+  if (!text[0] || *end || text[0] == '-' || n == 0) return std::nullopt;
+  return static_cast<size_t>(n);
 }
 
 // The `count` largest transient buffers live at the plan's peak: the node (id, op, shape), its

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -116,7 +117,16 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--device")) so.device = next();
     else if (!std::strcmp(argv[i], "--profile")) so.profile = true;
     else if (!std::strcmp(argv[i], "--plan-memory")) plan_memory = true;
-    else if (!std::strcmp(argv[i], "--plan-live")) plan_memory = true, plan_live = std::stoul(next());
+    else if (!std::strcmp(argv[i], "--plan-live")) {
+      const std::string text = next();
+      const std::optional<size_t> n = mn::bench::live_count(text.c_str());
+      if (!n) {
+        std::fprintf(stderr, "bench_resnet_train: --plan-live takes a positive count of buffers, got '%s'\n",
+                     text.c_str());
+        return 2;
+      }
+      plan_memory = true, plan_live = *n;
+    }
     else {
       std::fprintf(stderr, "bench_resnet_train: unknown argument %s\n", argv[i]);
       return 2;

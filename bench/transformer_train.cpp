@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <map>
 #include <random>
 #include <string>
@@ -123,8 +124,18 @@ int main(int argc, char** argv) {
       plan_only = plan_kernels = true;
     else if (!std::strcmp(argv[i], "--plan-memory"))
       plan_only = plan_memory = true;
-    else if (!std::strcmp(argv[i], "--plan-live"))
-      plan_only = plan_memory = true, plan_live = std::stoul(next());
+    else if (!std::strcmp(argv[i], "--plan-live")) {
+      const char* text = next();
+      const std::optional<size_t> n = mn::bench::live_count(text);
+      if (!n) {
+        std::fprintf(stderr,
+                     "bench_transformer_train: --plan-live takes a positive count of buffers, "
+                     "got '%s'\n",
+                     text);
+        return 2;
+      }
+      plan_only = plan_memory = true, plan_live = *n;
+    }
     else if (!std::strcmp(argv[i], "--precision"))
       precision = next();
     else if (!std::strcmp(argv[i], "--model"))
