@@ -7,6 +7,7 @@
 //                           [--precision f32|bf16|f16] [--device D] [--profile]
 //                           [--plan-memory]   (plan only, no device: what fills the arena)
 //                           [--plan-live N]   (and the N largest buffers live at its peak)
+//                           [--plan-device default|h200]   (the traits it plans for)
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "plan_device.h"
 #include "plan_memory.h"
 
 #include <meganeura/optimizer.h>
@@ -44,13 +46,14 @@ void build_step(mn::Graph& g, int depth, int64_t batch, int64_t size) {
                         kOptimizer);
 }
 
-// The step planned with the planner's default device (16-bit storage on), no device needed.
-nlohmann::json plan(int depth, int64_t batch, int64_t size, mn::DType precision, size_t live) {
+// The step planned for `device` (bench/plan_device.h), no device needed.
+nlohmann::json plan(int depth, int64_t batch, int64_t size, mn::DType precision,
+                    const mn::codegen::DeviceTraits& device, size_t live) {
   mn::Graph g;
   build_step(g, depth, batch, size);
   mn::plan::PlanOptions po;
   po.precision = precision;
-  po.device.storage_16bit = true;
+  po.device = device;
   const mn::plan::StepPlan p = mn::plan::make_step_plan(g, po);
   return {{"bench", "resnet_train"},
           {"model", "resnet" + std::to_string(depth)},
@@ -107,6 +110,7 @@ int main(int argc, char** argv) {
   mn::SessionOptions so;
   bool plan_memory = false;
   size_t plan_live = 0;
+  std::string plan_device = "default";
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (!std::strcmp(argv[i], "--depth")) depths = next();
@@ -117,6 +121,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--device")) so.device = next();
     else if (!std::strcmp(argv[i], "--profile")) so.profile = true;
     else if (!std::strcmp(argv[i], "--plan-memory")) plan_memory = true;
+    else if (!std::strcmp(argv[i], "--plan-device")) plan_device = next();
     else if (!std::strcmp(argv[i], "--plan-live")) {
       const std::string text = next();
       const std::optional<size_t> n = mn::bench::live_count(text.c_str());
@@ -132,10 +137,18 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  const std::optional<mn::codegen::DeviceTraits> planned_device =
+      mn::bench::plan_device(plan_device);
+  if (!planned_device) {
+    std::fprintf(stderr, "bench_resnet_train: --plan-device takes default or h200, got '%s'\n",
+                 plan_device.c_str());
+    return 2;
+  }
   try {
     for (int depth : depths_of(depths)) {
       const nlohmann::json j =
-          plan_memory ? plan(depth, batch, size, so.precision, plan_live) : run(depth, batch, size, steps, so);
+          plan_memory ? plan(depth, batch, size, so.precision, *planned_device, plan_live)
+                      : run(depth, batch, size, steps, so);
       std::cout << j.dump() << std::endl;
     }
   } catch (const std::exception& e) {

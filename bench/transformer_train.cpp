@@ -16,6 +16,7 @@
 //                                [--device D] [--only optimized|baseline] [--profile] [--plan]
 //                                [--precision f32|bf16|f16]   (SessionOptions::precision)
 //                                [--model transformer|causal_lm]
+//                                [--plan-device default|h200]   (the traits --plan* plan for)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -35,6 +36,7 @@
 #include <meganeura/optimizer.h>
 #include <meganeura/session.h>
 
+#include "plan_device.h"
 #include "plan_memory.h"
 #include "plan/step_plan.h"
 
@@ -47,12 +49,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // The step's plan as a session would make it, without a device: arena and dispatches.
 // Launches are counted by kernel name (--plan-kernels).
 nlohmann::json plan_fields(const mn::Graph& g, bool optimized, mn::DType precision,
-                           bool kernels, bool memory, size_t live) {
+                           const mn::codegen::DeviceTraits& device, bool kernels, bool memory,
+                           size_t live) {
   mn::plan::PlanOptions po;
   po.optimize.enabled = po.fuse = optimized;
   po.precision = precision;
-  po.device.storage_16bit = true;  // as on every GPU with 16-bit tensors (the planner's default
-                                   // device has none)
+  po.device = device;
   const mn::plan::StepPlan plan = mn::plan::make_step_plan(g, po);
   nlohmann::json j{{"arena_mib", static_cast<double>(plan.arena_bytes) / (1 << 20)},
                    {"dispatches", plan.launches.size()},
@@ -100,7 +102,7 @@ int main(int argc, char** argv) {
   std::string device, only;
   bool profile = false, plan_only = false, plan_kernels = false, plan_memory = false;
   size_t plan_live = 0;
-  std::string precision = "f32", model = "transformer";
+  std::string precision = "f32", model = "transformer", plan_device = "default";
   mn::TransformerSpec spec = mn::smollm2_135m();
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
@@ -136,6 +138,8 @@ int main(int argc, char** argv) {
       }
       plan_only = plan_memory = true, plan_live = *n;
     }
+    else if (!std::strcmp(argv[i], "--plan-device"))
+      plan_device = next();
     else if (!std::strcmp(argv[i], "--precision"))
       precision = next();
     else if (!std::strcmp(argv[i], "--model"))
@@ -145,13 +149,21 @@ int main(int argc, char** argv) {
                            std::to_string(spec.sequence) +
                            (spec.layers == 30 ? "" : "_l" + std::to_string(spec.layers)) +
                            (model == "transformer" ? "" : "_" + model);
+  const std::optional<mn::codegen::DeviceTraits> planned_device =
+      mn::bench::plan_device(plan_device);
+  if (!planned_device) {
+    std::fprintf(stderr,
+                 "bench_transformer_train: --plan-device takes default or h200, got '%s'\n",
+                 plan_device.c_str());
+    return 2;
+  }
   try {
     for (bool optimized : {false, true}) {
       if (!only.empty() && only != (optimized ? "optimized" : "baseline")) continue;
       const StepGraph m = step_graph(model, spec);
       if (plan_only) {
         nlohmann::json j =
-            plan_fields(*m.graph, optimized, mn::dtype_from_name(precision), plan_kernels,
+            plan_fields(*m.graph, optimized, mn::dtype_from_name(precision), *planned_device, plan_kernels,
                         plan_memory, plan_live);
         j.update({{"name", name},
                   {"impl", "meganeura"},
