@@ -5,8 +5,10 @@
 // cast(matmul(cast(a, p), cast(b, p)), f32): the
 // operands are rounded to p (bf16 or f16), the product accumulates in f32 and is stored in p,
 // and its consumers read it widened back to f32. Everything else (norms, softmax, losses,
-// reductions, the optimizer's master weights and states) stays in f32. Applied to a training
-// graph after differentiation, the backward products are 16-bit too.
+// reductions, the optimizer's master weights and states) stays in f32. Attention reads its
+// query, keys and values rounded to p as well (as autocast runs it), computing in f32 from there,
+// where it has at least 16 query rows. Applied to a training graph after differentiation, the
+// backward products are 16-bit too.
 //
 // An operand that is already a widening of a p tensor (a bf16 weight read as f32) is used as it
 // is, so a model stored in p is not rounded twice. Runs before the e-graph (plan::make_step_plan),
@@ -27,7 +29,8 @@ Graph with_mixed_precision(const Graph& g, DType precision);
 // before it (towards the producer, whose kernel then stores the 16-bit value). Run on the
 // lowered graph (plan::make_step_plan, with mixed precision), where the e-graph and the GPU
 // lowering have put reshapes around products. Widenings of stored tensors stay where they are
-// (schedule/widened_loads.h reads them widened).
+// (schedule/widened_loads.h reads them widened). A 16-bit value widened and narrowed back to
+// its dtype (a product's bf16 result read by another product after a movement) is read as it is.
 Graph casts_through_movement(const Graph& g);
 
 }  // namespace mn::optimize
