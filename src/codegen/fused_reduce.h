@@ -22,6 +22,9 @@ struct ReduceFusion {
   // The declarations define `float mn_reduce_epilogue(float v, uint o)`, the value stored for
   // output element o whose reduction is v.
   bool epilogue = false;
+  // The dtype the epilogue's value is stored in: f32, or a 16-bit float when the epilogue ends
+  // in a narrowing cast (the store rounds as the cast does).
+  DType stored = DType::f32;
 };
 
 // Whether `node` is a reduction that takes a prologue and an epilogue: sum, mean, max, min or

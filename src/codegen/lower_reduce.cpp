@@ -205,6 +205,11 @@ std::string reduced_offset(const Geometry& g) {
          "    uint off = " + offset_expr(g.reduced_strides, "r") + ";\n";
 }
 
+// The dtype of the final store: the reduction's, or its epilogue's narrowing cast's.
+DType stored_dtype(const Node& n, const ReduceFusion* p) {
+  return p && p->epilogue ? p->stored : n.type.dtype;
+}
+
 // The first launch: per (chunk s, output o), the reduction of elements [r0, r1). With one chunk
 // it stores the final value; otherwise a partial (argmax and variance: two words) to scratch.
 KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geometry& g,
@@ -222,7 +227,7 @@ KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geom
   std::string s = glsl::header();
   if (!p || !p->prologue) s += glsl::buffer(0, ctx.inputs[0].dtype, "in", true);
   if (final) {
-    s += glsl::buffer(1, n.type.dtype, "out", false);
+    s += glsl::buffer(1, stored_dtype(n, p), "out", false);
   } else {
     s += "layout(std430, set = 0, binding = 1) buffer Buffer1 { uint part[]; };\n";
   }
@@ -344,7 +349,7 @@ KernelLaunch combine_launch(const LowerContext& ctx, const Reducer& red, const G
   const std::string T = red.type();
   std::string decl =
       "layout(std430, set = 0, binding = 0) readonly buffer Buffer0 { uint part[]; };\n";
-  decl += glsl::buffer(1, n.type.dtype, "out", false);
+  decl += glsl::buffer(1, stored_dtype(n, p), "out", false);
   decl += red.prelude();
   if (p) decl += p->declarations;
   auto epilogue = [p](const std::string& v) {

@@ -32,9 +32,35 @@ bool reads_widened_operand(const LowerContext& ctx, int input, DType narrow) {
   }
   const std::string_view op = ctx.node.op_name();
   if (op == "matmul") return input < 2 && matmul_reads_widened(ctx, input, narrow);
+  return always_reads_widened(ctx.node, input);
+}
+
+bool always_reads_widened(const Node& node, int input) {
+  const std::string_view op = node.op_name();
   // The table of an embedding lookup: copied element by element through its loader.
   if (op == "take") return input == 0;
-  return false;
+  // A rotary embedding's x (lower_attention_rope.cpp): loaded through x_ld, rotated in f32.
+  if (op == "rope_positions" || op == "rope_positions_backward") return input == 0;
+  // Attention's query, keys and values: every kernel of it (lower_attention.cpp and
+  // lower_attention_coop.cpp) loads them through q_ld/k_ld/v_ld or their quad views.
+  if (op == "scaled_dot_product_attention") return input < 3;
+  // Its training kernels (lower_attention_training.cpp) load every operand through its loader.
+  if (op == "attention_lse" || op == "attention_grad_q" || op == "attention_grad_k" ||
+      op == "attention_grad_v") {
+    return true;
+  }
+  return converting_copy(node) && input == 0;
+}
+
+bool converting_copy(const Node& node) {
+  // Both gather through per-axis strides (lower_shape.cpp's strided_gather), never aliasing.
+  const std::string_view op = node.op_name();
+  return op == "permute" || op == "transpose";
+}
+
+bool stores_narrowed_result(const Node& node) {
+  const std::string_view op = node.op_name();
+  return op == "rope_positions" || op == "rope_positions_backward" || converting_copy(node);
 }
 
 }  // namespace mn::codegen

@@ -13,6 +13,7 @@
 #include "plan/in_place.h"
 #include "schedule/cache_append.h"
 #include "schedule/reduction_operands.h"
+#include "schedule/narrowed_stores.h"
 #include "schedule/rematerialize.h"
 #include "schedule/shared_statistics.h"
 #include "schedule/fusion.h"
@@ -82,8 +83,10 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
   fo.eager_gradients = eager_gradients;
   p.groups = fuse ? schedule::fuse(g, fo) : schedule::unfused_groups(g);
   if (fuse) {
-    // Casts first, so that a sibling product's matrix is already its stored tensor; again
-    // after, for the norms' gamma casts the GEMVs left unread.
+    // Narrowing casts into the stores of their operands' kernels, then the remaining casts
+    // into their readers' loads, so that a sibling product's matrix is already its stored
+    // tensor; again after, for the norms' gamma casts the GEMVs left unread.
+    schedule::narrow_stores(g, p.groups);
     schedule::absorb_widening_casts(g, p.groups, options.device);
     schedule::fuse_gemv_neighbours(g, p.groups, options.device);
     schedule::absorb_widening_casts(g, p.groups, options.device);

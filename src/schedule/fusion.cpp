@@ -8,6 +8,7 @@
 
 #include "codegen/fused_pointwise.h"
 #include "codegen/fused_reduce.h"
+#include "codegen/widened_operands.h"
 #include "ir/op_def.h"
 #include "schedule/widened_loads.h"
 
@@ -70,7 +71,22 @@ struct Builder {
 
   const Node& node(NodeId id) const { return g.node(id); }
 
-  bool fusable(NodeId id) const { return fusable_node(g, id); }
+  bool fusable(NodeId id) const { return fusable_node(g, id) && !absorbed_widening(id); }
+
+  // A widening of a computed 16-bit value that all its readers load widened themselves
+  // (codegen::always_reads_widened): it stays single, to be dropped by widened_loads.h.
+  bool absorbed_widening(NodeId id) const {
+    if (widened_source(g, id) < 0 || sink[id] || consumers[id].empty()) return false;
+    return std::all_of(consumers[id].begin(), consumers[id].end(), [&](NodeId c) {
+      const Node& reader = node(c);
+      for (size_t i = 0; i < reader.inputs.size(); ++i) {
+        if (reader.inputs[i] == id && !codegen::always_reads_widened(reader, static_cast<int>(i))) {
+          return false;
+        }
+      }
+      return true;
+    });
+  }
 
   int new_group(KernelGroup::Kind kind, NodeId id) {
     groups.push_back({kind, {id}, node(id).type.shape, true});
@@ -371,8 +387,13 @@ struct Builder {
         continue;
       }
       const std::vector<NodeId> stored = outputs_of(w.nodes);
-      // The reduction's store writes the epilogue's value in the reduction's dtype.
-      if (stored.size() != 1 || node(stored.front()).type.dtype != red.type.dtype) continue;
+      // The reduction's store writes the epilogue's value in the reduction's dtype, or in the
+      // 16-bit dtype of a narrowing cast (it rounds as the cast does).
+      const DType out = stored.size() == 1 ? node(stored.front()).type.dtype : DType::f32;
+      if (stored.size() != 1 ||
+          (out != red.type.dtype && out != DType::bf16 && out != DType::f16)) {
+        continue;
+      }
       std::vector<NodeId> all = wr.nodes;
       all.insert(all.end(), w.nodes.begin(), w.nodes.end());
       if (external_inputs(all).size() + 2 > options.max_bindings) continue;

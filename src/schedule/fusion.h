@@ -37,7 +37,8 @@
 //    operand when that operand is the group's only output and read by nothing else (sum(x * x):
 //    evaluated in the reduction's loads, never stored), and/or an epilogue, the single-output
 //    pointwise group over the reduced shape holding every consumer of the reduction
-//    (rsqrt(mean + eps): evaluated before the store). See codegen/fused_reduce.h.
+//    (rsqrt(mean + eps): evaluated before the store; one ending in a narrowing cast stores the
+//    16-bit value). See codegen/fused_reduce.h.
 #include <functional>
 #include <span>
 #include <string>

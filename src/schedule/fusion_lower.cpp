@@ -13,6 +13,7 @@
 #include "ir/op_def.h"
 #include "ir/ops/nn.h"
 #include "schedule/fusion.h"
+#include "schedule/narrowed_stores.h"
 #include "codegen/rope_load.h"
 #include "ir/ops/attention.h"
 
@@ -226,6 +227,7 @@ codegen::Lowering lower_reduction(const Graph& g, const KernelGroup& group,
   }
   if (!epi.nodes.empty()) {
     f.epilogue = true;
+    f.stored = g.node(group.outputs.at(0)).type.dtype;
     f.declarations += segment_function(epi, group.outputs,
                                        "float mn_reduce_epilogue(float v, uint o)", "o", "re_");
   }
@@ -296,7 +298,8 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
     throw Error("plan: kernel '" + group_name(g, group) + "' cannot update its input in place");
   }
   const bool single_in_place = !in_place.empty() && in_place[0] == 0;
-  const Node& node = g.node(group.nodes.front());
+  // Typed as it is stored: a narrowed store (schedule/narrowed_stores.h) writes its cast's dtype.
+  const Node node = stored_node(g, group);
   const codegen::LowerFn* lower = codegen::find_lowering(node.op_name());
   if (!lower) throw Error("plan: op '" + std::string(node.op_name()) + "' has no GPU lowering");
   std::vector<TensorType> in_types;

@@ -1,7 +1,9 @@
 #pragma once
 // Kernels that read a 16-bit tensor where their node reads cast(tensor, f32) bind the tensor
 // itself when their lowering converts as it loads (codegen/widened_operands.h); a cast whose
-// every reader did so, and whose value nothing else needs, loses its kernel.
+// every reader did so, and whose value nothing else needs, loses its kernel. A converting copy
+// (permute, transpose) takes a cast either way: it loads the cast's operand and rounds as it
+// stores, so permute(cast(x, bf16)) is one kernel.
 #include <vector>
 
 #include <meganeura/graph.h>

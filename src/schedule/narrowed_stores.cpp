@@ -1,0 +1,63 @@
+#include "schedule/narrowed_stores.h"
+
+#include <algorithm>
+#include <set>
+
+#include "codegen/widened_operands.h"
+
+namespace mn::schedule {
+namespace {
+
+bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
+
+// A plain single group: one node, its own lowering, nothing read or stored beside it.
+bool plain_single(const KernelGroup& k) {
+  return k.kind == KernelGroup::Kind::single && k.nodes.size() == 1 && k.outputs.size() == 1 &&
+         k.gemv.norm < 0 && k.gemv.sibling < 0 && k.rope.node < 0 && k.append.k_write < 0;
+}
+
+}  // namespace
+
+void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups) {
+  const std::vector<char> needed = needed_nodes(g);
+  const std::vector<std::vector<NodeId>> consumers = needed_consumers(g, needed);
+  std::set<NodeId> kept;  // values the step returns or assigns: stored as they are
+  for (const auto& [name, id] : g.outputs()) kept.insert(id);
+  for (const auto& [target, value] : g.assignments()) kept.insert(value);
+  std::vector<int> group_of(g.size(), -1);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (plain_single(groups[i])) group_of[static_cast<size_t>(groups[i].nodes.front())] = static_cast<int>(i);
+  }
+  std::vector<char> dropped(groups.size(), 0);
+  for (KernelGroup& k : groups) {
+    if (!plain_single(k)) continue;
+    const NodeId x = k.nodes.front();
+    const Node& node = g.node(x);
+    if (node.type.dtype != DType::f32 || kept.count(x) || !codegen::stores_narrowed_result(node)) {
+      continue;
+    }
+    const auto& readers = consumers[static_cast<size_t>(x)];
+    if (readers.size() != 1) continue;
+    const NodeId c = readers.front();
+    const Node& cast = g.node(c);
+    const int cg = group_of[static_cast<size_t>(c)];
+    if (cast.op_name() != "cast" || !is_half(cast.type.dtype) || cg < 0 || dropped[static_cast<size_t>(cg)]) {
+      continue;
+    }
+    k.nodes.push_back(c);
+    k.outputs = {c};
+    dropped[static_cast<size_t>(cg)] = 1;
+  }
+  size_t i = 0;
+  std::erase_if(groups, [&](const KernelGroup&) { return dropped[i++] != 0; });
+}
+
+Node stored_node(const Graph& g, const KernelGroup& group) {
+  Node n = g.node(group.nodes.front());
+  if (group.kind == KernelGroup::Kind::single && !group.outputs.empty()) {
+    n.type.dtype = g.node(group.outputs.front()).type.dtype;
+  }
+  return n;
+}
+
+}  // namespace mn::schedule

@@ -1,0 +1,172 @@
+// Casts done by the kernels next to them (schedule/narrowed_stores.h, schedule/widened_loads.h):
+// a rotary embedding or permute whose f32 result only a narrowing cast reads stores the 16-bit
+// value itself; a permute loads a cast's operand and converts as it stores; a rotation and
+// attention read 16-bit operands widened; a reduction's epilogue ending in a narrowing cast
+// stores the 16-bit value. The values are the unfused kernels' bit for bit, the reference's to
+// bf16's rounding, with fewer launches; a bf16 training step of a causal LM keeps no cast beside
+// its rotations and permutes.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+
+#include <meganeura/causal_lm.h>
+#include <meganeura/graph.h>
+#include <meganeura/models.h>
+#include <meganeura/ops.h>
+#include <meganeura/optimizer.h>
+#include <meganeura/reference.h>
+#include <meganeura/session.h>
+
+#include "plan/step_plan.h"
+#include "support/elementwise_error.h"
+#include "support/random_fill.h"
+#include "support/scoped_env.h"
+
+namespace mn {
+namespace {
+
+using Outputs = std::map<std::string, Array>;
+
+// The graph's outputs after one step, and the step's dispatches.
+std::pair<Outputs, size_t> run(const Graph& g, const reference::Feeds& feeds) {
+  auto s = build_session(g);
+  for (const auto& [name, value] : feeds) s->set(name, value);
+  s->step();
+  Outputs out;
+  for (const std::string& name : s->output_names()) out[name] = s->get(name);
+  return {out, s->memory().dispatches};
+}
+
+TEST(NarrowedStoresGpu, CastsInsideCopiesRotationsAndReductions) {
+  auto rng = testing::rng_for("narrowed-stores");
+  Graph g;
+  reference::Feeds feeds;
+  Tensor x = g.input("x", {2, 16, 3, 8});  // [B, L, H, D]
+  feeds["x"] = testing::random_array(rng, x.type());
+  Array pos({1, 16}, DType::i32);
+  for (int64_t l = 0; l < 16; ++l) pos.data[static_cast<size_t>(l)] = static_cast<double>(3 * l);
+  Tensor positions = g.constant(pos);
+  // A computed 16-bit value (stored by its own kernel), permuted by a copy that widens it.
+  Tensor xb = cast(x * 2.0, DType::bf16);
+  Tensor heads = permute(cast(xb, DType::f32), {0, 2, 1, 3});  // [B, H, L, D]
+  // Rotated from the 16-bit value (widened as it loads), stored narrowed: rope's only reader
+  // is the cast.
+  Tensor rotated = rope_positions(cast(permute(xb, {0, 2, 1, 3}), DType::f32), unsqueeze(positions, 1));
+  g.output("rotated_bf16", cast(rotated, DType::bf16));
+  // A narrowing cast permuted back (the copy rounds as it stores).
+  g.output("back", permute(cast(heads * 0.75 + 1.0, DType::bf16), {0, 2, 1, 3}));
+  // A permute whose f32 result only a narrowing cast reads.
+  g.output("permuted_bf16", cast(permute(x * 3.0, {0, 2, 1, 3}), DType::bf16));
+  // A sum over the heads' groups, narrowed in the reduction's epilogue.
+  g.output("summed_bf16", cast(sum_to(heads * heads, {2, 1, 16, 8}), DType::bf16));
+  g.output("heads", heads + 0.0);
+
+  const auto [fused, fused_dispatches] = run(g, feeds);
+  Outputs unfused;
+  size_t unfused_dispatches = 0;
+  {
+    testing::ScopedEnv off("MN_FUSION", "0");
+    std::tie(unfused, unfused_dispatches) = run(g, feeds);
+  }
+  const auto ref = reference::evaluate(g, feeds);
+  for (const auto& [name, expected] : ref) {
+    EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
+    // The rotation and the sum compute in f32 on the device, in f64 in the reference: the
+    // roundings to bf16 may then differ by one unit.
+    const double tol = name == "rotated_bf16" || name == "summed_bf16" ? 1e-2 : 0.0;
+    EXPECT_TRUE(testing::elementwise_near(fused.at(name), expected, tol)) << name;
+  }
+  // The casts of x·2 and of the pointwise tail stay fused; the other four casts ride in the
+  // rotation, the two permutes and the sum.
+  EXPECT_LE(fused_dispatches + 4, unfused_dispatches);
+}
+
+// The bf16 training step of a small causal LM: no cast launches beside its rotations, permutes
+// and attention; rotations store bf16; and the step's loss and updated weights match the
+// unfused kernels' within bf16's rounding.
+struct TinyLm {
+  CausalLm m;
+  TinyLm() {
+    TransformerSpec spec;
+    spec.layers = 1, spec.hidden = 64, spec.heads = 4, spec.kv_heads = 2, spec.ffn = 96;
+    spec.vocab = 96, spec.sequence = 16, spec.batch = 2;
+    CausalLmOptions o;
+    o.batch = spec.batch;
+    o.sequence = spec.sequence;
+    o.with_loss = true;
+    o.logits_output = false;
+    m = build_causal_lm(llama_config(spec), o);
+    add_training_step(m.loss, Optimizer::adamw());
+  }
+};
+
+TEST(NarrowedStores, ABf16TrainingStepCastsInsideItsRotationsAndPermutes) {
+  TinyLm lm;
+  plan::PlanOptions po;
+  po.precision = DType::bf16;
+  po.device.storage_16bit = true;
+  const plan::StepPlan p = plan::make_step_plan(*lm.m.graph, po);
+  const Graph& g = p.graph;
+  int narrowed_rotations = 0;
+  for (const plan::PlannedLaunch& l : p.launches) {
+    const Node& n = g.node(l.nodes.front());  // l.node: the first value it stores
+    const std::string_view op = n.op_name();
+    if (op == "cast" && l.nodes.size() == 1) {
+      const std::string_view from = g.node(n.inputs[0]).op_name();
+      EXPECT_TRUE(from != "rope_positions" && from != "rope_positions_backward" &&
+                  from != "permute" && from != "sum_to")
+          << "cast of " << from << " left on its own";
+      for (const plan::PlannedLaunch& reader : p.launches) {
+        for (NodeId in : p.groups[static_cast<size_t>(reader.group)].inputs) {
+          if (in != l.node) continue;
+          const std::string_view r = g.node(reader.nodes.front()).op_name();
+          EXPECT_TRUE(r != "permute" && r != "rope_positions" && r != "rope_positions_backward" &&
+                      r != "scaled_dot_product_attention")
+              << r << " reads a cast instead of its operand";
+        }
+      }
+    }
+    if ((op == "rope_positions" || op == "rope_positions_backward") && l.nodes.size() == 2) {
+      EXPECT_EQ(g.node(l.nodes[1]).op_name(), "cast");
+      EXPECT_EQ(p.buffers[static_cast<size_t>(l.buffers.back())].bytes,
+                static_cast<uint64_t>(n.type.numel()) * 2);
+      ++narrowed_rotations;
+    }
+  }
+  EXPECT_GE(narrowed_rotations, 2);  // the backward pass's gradients of q and k at least
+}
+
+TEST(NarrowedStoresGpu, ABf16TrainingStepMatchesTheUnfusedKernels) {
+  auto step = [](bool fused) {
+    std::optional<testing::ScopedEnv> off;
+    if (!fused) off.emplace("MN_FUSION", "0");
+    TinyLm lm;
+    SessionOptions so;
+    so.precision = DType::bf16;
+    auto s = build_session(*lm.m.graph, so);
+    std::mt19937 rng(5);
+    std::vector<int32_t> tokens(32);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 96);
+    s->set("input_ids", tokens);
+    s->set("labels", tokens);
+    for (const auto& [n, v] : step_scalars(Optimizer::adamw(), 1e-3, 1)) s->set_scalar(n, v);
+    s->step();
+    return std::pair{s->get("loss").data[0],
+                     s->get("model.layers.0.self_attn.q_proj.weight").data};
+  };
+  const auto [loss, q] = step(true);
+  const auto [unfused_loss, unfused_q] = step(false);
+  EXPECT_NEAR(loss, unfused_loss, 1e-3 * std::abs(unfused_loss));
+  ASSERT_EQ(q.size(), unfused_q.size());
+  double err = 0;
+  for (size_t i = 0; i < q.size(); ++i) err = std::max(err, std::abs(q[i] - unfused_q[i]));
+  // One AdamW step moves each weight by about the learning rate; the two runs' gradients differ
+  // by bf16 roundings, which moves a weight far less.
+  EXPECT_LT(err, 1e-4);
+}
+
+}  // namespace
+}  // namespace mn
