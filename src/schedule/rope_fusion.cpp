@@ -33,11 +33,15 @@ void fuse_rope_loads(const Graph& g, std::vector<KernelGroup>& groups,
   for (const KernelGroup& k : groups) {
     for (NodeId in : std::set<NodeId>(k.inputs.begin(), k.inputs.end())) ++readers[in];
   }
-  std::set<NodeId> ropes, sinks;
+  // Each rope's operands as its kernel binds them: x may be a 16-bit tensor read widened in
+  // place of the graph's cast (widened_loads.h), whose own kernel is then gone.
+  std::map<NodeId, std::vector<NodeId>> ropes;
+  std::set<NodeId> sinks;
   for (const KernelGroup& k : groups) {
     const NodeId v = k.nodes.front();
-    if (k.kind == KernelGroup::Kind::single && g.node(v).op_name() == "rope_positions") {
-      ropes.insert(v);
+    if (k.kind == KernelGroup::Kind::single && k.nodes.size() == 1 &&
+        g.node(v).op_name() == "rope_positions") {
+      ropes.emplace(v, k.inputs);
     }
   }
   for (const auto& [name, id] : g.outputs()) sinks.insert(id);
@@ -50,10 +54,11 @@ void fuse_rope_loads(const Graph& g, std::vector<KernelGroup>& groups,
     const NodeId v = group.inputs[static_cast<size_t>(operand)];
     if (!ropes.count(v) || readers[v] != 1 || sinks.count(v)) continue;
     const Node& rope = g.node(v);
+    const std::vector<NodeId>& rope_inputs = ropes.at(v);
     KernelGroup candidate = group;
-    candidate.inputs[static_cast<size_t>(operand)] = rope.inputs[0];
+    candidate.inputs[static_cast<size_t>(operand)] = rope_inputs.at(0);
     candidate.rope = {v, operand, static_cast<int>(candidate.inputs.size())};
-    candidate.inputs.push_back(rope.inputs[1]);
+    candidate.inputs.push_back(rope_inputs.at(1));
     const codegen::RopeLoad load{rope.attrs.as<RopePositionsAttrs>(), operand,
                                  candidate.rope.positions_input};
     if (!lowering_takes_rope(g, candidate, load, device)) continue;

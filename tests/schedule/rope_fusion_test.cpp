@@ -24,10 +24,13 @@ constexpr int64_t kBatch = 2, kHeads = 4, kKvHeads = 2, kDim = 16, kSlots = 200;
 // block's positions, k and v written into their caches, q attending up to its position.
 struct CacheStep {
   Graph g;
+  // `key_dtype`: the dtype the keys arrive in; bf16 keys are widened before their rotation (as a
+  // prompt's key projection in bf16 is), which the rotation then reads in place.
   CacheStep(int64_t block, const Llama3RopeScaling* scaling, bool q_also_output = false,
-            DType cache = DType::f32) {
+            DType cache = DType::f32, DType key_dtype = DType::f32) {
     Tensor xq = g.input("xq", {kBatch, kHeads, block, kDim}, cache);
-    Tensor xk = g.input("xk", {kBatch, kKvHeads, block, kDim}, cache);
+    Tensor xk = g.input("xk", {kBatch, kKvHeads, block, kDim}, key_dtype);
+    if (key_dtype != cache) xk = cast(xk, cache);
     Tensor v = g.input("v", {kBatch, kKvHeads, block, kDim}, cache);
     Tensor positions = g.input("positions", {kBatch, block}, DType::i32);
     Tensor rows = unsqueeze(positions, 1);  // [B, 1, L]: every head of a sequence
@@ -118,8 +121,9 @@ TEST(RopeFusion, ARopeReadTwiceKeepsItsKernel) {
 // decoding query over four workgroups, the last of which combines them.
 void expect_reference_steps(int64_t block, const Llama3RopeScaling* scaling,
                             const std::vector<std::vector<int32_t>>& steps, const std::string& what,
-                            DType cache = DType::f32, double tolerance = 2e-5) {
-  CacheStep step(block, scaling, false, cache);
+                            DType cache = DType::f32, double tolerance = 2e-5,
+                            DType keys = DType::f32) {
+  CacheStep step(block, scaling, false, cache, keys);
   std::mt19937_64 rng = testing::rng_for("rope_fusion_" + what);
   reference::Feeds persistent;
   for (NodeId id : step.g.states()) {
@@ -161,6 +165,23 @@ TEST(RopeFusion, DecodeValuesWith16BitCachesMatchTheReference) {
 TEST(RopeFusion, PrefillValuesMatchTheReference) {
   expect_reference_steps(4, nullptr, {{0, 1, 2, 3, 120, 121, 122, 123}, {4, 5, 6, 7, 124, 125, 126, 127}},
                          "prefill");
+}
+
+// Keys arriving in bf16 and widened for an f32 cache: the rotation reads the bf16 keys in place
+// of the widening (whose kernel is gone), so the cache write cannot take the rotation into its
+// loads from the widening's value; it reads the rotation's result instead.
+TEST(RopeFusion, KeysReadWidenedByTheirRotation) {
+  for (int64_t block : {1, 4}) {
+    CacheStep step(block, nullptr, false, DType::f32, DType::bf16);
+    const std::vector<std::string> names = launch_names(step.g);
+    const std::string all = ::testing::PrintToString(names);
+    EXPECT_EQ(count_containing(names, "cast"), 0u) << all;
+    EXPECT_EQ(std::count(names.begin(), names.end(), "rope_positions"), 1) << all;
+  }
+  expect_reference_steps(1, nullptr, {{3, 150}, {4, 151}}, "decode_bf16_keys", DType::f32, 2e-5,
+                         DType::bf16);
+  expect_reference_steps(4, nullptr, {{0, 1, 2, 3, 120, 121, 122, 123}, {4, 5, 6, 7, 124, 125, 126, 127}},
+                         "prefill_bf16_keys", DType::f32, 2e-5, DType::bf16);
 }
 
 }  // namespace
