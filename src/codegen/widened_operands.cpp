@@ -41,14 +41,8 @@ bool always_reads_widened(const Node& node, int input) {
   if (op == "take") return input == 0;
   // A rotary embedding's x (lower_attention_rope.cpp): loaded through x_ld, rotated in f32.
   if (op == "rope_positions" || op == "rope_positions_backward") return input == 0;
-  // Attention's query, keys and values: every kernel of it (lower_attention.cpp and
-  // lower_attention_coop.cpp) loads them through q_ld/k_ld/v_ld or their quad views.
-  if (op == "scaled_dot_product_attention") return input < 3;
-  // Its training kernels (lower_attention_training.cpp) load every operand through its loader.
-  if (op == "attention_lse" || op == "attention_grad_q" || op == "attention_grad_k" ||
-      op == "attention_grad_v") {
-    return true;
-  }
+  // Not attention: its kernels load 16-bit operands through their loaders too, but its training
+  // kernels measured up to 1.5x slower so (docs/perf.md), so they keep reading f32 copies.
   return converting_copy(node) && input == 0;
 }
 

@@ -20,7 +20,7 @@ namespace mn::codegen {
 bool reads_widened_operand(const LowerContext& ctx, int input, DType narrow);
 
 // Whether input `input` of `node` is read widened by every lowering of the node, whatever the
-// device (rotations, attention, embedding tables, converting copies; not products, whose
+// device (rotations, embedding tables, converting copies; not products, whose
 // tensor-core paths load some dtypes only). Fusion keeps a widening cast read only by such
 // inputs out of pointwise kernels, so that its readers bind the 16-bit tensor instead.
 bool always_reads_widened(const Node& node, int input);

@@ -1,7 +1,6 @@
 #include "optimize/mixed_precision.h"
 
 #include <string>
-#include <vector>
 
 #include <meganeura/ops.h>
 
@@ -49,19 +48,6 @@ bool large_enough(const TensorType& product) {
   return rows >= kMinExtent && cols >= kMinExtent;
 }
 
-// How many leading operands of an attention node are its query, keys and values (0: not an
-// attention node): scaled_dot_product_attention (q, k, v), the gradients of q and k (q, k, v,
-// dout, ...), the gradient of v and the log-sum-exp (q, k, ...).
-size_t attention_operands(const Node& n) {
-  const std::string_view op = n.op_name();
-  if (n.type.dtype != DType::f32) return 0;
-  if (op == "scaled_dot_product_attention" || op == "attention_grad_q" ||
-      op == "attention_grad_k") {
-    return 3;
-  }
-  return op == "attention_grad_v" || op == "attention_lse" ? 2 : 0;
-}
-
 }  // namespace
 
 Graph with_mixed_precision(const Graph& g, DType precision) {
@@ -76,20 +62,6 @@ Graph with_mixed_precision(const Graph& g, DType precision) {
     if (n.op_name() == "reshape") {
       const Tensor product = widened_product(out, operands[0], precision);
       return product.valid() ? cast(reshape(product, n.type.shape), DType::f32) : Tensor{};
-    }
-    // Attention's query, keys and values are rounded to p as a product's operands are (as
-    // autocast runs it); its kernels load them widened and compute in f32, so its result stays
-    // f32. Below kMinExtent query rows (a decoded token) it stays f32, as small products do.
-    // The training kernels (attention's gradients, its log-sum-exp) read them rounded too, so
-    // that the backward pass recomputes the probabilities the forward pass computed.
-    if (const size_t count = attention_operands(n); count > 0) {
-      const Shape& q = operands[0].type().shape;
-      if (q.size() < 2 || q[q.size() - 2] < kMinExtent) return Tensor{};
-      std::vector<Tensor> in(operands.begin(), operands.end());
-      for (size_t i = 0; i < count; ++i) {
-        if (in[i].dtype() == DType::f32) in[i] = cast(narrowed(out, in[i], precision), DType::f32);
-      }
-      return out.apply(n.op_name(), n.attrs, in);
     }
     if (n.op_name() != "matmul" || n.type.dtype != DType::f32 ||
         operands[0].dtype() != DType::f32 || operands[1].dtype() != DType::f32 ||

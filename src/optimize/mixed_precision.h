@@ -5,10 +5,9 @@
 // cast(matmul(cast(a, p), cast(b, p)), f32): the
 // operands are rounded to p (bf16 or f16), the product accumulates in f32 and is stored in p,
 // and its consumers read it widened back to f32. Everything else (norms, softmax, losses,
-// reductions, the optimizer's master weights and states) stays in f32. Attention reads its
-// query, keys and values rounded to p as well (as autocast runs it), computing in f32 from there,
-// where it has at least 16 query rows. Applied to a training graph after differentiation, the
-// backward products are 16-bit too.
+// reductions, the optimizer's master weights and states) stays in f32. Applied to a training
+// graph after differentiation, the backward products are 16-bit too. (Attention stays on f32
+// operands: its training kernels read 16-bit ones slower, docs/perf.md.)
 //
 // An operand that is already a widening of a p tensor (a bf16 weight read as f32) is used as it
 // is, so a model stored in p is not rounded twice. Runs before the e-graph (plan::make_step_plan),
