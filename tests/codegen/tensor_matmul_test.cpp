@@ -63,13 +63,17 @@ TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
           // K split in 3 (whole: 8 K steps in 3, 3, 2) or 2 (ragged: 4 steps in 2, 2) for half
           // the layouts, whole for the others.
           t.coop_tensor_split_k = layout % 2 ? 1 : 3;
-          const int splits = layout % 2 ? 1 : ragged ? 2 : 3;
+          const int64_t m = ragged ? 300 : 512, n = ragged ? 520 : 512, k = ragged ? 100 : 256;
+          // 3 splits asked of K's steps, none left empty: 8 steps of 32 in 3, 3, 2; 4 of 64 in
+          // 2, 2; ragged, 4 steps of 32 in 2, 2 and 2 of 64 in 1, 1.
+          const int64_t steps = (k + tile.bk - 1) / tile.bk;
+          const int64_t per = (steps + std::min<int64_t>(3, steps) - 1) / std::min<int64_t>(3, steps);
+          const int splits = layout % 2 ? 1 : static_cast<int>((steps + per - 1) / per);
           const std::string what = std::string(tile.name) + " ta=" + std::to_string(ta) +
                                    " tb=" + std::to_string(tb) + " " +
                                    std::string(dtype_name(dt)) + (ragged ? " ragged" : "") +
                                    " splits " + std::to_string(splits);
           SCOPED_TRACE(what);
-          const int64_t m = ragged ? 300 : 512, n = ragged ? 520 : 512, k = ragged ? 100 : 256;
           auto mm = matmul_node(ta ? Shape{k, m} : Shape{m, k}, tb ? Shape{n, k} : Shape{k, n}, ta,
                                 tb, dt);
           const auto ctx = mm->ctx(t);
@@ -145,13 +149,15 @@ TEST(TensorMatmul, SmallGridsSplitK) {
   // K = 256 (8 steps): at most 2 splits of 4 steps.
   auto dw = matmul_node({256, 256}, {256, 576}, false, false, DType::bf16);
   EXPECT_EQ(dw->lower(t64).launches.back().name, "matmul_tensor_t64x64k32_split2");
-  // Chosen freely, the smaller tiles fill the device instead (144 workgroups of 32×32).
-  EXPECT_EQ(qo->lower(t).launches.back().name, "matmul_tensor_t32x32k32");
-  EXPECT_EQ(dw->lower(t).launches.back().name, "matmul_tensor_t32x32k32");
+  // Chosen freely, the smaller tiles fill the device instead (144 workgroups of 32×32), with K
+  // steps of 64 where they divide K.
+  EXPECT_EQ(qo->lower(t).launches.back().name, "matmul_tensor_t32x32k64");
+  EXPECT_EQ(dw->lower(t).launches.back().name, "matmul_tensor_t32x32k64");
   // A grid that fills the device is not split, and takes the largest tile that fills it
   // (576×576: 162 workgroups of 32×64, 81 of 64×64); neither is a short K.
   auto wide = matmul_node({576, 256}, {256, 576}, false, false, DType::bf16);
-  EXPECT_EQ(wide->lower(t).launches.back().name, "matmul_tensor_t32x64k32");
+  EXPECT_EQ(wide->lower(t).launches.back().name, "matmul_tensor_t32x64k64");
+  // K = 96 takes steps of 32: 64 does not divide it.
   auto short_k = matmul_node({256, 96}, {96, 1024}, false, false, DType::bf16);
   EXPECT_EQ(short_k->lower(t).launches.back().name, "matmul_tensor_t32x32k32");
   // Attention's products per head (256×256×64, 9 heads): small one by one, not as a batch.
@@ -159,13 +165,13 @@ TEST(TensorMatmul, SmallGridsSplitK) {
   EXPECT_EQ(scores->lower(t).launches.back().name.rfind("matmul_tensor_t", 0), 0u)
       << scores->lower(t).launches.back().name;
   // Few outputs over a long K: the key/value projections (256 × 192, K = 576): 48 workgroups
-  // of 32×32, 3 splits.
+  // of 32×32, 2 splits of the 9 steps of 64 (each split at least 4 steps long).
   auto kv = matmul_node({256, 576}, {192, 576}, false, true, DType::bf16);
-  EXPECT_EQ(kv->lower(t).launches.back().name, "matmul_tensor_t32x32k32_split3");
+  EXPECT_EQ(kv->lower(t).launches.back().name, "matmul_tensor_t32x32k64_split2");
   // Never, when told so.
   DeviceTraits never = t;
   never.coop_tensor_split_k = 1;
-  EXPECT_EQ(kv->lower(never).launches.back().name, "matmul_tensor_t32x32k32");
+  EXPECT_EQ(kv->lower(never).launches.back().name, "matmul_tensor_t32x32k64");
 }
 
 TEST(TensorMatmul, ChosenOnlyWithTensorAddressingForF16Operands) {
@@ -193,12 +199,12 @@ TEST(TensorMatmul, ChosenOnlyWithTensorAddressingForF16Operands) {
 
 TEST(TensorMatmul, Bf16ProductsNeedBf16MatricesAndTakeSmallTiles) {
   // 512×1024: no large tile fills the device; bf16 has no other tensor-core kernel and takes
-  // the largest of the small tiles that does (256 workgroups of 32×64).
+  // the largest of the small tiles that does (256 workgroups of 32×64), in K steps of 64.
   auto mm = matmul_node({512, 576}, {1024, 576}, false, true, DType::bf16);
   DeviceTraits t = tensor_traits();
   const auto ctx = mm->ctx(t);
   EXPECT_EQ(tensor_matmul_rejection(ctx, geometry(ctx), 1), "");
-  EXPECT_EQ(mm->lower(t).launches.back().name, "matmul_tensor_t32x64k32");
+  EXPECT_EQ(mm->lower(t).launches.back().name, "matmul_tensor_t32x64k64");
   const auto spirv = compile_or_skip(mm->lower(t).launches.back());
   if (!spirv.empty()) EXPECT_EQ(test::spirv_val_errors(spirv), "");
   // Without bf16 matrices, the scalar kernel.
