@@ -5,22 +5,29 @@
 //  - "h200": an NVIDIA H200 as src/runtime/plan_options.cpp derives its traits from the
 //    capabilities its driver reports (`mn devices --json` there): subgroup- and workgroup-scope
 //    cooperative matrices (f16 and bf16), tensor-addressed loads, 132 multiprocessors.
-// Plans for "h200" match the device's own to within the choices its self-tests and the
-// environment switches make at run time.
+//    Its arena is made of 2 GiB chunks (the largest power of two its storage-buffer range
+//    allows), bound at 16-byte alignment. Plans for "h200" match the device's own (the same
+//    launches and arena bytes for SmolLM2's and ResNet's training steps) but for the choices
+//    its self-tests and the environment switches make at run time.
 #include <cstdint>
 #include <limits>
 #include <optional>
 #include <string>
 
-#include "codegen/kernel.h"
+#include "plan/step_plan.h"
 
 namespace mn::bench {
 
-inline std::optional<codegen::DeviceTraits> plan_device(const std::string& name) {
-  codegen::DeviceTraits t;
+// The planner's options for the named device (the device's traits, binding alignment and
+// arena chunk), or nullopt for an unknown name.
+inline std::optional<plan::PlanOptions> plan_device(const std::string& name) {
+  plan::PlanOptions po;
+  codegen::DeviceTraits& t = po.device;
   t.storage_16bit = true;
-  if (name == "default") return t;
+  if (name == "default") return po;
   if (name != "h200") return std::nullopt;
+  po.alignment = 16;
+  po.chunk_bytes = uint64_t{1} << 31;
   t.subgroup_size = 32;
   t.subgroup_add = t.subgroup_vote = true;
   t.max_workgroup_invocations = 1024;
@@ -34,7 +41,7 @@ inline std::optional<codegen::DeviceTraits> plan_device(const std::string& name)
   t.coop_wg_bf16_granularity = t.coop_wg_granularity;
   t.coop_wg_max_dimension = 1024;
   t.coop_tensor = true;
-  return t;
+  return po;
 }
 
 }  // namespace mn::bench

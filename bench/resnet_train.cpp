@@ -7,7 +7,7 @@
 //                           [--precision f32|bf16|f16] [--device D] [--profile]
 //                           [--plan-memory]   (plan only, no device: what fills the arena)
 //                           [--plan-live N]   (and the N largest buffers live at its peak)
-//                           [--plan-device default|h200]   (the traits it plans for)
+//                           [--plan-device default|h200]   (the device it plans for)
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -48,12 +48,11 @@ void build_step(mn::Graph& g, int depth, int64_t batch, int64_t size) {
 
 // The step planned for `device` (bench/plan_device.h), no device needed.
 nlohmann::json plan(int depth, int64_t batch, int64_t size, mn::DType precision,
-                    const mn::codegen::DeviceTraits& device, size_t live) {
+                    const mn::plan::PlanOptions& device, size_t live) {
   mn::Graph g;
   build_step(g, depth, batch, size);
-  mn::plan::PlanOptions po;
+  mn::plan::PlanOptions po = device;
   po.precision = precision;
-  po.device = device;
   const mn::plan::StepPlan p = mn::plan::make_step_plan(g, po);
   return {{"bench", "resnet_train"},
           {"model", "resnet" + std::to_string(depth)},
@@ -137,7 +136,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::optional<mn::codegen::DeviceTraits> planned_device =
+  const std::optional<mn::plan::PlanOptions> planned_device =
       mn::bench::plan_device(plan_device);
   if (!planned_device) {
     std::fprintf(stderr, "bench_resnet_train: --plan-device takes default or h200, got '%s'\n",

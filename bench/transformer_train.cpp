@@ -16,7 +16,7 @@
 //                                [--device D] [--only optimized|baseline] [--profile] [--plan]
 //                                [--precision f32|bf16|f16]   (SessionOptions::precision)
 //                                [--model transformer|causal_lm]
-//                                [--plan-device default|h200]   (the traits --plan* plan for)
+//                                [--plan-device default|h200]   (the device --plan* plan for)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -49,12 +49,11 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // The step's plan as a session would make it, without a device: arena and dispatches.
 // Launches are counted by kernel name (--plan-kernels).
 nlohmann::json plan_fields(const mn::Graph& g, bool optimized, mn::DType precision,
-                           const mn::codegen::DeviceTraits& device, bool kernels, bool memory,
+                           const mn::plan::PlanOptions& device, bool kernels, bool memory,
                            size_t live) {
-  mn::plan::PlanOptions po;
+  mn::plan::PlanOptions po = device;
   po.optimize.enabled = po.fuse = optimized;
   po.precision = precision;
-  po.device = device;
   const mn::plan::StepPlan plan = mn::plan::make_step_plan(g, po);
   nlohmann::json j{{"arena_mib", static_cast<double>(plan.arena_bytes) / (1 << 20)},
                    {"dispatches", plan.launches.size()},
@@ -149,7 +148,7 @@ int main(int argc, char** argv) {
                            std::to_string(spec.sequence) +
                            (spec.layers == 30 ? "" : "_l" + std::to_string(spec.layers)) +
                            (model == "transformer" ? "" : "_" + model);
-  const std::optional<mn::codegen::DeviceTraits> planned_device =
+  const std::optional<mn::plan::PlanOptions> planned_device =
       mn::bench::plan_device(plan_device);
   if (!planned_device) {
     std::fprintf(stderr,
