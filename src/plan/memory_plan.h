@@ -23,10 +23,11 @@ struct MemoryPlan {
   size_t naive_bytes = 0;       // what one buffer per tensor would take
 };
 
-// Greedy best-fit by decreasing size among lifetime-conflicting placements. With chunk_bytes
-// (a power of two, 0: none), no buffer straddles a multiple of chunk_bytes, so each one can be
-// bound with one descriptor of an arena made of chunk_bytes-sized buffers; a buffer larger than
-// a chunk is an error.
+// Greedy best fit among lifetime-conflicting placements, with the transients taken largest
+// first, longest-lived first, and largest in size times lifetime first; the smallest arena wins.
+// With chunk_bytes (a power of two, 0: none), no buffer straddles a multiple of chunk_bytes, so
+// each one can be bound with one descriptor of an arena made of chunk_bytes-sized buffers; a
+// buffer larger than a chunk is an error.
 MemoryPlan plan_memory(std::span<const BufferRequest> requests, size_t alignment,
                        size_t chunk_bytes = 0);
 

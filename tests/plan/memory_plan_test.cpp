@@ -53,6 +53,16 @@ TEST(MemoryPlan, ChainReusesMemory) {
   EXPECT_EQ(plan.naive_bytes, 4096u);
 }
 
+// Largest first leaves a hole here that taking the buffers by size times lifetime avoids: the
+// plan keeps the smaller of its orders (12 units largest or longest-lived first, 9 so).
+TEST(MemoryPlan, KeepsTheSmallestOfItsOrders) {
+  constexpr size_t u = 256;
+  std::vector<BufferRequest> reqs = {{5 * u, 6, 7}, {3 * u, 3, 4}, {6 * u, 2, 3}, {3 * u, 4, 7}};
+  auto plan = plan_memory(reqs, u);
+  expect_valid(reqs, plan, u);
+  EXPECT_EQ(plan.arena_bytes, 9 * u);
+}
+
 TEST(MemoryPlan, PersistentNeverShares) {
   std::vector<BufferRequest> reqs = {{64, 0, 0, true}, {64, 1, 1}, {64, 2, 2, true}, {64, 3, 3}};
   auto plan = plan_memory(reqs, 64);
