@@ -543,8 +543,12 @@ std::vector<int> dispatch_order(const Builder& b, const GroupGraph& gg,
       if (b.deferred(v) && (first[x] < 0 || v < first[x])) first[x] = v;
     }
   }
+  // Groups that read only sources (a gradient accumulator's zeros) are ready at the start but
+  // may be needed late: one storing a large value is held until a group reading it waits for
+  // nothing else, so that the value does not stay live through the step.
+  std::vector<char> lazy(count, 0);
   auto ready = [&](Queue& q, int x) {
-    if (first[x] >= 0) {
+    if (first[x] >= 0 || lazy[x]) {
       held.push_back(x);
     } else {
       q.emplace(last[x], x);
@@ -577,6 +581,16 @@ std::vector<int> dispatch_order(const Builder& b, const GroupGraph& gg,
   // forward when they become ready. A group whose values only the tail reads is a parameter's
   // gradient (FusionOptions::eager_gradients).
   auto is_tail = [&](int x) { return gg.tail[x] != 0; };
+  constexpr uint64_t kLazyBytes = uint64_t{1} << 20;
+  for (size_t x = 0; x < count; ++x) {
+    if (!b.groups[x].alive || !reads[x].empty() || is_tail(static_cast<int>(x))) continue;
+    uint64_t stored = 0;
+    for (NodeId v : stores[x]) stored += bytes(v);
+    lazy[x] = stored >= kLazyBytes;
+  }
+  auto wanted_now = [&](int x) {
+    return std::any_of(succ[x].begin(), succ[x].end(), [&](int y) { return indegree[y] == 1; });
+  };
   auto only_tail_reads = [&](int x) {
     return !is_tail(x) && std::all_of(succ[x].begin(), succ[x].end(), is_tail);
   };
@@ -592,8 +606,10 @@ std::vector<int> dispatch_order(const Builder& b, const GroupGraph& gg,
   while (!free_now.empty() || !after_barrier.empty() || !held.empty()) {
     for (size_t i = 0; i < held.size();) {
       const int h = held[i];
-      if (first[h] <= reached || frees_more_than_it_stores(h) ||
-          (options.eager_gradients && only_tail_reads(h))) {
+      const bool go = lazy[h] ? wanted_now(h)
+                              : first[h] <= reached || frees_more_than_it_stores(h) ||
+                                    (options.eager_gradients && only_tail_reads(h));
+      if (go) {
         release(i);
       } else {
         ++i;

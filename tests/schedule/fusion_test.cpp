@@ -201,6 +201,30 @@ TEST(Fusion, SourceOnlyScalarsRunTogetherFirst) {
   EXPECT_EQ(count_kind(groups, KernelGroup::Kind::matmul_epilogue), 3u);
 }
 
+// A large value made from sources only (a gradient accumulator's zeros) launches when its reader
+// waits for nothing else, not at the start: it is not live through the chain before it.
+TEST(Fusion, LargeSourceOnlyValuesLaunchWhenTheirReaderIsReady) {
+  Graph g;
+  Tensor x = g.input("x", {512, 512});
+  Tensor w = g.parameter("w", {512, 512});
+  Tensor h = x;
+  for (int i = 0; i < 4; ++i) h = relu(matmul(h, w));
+  Tensor zeros = broadcast_to(g.scalar(0.0), {512, 512});  // 1 MiB
+  Tensor y = matmul(h, w) + zeros;
+  g.output("y", y);
+  auto groups = fused(g);
+  auto launch_of = [&](NodeId v) {
+    for (size_t k = 0; k < groups.size(); ++k) {
+      if (std::find(groups[k].nodes.begin(), groups[k].nodes.end(), v) != groups[k].nodes.end()) {
+        return static_cast<int>(k);
+      }
+    }
+    return -1;
+  };
+  EXPECT_GT(launch_of(zeros.id()), launch_of(h.id()));
+  EXPECT_LT(launch_of(zeros.id()), launch_of(y.id()));
+}
+
 TEST(Fusion, UnfusedOptionsKeepOneKernelPerNode) {
   Graph g;
   Tensor x = g.input("x", {4, 8});
