@@ -472,6 +472,48 @@ void reduction_rules(RuleSet& rs) {
   }
 }
 
+// Whether class c holds a widening of a 16-bit value (a bf16 product read as f32).
+bool widens_16_bit(const TensorEGraph& t, Id c) {
+  const egraph::EGraph& e = t.egraph();
+  const OpId cast = t.op("cast");
+  for (Id n : e.class_nodes(e.class_of(c))) {
+    const egraph::ENode& node = e.node(n);
+    if (node.op() != cast || node.children().size() != 1) continue;
+    const DType from = t.type(node.children()[0]).dtype;
+    if (from == DType::bf16 || from == DType::f16) return true;
+  }
+  return false;
+}
+
+// x + scatter_add(0, i, u) = scatter_add(x, i, u) (and 0-based on the left): a gradient
+// accumulated into the other contributions instead of into zeros. A tied embedding's table
+// gradient is the head's product plus the lookup's scatter: no table-sized zeros then, and no
+// sum of two table-sized values. The sum's rounding order changes (x joins before the updates).
+// Not where x widens a 16-bit product: the scatter would then keep x's f32 copy from the
+// product to the end of the backward pass, where the sum reads the 16-bit value itself.
+void accumulation_rules(RuleSet& rs) {
+  for (const bool scatter_first : {false, true}) {
+    Pattern p;
+    const AttrVar a = p.attr_var("a");
+    const auto scatter =
+        p.op(rs.op("scatter_add"), {p.var("z"), p.var("i"), p.var("u")}, AttrMatch::bind(a));
+    const auto x = p.var("x");
+    if (scatter_first) {
+      p.op(rs.op("add"), {scatter, x});
+    } else {
+      p.op(rs.op("add"), {x, scatter});
+    }
+    const Var vx = p.var_of("x"), vz = p.var_of("z"), vi = p.var_of("i"), vu = p.var_of("u");
+    rs.add(scatter_first ? "scatter-add-into" : "add-scatter-into", std::move(p),
+           [=](TensorEGraph& t, Id e, const Subst& s) {
+             if (!is(t, s[vz], 0.0) || t.type(s[vx]) != t.type(e) || widens_16_bit(t, s[vx])) {
+               return no_id;
+             }
+             return typed(t, "scatter_add", t.attrs(s[a]), {s[vx], s[vi], s[vu]}, e);
+           });
+  }
+}
+
 }  // namespace
 
 std::vector<Rewrite> algebra_rules(TensorEGraph& teg) {
@@ -482,6 +524,7 @@ std::vector<Rewrite> algebra_rules(TensorEGraph& teg) {
   broadcast_rules(rs);
   constant_rules(rs);
   reduction_rules(rs);
+  accumulation_rules(rs);
   return rs.take();
 }
 

@@ -125,6 +125,30 @@ TEST(AlgebraRules, NeutralElementThatWidensIsKept) {
   EXPECT_LE(testing::step_difference(g, r.graph, testing::random_feeds(g, rng)), 1e-12);
 }
 
+// A tied embedding's gradient: the head's product plus the lookup's scatter into zeros becomes a
+// scatter into the product; not when the product is a widened 16-bit one.
+Tensor scatter_sum(Graph& g, Tensor x, bool scatter_first) {
+  Tensor idx = g.constant(Array({4}, DType::i32, {0, 2, 2, 5}));
+  Tensor zeros = op("broadcast_to", BroadcastToAttrs{x.shape()}, {g.scalar(0.0)});
+  Tensor u = g.input("u", {4, x.shape()[1]});
+  Tensor s = op("scatter_add", ScatterAddAttrs{0}, {zeros, idx, u});
+  return scatter_first ? op("add", {}, {s, x}) : op("add", {}, {x, s});
+}
+
+TEST(AlgebraRules, GradientsScatterIntoTheOtherContribution) {
+  for (const bool first : {false, true}) {
+    check({first ? "scatter-add-into" : "add-scatter-into",
+           [first](Graph& g, auto&) { return scatter_sum(g, g.input("x", {6, 3}), first); }, 2,
+           "scatter_add", "add"});
+  }
+  Graph g;
+  Tensor a = g.input("a", {6, 8}, DType::bf16), b = g.input("b", {8, 3}, DType::bf16);
+  g.output("y", exp(scatter_sum(g, cast(op("matmul", MatmulAttrs{}, {a, b}), DType::f32), false)));
+  OptimizeResult r = optimize(g);
+  EXPECT_FALSE(fired(r.report, "add-scatter-into")) << fired_list(r.report);
+  EXPECT_EQ(count_op(r.graph, "add"), 1u);
+}
+
 TEST(AlgebraRules, Signs) {
   check({"zero-sub",
          [](Graph& g, auto& rng) { return with_scalar("sub", input(g, rng), 0, false); }, 2, "neg",
