@@ -120,7 +120,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--device")) so.device = next();
     else if (!std::strcmp(argv[i], "--profile")) so.profile = true;
     else if (!std::strcmp(argv[i], "--plan-memory")) plan_memory = true;
-    else if (!std::strcmp(argv[i], "--plan-device")) plan_device = next();
+    else if (!std::strcmp(argv[i], "--plan-device"))
+      plan_device = next();
     else if (!std::strcmp(argv[i], "--plan-live")) {
       const std::string text = next();
       const std::optional<size_t> n = mn::bench::live_count(text.c_str());
@@ -136,8 +137,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::optional<mn::plan::PlanOptions> planned_device =
-      mn::bench::plan_device(plan_device);
+  const std::optional<mn::plan::PlanOptions> planned_device = mn::bench::plan_device(plan_device);
   if (!planned_device) {
     std::fprintf(stderr, "bench_resnet_train: --plan-device takes default or h200, got '%s'\n",
                  plan_device.c_str());

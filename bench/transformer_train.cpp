@@ -36,9 +36,9 @@
 #include <meganeura/optimizer.h>
 #include <meganeura/session.h>
 
+#include "plan/step_plan.h"
 #include "plan_device.h"
 #include "plan_memory.h"
-#include "plan/step_plan.h"
 
 namespace {
 
@@ -136,8 +136,7 @@ int main(int argc, char** argv) {
         return 2;
       }
       plan_only = plan_memory = true, plan_live = *n;
-    }
-    else if (!std::strcmp(argv[i], "--plan-device"))
+    } else if (!std::strcmp(argv[i], "--plan-device"))
       plan_device = next();
     else if (!std::strcmp(argv[i], "--precision"))
       precision = next();
@@ -148,11 +147,9 @@ int main(int argc, char** argv) {
                            std::to_string(spec.sequence) +
                            (spec.layers == 30 ? "" : "_l" + std::to_string(spec.layers)) +
                            (model == "transformer" ? "" : "_" + model);
-  const std::optional<mn::plan::PlanOptions> planned_device =
-      mn::bench::plan_device(plan_device);
+  const std::optional<mn::plan::PlanOptions> planned_device = mn::bench::plan_device(plan_device);
   if (!planned_device) {
-    std::fprintf(stderr,
-                 "bench_transformer_train: --plan-device takes default or h200, got '%s'\n",
+    std::fprintf(stderr, "bench_transformer_train: --plan-device takes default or h200, got '%s'\n",
                  plan_device.c_str());
     return 2;
   }
@@ -161,9 +158,8 @@ int main(int argc, char** argv) {
       if (!only.empty() && only != (optimized ? "optimized" : "baseline")) continue;
       const StepGraph m = step_graph(model, spec);
       if (plan_only) {
-        nlohmann::json j =
-            plan_fields(*m.graph, optimized, mn::dtype_from_name(precision), *planned_device, plan_kernels,
-                        plan_memory, plan_live);
+        nlohmann::json j = plan_fields(*m.graph, optimized, mn::dtype_from_name(precision),
+                                       *planned_device, plan_kernels, plan_memory, plan_live);
         j.update({{"name", name},
                   {"impl", "meganeura"},
                   {"optimized", optimized},

@@ -111,7 +111,8 @@ MemoryPlan plan_memory(std::span<const BufferRequest> requests, size_t alignment
   size_t best_top = SIZE_MAX;
   for (const auto& key : keys) {
     std::vector<size_t> order = transients;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return key(a) > key(b); });
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return key(a) > key(b); });
     size_t top = cursor;
     std::vector<size_t> candidate = plan.offsets;
     place_transients(requests, order, alignment, fit, cursor, candidate, top);

@@ -12,14 +12,14 @@
 #include "optimize/mixed_precision.h"
 #include "plan/in_place.h"
 #include "schedule/cache_append.h"
-#include "schedule/reduction_operands.h"
-#include "schedule/narrowed_stores.h"
-#include "schedule/rematerialize.h"
-#include "schedule/shared_statistics.h"
 #include "schedule/fusion.h"
 #include "schedule/gemv_fusion.h"
 #include "schedule/gpu_lowering.h"
+#include "schedule/narrowed_stores.h"
+#include "schedule/reduction_operands.h"
+#include "schedule/rematerialize.h"
 #include "schedule/rope_fusion.h"
+#include "schedule/shared_statistics.h"
 #include "schedule/widened_loads.h"
 
 namespace mn::plan {

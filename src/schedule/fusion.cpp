@@ -618,13 +618,12 @@ std::vector<int> dispatch_order(const Builder& b, const GroupGraph& gg,
     if (free_now.empty() && after_barrier.empty()) {
       // Nothing else is ready: the held group earliest in the graph, a lazy one only when no
       // other is held (it would otherwise go first, and live from there).
-      release(static_cast<size_t>(
-          std::min_element(held.begin(), held.end(),
-                           [&](int a, int c) {
-                             return std::pair(lazy[a] != 0, first[a]) <
-                                    std::pair(lazy[c] != 0, first[c]);
-                           }) -
-          held.begin()));
+      release(static_cast<size_t>(std::min_element(held.begin(), held.end(),
+                                                   [&](int a, int c) {
+                                                     return std::pair(lazy[a] != 0, first[a]) <
+                                                            std::pair(lazy[c] != 0, first[c]);
+                                                   }) -
+                                  held.begin()));
     }
     if (free_now.empty()) std::swap(free_now, after_barrier);
     const int x = free_now.top().second;

@@ -10,12 +10,12 @@
 #include "codegen/lower_attention.h"
 #include "codegen/lower_conv.h"
 #include "codegen/lower_matmul.h"
+#include "codegen/rope_load.h"
 #include "ir/op_def.h"
+#include "ir/ops/attention.h"
 #include "ir/ops/nn.h"
 #include "schedule/fusion.h"
 #include "schedule/narrowed_stores.h"
-#include "codegen/rope_load.h"
-#include "ir/ops/attention.h"
 
 namespace mn::schedule {
 

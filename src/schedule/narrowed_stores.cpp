@@ -26,7 +26,8 @@ void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups) {
   for (const auto& [target, value] : g.assignments()) kept.insert(value);
   std::vector<int> group_of(g.size(), -1);
   for (size_t i = 0; i < groups.size(); ++i) {
-    if (plain_single(groups[i])) group_of[static_cast<size_t>(groups[i].nodes.front())] = static_cast<int>(i);
+    if (plain_single(groups[i]))
+      group_of[static_cast<size_t>(groups[i].nodes.front())] = static_cast<int>(i);
   }
   std::vector<char> dropped(groups.size(), 0);
   for (KernelGroup& k : groups) {
@@ -41,7 +42,8 @@ void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups) {
     const NodeId c = readers.front();
     const Node& cast = g.node(c);
     const int cg = group_of[static_cast<size_t>(c)];
-    if (cast.op_name() != "cast" || !is_half(cast.type.dtype) || cg < 0 || dropped[static_cast<size_t>(cg)]) {
+    if (cast.op_name() != "cast" || !is_half(cast.type.dtype) || cg < 0 ||
+        dropped[static_cast<size_t>(cg)]) {
       continue;
     }
     k.nodes.push_back(c);

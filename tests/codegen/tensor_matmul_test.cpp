@@ -67,7 +67,8 @@ TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
           // 3 splits asked of K's steps, none left empty: 8 steps of 32 in 3, 3, 2; 4 of 64 in
           // 2, 2; ragged, 4 steps of 32 in 2, 2 and 2 of 64 in 1, 1.
           const int64_t steps = (k + tile.bk - 1) / tile.bk;
-          const int64_t per = (steps + std::min<int64_t>(3, steps) - 1) / std::min<int64_t>(3, steps);
+          const int64_t per =
+              (steps + std::min<int64_t>(3, steps) - 1) / std::min<int64_t>(3, steps);
           const int splits = layout % 2 ? 1 : static_cast<int>((steps + per - 1) / per);
           const std::string what = std::string(tile.name) + " ta=" + std::to_string(ta) +
                                    " tb=" + std::to_string(tb) + " " +

@@ -138,8 +138,10 @@ Tensor scatter_sum(Graph& g, Tensor x, bool scatter_first) {
 TEST(AlgebraRules, GradientsScatterIntoTheOtherContribution) {
   for (const bool first : {false, true}) {
     check({first ? "scatter-add-into" : "add-scatter-into",
-           [first](Graph& g, auto&) { return scatter_sum(g, g.input("x", {6, 3}), first); }, 2,
-           "scatter_add", "add"});
+           [first](Graph& g, auto&) {
+             return scatter_sum(g, g.input("x", {6, 3}), first);
+           },
+           2, "scatter_add", "add"});
   }
   Graph g;
   Tensor a = g.input("a", {6, 8}, DType::bf16), b = g.input("b", {8, 3}, DType::bf16);

@@ -55,7 +55,8 @@ TEST(NarrowedStoresGpu, CastsInsideCopiesRotationsAndReductions) {
   Tensor heads = permute(cast(xb, DType::f32), {0, 2, 1, 3});  // [B, H, L, D]
   // Rotated from the 16-bit value (widened as it loads), stored narrowed: rope's only reader
   // is the cast.
-  Tensor rotated = rope_positions(cast(permute(xb, {0, 2, 1, 3}), DType::f32), unsqueeze(positions, 1));
+  Tensor rotated =
+      rope_positions(cast(permute(xb, {0, 2, 1, 3}), DType::f32), unsqueeze(positions, 1));
   g.output("rotated_bf16", cast(rotated, DType::bf16));
   // A narrowing cast permuted back (the copy rounds as it stores).
   g.output("back", permute(cast(heads * 0.75 + 1.0, DType::bf16), {0, 2, 1, 3}));
@@ -162,8 +163,7 @@ TEST(NarrowedStoresGpu, ABf16TrainingStepMatchesTheUnfusedKernels) {
     s->set("labels", tokens);
     for (const auto& [n, v] : step_scalars(Optimizer::adamw(), 1e-3, 1)) s->set_scalar(n, v);
     s->step();
-    return std::pair{s->get("loss").data[0],
-                     s->get("model.layers.0.self_attn.q_proj.weight").data};
+    return std::pair{s->get("loss").data[0], s->get("model.layers.0.self_attn.q_proj.weight").data};
   };
   const auto [loss, q] = step(true);
   const auto [unfused_loss, unfused_q] = step(false);

@@ -180,7 +180,8 @@ TEST(RopeFusion, KeysReadWidenedByTheirRotation) {
   }
   expect_reference_steps(1, nullptr, {{3, 150}, {4, 151}}, "decode_bf16_keys", DType::f32, 2e-5,
                          DType::bf16);
-  expect_reference_steps(4, nullptr, {{0, 1, 2, 3, 120, 121, 122, 123}, {4, 5, 6, 7, 124, 125, 126, 127}},
+  expect_reference_steps(4, nullptr,
+                         {{0, 1, 2, 3, 120, 121, 122, 123}, {4, 5, 6, 7, 124, 125, 126, 127}},
                          "prefill_bf16_keys", DType::f32, 2e-5, DType::bf16);
 }
 
