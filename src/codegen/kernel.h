@@ -140,6 +140,11 @@ struct LowerContext {
   // cached_attention only: the slots this step's cache_writes store, read from their updates
   // while the caches are read as they were (schedule/cache_append.h).
   const CacheAppendLoad* append = nullptr;
+  // rope_positions and rope_positions_backward only (schedule/permuted_rotations.h): operand 0
+  // is stored permuted, x = permute(input 0, *load_perm), and/or the result is stored permuted,
+  // out = permute(result, *store_perm); null: as the node's shapes say. Both keep the last axis.
+  const std::vector<int64_t>* load_perm = nullptr;
+  const std::vector<int64_t>* store_perm = nullptr;
 };
 
 using LowerFn = std::function<Lowering(const LowerContext&)>;

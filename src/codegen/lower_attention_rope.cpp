@@ -111,10 +111,35 @@ Lowering lower_rope(const LowerContext& ctx, bool backward) {
 // rope_positions: as rope with the position of each row read from the i32 positions operand,
 // and the frequencies (possibly llama3-rescaled, so not a product of two tables) in one shared
 // table of w_i = inv_freq_i / (2 pi) as hi + lo.
+// The GLSL offset of row `c` (its coordinates c0.., the last axis excluded) of `shape` in a
+// tensor stored as permute(stored, perm)'s operand would be: sum c_d * stride[perm[d]]; without
+// perm, row * dim.
+std::string row_offset(const Shape& shape, const Shape& stored, const std::vector<int64_t>* perm,
+                       uint64_t dim) {
+  if (!perm) return "row * " + ulit(dim);
+  const Shape strides = contiguous_strides(stored);
+  std::string s;
+  for (size_t d = 0; d + 1 < shape.size(); ++d) {
+    const auto stride = static_cast<uint64_t>(strides[static_cast<size_t>((*perm)[d])]);
+    if (shape[d] == 1 || stride == 0) continue;
+    s += (s.empty() ? "" : " + ") + std::string("c") + std::to_string(d) + " * " + ulit(stride);
+  }
+  return s.empty() ? "0u" : s;
+}
+
+// out = permute(v, perm) stores v's element at coordinates c where out's coordinates are
+// c[perm[j]]: the strides of v's axes in out's layout.
+Shape permuted_store_shape(const Shape& shape, const std::vector<int64_t>& perm) {
+  Shape out(perm.size());
+  for (size_t j = 0; j < perm.size(); ++j) out[j] = shape[static_cast<size_t>(perm[j])];
+  return out;
+}
+
 Lowering lower_rope_positions(const LowerContext& ctx, bool backward) {
   glsl::require_storage(ctx);
   const auto& a = ctx.node.attrs.as<RopePositionsAttrs>();
-  const Shape& shape = ctx.inputs[0].shape;
+  // The rotation's own shape; its operand may be stored permuted (ctx.load_perm).
+  const Shape& shape = ctx.node.type.shape;
   const auto dim = static_cast<uint64_t>(shape.back());
   const uint64_t half = dim / 2;
   const uint64_t pairs = static_cast<uint64_t>(ctx.inputs[0].numel()) / 2;
@@ -143,11 +168,26 @@ Lowering lower_rope_positions(const LowerContext& ctx, bool backward) {
   s += "  float p = float(pos_ldi(" + glsl::broadcast_offset(positions, rows, "c") + "));\n";
   s += "  float c, s;\n  mn_turn(p, W_HI[k], W_LO[k], c, s);\n";
   if (backward) s += "  s = -s;\n";
-  s += "  uint e1 = row * " + ulit(dim) + " + k, e2 = e1 + " + ulit(half) + ";\n";
-  s += "  float x1 = x_ld(e1), x2 = x_ld(e2);\n";
+  // The operand's and the result's rows, each where its layout puts it (the last axis stays).
+  Shape out_layout_strides;
+  std::vector<int64_t> store_axis_of;
+  const std::string load_row = row_offset(shape, ctx.inputs[0].shape, ctx.load_perm, dim);
+  std::string store_row = "row * " + ulit(dim);
+  if (ctx.store_perm) {
+    // Axis d of the result is axis j of the stored tensor where store_perm[j] = d.
+    std::vector<int64_t> inverse(ctx.store_perm->size());
+    for (size_t j = 0; j < inverse.size(); ++j) {
+      inverse[static_cast<size_t>((*ctx.store_perm)[j])] = static_cast<int64_t>(j);
+    }
+    store_row = row_offset(shape, permuted_store_shape(shape, *ctx.store_perm), &inverse, dim);
+  }
+  s += "  uint x1i = " + load_row + " + k, x2i = x1i + " + ulit(half) + ";\n";
+  s += "  uint e1 = " + store_row + " + k, e2 = e1 + " + ulit(half) + ";\n";
+  s += "  float x1 = x_ld(x1i), x2 = x_ld(x2i);\n";
   s += "  out_st(e1, x1 * c - x2 * s);\n  out_st(e2, x2 * c + x1 * s);\n}\n";
   KernelLaunch k;
-  k.name = backward ? "rope_positions_backward" : "rope_positions";
+  k.name = std::string(backward ? "rope_positions_backward" : "rope_positions") +
+           (ctx.load_perm ? "+prologue[permute]" : "") + (ctx.store_perm ? "+epilogue[permute]" : "");
   k.glsl = std::move(s);
   k.workgroup = {grid.local, 1, 1};
   k.groups = grid.groups;

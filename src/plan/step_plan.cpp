@@ -16,6 +16,7 @@
 #include "schedule/gemv_fusion.h"
 #include "schedule/gpu_lowering.h"
 #include "schedule/narrowed_stores.h"
+#include "schedule/permuted_rotations.h"
 #include "schedule/reduction_operands.h"
 #include "schedule/rematerialize.h"
 #include "schedule/rope_fusion.h"
@@ -92,6 +93,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     schedule::absorb_widening_casts(g, p.groups, options.device);
     schedule::fuse_rope_loads(g, p.groups, options.device);
     schedule::read_past_cache_writes(g, p.groups, options.device);
+    schedule::fold_permutes_into_rotations(g, p.groups);
   }
   const std::vector<std::vector<int>> in_place = plan_in_place(g, p.groups);
 

@@ -123,6 +123,11 @@ struct KernelGroup {
     int k_rope_positions = -1;
   };
   CacheAppend append;
+  // Single rope_positions(_backward) groups only, see schedule/permuted_rotations.h: the
+  // permutation through which the kernel reads its operand (input 0 then holds the permute's
+  // operand) and the one through which it stores its result (its output is then the permute's
+  // value); empty: none.
+  std::vector<int64_t> load_perm, store_perm;
 };
 
 // `small` broadcasts to exactly `big` (right-aligned, size-1 or equal extents).
