@@ -187,7 +187,8 @@ Lowering lower_rope_positions(const LowerContext& ctx, bool backward) {
   s += "  out_st(e1, x1 * c - x2 * s);\n  out_st(e2, x2 * c + x1 * s);\n}\n";
   KernelLaunch k;
   k.name = std::string(backward ? "rope_positions_backward" : "rope_positions") +
-           (ctx.load_perm ? "+prologue[permute]" : "") + (ctx.store_perm ? "+epilogue[permute]" : "");
+           (ctx.load_perm ? "+prologue[permute]" : "") +
+           (ctx.store_perm ? "+epilogue[permute]" : "");
   k.glsl = std::move(s);
   k.workgroup = {grid.local, 1, 1};
   k.groups = grid.groups;

@@ -324,10 +324,10 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
     append = codegen::CacheAppendLoad{a.k_update, a.v_update, a.positions,
                                       k_rope ? &*k_rope : nullptr};
   }
-  return (*lower)(codegen::LowerContext{
-      node, in_types, device, single_in_place, check_indices, rope ? &*rope : nullptr,
-      append ? &*append : nullptr, group.load_perm.empty() ? nullptr : &group.load_perm,
-      group.store_perm.empty() ? nullptr : &group.store_perm});
+  return (*lower)(codegen::LowerContext{node, in_types, device, single_in_place, check_indices,
+                                        rope ? &*rope : nullptr, append ? &*append : nullptr,
+                                        group.load_perm.empty() ? nullptr : &group.load_perm,
+                                        group.store_perm.empty() ? nullptr : &group.store_perm});
 }
 
 }  // namespace mn::schedule

@@ -22,9 +22,8 @@ bool lone_permute(const Graph& g, const KernelGroup& k) {
 std::vector<int64_t> keeping_last_axis(const Graph& g, NodeId permute) {
   const Node& p = g.node(permute);
   const TensorType in = g.node(p.inputs.front()).type;
-  std::vector<int64_t> perm =
-      ops::shape_detail::resolve_perm("permute", std::span<const TensorType>(&in, 1),
-                                      p.attrs.as<PermuteAttrs>().perm);
+  std::vector<int64_t> perm = ops::shape_detail::resolve_perm(
+      "permute", std::span<const TensorType>(&in, 1), p.attrs.as<PermuteAttrs>().perm);
   if (perm.empty() || perm.back() != static_cast<int64_t>(perm.size()) - 1) return {};
   return perm;
 }

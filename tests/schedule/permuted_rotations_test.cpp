@@ -71,9 +71,11 @@ TEST(PermutedRotationsGpu, ValuesMatchTheUnfusedKernelsAndTheReference) {
   Tensor x = g.input("x", {2, 16, 3, 8});  // [B, L, H, D]
   Tensor w = g.input("w", {2, 3, 16, 8});
   Tensor z = g.input("z", {2, 16, 8, 3});
-  for (const Tensor& t : {x, w, z}) feeds[g.node(t.id()).name] = testing::random_array(rng, t.type());
+  for (const Tensor& t : {x, w, z})
+    feeds[g.node(t.id()).name] = testing::random_array(rng, t.type());
   Array pos({1, 16}, DType::i32);
-  for (int64_t l = 0; l < 16; ++l) pos.data[static_cast<size_t>(l)] = static_cast<double>(5 * l + 1);
+  for (int64_t l = 0; l < 16; ++l)
+    pos.data[static_cast<size_t>(l)] = static_cast<double>(5 * l + 1);
   Tensor rows = unsqueeze(g.constant(pos), 1);
   Tensor y = rope_positions(permute(x, {0, 2, 1, 3}), rows);
   Tensor moved = rope_positions(permute(z, {0, 3, 1, 2}), rows);  // the last axis moves
