@@ -22,6 +22,7 @@
 #include <meganeura/session.h>
 
 #include "plan/step_plan.h"
+#include "schedule/tiny_causal_lm.h"
 #include "support/elementwise_error.h"
 #include "support/random_fill.h"
 #include "support/scoped_env.h"
@@ -90,19 +91,7 @@ TEST(NarrowedStoresGpu, CastsInsideCopiesRotationsAndReductions) {
 // permutes; rotations store bf16; and the step's loss and updated weights match the
 // unfused kernels' within bf16's rounding.
 struct TinyLm {
-  CausalLm m;
-  TinyLm() {
-    TransformerSpec spec;
-    spec.layers = 1, spec.hidden = 64, spec.heads = 4, spec.kv_heads = 2, spec.ffn = 96;
-    spec.vocab = 96, spec.sequence = 16, spec.batch = 2;
-    CausalLmOptions o;
-    o.batch = spec.batch;
-    o.sequence = spec.sequence;
-    o.with_loss = true;
-    o.logits_output = false;
-    m = build_causal_lm(llama_config(spec), o);
-    add_training_step(m.loss, Optimizer::adamw());
-  }
+  CausalLm m = testing::tiny_causal_lm_step(1);
 };
 
 TEST(NarrowedStores, ABf16TrainingStepCastsInsideItsRotationsAndPermutes) {

@@ -19,6 +19,7 @@
 #include <meganeura/session.h>
 
 #include "plan/step_plan.h"
+#include "schedule/tiny_causal_lm.h"
 #include "support/elementwise_error.h"
 #include "support/random_fill.h"
 #include "support/scoped_env.h"
@@ -33,15 +34,7 @@ size_t launches_named(const plan::StepPlan& p, const std::string& name) {
 }
 
 TEST(PermutedRotations, ACausalLmStepRotatesThroughItsHeadPermutes) {
-  TransformerSpec spec;
-  spec.layers = 2, spec.hidden = 64, spec.heads = 4, spec.kv_heads = 2, spec.ffn = 96;
-  spec.vocab = 96, spec.sequence = 16, spec.batch = 2;
-  CausalLmOptions o;
-  o.batch = spec.batch;
-  o.sequence = spec.sequence;
-  o.with_loss = true;
-  CausalLm m = build_causal_lm(llama_config(spec), o);
-  add_training_step(m.loss, Optimizer::adamw());
+  const CausalLm m = testing::tiny_causal_lm_step(2);
   for (DType precision : {DType::f32, DType::bf16}) {
     SCOPED_TRACE(dtype_name(precision));
     plan::PlanOptions po;
