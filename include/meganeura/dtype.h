@@ -15,6 +15,7 @@ const char* dtype_name(DType t);
 DType dtype_from_name(const std::string& name);  // throws mn::Error for an unknown name
 size_t dtype_size(DType t);
 bool is_float(DType t);
+bool is_half_float(DType t);  // f16 or bf16
 
 using Shape = std::vector<int64_t>;
 

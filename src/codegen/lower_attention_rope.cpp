@@ -108,9 +108,8 @@ Lowering lower_rope(const LowerContext& ctx, bool backward) {
   return low;
 }
 
-// rope_positions: as rope with the position of each row read from the i32 positions operand,
-// and the frequencies (possibly llama3-rescaled, so not a product of two tables) in one shared
-// table of w_i = inv_freq_i / (2 pi) as hi + lo.
+namespace {
+
 // The GLSL offset of row `c` (its coordinates c0.., the last axis excluded) of `shape` in a
 // tensor stored as permute(stored, perm)'s operand would be: sum c_d * stride[perm[d]]; without
 // perm, row * dim.
@@ -135,6 +134,11 @@ Shape permuted_store_shape(const Shape& shape, const std::vector<int64_t>& perm)
   return out;
 }
 
+}  // namespace
+
+// rope_positions: as rope with the position of each row read from the i32 positions operand,
+// and the frequencies (possibly llama3-rescaled, so not a product of two tables) in one shared
+// table of w_i = inv_freq_i / (2 pi) as hi + lo.
 Lowering lower_rope_positions(const LowerContext& ctx, bool backward) {
   glsl::require_storage(ctx);
   const auto& a = ctx.node.attrs.as<RopePositionsAttrs>();
@@ -169,10 +173,8 @@ Lowering lower_rope_positions(const LowerContext& ctx, bool backward) {
   s += "  float c, s;\n  mn_turn(p, W_HI[k], W_LO[k], c, s);\n";
   if (backward) s += "  s = -s;\n";
   // The operand's and the result's rows, each where its layout puts it (the last axis stays).
-  Shape out_layout_strides;
-  std::vector<int64_t> store_axis_of;
   const std::string load_row = row_offset(shape, ctx.inputs[0].shape, ctx.load_perm, dim);
-  std::string store_row = "row * " + ulit(dim);
+  std::string store_row = row_offset(shape, shape, nullptr, dim);
   if (ctx.store_perm) {
     // Axis d of the result is axis j of the stored tensor where store_perm[j] = d.
     std::vector<int64_t> inverse(ctx.store_perm->size());

@@ -40,6 +40,8 @@ size_t dtype_size(DType t) {
 
 bool is_float(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
 
+bool is_half_float(DType t) { return t == DType::f16 || t == DType::bf16; }
+
 namespace {
 // The product of the dimensions, or false when it overflows int64.
 bool product(std::span<const int64_t> shape, int64_t& n) {

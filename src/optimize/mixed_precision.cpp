@@ -83,8 +83,6 @@ bool is_movement(std::string_view op) {
          op == "unsqueeze" || op == "broadcast_to" || op == "slice";
 }
 
-bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
-
 // One pass; `moved` tells whether any cast moved.
 Graph move_casts_once(const Graph& g, bool& moved) {
   return rewrite_graph(g, [&](Graph& out, const Node& n, std::span<const Tensor> operands) {
@@ -92,18 +90,18 @@ Graph move_casts_once(const Graph& g, bool& moved) {
     const Node& in = out.node(operands[0].id());
     const Node& source = out.node(in.inputs.empty() ? operands[0].id() : in.inputs[0]);
     // A 16-bit value widened and narrowed back is the value itself (widening is exact).
-    if (n.op_name() == "cast" && in.op_name() == "cast" && is_half(n.type.dtype) &&
+    if (n.op_name() == "cast" && in.op_name() == "cast" && is_half_float(n.type.dtype) &&
         in.type.dtype == DType::f32 && source.type.dtype == n.type.dtype) {
       moved = true;
       return Tensor(&out, in.inputs[0]);
     }
     if (is_movement(n.op_name()) && in.op_name() == "cast" && in.type.dtype == DType::f32 &&
-        is_half(source.type.dtype) && !is_source_op(source.op_name())) {
+        is_half_float(source.type.dtype) && !is_source_op(source.op_name())) {
       moved = true;
       const Tensor narrow(&out, in.inputs[0]);
       return cast(out.apply(n.op_name(), n.attrs, {narrow}), DType::f32);
     }
-    if (n.op_name() == "cast" && is_half(n.type.dtype) && is_movement(in.op_name()) &&
+    if (n.op_name() == "cast" && is_half_float(n.type.dtype) && is_movement(in.op_name()) &&
         out.node(in.inputs[0]).type.dtype == DType::f32) {
       moved = true;
       const Tensor wide(&out, in.inputs[0]);

@@ -480,7 +480,7 @@ bool widens_16_bit(const TensorEGraph& t, Id c) {
     const egraph::ENode& node = e.node(n);
     if (node.op() != cast || node.children().size() != 1) continue;
     const DType from = t.type(node.children()[0]).dtype;
-    if (from == DType::bf16 || from == DType::f16) return true;
+    if (is_half_float(from)) return true;
   }
   return false;
 }

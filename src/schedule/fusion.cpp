@@ -35,6 +35,21 @@ std::vector<std::vector<NodeId>> needed_consumers(const Graph& g, const std::vec
   return consumers;
 }
 
+std::map<NodeId, int> group_readers(std::span<const KernelGroup> groups) {
+  std::map<NodeId, int> readers;
+  for (const KernelGroup& k : groups) {
+    for (NodeId in : std::set<NodeId>(k.inputs.begin(), k.inputs.end())) ++readers[in];
+  }
+  return readers;
+}
+
+std::set<NodeId> kept_values(const Graph& g) {
+  std::set<NodeId> kept;
+  for (const auto& [name, id] : g.outputs()) kept.insert(id);
+  for (const auto& [target, value] : g.assignments()) kept.insert(value);
+  return kept;
+}
+
 namespace {
 
 struct Builder {
@@ -387,13 +402,11 @@ struct Builder {
         continue;
       }
       const std::vector<NodeId> stored = outputs_of(w.nodes);
+      if (stored.size() != 1) continue;
       // The reduction's store writes the epilogue's value in the reduction's dtype, or in the
       // 16-bit dtype of a narrowing cast (it rounds as the cast does).
-      const DType out = stored.size() == 1 ? node(stored.front()).type.dtype : DType::f32;
-      if (stored.size() != 1 ||
-          (out != red.type.dtype && out != DType::bf16 && out != DType::f16)) {
-        continue;
-      }
+      const DType out = node(stored.front()).type.dtype;
+      if (out != red.type.dtype && !is_half_float(out)) continue;
       std::vector<NodeId> all = wr.nodes;
       all.insert(all.end(), w.nodes.begin(), w.nodes.end());
       if (external_inputs(all).size() + 2 > options.max_bindings) continue;
@@ -571,11 +584,15 @@ std::vector<int> dispatch_order(const Builder& b, const GroupGraph& gg,
     const TensorType& t = g.node(v).type;
     return static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype);
   };
-  auto frees_more_than_it_stores = [&](int x) {
-    uint64_t freed = 0, stored = 0;
-    for (NodeId v : reads[x]) freed += readers_left[v] == 1 && !b.sink[v] ? bytes(v) : 0;
+  auto stored_bytes = [&](int x) {
+    uint64_t stored = 0;
     for (NodeId v : stores[x]) stored += bytes(v);
-    return freed > stored;
+    return stored;
+  };
+  auto frees_more_than_it_stores = [&](int x) {
+    uint64_t freed = 0;
+    for (NodeId v : reads[x]) freed += readers_left[v] == 1 && !b.sink[v] ? bytes(v) : 0;
+    return freed > stored_bytes(x);
   };
   // Tail groups launch at the end of the step (fuse), so they do not move the order's position
   // forward when they become ready. A group whose values only the tail reads is a parameter's
@@ -584,9 +601,7 @@ std::vector<int> dispatch_order(const Builder& b, const GroupGraph& gg,
   constexpr uint64_t kLazyBytes = uint64_t{1} << 20;
   for (size_t x = 0; x < count; ++x) {
     if (!b.groups[x].alive || !reads[x].empty() || is_tail(static_cast<int>(x))) continue;
-    uint64_t stored = 0;
-    for (NodeId v : stores[x]) stored += bytes(v);
-    lazy[x] = stored >= kLazyBytes;
+    lazy[x] = stored_bytes(static_cast<int>(x)) >= kLazyBytes;
   }
   auto wanted_now = [&](int x) {
     return std::any_of(succ[x].begin(), succ[x].end(), [&](int y) { return indegree[y] == 1; });
@@ -792,7 +807,7 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
   constexpr int64_t kHoistElements = 65536;
   auto narrowed_parameter = [&](NodeId o) {
     const Node& c = g.node(o);
-    return c.op_name() == "cast" && (c.type.dtype == DType::bf16 || c.type.dtype == DType::f16) &&
+    return c.op_name() == "cast" && is_half_float(c.type.dtype) &&
            g.node(c.inputs.front()).op_name() == "parameter";
   };
   auto hoistable = [&](int x) {

@@ -40,6 +40,8 @@
 //    (rsqrt(mean + eps): evaluated before the store; one ending in a narrowing cast stores the
 //    16-bit value). See codegen/fused_reduce.h.
 #include <functional>
+#include <map>
+#include <set>
 #include <span>
 #include <string>
 #include <vector>
@@ -135,6 +137,12 @@ bool broadcasts_to(const Shape& small, const Shape& big);
 
 // Per node, the needed nodes reading it, each once, in graph order.
 std::vector<std::vector<NodeId>> needed_consumers(const Graph& g, const std::vector<char>& needed);
+
+// Per value, how many of `groups` bind it (each group once).
+std::map<NodeId, int> group_readers(std::span<const KernelGroup> groups);
+
+// The values a step returns or assigns: stored as they are, whatever reads them.
+std::set<NodeId> kept_values(const Graph& g);
 
 // A pointwise node that fusion puts in pointwise kernels (codegen::fusable_pointwise), not a
 // widening cast of a stored 16-bit tensor (read widened by its readers, widened_loads.h).

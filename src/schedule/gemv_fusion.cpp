@@ -85,17 +85,14 @@ bool take_sibling(const Graph& g, KernelGroup& group, const KernelGroup& other) 
 void take_siblings(const Graph& g, std::vector<KernelGroup>& groups,
                    const codegen::DeviceTraits& device) {
   std::map<NodeId, size_t> single_product;  // matmul node -> its single group
-  std::map<NodeId, int> readers;            // groups reading each node
   for (size_t i = 0; i < groups.size(); ++i) {
     const KernelGroup& k = groups[i];
     if (k.kind == KernelGroup::Kind::single && product_of(g, k) >= 0) {
       single_product[k.nodes.front()] = i;
     }
-    for (NodeId in : std::set<NodeId>(k.inputs.begin(), k.inputs.end())) ++readers[in];
   }
-  std::set<NodeId> sinks;
-  for (const auto& [name, id] : g.outputs()) sinks.insert(id);
-  for (const auto& [target, value] : g.assignments()) sinks.insert(value);
+  std::map<NodeId, int> readers = group_readers(groups);  // groups reading each node
+  const std::set<NodeId> sinks = kept_values(g);
   for (KernelGroup& group : groups) {
     const NodeId m = product_of(g, group);
     if (m < 0 || group.kind != KernelGroup::Kind::matmul_epilogue) continue;

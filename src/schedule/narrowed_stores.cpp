@@ -8,8 +8,6 @@
 namespace mn::schedule {
 namespace {
 
-bool is_half(DType t) { return t == DType::bf16 || t == DType::f16; }
-
 // A plain single group: one node, its own lowering, nothing read or stored beside it.
 bool plain_single(const KernelGroup& k) {
   return k.kind == KernelGroup::Kind::single && k.nodes.size() == 1 && k.outputs.size() == 1 &&
@@ -21,9 +19,7 @@ bool plain_single(const KernelGroup& k) {
 void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups) {
   const std::vector<char> needed = needed_nodes(g);
   const std::vector<std::vector<NodeId>> consumers = needed_consumers(g, needed);
-  std::set<NodeId> kept;  // values the step returns or assigns: stored as they are
-  for (const auto& [name, id] : g.outputs()) kept.insert(id);
-  for (const auto& [target, value] : g.assignments()) kept.insert(value);
+  const std::set<NodeId> kept = kept_values(g);
   std::vector<int> group_of(g.size(), -1);
   for (size_t i = 0; i < groups.size(); ++i) {
     if (plain_single(groups[i]))
@@ -42,7 +38,7 @@ void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups) {
     const NodeId c = readers.front();
     const Node& cast = g.node(c);
     const int cg = group_of[static_cast<size_t>(c)];
-    if (cast.op_name() != "cast" || !is_half(cast.type.dtype) || cg < 0 ||
+    if (cast.op_name() != "cast" || !is_half_float(cast.type.dtype) || cg < 0 ||
         dropped[static_cast<size_t>(cg)]) {
       continue;
     }

@@ -31,16 +31,16 @@ std::vector<int64_t> keeping_last_axis(const Graph& g, NodeId permute) {
 }  // namespace
 
 void fold_permutes_into_rotations(const Graph& g, std::vector<KernelGroup>& groups) {
-  std::map<NodeId, int> readers;  // groups reading each value
-  for (const KernelGroup& k : groups) {
-    for (NodeId in : std::set<NodeId>(k.inputs.begin(), k.inputs.end())) ++readers[in];
-  }
-  std::set<NodeId> sinks;
-  for (const auto& [name, id] : g.outputs()) sinks.insert(id);
-  for (const auto& [target, value] : g.assignments()) sinks.insert(value);
-  std::map<NodeId, size_t> permute_group;  // lone permutes by the value they compute
+  std::map<NodeId, int> readers = group_readers(groups);
+  const std::set<NodeId> sinks = kept_values(g);
+  // Lone permutes by the value they compute, and by the value they read as it is.
+  std::map<NodeId, size_t> permute_group, permute_of;
   for (size_t i = 0; i < groups.size(); ++i) {
-    if (lone_permute(g, groups[i])) permute_group.emplace(groups[i].nodes.front(), i);
+    if (!lone_permute(g, groups[i])) continue;
+    const NodeId p = groups[i].nodes.front();
+    permute_group.emplace(p, i);
+    if (groups[i].inputs.at(0) == g.node(p).inputs.front())
+      permute_of.emplace(g.node(p).inputs.front(), i);
   }
   std::vector<char> dropped(groups.size(), 0);
   auto only_reader = [&](NodeId v) { return readers[v] == 1 && !sinks.count(v); };
@@ -61,18 +61,15 @@ void fold_permutes_into_rotations(const Graph& g, std::vector<KernelGroup>& grou
     }
     // The result: read by one lone permute alone, which reads it as it is.
     const NodeId out = k.outputs.at(0);
-    if (!only_reader(out)) continue;
-    for (auto& [value, index] : permute_group) {
-      KernelGroup& p = groups[index];
-      if (dropped[index] || p.inputs.at(0) != out || g.node(value).inputs.front() != out) continue;
-      std::vector<int64_t> perm = keeping_last_axis(g, value);
-      if (perm.empty()) break;
-      k.nodes.push_back(value);
-      k.outputs = {value};
-      k.store_perm = std::move(perm);
-      dropped[index] = 1;
-      break;
-    }
+    const auto it = permute_of.find(out);
+    if (!only_reader(out) || it == permute_of.end() || dropped[it->second]) continue;
+    const NodeId value = groups[it->second].nodes.front();
+    std::vector<int64_t> perm = keeping_last_axis(g, value);
+    if (perm.empty()) continue;
+    k.nodes.push_back(value);
+    k.outputs = {value};
+    k.store_perm = std::move(perm);
+    dropped[it->second] = 1;
   }
   size_t i = 0;
   std::erase_if(groups, [&](const KernelGroup&) { return dropped[i++] != 0; });

@@ -29,14 +29,11 @@ bool lowering_takes_rope(const Graph& g, const KernelGroup& group, const codegen
 
 void fuse_rope_loads(const Graph& g, std::vector<KernelGroup>& groups,
                      const codegen::DeviceTraits& device) {
-  std::map<NodeId, int> readers;  // groups reading each node
-  for (const KernelGroup& k : groups) {
-    for (NodeId in : std::set<NodeId>(k.inputs.begin(), k.inputs.end())) ++readers[in];
-  }
+  std::map<NodeId, int> readers = group_readers(groups);
+  const std::set<NodeId> sinks = kept_values(g);
   // Each rope's operands as its kernel binds them: x may be a 16-bit tensor read widened in
   // place of the graph's cast (widened_loads.h), whose own kernel is then gone.
   std::map<NodeId, std::vector<NodeId>> ropes;
-  std::set<NodeId> sinks;
   for (const KernelGroup& k : groups) {
     const NodeId v = k.nodes.front();
     if (k.kind == KernelGroup::Kind::single && k.nodes.size() == 1 &&
@@ -44,8 +41,6 @@ void fuse_rope_loads(const Graph& g, std::vector<KernelGroup>& groups,
       ropes.emplace(v, k.inputs);
     }
   }
-  for (const auto& [name, id] : g.outputs()) sinks.insert(id);
-  for (const auto& [target, value] : g.assignments()) sinks.insert(value);
   bool fused = false;
   for (KernelGroup& group : groups) {
     if (group.kind != KernelGroup::Kind::single || group.rope.node >= 0) continue;

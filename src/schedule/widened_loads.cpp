@@ -11,7 +11,7 @@ NodeId widened_source(const Graph& g, NodeId id) {
   const Node& c = g.node(id);
   if (c.op_name() != "cast" || c.type.dtype != DType::f32 || c.inputs.size() != 1) return -1;
   const DType from = g.node(c.inputs[0]).type.dtype;
-  return from == DType::f16 || from == DType::bf16 ? c.inputs[0] : -1;
+  return is_half_float(from) ? c.inputs[0] : -1;
 }
 
 namespace {
@@ -47,21 +47,17 @@ void substitute_operands(const Graph& g, KernelGroup& group, const codegen::Devi
   if (!node) return;
   std::vector<TensorType> types;
   for (NodeId in : node->inputs) types.push_back(g.node(in).type);
+  // A converting copy (permute) takes a narrowing cast too: it rounds as it stores.
+  const bool copy = codegen::converting_copy(*node);
   for (size_t i = 0; i < node->inputs.size(); ++i) {
     const NodeId cast = group.inputs[i];
-    // A converting copy (permute) takes a narrowing cast too: it rounds as it stores.
-    const NodeId source = group.kind == KernelGroup::Kind::single && codegen::converting_copy(*node)
-                              ? converted_source(g, cast)
-                              : widened_source(g, cast);
+    const NodeId source = copy ? converted_source(g, cast) : widened_source(g, cast);
     if (source < 0 || !stored[static_cast<size_t>(source)] || epilogue_reads(g, group, cast)) {
       continue;
     }
     const DType narrow = g.node(source).type.dtype;
     const codegen::LowerContext ctx{*node, types, device};
-    if (!codegen::converting_copy(*node) &&
-        !codegen::reads_widened_operand(ctx, static_cast<int>(i), narrow)) {
-      continue;
-    }
+    if (!copy && !codegen::reads_widened_operand(ctx, static_cast<int>(i), narrow)) continue;
     // Every use of the cast among the node's operands (matmul(x, x) reads it twice).
     for (size_t j = i; j < node->inputs.size(); ++j) {
       if (group.inputs[j] != cast) continue;
