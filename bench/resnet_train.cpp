@@ -6,13 +6,15 @@
 // Usage: bench_resnet_train [--depth 18,50] [--batch 32] [--size 224] [--steps N]
 //                           [--precision f32|bf16|f16] [--device D] [--profile]
 //                           [--plan-memory]   (plan only, no device: what fills the arena)
+//                           [--plan-kernels]  (plan only: launches counted by kernel name)
 //                           [--plan-live N]   (and the N largest buffers live at its peak)
 //                           [--plan-device default|h200]   (the device it plans for)
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <optional>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -48,20 +50,26 @@ void build_step(mn::Graph& g, int depth, int64_t batch, int64_t size) {
 
 // The step planned for `device` (bench/plan_device.h), no device needed.
 nlohmann::json plan(int depth, int64_t batch, int64_t size, mn::DType precision,
-                    const mn::plan::PlanOptions& device, size_t live) {
+                    const mn::plan::PlanOptions& device, size_t live, bool kernels) {
   mn::Graph g;
   build_step(g, depth, batch, size);
   mn::plan::PlanOptions po = device;
   po.precision = precision;
   const mn::plan::StepPlan p = mn::plan::make_step_plan(g, po);
-  return {{"bench", "resnet_train"},
-          {"model", "resnet" + std::to_string(depth)},
-          {"batch", batch},
-          {"precision", mn::dtype_name(precision)},
-          {"arena_mib", static_cast<double>(p.arena_bytes) / (1 << 20)},
-          {"dispatches", p.launches.size()},
-          {"memory", mn::bench::peak_fields(p)},
-          {"live_at_peak", mn::bench::live_at_peak(p, live)}};
+  nlohmann::json j{{"bench", "resnet_train"},
+                   {"model", "resnet" + std::to_string(depth)},
+                   {"batch", batch},
+                   {"precision", mn::dtype_name(precision)},
+                   {"arena_mib", static_cast<double>(p.arena_bytes) / (1 << 20)},
+                   {"dispatches", p.launches.size()},
+                   {"memory", mn::bench::peak_fields(p)},
+                   {"live_at_peak", mn::bench::live_at_peak(p, live)}};
+  if (kernels) {
+    std::map<std::string, int> counts;
+    for (const auto& l : p.launches) ++counts[l.kernel.name];
+    j["kernels"] = counts;
+  }
+  return j;
 }
 
 nlohmann::json run(int depth, int64_t batch, int64_t size, int steps, const mn::SessionOptions& so) {
@@ -107,7 +115,7 @@ int main(int argc, char** argv) {
   int64_t batch = 32, size = 224;
   int steps = 20;
   mn::SessionOptions so;
-  bool plan_memory = false;
+  bool plan_memory = false, plan_kernels = false;
   size_t plan_live = 0;
   std::string plan_device = "default";
   for (int i = 1; i < argc; ++i) {
@@ -120,6 +128,8 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--device")) so.device = next();
     else if (!std::strcmp(argv[i], "--profile")) so.profile = true;
     else if (!std::strcmp(argv[i], "--plan-memory")) plan_memory = true;
+    else if (!std::strcmp(argv[i], "--plan-kernels"))
+      plan_memory = plan_kernels = true;
     else if (!std::strcmp(argv[i], "--plan-device"))
       plan_device = next();
     else if (!std::strcmp(argv[i], "--plan-live")) {
@@ -145,9 +155,9 @@ int main(int argc, char** argv) {
   }
   try {
     for (int depth : depths_of(depths)) {
-      const nlohmann::json j =
-          plan_memory ? plan(depth, batch, size, so.precision, *planned_device, plan_live)
-                      : run(depth, batch, size, steps, so);
+      const nlohmann::json j = plan_memory ? plan(depth, batch, size, so.precision, *planned_device,
+                                                  plan_live, plan_kernels)
+                                           : run(depth, batch, size, steps, so);
       std::cout << j.dump() << std::endl;
     }
   } catch (const std::exception& e) {
