@@ -8,8 +8,10 @@
 //    Its arena is made of 2 GiB chunks (the largest power of two its storage-buffer range
 //    allows), bound at 16-byte alignment. Plans for "h200" match the device's own (the same
 //    launches and arena bytes for SmolLM2's and ResNet's training steps) but for the choices
-//    its self-tests and the environment switches make at run time.
+//    its self-tests and the environment switches make at run time; MN_CONV_STAGED=1 is
+//    honoured, as a session there would (the staged convolutions, not yet the default).
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
@@ -41,6 +43,8 @@ inline std::optional<plan::PlanOptions> plan_device(const std::string& name) {
   t.coop_wg_bf16_granularity = t.coop_wg_granularity;
   t.coop_wg_max_dimension = 1024;
   t.coop_tensor = true;
+  const char* staged = std::getenv("MN_CONV_STAGED");
+  t.conv_staged = staged && std::string(staged) == "1";
   return po;
 }
 

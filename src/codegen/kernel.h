@@ -54,6 +54,10 @@ struct DeviceTraits {
   // MN_MATMUL_SPLIT_K: K splits of the tiled (scalar) matmul; 0 chooses (long K over few
   // tiles, codegen/lower_matmul.cpp), 1 never splits, n forces n where K allows.
   int matmul_split_k = 0;
+  // MN_CONV_STAGED=1: convolutions' implicit GEMMs on the subgroup tiles with operands staged
+  // through shared memory (codegen/lower_conv_gemm_staged.h) instead of packed copies or f32
+  // kernels. Off by default until measured against them on a device.
+  bool conv_staged = false;
   // The granularities of workgroup-scope bf16·bf16+f32 matrices, as coop_wg_granularity's
   // (zeros: not offered; VK_KHR_shader_bfloat16's cooperative matrices are needed too).
   std::array<std::array<uint32_t, 3>, 4> coop_wg_bf16_granularity{};

@@ -9,6 +9,7 @@
 // of the shared tile and are read as vectors per K step.
 #include "codegen/lower_conv_gemm.h"
 #include "codegen/lower_conv_gemm_coop.h"
+#include "codegen/lower_conv_gemm_staged.h"
 
 #include <algorithm>
 
@@ -175,6 +176,7 @@ void check_grid(const std::string& name, const std::array<uint64_t, 3>& wanted,
 }  // namespace
 
 Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& device) {
+  if (auto staged = lower_implicit_gemm_staged(spec, device)) return std::move(*staged);
   if (auto coop = lower_implicit_gemm_coop(spec, device)) return std::move(*coop);
   const Tiling t = choose_tiling(spec, device);
   const int64_t tile_m = t.m.tile(), tile_n = t.n.tile(), kt = t.kt;
@@ -200,9 +202,7 @@ Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& devic
   const std::string mnk = ulit(spec.m * spec.n * spec.groups);
   std::string common = glsl::header() + spec.declarations;
   if (splits > 1) common += glsl::buffer(scratch_binding, DType::f32, "P", false);
-  common += "float a_at(uint g, uint m, uint k) {\n" + spec.a_at + "}\n";
-  common += "float b_at(uint g, uint k, uint n) {\n" + spec.b_at + "}\n";
-  common += "void c_store(uint g, uint m, uint n, float v) {\n" + spec.c_store + "}\n";
+  common += implicit_gemm_functions(spec);
 
   std::string s = common;
   for (const auto& [name, side] : {std::pair{"As", &t.m}, std::pair{"Bs", &t.n}}) {
@@ -288,7 +288,19 @@ Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& devic
   main.bindings.push_back({ArgRef::scratch(0), true});
   l.scratch_bytes.push_back(static_cast<uint64_t>(splits * spec.m * spec.n * spec.groups) * 4);
   l.launches.push_back(std::move(main));
+  l.launches.push_back(implicit_gemm_split_sum(spec, splits, ArgRef::scratch(0), device));
+  return l;
+}
 
+std::string implicit_gemm_functions(const ImplicitGemm& spec) {
+  return "float a_at(uint g, uint m, uint k) {\n" + spec.a_at + "}\n" +
+         "float b_at(uint g, uint k, uint n) {\n" + spec.b_at + "}\n" +
+         "void c_store(uint g, uint m, uint n, float v) {\n" + spec.c_store + "}\n";
+}
+
+KernelLaunch implicit_gemm_split_sum(const ImplicitGemm& spec, int64_t splits, ArgRef partials,
+                                     const DeviceTraits& device) {
+  const std::string mnk = ulit(spec.m * spec.n * spec.groups);
   const auto total = static_cast<uint64_t>(spec.m * spec.n * spec.groups);
   const glsl::Linear grid = glsl::linear_grid(total, device);
   std::string body;
@@ -298,14 +310,17 @@ Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& devic
   body += "  c_store(g, r / " + ulit(spec.n) + ", r % " + ulit(spec.n) + ", v);\n";
   KernelLaunch finish;
   finish.name = spec.name + "_splitk_sum";
-  finish.glsl = common + glsl::gid_function() + "void main() {\n  uint i = gid();\n  if (i >= " +
-                ulit(static_cast<int64_t>(total)) + ") return;\n" + body + "}\n";
+  finish.glsl =
+      glsl::header() + spec.declarations +
+      glsl::buffer(static_cast<uint32_t>(spec.bindings.size()), DType::f32, "P", false) +
+      implicit_gemm_functions(spec) + glsl::gid_function() +
+      "void main() {\n  uint i = gid();\n  if (i >= " + ulit(static_cast<int64_t>(total)) +
+      ") return;\n" + body + "}\n";
   finish.workgroup = {grid.local, 1, 1};
   finish.groups = grid.groups;
   finish.bindings = spec.bindings;
-  finish.bindings.push_back({ArgRef::scratch(0), false});
-  l.launches.push_back(std::move(finish));
-  return l;
+  finish.bindings.push_back({partials, false});
+  return finish;
 }
 
 }  // namespace mn::codegen

@@ -38,4 +38,12 @@ struct ImplicitGemm {
 
 Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& device);
 
+// GLSL of the spec's a_at, b_at and c_store functions (after its declarations).
+std::string implicit_gemm_functions(const ImplicitGemm& spec);
+// The launch that sums `splits` partial products of K splits and stores them through c_store:
+// `partials` (f32, bound after the spec's bindings) holds split s's C[g] (M×N, row-major) at
+// (s · groups + g) · M·N. The sum runs in split order, so it is deterministic.
+KernelLaunch implicit_gemm_split_sum(const ImplicitGemm& spec, int64_t splits, ArgRef partials,
+                                     const DeviceTraits& device);
+
 }  // namespace mn::codegen

@@ -31,15 +31,8 @@ constexpr int64_t kMinSplitK = 512;
 constexpr int64_t kMinK = 512;
 constexpr double kMaxPackPerMac = 9e-3;
 
-// One operand as packed: rows × cols logical (A: M × K, B: K × N), stored `k_fast` with K
-// contiguous, padded to rows_p × cols_p.
-struct Packed {
-  int64_t rows = 0, cols = 0, rows_p = 0, cols_p = 0;
-  bool k_fast = false;
-  bool k_is_cols = false;  // A: K is the column index; B: K is the row index
-};
+}  // namespace
 
-// PackSource for one operand read through `fn` ("a_at" or "b_at", called as fn(g, row, col)).
 PackSource pack_source(const ImplicitGemm& spec, const std::string& fn, const std::string& body,
                        const Packed& p, const std::string& source, int64_t source_count) {
   PackSource src;
@@ -70,8 +63,6 @@ PackSource pack_source(const ImplicitGemm& spec, const std::string& fn, const st
                      ulit(inner) + ";\n    v = " + call + ";\n";
   return src;
 }
-
-}  // namespace
 
 std::optional<Lowering> lower_implicit_gemm_coop(const ImplicitGemm& spec, const DeviceTraits& d) {
   if (!d.coop) return std::nullopt;

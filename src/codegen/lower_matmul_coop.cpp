@@ -132,8 +132,9 @@ std::string absmax_kernel(const PackSource& src, uint64_t parts) {
 // data (0 when it holds no finite non-zero value), and is stored after the packed halves.
 std::string pack_kernel(const PackSource& src, uint64_t parts) {
   const std::string hb = std::to_string(src.bindings), pb = std::to_string(src.bindings + 1);
-  std::string s =
-      glsl::header() + src.declarations + glsl::buffer(src.bindings, DType::f16, "H", false);
+  std::string s = glsl::header() + src.declarations +
+                  glsl::buffer(src.bindings, DType::f16, "H", false) +
+                  coop_scale_exponent_function();
   s += "layout(std430, set = 0, binding = " + pb +
        ") readonly buffer BufferParts { float part[]; };\n";
   s += glsl::gid_function();
@@ -142,9 +143,7 @@ std::string pack_kernel(const PackSource& src, uint64_t parts) {
   s += "  for (uint j = lid; j < " + ulit(static_cast<int64_t>(parts)) +
        "; j += 256u) m = max(m, part[j]);\n";
   s += kMaxReduce;
-  s += "  float mx = red[0];\n  int e = 0;\n";
-  s += "  if (mx > 0.0 && !isinf(mx) && !isnan(mx)) {\n    int ex;\n    frexp(mx, ex);\n"
-       "    e = clamp(15 - ex, -100, 100);\n  }\n";
+  s += "  int e = coop_scale_exponent(red[0]);\n";
   s += "  uint i = gid();\n";
   const std::string at = ulit(static_cast<int64_t>(padded_halves(static_cast<int64_t>(src.count))));
   s += "  if (i == 0u) {\n    H_stb(" + at + ", uint(e) & 0xffffu);\n    H_stb(" + at +
@@ -160,21 +159,36 @@ std::span<const CoopTile> coop_tiles() { return kTiles; }
 
 uint64_t coop_packed_exponent_index(int64_t halves) { return padded_halves(halves); }
 
-ArgRef pack_coop_source(const PackSource& src, std::span<const KernelBinding> reads,
-                        const std::string& name, const DeviceTraits& d, Lowering& l, int& scratch) {
-  const ArgRef to = ArgRef::scratch(scratch++), stats = ArgRef::scratch(scratch++);
-  l.scratch_bytes.push_back(padded_halves(static_cast<int64_t>(src.count)) * 2 + 16);
-  const uint64_t parts =
-      std::max<uint64_t>(1, std::min<uint64_t>(1024, (src.source_count + 4095) / 4096));
-  l.scratch_bytes.push_back(parts * 4);
+std::string coop_scale_exponent_function() {
+  return "int coop_scale_exponent(float mx) {\n"
+         "  if (!(mx > 0.0) || isinf(mx) || isnan(mx)) return 0;\n"
+         "  int ex;\n  frexp(mx, ex);\n  return clamp(15 - ex, -100, 100);\n}\n";
+}
+
+CoopMagnitude absmax_coop_source(const PackSource& src, std::span<const KernelBinding> reads,
+                                 const std::string& name, Lowering& l, int& scratch) {
+  CoopMagnitude out;
+  out.parts = ArgRef::scratch(scratch++);
+  out.count = std::max<uint64_t>(1, std::min<uint64_t>(1024, (src.source_count + 4095) / 4096));
+  l.scratch_bytes.push_back(out.count * 4);
   KernelLaunch m;
   m.name = name + "_absmax";
-  m.glsl = absmax_kernel(src, parts);
+  m.glsl = absmax_kernel(src, out.count);
   m.workgroup = {256, 1, 1};
-  m.groups = {static_cast<uint32_t>(parts), 1, 1};
+  m.groups = {static_cast<uint32_t>(out.count), 1, 1};
   m.bindings.assign(reads.begin(), reads.end());
-  m.bindings.push_back({stats, true});
+  m.bindings.push_back({out.parts, true});
   l.launches.push_back(std::move(m));
+  return out;
+}
+
+ArgRef pack_coop_source(const PackSource& src, std::span<const KernelBinding> reads,
+                        const std::string& name, const DeviceTraits& d, Lowering& l, int& scratch) {
+  const ArgRef to = ArgRef::scratch(scratch++);
+  l.scratch_bytes.push_back(padded_halves(static_cast<int64_t>(src.count)) * 2 + 16);
+  const CoopMagnitude magnitude = absmax_coop_source(src, reads, name, l, scratch);
+  const ArgRef stats = magnitude.parts;
+  const uint64_t parts = magnitude.count;
   const glsl::Linear grid = glsl::linear_grid(src.count, d);
   KernelLaunch c;
   c.name = name + "_pack";

@@ -77,6 +77,18 @@ struct PackSource {
   uint64_t source_count = 0;
 };
 
+// The largest magnitude of a PackSource's source values, in `count` partial maxima (floats) in
+// scratch buffer `parts`: the launch absmax_coop_source appends.
+struct CoopMagnitude {
+  ArgRef parts;
+  uint64_t count = 0;
+};
+CoopMagnitude absmax_coop_source(const PackSource& src, std::span<const KernelBinding> reads,
+                                 const std::string& name, Lowering& l, int& scratch);
+// GLSL `int coop_scale_exponent(float mx)`: the power of two e that brings an operand whose
+// largest magnitude is mx near 2^15 in f16 (0 when mx is zero, infinite or NaN).
+std::string coop_scale_exponent_function();
+
 // Appends the largest-magnitude and pack launches of `src` (binding `reads` as its bindings
 // 0 ..) and returns the new scratch buffer holding the scaled f16 copy and its exponent (see
 // pack_coop_operand).

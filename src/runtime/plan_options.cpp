@@ -58,6 +58,7 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
   t.multiprocessors = c.compute.multiprocessors;
   t.matmul_split_k = env_count("MN_MATMUL_SPLIT_K", 0);
   t.coop_attention = coop_attention_choice(env_or("MN_COOP_ATTENTION", ""));
+  t.conv_staged = env_or("MN_CONV_STAGED", "0") == "1";
   const auto& cm = c.cooperative_matrix;
   if (cm.khr_feature && cm.workgroup_scope && cm.flexible_dimensions) {
     for (const auto& f : cm.flexible_configs) {

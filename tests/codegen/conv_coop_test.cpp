@@ -1,7 +1,8 @@
-// Convolutions on workgroup-scope tensor cores, checked on the CPU side (lavapipe has no
-// cooperative matrices; the products are checked on the device by tests/tensor_cores): which
-// GEMMs take the path, the launches (packing, product, split-K sum) and that they compile, and
-// the packed im2col operand itself, run on this device against the CPU.
+// Convolutions on tensor cores, checked on the CPU side (lavapipe has no cooperative matrices;
+// the products are checked on the device by tests/tensor_cores): which GEMMs take the staged
+// subgroup kernel and which the packed workgroup-scope one, their launches (magnitudes,
+// packing, product, split-K sum), that they compile and pass spirv-val, and the packed im2col
+// operand itself, run on this device against the CPU.
 #include <cmath>
 #include <memory>
 
@@ -18,21 +19,28 @@
 #include "ir/ops/conv.h"
 #include "runtime/device_pool.h"
 #include "runtime/run_lowering.h"
+#include "support/spirv_val.h"
 
 namespace mn::codegen {
 namespace {
 
-DeviceTraits wg_traits() { return testing::h200_wg_traits(); }
+// The H200 with its workgroup-scope matrices but no subgroup tiles: the packed path.
+DeviceTraits wg_traits() {
+  DeviceTraits t = testing::h200_wg_traits();
+  t.coop_tiles &= ~0xffu;
+  return t;
+}
 
 using Node1 = testing::OneNode;
 
-// conv2d of x [n, c, h, w] by w [o, c, 3, 3], padding 1.
-std::unique_ptr<Node1> conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o) {
+// conv2d of x [n, c, h, w] by w [o, c, taps, taps], padding taps / 2.
+std::unique_ptr<Node1> conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t o,
+                            int64_t taps = 3) {
   auto r = std::make_unique<Node1>();
   Tensor x = r->g.input("x", {n, c, h, w});
-  Tensor k = r->g.input("w", {o, c, 3, 3});
+  Tensor k = r->g.input("w", {o, c, taps, taps});
   Conv2dOptions opt;
-  opt.padding = {1, 1};
+  opt.padding = {taps / 2, taps / 2};
   Tensor y = conv2d(x, k, {}, opt);
   r->g.output("y", y);
   r->id = y.id();
@@ -176,6 +184,116 @@ TEST(ConvCoop, PackedIm2colOnDevice) {
       ASSERT_EQ(got[static_cast<size_t>(kq * mp + mq)], want) << "k " << kq << " m " << mq;
     }
   }
+}
+
+// Every launch compiles with the build's compiler (the products through the KHR rewrite where
+// marked) and, where the build has spirv-val 2025.5, validates.
+void expect_compiles(const Lowering& l) {
+  for (const KernelLaunch& k : l.launches) {
+    SCOPED_TRACE(k.name);
+    CompileOptions co;
+    co.coop_khr = k.coop_khr;
+    co.target = TargetEnv::vulkan_1_3;
+    std::vector<uint32_t> spirv;
+    ASSERT_NO_THROW(spirv = compile_glsl(k.glsl, co));
+    if (!test::spirv_val_path().empty()) EXPECT_EQ(test::spirv_val_errors(spirv), "");
+  }
+}
+
+// The H200 with the staged kernel asked for (MN_CONV_STAGED=1).
+DeviceTraits staged_traits() {
+  DeviceTraits t = testing::h200_wg_traits();
+  t.conv_staged = true;
+  return t;
+}
+
+// With subgroup tiles, every GEMM of a convolution large enough for the tensor cores takes the
+// staged kernel: two magnitude launches, the product, and a sum where K is split. Nothing is
+// packed, so narrow and short-K GEMMs take it too.
+TEST(ConvStaged, ForwardInputAndWeightGradientsStageTheirOperands) {
+  const DeviceTraits t = staged_traits();
+  // M = 1024 pixels, N = 256 channels, K = 2304: 16 tiles of 128×128 fill an eighth of the
+  // device, K is split (each split at least 256 long) and summed.
+  const Lowering fwd = conv(4, 256, 16, 16, 256)->lower(t);
+  ASSERT_EQ(fwd.launches.size(), 4u);
+  EXPECT_EQ(fwd.launches[0].name, "conv2d_staged_a_absmax");
+  EXPECT_EQ(fwd.launches[1].name, "conv2d_staged_b_absmax");
+  EXPECT_EQ(fwd.launches[2].name, "conv2d_staged_s_splitk");
+  EXPECT_EQ(fwd.launches[3].name, "conv2d_splitk_sum");
+  EXPECT_NE(fwd.launches[0].glsl.find("v = X_ld(j)"), std::string::npos);
+  EXPECT_NE(fwd.launches[1].glsl.find("v = Wt_ld(j)"), std::string::npos);
+  // Pixels are x's contiguous axis: A's slab is K×M, read column-major; w is contiguous
+  // along K: B's slab is N×K, read column-major too.
+  EXPECT_NE(fwd.launches[2].glsl.find("coopMatLoadNV(fa0, S, abuf + 0u * "), std::string::npos);
+  EXPECT_EQ(fwd.launches[2].glsl.find("HA["), std::string::npos);
+  // No scratch but the magnitudes and the partial products.
+  ASSERT_EQ(fwd.scratch_bytes.size(), 3u);
+  EXPECT_EQ(fwd.scratch_bytes[2] % (1024u * 256 * 4), 0u);
+  // 64 images: 16384 pixels on 128 × 2 tiles of 128 × 128 fill the device unsplit, and the
+  // product stores through c_store with lanes along the pixels.
+  const Lowering big = conv(64, 256, 16, 16, 256)->lower(t);
+  ASSERT_EQ(big.launches.size(), 3u);
+  EXPECT_EQ(big.launches[2].name.find("_splitk"), std::string::npos);
+  EXPECT_NE(big.launches[2].glsl.find("c_store(g, gm, gn, v)"), std::string::npos);
+  EXPECT_NE(big.launches[2].glsl.find("uint r = lane & 15u"), std::string::npos);
+  // 64 output channels and K = 64·9 (both below the packed path's thresholds).
+  const Lowering narrow = conv(32, 64, 56, 56, 64)->lower(t);
+  EXPECT_TRUE(named(narrow, "conv2d_staged_"));
+  // The 7×7 stem: K = 3·49 = 147 is not a multiple of the K step.
+  const Lowering stem = conv(32, 3, 224, 224, 64, 7)->lower(t);
+  EXPECT_TRUE(named(stem, "conv2d_staged_"));
+  // Weight gradient: M = 256, N = 2304, K = 4·256 pixels.
+  Graph g;
+  Tensor x = g.input("x", {4, 256, 16, 16});
+  Tensor gy = g.input("gy", {4, 256, 16, 16});
+  Conv2dAttrs a;
+  a.pad_h = a.pad_w = 1;
+  Tensor dw = conv2d_backward_weight(x, gy, a, 3, 3);
+  g.output("dw", dw);
+  const std::vector<TensorType> types{g.node(x.id()).type, g.node(gy.id()).type};
+  const Lowering wl =
+      (*find_lowering("conv2d_backward_weight"))(LowerContext{g.node(dw.id()), types, t});
+  EXPECT_TRUE(named(wl, "conv2d_backward_weight_staged_"));
+  // Input gradient with stride 2: one staged GEMM per phase.
+  Conv2dAttrs s2 = a;
+  s2.stride_h = s2.stride_w = 2;
+  Tensor gy2 = g.input("gy2", {16, 256, 8, 8});
+  Tensor gi = conv2d_backward_input(gy2, g.input("w", {256, 128, 3, 3}), s2, 16, 16);
+  g.output("dx", gi);
+  const std::vector<TensorType> gtypes{g.node(gy2.id()).type, {{256, 128, 3, 3}, DType::f32}};
+  const Lowering il =
+      (*find_lowering("conv2d_backward_input"))(LowerContext{g.node(gi.id()), gtypes, t});
+  int staged = 0;
+  for (const KernelLaunch& k : il.launches) {
+    if (k.name.find("_staged_") != std::string::npos &&
+        k.name.find("absmax") == std::string::npos) {
+      ++staged;
+    }
+  }
+  EXPECT_EQ(staged, 4);
+  for (const Lowering* l : {&fwd, &big, &narrow, &stem, &wl, &il}) expect_compiles(*l);
+}
+
+TEST(ConvStaged, SmallGemmsAndOtherDevicesKeepTheirKernels) {
+  const DeviceTraits t = staged_traits();
+  // Not asked for: the packed path.
+  EXPECT_TRUE(named(conv(4, 256, 16, 16, 256)->lower(testing::h200_wg_traits()), "_coop_w128x"));
+  // M·N·K = 64·64·576 < 2^24.
+  EXPECT_FALSE(named(conv(1, 64, 8, 8, 64)->lower(t), "_staged"));
+  // 8 output channels: below a fragment's 16.
+  EXPECT_FALSE(named(conv(32, 256, 32, 32, 8)->lower(t), "_staged"));
+  // No subgroup tiles: the packed workgroup-scope path.
+  DeviceTraits wg = wg_traits();
+  wg.conv_staged = true;
+  EXPECT_TRUE(named(conv(4, 256, 16, 16, 256)->lower(wg), "_coop_w128x"));
+  // A subgroup other than 32 wide, or no cooperative matrices: the portable kernel.
+  DeviceTraits wide = t;
+  wide.subgroup_size = 64;
+  wide.coop_wg_granularity = {};
+  EXPECT_FALSE(named(conv(4, 256, 16, 16, 256)->lower(wide), "_staged"));
+  DeviceTraits none = t;
+  none.coop = false;
+  EXPECT_FALSE(named(conv(4, 256, 16, 16, 256)->lower(none), "_staged"));
 }
 
 }  // namespace

@@ -51,12 +51,14 @@ bool tensor_core_device() { return runtime::plan_options(std::string()).device.c
 
 // The kernels of routed 1×1 convolutions: on a device without tensor cores, `matmuls` scalar
 // matmul kernels, `batch_sums` sums of per-image weight gradients (-1: either count unchecked)
-// and no implicit GEMM; on one with them, the implicit GEMM (f32 or cooperative) and no matmul.
+// and no implicit GEMM; on one with them, the implicit GEMM (f32, packed or staged on tensor
+// cores) and no matmul.
 void expect_matmul_route(const std::vector<std::string>& names, int matmuls, int batch_sums) {
   if (tensor_core_device()) {
     EXPECT_EQ(count(names, "matmul"), 0) << joined(names);
     EXPECT_EQ(count(names, "conv1x1_weight_batch_sum"), 0) << joined(names);
-    EXPECT_GE(count(names, "_gemm_") + count(names, "_coop"), 1) << joined(names);
+    EXPECT_GE(count(names, "_gemm_") + count(names, "_coop") + count(names, "_staged_"), 1)
+        << joined(names);
     return;
   }
   EXPECT_EQ(count(names, "_gemm_"), 0) << joined(names);

@@ -1,5 +1,8 @@
-// Convolutions on workgroup-scope tensor cores run on the device against float64, within the
-// f16-operand model's bounds: the implicit GEMMs of the forward convolution (with its bias
+// Convolutions on tensor cores run on the device against float64, within the f16-operand
+// model's bounds. The staged subgroup kernel (codegen/lower_conv_gemm_staged.h): forward with
+// bias, split and not, ragged edges, the 7×7 stem (K not a multiple of the K step), the
+// strided input gradient's phases, the weight gradient, through the NV and the KHR matrices.
+// The packed workgroup-scope path: the implicit GEMMs of the forward convolution (with its bias
 // epilogue, K split and summed, and not split), of the input gradient of a strided convolution
 // (one GEMM per stride phase, each split along its own K), of the weight gradient (K = the
 // batch's pixels, split) and the transposed orientation (Cᵀ = Bᵀ·Aᵀ). Each test also checks
@@ -87,7 +90,7 @@ Outcome run(const ConvProblem& p, const codegen::DeviceTraits& t, uint64_t seed)
   }
   const ProductModel m =
       product_model(product, operands[0], operands[1], p.k, 0x1p-11, DType::f32, epi);
-  const auto got = run_on_device(l, operands, dtypes, numel(os), DType::f32, false);
+  const auto got = run_on_device(l, operands, dtypes, numel(os), DType::f32, t.coop_khr);
   return {names(l), fits_f16_model(got, m)};
 }
 
@@ -171,6 +174,107 @@ TEST(ConvCoopGpu, WeightGradientSplitK) {
   EXPECT_NE(o.kernels.find("conv2d_backward_weight_coop_w128x"), std::string::npos) << o.kernels;
   EXPECT_NE(o.kernels.find("conv2d_backward_weight_coop_split_sum"), std::string::npos)
       << o.kernels;
+  EXPECT_TRUE(o.fits) << o.kernels;
+}
+
+// The staged kernel asked for, on the subgroup tiles only.
+codegen::DeviceTraits staged_traits(CoopPath path) {
+  codegen::DeviceTraits t = coop_trial_traits(path);
+  t.conv_staged = true;
+  t.coop_wg_granularity = {};
+  return t;
+}
+
+int count_products(const std::string& kernels, const std::string& fragment) {
+  int n = 0;
+  for (size_t at = 0; (at = kernels.find(fragment, at)) != std::string::npos; ++at) {
+    if (kernels.compare(at + fragment.size(), 7, "_absmax") != 0) ++n;
+  }
+  return n;
+}
+
+TEST(ConvStagedGpu, ForwardWithBiasSplitAndNotSplit) {
+  MN_REQUIRE_COOP_PATH(CoopPath::nv);
+  const ConvProblem p{
+      "forward",        {1, 128, 16, 16},
+      {256, 128, 3, 3}, [](Tensor x, Tensor w, Tensor bias) { return conv2d(x, w, bias, pad1()); },
+      128 * 9,          true};
+  const Outcome split = run(p, staged_traits(CoopPath::nv), 11);
+  EXPECT_NE(split.kernels.find("conv2d_staged_s_splitk"), std::string::npos) << split.kernels;
+  EXPECT_NE(split.kernels.find("conv2d_splitk_sum"), std::string::npos) << split.kernels;
+  EXPECT_TRUE(split.fits) << split.kernels;
+  codegen::DeviceTraits one = staged_traits(CoopPath::nv);
+  one.multiprocessors = 1;
+  const Outcome whole = run(p, one, 12);
+  EXPECT_NE(whole.kernels.find("conv2d_staged_m "), std::string::npos) << whole.kernels;
+  EXPECT_TRUE(whole.fits) << whole.kernels;
+}
+
+// 450 pixels by 96 channels (neither a whole tile), and the stem's 7×7 taps over 3 channels
+// with stride 2 (K = 147, not a whole K step), each through one multiprocessor (unsplit) and
+// the device's (split).
+TEST(ConvStagedGpu, RaggedEdgesAndTheStem) {
+  MN_REQUIRE_COOP_PATH(CoopPath::nv);
+  const ConvProblem ragged{"ragged",
+                           {2, 64, 15, 15},
+                           {96, 64, 3, 3},
+                           [](Tensor x, Tensor w, Tensor) { return conv2d(x, w, {}, pad1()); },
+                           64 * 9};
+  Conv2dOptions stem_opt;
+  stem_opt.stride = {2, 2};
+  stem_opt.padding = {3, 3};
+  const ConvProblem stem{
+      "stem",        {2, 3, 64, 64},
+      {64, 3, 7, 7}, [stem_opt](Tensor x, Tensor w, Tensor b) { return conv2d(x, w, b, stem_opt); },
+      3 * 49,        true};
+  uint64_t seed = 20;
+  for (const ConvProblem* p : {&ragged, &stem}) {
+    for (int mps : {1, 0}) {
+      SCOPED_TRACE(p->tag + (mps ? " unsplit" : " split"));
+      codegen::DeviceTraits t = staged_traits(CoopPath::nv);
+      if (mps) t.multiprocessors = mps;
+      const Outcome o = run(*p, t, seed++);
+      EXPECT_EQ(count_products(o.kernels, "conv2d_staged_"), 1) << o.kernels;
+      EXPECT_TRUE(o.fits) << o.kernels;
+    }
+  }
+}
+
+TEST(ConvStagedGpu, StridedInputGradientPhasesAndWeightGradient) {
+  MN_REQUIRE_COOP_PATH(CoopPath::nv);
+  Conv2dAttrs a;
+  a.stride_h = a.stride_w = 2;
+  a.pad_h = a.pad_w = 1;
+  const ConvProblem input{
+      "input gradient",
+      {4, 512, 8, 8},
+      {512, 256, 3, 3},
+      [a](Tensor gy, Tensor w, Tensor) { return conv2d_backward_input(gy, w, a, 16, 16); },
+      512 * 9};
+  const Outcome i = run(input, staged_traits(CoopPath::nv), 30);
+  EXPECT_EQ(count_products(i.kernels, "_staged_"), 4) << i.kernels;
+  EXPECT_TRUE(i.fits) << i.kernels;
+  Conv2dAttrs p1;
+  p1.pad_h = p1.pad_w = 1;
+  const ConvProblem weight{
+      "weight gradient",
+      {16, 32, 8, 8},
+      {16, 256, 8, 8},
+      [p1](Tensor x, Tensor gy, Tensor) { return conv2d_backward_weight(x, gy, p1, 3, 3); },
+      16 * 64};
+  const Outcome w = run(weight, staged_traits(CoopPath::nv), 31);
+  EXPECT_NE(w.kernels.find("conv2d_backward_weight_staged_"), std::string::npos) << w.kernels;
+  EXPECT_TRUE(w.fits) << w.kernels;
+}
+
+TEST(ConvStagedGpu, ThroughTheKhrRewrite) {
+  MN_REQUIRE_COOP_PATH(CoopPath::khr);
+  const ConvProblem p{
+      "forward",        {2, 128, 16, 16},
+      {192, 128, 3, 3}, [](Tensor x, Tensor w, Tensor bias) { return conv2d(x, w, bias, pad1()); },
+      128 * 9,          true};
+  const Outcome o = run(p, staged_traits(CoopPath::khr), 40);
+  EXPECT_NE(o.kernels.find("conv2d_staged_"), std::string::npos) << o.kernels;
   EXPECT_TRUE(o.fits) << o.kernels;
 }
 
