@@ -272,6 +272,16 @@ TEST(ConvStaged, ForwardInputAndWeightGradientsStageTheirOperands) {
   }
   EXPECT_EQ(staged, 4);
   for (const Lowering* l : {&fwd, &big, &narrow, &stem, &wl, &il}) expect_compiles(*l);
+  // Through the KHR rewrite too, as on a device with only VK_KHR_cooperative_matrix.
+  for (const KernelLaunch& k : fwd.launches) {
+    SCOPED_TRACE(k.name + " (KHR)");
+    CompileOptions co;
+    co.coop_khr = true;
+    co.target = TargetEnv::vulkan_1_3;
+    std::vector<uint32_t> spirv;
+    ASSERT_NO_THROW(spirv = compile_glsl(k.glsl, co));
+    if (!test::spirv_val_path().empty()) EXPECT_EQ(test::spirv_val_errors(spirv), "");
+  }
 }
 
 TEST(ConvStaged, SmallGemmsAndOtherDevicesKeepTheirKernels) {
