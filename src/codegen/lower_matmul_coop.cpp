@@ -61,8 +61,10 @@ bool vector_dtype(DType d) { return d == DType::f32 || d == DType::f16; }
 
 // The loader `uvec4 ld<name>(uint r, uint c)`: 8 halves from storage row r, columns c..c+7 of
 // a rows×cols matrix with leading dimension ld, at <name>base; zeros past the edges.
+// f32 values are multiplied by the operand's staging scale (s<name>, 1 unless scaled).
 std::string loader(const std::string& name, DType dtype, int64_t rows, int64_t cols, bool vec_ok) {
   const std::string base = name == "A" ? "abase" : "bbase";
+  const std::string scale = "s" + name;
   const std::string R = ulit(rows), C = ulit(cols);
   std::string s = "uvec4 ld" + name + "(uint r, uint c) {\n";
   if (vec_ok) {
@@ -72,14 +74,15 @@ std::string loader(const std::string& name, DType dtype, int64_t rows, int64_t c
     if (dtype == DType::f16) {
       s += "  return " + name + "8[i >> 3];\n";
     } else {
-      s += "  vec4 x = " + name + "4[i >> 2], y = " + name + "4[(i >> 2) + 1u];\n";
+      s += "  vec4 x = " + name + "4[i >> 2] * " + scale + ", y = " + name + "4[(i >> 2) + 1u] * " +
+           scale + ";\n";
       s += "  return uvec4(packHalf2x16(x.xy), packHalf2x16(x.zw), packHalf2x16(y.xy), "
            "packHalf2x16(y.zw));\n";
     }
   } else {
     s += "  float v[8];\n";
     s += "  for (uint e = 0u; e < 8u; ++e) v[e] = (r < " + R + " && c + e < " + C + ") ? " + name +
-         "_ld(" + base + " + r * " + C + " + c + e) : 0.0;\n";
+         "_ld(" + base + " + r * " + C + " + c + e) * " + scale + " : 0.0;\n";
     s += "  return uvec4(packHalf2x16(vec2(v[0], v[1])), packHalf2x16(vec2(v[2], v[3])), "
          "packHalf2x16(vec2(v[4], v[5])), packHalf2x16(vec2(v[6], v[7])));\n";
   }
@@ -319,7 +322,29 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   // A is staged once per column tile, B once per row tile.
   const bool pack_a = o.prepack && in_a == DType::f32;
   const bool pack_b = o.prepack && in_b == DType::f32;
+  // f32 operands staged as they are, scaled by a power of two from their largest magnitude.
+  const bool scale_a = !o.prepack && o.scale_staged && in_a == DType::f32;
+  const bool scale_b = !o.prepack && o.scale_staged && in_b == DType::f32;
   const DType da = pack_a ? DType::f16 : in_a, db = pack_b ? DType::f16 : in_b;
+  // The magnitude launches of scaled operands, and where their partial maxima are bound.
+  Lowering l;
+  int scratch = 0;
+  ArgRef a_arg = ArgRef::input(0), b_arg = ArgRef::input(1);
+  if (pack_a) a_arg = pack_coop_operand(ctx, 0, l, scratch);
+  if (pack_b) b_arg = pack_coop_operand(ctx, 1, l, scratch);
+  auto magnitude = [&](int i) {
+    PackSource src;
+    src.declarations = glsl::buffer(0, DType::f32, "X", true);
+    src.bindings = 1;
+    src.source_count = static_cast<uint64_t>(ctx.inputs[static_cast<size_t>(i)].numel());
+    src.source_value = "    v = X_ld(j);\n";
+    const KernelBinding read{ArgRef::input(i), false};
+    return absmax_coop_source(src, std::span(&read, 1), "matmul_coop", l, scratch);
+  };
+  std::optional<CoopMagnitude> mag_a, mag_b;
+  if (scale_a) mag_a = magnitude(0);
+  if (scale_b) mag_b = magnitude(1);
+  const auto first_parts = static_cast<uint32_t>(3 + (e ? e->extra.size() : 0));
   const int64_t total = tiles * batch;
   const int64_t limit = ctx.device.max_group_count;
   const int64_t gx = std::min(total, limit), gy = (total + gx - 1) / gx;
@@ -342,7 +367,16 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   s += epilogue_function(e);
   s += "shared uvec4 S[" + std::to_string(shared_units) + "];\n";
   s += "shared float Cs[" + std::to_string(subgroups * 256) + "];\n";
-  s += "uint abase, bbase;\n";
+  if (mag_a) {
+    s += "layout(std430, set = 0, binding = " + std::to_string(first_parts) +
+         ") readonly buffer BufferPA { float PA[]; };\n";
+  }
+  if (mag_b) {
+    s += "layout(std430, set = 0, binding = " + std::to_string(first_parts + (mag_a ? 1 : 0)) +
+         ") readonly buffer BufferPB { float PB[]; };\n";
+  }
+  if (mag_a || mag_b) s += coop_scale_exponent_function();
+  s += "uint abase, bbase;\nfloat sA = 1.0, sB = 1.0;\n";
   s += loader("A", da, a_rows, a_cols, vec_a) + loader("B", db, b_rows, b_cols, vec_b);
   s += "#define F16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>\n";
   s += "#define F32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>\n";
@@ -365,6 +399,27 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
        ulit(g.m * g.k) + ";\n";
   s += "  bbase = " + glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " +
        ulit(g.k * g.n) + ";\n";
+  // Scaled operands: their exponents from the partial maxima, reduced across the workgroup in
+  // Cs (free until the stores).
+  if (mag_a || mag_b) {
+    const std::string T = ulit(threads);
+    const auto parts = [](const std::optional<CoopMagnitude>& m) {
+      return ulit(static_cast<int64_t>(m ? m->count : 0));
+    };
+    s += "  float ma = 0.0, mb = 0.0;\n";
+    if (mag_a)
+      s += "  for (uint j = lid; j < " + parts(mag_a) + "; j += " + T + ") ma = max(ma, PA[j]);\n";
+    if (mag_b)
+      s += "  for (uint j = lid; j < " + parts(mag_b) + "; j += " + T + ") mb = max(mb, PB[j]);\n";
+    s += "  Cs[lid] = ma;\n  Cs[" + T + " + lid] = mb;\n  barrier();\n";
+    s += "  for (uint h = " + ulit(threads / 2) + "; h > 0u; h >>= 1) {\n";
+    s += "    if (lid < h) {\n      Cs[lid] = max(Cs[lid], Cs[lid + h]);\n      Cs[" + T +
+         " + lid] = max(Cs[" + T + " + lid], Cs[" + T +
+         " + lid + h]);\n    }\n    barrier();\n  }\n";
+    s += "  int ea_staged = coop_scale_exponent(Cs[0]), eb_staged = coop_scale_exponent(Cs[" + T +
+         "]);\n";
+    s += "  sA = exp2(float(ea_staged));\n  sB = exp2(float(eb_staged));\n  barrier();\n";
+  }
   const int wcols = t.bn / t.wn;
   s += "  uint wm0 = (sg / " + ulit(wcols) + ") * " + ulit(t.wm) + ", wn0 = (sg % " + ulit(wcols) +
        ") * " + ulit(t.wn) + ";\n";
@@ -461,6 +516,8 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   s += "  uint r = lane >> 1, c0 = (lane & 1u) * 8u;\n";
   // Packed operands were scaled by 2^e (their exponent stored after the data): undo it.
   auto exponent = [&](const std::string& name, int i, bool packed, bool vec) -> std::string {
+    if (name == "A" && mag_a) return "ea_staged";
+    if (name == "B" && mag_b) return "eb_staged";
     if (!packed) return "0";
     const uint64_t at = padded_halves(ctx.inputs[static_cast<size_t>(i)].numel());
     if (vec) return "int(" + name + "8[" + ulit(static_cast<int64_t>(at / 8)) + "].x)";
@@ -488,16 +545,12 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   k.glsl = std::move(s);
   k.workgroup = {threads, 1, 1};
   k.groups = {static_cast<uint32_t>(gx), static_cast<uint32_t>(gy), 1};
-  Lowering l;
-  int scratch = 0;
-  auto operand = [&](int i, bool packed) {
-    return packed ? pack_coop_operand(ctx, i, l, scratch) : ArgRef::input(i);
-  };
-  const ArgRef a_arg = operand(0, pack_a), b_arg = operand(1, pack_b);
   k.bindings = {{a_arg, false}, {b_arg, false}, {ArgRef::output(), true}};
   if (e) {
     for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
   }
+  if (mag_a) k.bindings.push_back({mag_a->parts, false});
+  if (mag_b) k.bindings.push_back({mag_b->parts, false});
   l.launches.push_back(std::move(k));
   return l;
 }

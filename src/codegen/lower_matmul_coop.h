@@ -34,6 +34,10 @@ struct CoopOptions {
   // moves half the bytes, converts nothing, and keeps the precision of operands far from 1
   // (f16 alone would flush the small activations and gradients of deep networks to zero).
   bool prepack = true;
+  // Without prepacking, f32 operands are converted while staged, scaled by the same power of
+  // two (one magnitude launch each, the exponent reduced by every workgroup); false stages
+  // them unscaled (only to show that the bounds catch it).
+  bool scale_staged = true;
 };
 
 // Shared memory one workgroup of `t` needs with these options.
@@ -46,8 +50,9 @@ std::string coop_rejection(const LowerContext& ctx, const MatmulGeometry& g, int
 
 // The tile for this shape: the largest whose grid still fills the device's multiprocessors
 // (smaller tiles for small M·N), among those the device accepted and whose shared memory fits.
-// For measurements, MN_COOP_TILE=<name> takes that tile wherever it fits (none otherwise), and
-// MN_COOP_STAGES=1 keeps one shared stage.
+// For measurements, MN_COOP_TILE=<name> takes that tile wherever it fits (none otherwise),
+// MN_COOP_STAGES=1 keeps one shared stage and MN_COOP_PREPACK=0 stages f32 operands scaled
+// instead of packing them.
 std::optional<int> choose_coop_tile(const MatmulGeometry& g, int64_t batch, const DeviceTraits& d);
 
 // Options that fit the device for tile `t` (two stages where the shared memory allows).

@@ -39,21 +39,25 @@ TEST(CoopMatmul, CompilesForEveryTileLayoutDtypeAndStaging) {
     for (int layout = 0; layout < 4; ++layout) {
       const bool ta = layout & 1, tb = layout & 2;
       // Aligned f32 (packed, vector loads, two stages), ragged f16 (scalar loads, one stage),
-      // ragged f32 (packed, scalar loads reading the scale exponent as raw halves).
-      for (int variant = 0; variant < 3; ++variant) {
-        const bool aligned = variant == 0, packed = variant != 1;
+      // ragged f32 (packed, scalar loads reading the scale exponent as raw halves); aligned and
+      // ragged f32 staged with their scale instead of packed.
+      for (int variant = 0; variant < 5; ++variant) {
+        const bool aligned = variant == 0 || variant == 3, f32 = variant != 1;
+        const bool staged = variant >= 3, packed = f32 && !staged;
         SCOPED_TRACE(std::string(tile.name) + " ta=" + std::to_string(ta) +
                      " tb=" + std::to_string(tb) + " variant=" + std::to_string(variant));
         const int64_t m = aligned ? 256 : 77, n = aligned ? 512 : 133, k = aligned ? 96 : 45;
         auto mm = matmul_node(ta ? Shape{k, m} : Shape{m, k}, tb ? Shape{n, k} : Shape{k, n}, ta,
-                              tb, packed ? DType::f32 : DType::f16);
+                              tb, f32 ? DType::f32 : DType::f16);
         const auto ctx = mm->ctx(t);
         const MatmulGeometry g = geometry(ctx);
         CoopOptions o;
         o.stages = aligned ? 2 : 1;
+        o.prepack = !staged;
         const Lowering l = lower_matmul_coop(ctx, g, 1, tile, o, nullptr);
-        // f32 operands are scaled and packed to f16 first (two launches each).
-        ASSERT_EQ(l.launches.size(), packed ? 5u : 1u);
+        // f32 operands are scaled and packed to f16 first (two launches each), or only their
+        // largest magnitude is found (one launch each) when they are staged.
+        ASSERT_EQ(l.launches.size(), packed ? 5u : staged ? 3u : 1u);
         const KernelLaunch& kl = l.launches.back();
         EXPECT_EQ(kl.name, std::string("matmul_coop_") + tile.name);
         EXPECT_EQ(kl.workgroup[0], static_cast<uint32_t>(tile.subgroups() * 32));
@@ -103,8 +107,23 @@ TEST(CoopMatmul, EpilogueOperandsAndBatchesCompile) {
   EXPECT_NO_THROW(compile_glsl(k.glsl, CompileOptions{}));
   // 3 batches × 4 row tiles × 3 column tiles of 64×64.
   EXPECT_EQ(k.groups[0] * k.groups[1], 36u);
+  // Staged instead of packed: a magnitude launch per f32 operand, whose partial maxima the
+  // product binds after the epilogue's operands and reduces into the loaders' scale; unscaled,
+  // the product alone.
   CoopOptions unpacked;
   unpacked.prepack = false;
+  const Lowering staged = lower_matmul_coop(ctx, g, 3, coop_tiles()[0], unpacked, &e);
+  ASSERT_EQ(staged.launches.size(), 3u);
+  EXPECT_EQ(staged.launches[0].name, "matmul_coop_absmax");
+  const KernelLaunch& sk = staged.launches.back();
+  ASSERT_EQ(sk.bindings.size(), 6u);
+  EXPECT_EQ(sk.bindings[0].arg, ArgRef::input(0));
+  EXPECT_EQ(sk.bindings[4].arg, ArgRef::scratch(0));
+  EXPECT_EQ(sk.bindings[5].arg, ArgRef::scratch(1));
+  EXPECT_NE(sk.glsl.find("sA = exp2(float(ea_staged))"), std::string::npos);
+  EXPECT_NE(sk.glsl.find("exp2(-float(ea_staged))"), std::string::npos);
+  EXPECT_NO_THROW(compile_glsl(sk.glsl, CompileOptions{}));
+  unpacked.scale_staged = false;
   EXPECT_EQ(lower_matmul_coop(ctx, g, 3, coop_tiles()[0], unpacked, &e).launches.size(), 1u);
 }
 

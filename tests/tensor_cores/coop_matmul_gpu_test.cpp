@@ -183,7 +183,8 @@ TEST(CoopMatmulGpu, TensorAddressedTiles) {
 }
 
 // Mutations the bounds must catch on the device: operands staged without their power-of-two
-// scale (values of 2^-30 flush to zero in f16), and a product stored without its epilogue.
+// scale (values of 2^-30 flush to zero in f16; staged with it, they fit as packed ones do), and
+// a product stored without its epilogue.
 TEST(CoopMatmulGpu, TheBoundsCatchAMissingScaleAndAMissingEpilogue) {
   MN_REQUIRE_COOP_PATH(CoopPath::nv);
   const codegen::DeviceTraits t = coop_trial_traits(CoopPath::nv);
@@ -196,7 +197,10 @@ TEST(CoopMatmulGpu, TheBoundsCatchAMissingScaleAndAMissingEpilogue) {
     codegen::CoopOptions o = codegen::coop_options_for(tile, g, t);
     EXPECT_TRUE(fits_f16_model(
         run_on_device(codegen::lower_matmul_coop(ctx, g, 1, tile, o, nullptr), r, false), r.model));
-    o.prepack = false;  // converted while staging, unscaled
+    o.prepack = false;  // converted while staging, scaled: as packed
+    EXPECT_TRUE(fits_f16_model(
+        run_on_device(codegen::lower_matmul_coop(ctx, g, 1, tile, o, nullptr), r, false), r.model));
+    o.scale_staged = false;  // converted while staging, unscaled
     EXPECT_FALSE(fits_f16_model(
         run_on_device(codegen::lower_matmul_coop(ctx, g, 1, tile, o, nullptr), r, false), r.model));
   }
