@@ -1,8 +1,8 @@
 // Max and average pooling: one thread per output element. The backward ops are gathers (each
 // input-gradient element sums over the windows that contain it), so no atomics are needed and
 // the result is deterministic. Max pooling's backward ops recompute each window's argmax exactly
-// as the reference does: scanning rows then columns, the first maximum wins, a NaN wins, padding
-// never wins.
+// as the reference does (once per window, into scratch, where windows overlap): scanning rows
+// then columns, the first maximum wins, a NaN wins, padding never wins.
 #include "codegen/lower_pool.h"
 
 #include "codegen/glsl.h"
@@ -165,7 +165,11 @@ Lowering max_pool2d_backward_cells(const LowerContext& ctx, const MaxPool2dAttrs
 }
 
 // max_pool2d_backward(x, gy): each input element sums gy over the windows whose tap grid holds it
-// and whose argmax it is.
+// and whose argmax it is. Overlapping windows take two launches: one thread per window stores its
+// argmax (an int per window, in scratch), then one thread per input element compares its offset
+// with the stored argmax of each window holding it. Recomputing every argmax in the gather read
+// x (windows holding an element) × (taps of a window) times per element: 36 for ResNet's 3×3
+// stride-2 pooling, against 9 per window here.
 Lowering lower_max_pool2d_backward(const LowerContext& ctx) {
   const auto& a = ctx.node.attrs.as<MaxPool2dAttrs>();
   const pool::Planes g = pool::planes_of(ctx);  // here in = out = x's plane
@@ -175,19 +179,40 @@ Lowering lower_max_pool2d_backward(const LowerContext& ctx) {
       a.stride_w >= (a.kernel_w - 1) * a.dilation_w + 1) {
     return max_pool2d_backward_cells(ctx, a, g, ph, pw);
   }
-  std::string body = "  uint base = p * " + pool::ulit(g.in_h * g.in_w) + ";\n";
-  body += "  uint gbase = p * " + pool::ulit(ph * pw) + ";\n";
+  const ArgRef argmax = ArgRef::scratch(0);
+  const auto windows = static_cast<uint64_t>(g.planes * ph * pw);
+  std::string find =
+      "  uint p = i / " + pool::ulit(ph * pw) + ", q = i % " + pool::ulit(ph * pw) + ";\n";
+  find += "  float m;\n  A_sti(i, window_argmax(p * " + pool::ulit(g.in_h * g.in_w) + ", int(q / " +
+          pool::ulit(pw) + "), int(q % " + pool::ulit(pw) + "), m));\n";
+  Lowering l;
+  l.launches.push_back(glsl::elementwise_launch(
+      "max_pool2d_backward_argmax",
+      glsl::buffer(0, ctx.inputs[0].dtype, "X", true) + glsl::buffer(1, DType::i32, "A", false) +
+          window_argmax(a, g.in_h, g.in_w),
+      find, windows, ctx.device, {{ArgRef::input(0), false}, {argmax, true}}));
+  l.scratch_bytes.push_back(windows * 4);
+
+  std::string body = "  uint gbase = p * " + pool::ulit(ph * pw) + ";\n";
   body += "  int here = oy * " + ilit(g.in_w) + " + ox;\n";
   body += "  float acc = 0.0;\n";
-  const std::string add =
-      "      float m;\n      if (window_argmax(base, wy, wx, m) == here) acc += "
-      "G_ld(gbase + uint(wy * " +
-      ilit(pw) + " + wx));\n";
+  const std::string add = "      uint at = gbase + uint(wy * " + ilit(pw) +
+                          " + wx);\n      if (A_ldi(at) == here) acc += G_ld(at);\n";
   body += windows_holding(
       "y", "oy", ph, a.kernel_h, a.stride_h, a.pad_h, a.dilation_h,
       windows_holding("x", "ox", pw, a.kernel_w, a.stride_w, a.pad_w, a.dilation_w, add));
   body += "  Y_st(i, acc);\n";
-  return pool::per_output_kernel(ctx, window_argmax(a, g.in_h, g.in_w), body);
+  const std::string plane = pool::ulit(g.in_h * g.in_w);
+  std::string prologue = "  uint p = i / " + plane + ", q = i % " + plane + ";\n";
+  prologue +=
+      "  int oy = int(q / " + pool::ulit(g.in_w) + "), ox = int(q % " + pool::ulit(g.in_w) + ");\n";
+  l.launches.push_back(glsl::elementwise_launch(
+      "max_pool2d_backward",
+      glsl::buffer(0, DType::i32, "A", true) + glsl::buffer(1, ctx.inputs[1].dtype, "G", true) +
+          glsl::buffer(2, ctx.node.type.dtype, "Y", false),
+      prologue + body, static_cast<uint64_t>(ctx.node.type.numel()), ctx.device,
+      {{argmax, false}, {ArgRef::input(1), false}, {ArgRef::output(), true}}));
+  return l;
 }
 
 // `void avg_window_<axis>(int o, out int lo, out int hi, out int size)`: the taps [lo, hi) of

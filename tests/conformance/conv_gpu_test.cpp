@@ -1,10 +1,12 @@
 // GPU convolution and pooling beyond the op table's (small) samples: the shapes that select the
 // implicit GEMM's wide and long tiles (128×64, 256×16, 256×32), K tiles shorter than 16, split-K
 // partial sums with their deterministic finishing pass (weight gradients, and a forward conv with
-// bias), the CNN's layers with their gradients, 16-bit storage, and the grid folding past the
-// device's group-count limit.
+// bias), the CNN's layers with their gradients, 16-bit storage, the grid folding past the
+// device's group-count limit, and max pooling's backward kernels (overlapping windows with ties,
+// disjoint windows).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 
 #include <meganeura/autodiff.h>
@@ -92,6 +94,22 @@ TEST(PoolGpu, LargerWindowsWithGradients) {
   Tensor near = upsample_nearest2d(x, 40, 13);
   f.finish(sum(up, {2, 3}) + sum(adaptive_avg_pool2d(near, 5, 3), {2, 3}));
   f.run_and_compare();
+}
+
+// Overlapping windows: each window's argmax is found once (into scratch), then every input
+// element gathers over the windows holding it. Inputs on four levels make ties everywhere, where
+// the first maximum of a window's scan must win as in the reference.
+TEST(PoolGpu, OverlappingWindowsBackwardWithTies) {
+  Fixture f("pool-ties");
+  Tensor x = f.input("x", {2, 3, 13, 12});
+  for (double& v : f.feeds["x"].data) v = std::floor(v * 2.0) / 2.0;
+  Tensor a = max_pool2d(x, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}});
+  Tensor b = max_pool2d(x, {.kernel = {2, 3}, .stride = {1, 2}, .dilation = {2, 1}});
+  f.finish(sum(a, {2, 3}) + sum(b, {2, 3}));
+  const auto names = f.run_and_compare();
+  int argmax = 0;
+  for (const auto& n : names) argmax += n == "max_pool2d_backward_argmax";
+  EXPECT_EQ(argmax, 2);
 }
 
 // Windows that cannot overlap take the per-cell backward kernel: with padding, dilation, gaps
