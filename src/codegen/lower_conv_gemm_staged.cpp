@@ -199,26 +199,6 @@ std::string products(const Plan& p) {
   return s;
 }
 
-// The operands' scale exponents from their partial maxima, reduced across the workgroup in
-// Cs (free until the stores).
-std::string scale_exponents(const Plan& p, uint64_t parts_a, uint64_t parts_b) {
-  const std::string T = ulit(p.threads);
-  std::string s;
-  s += "  float ma = 0.0, mb = 0.0;\n";
-  s += "  for (uint j = lid; j < " + ulit(static_cast<int64_t>(parts_a)) + "; j += " + T +
-       ") ma = max(ma, PA[j]);\n";
-  s += "  for (uint j = lid; j < " + ulit(static_cast<int64_t>(parts_b)) + "; j += " + T +
-       ") mb = max(mb, PB[j]);\n";
-  s += "  Cs[lid] = ma;\n  Cs[" + T + " + lid] = mb;\n  barrier();\n";
-  s += "  for (uint h = " + ulit(p.threads / 2) + "; h > 0u; h >>= 1) {\n";
-  s += "    if (lid < h) {\n      Cs[lid] = max(Cs[lid], Cs[lid + h]);\n      Cs[" + T +
-       " + lid] = max(Cs[" + T + " + lid], Cs[" + T + " + lid + h]);\n    }\n    barrier();\n  }\n";
-  s += "  int ea = coop_scale_exponent(Cs[0]), eb = coop_scale_exponent(Cs[" + T + "]);\n";
-  s += "  float sa = exp2(float(ea)), sb = exp2(float(eb)), unscale = exp2(-float(ea + eb));\n";
-  s += "  barrier();\n";
-  return s;
-}
-
 // The stores: each fragment through the subgroup's scratch, lanes along C's contiguous axis
 // (N for the split partials, which are row-major).
 std::string stores(const Plan& p, const ImplicitGemm& spec) {
@@ -276,7 +256,9 @@ std::string kernel(const Plan& p, const ImplicitGemm& spec, uint64_t parts_a, ui
   s += "  uint lid = gl_LocalInvocationID.x, sg = gl_SubgroupID, lane = gl_SubgroupInvocationID;\n";
   s += "  uint wid = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
   s += "  if (wid >= " + ulit(p.workgroups() * spec.groups) + ") return;\n";
-  s += scale_exponents(p, parts_a, parts_b);
+  // The operands' scales from their partial maxima (Cs is free until the stores).
+  s += coop_staged_exponents(p.threads, parts_a, parts_b, "Cs");
+  s += "  float sa = exp2(float(ea)), sb = exp2(float(eb)), unscale = exp2(-float(ea + eb));\n";
   s += "  uint z = wid / " + ulit(tiles) + ", tid = wid % " + ulit(tiles) + ";\n";
   s += "  uint g = z / " + ulit(p.splits) + ", s = z % " + ulit(p.splits) + ";\n";
   // Groups of up to 8 row tiles walk the column tiles together (L2 reuse of B's slabs).

@@ -168,6 +168,28 @@ std::string coop_scale_exponent_function() {
          "  int ex;\n  frexp(mx, ex);\n  return clamp(15 - ex, -100, 100);\n}\n";
 }
 
+std::string coop_staged_exponents(uint32_t threads, uint64_t parts_a, uint64_t parts_b,
+                                  const std::string& scratch) {
+  const std::string T = ulit(threads), X = scratch;
+  std::string s = "  float ma = 0.0, mb = 0.0;\n";
+  if (parts_a) {
+    s += "  for (uint j = lid; j < " + ulit(static_cast<int64_t>(parts_a)) + "; j += " + T +
+         ") ma = max(ma, PA[j]);\n";
+  }
+  if (parts_b) {
+    s += "  for (uint j = lid; j < " + ulit(static_cast<int64_t>(parts_b)) + "; j += " + T +
+         ") mb = max(mb, PB[j]);\n";
+  }
+  s += "  " + X + "[lid] = ma;\n  " + X + "[" + T + " + lid] = mb;\n  barrier();\n";
+  s += "  for (uint h = " + ulit(threads / 2) + "; h > 0u; h >>= 1) {\n";
+  s += "    if (lid < h) {\n      " + X + "[lid] = max(" + X + "[lid], " + X +
+       "[lid + h]);\n      " + X + "[" + T + " + lid] = max(" + X + "[" + T + " + lid], " + X +
+       "[" + T + " + lid + h]);\n    }\n    barrier();\n  }\n";
+  s += "  int ea = coop_scale_exponent(" + X + "[0]), eb = coop_scale_exponent(" + X + "[" + T +
+       "]);\n  barrier();\n";
+  return s;
+}
+
 CoopMagnitude absmax_coop_source(const PackSource& src, std::span<const KernelBinding> reads,
                                  const std::string& name, Lowering& l, int& scratch) {
   CoopMagnitude out;
@@ -399,26 +421,11 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
        ulit(g.m * g.k) + ";\n";
   s += "  bbase = " + glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " +
        ulit(g.k * g.n) + ";\n";
-  // Scaled operands: their exponents from the partial maxima, reduced across the workgroup in
-  // Cs (free until the stores).
+  // Scaled operands: their exponents from the partial maxima, reduced in Cs (free until the
+  // stores).
   if (mag_a || mag_b) {
-    const std::string T = ulit(threads);
-    const auto parts = [](const std::optional<CoopMagnitude>& m) {
-      return ulit(static_cast<int64_t>(m ? m->count : 0));
-    };
-    s += "  float ma = 0.0, mb = 0.0;\n";
-    if (mag_a)
-      s += "  for (uint j = lid; j < " + parts(mag_a) + "; j += " + T + ") ma = max(ma, PA[j]);\n";
-    if (mag_b)
-      s += "  for (uint j = lid; j < " + parts(mag_b) + "; j += " + T + ") mb = max(mb, PB[j]);\n";
-    s += "  Cs[lid] = ma;\n  Cs[" + T + " + lid] = mb;\n  barrier();\n";
-    s += "  for (uint h = " + ulit(threads / 2) + "; h > 0u; h >>= 1) {\n";
-    s += "    if (lid < h) {\n      Cs[lid] = max(Cs[lid], Cs[lid + h]);\n      Cs[" + T +
-         " + lid] = max(Cs[" + T + " + lid], Cs[" + T +
-         " + lid + h]);\n    }\n    barrier();\n  }\n";
-    s += "  int ea_staged = coop_scale_exponent(Cs[0]), eb_staged = coop_scale_exponent(Cs[" + T +
-         "]);\n";
-    s += "  sA = exp2(float(ea_staged));\n  sB = exp2(float(eb_staged));\n  barrier();\n";
+    s += coop_staged_exponents(threads, mag_a ? mag_a->count : 0, mag_b ? mag_b->count : 0, "Cs");
+    s += "  sA = exp2(float(ea));\n  sB = exp2(float(eb));\n";
   }
   const int wcols = t.bn / t.wn;
   s += "  uint wm0 = (sg / " + ulit(wcols) + ") * " + ulit(t.wm) + ", wn0 = (sg % " + ulit(wcols) +
@@ -516,8 +523,8 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   s += "  uint r = lane >> 1, c0 = (lane & 1u) * 8u;\n";
   // Packed operands were scaled by 2^e (their exponent stored after the data): undo it.
   auto exponent = [&](const std::string& name, int i, bool packed, bool vec) -> std::string {
-    if (name == "A" && mag_a) return "ea_staged";
-    if (name == "B" && mag_b) return "eb_staged";
+    if (name == "A" && mag_a) return "ea";
+    if (name == "B" && mag_b) return "eb";
     if (!packed) return "0";
     const uint64_t at = padded_halves(ctx.inputs[static_cast<size_t>(i)].numel());
     if (vec) return "int(" + name + "8[" + ulit(static_cast<int64_t>(at / 8)) + "].x)";

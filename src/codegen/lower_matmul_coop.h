@@ -94,6 +94,13 @@ CoopMagnitude absmax_coop_source(const PackSource& src, std::span<const KernelBi
 // largest magnitude is mx near 2^15 in f16 (0 when mx is zero, infinite or NaN).
 std::string coop_scale_exponent_function();
 
+// GLSL statements of a kernel staging scaled operands (invocation index `lid`, `threads` of
+// them, a power of two): the partial maxima PA[0, parts_a) and PB[0, parts_b) (0: that operand
+// is not scaled) reduced across the workgroup in the shared float array `scratch` (2·threads
+// floats, free before and after), declaring the exponents `int ea, eb` (coop_scale_exponent).
+std::string coop_staged_exponents(uint32_t threads, uint64_t parts_a, uint64_t parts_b,
+                                  const std::string& scratch);
+
 // Appends the largest-magnitude and pack launches of `src` (binding `reads` as its bindings
 // 0 ..) and returns the new scratch buffer holding the scaled f16 copy and its exponent (see
 // pack_coop_operand).
