@@ -48,6 +48,20 @@ std::unique_ptr<Node1> conv(int64_t n, int64_t c, int64_t h, int64_t w, int64_t 
   return r;
 }
 
+// The weight gradient of a 3×3 convolution (padding 1) over 4 images of 256 channels at 16×16:
+// M = 256 output channels, N = 256·9, K = 4·256 pixels.
+Lowering weight_gradient(const DeviceTraits& t) {
+  Graph g;
+  Tensor x = g.input("x", {4, 256, 16, 16});
+  Tensor gy = g.input("gy", {4, 256, 16, 16});
+  Conv2dAttrs a;
+  a.pad_h = a.pad_w = 1;
+  Tensor dw = conv2d_backward_weight(x, gy, a, 3, 3);
+  g.output("dw", dw);
+  const std::vector<TensorType> types{g.node(x.id()).type, g.node(gy.id()).type};
+  return (*find_lowering("conv2d_backward_weight"))(LowerContext{g.node(dw.id()), types, t});
+}
+
 bool named(const Lowering& l, const std::string& fragment) {
   for (const KernelLaunch& k : l.launches) {
     if (k.name.find(fragment) != std::string::npos) return true;
@@ -89,15 +103,11 @@ TEST(ConvCoop, ForwardInputAndWeightGradientsTakeTheTensorCores) {
   // Packed im2col: M = 1024 by K = 2304, pixels contiguous.
   EXPECT_EQ(fwd.scratch_bytes[0], 1024u * 2304 * 2 + 16);
   // Weight gradient: M = 256, N = 2304, K = 1024: 36 tiles, K split in two, then summed.
+  const Lowering wl = weight_gradient(t);
   Graph g;
-  Tensor x = g.input("x", {4, 256, 16, 16});
-  Tensor gy = g.input("gy", {4, 256, 16, 16});
   Conv2dAttrs a;
   a.pad_h = a.pad_w = 1;
-  Tensor dw = conv2d_backward_weight(x, gy, a, 3, 3);
-  g.output("dw", dw);
-  const std::vector<TensorType> types{g.node(x.id()).type, g.node(gy.id()).type};
-  const Lowering wl = (*find_lowering("conv2d_backward_weight"))(LowerContext{g.node(dw.id()), types, t});
+  Tensor gy = g.input("gy", {4, 256, 16, 16});
   EXPECT_TRUE(named(wl, "_coop_w128x"));
   EXPECT_EQ(wl.launches.back().name, "conv2d_backward_weight_coop_split_sum");
   // Input gradient (stride 1): M = 1024, N = 256, K = 2304.
@@ -236,16 +246,10 @@ TEST(ConvStaged, ForwardInputAndWeightGradientsStageTheirOperands) {
   const Lowering stem = conv(32, 3, 224, 224, 64, 7)->lower(t);
   EXPECT_TRUE(named(stem, "conv2d_staged_"));
   // Weight gradient: M = 256, N = 2304, K = 4·256 pixels.
+  const Lowering wl = weight_gradient(t);
   Graph g;
-  Tensor x = g.input("x", {4, 256, 16, 16});
-  Tensor gy = g.input("gy", {4, 256, 16, 16});
   Conv2dAttrs a;
   a.pad_h = a.pad_w = 1;
-  Tensor dw = conv2d_backward_weight(x, gy, a, 3, 3);
-  g.output("dw", dw);
-  const std::vector<TensorType> types{g.node(x.id()).type, g.node(gy.id()).type};
-  const Lowering wl =
-      (*find_lowering("conv2d_backward_weight"))(LowerContext{g.node(dw.id()), types, t});
   EXPECT_TRUE(named(wl, "conv2d_backward_weight_staged_"));
   // Input gradient with stride 2: one staged GEMM per phase.
   Conv2dAttrs s2 = a;
