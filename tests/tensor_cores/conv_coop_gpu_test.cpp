@@ -102,14 +102,52 @@ Conv2dOptions pad1() {
   return o;
 }
 
-// M = 256 pixels, N = 256 channels, K = 128·9 = 1152: two tiles of 128×256 leave the device
-// idle, so K is split in two and summed; with a device of one multiprocessor, not split.
-TEST(ConvCoopGpu, ForwardWithBiasSplitAndNotSplit) {
-  MN_REQUIRE_COOP_PATH(CoopPath::workgroup);
-  const ConvProblem p{
+// The problems both paths run. A forward convolution with bias: M = 256 pixels, N = 256
+// channels, K = 128·9 = 1152.
+ConvProblem forward_with_bias() {
+  return {
       "forward",        {1, 128, 16, 16},
       {256, 128, 3, 3}, [](Tensor x, Tensor w, Tensor bias) { return conv2d(x, w, bias, pad1()); },
       128 * 9,          true};
+}
+
+// The input gradient of a 3×3 convolution with stride 2: four phases of 256 pixels each, with
+// 4, 2, 2 and 1 taps (K = 512 channels × taps), each its own GEMM.
+ConvProblem strided_input_gradient() {
+  Conv2dAttrs a;
+  a.stride_h = a.stride_w = 2;
+  a.pad_h = a.pad_w = 1;
+  return {"input gradient",
+          {4, 512, 8, 8},
+          {512, 256, 3, 3},
+          [a](Tensor gy, Tensor w, Tensor) { return conv2d_backward_input(gy, w, a, 16, 16); },
+          512 * 9};
+}
+
+// The weight gradient: M = 256 output channels, N = 32·9 = 288, K = 16 images × 64 pixels.
+ConvProblem weight_gradient() {
+  Conv2dAttrs a;
+  a.pad_h = a.pad_w = 1;
+  return {"weight gradient",
+          {16, 32, 8, 8},
+          {16, 256, 8, 8},
+          [a](Tensor x, Tensor gy, Tensor) { return conv2d_backward_weight(x, gy, a, 3, 3); },
+          16 * 64};
+}
+
+int count_products(const std::string& kernels, const std::string& fragment) {
+  int n = 0;
+  for (size_t at = 0; (at = kernels.find(fragment, at)) != std::string::npos; ++at) {
+    if (kernels.compare(at + fragment.size(), 7, "_absmax") != 0) ++n;
+  }
+  return n;
+}
+
+// Two tiles of 128×256 leave the device idle, so K is split in two and summed; with a device
+// of one multiprocessor, not split.
+TEST(ConvCoopGpu, ForwardWithBiasSplitAndNotSplit) {
+  MN_REQUIRE_COOP_PATH(CoopPath::workgroup);
+  const ConvProblem p = forward_with_bias();
   const Outcome split = run(p, workgroup_traits(), 1);
   EXPECT_NE(split.kernels.find("conv2d_coop_w128x"), std::string::npos) << split.kernels;
   EXPECT_NE(split.kernels.find("conv2d_coop_split_sum"), std::string::npos) << split.kernels;
@@ -136,40 +174,18 @@ TEST(ConvCoopGpu, ForwardTransposedOrientation) {
   EXPECT_TRUE(o.fits) << o.kernels;
 }
 
-// The input gradient of a 3×3 convolution with stride 2: four phases of 256 pixels each, with
-// 4, 2, 2 and 1 taps (K = 512 channels × taps), each its own GEMM on the tensor cores.
 TEST(ConvCoopGpu, StridedInputGradientPhases) {
   MN_REQUIRE_COOP_PATH(CoopPath::workgroup);
-  Conv2dAttrs a;
-  a.stride_h = a.stride_w = 2;
-  a.pad_h = a.pad_w = 1;
-  const ConvProblem p{
-      "input gradient",
-      {4, 512, 8, 8},
-      {512, 256, 3, 3},
-      [a](Tensor gy, Tensor w, Tensor) { return conv2d_backward_input(gy, w, a, 16, 16); },
-      512 * 9};
+  const ConvProblem p = strided_input_gradient();
   const Outcome o = run(p, workgroup_traits(), 4);
-  int products = 0;
-  for (size_t at = 0; (at = o.kernels.find("_coop_w128x", at)) != std::string::npos; ++at) {
-    ++products;
-  }
-  EXPECT_EQ(products, 4) << o.kernels;
+  EXPECT_EQ(count_products(o.kernels, "_coop_w128x"), 4) << o.kernels;
   EXPECT_TRUE(o.fits) << o.kernels;
 }
 
-// The weight gradient: M = 256 output channels, N = 32·9 = 288, K = 16 images × 64 pixels =
-// 1024, four tiles: K split in two and summed.
+// Four tiles: K split in two and summed.
 TEST(ConvCoopGpu, WeightGradientSplitK) {
   MN_REQUIRE_COOP_PATH(CoopPath::workgroup);
-  Conv2dAttrs a;
-  a.pad_h = a.pad_w = 1;
-  const ConvProblem p{
-      "weight gradient",
-      {16, 32, 8, 8},
-      {16, 256, 8, 8},
-      [a](Tensor x, Tensor gy, Tensor) { return conv2d_backward_weight(x, gy, a, 3, 3); },
-      16 * 64};
+  const ConvProblem p = weight_gradient();
   const Outcome o = run(p, workgroup_traits(), 5);
   EXPECT_NE(o.kernels.find("conv2d_backward_weight_coop_w128x"), std::string::npos) << o.kernels;
   EXPECT_NE(o.kernels.find("conv2d_backward_weight_coop_split_sum"), std::string::npos)
@@ -185,20 +201,9 @@ codegen::DeviceTraits staged_traits(CoopPath path) {
   return t;
 }
 
-int count_products(const std::string& kernels, const std::string& fragment) {
-  int n = 0;
-  for (size_t at = 0; (at = kernels.find(fragment, at)) != std::string::npos; ++at) {
-    if (kernels.compare(at + fragment.size(), 7, "_absmax") != 0) ++n;
-  }
-  return n;
-}
-
 TEST(ConvStagedGpu, ForwardWithBiasSplitAndNotSplit) {
   MN_REQUIRE_COOP_PATH(CoopPath::nv);
-  const ConvProblem p{
-      "forward",        {1, 128, 16, 16},
-      {256, 128, 3, 3}, [](Tensor x, Tensor w, Tensor bias) { return conv2d(x, w, bias, pad1()); },
-      128 * 9,          true};
+  const ConvProblem p = forward_with_bias();
   const Outcome split = run(p, staged_traits(CoopPath::nv), 11);
   EXPECT_NE(split.kernels.find("conv2d_staged_s_splitk"), std::string::npos) << split.kernels;
   EXPECT_NE(split.kernels.find("conv2d_splitk_sum"), std::string::npos) << split.kernels;
@@ -242,27 +247,10 @@ TEST(ConvStagedGpu, RaggedEdgesAndTheStem) {
 
 TEST(ConvStagedGpu, StridedInputGradientPhasesAndWeightGradient) {
   MN_REQUIRE_COOP_PATH(CoopPath::nv);
-  Conv2dAttrs a;
-  a.stride_h = a.stride_w = 2;
-  a.pad_h = a.pad_w = 1;
-  const ConvProblem input{
-      "input gradient",
-      {4, 512, 8, 8},
-      {512, 256, 3, 3},
-      [a](Tensor gy, Tensor w, Tensor) { return conv2d_backward_input(gy, w, a, 16, 16); },
-      512 * 9};
-  const Outcome i = run(input, staged_traits(CoopPath::nv), 30);
+  const Outcome i = run(strided_input_gradient(), staged_traits(CoopPath::nv), 30);
   EXPECT_EQ(count_products(i.kernels, "_staged_"), 4) << i.kernels;
   EXPECT_TRUE(i.fits) << i.kernels;
-  Conv2dAttrs p1;
-  p1.pad_h = p1.pad_w = 1;
-  const ConvProblem weight{
-      "weight gradient",
-      {16, 32, 8, 8},
-      {16, 256, 8, 8},
-      [p1](Tensor x, Tensor gy, Tensor) { return conv2d_backward_weight(x, gy, p1, 3, 3); },
-      16 * 64};
-  const Outcome w = run(weight, staged_traits(CoopPath::nv), 31);
+  const Outcome w = run(weight_gradient(), staged_traits(CoopPath::nv), 31);
   EXPECT_NE(w.kernels.find("conv2d_backward_weight_staged_"), std::string::npos) << w.kernels;
   EXPECT_TRUE(w.fits) << w.kernels;
 }
