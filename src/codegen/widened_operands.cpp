@@ -41,6 +41,9 @@ bool always_reads_widened(const Node& node, int input) {
   if (op == "take") return input == 0;
   // A rotary embedding's x (lower_attention_rope.cpp): loaded through x_ld, rotated in f32.
   if (op == "rope_positions" || op == "rope_positions_backward") return input == 0;
+  // A normalization's gamma and beta (lower_nn_rows.cpp, the GEMV's norm prologue): loaded
+  // through their loaders. Not x, whose dtype rounds eps.
+  if (op == "rms_norm" || op == "layer_norm") return input >= 1;
   // Not attention: its kernels load 16-bit operands through their loaders too, but its training
   // kernels measured up to 1.5x slower so (docs/perf.md), so they keep reading f32 copies.
   return converting_copy(node) && input == 0;
@@ -54,7 +57,8 @@ bool converting_copy(const Node& node) {
 
 bool stores_narrowed_result(const Node& node) {
   const std::string_view op = node.op_name();
-  return op == "rope_positions" || op == "rope_positions_backward" || converting_copy(node);
+  return op == "rope_positions" || op == "rope_positions_backward" || op == "rms_norm" ||
+         op == "layer_norm" || converting_copy(node);
 }
 
 }  // namespace mn::codegen

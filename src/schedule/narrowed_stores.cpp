@@ -14,6 +14,32 @@ bool plain_single(const KernelGroup& k) {
          k.gemv.norm < 0 && k.gemv.sibling < 0 && k.rope.node < 0 && k.append.k_write < 0;
 }
 
+// Whether every reader of `value` loads it through a widening loader (a 16-bit tensor would do
+// for them: schedule/widened_loads.h binds it there instead).
+bool read_widened_by_all(const Graph& g, NodeId value, const std::vector<NodeId>& readers) {
+  for (NodeId r : readers) {
+    const Node& n = g.node(r);
+    for (size_t i = 0; i < n.inputs.size(); ++i) {
+      if (n.inputs[i] == value && !codegen::always_reads_widened(n, static_cast<int>(i))) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Whether `node`'s kernel may store its value cast to `cast`'s dtype in place of the cast's
+// kernel: a computed f32 result rounded to 16 bits as the cast rounds it, or a converting copy
+// of a 16-bit tensor widened (exact either way) for readers that could not read it widened
+// themselves (a rotation reads the 16-bit copy, and may then read through the copy too).
+bool stores_cast(const Graph& g, const Node& node, NodeId cast,
+                 const std::vector<std::vector<NodeId>>& consumers) {
+  const DType from = node.type.dtype, to = g.node(cast).type.dtype;
+  if (from == DType::f32 && is_half_float(to)) return true;
+  return codegen::converting_copy(node) && is_half_float(from) && to == DType::f32 &&
+         !read_widened_by_all(g, cast, consumers[static_cast<size_t>(cast)]);
+}
+
 }  // namespace
 
 void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups) {
@@ -30,16 +56,14 @@ void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups) {
     if (!plain_single(k)) continue;
     const NodeId x = k.nodes.front();
     const Node& node = g.node(x);
-    if (node.type.dtype != DType::f32 || kept.count(x) || !codegen::stores_narrowed_result(node)) {
-      continue;
-    }
+    if (kept.count(x) || !codegen::stores_narrowed_result(node)) continue;
     const auto& readers = consumers[static_cast<size_t>(x)];
     if (readers.size() != 1) continue;
     const NodeId c = readers.front();
     const Node& cast = g.node(c);
     const int cg = group_of[static_cast<size_t>(c)];
-    if (cast.op_name() != "cast" || !is_half_float(cast.type.dtype) || cg < 0 ||
-        dropped[static_cast<size_t>(cg)]) {
+    if (cast.op_name() != "cast" || cg < 0 || dropped[static_cast<size_t>(cg)] ||
+        !stores_cast(g, node, c, consumers)) {
       continue;
     }
     k.nodes.push_back(c);

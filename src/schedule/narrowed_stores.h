@@ -1,9 +1,11 @@
 #pragma once
 // A kernel whose result only a narrowing cast reads stores the cast's value itself: with mixed
-// precision, rotary embeddings and permutes computed in f32 for a 16-bit product's operand
-// (rope_positions_backward's gradient, then cast to bf16) write the 16-bit tensor directly, and
-// the cast's launch and the f32 copy disappear. Only lowerings that store through the generic
-// store take it (codegen::stores_narrowed_result): the value is rounded as the cast rounds it.
+// precision, rotary embeddings, permutes and RMSNorm computed in f32 for a 16-bit product's
+// operand (rope_positions_backward's gradient, a prompt's normalized hidden state, then cast to
+// bf16) write the 16-bit tensor directly, and the cast's launch and the f32 copy disappear.
+// Only lowerings that store through the generic store take it (codegen::stores_narrowed_result):
+// the value is rounded as the cast rounds it. A converting copy of a 16-bit tensor also stores
+// its widening cast (a prompt's values permuted in bf16, then widened for the f32 cache).
 #include <vector>
 
 #include <meganeura/graph.h>

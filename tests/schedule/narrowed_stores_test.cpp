@@ -1,10 +1,11 @@
 // Casts done by the kernels next to them (schedule/narrowed_stores.h, schedule/widened_loads.h):
-// a rotary embedding or permute whose f32 result only a narrowing cast reads stores the 16-bit
-// value itself; a permute loads a cast's operand and converts as it stores; a rotation reads a
-// 16-bit operand widened; a reduction's epilogue ending in a narrowing cast
-// stores the 16-bit value. The values are the unfused kernels' bit for bit, the reference's to
-// bf16's rounding, with fewer launches; a bf16 training step of a causal LM keeps no cast beside
-// its rotations and permutes.
+// a rotary embedding, permute or normalization whose f32 result only a narrowing cast reads
+// stores the 16-bit value itself; a permute loads a cast's operand and converts as it stores,
+// and stores a widening of its 16-bit result for a reader that could not widen it; a rotation
+// reads a 16-bit operand widened, a normalization its 16-bit gamma and beta; a reduction's
+// epilogue ending in a narrowing cast stores the 16-bit value. The values are the unfused kernels'
+// bit for bit, the reference's to bf16's rounding, with fewer launches; a bf16 training step of a
+// causal LM keeps no cast beside its rotations and permutes.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -15,6 +16,7 @@
 
 #include <meganeura/causal_lm.h>
 #include <meganeura/graph.h>
+#include <meganeura/hf.h>
 #include <meganeura/models.h>
 #include <meganeura/ops.h>
 #include <meganeura/optimizer.h>
@@ -85,6 +87,83 @@ TEST(NarrowedStoresGpu, CastsInsideCopiesRotationsAndReductions) {
   // The casts of x·2 and of the pointwise tail stay fused; the other four casts ride in the
   // rotation, the two permutes and the sum.
   EXPECT_LE(fused_dispatches + 4, unfused_dispatches);
+}
+
+// Normalizations storing their narrowing cast and reading 16-bit gamma and beta; a permute of a
+// 16-bit tensor storing its widening for a reader that reads f32 (a cache write), not for a
+// rotation (which reads the 16-bit tensor through the permute instead).
+TEST(NarrowedStoresGpu, NormalizationsAndWideningCopies) {
+  auto rng = testing::rng_for("narrowed-norms");
+  Graph g;
+  reference::Feeds feeds;
+  Tensor x = g.input("x", {2, 16, 32});
+  Tensor gamma = g.input("gamma", {32}, DType::bf16);
+  Tensor beta = g.input("beta", {32}, DType::bf16);
+  feeds["x"] = testing::random_array(rng, x.type());
+  for (const char* n : {"gamma", "beta"}) {
+    Array a = testing::random_array(rng, {{32}, DType::bf16}, 0.5, 1.5);
+    for (double& v : a.data) v = round_to_dtype(v, DType::bf16);
+    feeds[n] = a;
+  }
+  const Tensor g32 = cast(gamma, DType::f32), b32 = cast(beta, DType::f32);
+  g.output("rms_bf16", cast(rms_norm(x, g32, 1e-5), DType::bf16));
+  g.output("ln_bf16", cast(layer_norm(x * 2.0, g32, b32, 1, 1e-5), DType::bf16));
+  // x in bf16, split into 4 heads of 8 and widened for a cache write.
+  Tensor heads = permute(reshape(cast(x + 1.0, DType::bf16), {2, 16, 4, 8}), {0, 2, 1, 3});
+  Tensor cache = g.state("cache", {2, 4, 24, 8});
+  Array at({2, 16}, DType::i32);
+  for (size_t i = 0; i < at.data.size(); ++i) at.data[i] = static_cast<double>(i % 16 + 4);
+  g.output("cache_out", cache_write(cache, cast(heads, DType::f32), g.constant(at)) + 0.0);
+
+  const auto [fused, fused_dispatches] = run(g, feeds);
+  Outputs unfused;
+  size_t unfused_dispatches = 0;
+  {
+    testing::ScopedEnv off("MN_FUSION", "0");
+    std::tie(unfused, unfused_dispatches) = run(g, feeds);
+  }
+  const auto ref = reference::evaluate(g, feeds);
+  for (const auto& [name, expected] : ref) {
+    EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
+    // The norms compute in f32 on the device, in f64 in the reference: their roundings to
+    // bf16 may differ by one unit.
+    const double tol = name == "cache_out" ? 0.0 : 1e-2;
+    EXPECT_TRUE(testing::elementwise_near(fused.at(name), expected, tol)) << name;
+  }
+  // Gone: two gamma casts and a beta cast, the norms' two narrowings, the widening of the heads.
+  EXPECT_LE(fused_dispatches + 6, unfused_dispatches);
+}
+
+// A bf16 model's prompt in bf16 products plans no cast launch: its norms read the bf16 gammas
+// and store bf16 for the products, the values' permute stores the f32 the cache holds, and the
+// rotations read the bf16 queries and keys through their permutes.
+TEST(NarrowedStores, ABf16PromptHasNoCastLaunches) {
+  TransformerSpec spec;
+  spec.layers = 2, spec.hidden = 64, spec.heads = 4, spec.kv_heads = 2, spec.ffn = 96;
+  spec.vocab = 96;
+  LmStepOptions so;
+  so.block = 16;
+  so.max_context = 32;
+  so.dtype = DType::bf16;
+  const CausalLm lm = build_lm_step(llama_config(spec), so);
+  plan::PlanOptions po;
+  po.precision = DType::bf16;
+  po.device.storage_16bit = true;
+  const plan::StepPlan p = plan::make_step_plan(*lm.graph, po);
+  int norms = 0;
+  for (const plan::PlannedLaunch& l : p.launches) {
+    const Node& n = p.graph.node(l.nodes.front());
+    EXPECT_FALSE(n.op_name() == "cast" && l.nodes.size() == 1)
+        << "a cast of " << p.graph.node(n.inputs[0]).op_name() << " on its own";
+    if (n.op_name() == "rms_norm" && l.nodes.size() == 2) {  // {rms_norm, cast}
+      ++norms;
+      EXPECT_EQ(p.buffers[static_cast<size_t>(l.buffers.back())].bytes,
+                static_cast<uint64_t>(n.type.numel()) * 2);
+    }
+  }
+  // Before attention and before the MLP in each layer; the last norm's row goes to the head's
+  // f32 product.
+  EXPECT_EQ(norms, 4);
 }
 
 // The bf16 training step of a small causal LM: no cast launches beside its rotations and
