@@ -267,10 +267,29 @@ class TokenizerJsonParser {
     if (type != "ByteLevel") unsupported("decoder.type", "\"" + type + "\" (only ByteLevel)");
   }
 
+  // Tables indexed by id: ids are dense in every real vocabulary (a model's embedding has a row
+  // per id), so one far past the count of tokens is refused rather than sizing the tables by it
+  // (a few bytes of JSON would otherwise ask for gigabytes).
   void build_id_tables() {
+    const size_t tokens = out_.bpe->vocab().size() + added_.size();
+    const size_t limit = tokens + kUnusedIds;
+    auto refuse = [&](const std::string& path, const std::string& token, size_t id) {
+      f_.fail(path, "id " + std::to_string(id) + " of \"" + token + "\" lies past " +
+                        std::to_string(limit) + ": more than " + std::to_string(kUnusedIds) +
+                        " ids beyond the " + std::to_string(tokens) + " tokens would be unused");
+    };
     size_t n = 0;
-    for (const auto& [tok, id] : out_.bpe->vocab()) n = std::max(n, size_t(id) + 1);
-    for (const auto& t : added_) n = std::max(n, size_t(t.id) + 1);
+    for (const auto& [tok, id] : out_.bpe->vocab()) {
+      if (size_t(id) >= limit) refuse("model.vocab[\"" + tok + "\"]", tok, size_t(id));
+      n = std::max(n, size_t(id) + 1);
+    }
+    for (size_t i = 0; i < added_.size(); ++i) {
+      const auto& t = added_[i];
+      if (size_t(t.id) >= limit) {
+        refuse("added_tokens[" + std::to_string(i) + "].id", t.content, size_t(t.id));
+      }
+      n = std::max(n, size_t(t.id) + 1);
+    }
     out_.spelling.assign(n, {});
     out_.bytes.assign(n, {});
     out_.known.assign(n, 0);
@@ -296,6 +315,9 @@ class TokenizerJsonParser {
       f_.fail(path, "id " + std::to_string(id) + " is neither in model.vocab nor in added_tokens");
     }
   }
+
+  // Ids a vocabulary may leave unused beyond its count of tokens.
+  static constexpr size_t kUnusedIds = 65536;
 
   JsonWalker f_;
   Tokenizer::Impl& out_;

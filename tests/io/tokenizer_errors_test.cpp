@@ -130,6 +130,15 @@ TEST(TokenizerErrors, MalformedFields) {
   j = fixture("llama3");
   j["post_processor"]["special_tokens"]["<|begin_of_text|>"]["ids"] = {9999};
   expect_json_error<FormatError>(j, {"post_processor", "9999"});
+  // Ids far past the count of tokens would size the id tables by them (gigabytes for a few
+  // bytes of JSON): refused, naming the token.
+  j = fixture();
+  j["model"]["vocab"]["far"] = 777776103;
+  expect_json_error<FormatError>(j, {"model.vocab[\"far\"]", "777776103", "unused"});
+  j = fixture();
+  j["added_tokens"][0]["content"] = "<|far|>";
+  j["added_tokens"][0]["id"] = 2000000000;
+  expect_json_error<FormatError>(j, {"added_tokens[0].id", "<|far|>", "2000000000"});
 }
 
 using test::ScratchDir;
