@@ -44,6 +44,21 @@ std::pair<Outputs, size_t> run(const Graph& g, const reference::Feeds& feeds) {
   return {out, s->memory().dispatches};
 }
 
+// The step with fusion and with every node its own kernel (MN_FUSION=0).
+struct BothRuns {
+  Outputs fused;
+  size_t fused_dispatches = 0;
+  Outputs unfused;
+  size_t unfused_dispatches = 0;
+};
+BothRuns run_both(const Graph& g, const reference::Feeds& feeds) {
+  BothRuns r;
+  std::tie(r.fused, r.fused_dispatches) = run(g, feeds);
+  testing::ScopedEnv off("MN_FUSION", "0");
+  std::tie(r.unfused, r.unfused_dispatches) = run(g, feeds);
+  return r;
+}
+
 TEST(NarrowedStoresGpu, CastsInsideCopiesRotationsAndReductions) {
   auto rng = testing::rng_for("narrowed-stores");
   Graph g;
@@ -69,13 +84,7 @@ TEST(NarrowedStoresGpu, CastsInsideCopiesRotationsAndReductions) {
   g.output("summed_bf16", cast(sum_to(heads * heads, {2, 1, 16, 8}), DType::bf16));
   g.output("heads", heads + 0.0);
 
-  const auto [fused, fused_dispatches] = run(g, feeds);
-  Outputs unfused;
-  size_t unfused_dispatches = 0;
-  {
-    testing::ScopedEnv off("MN_FUSION", "0");
-    std::tie(unfused, unfused_dispatches) = run(g, feeds);
-  }
+  const auto [fused, fused_dispatches, unfused, unfused_dispatches] = run_both(g, feeds);
   const auto ref = reference::evaluate(g, feeds);
   for (const auto& [name, expected] : ref) {
     EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
@@ -115,13 +124,7 @@ TEST(NarrowedStoresGpu, NormalizationsAndWideningCopies) {
   for (size_t i = 0; i < at.data.size(); ++i) at.data[i] = static_cast<double>(i % 16 + 4);
   g.output("cache_out", cache_write(cache, cast(heads, DType::f32), g.constant(at)) + 0.0);
 
-  const auto [fused, fused_dispatches] = run(g, feeds);
-  Outputs unfused;
-  size_t unfused_dispatches = 0;
-  {
-    testing::ScopedEnv off("MN_FUSION", "0");
-    std::tie(unfused, unfused_dispatches) = run(g, feeds);
-  }
+  const auto [fused, fused_dispatches, unfused, unfused_dispatches] = run_both(g, feeds);
   const auto ref = reference::evaluate(g, feeds);
   for (const auto& [name, expected] : ref) {
     EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
