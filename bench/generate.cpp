@@ -6,17 +6,22 @@
 //                       [--prompt-tokens 256]
 //                       [--new-tokens 64] [--prefill-tokens 512] [--device D] [--profile]
 //                       [--step-time] [--host-split]
+//                       [--plan [--plan-device default|h200]]
 // --profile adds the GPU time of the last decode and prefill steps' kernels, summed by name.
 // --step-time adds the medians of 32 decode steps' GPU time (timestamps at the step's two ends)
 // and of their wall time as LmRunner::run sees it: the difference is the host's share.
 // --host-split times the pieces of 64 decode steps on a decode-only session of the same model:
 // setting the eight inputs, the submission, the wait for the fence and the read of the sampled
 // id (medians, ms), beside the step's GPU time: where the host's share goes.
+// --plan plans the prefill and decode programs for a device (bench/plan_device.h) without one,
+// from config.json alone: each program's dispatches, arena (planned alone; the session shares
+// the weights and caches between them) and launches by kernel name.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "plan_device.h"
 
 #include <meganeura/causal_lm.h>
 #include <meganeura/generate.h>
@@ -90,6 +96,30 @@ nlohmann::json host_split(const mn::HfModel& model, mn::DType dtype, mn::DType p
   return j;
 }
 
+// The prefill block and the one-token decode step as LmRunner builds them, planned for
+// `device` with products in `precision`.
+nlohmann::json plan(const mn::LmConfig& config, mn::DType dtype, mn::DType precision,
+                    const mn::plan::PlanOptions& device, int64_t prefill_tokens, int64_t context) {
+  nlohmann::json j;
+  for (const auto& [name, block] :
+       {std::pair{"prefill", prefill_tokens}, std::pair{"decode", int64_t{1}}}) {
+    mn::LmStepOptions so;
+    so.block = block;
+    so.max_context = context;
+    so.dtype = dtype;
+    const mn::CausalLm lm = mn::build_lm_step(config, so);
+    mn::plan::PlanOptions po = device;
+    po.precision = precision;
+    const mn::plan::StepPlan p = mn::plan::make_step_plan(*lm.graph, po);
+    std::map<std::string, int> counts;
+    for (const auto& l : p.launches) ++counts[l.kernel.name];
+    j[name] = {{"dispatches", p.launches.size()},
+               {"arena_mib", static_cast<double>(p.arena_bytes) / (1 << 20)},
+               {"kernels", counts}};
+  }
+  return j;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -97,9 +127,9 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "usage: bench_generate MODEL_DIR [options]\n");
     return 2;
   }
-  std::string dir = argv[1], dtype = "f32", precision = "f32", device;
+  std::string dir = argv[1], dtype = "f32", precision = "f32", device, plan_device = "default";
   int64_t prompt_tokens = 256, new_tokens = 64, prefill_tokens = 512;
-  bool profile = false, step_time = false, split = false;
+  bool profile = false, step_time = false, split = false, plan_only = false;
   for (int i = 2; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
     if (!std::strcmp(argv[i], "--dtype"))
@@ -120,8 +150,30 @@ int main(int argc, char** argv) try {
       step_time = true;
     else if (!std::strcmp(argv[i], "--host-split"))
       split = true;
+    else if (!std::strcmp(argv[i], "--plan"))
+      plan_only = true;
+    else if (!std::strcmp(argv[i], "--plan-device"))
+      plan_device = next();
     else
       throw mn::Error(std::string("bench_generate: unknown option ") + argv[i]);
+  }
+  // --step-time decodes 32 more tokens after the generated ones.
+  const int64_t context =
+      std::max(prefill_tokens, prompt_tokens + new_tokens + (step_time ? 32 : 0));
+  if (plan_only) {
+    const std::optional<mn::plan::PlanOptions> d = mn::bench::plan_device(plan_device);
+    if (!d) {
+      std::fprintf(stderr, "bench_generate: --plan-device takes default or h200, got '%s'\n",
+                   plan_device.c_str());
+      return 2;
+    }
+    const mn::LmConfig config = mn::load_lm_config(std::filesystem::path(dir) / "config.json");
+    nlohmann::json j = plan(config, mn::dtype_from_name(dtype), mn::dtype_from_name(precision), *d,
+                            prefill_tokens, context);
+    j["name"] = "generate_" + std::filesystem::path(dir).filename().string();
+    j["plan_device"] = plan_device;
+    std::cout << j.dump() << std::endl;
+    return 0;
   }
   const mn::HfModel model = mn::load_hf_model(dir);
   mn::LmRunnerOptions o;
@@ -130,8 +182,7 @@ int main(int argc, char** argv) try {
   o.device = device;
   o.profile = profile;
   o.time_steps = step_time;
-  // --step-time decodes 32 more tokens after the generated ones.
-  o.max_context = std::max(prefill_tokens, prompt_tokens + new_tokens + (step_time ? 32 : 0));
+  o.max_context = context;
   o.prefill_block = prefill_tokens;
   const auto t0 = std::chrono::steady_clock::now();
   auto runner = mn::LmRunner::create(model, o);
