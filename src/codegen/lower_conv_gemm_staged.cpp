@@ -124,7 +124,9 @@ Plan plan_for(const CoopTile& t, const ImplicitGemm& spec, const DeviceTraits& d
 
 // Statements evaluating one operand's share of the slab at K offset `k0` into `regs`: pair
 // j of a thread is slab word lid + j·threads, two neighbouring elements of one slab row.
-// `at(row, col)` gives the (m or n, k) arguments of the operand's function for a slab element.
+// `call` is the operand's function of (M or N index, K index); the slab's rows are K when
+// `k_rows`, its M or N index (from `x0`, below `extent`) otherwise; values are multiplied by
+// `scale` before rounding to f16.
 std::string fetch(const char* regs, const Slab& slab, uint32_t threads, const std::string& call,
                   bool k_rows, const std::string& x0, int64_t extent, const std::string& k0,
                   const char* scale) {
