@@ -50,6 +50,19 @@ std::set<NodeId> kept_values(const Graph& g) {
   return kept;
 }
 
+bool read_widened_by_all(const Graph& g, NodeId value, std::span<const NodeId> readers) {
+  return std::all_of(readers.begin(), readers.end(), [&](NodeId r) {
+    const Node& reader = g.node(r);
+    for (size_t i = 0; i < reader.inputs.size(); ++i) {
+      if (reader.inputs[i] == value &&
+          !codegen::always_reads_widened(reader, static_cast<int>(i))) {
+        return false;
+      }
+    }
+    return true;
+  });
+}
+
 namespace {
 
 struct Builder {
@@ -92,15 +105,7 @@ struct Builder {
   // (codegen::always_reads_widened): it stays single, to be dropped by widened_loads.h.
   bool absorbed_widening(NodeId id) const {
     if (widened_source(g, id) < 0 || sink[id] || consumers[id].empty()) return false;
-    return std::all_of(consumers[id].begin(), consumers[id].end(), [&](NodeId c) {
-      const Node& reader = node(c);
-      for (size_t i = 0; i < reader.inputs.size(); ++i) {
-        if (reader.inputs[i] == id && !codegen::always_reads_widened(reader, static_cast<int>(i))) {
-          return false;
-        }
-      }
-      return true;
-    });
+    return read_widened_by_all(g, id, consumers[id]);
   }
 
   int new_group(KernelGroup::Kind kind, NodeId id) {

@@ -144,6 +144,10 @@ std::map<NodeId, int> group_readers(std::span<const KernelGroup> groups);
 // The values a step returns or assigns: stored as they are, whatever reads them.
 std::set<NodeId> kept_values(const Graph& g);
 
+// Whether every one of `readers` loads `value` through a widening loader wherever it reads it
+// (codegen::always_reads_widened): a 16-bit tensor would do for all of them.
+bool read_widened_by_all(const Graph& g, NodeId value, std::span<const NodeId> readers);
+
 // A pointwise node that fusion puts in pointwise kernels (codegen::fusable_pointwise), not a
 // widening cast of a stored 16-bit tensor (read widened by its readers, widened_loads.h).
 bool fusable_node(const Graph& g, NodeId id);

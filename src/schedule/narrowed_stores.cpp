@@ -14,24 +14,11 @@ bool plain_single(const KernelGroup& k) {
          k.gemv.norm < 0 && k.gemv.sibling < 0 && k.rope.node < 0 && k.append.k_write < 0;
 }
 
-// Whether every reader of `value` loads it through a widening loader (a 16-bit tensor would do
-// for them: schedule/widened_loads.h binds it there instead).
-bool read_widened_by_all(const Graph& g, NodeId value, const std::vector<NodeId>& readers) {
-  for (NodeId r : readers) {
-    const Node& n = g.node(r);
-    for (size_t i = 0; i < n.inputs.size(); ++i) {
-      if (n.inputs[i] == value && !codegen::always_reads_widened(n, static_cast<int>(i))) {
-        return false;
-      }
-    }
-  }
-  return true;
-}
-
 // Whether `node`'s kernel may store its value cast to `cast`'s dtype in place of the cast's
 // kernel: a computed f32 result rounded to 16 bits as the cast rounds it, or a converting copy
 // of a 16-bit tensor widened (exact either way) for readers that could not read it widened
-// themselves (a rotation reads the 16-bit copy, and may then read through the copy too).
+// themselves (a rotation reads the 16-bit copy, and may then read through the copy too; where
+// all can, schedule/widened_loads.h binds the 16-bit tensor for them instead).
 bool stores_cast(const Graph& g, const Node& node, NodeId cast,
                  const std::vector<std::vector<NodeId>>& consumers) {
   const DType from = node.type.dtype, to = g.node(cast).type.dtype;
