@@ -26,10 +26,20 @@ Planes planes_of(const LowerContext& ctx) {
   return p;
 }
 
-Lowering per_output_kernel(const LowerContext& ctx, const std::string& functions,
-                           const std::string& body) {
+KernelLaunch per_output_launch(const LowerContext& ctx, std::string name,
+                               const std::string& declarations, std::vector<KernelBinding> bindings,
+                               const std::string& body) {
   const Planes g = planes_of(ctx);
   const auto n = static_cast<uint64_t>(ctx.node.type.numel());
+  const std::string plane = ulit(g.out_h * g.out_w);
+  std::string prologue = "  uint p = i / " + plane + ", q = i % " + plane + ";\n";
+  prologue += "  int oy = int(q / " + ulit(g.out_w) + "), ox = int(q % " + ulit(g.out_w) + ");\n";
+  return glsl::elementwise_launch(std::move(name), declarations, prologue + body, n, ctx.device,
+                                  std::move(bindings));
+}
+
+Lowering per_output_kernel(const LowerContext& ctx, const std::string& functions,
+                           const std::string& body) {
   std::string decls = glsl::buffer(0, ctx.inputs[0].dtype, "X", true);
   std::vector<KernelBinding> bindings{{ArgRef::input(0), false}};
   if (ctx.inputs.size() > 1) {
@@ -38,14 +48,9 @@ Lowering per_output_kernel(const LowerContext& ctx, const std::string& functions
   }
   decls += glsl::buffer(static_cast<uint32_t>(bindings.size()), ctx.node.type.dtype, "Y", false);
   bindings.push_back({ArgRef::output(), true});
-  const std::string plane = ulit(g.out_h * g.out_w);
-  std::string prologue = "  uint p = i / " + plane + ", q = i % " + plane + ";\n";
-  prologue += "  int oy = int(q / " + ulit(g.out_w) + "), ox = int(q % " + ulit(g.out_w) + ");\n";
-
-  KernelLaunch k = glsl::elementwise_launch(std::string(ctx.node.op_name()), decls + functions,
-                                            prologue + body, n, ctx.device, std::move(bindings));
   Lowering l;
-  l.launches.push_back(std::move(k));
+  l.launches.push_back(per_output_launch(ctx, std::string(ctx.node.op_name()), decls + functions,
+                                         std::move(bindings), body));
   return l;
 }
 
@@ -202,16 +207,11 @@ Lowering lower_max_pool2d_backward(const LowerContext& ctx) {
       "y", "oy", ph, a.kernel_h, a.stride_h, a.pad_h, a.dilation_h,
       windows_holding("x", "ox", pw, a.kernel_w, a.stride_w, a.pad_w, a.dilation_w, add));
   body += "  Y_st(i, acc);\n";
-  const std::string plane = pool::ulit(g.in_h * g.in_w);
-  std::string prologue = "  uint p = i / " + plane + ", q = i % " + plane + ";\n";
-  prologue +=
-      "  int oy = int(q / " + pool::ulit(g.in_w) + "), ox = int(q % " + pool::ulit(g.in_w) + ");\n";
-  l.launches.push_back(glsl::elementwise_launch(
-      "max_pool2d_backward",
+  l.launches.push_back(pool::per_output_launch(
+      ctx, "max_pool2d_backward",
       glsl::buffer(0, DType::i32, "A", true) + glsl::buffer(1, ctx.inputs[1].dtype, "G", true) +
           glsl::buffer(2, ctx.node.type.dtype, "Y", false),
-      prologue + body, static_cast<uint64_t>(ctx.node.type.numel()), ctx.device,
-      {{argmax, false}, {ArgRef::input(1), false}, {ArgRef::output(), true}}));
+      {{argmax, false}, {ArgRef::input(1), false}, {ArgRef::output(), true}}, body));
   return l;
 }
 

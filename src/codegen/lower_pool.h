@@ -2,6 +2,7 @@
 // Shared pieces of the pooling and resampling lowerings (lower_pool.cpp,
 // lower_pool_resample.cpp): every kernel runs one thread per output element of the node.
 #include <string>
+#include <vector>
 
 #include "codegen/glsl.h"
 #include "codegen/kernel.h"
@@ -19,6 +20,10 @@ Planes planes_of(const LowerContext& ctx);
 // `p` (uint), the output coordinates `oy`, `ox` (int) and the element index `i`.
 Lowering per_output_kernel(const LowerContext& ctx, const std::string& functions,
                            const std::string& body);
+// The same launch with the caller's buffers: `declarations` (and functions) for `bindings`.
+KernelLaunch per_output_launch(const LowerContext& ctx, std::string name,
+                               const std::string& declarations, std::vector<KernelBinding> bindings,
+                               const std::string& body);
 
 // "123" as a GLSL int literal (glsl::ulit makes "123u").
 inline std::string ilit(int64_t v) { return std::to_string(v); }
