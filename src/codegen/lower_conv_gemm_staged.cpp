@@ -165,42 +165,6 @@ std::string stash(const char* regs, const Slab& slab, uint32_t threads, const st
   return s;
 }
 
-// One K step's fragment loads and products from the stage at abuf / bbuf.
-std::string products(const Plan& p) {
-  const CoopTile& t = *p.tile;
-  const int fm = t.wm / 16, fn = t.wn / 16;
-  const std::string SA = ulit(p.slabs.a.stride()), SB = ulit(p.slabs.b.stride());
-  std::string s;
-  for (int kk = 0; kk < t.bk; kk += 16) {
-    s += "    {\n";
-    for (int i = 0; i < fm; ++i) {
-      const std::string row = "(wm0 + " + ulit(i * 16) + ")";
-      s += "    F16 fa" + std::to_string(i) + ";\n    coopMatLoadNV(fa" + std::to_string(i) +
-           ", S, abuf + " +
-           (p.slabs.ta ? ulit(kk) + " * " + SA + " + " + row + " / 2u, " + SA + ", true"
-                       : row + " * " + SA + " + " + ulit(kk / 2) + ", " + SA + ", false") +
-           ");\n";
-    }
-    for (int j = 0; j < fn; ++j) {
-      const std::string col = "(wn0 + " + ulit(j * 16) + ")";
-      s += "    F16 fb" + std::to_string(j) + ";\n    coopMatLoadNV(fb" + std::to_string(j) +
-           ", S, bbuf + " +
-           (p.slabs.tb ? col + " * " + SB + " + " + ulit(kk / 2) + ", " + SB + ", true"
-                       : ulit(kk) + " * " + SB + " + " + col + " / 2u, " + SB + ", false") +
-           ");\n";
-    }
-    for (int i = 0; i < fm; ++i) {
-      for (int j = 0; j < fn; ++j) {
-        const std::string acc = "acc" + std::to_string(i) + "_" + std::to_string(j);
-        s += "    " + acc + " = coopMatMulAddNV(fa" + std::to_string(i) + ", fb" +
-             std::to_string(j) + ", " + acc + ");\n";
-      }
-    }
-    s += "    }\n";
-  }
-  return s;
-}
-
 // The stores: each fragment through the subgroup's scratch, lanes along C's contiguous axis
 // (N for the split partials, which are row-major).
 std::string stores(const Plan& p, const ImplicitGemm& spec) {
@@ -263,12 +227,7 @@ std::string kernel(const Plan& p, const ImplicitGemm& spec, uint64_t parts_a, ui
   s += "  float sa = exp2(float(ea)), sb = exp2(float(eb)), unscale = exp2(-float(ea + eb));\n";
   s += "  uint z = wid / " + ulit(tiles) + ", tid = wid % " + ulit(tiles) + ";\n";
   s += "  uint g = z / " + ulit(p.splits) + ", s = z % " + ulit(p.splits) + ";\n";
-  // Groups of up to 8 row tiles walk the column tiles together (L2 reuse of B's slabs).
-  s += "  uint grp = tid / " + ulit(8 * p.col_tiles) + ";\n";
-  s += "  uint rows_in = min(8u, " + ulit(p.row_tiles) + " - grp * 8u);\n";
-  s += "  uint in_grp = tid % " + ulit(8 * p.col_tiles) + ";\n";
-  s += "  uint row0 = (grp * 8u + in_grp % rows_in) * " + ulit(t.bm) +
-       ", col0 = (in_grp / rows_in) * " + ulit(t.bn) + ";\n";
+  s += coop_tile_origin(8, p.row_tiles, p.col_tiles, t.bm, t.bn);
   s += "  uint kbeg = s * " + ulit(p.k_split) + ", kend = min(kbeg + " + ulit(p.k_split) + ", " +
        ulit(spec.k) + ");\n";
   const int wcols = t.bn / t.wn;
@@ -301,7 +260,7 @@ std::string kernel(const Plan& p, const ImplicitGemm& spec, uint64_t parts_a, ui
   s += "    if (more) {\n    uint k1 = k0 + " + ulit(t.bk) + ";\n" + fetch_both("k1") + "    }\n";
   s += "    uint abuf = cur * " + ulit(p.slabs.stage_words()) + ", bbuf = abuf + " +
        ulit(sa.words()) + ";\n";
-  s += products(p);
+  s += coop_subgroup_products(t, p.slabs.ta, p.slabs.tb, p.slabs.a.stride(), p.slabs.b.stride(), 2);
   if (p.stages == 2) {
     s += "    if (more) {\n" + stash_both("(cur ^ 1u)") + "    }\n    barrier();\n";
   } else {

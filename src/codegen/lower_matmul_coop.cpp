@@ -156,6 +156,18 @@ std::string pack_kernel(const PackSource& src, uint64_t parts) {
   return s;
 }
 
+// f32 input i as a PackSource: its values as they are, and the scale from them.
+PackSource input_source(const LowerContext& ctx, int i) {
+  const auto n = static_cast<uint64_t>(ctx.inputs[static_cast<size_t>(i)].numel());
+  PackSource src;
+  src.declarations = glsl::buffer(0, DType::f32, "X", true);
+  src.bindings = 1;
+  src.count = src.source_count = n;
+  src.value = "  v = X_ld(i);\n";
+  src.source_value = "    v = X_ld(j);\n";
+  return src;
+}
+
 }  // namespace
 
 std::span<const CoopTile> coop_tiles() { return kTiles; }
@@ -187,6 +199,53 @@ std::string coop_staged_exponents(uint32_t threads, uint64_t parts_a, uint64_t p
        "[" + T + " + lid + h]);\n    }\n    barrier();\n  }\n";
   s += "  int ea = coop_scale_exponent(" + X + "[0]), eb = coop_scale_exponent(" + X + "[" + T +
        "]);\n  barrier();\n";
+  return s;
+}
+
+std::string coop_tile_origin(int64_t group_rows, int64_t row_tiles, int64_t col_tiles, int bm,
+                             int bn) {
+  std::string s = "  uint grp = tid / " + ulit(group_rows * col_tiles) + ";\n";
+  s += "  uint rows_in = min(" + ulit(group_rows) + ", " + ulit(row_tiles) + " - grp * " +
+       ulit(group_rows) + ");\n";
+  s += "  uint in_grp = tid % " + ulit(group_rows * col_tiles) + ";\n";
+  s += "  uint row0 = (grp * " + ulit(group_rows) + " + in_grp % rows_in) * " + ulit(bm) +
+       ", col0 = (in_grp / rows_in) * " + ulit(bn) + ";\n";
+  return s;
+}
+
+std::string coop_subgroup_products(const CoopTile& t, bool ta, bool tb, int64_t stride_a,
+                                   int64_t stride_b, int halves) {
+  const int fm = t.wm / 16, fn = t.wn / 16;
+  const std::string SA = ulit(stride_a), SB = ulit(stride_b), H = ulit(halves);
+  std::string s;
+  for (int kk = 0; kk < t.bk; kk += 16) {
+    const std::string KK = ulit(kk), KH = ulit(kk / halves);
+    s += "    {\n";
+    for (int i = 0; i < fm; ++i) {
+      const std::string mo = "(wm0 + " + ulit(i * 16) + ")";
+      s += "    F16 fa" + std::to_string(i) + ";\n    coopMatLoadNV(fa" + std::to_string(i) +
+           ", S, abuf + " +
+           (ta ? KK + " * " + SA + " + " + mo + " / " + H + ", " + SA + ", true"
+               : mo + " * " + SA + " + " + KH + ", " + SA + ", false") +
+           ");\n";
+    }
+    for (int j = 0; j < fn; ++j) {
+      const std::string no = "(wn0 + " + ulit(j * 16) + ")";
+      s += "    F16 fb" + std::to_string(j) + ";\n    coopMatLoadNV(fb" + std::to_string(j) +
+           ", S, bbuf + " +
+           (tb ? no + " * " + SB + " + " + KH + ", " + SB + ", true"
+               : KK + " * " + SB + " + " + no + " / " + H + ", " + SB + ", false") +
+           ");\n";
+    }
+    for (int i = 0; i < fm; ++i) {
+      for (int j = 0; j < fn; ++j) {
+        const std::string acc = "acc" + std::to_string(i) + "_" + std::to_string(j);
+        s += "    " + acc + " = coopMatMulAddNV(fa" + std::to_string(i) + ", fb" +
+             std::to_string(j) + ", " + acc + ");\n";
+      }
+    }
+    s += "    }\n";
+  }
   return s;
 }
 
@@ -229,16 +288,9 @@ ArgRef pack_coop_source(const PackSource& src, std::span<const KernelBinding> re
 
 ArgRef pack_coop_operand(const LowerContext& ctx, int i, Lowering& l, int& scratch,
                          const PackPadding* pad) {
-  const auto n = static_cast<uint64_t>(ctx.inputs[static_cast<size_t>(i)].numel());
-  PackSource src;
-  src.declarations = glsl::buffer(0, DType::f32, "X", true);
-  src.bindings = 1;
-  src.source_count = n;
-  src.source_value = "    v = X_ld(j);\n";
-  if (!pad) {
-    src.count = n;
-    src.value = "  v = X_ld(i);\n";
-  } else {
+  PackSource src = input_source(ctx, i);
+  const uint64_t n = src.count;
+  if (pad) {
     // Every rows×cols matrix lands in a zero-filled rows_padded×cols_padded one.
     src.count = n / static_cast<uint64_t>(pad->rows * pad->cols) *
                 static_cast<uint64_t>(pad->rows_padded * pad->cols_padded);
@@ -250,6 +302,11 @@ ArgRef pack_coop_operand(const LowerContext& ctx, int i, Lowering& l, int& scrat
   }
   const KernelBinding read{ArgRef::input(i), false};
   return pack_coop_source(src, std::span(&read, 1), "matmul_coop", ctx.device, l, scratch);
+}
+
+CoopMagnitude absmax_coop_operand(const LowerContext& ctx, int i, Lowering& l, int& scratch) {
+  const KernelBinding read{ArgRef::input(i), false};
+  return absmax_coop_source(input_source(ctx, i), std::span(&read, 1), "matmul_coop", l, scratch);
 }
 
 uint32_t coop_shared_bytes(const CoopTile& t, const MatmulGeometry& g, const CoopOptions& o) {
@@ -354,18 +411,9 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   ArgRef a_arg = ArgRef::input(0), b_arg = ArgRef::input(1);
   if (pack_a) a_arg = pack_coop_operand(ctx, 0, l, scratch);
   if (pack_b) b_arg = pack_coop_operand(ctx, 1, l, scratch);
-  auto magnitude = [&](int i) {
-    PackSource src;
-    src.declarations = glsl::buffer(0, DType::f32, "X", true);
-    src.bindings = 1;
-    src.source_count = static_cast<uint64_t>(ctx.inputs[static_cast<size_t>(i)].numel());
-    src.source_value = "    v = X_ld(j);\n";
-    const KernelBinding read{ArgRef::input(i), false};
-    return absmax_coop_source(src, std::span(&read, 1), "matmul_coop", l, scratch);
-  };
   std::optional<CoopMagnitude> mag_a, mag_b;
-  if (scale_a) mag_a = magnitude(0);
-  if (scale_b) mag_b = magnitude(1);
+  if (scale_a) mag_a = absmax_coop_operand(ctx, 0, l, scratch);
+  if (scale_b) mag_b = absmax_coop_operand(ctx, 1, l, scratch);
   const auto first_parts = static_cast<uint32_t>(3 + (e ? e->extra.size() : 0));
   const int64_t total = tiles * batch;
   const int64_t limit = ctx.device.max_group_count;
@@ -407,15 +455,7 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   s += "  uint wid = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
   if (gx * gy != total) s += "  if (wid >= " + ulit(total) + ") return;\n";
   s += "  uint bz = wid / " + ulit(tiles) + ", tid = wid % " + ulit(tiles) + ";\n";
-  // Groups of up to 8 row tiles walk the column tiles together, so the workgroups running at
-  // one time share B slabs in L2 (and A slabs across each group).
-  const int64_t group_rows = o.swizzle ? 8 : 1;
-  s += "  uint grp = tid / " + ulit(group_rows * col_tiles) + ";\n";
-  s += "  uint rows_in = min(" + ulit(group_rows) + ", " + ulit(row_tiles) + " - grp * " +
-       ulit(group_rows) + ");\n";
-  s += "  uint in_grp = tid % " + ulit(group_rows * col_tiles) + ";\n";
-  s += "  uint row0 = (grp * " + ulit(group_rows) + " + in_grp % rows_in) * " + ulit(t.bm) +
-       ", col0 = (in_grp / rows_in) * " + ulit(t.bn) + ";\n";
+  s += coop_tile_origin(o.swizzle ? 8 : 1, row_tiles, col_tiles, t.bm, t.bn);
   s += glsl::unravel(g.out_batch, "bz", "q");
   s += "  abase = " + glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " +
        ulit(g.m * g.k) + ";\n";
@@ -482,34 +522,7 @@ Lowering lower_matmul_coop(const LowerContext& ctx, const MatmulGeometry& g, int
   s += "    bool more = st + 1u < " + ulit(steps) + ";\n";
   s += "    if (more) {\n  uint k1 = (st + 1u) * " + ulit(t.bk) + ";\n" + fetch("k1") + "    }\n";
   s += "    uint abuf = cur * " + ulit(stage_units) + ", bbuf = abuf + " + ulit(sa.units()) + ";\n";
-  const std::string SA = ulit(sa.stride_units()), SB = ulit(sb.stride_units());
-  for (int kk = 0; kk < t.bk; kk += 16) {
-    const std::string KK = ulit(kk);
-    s += "    {\n";
-    for (int i = 0; i < fm; ++i) {
-      const std::string mo = "(wm0 + " + ulit(i * 16) + ")";
-      s += "    F16 fa" + std::to_string(i) + ";\n    coopMatLoadNV(fa" + std::to_string(i) +
-           ", S, abuf + " +
-           (g.ta ? KK + " * " + SA + " + " + mo + " / 8u, " + SA + ", true"
-                 : mo + " * " + SA + " + " + ulit(kk / 8) + ", " + SA + ", false") +
-           ");\n";
-    }
-    for (int j = 0; j < fn; ++j) {
-      const std::string no = "(wn0 + " + ulit(j * 16) + ")";
-      s += "    F16 fb" + std::to_string(j) + ";\n    coopMatLoadNV(fb" + std::to_string(j) +
-           ", S, bbuf + " +
-           (g.tb ? no + " * " + SB + " + " + ulit(kk / 8) + ", " + SB + ", true"
-                 : KK + " * " + SB + " + " + no + " / 8u, " + SB + ", false") +
-           ");\n";
-    }
-    for (int i = 0; i < fm; ++i) {
-      for (int j = 0; j < fn; ++j) {
-        s += "    " + acc(i, j) + " = coopMatMulAddNV(fa" + std::to_string(i) + ", fb" +
-             std::to_string(j) + ", " + acc(i, j) + ");\n";
-      }
-    }
-    s += "    }\n";
-  }
+  s += coop_subgroup_products(t, g.ta, g.tb, sa.stride_units(), sb.stride_units(), 8);
   if (o.stages == 2) {
     s += "    if (more) {\n      uint nxt = cur ^ 1u;\n" + stash("nxt") + "    }\n    barrier();\n";
   } else {

@@ -101,6 +101,19 @@ std::string coop_scale_exponent_function();
 std::string coop_staged_exponents(uint32_t threads, uint64_t parts_a, uint64_t parts_b,
                                   const std::string& scratch);
 
+// GLSL statements placing tile `tid` (of row_tiles × col_tiles tiles of bm × bn) at `uint row0,
+// col0`: groups of up to `group_rows` row tiles walk the column tiles together, so the
+// workgroups running at one time share B's tiles in L2 (and A's across each group).
+std::string coop_tile_origin(int64_t group_rows, int64_t row_tiles, int64_t col_tiles, int bm,
+                             int bn);
+
+// GLSL of one K step of a subgroup kernel staging its operands in shared `S`: the fragment loads
+// of a wm×wn subgroup block at (wm0, wn0) from A's slab at `abuf` and B's at `bbuf` and their
+// products into acc<i>_<j>. Slab rows are `stride_a` / `stride_b` elements of S apart, an
+// element holding `halves` halves; `ta`: A's slab is K×M (loaded column-major), `tb`: B's is N×K.
+std::string coop_subgroup_products(const CoopTile& t, bool ta, bool tb, int64_t stride_a,
+                                   int64_t stride_b, int halves);
+
 // Appends the largest-magnitude and pack launches of `src` (binding `reads` as its bindings
 // 0 ..) and returns the new scratch buffer holding the scaled f16 copy and its exponent (see
 // pack_coop_operand).
@@ -116,6 +129,9 @@ ArgRef pack_coop_source(const PackSource& src, std::span<const KernelBinding> re
 ArgRef pack_coop_operand(const LowerContext& ctx, int i, Lowering& l, int& scratch,
                          const PackPadding* pad = nullptr);
 uint64_t coop_packed_exponent_index(int64_t halves);
+// The magnitude launch of f32 input `i` alone (its partial maxima in a new scratch buffer),
+// for a kernel that stages the input scaled instead of packing it.
+CoopMagnitude absmax_coop_operand(const LowerContext& ctx, int i, Lowering& l, int& scratch);
 
 // Thresholds below which the scalar kernel is used, from H200 measurements (docs/perf.md):
 // multiply-adds M·N·K per batch, and outputs M·N per batch (a 64×64×4096 product has one

@@ -91,12 +91,7 @@ std::string coop_wg_product(const CoopWgProduct& p) {
   s += "  uint wid = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
   s += "  if (wid >= " + ulit(total) + ") return;\n";
   s += "  uint bz = wid / " + ulit(tiles) + ", tid = wid % " + ulit(tiles) + ";\n";
-  // Groups of up to 8 row tiles walk the column tiles together (L2 reuse of B).
-  s += "  uint grp = tid / " + ulit(8 * p.col_tiles) + ";\n";
-  s += "  uint rows_in = min(8u, " + ulit(p.row_tiles) + " - grp * 8u);\n";
-  s += "  uint in_grp = tid % " + ulit(8 * p.col_tiles) + ";\n";
-  s += "  uint row0 = (grp * 8u + in_grp % rows_in) * " + ulit(t.bm) +
-       ", col0 = (in_grp / rows_in) * " + ulit(t.bn) + ";\n";
+  s += coop_tile_origin(8, p.row_tiles, p.col_tiles, t.bm, t.bn);
   s += p.setup;
   s += "  COOP_C acc = COOP_C(0.0);\n";
   s += "  for (uint k = " + p.k_begin + "; k < " + p.k_end + "; k += " + ulit(t.bk) + ") {\n";
