@@ -30,6 +30,7 @@
 
 #include "bench_util.h"
 #include "plan_device.h"
+#include "plan_memory.h"
 
 #include <meganeura/causal_lm.h>
 #include <meganeura/generate.h>
@@ -111,11 +112,9 @@ nlohmann::json plan(const mn::LmConfig& config, mn::DType dtype, mn::DType preci
     mn::plan::PlanOptions po = device;
     po.precision = precision;
     const mn::plan::StepPlan p = mn::plan::make_step_plan(*lm.graph, po);
-    std::map<std::string, int> counts;
-    for (const auto& l : p.launches) ++counts[l.kernel.name];
     j[name] = {{"dispatches", p.launches.size()},
                {"arena_mib", static_cast<double>(p.arena_bytes) / (1 << 20)},
-               {"kernels", counts}};
+               {"kernels", mn::bench::kernel_counts(p)}};
   }
   return j;
 }

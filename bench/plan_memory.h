@@ -1,5 +1,6 @@
 #pragma once
-// What fills a planned step's arena, for the benchmarks that plan without a device (--plan-memory).
+// What a planned step launches and what fills its arena, for the benchmarks that plan without a
+// device (--plan-kernels, --plan-memory).
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -14,6 +15,13 @@
 #include "plan/step_plan.h"
 
 namespace mn::bench {
+
+// The plan's launches counted by kernel name (--plan-kernels).
+inline nlohmann::json kernel_counts(const plan::StepPlan& plan) {
+  std::map<std::string, int> counts;
+  for (const auto& l : plan.launches) ++counts[l.kernel.name];
+  return counts;
+}
 
 // What fills the arena at the plan's peak: the breakdown's roles, and the live transient bytes
 // summed by the op that computes them (in MiB), largest first.

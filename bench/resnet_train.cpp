@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
-#include <map>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -64,11 +63,7 @@ nlohmann::json plan(int depth, int64_t batch, int64_t size, mn::DType precision,
                    {"dispatches", p.launches.size()},
                    {"memory", mn::bench::peak_fields(p)},
                    {"live_at_peak", mn::bench::live_at_peak(p, live)}};
-  if (kernels) {
-    std::map<std::string, int> counts;
-    for (const auto& l : p.launches) ++counts[l.kernel.name];
-    j["kernels"] = counts;
-  }
+  if (kernels) j["kernels"] = mn::bench::kernel_counts(p);
   return j;
 }
 

@@ -22,7 +22,6 @@
 #include <cstdio>
 #include <cstring>
 #include <optional>
-#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -58,11 +57,7 @@ nlohmann::json plan_fields(const mn::Graph& g, bool optimized, mn::DType precisi
   nlohmann::json j{{"arena_mib", static_cast<double>(plan.arena_bytes) / (1 << 20)},
                    {"dispatches", plan.launches.size()},
                    {"copies", plan.assignment_copies.size()}};
-  if (kernels) {
-    std::map<std::string, int> counts;
-    for (const auto& l : plan.launches) ++counts[l.kernel.name];
-    j["kernels"] = counts;
-  }
+  if (kernels) j["kernels"] = mn::bench::kernel_counts(plan);
   if (memory) j["memory"] = mn::bench::peak_fields(plan);
   if (live) j["live_at_peak"] = mn::bench::live_at_peak(plan, live);
   return j;
