@@ -8,15 +8,15 @@
 //    Its arena is made of 2 GiB chunks (the largest power of two its storage-buffer range
 //    allows), bound at 16-byte alignment. Plans for "h200" match the device's own (the same
 //    launches and arena bytes for SmolLM2's and ResNet's training steps) but for the choices
-//    its self-tests and the environment switches make at run time; MN_CONV_STAGED=1 is
-//    honoured, as a session there would (the staged convolutions, not yet the default).
+//    its self-tests make at run time; the environment's switches (MN_CONV_STAGED=1, ...)
+//    apply as in a session there (runtime::apply_environment).
 #include <cstdint>
-#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
 
 #include "plan/step_plan.h"
+#include "runtime/plan_options.h"
 
 namespace mn::bench {
 
@@ -26,7 +26,10 @@ inline std::optional<plan::PlanOptions> plan_device(const std::string& name) {
   plan::PlanOptions po;
   codegen::DeviceTraits& t = po.device;
   t.storage_16bit = true;
-  if (name == "default") return po;
+  if (name == "default") {
+    runtime::apply_environment(t);
+    return po;
+  }
   if (name != "h200") return std::nullopt;
   po.alignment = 16;
   po.chunk_bytes = uint64_t{1} << 31;
@@ -43,8 +46,7 @@ inline std::optional<plan::PlanOptions> plan_device(const std::string& name) {
   t.coop_wg_bf16_granularity = t.coop_wg_granularity;
   t.coop_wg_max_dimension = 1024;
   t.coop_tensor = true;
-  const char* staged = std::getenv("MN_CONV_STAGED");
-  t.conv_staged = staged && std::string(staged) == "1";
+  runtime::apply_environment(t);
   return po;
 }
 

@@ -142,13 +142,14 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::optional<mn::plan::PlanOptions> planned_device = mn::bench::plan_device(plan_device);
-  if (!planned_device) {
-    std::fprintf(stderr, "bench_resnet_train: --plan-device takes default or h200, got '%s'\n",
-                 plan_device.c_str());
-    return 2;
-  }
   try {
+    // The environment's switches apply to the planned device: a malformed one is an error.
+    const std::optional<mn::plan::PlanOptions> planned_device = mn::bench::plan_device(plan_device);
+    if (!planned_device) {
+      std::fprintf(stderr, "bench_resnet_train: --plan-device takes default or h200, got '%s'\n",
+                   plan_device.c_str());
+      return 2;
+    }
     for (int depth : depths_of(depths)) {
       const nlohmann::json j = plan_memory ? plan(depth, batch, size, so.precision, *planned_device,
                                                   plan_live, plan_kernels)

@@ -142,13 +142,15 @@ int main(int argc, char** argv) {
                            std::to_string(spec.sequence) +
                            (spec.layers == 30 ? "" : "_l" + std::to_string(spec.layers)) +
                            (model == "transformer" ? "" : "_" + model);
-  const std::optional<mn::plan::PlanOptions> planned_device = mn::bench::plan_device(plan_device);
-  if (!planned_device) {
-    std::fprintf(stderr, "bench_transformer_train: --plan-device takes default or h200, got '%s'\n",
-                 plan_device.c_str());
-    return 2;
-  }
   try {
+    // The environment's switches apply to the planned device: a malformed one is an error.
+    const std::optional<mn::plan::PlanOptions> planned_device = mn::bench::plan_device(plan_device);
+    if (!planned_device) {
+      std::fprintf(stderr,
+                   "bench_transformer_train: --plan-device takes default or h200, got '%s'\n",
+                   plan_device.c_str());
+      return 2;
+    }
     for (bool optimized : {false, true}) {
       if (!only.empty() && only != (optimized ? "optimized" : "baseline")) continue;
       const StepGraph m = step_graph(model, spec);

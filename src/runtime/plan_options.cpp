@@ -56,9 +56,6 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
   }
   t.max_shared_optin_bytes = c.compute.shared_memory_optin_bytes;
   t.multiprocessors = c.compute.multiprocessors;
-  t.matmul_split_k = env_count("MN_MATMUL_SPLIT_K", 0);
-  t.coop_attention = coop_attention_choice(env_or("MN_COOP_ATTENTION", ""));
-  t.conv_staged = env_or("MN_CONV_STAGED", "0") == "1";
   const auto& cm = c.cooperative_matrix;
   if (cm.khr_feature && cm.workgroup_scope && cm.flexible_dimensions) {
     for (const auto& f : cm.flexible_configs) {
@@ -76,12 +73,20 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
       }
     }
     t.coop_wg_max_dimension = cm.flexible_dimensions_max_dimension;
-    t.coop_tensor = cm.tensor_addressing && cm.per_element_operations &&
-                    codegen::current_glslang().available && env_or("MN_COOP_TENSOR", "1") != "0";
-    t.coop_tensor_tile = env_or("MN_COOP_TENSOR_TILE", "");
-    t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);
+    t.coop_tensor =
+        cm.tensor_addressing && cm.per_element_operations && codegen::current_glslang().available;
   }
+  apply_environment(t);
   return t;
+}
+
+void apply_environment(codegen::DeviceTraits& t) {
+  t.matmul_split_k = env_count("MN_MATMUL_SPLIT_K", 0);
+  t.coop_attention = coop_attention_choice(env_or("MN_COOP_ATTENTION", ""));
+  t.conv_staged = env_or("MN_CONV_STAGED", "0") == "1";
+  if (env_or("MN_COOP_TENSOR", "1") == "0") t.coop_tensor = false;
+  t.coop_tensor_tile = env_or("MN_COOP_TENSOR_TILE", "");
+  t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);
 }
 
 plan::PlanOptions plan_options(const vk::Device& device) {
