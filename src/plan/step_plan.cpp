@@ -94,6 +94,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     schedule::fuse_rope_loads(g, p.groups, options.device);
     schedule::read_past_cache_writes(g, p.groups, options.device);
     schedule::fold_permutes_into_rotations(g, p.groups);
+    schedule::twin_stores(g, p.groups);
   }
   const std::vector<std::vector<int>> in_place = plan_in_place(g, p.groups);
 

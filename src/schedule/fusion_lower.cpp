@@ -11,6 +11,7 @@
 #include "codegen/lower_conv.h"
 #include "codegen/lower_matmul.h"
 #include "codegen/rope_load.h"
+#include "codegen/twin_store.h"
 #include "ir/op_def.h"
 #include "ir/ops/attention.h"
 #include "ir/ops/nn.h"
@@ -324,10 +325,15 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
     append = codegen::CacheAppendLoad{a.k_update, a.v_update, a.positions,
                                       k_rope ? &*k_rope : nullptr};
   }
-  return (*lower)(codegen::LowerContext{node, in_types, device, single_in_place, check_indices,
-                                        rope ? &*rope : nullptr, append ? &*append : nullptr,
-                                        group.load_perm.empty() ? nullptr : &group.load_perm,
-                                        group.store_perm.empty() ? nullptr : &group.store_perm});
+  codegen::Lowering l = (*lower)(codegen::LowerContext{
+      node, in_types, device, single_in_place, check_indices, rope ? &*rope : nullptr,
+      append ? &*append : nullptr, group.load_perm.empty() ? nullptr : &group.load_perm,
+      group.store_perm.empty() ? nullptr : &group.store_perm});
+  // A second output: the cast the kernel stores beside its value (schedule/narrowed_stores.h).
+  if (const NodeId twin = twin_output(g, group); twin >= 0) {
+    codegen::add_twin_store(l, g.node(group.outputs[0]).type.dtype, g.node(twin).type.dtype);
+  }
+  return l;
 }
 
 }  // namespace mn::schedule

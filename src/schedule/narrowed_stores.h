@@ -18,6 +18,19 @@ namespace mn::schedule {
 // and drops the cast's group; the order of the remaining groups is kept.
 void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups);
 
+// A kernel whose result a cast reads beside other readers stores the cast's value too, through a
+// second output (codegen/twin_store.h): a softmax's probabilities in f32 for its backward and
+// in bf16 for the product with the values, a rotation's f32 query for attention and its bf16
+// copy for the gradient products, attention's output for its backward and for the output
+// projection, a 16-bit permute's widening for attention. As for a narrowed store, the value is
+// rounded as the cast rounds it, or widened exactly from a copy. Runs after the other passes
+// over single groups (which take one output): the group's nodes gain the cast, its outputs the
+// cast's value as output 1, and the cast's group is dropped.
+void twin_stores(const Graph& g, std::vector<KernelGroup>& groups);
+
+// A single group's twin (its output 1, a cast of output 0), or -1.
+NodeId twin_output(const Graph& g, const KernelGroup& group);
+
 // The dtype a single group's kernel stores: its output's (the cast's, for a narrowed store).
 // The node it lowers is the group's first; lower_group passes it with this type.
 Node stored_node(const Graph& g, const KernelGroup& group);

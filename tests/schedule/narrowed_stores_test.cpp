@@ -98,6 +98,60 @@ TEST(NarrowedStoresGpu, CastsInsideCopiesRotationsAndReductions) {
   EXPECT_LE(fused_dispatches + 4, unfused_dispatches);
 }
 
+// Values read both in f32 and through a cast (a softmax's probabilities, a rotation, attention's
+// output, a permute of a 16-bit tensor that attention reads widened): their kernels store the
+// cast too (schedule/narrowed_stores.h twin_stores), bit for bit what the cast kernels store.
+TEST(NarrowedStoresGpu, TwinStoresOfValuesReadInTwoDtypes) {
+  auto rng = testing::rng_for("twin-stores");
+  Graph g;
+  reference::Feeds feeds;
+  Tensor x = g.input("x", {2, 3, 16, 8});  // [B, H, L, D]
+  Tensor y = g.input("y", {2, 16, 3, 8});  // [B, L, H, D]
+  Tensor w = g.input("w", {8, 8});
+  for (const Tensor& t : {x, y, w})
+    feeds[g.node(t.id()).name] = testing::random_array(rng, t.type());
+  Array pos({1, 16}, DType::i32);
+  for (int64_t l = 0; l < 16; ++l) pos.data[static_cast<size_t>(l)] = static_cast<double>(2 * l);
+  const Tensor w16 = cast(w, DType::bf16);
+  const auto product = [&](Tensor a16) { return cast(matmul(a16, w16), DType::f32); };
+
+  Tensor p = softmax(x * 2.0);
+  g.output("p_product", product(cast(p, DType::bf16)));
+  g.output("p_twice", p * 2.0);
+  Tensor q = rope_positions(x * 0.5, unsqueeze(g.constant(pos), 1));
+  g.output("q_product", product(cast(q, DType::bf16)));
+  // A 16-bit value permuted into heads by a copy of its own dtype, read by attention (f32) and
+  // by a product (bf16).
+  Tensor y16 = cast(y * 1.5, DType::bf16);
+  g.output("y16", cast(y16, DType::f32) + 1.0);  // stored in bf16 by its own kernel
+  Tensor v16 = permute(y16, {0, 2, 1, 3});
+  g.output("v_product", product(v16));
+  Tensor attended = scaled_dot_product_attention(q, x, cast(v16, DType::f32), {}, true);
+  g.output("o_product", product(cast(attended, DType::bf16)));
+  g.output("o", attended * 3.0);
+
+  const auto [fused, fused_dispatches, unfused, unfused_dispatches] = run_both(g, feeds);
+  const auto ref = reference::evaluate(g, feeds);
+  for (const auto& [name, expected] : ref) {
+    EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
+    // The device computes in f32, the reference in f64: bf16 roundings may differ by a unit.
+    EXPECT_TRUE(testing::elementwise_near(fused.at(name), expected, 2e-2)) << name;
+  }
+  plan::PlanOptions po;
+  po.device.storage_16bit = true;
+  const plan::StepPlan plan = plan::make_step_plan(g, po);
+  std::set<std::string> twins;
+  for (const plan::PlannedLaunch& l : plan.launches) {
+    if (l.kernel.name.find("+twin[") == std::string::npos) continue;
+    twins.insert(std::string(plan.graph.node(l.nodes.front()).op_name()));
+    EXPECT_EQ(plan.graph.node(l.nodes.back()).op_name(), "cast") << l.kernel.name;
+  }
+  EXPECT_EQ(twins, (std::set<std::string>{"softmax", "rope_positions", "permute",
+                                          "scaled_dot_product_attention"}));
+  // Four cast launches fewer than the fusion without twins would have.
+  EXPECT_LE(fused_dispatches + 4, unfused_dispatches);
+}
+
 // Normalizations storing their narrowing cast and reading 16-bit gamma and beta; a permute of a
 // 16-bit tensor storing its widening for a reader that reads f32 (a cache write), not for a
 // rotation (which reads the 16-bit tensor through the permute instead).

@@ -1,0 +1,101 @@
+#include "codegen/twin_store.h"
+
+#include <string>
+#include <string_view>
+
+#include "codegen/glsl.h"
+#include "codegen/widened_operands.h"
+
+namespace mn::codegen {
+
+namespace {
+
+// The helper lines glsl::buffer writes for the output binding "out": the only places its data
+// may be named.
+bool output_helper_line(std::string_view line) {
+  for (std::string_view head : {"layout(", "float out_ld(", "int out_ldi(", "uint out_ldb(",
+                                "void out_st(", "void out_sti(", "void out_stb("}) {
+    if (line.starts_with(head)) return true;
+  }
+  return false;
+}
+
+// Whether the text names out_data outside the output's helpers (a direct store or atomic).
+bool writes_output_directly(const std::string& text) {
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string_view line(text.data() + at, end - at);
+    if (line.find("out_data") != std::string_view::npos && !output_helper_line(line)) return true;
+    at = end + 1;
+  }
+  return false;
+}
+
+// Renames the helper `void NAME(` defined once in `text` to `void mn_own_NAME(` and puts
+// `wrapper` after its line; false when the text defines no such helper.
+bool wrap_helper(std::string& text, const std::string& name, const std::string& wrapper,
+                 const std::string& launch) {
+  const std::string def = "void " + name + "(uint i, ";
+  const size_t at = text.find(def);
+  if (at == std::string::npos) return false;
+  if (text.find(def, at + 1) != std::string::npos) {
+    throw Error("codegen: kernel '" + launch + "' defines " + name +
+                " twice; cannot add a twin store");
+  }
+  text.replace(at, def.size(), "void mn_own_" + name + "(uint i, ");
+  const size_t eol = text.find('\n', at);
+  text.insert(eol == std::string::npos ? text.size() : eol + 1, wrapper);
+  return true;
+}
+
+}  // namespace
+
+bool stores_twin(const Node& node) {
+  const std::string_view op = node.op_name();
+  return stores_narrowed_result(node) || op == "softmax" || op == "log_softmax" ||
+         op == "scaled_dot_product_attention";
+}
+
+void add_twin_store(Lowering& l, DType own, DType twin) {
+  if (!is_float(own) || !is_float(twin) || own == twin) {
+    throw Error(std::string("codegen: a twin store converts between two float dtypes, got ") +
+                dtype_name(own) + " to " + dtype_name(twin));
+  }
+  bool stored = false;
+  for (KernelLaunch& k : l.launches) {
+    bool writes_output = false;
+    for (const KernelBinding& b : k.bindings) {
+      writes_output = writes_output || (b.arg == ArgRef::output(0) && b.written);
+    }
+    if (!writes_output) continue;
+    if (writes_output_directly(k.glsl)) {
+      throw Error("codegen: kernel '" + k.name +
+                  "' writes its output other than through out_st; cannot add a twin store");
+    }
+    const uint32_t binding = static_cast<uint32_t>(k.bindings.size());
+    // Declared before the first wrapper that calls twin_st.
+    const std::string twin_buffer = glsl::buffer(binding, twin, "twin", false);
+    const size_t first = k.glsl.find("void out_st(uint i, ");
+    if (first == std::string::npos) {
+      throw Error("codegen: kernel '" + k.name + "' has no out_st; cannot add a twin store");
+    }
+    k.glsl.insert(k.glsl.rfind('\n', first) + 1, twin_buffer);
+    wrap_helper(k.glsl, "out_st",
+                "void out_st(uint i, float v) { mn_own_out_st(i, v); twin_st(i, v); }\n", k.name);
+    // The raw 16-bit store of a copy: the twin widens the bits it stores.
+    if (own == DType::f16 || own == DType::bf16) {
+      const std::string widen = own == DType::f16 ? "mn_f16_to_f32" : "mn_bf16_to_f32";
+      wrap_helper(
+          k.glsl, "out_stb",
+          "void out_stb(uint i, uint v) { mn_own_out_stb(i, v); twin_st(i, " + widen + "(v)); }\n",
+          k.name);
+    }
+    k.bindings.push_back({ArgRef::output(1), true});
+    k.name += "+twin[" + std::string(dtype_name(twin)) + "]";
+    stored = true;
+  }
+  if (!stored) throw Error("codegen: no launch stores the output; cannot add a twin store");
+}
+
+}  // namespace mn::codegen

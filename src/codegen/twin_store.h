@@ -1,0 +1,24 @@
+#pragma once
+// A kernel that stores its result twice: in its own dtype and, through a second output binding,
+// cast to another float dtype. With mixed precision a value is often read both in f32 (a
+// softmax's backward, attention) and in 16 bits (a product's operand); its kernel then writes
+// the 16-bit copy as it stores the f32 one, and the cast's launch, its barrier and its second
+// read of the value disappear (schedule/narrowed_stores.h decides where).
+#include "codegen/kernel.h"
+
+namespace mn::codegen {
+
+// Whether every lowering of the node stores its result through the generic store of its output
+// binding (`out_st`, glsl::buffer) and nothing else, so that add_twin_store can apply to it:
+// rotations, normalizations, softmax, attention's forward kernels, the converting copies.
+bool stores_twin(const Node& node);
+
+// Rewrites every launch of `l` that writes ArgRef::output(0) so that each store of the output
+// also stores cast(value, twin) into a new binding, ArgRef::output(1). `own` is the output's
+// dtype. The twin holds what a cast kernel of the output would: a narrowing rounds the stored
+// f32 value as the cast does; a widening is exact only where the value is a widened 16-bit
+// one (a converting copy's), which the caller guarantees. Throws when a launch writes its
+// output other than through `out_st` (a lowering stores_twin should not have named).
+void add_twin_store(Lowering& l, DType own, DType twin);
+
+}  // namespace mn::codegen
