@@ -25,11 +25,24 @@ struct ReduceFusion {
   // The dtype the epilogue's value is stored in: f32, or a 16-bit float when the epilogue ends
   // in a narrowing cast (the store rounds as the cast does).
   DType stored = DType::f32;
+  // The declarations define `void mn_row_tail(uint e, float v)`, called for every element e of
+  // a row once the row's value v (after the epilogue, as stored) is known: pointwise work over
+  // the rows that reads their reduction (a norm applied, a softmax's backward), which then
+  // needs no launch of its own. Only where reduce_takes_row_tail says so. It stores through
+  // `tail_outputs`, bound at 2 + extra.size() + j.
+  bool tail = false;
+  std::vector<ArgRef> tail_outputs;
 };
 
 // Whether `node` is a reduction that takes a prologue and an epilogue: sum, mean, max, min or
 // sum_to (one that reduces something) over f32 values.
 bool reduce_accepts_fusion(const Node& node, std::span<const TensorType> inputs);
+
+// Whether the reduction takes a row tail on `device`: one that reduce_accepts_fusion takes, over
+// the innermost axis of a contiguous operand alone (element e of the operand is row e / n,
+// column e % n), whose rows are each reduced by one workgroup in one launch.
+bool reduce_takes_row_tail(const Node& node, std::span<const TensorType> inputs,
+                           const DeviceTraits& device);
 
 // The reduction node's kernels with `f` applied (the node's own lowering when null).
 Lowering lower_reduce_fused(const LowerContext& ctx, const ReduceFusion* f);

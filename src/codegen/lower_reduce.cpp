@@ -292,6 +292,17 @@ KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geom
     s += tree("m2");
   }
 
+  if (p && p->tail) {
+    // Every lane of the row applies the tail to its elements (the row is o's contiguous range:
+    // reduce_takes_row_tail).
+    const std::string value =
+        red.kind == Kind::mean
+            ? epilogue("acc / " + glsl::float_literal(static_cast<double>(g.reduced)), "o")
+            : epilogue("acc", "o");
+    s += "  if (live) {\n    float mn_row_value = " + value + ";\n";
+    s += "    for (uint r = ly; r < " + ulit(g.reduced) + "; r += " + ulit(l.ly) +
+         ") mn_row_tail(o * " + ulit(g.reduced) + " + r, mn_row_value);\n  }\n";
+  }
   s += "  if (ly != 0u || !live) return;\n";
   if (final) {
     switch (red.kind) {
@@ -338,6 +349,7 @@ KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geom
                 {final ? ArgRef::output() : ArgRef::scratch(0), true}};
   if (p) {
     for (const ArgRef& a : p->extra) k.bindings.push_back({a, false});
+    for (const ArgRef& a : p->tail_outputs) k.bindings.push_back({a, true});
   }
   return k;
 }
@@ -452,11 +464,37 @@ bool reduce_accepts_fusion(const Node& node, std::span<const TensorType> inputs)
   return op != "sum_to" || !sum_to_axes(inputs[0].shape, node.type.shape).empty();
 }
 
+namespace {
+
+// The axes a fusable reduction reduces.
+std::vector<int64_t> fusable_axes(const Node& node, std::span<const TensorType> inputs) {
+  if (node.op_name() == "sum_to") return sum_to_axes(inputs[0].shape, node.type.shape);
+  return ops::normalize_axes(node.attrs.as<ReduceAttrs>().axes, inputs[0].rank(), node.op_name());
+}
+
+}  // namespace
+
+bool reduce_takes_row_tail(const Node& node, std::span<const TensorType> inputs,
+                           const DeviceTraits& device) {
+  if (!reduce_accepts_fusion(node, inputs) || inputs[0].rank() == 0) return false;
+  const Shape& in = inputs[0].shape;
+  const std::vector<int64_t> axes = fusable_axes(node, inputs);
+  if (axes != std::vector<int64_t>{static_cast<int64_t>(in.size()) - 1} || in.back() < 2) {
+    return false;
+  }
+  const Geometry g = geometry(in, axes);
+  return layout_for(g, device).split == 1;
+}
+
 Lowering lower_reduce_fused(const LowerContext& ctx, const ReduceFusion* p) {
   const std::string_view op = ctx.node.op_name();
   if (p && !reduce_accepts_fusion(ctx.node, ctx.inputs)) {
     throw Error("reduction fusion: '" + std::string(op) + "' over " + ctx.inputs[0].str() +
                 " takes no prologue or epilogue");
+  }
+  if (p && p->tail && !reduce_takes_row_tail(ctx.node, ctx.inputs, ctx.device)) {
+    throw Error("reduction fusion: '" + std::string(op) + "' over " + ctx.inputs[0].str() +
+                " takes no row tail (only the innermost axis, each row in one workgroup)");
   }
   if (op == "sum_to") {
     return lower_reduction(ctx, Kind::sum, sum_to_axes(ctx.inputs[0].shape, ctx.node.type.shape), 0,

@@ -20,6 +20,7 @@
 #include "schedule/reduction_operands.h"
 #include "schedule/rematerialize.h"
 #include "schedule/rope_fusion.h"
+#include "schedule/row_tails.h"
 #include "schedule/shared_statistics.h"
 #include "schedule/widened_loads.h"
 
@@ -95,6 +96,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     schedule::read_past_cache_writes(g, p.groups, options.device);
     schedule::fold_permutes_into_rotations(g, p.groups);
     schedule::twin_stores(g, p.groups);
+    schedule::fuse_row_tails(g, p.groups, options.device, fo.max_bindings);
   }
   const std::vector<std::vector<int>> in_place = plan_in_place(g, p.groups);
 

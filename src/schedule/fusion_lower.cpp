@@ -232,12 +232,40 @@ codegen::Lowering lower_reduction(const Graph& g, const KernelGroup& group,
     f.declarations += segment_function(epi, group.outputs,
                                        "float mn_reduce_epilogue(float v, uint o)", "o", "re_");
   }
+  const KernelSegment* tail = group.segments.size() > 2 ? &group.segments[2] : nullptr;
+  if (tail) {
+    // The row's value as stored (output 0) is `v`; the tail's values are outputs 1, 2, ...
+    f.tail = true;
+    std::vector<NodeId> tail_inputs = group.inputs;
+    std::vector<TensorType> tail_types(types.begin(), types.end() - 1);
+    std::vector<std::string> tail_exprs(exprs.begin(), exprs.end() - 1);
+    tail_inputs.push_back(group.outputs.at(0));
+    tail_types.push_back(g.node(group.outputs[0]).type);
+    tail_exprs.emplace_back("v");
+    const std::vector<NodeId> tail_outputs(group.outputs.begin() + 1, group.outputs.end());
+    const codegen::FusedSegment s = fused_segment(g, *tail, tail_inputs, tail_outputs);
+    const auto first = static_cast<uint32_t>(2 + group.inputs.size());
+    for (size_t j = 0; j < tail_outputs.size(); ++j) {
+      f.declarations += codegen::glsl::buffer(first + static_cast<uint32_t>(j),
+                                              g.node(tail_outputs[j]).type.dtype,
+                                              "tout" + std::to_string(j), false);
+      f.tail_outputs.push_back(codegen::ArgRef::output(static_cast<int>(j + 1)));
+    }
+    f.declarations += "void mn_row_tail(uint e, float v) {\n" +
+                      codegen::fused_statements(s, tail_types, tail_exprs, "e", "rt_");
+    for (const auto& [out, step] : s.stores) {
+      f.declarations +=
+          "  tout" + std::to_string(out) + "_st(e, rt_" + std::to_string(step) + ");\n";
+    }
+    f.declarations += "}\n";
+  }
   const Node& red = g.node(r);
   const std::vector<TensorType> in_types{g.node(red.inputs.front()).type};
   codegen::Lowering l =
       codegen::lower_reduce_fused(codegen::LowerContext{red, in_types, device}, &f);
   if (f.prologue) l.launches.front().name += "+prologue[" + op_list(g, pro.nodes) + "]";
   if (f.epilogue) l.launches.back().name += "+epilogue[" + op_list(g, epi.nodes) + "]";
+  if (tail) l.launches.back().name += "+tail[" + op_list(g, tail->nodes) + "]";
   return l;
 }
 
