@@ -58,25 +58,6 @@ nlohmann::json plan_fields(const mn::Graph& g, bool optimized, mn::DType precisi
                    {"dispatches", plan.launches.size()},
                    {"copies", plan.assignment_copies.size()}};
   if (kernels) j["kernels"] = mn::bench::kernel_counts(plan);
-  if (getenv("MN_DEBUG_DUMP")) {
-    std::map<int, int> writer;
-    for (size_t li = 0; li < plan.launches.size(); ++li) {
-      const auto& l = plan.launches[li];
-      std::string ins, ops;
-      for (size_t b = 0; b < l.kernel.bindings.size(); ++b) {
-        if (l.kernel.bindings[b].written) continue;
-        auto it = writer.find(l.buffers[b]);
-        ins += " " + (it == writer.end() ? std::string("-") : std::to_string(it->second));
-      }
-      for (auto n : l.nodes) ops += std::string(plan.graph.node(n).op_name()) + ",";
-      std::string shape;
-      for (auto d : plan.graph.node(l.node).type.shape) shape += std::to_string(d) + "x";
-      fprintf(stderr, "%zu %s [%s] out %s <-%s\n", li, l.kernel.name.c_str(), ops.c_str(),
-              shape.c_str(), ins.c_str());
-      for (size_t b = 0; b < l.kernel.bindings.size(); ++b)
-        if (l.kernel.bindings[b].written) writer[l.buffers[b]] = (int)li;
-    }
-  }
   if (memory) j["memory"] = mn::bench::peak_fields(plan);
   if (live) j["live_at_peak"] = mn::bench::live_at_peak(plan, live);
   return j;
