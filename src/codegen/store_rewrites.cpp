@@ -1,5 +1,6 @@
-#include "codegen/twin_store.h"
+#include "codegen/store_rewrites.h"
 
+#include <cctype>
 #include <string>
 #include <string_view>
 
@@ -49,20 +50,25 @@ bool wrap_helper(std::string& text, const std::string& name, const std::string& 
   return true;
 }
 
-}  // namespace
-
-bool stores_twin(const Node& node) {
-  const std::string_view op = node.op_name();
-  return stores_narrowed_result(node) || op == "softmax" || op == "log_softmax" ||
-         op == "scaled_dot_product_attention";
+// Whether the text calls `name` (not only defines it).
+bool called(const std::string& text, const std::string& name) {
+  const std::string call = name + "(";
+  for (size_t at = text.find(call); at != std::string::npos; at = text.find(call, at + 1)) {
+    const bool part_of_name =
+        at > 0 && (std::isalnum(static_cast<unsigned char>(text[at - 1])) || text[at - 1] == '_');
+    bool defined = false;
+    for (std::string_view type : {"void ", "float ", "uint ", "int "}) {
+      defined =
+          defined || (at >= type.size() && text.compare(at - type.size(), type.size(), type) == 0);
+    }
+    if (!part_of_name && !defined) return true;
+  }
+  return false;
 }
 
-void add_twin_store(Lowering& l, DType own, DType twin) {
-  if (!is_float(own) || !is_float(twin) || own == twin) {
-    throw Error(std::string("codegen: a twin store converts between two float dtypes, got ") +
-                dtype_name(own) + " to " + dtype_name(twin));
-  }
-  bool stored = false;
+// The launches that write output 0, each checked to store it only through out_st.
+std::vector<KernelLaunch*> output_writers(Lowering& l, const char* rewrite) {
+  std::vector<KernelLaunch*> writers;
   for (KernelLaunch& k : l.launches) {
     bool writes_output = false;
     for (const KernelBinding& b : k.bindings) {
@@ -71,31 +77,84 @@ void add_twin_store(Lowering& l, DType own, DType twin) {
     if (!writes_output) continue;
     if (writes_output_directly(k.glsl)) {
       throw Error("codegen: kernel '" + k.name +
-                  "' writes its output other than through out_st; cannot add a twin store");
+                  "' writes its output other than through out_st; cannot add a " + rewrite);
     }
-    const uint32_t binding = static_cast<uint32_t>(k.bindings.size());
+    if (k.glsl.find("void out_st(uint i, ") == std::string::npos) {
+      throw Error("codegen: kernel '" + k.name + "' has no out_st; cannot add a " + rewrite);
+    }
+    writers.push_back(&k);
+  }
+  if (writers.empty()) {
+    throw Error(std::string("codegen: no launch stores the output; cannot add a ") + rewrite);
+  }
+  return writers;
+}
+
+}  // namespace
+
+bool stores_twin(const Node& node) {
+  const std::string_view op = node.op_name();
+  return stores_narrowed_result(node) || op == "softmax" || op == "log_softmax" ||
+         op == "scaled_dot_product_attention" || op == "cached_attention";
+}
+
+void add_twin_store(Lowering& l, DType own, DType twin) {
+  if (!is_float(own) || !is_float(twin) || own == twin) {
+    throw Error(std::string("codegen: a twin store converts between two float dtypes, got ") +
+                dtype_name(own) + " to " + dtype_name(twin));
+  }
+  for (KernelLaunch* k : output_writers(l, "twin store")) {
+    const auto binding = static_cast<uint32_t>(k->bindings.size());
     // Declared before the first wrapper that calls twin_st.
-    const std::string twin_buffer = glsl::buffer(binding, twin, "twin", false);
-    const size_t first = k.glsl.find("void out_st(uint i, ");
-    if (first == std::string::npos) {
-      throw Error("codegen: kernel '" + k.name + "' has no out_st; cannot add a twin store");
-    }
-    k.glsl.insert(k.glsl.rfind('\n', first) + 1, twin_buffer);
-    wrap_helper(k.glsl, "out_st",
-                "void out_st(uint i, float v) { mn_own_out_st(i, v); twin_st(i, v); }\n", k.name);
+    const size_t first = k->glsl.find("void out_st(uint i, ");
+    k->glsl.insert(k->glsl.rfind('\n', first) + 1, glsl::buffer(binding, twin, "twin", false));
+    wrap_helper(k->glsl, "out_st",
+                "void out_st(uint i, float v) { mn_own_out_st(i, v); twin_st(i, v); }\n", k->name);
     // The raw 16-bit store of a copy: the twin widens the bits it stores.
     if (own == DType::f16 || own == DType::bf16) {
       const std::string widen = own == DType::f16 ? "mn_f16_to_f32" : "mn_bf16_to_f32";
       wrap_helper(
-          k.glsl, "out_stb",
+          k->glsl, "out_stb",
           "void out_stb(uint i, uint v) { mn_own_out_stb(i, v); twin_st(i, " + widen + "(v)); }\n",
-          k.name);
+          k->name);
     }
-    k.bindings.push_back({ArgRef::output(1), true});
-    k.name += "+twin[" + std::string(dtype_name(twin)) + "]";
-    stored = true;
+    k->bindings.push_back({ArgRef::output(1), true});
+    k->name += "+twin[" + std::string(dtype_name(twin)) + "]";
   }
-  if (!stored) throw Error("codegen: no launch stores the output; cannot add a twin store");
+}
+
+void add_permuted_store(Lowering& l, const Shape& shape, const std::vector<int64_t>& perm) {
+  if (perm.size() != shape.size()) {
+    throw Error("codegen: a permuted store takes a permutation of the result's " +
+                std::to_string(shape.size()) + " axes, got " + std::to_string(perm.size()));
+  }
+  // Stored coordinate j is the result's axis perm[j]: offset sum_j c[perm[j]] * stride'[j].
+  Shape stored(shape.size());
+  for (size_t j = 0; j < perm.size(); ++j) stored[j] = shape[static_cast<size_t>(perm[j])];
+  const Shape strides = contiguous_strides(stored);
+  std::string offset;
+  for (size_t j = 0; j < perm.size(); ++j) {
+    if (stored[j] == 1) continue;
+    if (!offset.empty()) offset += " + ";
+    offset += "mn_c" + std::to_string(perm[j]) + " * " + std::to_string(strides[j]) + "u";
+  }
+  if (offset.empty()) offset = "0u";
+  const std::string fn = "uint mn_permuted(uint i) {\n" + glsl::unravel(shape, "i", "mn_c") +
+                         "  return " + offset + ";\n}\n";
+  std::string names;
+  for (int64_t a : perm) names += (names.empty() ? "" : ",") + std::to_string(a);
+  for (KernelLaunch* k : output_writers(l, "permuted store")) {
+    if (called(k->glsl, "out_stb") || called(k->glsl, "out_sti") || called(k->glsl, "out_ld") ||
+        called(k->glsl, "out_ldb")) {
+      throw Error("codegen: kernel '" + k->name +
+                  "' stores raw or integer values or reads its output back; cannot add a "
+                  "permuted store");
+    }
+    wrap_helper(k->glsl, "out_st",
+                fn + "void out_st(uint i, float v) { mn_own_out_st(mn_permuted(i), v); }\n",
+                k->name);
+    k->name += "+store[permute(" + names + ")]";
+  }
 }
 
 }  // namespace mn::codegen

@@ -1,6 +1,9 @@
 #pragma once
-// A kernel that stores its result twice: in its own dtype and, through a second output binding,
-// cast to another float dtype. With mixed precision a value is often read both in f32 (a
+// Rewrites of a kernel's stores through its output's generic store (`out_st`, glsl::buffer),
+// so that any lowering storing only through it takes them.
+//
+// Twin: a kernel that stores its result twice: in its own dtype and, through a second output
+// binding, cast to another float dtype. With mixed precision a value is often read both in f32 (a
 // softmax's backward, attention) and in 16 bits (a product's operand); its kernel then writes
 // the 16-bit copy as it stores the f32 one, and the cast's launch, its barrier and its second
 // read of the value disappear (schedule/narrowed_stores.h decides where).
@@ -20,5 +23,10 @@ bool stores_twin(const Node& node);
 // one (a converting copy's), which the caller guarantees. Throws when a launch writes its
 // output other than through `out_st` (a lowering stores_twin should not have named).
 void add_twin_store(Lowering& l, DType own, DType twin);
+
+// Permuted: a kernel whose result only a permute reads stores it in the permute's layout, so
+// the permute needs no launch: element i of the result (row-major in `shape`) goes where
+// permute(result, perm) holds it. Throws as add_twin_store does.
+void add_permuted_store(Lowering& l, const Shape& shape, const std::vector<int64_t>& perm);
 
 }  // namespace mn::codegen

@@ -17,6 +17,7 @@
 #include "schedule/gpu_lowering.h"
 #include "schedule/narrowed_stores.h"
 #include "schedule/permuted_rotations.h"
+#include "schedule/permuted_stores.h"
 #include "schedule/reduction_operands.h"
 #include "schedule/rematerialize.h"
 #include "schedule/rope_fusion.h"
@@ -97,6 +98,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     schedule::fold_permutes_into_rotations(g, p.groups);
     schedule::twin_stores(g, p.groups);
     schedule::fuse_row_tails(g, p.groups, options.device, fo.max_bindings);
+    schedule::fold_permutes_into_stores(g, p.groups);
   }
   const std::vector<std::vector<int>> in_place = plan_in_place(g, p.groups);
 

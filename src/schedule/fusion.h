@@ -130,6 +130,10 @@ struct KernelGroup {
   // operand) and the one through which it stores its result (its output is then the permute's
   // value); empty: none.
   std::vector<int64_t> load_perm, store_perm;
+  // Other single groups and reduction groups, see schedule/permuted_stores.h: the result is
+  // stored as permute(result, stored_permuted) (codegen::add_permuted_store), and the group's
+  // output is the permute's value; empty: as it is.
+  std::vector<int64_t> stored_permuted;
 };
 
 // `small` broadcasts to exactly `big` (right-aligned, size-1 or equal extents).

@@ -11,7 +11,7 @@
 #include "codegen/lower_conv.h"
 #include "codegen/lower_matmul.h"
 #include "codegen/rope_load.h"
-#include "codegen/twin_store.h"
+#include "codegen/store_rewrites.h"
 #include "ir/op_def.h"
 #include "ir/ops/attention.h"
 #include "ir/ops/nn.h"
@@ -229,8 +229,8 @@ codegen::Lowering lower_reduction(const Graph& g, const KernelGroup& group,
   if (!epi.nodes.empty()) {
     f.epilogue = true;
     f.stored = g.node(group.outputs.at(0)).type.dtype;
-    f.declarations += segment_function(epi, group.outputs,
-                                       "float mn_reduce_epilogue(float v, uint o)", "o", "re_");
+    f.declarations +=
+        segment_function(epi, epi.outputs, "float mn_reduce_epilogue(float v, uint o)", "o", "re_");
   }
   const KernelSegment* tail = group.segments.size() > 2 ? &group.segments[2] : nullptr;
   if (tail) {
@@ -304,11 +304,27 @@ std::string group_name(const Graph& g, const KernelGroup& group) {
          std::to_string(group.segments.size()) + " segments]";
 }
 
+namespace {
+
+// A group whose result a permute alone read stores it in the permute's layout
+// (schedule/permuted_stores.h): its output is the permute's value.
+void store_permuted(const Graph& g, const KernelGroup& group, codegen::Lowering& l) {
+  if (group.stored_permuted.empty()) return;
+  const Node& permute = g.node(group.outputs.at(0));
+  codegen::add_permuted_store(l, g.node(permute.inputs.front()).type.shape, group.stored_permuted);
+}
+
+}  // namespace
+
 codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
                               const codegen::DeviceTraits& device,
                               std::span<const int> in_place, bool check_indices) {
   if (group.kind == KernelGroup::Kind::matmul_epilogue) return lower_epilogue(g, group, device);
-  if (group.kind == KernelGroup::Kind::reduction) return lower_reduction(g, group, device);
+  if (group.kind == KernelGroup::Kind::reduction) {
+    codegen::Lowering l = lower_reduction(g, group, device);
+    store_permuted(g, group, l);
+    return l;
+  }
   if (group.kind == KernelGroup::Kind::pointwise) {
     codegen::FusedPointwise f;
     f.name = group_name(g, group);
@@ -361,6 +377,7 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
   if (const NodeId twin = twin_output(g, group); twin >= 0) {
     codegen::add_twin_store(l, g.node(group.outputs[0]).type.dtype, g.node(twin).type.dtype);
   }
+  store_permuted(g, group, l);
   return l;
 }
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "codegen/twin_store.h"
+#include "codegen/store_rewrites.h"
 #include "codegen/widened_operands.h"
 #include "ir/op_def.h"
 

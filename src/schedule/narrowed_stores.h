@@ -19,7 +19,7 @@ namespace mn::schedule {
 void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups);
 
 // A kernel whose result a cast reads beside other readers stores the cast's value too, through a
-// second output (codegen/twin_store.h): a softmax's probabilities in f32 for its backward and
+// second output (codegen/store_rewrites.h): a softmax's probabilities in f32 for its backward and
 // in bf16 for the product with the values, a rotation's f32 query for attention and its bf16
 // copy for the gradient products, attention's output for its backward and for the output
 // projection, a 16-bit permute's widening for attention. As for a narrowed store, the value is

@@ -1,5 +1,5 @@
-// A kernel storing its result twice (codegen/twin_store.h): the second output binding, the
-// wrapped stores (the raw 16-bit store of a copy too), and the refusals that name the kernel.
+// Rewrites of a kernel's stores (codegen/store_rewrites.h): a twin stored through a second
+// output binding (a raw 16-bit store widened for it), a permuted store, and the refusals.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -8,7 +8,7 @@
 
 #include "codegen/glsl.h"
 #include "codegen/shader/shader_compiler.h"
-#include "codegen/twin_store.h"
+#include "codegen/store_rewrites.h"
 #include "support/expect_error.h"
 #include "support/spirv_val.h"
 
@@ -63,6 +63,37 @@ TEST(TwinStore, RefusesWhatItCannotCopy) {
   none.launches.front().bindings[1].written = false;
   expect_error<Error>([&] { add_twin_store(none, DType::f32, DType::bf16); },
                       {"no launch stores the output"});
+}
+
+TEST(PermutedStore, StoresAtThePermutedOffset) {
+  Lowering l = copy_lowering(DType::f32, DType::bf16, "  out_st(i, x_ld(i));\n");
+  add_permuted_store(l, {2, 3, 4}, {2, 0, 1});
+  const KernelLaunch& k = l.launches.front();
+  EXPECT_EQ(k.name, "copy+store[permute(2,0,1)]");
+  // Element (c0, c1, c2) of [2, 3, 4] goes to (c2, c0, c1) of [4, 2, 3]: offset c2 * 6 + c0 * 3 +
+  // c1.
+  EXPECT_NE(k.glsl.find("return mn_c2 * 6u + mn_c0 * 3u + mn_c1 * 1u;"), std::string::npos)
+      << k.glsl;
+  EXPECT_EQ(k.bindings.size(), 2u);
+  expect_compiles(k);
+}
+
+TEST(PermutedStore, RefusesKernelsReadingTheirOutputOrStoringRawValues) {
+  Lowering readback = copy_lowering(DType::f32, DType::f32,
+                                    "  out_st(i, x_ld(i));\n  out_st(i, out_ld(i) * 2.0);\n");
+  expect_error<Error>(
+      [&] {
+        add_permuted_store(readback, {4, 2}, {1, 0});
+      },
+      {"kernel 'copy'", "reads its output back"});
+  Lowering raw = copy_lowering(DType::bf16, DType::bf16, "  out_stb(i, x_ldb(i));\n");
+  expect_error<Error>([&] { add_permuted_store(raw, {4, 2}, {1, 0}); }, {"raw or integer"});
+  Lowering rank = copy_lowering(DType::f32, DType::f32, "  out_st(i, x_ld(i));\n");
+  expect_error<Error>(
+      [&] {
+        add_permuted_store(rank, {4, 2}, {1, 0, 2});
+      },
+      {"permutation of the result's 2 axes, got 3"});
 }
 
 }  // namespace

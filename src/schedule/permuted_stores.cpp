@@ -1,0 +1,88 @@
+#include "schedule/permuted_stores.h"
+
+#include <map>
+#include <set>
+
+#include "codegen/store_rewrites.h"
+#include "codegen/widened_operands.h"
+#include "ir/ops/shape.h"
+
+namespace mn::schedule {
+namespace {
+
+// A single group whose kernel stores its one result through the generic store alone.
+bool stores_through_out_st(const Graph& g, const KernelGroup& k) {
+  if (k.outputs.size() != 1 || !k.stored_permuted.empty() || !k.store_perm.empty()) return false;
+  if (k.kind == KernelGroup::Kind::reduction) return k.segments.size() == 2;
+  if (k.kind != KernelGroup::Kind::single || k.nodes.size() != 1 || k.gemv.norm >= 0 ||
+      k.gemv.sibling >= 0 || k.rope.node >= 0 || k.append.k_write >= 0) {
+    return false;
+  }
+  const Node& node = g.node(k.nodes.front());
+  return codegen::stores_twin(node) && !codegen::converting_copy(node);
+}
+
+}  // namespace
+
+void fold_permutes_into_stores(const Graph& g, std::vector<KernelGroup>& groups) {
+  std::map<NodeId, int> readers = group_readers(groups);
+  const std::set<NodeId> sinks = kept_values(g);
+  // Lone permutes by the value they read: as it is, or through a narrowing cast they round as
+  // they store (schedule/widened_loads.h), which the folding kernel's store then rounds so too.
+  std::map<NodeId, size_t> permute_of;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const KernelGroup& k = groups[i];
+    if (k.kind != KernelGroup::Kind::single || k.nodes.size() != 1 || k.outputs.size() != 1)
+      continue;
+    const Node& p = g.node(k.nodes.front());
+    if (p.op_name() != "permute") continue;
+    const NodeId read = k.inputs.at(0);
+    const Node& operand = g.node(p.inputs.front());
+    const bool narrowed = operand.op_name() == "cast" && operand.inputs.front() == read &&
+                          g.node(read).type.dtype == DType::f32 &&
+                          is_half_float(operand.type.dtype);
+    if (read == p.inputs.front() || narrowed) permute_of.emplace(read, i);
+  }
+  // Reshapes (views of their operand, no launch) by the value they read.
+  std::map<NodeId, size_t> reshape_of;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const KernelGroup& k = groups[i];
+    if (k.kind == KernelGroup::Kind::single && k.nodes.size() == 1 &&
+        g.node(k.nodes.front()).op_name() == "reshape" && k.inputs.size() == 1) {
+      reshape_of.emplace(k.inputs.front(), i);
+    }
+  }
+  auto only_reader = [&](NodeId v) { return readers[v] == 1 && !sinks.count(v); };
+  std::vector<char> dropped(groups.size(), 0);
+  for (KernelGroup& k : groups) {
+    if (!stores_through_out_st(g, k)) continue;
+    // The result, or a reshape of it, read by a lone permute alone.
+    NodeId out = k.outputs.front();
+    if (!only_reader(out)) continue;
+    std::vector<size_t> folded;
+    if (const auto r = reshape_of.find(out); r != reshape_of.end() && !dropped[r->second]) {
+      folded.push_back(r->second);
+      out = groups[r->second].nodes.front();
+      if (!only_reader(out)) continue;
+    }
+    const auto it = permute_of.find(out);
+    if (it == permute_of.end() || dropped[it->second]) continue;
+    folded.push_back(it->second);
+    const NodeId permute = groups[it->second].nodes.front();
+    const TensorType in = g.node(g.node(permute).inputs.front()).type;
+    std::vector<int64_t> perm =
+        ops::shape_detail::resolve_perm("permute", std::span<const TensorType>(&in, 1),
+                                        g.node(permute).attrs.as<PermuteAttrs>().perm);
+    if (perm.size() != in.shape.size()) continue;
+    for (size_t f : folded) {
+      k.nodes.push_back(groups[f].nodes.front());
+      dropped[f] = 1;
+    }
+    k.outputs = {permute};
+    k.stored_permuted = std::move(perm);
+  }
+  size_t i = 0;
+  std::erase_if(groups, [&](const KernelGroup&) { return dropped[i++] != 0; });
+}
+
+}  // namespace mn::schedule

@@ -1,0 +1,93 @@
+// Kernels storing their result in the layout of the permute that alone reads it
+// (schedule/permuted_stores.h): attention's output with its heads merged, a softmax, a GQA-style
+// sum over groups read through a reshape; the values are the unfused kernels' bit for bit and
+// the reference's, with no permute launch; a result read elsewhere too keeps its permute.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+#include <meganeura/reference.h>
+#include <meganeura/session.h>
+
+#include "plan/step_plan.h"
+#include "support/elementwise_error.h"
+#include "support/random_fill.h"
+#include "support/scoped_env.h"
+
+namespace mn {
+namespace {
+
+using Outputs = std::map<std::string, Array>;
+
+Outputs run(const Graph& g, const reference::Feeds& feeds) {
+  auto s = build_session(g);
+  for (const auto& [name, value] : feeds) s->set(name, value);
+  s->step();
+  Outputs out;
+  for (const std::string& name : s->output_names()) out[name] = s->get(name);
+  return out;
+}
+
+TEST(PermutedStoresGpu, ResultsStoredInTheirPermutesLayout) {
+  auto rng = testing::rng_for("permuted-stores");
+  Graph g;
+  reference::Feeds feeds;
+  Tensor q = g.input("q", {2, 4, 16, 8});  // [B, H, L, D]
+  Tensor k = g.input("k", {2, 2, 16, 8});
+  Tensor v = g.input("v", {2, 2, 16, 8});
+  Tensor s = g.input("s", {2, 3, 5, 7});
+  Tensor r = g.input("r", {2, 2, 3, 16, 8});  // [B, Hkv, group, L, D]
+  for (const Tensor& t : {q, k, v, s, r})
+    feeds[g.node(t.id()).name] = testing::random_array(rng, t.type());
+  // Heads merged back into [B, L, H * D].
+  Tensor o = scaled_dot_product_attention(q, k, v, {}, true);
+  g.output("merged", reshape(permute(o, {0, 2, 1, 3}), {2, 16, 32}) * 2.0);
+  // Narrowed to bf16 by the permute's copy, so by the attention's permuted store.
+  Tensor o2 = scaled_dot_product_attention(q * 0.5, k, v);
+  g.output("merged_bf16", cast(permute(cast(o2, DType::bf16), {0, 2, 1, 3}), DType::f32) + 1.0);
+  g.output("softmax_t", permute(softmax(s * 0.5), {3, 1, 0, 2}) + 1.0);
+  // A sum over the group axis, its kept 1 dropped by a reshape, then the heads merged.
+  Tensor summed = reshape(sum(r * r, {2}, true), {2, 2, 16, 8});
+  g.output("groups", permute(summed, {0, 2, 1, 3}) * 3.0);
+  // Read twice: the permute keeps its launch.
+  Tensor twice = softmax(q * 3.0);
+  g.output("twice_permuted", permute(twice, {0, 2, 1, 3}) + 0.0);
+  g.output("twice", twice * 1.5);
+
+  const Outputs fused = run(g, feeds);
+  Outputs unfused;
+  {
+    testing::ScopedEnv off("MN_FUSION", "0");
+    unfused = run(g, feeds);
+  }
+  const auto ref = reference::evaluate(g, feeds);
+  for (const auto& [name, expected] : ref) {
+    EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
+    // bf16's rounding may differ by a unit where the reference computes in f64.
+    const double tol = name == "merged_bf16" ? 1e-2 : 1e-5;
+    EXPECT_TRUE(testing::elementwise_near(fused.at(name), expected, tol)) << name;
+  }
+  plan::PlanOptions po;
+  po.device.storage_16bit = true;
+  const plan::StepPlan p = plan::make_step_plan(g, po);
+  std::map<std::string, int> stored, permutes;
+  for (const plan::PlannedLaunch& l : p.launches) {
+    const std::string op(p.graph.node(l.nodes.front()).op_name());
+    if (l.kernel.name.find("+store[permute(") != std::string::npos) ++stored[op];
+    if (op == "permute")
+      ++permutes[std::string(p.graph.node(p.graph.node(l.nodes.front()).inputs[0]).op_name())];
+  }
+  EXPECT_EQ(stored["scaled_dot_product_attention"], 2);
+  EXPECT_EQ(stored["softmax"], 1);
+  EXPECT_EQ(permutes["softmax"], 1);  // the one read twice
+  int reductions = 0;
+  for (const auto& [op, n] : stored)
+    reductions += op != "scaled_dot_product_attention" && op != "softmax" ? n : 0;
+  EXPECT_EQ(reductions, 1);
+}
+
+}  // namespace
+}  // namespace mn
