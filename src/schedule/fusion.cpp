@@ -311,7 +311,10 @@ struct Builder {
       const bool anchor =
           conv ? options.conv_epilogue : options.matmul_epilogue && mm.op_name() == "matmul";
       if (!needed[i] || !anchor || consumers[i].empty()) continue;
-      if (mm.type.dtype != DType::f32 || (sink[i] && !conv)) continue;
+      // A 16-bit product (mixed precision) too: its epilogue reads the accumulator rounded as
+      // the product's store would round it (schedule/fusion_lower.cpp).
+      const bool narrow_product = !conv && is_half_float(mm.type.dtype);
+      if ((mm.type.dtype != DType::f32 && !narrow_product) || (sink[i] && !conv)) continue;
       // The group reading the matmul most.
       int x = -1, best = 0;
       for (NodeId c : consumers[i]) {
@@ -338,6 +341,14 @@ struct Builder {
         legal = legal && conv && !reaches(group_of[c], x);
       }
       if (!legal) continue;
+      // A 16-bit product whose group only widens it, or feeds a reduction as its prologue,
+      // stays 16-bit: its readers widen it as they load (schedule/widened_loads.h), reading
+      // half the bytes an f32 copy would take.
+      if (narrow_product && (feeds_prologue(x) ||
+                             std::all_of(w.nodes.begin(), w.nodes.end(),
+                                         [&](NodeId v) { return node(v).op_name() == "cast"; }))) {
+        continue;
+      }
       // The product's own store writes the group's first output in the product's dtype (f32):
       // a group storing a 16-bit value (a cast) keeps its own kernel.
       const std::vector<NodeId> stored = outputs_of(w.nodes);

@@ -102,10 +102,19 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
   std::vector<TensorType> types;
   std::vector<std::string> exprs;
   codegen::MatmulEpilogue e;
+  // A 16-bit product's value is its accumulator rounded to that dtype, as its store would round
+  // it; the kernel then stores the epilogue's f32 value.
+  const bool narrow_product = is_half_float(mm.type.dtype);
+  if (narrow_product) {
+    const std::string narrow = mm.type.dtype == DType::bf16 ? "bf16" : "f16";
+    e.declarations += codegen::glsl::half_conversions();
+    e.declarations += "float mn_product_value(float v) { return mn_" + narrow +
+                      "_to_f32(mn_f32_to_" + narrow + "(v)); }\n";
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     types.push_back(g.node(inputs[i]).type);
     if (inputs[i] == m) {
-      exprs.emplace_back("acc");
+      exprs.emplace_back(narrow_product ? "mn_product_value(acc)" : "acc");
       continue;
     }
     if (inputs[i] == group.gemv.sibling) {  // computed beside the product, not bound
@@ -146,7 +155,10 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
   // (schedule/widened_loads.h).
   std::vector<TensorType> in_types;
   for (size_t i = 0; i < mm.inputs.size(); ++i) in_types.push_back(g.node(group.inputs[i]).type);
-  const codegen::LowerContext ctx{mm, in_types, device};
+  // Typed as the kernel stores: the epilogue's first value (f32, fusion.cpp).
+  Node stored = mm;
+  stored.type.dtype = g.node(group.outputs.front()).type.dtype;
+  const codegen::LowerContext ctx{stored, in_types, device};
   const bool conv = mm.op_name() == "conv2d";
   // Element (b, m, n) of the product is element b·M·N + m·N + n of its (row-major) shape; a
   // conv's output [N, O, OH, OW] is the product [N, O, OH·OW] (codegen/matmul_epilogue.h).

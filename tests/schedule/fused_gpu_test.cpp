@@ -15,6 +15,7 @@
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "plan/step_plan.h"
 #include "support/elementwise_error.h"
 #include "support/random_fill.h"
 #include "support/scoped_env.h"
@@ -165,6 +166,62 @@ TEST(FusedGpu, MatmulEpilogues) {
   // Seven matmuls (the split GEMV in two launches) and seventeen pointwise ops unfused.
   EXPECT_EQ(r.unfused_dispatches, 25u);
   EXPECT_EQ(r.fused_dispatches, 8u);
+}
+
+// Products of 16-bit operands stored in 16 bits (mixed precision's form) take their consumers
+// as epilogues: the accumulator rounded as the product's store would round it, then widened,
+// so the values are the unfused kernels' bit for bit. A product only widened stays 16-bit.
+TEST(FusedGpu, SixteenBitProductEpilogues) {
+  auto rng = testing::rng_for("fused-16-bit-products");
+  Graph g;
+  Feeds feeds;
+  auto input = [&](const std::string& name, Shape shape, DType dtype = DType::f32) {
+    Tensor t = g.input(name, std::move(shape), dtype);
+    Array a = testing::random_array(rng, {t.type().shape, DType::f32});
+    for (double& v : a.data) v = round_to_dtype(v, dtype);
+    a.dtype = dtype;
+    feeds[name] = a;
+    return t;
+  };
+  for (DType narrow : {DType::bf16, DType::f16}) {
+    const std::string d = dtype_name(narrow);
+    Tensor a = input("a_" + d, {6, 10}, narrow);
+    Tensor b = input("b_" + d, {10, 12}, narrow);
+    Tensor r = input("r_" + d, {6, 12});
+    g.output("residual_" + d, cast(matmul(a, b), DType::f32) + r);
+    Tensor mask = input("mask_" + d, {6, 12});
+    Tensor a2 = input("a2_" + d, {6, 10}, narrow);
+    g.output("masked_" + d, where(mask, cast(matmul(a2, b), DType::f32) * 0.125, mask * 0.0 - 1e4));
+    // Large enough for the tiled kernel (and for tensor cores where the device has them).
+    Tensor al = input("al_" + d, {128, 256}, narrow);
+    Tensor bl = input("bl_" + d, {128, 256}, narrow);  // read transposed
+    Tensor rl = input("rl_" + d, {128, 128});
+    g.output("large_" + d, cast(matmul(al, bl, false, true), DType::f32) + rl);
+    // Only widened: the product stays 16-bit, its reader widens it.
+    Tensor a3 = input("a3_" + d, {6, 10}, narrow);
+    g.output("widened_" + d, sum(cast(matmul(a3, b), DType::f32) * r, {1}));
+  }
+  Runs r = run_both(g, feeds);
+  const auto ref = reference::evaluate(g, feeds);
+  for (const auto& [name, expected] : ref) {
+    EXPECT_EQ(r.fused.at(name).data, r.unfused.at(name).data) << name;
+    // Roundings to 16 bits of f32 and f64 accumulations may differ by a unit.
+    EXPECT_TRUE(testing::elementwise_near(r.fused.at(name), expected, 2e-2)) << name;
+  }
+  plan::PlanOptions po;
+  po.device.storage_16bit = true;
+  const plan::StepPlan p = plan::make_step_plan(g, po);
+  int epilogues = 0;
+  for (const plan::PlannedLaunch& l : p.launches) {
+    const Node& n = p.graph.node(l.nodes.front());
+    if (n.op_name() != "matmul") continue;
+    const bool epilogue = l.kernel.name.find("+epilogue[cast") != std::string::npos;
+    epilogues += epilogue;
+    // A product the epilogue finishes stores f32; one left alone, its own 16 bits.
+    EXPECT_EQ(p.graph.node(l.node).type.dtype, epilogue ? DType::f32 : n.type.dtype)
+        << l.kernel.name;
+  }
+  EXPECT_EQ(epilogues, 6);
 }
 
 TEST(FusedGpu, ReductionPrologues) {
