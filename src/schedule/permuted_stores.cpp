@@ -3,6 +3,7 @@
 #include <map>
 #include <set>
 
+#include "codegen/fused_reduce.h"
 #include "codegen/store_rewrites.h"
 #include "codegen/widened_operands.h"
 #include "ir/ops/shape.h"
@@ -19,6 +20,10 @@ bool stores_through_out_st(const Graph& g, const KernelGroup& k) {
     return false;
   }
   const Node& node = g.node(k.nodes.front());
+  if (k.inputs.size() == 1 &&
+      codegen::reduce_accepts_fusion(node, std::vector{g.node(k.inputs.front()).type})) {
+    return true;  // a float reduction of its own: the same kernels, without prologue or epilogue
+  }
   return codegen::stores_twin(node) && !codegen::converting_copy(node);
 }
 

@@ -1,7 +1,8 @@
 // Kernels storing their result in the layout of the permute that alone reads it
 // (schedule/permuted_stores.h): attention's output with its heads merged, a softmax, a GQA-style
 // sum over groups read through a reshape; the values are the unfused kernels' bit for bit and
-// the reference's, with no permute launch; a result read elsewhere too keeps its permute.
+// the reference's, with no permute launch (a plain reduction too); a result read elsewhere too
+// keeps its permute.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -52,6 +53,9 @@ TEST(PermutedStoresGpu, ResultsStoredInTheirPermutesLayout) {
   // A sum over the group axis, its kept 1 dropped by a reshape, then the heads merged.
   Tensor summed = reshape(sum(r * r, {2}, true), {2, 2, 16, 8});
   g.output("groups", permute(summed, {0, 2, 1, 3}) * 3.0);
+  // The same sum with no prologue: a reduction kernel of its own.
+  Tensor plain = reshape(sum(r, {2}, true), {2, 2, 16, 8});
+  g.output("plain_groups", permute(plain, {0, 2, 1, 3}) + 1.0);
   // Read twice: the permute keeps its launch.
   Tensor twice = softmax(q * 3.0);
   g.output("twice_permuted", permute(twice, {0, 2, 1, 3}) + 0.0);
@@ -86,7 +90,7 @@ TEST(PermutedStoresGpu, ResultsStoredInTheirPermutesLayout) {
   int reductions = 0;
   for (const auto& [op, n] : stored)
     reductions += op != "scaled_dot_product_attention" && op != "softmax" ? n : 0;
-  EXPECT_EQ(reductions, 1);
+  EXPECT_EQ(reductions, 2);
 }
 
 }  // namespace
