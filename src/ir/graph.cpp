@@ -72,6 +72,10 @@ void Graph::check_new_name(const char* where, const std::string& name) const {
     throw Error(std::string(where) + ": name '" + name +
                 "' is already used by an input, parameter or state");
   }
+  // Session::get reads tensors by name: a source and another tensor's output may not share one.
+  if (find_output(name)) {
+    throw Error(std::string(where) + ": name '" + name + "' is already used by an output");
+  }
 }
 
 Tensor Graph::input(const std::string& name, Shape shape, DType dtype) {
@@ -137,6 +141,13 @@ Tensor Graph::scalar(double value, DType dtype) { return constant(Array::scalar(
 void Graph::output(const std::string& name, Tensor t) {
   if (&t.graph() != this) throw Error("Graph::output '" + name + "': tensor of another graph");
   if (find_output(name)) throw Error("Graph::output: duplicate output name '" + name + "'");
+  // Session::get reads tensors by name: an output may carry a source's name only if it is it.
+  std::optional<NodeId> source = find_input(name);
+  if (!source) source = find_persistent(name);
+  if (source && *source != t.id()) {
+    throw Error("Graph::output '" + name +
+                "': the name is already used by an input, parameter or state (another tensor)");
+  }
   outputs_.emplace_back(name, t.id());
 }
 

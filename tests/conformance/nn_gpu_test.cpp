@@ -183,7 +183,7 @@ TEST(NnGpu, RopeLargePositions) {
   Tensor w = g.constant(testing::random_array(rng, {{2, 3, 64, 128}, DType::f32}));
   g.output("grad", gradients(sum(rope(x, 10000.0, 100000) * w), {x})[0]);
   // Heads too wide for the frequency table in shared memory.
-  Tensor wide = random_input(g, feeds, "wide", {3, 1040}, rng);
+  Tensor wide = random_input(g, feeds, "wide_x", {3, 1040}, rng);
   g.output("wide", rope(wide, 10000.0, 3000));
   expect_close(g, feeds, 5e-6);
 }

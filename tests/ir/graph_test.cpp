@@ -27,6 +27,21 @@ TEST(Graph, SourcesAndOutputs) {
   EXPECT_THROW(g.input("bad", {2, 0}), ShapeError);
 }
 
+// Session::get reads tensors by name: an output may not take another tensor's source name,
+// nor a source an output's.
+TEST(Graph, OutputsAndSourcesDoNotShareNamesOfOtherTensors) {
+  Graph g;
+  auto x = g.input("x", {2, 3});
+  auto w = g.parameter("w", {3, 4}, Init::zeros());
+  g.output("w", w);  // the parameter itself, under its own name
+  expect_error<Error>([&] { g.output("x", matmul(x, w)); },
+                      {"Graph::output 'x'", "already used by an input, parameter or state"});
+  g.output("y", matmul(x, w));
+  expect_error<Error>([&] { g.parameter("y", {1}, Init::zeros()); },
+                      {"Graph::parameter", "'y' is already used by an output"});
+  expect_error<Error>([&] { g.state("y", {1}, Init::zeros()); }, {"already used by an output"});
+}
+
 TEST(Graph, HashIsStableAndStructural) {
   auto build = [](double v) {
     Graph g;

@@ -165,7 +165,7 @@ TEST(AlgebraRules, Signs) {
          [](Graph& g, auto& rng) { return op("neg", {}, {op("neg", {}, {input(g, rng)})}); }, 1});
   auto pair = [](Graph& g, std::mt19937_64& rng) {
     Shape s = random_shape(rng, 1, 3);
-    return std::pair{g.input("x", s), g.input("y", s)};
+    return std::pair{g.input("x", s), g.input("z", s)};
   };
   check({"add-neg",
          [pair](Graph& g, auto& rng) {
