@@ -66,7 +66,6 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   const uint32_t width = std::clamp<uint32_t>(ctx.device.subgroup_size, 1, threads);
   const int64_t rows = threads / width;  // outputs per workgroup
   const int64_t outputs = l.p_count * batch;
-  const int64_t groups = (outputs + rows - 1) / rows;
   const bool quads = g.k % 4 == 0;
   const std::string vec_name = l.left ? "A" : "B", mat_name = l.left ? "B" : "A";
 
@@ -78,17 +77,33 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   if (e) s += e->declarations;
   const bool norm = x && x->norm, gamma = norm && x->gamma_input >= 0;
   const bool sibling = x && x->sibling_input >= 0;
+  const std::vector<GemvExtras::Stacked> stacked =
+      x ? x->stacked : std::vector<GemvExtras::Stacked>{};
+  if (!stacked.empty() && (e || sibling || batch != 1 || !l.left)) {
+    throw Error("matmul: stacked GEMV products take no epilogue, sibling or batch");
+  }
   uint32_t binding = 3 + static_cast<uint32_t>(e ? e->extra.size() : 0);
   const uint32_t gamma_binding = binding, sibling_binding = binding + (gamma ? 1 : 0);
+  // Stacked product j: its matrix "M<j>" and its output "C<j>", after gamma.
+  const uint32_t stacked_binding = binding + (gamma ? 1 : 0) + (sibling ? 1 : 0);
   if (gamma) s += glsl::buffer(gamma_binding, x->gamma_dtype, "G", true);
   if (sibling) {
     s += glsl::buffer(sibling_binding, x->sibling_dtype, "S", true);
     s += "float mm_sibling;\n";
   }
+  for (size_t j = 0; j < stacked.size(); ++j) {
+    const auto at = stacked_binding + 2 * static_cast<uint32_t>(j);
+    s += glsl::buffer(at, stacked[j].matrix_dtype, "M" + std::to_string(j), true);
+    s += glsl::buffer(at + 1, stacked[j].out_dtype, "C" + std::to_string(j), false);
+  }
   if (quads) {
     s += glsl::quad_view(0, ctx.inputs[0].dtype, "A") + glsl::quad_view(1, ctx.inputs[1].dtype, "B");
     if (gamma) s += glsl::quad_view(gamma_binding, x->gamma_dtype, "G");
     if (sibling) s += glsl::quad_view(sibling_binding, x->sibling_dtype, "S");
+    for (size_t j = 0; j < stacked.size(); ++j) {
+      s += glsl::quad_view(stacked_binding + 2 * static_cast<uint32_t>(j), stacked[j].matrix_dtype,
+                           "M" + std::to_string(j));
+    }
   }
   s += epilogue_function(e);
 
@@ -105,59 +120,82 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   };
   // The matrix is contiguous along K here: row p starts at p·K.
   const std::string row = "p * " + ulit(count) + " + ";
-  auto step = [&](int u, const std::string& i) {
+  auto step = [&](const std::string& matrix, int u, const std::string& i) {
     std::string t = "      { " + T + " v = " + load(vec_name, vbase, i) + ";";
     if (norm) t += " ss" + std::to_string(u) + " += " + dot("v", "v") + ";";
     if (gamma) t += " v *= " + load("G", "", i) + ";";
-    t += " a" + std::to_string(u) + " += " + dot("v", load(mat_name, mbase, row + i)) + ";";
+    t += " a" + std::to_string(u) + " += " + dot("v", load(matrix, mbase, row + i)) + ";";
     if (sibling) {
       t += " b" + std::to_string(u) + " += " + dot("v", load("S", mbase, row + i)) + ";";
     }
     return t + " }\n";
   };
+  // One output p of `matrix`: the dot product over K, then `store` (statements using acc).
+  auto product = [&](const std::string& matrix, const std::string& store) {
+    std::string t = "    float a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;\n";
+    if (norm) t += "    float ss0 = 0.0, ss1 = 0.0, ss2 = 0.0, ss3 = 0.0;\n";
+    if (sibling) t += "    float b0 = 0.0, b1 = 0.0, b2 = 0.0, b3 = 0.0;\n";
+    const std::string N = ulit(count);
+    // Eight loads in flight per lane, and the rest (fewer than eight per lane) all at once.
+    t += "    uint i = lane;\n";
+    t += "    for (; i + 7u * S < " + N + "; i += 8u * S) {\n";
+    for (int u = 0; u < 8; ++u) t += step(matrix, u % 4, "(i + " + ulit(u) + " * S)");
+    t += "    }\n";
+    for (int u = 0; u < 7; ++u) {
+      const std::string at = "(i + " + ulit(u) + " * S)";
+      t += "    if (" + at + " < " + N + ")\n" + step(matrix, u % 4, at);
+    }
+    std::string scale;
+    if (norm) {
+      t += "    float rstd = inversesqrt(subgroupAdd((ss0 + ss1) + (ss2 + ss3)) / " +
+           glsl::float_literal(static_cast<double>(g.k)) + " + " + glsl::float_literal(x->eps) +
+           ");\n";
+      scale = " * rstd";
+    }
+    t += "    float acc = subgroupAdd((a0 + a1) + (a2 + a3))" + scale + ";\n";
+    if (sibling) t += "    mm_sibling = subgroupAdd((b0 + b1) + (b2 + b3))" + scale + ";\n";
+    return t + "    if (subgroupElect()) " + store + ";\n";
+  };
 
+  int64_t total = outputs;
+  for (const GemvExtras::Stacked& st : stacked) total += st.rows;
+  const int64_t groups_all = (total + rows - 1) / rows;
   s += "void main() {\n";
   s += "  uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
   s += "  uint S = gl_SubgroupSize, lane = gl_SubgroupInvocationID;\n";
   s += "  for (uint r = gl_SubgroupID; r < " + ulit(rows) + "; r += gl_NumSubgroups) {\n";
   s += "    uint o = group * " + ulit(rows) + " + r;\n";
-  s += "    if (o >= " + ulit(outputs) + ") break;\n";  // uniform in the subgroup
+  s += "    if (o >= " + ulit(total) + ") break;\n";  // uniform in the subgroup
+  // The stacked products' outputs follow the product's (batch 1): each subgroup takes one row
+  // of one matrix, uniformly.
+  int64_t first = outputs;
+  for (size_t j = 0; j < stacked.size(); ++j) {
+    const std::string J = std::to_string(j);
+    s += "    if (o >= " + ulit(first) + " && o < " + ulit(first + stacked[j].rows) + ") {\n";
+    s += "      uint bz = 0u, p = o - " + ulit(first) + ";\n" + batch_bases(g);
+    s += product("M" + J, "C" + J + "_st(p, acc)") + "      continue;\n    }\n";
+    first += stacked[j].rows;
+  }
   s += "    uint bz = o / " + ulit(l.p_count) + ", p = o % " + ulit(l.p_count) + ";\n";
   s += batch_bases(g);
-  s += "    float a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;\n";
-  if (norm) s += "    float ss0 = 0.0, ss1 = 0.0, ss2 = 0.0, ss3 = 0.0;\n";
-  if (sibling) s += "    float b0 = 0.0, b1 = 0.0, b2 = 0.0, b3 = 0.0;\n";
-  const std::string N = ulit(count);
-  // Eight loads in flight per lane, and the rest (fewer than eight per lane) all at once.
-  s += "    uint i = lane;\n";
-  s += "    for (; i + 7u * S < " + N + "; i += 8u * S) {\n";
-  for (int u = 0; u < 8; ++u) s += step(u % 4, "(i + " + ulit(u) + " * S)");
-  s += "    }\n";
-  for (int u = 0; u < 7; ++u) {
-    const std::string at = "(i + " + ulit(u) + " * S)";
-    s += "    if (" + at + " < " + N + ")\n" + step(u % 4, at);
-  }
-  std::string scale;
-  if (norm) {
-    s += "    float rstd = inversesqrt(subgroupAdd((ss0 + ss1) + (ss2 + ss3)) / " +
-         glsl::float_literal(static_cast<double>(g.k)) + " + " + glsl::float_literal(x->eps) +
-         ");\n";
-    scale = " * rstd";
-  }
-  s += "    float acc = subgroupAdd((a0 + a1) + (a2 + a3))" + scale + ";\n";
-  if (sibling) s += "    mm_sibling = subgroupAdd((b0 + b1) + (b2 + b3))" + scale + ";\n";
-  s += "    if (subgroupElect()) " + epilogue_store(l) + ";\n";
+  s += product(mat_name, epilogue_store(l));
   s += "  }\n}\n";
 
   KernelLaunch k;
   k.name = std::string("matmul_gemv") + (norm ? "+prologue[rms_norm]" : "") +
-           (sibling ? "+sibling" : "");
+           (sibling ? "+sibling" : "") +
+           (stacked.empty() ? "" : "+stacked[" + std::to_string(stacked.size()) + "]");
   k.glsl = std::move(s);
   k.workgroup = {threads, 1, 1};
-  k.groups = glsl::linear_grid(static_cast<uint64_t>(groups) * threads, ctx.device, threads).groups;
+  k.groups =
+      glsl::linear_grid(static_cast<uint64_t>(groups_all) * threads, ctx.device, threads).groups;
   bind_epilogue(k, e);
   if (gamma) k.bindings.push_back({ArgRef::input(x->gamma_input), false});
   if (sibling) k.bindings.push_back({ArgRef::input(x->sibling_input), false});
+  for (size_t j = 0; j < stacked.size(); ++j) {
+    k.bindings.push_back({ArgRef::input(stacked[j].matrix_input), false});
+    k.bindings.push_back({ArgRef::output(static_cast<int>(j + 1)), true});
+  }
   Lowering out;
   out.launches.push_back(std::move(k));
   return out;

@@ -51,6 +51,10 @@ std::string batch_bases(const MatmulGeometry& g);
 //    and needs no normalized copy.
 //  - sibling: a second matrix of B's shape and layout, multiplied by the same vector in the
 //    same pass; its product at the element being stored is `mm_sibling` in the epilogue.
+//  - stacked: further products of the same vector with matrices of the same K and layout but
+//    their own rows, each stored into its own output (a decoding layer's q, k and v
+//    projections: one launch). Their outputs follow the product's rows in the kernel's grid;
+//    neither an epilogue nor a sibling goes with them.
 struct GemvExtras {
   bool norm = false;
   double eps = 1e-6;
@@ -58,6 +62,13 @@ struct GemvExtras {
   DType gamma_dtype = DType::f32;
   int sibling_input = -1;  // the group input holding the second matrix; -1: none
   DType sibling_dtype = DType::f32;
+  struct Stacked {
+    int matrix_input = -1;  // the group input holding the matrix [rows, K]
+    DType matrix_dtype = DType::f32;
+    int64_t rows = 0;
+    DType out_dtype = DType::f32;  // stored into ArgRef::output(j + 1)
+  };
+  std::vector<Stacked> stacked;
 };
 
 // The kernel of this product takes GemvExtras: a GEMV of one batch with the vector as input 0

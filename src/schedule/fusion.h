@@ -101,6 +101,10 @@ struct KernelGroup {
     // matrix is input `sibling_input`, its value the epilogue's operand `sibling`.
     NodeId sibling = -1;
     int sibling_input = -1;
+    // Further products of the same vector stored beside this one (codegen::GemvExtras::stacked):
+    // the matmul stacked[j] is output j + 1, its matrix input stacked_input[j].
+    std::vector<NodeId> stacked;
+    std::vector<int> stacked_input;
   };
   Gemv gemv;
   // Single cache_write and cached_attention groups only, see schedule/rope_fusion.h: the

@@ -77,7 +77,7 @@ std::string op_list(const Graph& g, const std::vector<NodeId>& nodes) {
 // What a GEMV group's kernel does beside its product (KernelGroup::gemv).
 std::optional<codegen::GemvExtras> gemv_extras(const Graph& g, const KernelGroup& group) {
   const KernelGroup::Gemv& v = group.gemv;
-  if (v.norm < 0 && v.sibling < 0) return std::nullopt;
+  if (v.norm < 0 && v.sibling < 0 && v.stacked.empty()) return std::nullopt;
   codegen::GemvExtras x;
   if (v.norm >= 0) {
     x.norm = true;
@@ -87,6 +87,11 @@ std::optional<codegen::GemvExtras> gemv_extras(const Graph& g, const KernelGroup
   }
   x.sibling_input = v.sibling_input;
   if (v.sibling_input >= 0) x.sibling_dtype = g.node(group.inputs[v.sibling_input]).type.dtype;
+  for (size_t j = 0; j < v.stacked.size(); ++j) {
+    const TensorType& matrix = g.node(group.inputs[v.stacked_input[j]]).type;
+    x.stacked.push_back({v.stacked_input[j], matrix.dtype, g.node(v.stacked[j]).type.shape.back(),
+                         g.node(v.stacked[j]).type.dtype});
+  }
   return x;
 }
 

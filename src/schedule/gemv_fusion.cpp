@@ -106,6 +106,56 @@ void take_siblings(const Graph& g, std::vector<KernelGroup>& groups,
   }
 }
 
+// Single products of one vector (through one norm) with matrices of one K and layout, each
+// stored: the later ones join the first as stacked products (one launch, the vector and its
+// norm read once per output row as before). A later product's matrix must exist by then.
+void stack_products(const Graph& g, std::vector<KernelGroup>& groups,
+                    const codegen::DeviceTraits& device) {
+  std::map<NodeId, int> producer;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    for (NodeId o : groups[i].outputs) producer[o] = static_cast<int>(i);
+  }
+  auto stackable = [&](const KernelGroup& k) {
+    const NodeId m = product_of(g, k);
+    return k.kind == KernelGroup::Kind::single && m >= 0 && k.gemv.sibling < 0 &&
+           k.gemv.stacked.empty() && k.outputs.size() == 1 && takes_extras(g, k, m, device);
+  };
+  auto gamma_of = [](const KernelGroup& k) {
+    return k.gemv.gamma_input >= 0 ? k.inputs[static_cast<size_t>(k.gemv.gamma_input)] : -1;
+  };
+  std::vector<char> dropped(groups.size(), 0);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    KernelGroup& first = groups[i];
+    if (dropped[i] || !stackable(first)) continue;
+    const Node& mm = g.node(first.nodes.front());
+    const TensorType& w = g.node(first.inputs[1]).type;
+    for (size_t j = i + 1; j < groups.size(); ++j) {
+      const KernelGroup& other = groups[j];
+      if (dropped[j] || !stackable(other) || other.inputs[0] != first.inputs[0] ||
+          other.gemv.norm != first.gemv.norm || gamma_of(other) != gamma_of(first)) {
+        continue;
+      }
+      const Node& um = g.node(other.nodes.front());
+      const TensorType& uw = g.node(other.inputs[1]).type;
+      if (um.attrs != mm.attrs || uw.rank() != w.rank() || uw.shape.back() != w.shape.back())
+        continue;
+      const auto made = producer.find(other.inputs[1]);
+      if (made != producer.end() && made->second >= static_cast<int>(i)) continue;
+      const size_t bindings =
+          3 + (first.gemv.gamma_input >= 0) + 2 * (first.gemv.stacked.size() + 1);
+      if (bindings > device.max_storage_buffers) break;
+      first.gemv.stacked.push_back(other.nodes.front());
+      first.gemv.stacked_input.push_back(static_cast<int>(first.inputs.size()));
+      first.inputs.push_back(other.inputs[1]);
+      first.nodes.push_back(other.nodes.front());
+      first.outputs.push_back(other.outputs.front());
+      dropped[j] = 1;
+    }
+  }
+  size_t k = 0;
+  std::erase_if(groups, [&](const KernelGroup&) { return dropped[k++] != 0; });
+}
+
 }  // namespace
 
 void fuse_gemv_neighbours(const Graph& g, std::vector<KernelGroup>& groups,
@@ -114,6 +164,7 @@ void fuse_gemv_neighbours(const Graph& g, std::vector<KernelGroup>& groups,
   drop_unread_groups(g, groups, [&](NodeId v) { return row_norm(g, v) != nullptr; });
   take_siblings(g, groups, device);
   drop_unread_groups(g, groups, [&](NodeId v) { return g.node(v).op_name() == "matmul"; });
+  stack_products(g, groups, device);
 }
 
 }  // namespace mn::schedule

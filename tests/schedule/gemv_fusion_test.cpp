@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <string>
 
 #include <meganeura/graph.h>
 #include <meganeura/ops.h>
@@ -134,6 +136,51 @@ TEST(GemvFusion, ProductsOfEveryLength) {
     s->step();
     EXPECT_LE(testing::scaled_error(s->get("y"), reference::evaluate(g, feeds).at("y")), 1e-5)
         << "K = " << k;
+  }
+}
+
+// A decoding layer's q, k and v: products of one normed vector with matrices of one K and
+// their own rows, in one launch (stacked), each stored; the same values as one launch each.
+// K of 7 takes the scalar loads, 300 the quads.
+TEST(GemvFusion, ProductsOfOneVectorStackIntoOneLaunch) {
+  for (const int64_t k : {7, 300}) {
+    for (DType dtype : {DType::bf16, DType::f32}) {
+      const std::string what = std::string(dtype_name(dtype)) + " K = " + std::to_string(k);
+      Graph g;
+      Tensor h = g.input("h", {1, 1, k});
+      auto weight = [&](const std::string& name, Shape shape) {
+        return cast(g.parameter(name, std::move(shape), Init::zeros(), dtype), DType::f32);
+      };
+      Tensor x = rms_norm(h, weight("norm", {k}), 1e-5);
+      g.output("q", matmul(x, weight("wq", {40, k}), false, true));
+      g.output("k", matmul(x, weight("wk", {13, k}), false, true));
+      g.output("v", matmul(x, weight("wv", {13, k}), false, true) * 2.0);  // an epilogue: apart
+      g.output("o", matmul(h, weight("wo", {9, k}), false, true));         // another vector: apart
+      plan::PlanOptions po;
+      po.device = subgroup_device();
+      const std::vector<std::string> names = launch_names(plan::make_step_plan(g, po));
+      EXPECT_EQ(count_prefix(names, "matmul_gemv+prologue[rms_norm]+stacked[1]"), 1u)
+          << what << ": " << ::testing::PrintToString(names);
+      EXPECT_EQ(names.size(), 3u) << what << ": " << ::testing::PrintToString(names);
+
+      const reference::Feeds feeds = random_feeds(g, "gemv_stacked_" + what);
+      const auto expected = reference::evaluate(g, feeds);
+      auto run = [&] {
+        auto s = build_session(g);
+        for (const auto& [name, value] : feeds) s->set(name, value);
+        s->step();
+        std::map<std::string, Array> out;
+        for (const char* n : {"q", "k", "v", "o"}) out[n] = s->get(n);
+        return out;
+      };
+      const auto fused = run();
+      testing::ScopedEnv off("MN_FUSION", "0");
+      const auto unfused = run();
+      for (const char* n : {"q", "k", "v", "o"}) {
+        EXPECT_LE(testing::scaled_error(fused.at(n), expected.at(n)), 2e-5) << what << " " << n;
+        EXPECT_LE(testing::scaled_error(fused.at(n), unfused.at(n)), 2e-5) << what << " " << n;
+      }
+    }
   }
 }
 
