@@ -350,10 +350,14 @@ struct Builder {
         continue;
       }
       // The product's own store writes the group's first output in the product's dtype (f32):
-      // a group storing a 16-bit value (a cast) keeps its own kernel.
+      // a group storing a 16-bit value (a cast) keeps its own kernel. A 16-bit product's kernels
+      // store 16-bit values already (rounding as a cast does), so its epilogue may end in one:
+      // silu(x·Wgᵀ)·(x·Wuᵀ) narrowed for the next product.
       const std::vector<NodeId> stored = outputs_of(w.nodes);
-      if (!std::all_of(stored.begin(), stored.end(),
-                       [&](NodeId o) { return node(o).type.dtype == DType::f32; })) {
+      if (!std::all_of(stored.begin(), stored.end(), [&](NodeId o) {
+            return node(o).type.dtype == DType::f32 ||
+                   (narrow_product && is_half_float(node(o).type.dtype));
+          })) {
         continue;
       }
       std::vector<NodeId> all = w.nodes;
