@@ -315,6 +315,9 @@ struct Builder {
       // the product's store would round it (schedule/fusion_lower.cpp).
       const bool narrow_product = !conv && is_half_float(mm.type.dtype);
       if ((mm.type.dtype != DType::f32 && !narrow_product) || (sink[i] && !conv)) continue;
+      // Pointwise groups of the product's shape reading it merge where they may, as siblings
+      // reading a pointwise value do, so that one of them holds all its readers.
+      if (options.siblings && !conv && consumers[i].size() > 1) merge_consumer_groups(m);
       // The group reading the matmul most.
       int x = -1, best = 0;
       for (NodeId c : consumers[i]) {

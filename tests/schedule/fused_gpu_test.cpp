@@ -235,6 +235,31 @@ TEST(FusedGpu, SixteenBitProductEpilogues) {
   EXPECT_EQ(narrowing, 2);
 }
 
+// A product read by two pointwise kernels (the gradients of up and gate in a SwiGLU backward):
+// they merge, and the product takes them as one epilogue with two outputs.
+TEST(FusedGpu, AProductsReadersMergeIntoItsEpilogue) {
+  auto rng = testing::rng_for("fused-product-readers");
+  Graph g;
+  Feeds feeds;
+  auto input = [&](const std::string& name, Shape shape) {
+    Tensor t = g.input(name, std::move(shape));
+    feeds[name] = testing::random_array(rng, t.type());
+    return t;
+  };
+  Tensor dy = input("dy", {16, 24});
+  Tensor wd = input("wd", {40, 24});
+  Tensor gate = input("gate", {16, 40});
+  Tensor up = input("up", {16, 40});
+  Tensor dh = matmul(dy, wd, false, true);
+  g.output("d_up", dh * silu(gate));
+  Tensor s = sigmoid(gate);
+  g.output("d_gate", dh * up * s * (1.0 + gate * (1.0 - s)));
+  expect_matches(g, feeds, 2e-5, "product readers");
+  const plan::StepPlan p = plan::make_step_plan(g, plan::PlanOptions{});
+  ASSERT_EQ(p.launches.size(), 1u) << p.launches.front().kernel.name;
+  EXPECT_NE(p.launches.front().kernel.name.find("+epilogue["), std::string::npos);
+}
+
 TEST(FusedGpu, ReductionPrologues) {
   auto rng = testing::rng_for("fused-reduce");
   Graph g;
