@@ -16,6 +16,7 @@
 #include <meganeura/session.h>
 
 #include "plan/step_plan.h"
+#include "schedule/fused_and_unfused.h"
 #include "support/elementwise_error.h"
 #include "support/random_fill.h"
 #include "support/scoped_env.h"
@@ -31,35 +32,25 @@ struct FusionOff {
 
 using Feeds = reference::Feeds;
 
-// Runs `g` once fused and once unfused on the same inputs; returns both sessions' outputs and
-// dispatch counts.
-struct Runs {
-  std::map<std::string, Array> fused, unfused;
-  size_t fused_dispatches = 0, unfused_dispatches = 0;
-};
+using testing::run_fused_and_unfused;
 
-Runs run_both(const Graph& g, const Feeds& feeds) {
-  Runs r;
-  auto run = [&](std::map<std::string, Array>& out, size_t& dispatches) {
-    auto s = build_session(g);
-    for (const auto& [name, value] : feeds) s->set(name, value);
-    s->step();
-    for (const std::string& name : s->output_names()) out[name] = s->get(name);
-    dispatches = s->memory().dispatches;
-  };
-  run(r.fused, r.fused_dispatches);
-  {
-    FusionOff off;
-    run(r.unfused, r.unfused_dispatches);
+// Inputs of `g` fed random values under their names.
+struct RandomInputs {
+  Graph& g;
+  Feeds& feeds;
+  std::mt19937_64 rng;
+  Tensor operator()(const std::string& name, Shape shape) {
+    Tensor t = g.input(name, std::move(shape));
+    feeds[name] = testing::random_array(rng, t.type());
+    return t;
   }
-  return r;
-}
+};
 
 // Fused against unfused within `tol`, and both kernels against the reference within `tol` or,
 // for the outputs named in `ref_tol`, their own tolerance.
 void expect_matches(const Graph& g, const Feeds& feeds, double tol, const std::string& what,
                     const std::map<std::string, double>& ref_tol = {}) {
-  Runs r = run_both(g, feeds);
+  auto r = run_fused_and_unfused(g, feeds);
   auto ref = reference::evaluate(g, feeds);
   for (const auto& [name, expected] : ref) {
     const double rt = ref_tol.count(name) ? ref_tol.at(name) : tol;
@@ -121,14 +112,9 @@ TEST(FusedGpu, RandomPointwiseDags) {
 }
 
 TEST(FusedGpu, MatmulEpilogues) {
-  auto rng = testing::rng_for("fused-matmul");
   Graph g;
   Feeds feeds;
-  auto input = [&](const std::string& name, Shape shape) {
-    Tensor t = g.input(name, std::move(shape));
-    feeds[name] = testing::random_array(rng, t.type());
-    return t;
-  };
+  RandomInputs input{g, feeds, testing::rng_for("fused-matmul")};
   Tensor x = input("x", {6, 10});
   Tensor w = input("w", {10, 12});
   Tensor b = input("b", {12});
@@ -162,7 +148,7 @@ TEST(FusedGpu, MatmulEpilogues) {
   // against their own model); without them the product is f32 like the rest.
   const double large = testing::sessions_use_tensor_cores() ? 2e-2 : 2e-5;
   expect_matches(g, feeds, 2e-5, "matmul epilogues", {{"large", large}, {"large_sq", large}});
-  Runs r = run_both(g, feeds);
+  auto r = run_fused_and_unfused(g, feeds);
   // Seven matmuls (the split GEMV in two launches) and seventeen pointwise ops unfused.
   EXPECT_EQ(r.unfused_dispatches, 25u);
   EXPECT_EQ(r.fused_dispatches, 8u);
@@ -207,7 +193,7 @@ TEST(FusedGpu, SixteenBitProductEpilogues) {
     Tensor gated = silu(cast(matmul(a4, b), DType::f32)) * cast(matmul(a4, bu), DType::f32);
     g.output("swiglu_" + d, cast(matmul(cast(gated, narrow), bd), DType::f32));
   }
-  Runs r = run_both(g, feeds);
+  auto r = run_fused_and_unfused(g, feeds);
   const auto ref = reference::evaluate(g, feeds);
   for (const auto& [name, expected] : ref) {
     EXPECT_EQ(r.fused.at(name).data, r.unfused.at(name).data) << name;
@@ -238,14 +224,9 @@ TEST(FusedGpu, SixteenBitProductEpilogues) {
 // A product read by two pointwise kernels (the gradients of up and gate in a SwiGLU backward):
 // they merge, and the product takes them as one epilogue with two outputs.
 TEST(FusedGpu, AProductsReadersMergeIntoItsEpilogue) {
-  auto rng = testing::rng_for("fused-product-readers");
   Graph g;
   Feeds feeds;
-  auto input = [&](const std::string& name, Shape shape) {
-    Tensor t = g.input(name, std::move(shape));
-    feeds[name] = testing::random_array(rng, t.type());
-    return t;
-  };
+  RandomInputs input{g, feeds, testing::rng_for("fused-product-readers")};
   Tensor dy = input("dy", {16, 24});
   Tensor wd = input("wd", {40, 24});
   Tensor gate = input("gate", {16, 40});
@@ -306,7 +287,7 @@ TEST(FusedGpu, CastsBetweenFloatFormats) {
   Tensor p = matmul(cast(x, DType::bf16), cast(w, DType::bf16));
   g.output("widened", relu(cast(p, DType::f32)) + 1.0);
   g.output("summed", sum(cast(p, DType::f32), {0}));
-  const Runs r = run_both(g, feeds);
+  const auto r = run_fused_and_unfused(g, feeds);
   const auto ref = reference::evaluate(g, feeds);
   for (const char* exact : {"bf16_round_trip", "f16_round_trip", "narrow"}) {
     EXPECT_EQ(r.fused.at(exact).data, ref.at(exact).data) << exact;

@@ -24,6 +24,7 @@
 #include <meganeura/session.h>
 
 #include "plan/step_plan.h"
+#include "schedule/fused_and_unfused.h"
 #include "schedule/tiny_causal_lm.h"
 #include "support/elementwise_error.h"
 #include "support/random_fill.h"
@@ -32,32 +33,7 @@
 namespace mn {
 namespace {
 
-using Outputs = std::map<std::string, Array>;
-
-// The graph's outputs after one step, and the step's dispatches.
-std::pair<Outputs, size_t> run(const Graph& g, const reference::Feeds& feeds) {
-  auto s = build_session(g);
-  for (const auto& [name, value] : feeds) s->set(name, value);
-  s->step();
-  Outputs out;
-  for (const std::string& name : s->output_names()) out[name] = s->get(name);
-  return {out, s->memory().dispatches};
-}
-
-// The step with fusion and with every node its own kernel (MN_FUSION=0).
-struct BothRuns {
-  Outputs fused;
-  size_t fused_dispatches = 0;
-  Outputs unfused;
-  size_t unfused_dispatches = 0;
-};
-BothRuns run_both(const Graph& g, const reference::Feeds& feeds) {
-  BothRuns r;
-  std::tie(r.fused, r.fused_dispatches) = run(g, feeds);
-  testing::ScopedEnv off("MN_FUSION", "0");
-  std::tie(r.unfused, r.unfused_dispatches) = run(g, feeds);
-  return r;
-}
+using testing::run_fused_and_unfused;
 
 TEST(NarrowedStoresGpu, CastsInsideCopiesRotationsAndReductions) {
   auto rng = testing::rng_for("narrowed-stores");
@@ -84,7 +60,8 @@ TEST(NarrowedStoresGpu, CastsInsideCopiesRotationsAndReductions) {
   g.output("summed_bf16", cast(sum_to(heads * heads, {2, 1, 16, 8}), DType::bf16));
   g.output("heads", heads + 0.0);
 
-  const auto [fused, fused_dispatches, unfused, unfused_dispatches] = run_both(g, feeds);
+  const auto [fused, fused_dispatches, unfused, unfused_dispatches] =
+      run_fused_and_unfused(g, feeds);
   const auto ref = reference::evaluate(g, feeds);
   for (const auto& [name, expected] : ref) {
     EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
@@ -130,7 +107,8 @@ TEST(NarrowedStoresGpu, TwinStoresOfValuesReadInTwoDtypes) {
   g.output("o_product", product(cast(attended, DType::bf16)));
   g.output("o", attended * 3.0);
 
-  const auto [fused, fused_dispatches, unfused, unfused_dispatches] = run_both(g, feeds);
+  const auto [fused, fused_dispatches, unfused, unfused_dispatches] =
+      run_fused_and_unfused(g, feeds);
   const auto ref = reference::evaluate(g, feeds);
   for (const auto& [name, expected] : ref) {
     EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
@@ -178,7 +156,8 @@ TEST(NarrowedStoresGpu, NormalizationsAndWideningCopies) {
   for (size_t i = 0; i < at.data.size(); ++i) at.data[i] = static_cast<double>(i % 16 + 4);
   g.output("cache_out", cache_write(cache, cast(heads, DType::f32), g.constant(at)) + 0.0);
 
-  const auto [fused, fused_dispatches, unfused, unfused_dispatches] = run_both(g, feeds);
+  const auto [fused, fused_dispatches, unfused, unfused_dispatches] =
+      run_fused_and_unfused(g, feeds);
   const auto ref = reference::evaluate(g, feeds);
   for (const auto& [name, expected] : ref) {
     EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;

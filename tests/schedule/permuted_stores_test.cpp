@@ -14,23 +14,13 @@
 #include <meganeura/session.h>
 
 #include "plan/step_plan.h"
+#include "schedule/fused_and_unfused.h"
 #include "support/elementwise_error.h"
 #include "support/random_fill.h"
 #include "support/scoped_env.h"
 
 namespace mn {
 namespace {
-
-using Outputs = std::map<std::string, Array>;
-
-Outputs run(const Graph& g, const reference::Feeds& feeds) {
-  auto s = build_session(g);
-  for (const auto& [name, value] : feeds) s->set(name, value);
-  s->step();
-  Outputs out;
-  for (const std::string& name : s->output_names()) out[name] = s->get(name);
-  return out;
-}
 
 TEST(PermutedStoresGpu, ResultsStoredInTheirPermutesLayout) {
   auto rng = testing::rng_for("permuted-stores");
@@ -61,12 +51,8 @@ TEST(PermutedStoresGpu, ResultsStoredInTheirPermutesLayout) {
   g.output("twice_permuted", permute(twice, {0, 2, 1, 3}) + 0.0);
   g.output("twice", twice * 1.5);
 
-  const Outputs fused = run(g, feeds);
-  Outputs unfused;
-  {
-    testing::ScopedEnv off("MN_FUSION", "0");
-    unfused = run(g, feeds);
-  }
+  const auto [fused, fused_dispatches, unfused, unfused_dispatches] =
+      testing::run_fused_and_unfused(g, feeds);
   const auto ref = reference::evaluate(g, feeds);
   for (const auto& [name, expected] : ref) {
     EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;

@@ -14,6 +14,7 @@
 
 #include "codegen/fused_reduce.h"
 #include "plan/step_plan.h"
+#include "schedule/fused_and_unfused.h"
 #include "schedule/tiny_causal_lm.h"
 #include "support/elementwise_error.h"
 #include "support/expect_error.h"
@@ -22,17 +23,6 @@
 
 namespace mn {
 namespace {
-
-using Outputs = std::map<std::string, Array>;
-
-std::pair<Outputs, size_t> run(const Graph& g, const reference::Feeds& feeds) {
-  auto s = build_session(g);
-  for (const auto& [name, value] : feeds) s->set(name, value);
-  s->step();
-  Outputs out;
-  for (const std::string& name : s->output_names()) out[name] = s->get(name);
-  return {out, s->memory().dispatches};
-}
 
 // Launch names carrying a tail, and the plan's launch count.
 std::pair<std::vector<std::string>, size_t> tails_of(const Graph& g) {
@@ -71,13 +61,8 @@ TEST(RowTailsGpu, NormsAndRowSumsMatchTheUnfusedKernels) {
   g.output("cols", d / (cols + 1.0));
   g.output("row_values", sum(x, {-1}, true) * 3.0);
 
-  const auto [fused, fused_dispatches] = run(g, feeds);
-  Outputs unfused;
-  size_t unfused_dispatches = 0;
-  {
-    testing::ScopedEnv off("MN_FUSION", "0");
-    std::tie(unfused, unfused_dispatches) = run(g, feeds);
-  }
+  const auto [fused, fused_dispatches, unfused, unfused_dispatches] =
+      testing::run_fused_and_unfused(g, feeds);
   const auto ref = reference::evaluate(g, feeds);
   for (const auto& [name, expected] : ref) {
     EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
