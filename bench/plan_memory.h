@@ -23,6 +23,15 @@ inline nlohmann::json kernel_counts(const plan::StepPlan& plan) {
   return counts;
 }
 
+// The step of `g` as a session would plan it for `po`, without a device: its arena, launches and
+// launches by kernel name (the benchmarks' --plan-device).
+inline nlohmann::json plan_summary(const Graph& g, const plan::PlanOptions& po) {
+  const plan::StepPlan p = plan::make_step_plan(g, po);
+  return {{"arena_mib", static_cast<double>(p.arena_bytes) / (1 << 20)},
+          {"dispatches", p.launches.size()},
+          {"kernels", kernel_counts(p)}};
+}
+
 // What fills the arena at the plan's peak: the breakdown's roles, and the live transient bytes
 // summed by the op that computes them (in MiB), largest first.
 inline nlohmann::json peak_fields(const plan::StepPlan& plan) {

@@ -5,7 +5,9 @@
 // bench/smolvla.py (the re-implementation of lerobot's expert in tests/fixtures/smolvla).
 //
 // Usage: bench_smolvla [--batch 1,8] [--prefix 241] [--steps 20] [--modes sample,train]
-//                      [--profile] [--device D]
+//                      [--profile] [--device D] [--plan-device default|h200]
+// --plan-device plans each step for that device instead of running it and prints its arena and
+// launches by kernel name.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +19,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "plan_device.h"
+#include "plan_memory.h"
 
 #include <meganeura/error.h>
 #include <meganeura/graph.h>
@@ -34,6 +38,7 @@ struct Options {
   int steps = 20;
   bool profile = false;
   std::string device;
+  std::optional<mn::plan::PlanOptions> planned;  // --plan-device: plan, do not run
 };
 
 void set_prefix(mn::Session& s, const mn::vla::SmolVlaConfig& c, int64_t batch, int64_t prefix) {
@@ -61,6 +66,13 @@ nlohmann::json run(const std::string& mode, int64_t batch, const Options& o) {
   } else {
     throw mn::Error("bench_smolvla: unknown mode '" + mode + "' (expected sample or train)");
   }
+  nlohmann::json j = {{"bench", "smolvla"},      {"framework", "meganeura"}, {"mode", mode},
+                      {"batch", batch},          {"prefix", o.prefix},       {"chunk", c.chunk},
+                      {"num_steps", c.num_steps}};
+  if (o.planned) {
+    j.update(mn::bench::plan_summary(g, *o.planned));
+    return j;
+  }
   mn::SessionOptions so;
   so.device = o.device;
   so.profile = o.profile;
@@ -86,9 +98,7 @@ nlohmann::json run(const std::string& mode, int64_t batch, const Options& o) {
     (void)s->get(training ? "loss" : "actions");
     if (i >= 3) ms.push_back(ms_since(t));
   }
-  nlohmann::json j = {{"bench", "smolvla"},       {"framework", "meganeura"}, {"mode", mode},
-                      {"batch", batch},           {"prefix", o.prefix},       {"chunk", c.chunk},
-                      {"num_steps", c.num_steps}, {"build_ms", build_ms}};
+  j["build_ms"] = build_ms;
   j.update(mn::bench::step_fields(*s, ms, o.profile));
   return j;
 }
@@ -112,7 +122,11 @@ int main(int argc, char** argv) try {
       o.profile = true;
     else if (!std::strcmp(argv[i], "--device"))
       o.device = next();
-    else
+    else if (!std::strcmp(argv[i], "--plan-device")) {
+      const std::string name = next();
+      if (!(o.planned = mn::bench::plan_device(name)))
+        throw mn::Error("--plan-device takes default or h200, got '" + name + "'");
+    } else
       throw mn::Error(std::string("bench_smolvla: unknown option ") + argv[i]);
   }
   for (const std::string& mode : mn::bench::split(modes)) {

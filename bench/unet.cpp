@@ -5,7 +5,9 @@
 // tests/fixtures/unet).
 //
 // Usage: bench_unet [--batch 4,32] [--steps 20] [--sampling-steps 50] [--modes train,sample]
-//                   [--profile] [--device D]
+//                   [--profile] [--device D] [--plan-device default|h200]
+// --plan-device plans each step (one sampling step) for that device instead of running it and
+// prints its arena and launches by kernel name.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +20,8 @@
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "plan_device.h"
+#include "plan_memory.h"
 
 #include <meganeura/diffusion.h>
 #include <meganeura/error.h>
@@ -36,6 +40,7 @@ struct Options {
   int64_t sampling_steps = 50;
   bool profile = false;
   std::string device;
+  std::optional<mn::plan::PlanOptions> planned;  // --plan-device: plan, do not run
 };
 
 mn::Array random_timesteps(int64_t batch) {
@@ -64,6 +69,15 @@ nlohmann::json train(int64_t batch, const Options& o) {
                            g.input("noise", shape), g.input("t", {batch}, mn::DType::i32));
   const mn::Optimizer adam = mn::Optimizer::adam({.lr = 1e-3});
   mn::add_training_step(loss, adam);
+  nlohmann::json j = {{"bench", "unet"},
+                      {"framework", "meganeura"},
+                      {"mode", "train"},
+                      {"batch", batch},
+                      {"image", 28}};
+  if (o.planned) {
+    j.update(mn::bench::plan_summary(g, *o.planned));
+    return j;
+  }
   double build_ms = 0;
   auto s = build(g, o, build_ms);
   s->set("x0", random_array(shape, 1));
@@ -77,9 +91,7 @@ nlohmann::json train(int64_t batch, const Options& o) {
     (void)s->get("loss");
     if (i >= 3) ms.push_back(ms_since(t));
   }
-  nlohmann::json j = {{"bench", "unet"}, {"framework", "meganeura"},
-                      {"mode", "train"}, {"batch", batch},
-                      {"image", 28},     {"build_ms", build_ms}};
+  j["build_ms"] = build_ms;
   j.update(mn::bench::step_fields(*s, ms, o.profile));
   return j;
 }
@@ -90,6 +102,15 @@ nlohmann::json sample(int64_t batch, const Options& o) {
   const mn::Shape shape{batch, 1, 28, 28};
   mn::Graph g;
   diffusion::add_sampling_step(g, unet, shape);
+  if (o.planned) {
+    nlohmann::json j = {{"bench", "unet"},
+                        {"framework", "meganeura"},
+                        {"mode", "sample"},
+                        {"batch", batch},
+                        {"image", 28}};
+    j.update(mn::bench::plan_summary(g, *o.planned));  // one sampling step
+    return j;
+  }
   double build_ms = 0;
   auto s = build(g, o, build_ms);
   const std::vector<diffusion::SamplerStep> steps =
@@ -129,7 +150,11 @@ int main(int argc, char** argv) try {
       o.profile = true;
     else if (!std::strcmp(argv[i], "--device"))
       o.device = next();
-    else
+    else if (!std::strcmp(argv[i], "--plan-device")) {
+      const std::string name = next();
+      if (!(o.planned = mn::bench::plan_device(name)))
+        throw mn::Error("--plan-device takes default or h200, got '" + name + "'");
+    } else
       throw mn::Error(std::string("bench_unet: unknown option ") + argv[i]);
   }
   for (const std::string& mode : mn::bench::split(modes)) {

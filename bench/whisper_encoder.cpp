@@ -4,17 +4,22 @@
 // bench/whisper_encoder.py (transformers' WhisperEncoder, same sizes).
 //
 // Usage: bench_whisper_encoder [--sizes tiny,base] [--batch 1,8] [--steps 20] [--profile]
-//                              [--device D]
+//                              [--device D] [--plan-device default|h200]
+// --plan-device plans each step for that device instead of running it (no device needed) and
+// prints its arena and launches by kernel name.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "bench_util.h"
+#include "plan_device.h"
+#include "plan_memory.h"
 
 #include <meganeura/error.h>
 #include <meganeura/graph.h>
@@ -29,7 +34,8 @@ using mn::bench::random_array;
 using mn::bench::split;
 
 nlohmann::json run(const std::string& size, int64_t batch, bool training, int steps,
-                   const std::string& device, bool profile) {
+                   const std::string& device, bool profile,
+                   const std::optional<mn::plan::PlanOptions>& planned) {
   const mn::speech::WhisperEncoderConfig c = mn::speech::whisper_encoder_config(size);
   auto enc = mn::speech::whisper_encoder(c);
   enc->train(training);
@@ -40,6 +46,15 @@ nlohmann::json run(const std::string& size, int64_t batch, bool training, int st
   if (training) {
     mn::Tensor w = g.input("w", y.shape());
     mn::add_training_step(sum(y * w), mn::Optimizer::sgd());
+  }
+  nlohmann::json j = {{"bench", "whisper_encoder"},
+                      {"framework", "meganeura"},
+                      {"size", size},
+                      {"batch", batch},
+                      {"mode", training ? "train" : "inference"}};
+  if (planned) {
+    j.update(mn::bench::plan_summary(g, *planned));
+    return j;
   }
   mn::SessionOptions so;
   so.device = device;
@@ -60,9 +75,7 @@ nlohmann::json run(const std::string& size, int64_t batch, bool training, int st
     (void)s->get("y");
     if (i >= 3) ms.push_back(ms_since(t));
   }
-  nlohmann::json j = {{"bench", "whisper_encoder"}, {"framework", "meganeura"},
-                      {"size", size},         {"batch", batch},
-                      {"mode", training ? "train" : "inference"}, {"build_ms", build_ms}};
+  j["build_ms"] = build_ms;
   j.update(mn::bench::step_fields(*s, ms, profile));
   return j;
 }
@@ -70,7 +83,7 @@ nlohmann::json run(const std::string& size, int64_t batch, bool training, int st
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string sizes = "tiny,base", batches = "1,8", device;
+  std::string sizes = "tiny,base", batches = "1,8", device, plan_device;
   int steps = 20;
   bool profile = false;
   for (int i = 1; i < argc; ++i) {
@@ -80,12 +93,19 @@ int main(int argc, char** argv) try {
     else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(next().c_str());
     else if (!std::strcmp(argv[i], "--device")) device = next();
     else if (!std::strcmp(argv[i], "--profile")) profile = true;
+    else if (!std::strcmp(argv[i], "--plan-device"))
+      plan_device = next();
     else throw mn::Error(std::string("bench_whisper_encoder: unknown option ") + argv[i]);
+  }
+  std::optional<mn::plan::PlanOptions> planned;
+  if (!plan_device.empty() && !(planned = mn::bench::plan_device(plan_device))) {
+    throw mn::Error("--plan-device takes default or h200, got '" + plan_device + "'");
   }
   for (const std::string& size : split(sizes)) {
     for (const std::string& b : split(batches)) {
       for (bool training : {false, true}) {
-        std::cout << run(size, std::stoll(b), training, steps, device, profile).dump() << std::endl;
+        std::cout << run(size, std::stoll(b), training, steps, device, profile, planned).dump()
+                  << std::endl;
       }
     }
   }
