@@ -125,6 +125,18 @@ struct Lowering {
   bool alias_input0 = false;
 };
 
+// A second rotation a rotation's kernel computes beside its own (same positions, frequencies and
+// head size): its operand is the group's input `input`, of the rotation's shape `shape` (or
+// stored permuted, x = permute(input, *load_perm)); its result is ArgRef::output(1), of dtype
+// `out_dtype` (or stored as permute(result, *store_perm)).
+struct StackedRotation {
+  int input = -1;
+  Shape shape;
+  const std::vector<int64_t>* load_perm = nullptr;
+  const std::vector<int64_t>* store_perm = nullptr;
+  DType out_dtype = DType::f32;
+};
+
 struct RopeLoad;         // codegen/rope_load.h
 struct CacheAppendLoad;  // codegen/lower_attention.h
 
@@ -149,6 +161,9 @@ struct LowerContext {
   // out = permute(result, *store_perm); null: as the node's shapes say. Both keep the last axis.
   const std::vector<int64_t>* load_perm = nullptr;
   const std::vector<int64_t>* store_perm = nullptr;
+  // rope_positions and rope_positions_backward only (schedule/stacked_rotations.h): a second
+  // rotation by the same positions and frequencies in the same launch; null: none.
+  const StackedRotation* stacked_rotation = nullptr;
 };
 
 using LowerFn = std::function<Lowering(const LowerContext&)>;

@@ -134,11 +134,55 @@ Shape permuted_store_shape(const Shape& shape, const std::vector<int64_t>& perm)
   return out;
 }
 
+// One rotation of a rope_positions kernel: its operand's and result's buffers, its own shape and
+// the layouts they are stored in.
+struct Rotation {
+  std::string x, out;  // buffer names
+  DType x_dtype, out_dtype;
+  Shape shape, stored_x;  // the rotation's shape; its operand's as stored
+  const std::vector<int64_t>* load_perm = nullptr;
+  const std::vector<int64_t>* store_perm = nullptr;
+  uint64_t pairs() const { return static_cast<uint64_t>(numel(shape)) / 2; }
+};
+
+// `void <fn>(uint i)`: pair i of the rotation, at the position of its row.
+std::string rotation_function(const std::string& fn, const Rotation& r, const Shape& positions_in,
+                              bool backward) {
+  const uint64_t dim = static_cast<uint64_t>(r.shape.back()), half = dim / 2;
+  const Shape rows(r.shape.begin(), r.shape.end() - 1);
+  Shape positions = positions_in;
+  positions.insert(positions.begin(), rows.size() - positions.size(), 1);
+  std::string s = "void " + fn + "(uint i) {\n";
+  s += "  uint row = i / " + ulit(half) + ", k = i % " + ulit(half) + ";\n";
+  s += glsl::unravel(rows, "row", "c");
+  // Positions are exact in f32 below 2^24 in magnitude.
+  s += "  float p = float(pos_ldi(" + glsl::broadcast_offset(positions, rows, "c") + "));\n";
+  s += "  float c, s;\n  mn_turn(p, W_HI[k], W_LO[k], c, s);\n";
+  if (backward) s += "  s = -s;\n";
+  // The operand's and the result's rows, each where its layout puts it (the last axis stays).
+  const std::string load_row = row_offset(r.shape, r.stored_x, r.load_perm, dim);
+  std::string store_row = row_offset(r.shape, r.shape, nullptr, dim);
+  if (r.store_perm) {
+    // Axis d of the result is axis j of the stored tensor where store_perm[j] = d.
+    std::vector<int64_t> inverse(r.store_perm->size());
+    for (size_t j = 0; j < inverse.size(); ++j) {
+      inverse[static_cast<size_t>((*r.store_perm)[j])] = static_cast<int64_t>(j);
+    }
+    store_row = row_offset(r.shape, permuted_store_shape(r.shape, *r.store_perm), &inverse, dim);
+  }
+  s += "  uint x1i = " + load_row + " + k, x2i = x1i + " + ulit(half) + ";\n";
+  s += "  uint e1 = " + store_row + " + k, e2 = e1 + " + ulit(half) + ";\n";
+  s += "  float x1 = " + r.x + "_ld(x1i), x2 = " + r.x + "_ld(x2i);\n";
+  s += "  " + r.out + "_st(e1, x1 * c - x2 * s);\n  " + r.out + "_st(e2, x2 * c + x1 * s);\n}\n";
+  return s;
+}
+
 }  // namespace
 
 // rope_positions: as rope with the position of each row read from the i32 positions operand,
 // and the frequencies (possibly llama3-rescaled, so not a product of two tables) in one shared
-// table of w_i = inv_freq_i / (2 pi) as hi + lo.
+// table of w_i = inv_freq_i / (2 pi) as hi + lo. A stacked rotation (another tensor rotated by
+// the same positions) runs in the same launch, its pairs after this one's.
 Lowering lower_rope_positions(const LowerContext& ctx, bool backward) {
   glsl::require_storage(ctx);
   const auto& a = ctx.node.attrs.as<RopePositionsAttrs>();
@@ -146,11 +190,20 @@ Lowering lower_rope_positions(const LowerContext& ctx, bool backward) {
   const Shape& shape = ctx.node.type.shape;
   const auto dim = static_cast<uint64_t>(shape.back());
   const uint64_t half = dim / 2;
-  const uint64_t pairs = static_cast<uint64_t>(ctx.inputs[0].numel()) / 2;
+  std::vector<Rotation> rotations{{"x", "out", ctx.inputs[0].dtype, ctx.node.type.dtype, shape,
+                                   ctx.inputs[0].shape, ctx.load_perm, ctx.store_perm}};
+  if (const StackedRotation* st = ctx.stacked_rotation) {
+    const TensorType& in = ctx.inputs[static_cast<size_t>(st->input)];
+    if (st->shape.empty() || st->shape.back() != shape.back()) {
+      throw Error("rope_positions: a stacked rotation needs heads of " + std::to_string(dim) +
+                  " elements");
+    }
+    rotations.push_back({"x1", "out1", in.dtype, st->out_dtype, st->shape, in.shape, st->load_perm,
+                         st->store_perm});
+  }
+  uint64_t pairs = 0;
+  for (const Rotation& r : rotations) pairs += r.pairs();
   if (pairs == 0) return {};
-  const Shape rows(shape.begin(), shape.end() - 1);
-  Shape positions = ctx.inputs[1].shape;
-  positions.insert(positions.begin(), rows.size() - positions.size(), 1);
 
   const std::vector<double> inv_freq = ops::rope_inv_freq(a, static_cast<int64_t>(dim));
   std::vector<std::string> stores;
@@ -163,38 +216,38 @@ Lowering lower_rope_positions(const LowerContext& ctx, bool backward) {
   std::string s = glsl::header() + glsl::buffer(0, ctx.inputs[0].dtype, "x", true) +
                   glsl::buffer(1, DType::i32, "pos", true) +
                   glsl::buffer(2, ctx.node.type.dtype, "out", false);
-  s += "shared float W_HI[" + ulit(half) + "], W_LO[" + ulit(half) + "];\n";
-  s += rope_turn_functions() + glsl::gid_function() + "void main() {\n" + table_fill(stores, grid);
-  s += "  uint i = gid();\n  if (i >= " + ulit(pairs) + ") return;\n";
-  s += "  uint row = i / " + ulit(half) + ", k = i % " + ulit(half) + ";\n";
-  s += glsl::unravel(rows, "row", "c");
-  // Positions are exact in f32 below 2^24 in magnitude.
-  s += "  float p = float(pos_ldi(" + glsl::broadcast_offset(positions, rows, "c") + "));\n";
-  s += "  float c, s;\n  mn_turn(p, W_HI[k], W_LO[k], c, s);\n";
-  if (backward) s += "  s = -s;\n";
-  // The operand's and the result's rows, each where its layout puts it (the last axis stays).
-  const std::string load_row = row_offset(shape, ctx.inputs[0].shape, ctx.load_perm, dim);
-  std::string store_row = row_offset(shape, shape, nullptr, dim);
-  if (ctx.store_perm) {
-    // Axis d of the result is axis j of the stored tensor where store_perm[j] = d.
-    std::vector<int64_t> inverse(ctx.store_perm->size());
-    for (size_t j = 0; j < inverse.size(); ++j) {
-      inverse[static_cast<size_t>((*ctx.store_perm)[j])] = static_cast<int64_t>(j);
-    }
-    store_row = row_offset(shape, permuted_store_shape(shape, *ctx.store_perm), &inverse, dim);
+  if (rotations.size() > 1) {
+    s += glsl::buffer(3, rotations[1].x_dtype, "x1", true) +
+         glsl::buffer(4, rotations[1].out_dtype, "out1", false);
   }
-  s += "  uint x1i = " + load_row + " + k, x2i = x1i + " + ulit(half) + ";\n";
-  s += "  uint e1 = " + store_row + " + k, e2 = e1 + " + ulit(half) + ";\n";
-  s += "  float x1 = x_ld(x1i), x2 = x_ld(x2i);\n";
-  s += "  out_st(e1, x1 * c - x2 * s);\n  out_st(e2, x2 * c + x1 * s);\n}\n";
+  s += "shared float W_HI[" + ulit(half) + "], W_LO[" + ulit(half) + "];\n";
+  s += rope_turn_functions();
+  for (size_t j = 0; j < rotations.size(); ++j) {
+    s += rotation_function("mn_rotate" + std::to_string(j), rotations[j], ctx.inputs[1].shape,
+                           backward);
+  }
+  s += glsl::gid_function() + "void main() {\n" + table_fill(stores, grid);
+  s += "  uint i = gid();\n";
+  uint64_t first = 0;
+  for (size_t j = 0; j < rotations.size(); ++j) {
+    const uint64_t end = first + rotations[j].pairs();
+    s += "  " + std::string(j ? "else " : "") + "if (i < " + ulit(end) + ") mn_rotate" +
+         std::to_string(j) + "(i" + (first ? " - " + ulit(first) : std::string()) + ");\n";
+    first = end;
+  }
+  s += "}\n";
   KernelLaunch k;
   k.name = std::string(backward ? "rope_positions_backward" : "rope_positions") +
            (ctx.load_perm ? "+prologue[permute]" : "") +
-           (ctx.store_perm ? "+epilogue[permute]" : "");
+           (ctx.store_perm ? "+epilogue[permute]" : "") + (rotations.size() > 1 ? "+stacked" : "");
   k.glsl = std::move(s);
   k.workgroup = {grid.local, 1, 1};
   k.groups = grid.groups;
   k.bindings = {{ArgRef::input(0), false}, {ArgRef::input(1), false}, {ArgRef::output(), true}};
+  if (const StackedRotation* st = ctx.stacked_rotation) {
+    k.bindings.push_back({ArgRef::input(st->input), false});
+    k.bindings.push_back({ArgRef::output(1), true});
+  }
   Lowering low;
   low.launches.push_back(std::move(k));
   return low;

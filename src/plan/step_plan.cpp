@@ -23,6 +23,7 @@
 #include "schedule/rope_fusion.h"
 #include "schedule/row_tails.h"
 #include "schedule/shared_statistics.h"
+#include "schedule/stacked_rotations.h"
 #include "schedule/widened_loads.h"
 
 namespace mn::plan {
@@ -97,6 +98,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     schedule::read_past_cache_writes(g, p.groups, options.device);
     schedule::fold_permutes_into_rotations(g, p.groups);
     schedule::twin_stores(g, p.groups);
+    schedule::stack_rotations(g, p.groups);
     schedule::fuse_row_tails(g, p.groups, options.device, fo.max_bindings);
     schedule::fold_permutes_into_stores(g, p.groups);
   }

@@ -134,6 +134,15 @@ struct KernelGroup {
   // operand) and the one through which it stores its result (its output is then the permute's
   // value); empty: none.
   std::vector<int64_t> load_perm, store_perm;
+  // Single rope_positions(_backward) groups only, see schedule/stacked_rotations.h: a second
+  // rotation by the same positions in the same kernel: the node, its operand's input index, the
+  // permutations it loads and stores through; its value is output 1. node -1: none.
+  struct StackedRotation {
+    NodeId node = -1;
+    int input = -1;
+    std::vector<int64_t> load_perm, store_perm;
+  };
+  StackedRotation stacked_rotation;
   // Other single groups and reduction groups, see schedule/permuted_stores.h: the result is
   // stored as permute(result, stored_permuted) (codegen::add_permuted_store), and the group's
   // output is the permute's value; empty: as it is.

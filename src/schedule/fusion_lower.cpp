@@ -386,10 +386,24 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
     append = codegen::CacheAppendLoad{a.k_update, a.v_update, a.positions,
                                       k_rope ? &*k_rope : nullptr};
   }
-  codegen::Lowering l = (*lower)(codegen::LowerContext{
-      node, in_types, device, single_in_place, check_indices, rope ? &*rope : nullptr,
-      append ? &*append : nullptr, group.load_perm.empty() ? nullptr : &group.load_perm,
-      group.store_perm.empty() ? nullptr : &group.store_perm});
+  std::optional<codegen::StackedRotation> stacked;
+  if (const KernelGroup::StackedRotation& st = group.stacked_rotation; st.node >= 0) {
+    const Node& u = g.node(st.node);
+    stacked = codegen::StackedRotation{
+        st.input, u.type.shape, st.load_perm.empty() ? nullptr : &st.load_perm,
+        st.store_perm.empty() ? nullptr : &st.store_perm, g.node(group.outputs.at(1)).type.dtype};
+  }
+  codegen::LowerContext ctx{node,
+                            in_types,
+                            device,
+                            single_in_place,
+                            check_indices,
+                            rope ? &*rope : nullptr,
+                            append ? &*append : nullptr,
+                            group.load_perm.empty() ? nullptr : &group.load_perm,
+                            group.store_perm.empty() ? nullptr : &group.store_perm};
+  ctx.stacked_rotation = stacked ? &*stacked : nullptr;
+  codegen::Lowering l = (*lower)(ctx);
   // A second output: the cast the kernel stores beside its value (schedule/narrowed_stores.h).
   if (const NodeId twin = twin_output(g, group); twin >= 0) {
     codegen::add_twin_store(l, g.node(group.outputs[0]).type.dtype, g.node(twin).type.dtype);

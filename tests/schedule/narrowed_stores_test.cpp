@@ -243,12 +243,24 @@ TEST(NarrowedStores, ABf16TrainingStepCastsInsideItsRotationsAndPermutes) {
       }
     }
     // {rotation, cast}, or {rotation, cast, permute} where the rotation also stores through the
-    // permute that reads it (schedule/permuted_rotations.h).
+    // permute that reads it (schedule/permuted_rotations.h), maybe twice over where a second
+    // rotation is stacked beside it (schedule/stacked_rotations.h), or a twin storing both
+    // dtypes: its bf16 values take 2 bytes an element.
     if ((op == "rope_positions" || op == "rope_positions_backward") && l.nodes.size() >= 2) {
       EXPECT_EQ(g.node(l.nodes[1]).op_name(), "cast");
-      EXPECT_EQ(p.buffers[static_cast<size_t>(l.buffers.back())].bytes,
-                static_cast<uint64_t>(n.type.numel()) * 2);
-      ++narrowed_rotations;
+      const schedule::KernelGroup& group = p.groups[static_cast<size_t>(l.group)];
+      int narrowed = 0;
+      for (size_t b = 0; b < l.kernel.bindings.size(); ++b) {
+        const codegen::ArgRef& arg = l.kernel.bindings[b].arg;
+        if (arg.kind != codegen::ArgRef::Kind::output) continue;
+        const Node& stored = g.node(group.outputs.at(static_cast<size_t>(arg.index)));
+        if (stored.type.dtype != DType::bf16) continue;
+        EXPECT_EQ(p.buffers[static_cast<size_t>(l.buffers[b])].bytes,
+                  static_cast<uint64_t>(stored.type.numel()) * 2);
+        ++narrowed;
+      }
+      EXPECT_GE(narrowed, 1) << l.kernel.name;
+      narrowed_rotations += narrowed;
     }
   }
   EXPECT_GE(narrowed_rotations, 2);  // the backward pass's gradients of q and k at least

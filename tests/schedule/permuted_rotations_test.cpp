@@ -27,9 +27,13 @@
 namespace mn {
 namespace {
 
-size_t launches_named(const plan::StepPlan& p, const std::string& name) {
+// Rotations computed by launches named `name`, alone or with a second one stacked beside
+// (schedule/stacked_rotations.h: "+stacked").
+size_t rotations_named(const plan::StepPlan& p, const std::string& name) {
   size_t n = 0;
-  for (const plan::PlannedLaunch& l : p.launches) n += l.kernel.name == name;
+  for (const plan::PlannedLaunch& l : p.launches) {
+    n += l.kernel.name == name ? 1 : l.kernel.name == name + "+stacked" ? 2 : 0;
+  }
   return n;
 }
 
@@ -47,8 +51,8 @@ TEST(PermutedRotations, ACausalLmStepRotatesThroughItsHeadPermutes) {
     const std::string forward = precision == DType::bf16
                                     ? "rope_positions+prologue[permute]+twin[bf16]"
                                     : "rope_positions+prologue[permute]";
-    EXPECT_EQ(launches_named(p, forward), 4u);
-    EXPECT_EQ(launches_named(p, "rope_positions_backward+epilogue[permute]"), 4u);
+    EXPECT_EQ(rotations_named(p, forward), 4u);
+    EXPECT_EQ(rotations_named(p, "rope_positions_backward+epilogue[permute]"), 4u);
     // No permute launch reads a rotation's result or feeds a rotation.
     for (const plan::PlannedLaunch& l : p.launches) {
       const Node& n = p.graph.node(l.nodes.front());
@@ -102,8 +106,13 @@ TEST(PermutedRotationsGpu, ValuesMatchTheUnfusedKernelsAndTheReference) {
   EXPECT_LT(fused_dispatches, unfused_dispatches);
   plan::PlanOptions po;
   const plan::StepPlan p = plan::make_step_plan(g, po);
-  EXPECT_EQ(launches_named(p, "rope_positions+prologue[permute]"), 1u);
-  EXPECT_EQ(launches_named(p, "rope_positions_backward+epilogue[permute]"), 1u);
+  // Forward: both rotations in one launch (x's through its permute; z's permute moves the last
+  // axis and stays). Backward: x's gradient stored through the permute back; z's through a
+  // permuted store (schedule/permuted_stores.h), which any permutation takes.
+  EXPECT_EQ(rotations_named(p, "rope_positions+prologue[permute]"), 2u);
+  EXPECT_EQ(rotations_named(p, "rope_positions_backward+epilogue[permute]"), 1u);
+  EXPECT_EQ(rotations_named(p, "rope_positions_backward+store[permute(0,2,3,1)]"), 1u);
+  EXPECT_EQ(rotations_named(p, "permute"), 1u);
 }
 
 }  // namespace
