@@ -11,23 +11,26 @@ namespace mn::codegen {
 
 namespace {
 
-// The helper lines glsl::buffer writes for the output binding "out": the only places its data
+// The helper lines glsl::buffer writes for the output binding `name`: the only places its data
 // may be named.
-bool output_helper_line(std::string_view line) {
-  for (std::string_view head : {"layout(", "float out_ld(", "int out_ldi(", "uint out_ldb(",
-                                "void out_st(", "void out_sti(", "void out_stb("}) {
+bool output_helper_line(std::string_view line, const std::string& name) {
+  for (const std::string& head :
+       {std::string("layout("), "float " + name + "_ld(", "int " + name + "_ldi(",
+        "uint " + name + "_ldb(", "void " + name + "_st(", "void " + name + "_sti(",
+        "void " + name + "_stb("}) {
     if (line.starts_with(head)) return true;
   }
   return false;
 }
 
-// Whether the text names out_data outside the output's helpers (a direct store or atomic).
-bool writes_output_directly(const std::string& text) {
+// Whether the text names <name>_data outside the output's helpers (a direct store or atomic).
+bool writes_output_directly(const std::string& text, const std::string& name) {
+  const std::string data = name + "_data";
   size_t at = 0;
   while (at < text.size()) {
     const size_t end = std::min(text.find('\n', at), text.size());
     const std::string_view line(text.data() + at, end - at);
-    if (line.find("out_data") != std::string_view::npos && !output_helper_line(line)) return true;
+    if (line.find(data) != std::string_view::npos && !output_helper_line(line, name)) return true;
     at = end + 1;
   }
   return false;
@@ -66,21 +69,23 @@ bool called(const std::string& text, const std::string& name) {
   return false;
 }
 
-// The launches that write output 0, each checked to store it only through out_st.
-std::vector<KernelLaunch*> output_writers(Lowering& l, const char* rewrite) {
+// The launches that write output `of`, each checked to store it only through <name>_st.
+std::vector<KernelLaunch*> output_writers(Lowering& l, const char* rewrite,
+                                          const KernelOutput& of = {}) {
   std::vector<KernelLaunch*> writers;
   for (KernelLaunch& k : l.launches) {
     bool writes_output = false;
     for (const KernelBinding& b : k.bindings) {
-      writes_output = writes_output || (b.arg == ArgRef::output(0) && b.written);
+      writes_output = writes_output || (b.arg == ArgRef::output(of.index) && b.written);
     }
     if (!writes_output) continue;
-    if (writes_output_directly(k.glsl)) {
-      throw Error("codegen: kernel '" + k.name +
-                  "' writes its output other than through out_st; cannot add a " + rewrite);
+    if (writes_output_directly(k.glsl, of.name)) {
+      throw Error("codegen: kernel '" + k.name + "' writes its output other than through " +
+                  of.name + "_st; cannot add a " + rewrite);
     }
-    if (k.glsl.find("void out_st(uint i, ") == std::string::npos) {
-      throw Error("codegen: kernel '" + k.name + "' has no out_st; cannot add a " + rewrite);
+    if (k.glsl.find("void " + of.name + "_st(uint i, ") == std::string::npos) {
+      throw Error("codegen: kernel '" + k.name + "' has no " + of.name + "_st; cannot add a " +
+                  rewrite);
     }
     writers.push_back(&k);
   }
@@ -98,27 +103,31 @@ bool stores_twin(const Node& node) {
          op == "scaled_dot_product_attention" || op == "cached_attention";
 }
 
-void add_twin_store(Lowering& l, DType own, DType twin) {
+void add_twin_store(Lowering& l, DType own, DType twin, int twin_output, const KernelOutput& of) {
   if (!is_float(own) || !is_float(twin) || own == twin) {
     throw Error(std::string("codegen: a twin store converts between two float dtypes, got ") +
                 dtype_name(own) + " to " + dtype_name(twin));
   }
-  for (KernelLaunch* k : output_writers(l, "twin store")) {
+  const std::string st = of.name + "_st";
+  const std::string twin_name = of.index ? "twin" + std::to_string(of.index) : "twin";
+  for (KernelLaunch* k : output_writers(l, "twin store", of)) {
     const auto binding = static_cast<uint32_t>(k->bindings.size());
-    // Declared before the first wrapper that calls twin_st.
-    const size_t first = k->glsl.find("void out_st(uint i, ");
-    k->glsl.insert(k->glsl.rfind('\n', first) + 1, glsl::buffer(binding, twin, "twin", false));
-    wrap_helper(k->glsl, "out_st",
-                "void out_st(uint i, float v) { mn_own_out_st(i, v); twin_st(i, v); }\n", k->name);
+    // Declared before the first wrapper that calls the twin's store.
+    const size_t first = k->glsl.find("void " + st + "(uint i, ");
+    k->glsl.insert(k->glsl.rfind('\n', first) + 1, glsl::buffer(binding, twin, twin_name, false));
+    wrap_helper(k->glsl, st,
+                "void " + st + "(uint i, float v) { mn_own_" + st + "(i, v); " + twin_name +
+                    "_st(i, v); }\n",
+                k->name);
     // The raw 16-bit store of a copy: the twin widens the bits it stores.
     if (own == DType::f16 || own == DType::bf16) {
       const std::string widen = own == DType::f16 ? "mn_f16_to_f32" : "mn_bf16_to_f32";
-      wrap_helper(
-          k->glsl, "out_stb",
-          "void out_stb(uint i, uint v) { mn_own_out_stb(i, v); twin_st(i, " + widen + "(v)); }\n",
-          k->name);
+      wrap_helper(k->glsl, of.name + "_stb",
+                  "void " + of.name + "_stb(uint i, uint v) { mn_own_" + of.name + "_stb(i, v); " +
+                      twin_name + "_st(i, " + widen + "(v)); }\n",
+                  k->name);
     }
-    k->bindings.push_back({ArgRef::output(1), true});
+    k->bindings.push_back({ArgRef::output(twin_output), true});
     k->name += "+twin[" + std::string(dtype_name(twin)) + "]";
   }
 }

@@ -7,6 +7,8 @@
 // softmax's backward, attention) and in 16 bits (a product's operand); its kernel then writes
 // the 16-bit copy as it stores the f32 one, and the cast's launch, its barrier and its second
 // read of the value disappear (schedule/narrowed_stores.h decides where).
+#include <string>
+
 #include "codegen/kernel.h"
 
 namespace mn::codegen {
@@ -16,13 +18,19 @@ namespace mn::codegen {
 // rotations, normalizations, softmax, attention's forward kernels, the converting copies.
 bool stores_twin(const Node& node);
 
-// Rewrites every launch of `l` that writes ArgRef::output(0) so that each store of the output
-// also stores cast(value, twin) into a new binding, ArgRef::output(1). `own` is the output's
+// Rewrites every launch of `l` that writes output `of` so that each store of it also stores
+// cast(value, twin) into a new binding, ArgRef::output(twin_output). `own` is the output's
 // dtype. The twin holds what a cast kernel of the output would: a narrowing rounds the stored
 // f32 value as the cast does; a widening is exact only where the value is a widened 16-bit
 // one (a converting copy's), which the caller guarantees. Throws when a launch writes its
 // output other than through `out_st` (a lowering stores_twin should not have named).
-void add_twin_store(Lowering& l, DType own, DType twin);
+// The output a rewrite applies to: ArgRef::output(index), stored through `<name>_st`.
+struct KernelOutput {
+  int index = 0;
+  std::string name = "out";
+};
+void add_twin_store(Lowering& l, DType own, DType twin, int twin_output = 1,
+                    const KernelOutput& of = {});
 
 // Permuted: a kernel whose result only a permute reads stores it in the permute's layout, so
 // the permute needs no launch: element i of the result (row-major in `shape`) goes where

@@ -97,8 +97,8 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     schedule::fuse_rope_loads(g, p.groups, options.device);
     schedule::read_past_cache_writes(g, p.groups, options.device);
     schedule::fold_permutes_into_rotations(g, p.groups);
-    schedule::twin_stores(g, p.groups);
     schedule::stack_rotations(g, p.groups);
+    schedule::twin_stores(g, p.groups);
     schedule::fuse_row_tails(g, p.groups, options.device, fo.max_bindings);
     schedule::fold_permutes_into_stores(g, p.groups);
   }

@@ -405,8 +405,11 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
   ctx.stacked_rotation = stacked ? &*stacked : nullptr;
   codegen::Lowering l = (*lower)(ctx);
   // A second output: the cast the kernel stores beside its value (schedule/narrowed_stores.h).
-  if (const NodeId twin = twin_output(g, group); twin >= 0) {
-    codegen::add_twin_store(l, g.node(group.outputs[0]).type.dtype, g.node(twin).type.dtype);
+  for (const auto& [own, twin] : twin_outputs(g, group)) {
+    // Output 1 of a stacked rotation is stored through out1_st (codegen::StackedRotation).
+    const codegen::KernelOutput of{own, own == 0 ? "out" : "out" + std::to_string(own)};
+    codegen::add_twin_store(l, g.node(group.outputs[static_cast<size_t>(own)]).type.dtype,
+                            g.node(group.outputs[static_cast<size_t>(twin)]).type.dtype, twin, of);
   }
   store_permuted(g, group, l);
   return l;

@@ -75,43 +75,58 @@ void twin_stores(const Graph& g, std::vector<KernelGroup>& groups) {
   std::vector<char> dropped(groups.size(), 0);
   for (size_t i = 0; i < groups.size(); ++i) {
     KernelGroup& k = groups[i];
-    // A single kernel of its own value (maybe loading or storing through a permute).
-    if (dropped[i] || k.kind != KernelGroup::Kind::single || k.outputs.size() != 1 ||
-        k.gemv.norm >= 0 || k.gemv.sibling >= 0 || k.rope.node >= 0 || k.append.k_write >= 0) {
+    // A single kernel of its own value (maybe loading or storing through a permute), or of two
+    // stacked rotations (each output may take a twin).
+    const size_t values = k.stacked_rotation.node >= 0 ? 2 : 1;
+    if (dropped[i] || k.kind != KernelGroup::Kind::single || k.outputs.size() != values ||
+        k.gemv.norm >= 0 || k.gemv.sibling >= 0 || k.rope.node >= 0 || k.append.k_write >= 0 ||
+        !k.stored_permuted.empty()) {
       continue;
     }
     const Node& node = g.node(k.nodes.front());
     if (!codegen::stores_twin(node) || (node.op && node.op->updates_input0_in_place)) continue;
-    const NodeId out = k.outputs.front();
-    const auto& readers = consumers[static_cast<size_t>(out)];
-    if (readers.size() < 2) continue;  // a lone cast reader: narrow_stores' case
-    for (NodeId c : readers) {
-      const int cg = cast_group[static_cast<size_t>(c)];
-      if (cg < 0 || dropped[static_cast<size_t>(cg)] || g.node(c).inputs.front() != out) continue;
-      // Narrowing: rounded as the cast rounds the stored f32. Widening: exact only where the
-      // kernel stores 16-bit values it loaded (a copy of a tensor of its own dtype, not one
-      // narrowing an f32 operand as it stores), and worth it only for a reader that cannot
-      // widen the 16-bit tensor itself.
-      const DType from = g.node(out).type.dtype, to = g.node(c).type.dtype;
-      const bool narrowing = from == DType::f32 && is_half_float(to);
-      const bool widening = codegen::converting_copy(node) && is_half_float(from) &&
-                            g.node(k.inputs.front()).type.dtype == from && to == DType::f32 &&
-                            !read_widened_by_all(g, c, consumers[static_cast<size_t>(c)]);
-      if (!narrowing && !widening) continue;
-      k.nodes.push_back(c);
-      k.outputs.push_back(c);
-      dropped[static_cast<size_t>(cg)] = 1;
-      break;
+    for (size_t j = 0; j < values; ++j) {
+      const NodeId out = k.outputs[j];
+      const auto& readers = consumers[static_cast<size_t>(out)];
+      if (readers.size() < 2) continue;  // a lone cast reader: narrow_stores' case
+      for (NodeId c : readers) {
+        const int cg = cast_group[static_cast<size_t>(c)];
+        if (cg < 0 || dropped[static_cast<size_t>(cg)] || g.node(c).inputs.front() != out) continue;
+        // Narrowing: rounded as the cast rounds the stored f32. Widening: exact only where the
+        // kernel stores 16-bit values it loaded (a copy of a tensor of its own dtype, not one
+        // narrowing an f32 operand as it stores), and worth it only for a reader that cannot
+        // widen the 16-bit tensor itself.
+        const DType from = g.node(out).type.dtype, to = g.node(c).type.dtype;
+        const bool narrowing = from == DType::f32 && is_half_float(to);
+        const bool widening = codegen::converting_copy(node) && is_half_float(from) &&
+                              g.node(k.inputs.front()).type.dtype == from && to == DType::f32 &&
+                              !read_widened_by_all(g, c, consumers[static_cast<size_t>(c)]);
+        if (!narrowing && !widening) continue;
+        k.nodes.push_back(c);
+        k.outputs.push_back(c);
+        dropped[static_cast<size_t>(cg)] = 1;
+        break;
+      }
     }
   }
   size_t i = 0;
   std::erase_if(groups, [&](const KernelGroup&) { return dropped[i++] != 0; });
 }
 
-NodeId twin_output(const Graph& g, const KernelGroup& group) {
-  if (group.kind != KernelGroup::Kind::single || group.outputs.size() != 2) return -1;
-  const Node& c = g.node(group.outputs[1]);
-  return c.op_name() == "cast" && c.inputs.front() == group.outputs[0] ? group.outputs[1] : -1;
+std::vector<std::pair<int, int>> twin_outputs(const Graph& g, const KernelGroup& group) {
+  std::vector<std::pair<int, int>> twins;
+  if (group.kind != KernelGroup::Kind::single) return twins;
+  for (size_t j = 1; j < group.outputs.size(); ++j) {
+    const Node& c = g.node(group.outputs[j]);
+    if (c.op_name() != "cast") continue;
+    for (size_t i = 0; i < j; ++i) {
+      if (c.inputs.front() == group.outputs[i]) {
+        twins.emplace_back(static_cast<int>(i), static_cast<int>(j));
+        break;
+      }
+    }
+  }
+  return twins;
 }
 
 Node stored_node(const Graph& g, const KernelGroup& group) {

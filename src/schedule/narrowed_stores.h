@@ -24,12 +24,13 @@ void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups);
 // copy for the gradient products, attention's output for its backward and for the output
 // projection, a 16-bit permute's widening for attention. As for a narrowed store, the value is
 // rounded as the cast rounds it, or widened exactly from a copy. Runs after the other passes
-// over single groups (which take one output): the group's nodes gain the cast, its outputs the
-// cast's value as output 1, and the cast's group is dropped.
+// over single groups (which take one output) but for the stacking of rotations, whose two values
+// may each take one: the group's nodes gain the cast, its outputs the cast's value, and the
+// cast's group is dropped.
 void twin_stores(const Graph& g, std::vector<KernelGroup>& groups);
 
-// A single group's twin (its output 1, a cast of output 0), or -1.
-NodeId twin_output(const Graph& g, const KernelGroup& group);
+// A single group's twins: (output i, output j) where output j is a cast of output i.
+std::vector<std::pair<int, int>> twin_outputs(const Graph& g, const KernelGroup& group);
 
 // The dtype a single group's kernel stores: its output's (the cast's, for a narrowed store).
 // The node it lowers is the group's first; lower_group passes it with this type.

@@ -52,6 +52,21 @@ TEST(TwinStore, ARawSixteenBitStoreIsWidenedForTheTwin) {
   expect_compiles(k);
 }
 
+// A kernel storing two outputs (a stacked rotation's): the second's twin through out1_st.
+TEST(TwinStore, OfASecondOutput) {
+  Lowering l =
+      copy_lowering(DType::f32, DType::f32, "  out_st(i, x_ld(i));\n  out1_st(i, -x_ld(i));\n");
+  KernelLaunch& k = l.launches.front();
+  k.glsl.insert(k.glsl.find("void main()"), glsl::buffer(2, DType::f32, "out1", false));
+  k.bindings.push_back({ArgRef::output(1), true});
+  add_twin_store(l, DType::f32, DType::bf16, 2, KernelOutput{1, "out1"});
+  ASSERT_EQ(k.bindings.size(), 4u);
+  EXPECT_EQ(k.bindings[3].arg, ArgRef::output(2));
+  EXPECT_NE(k.glsl.find("mn_own_out1_st(i, v); twin1_st(i, v);"), std::string::npos) << k.glsl;
+  EXPECT_EQ(k.glsl.find("mn_own_out_st"), std::string::npos);  // output 0 stays as it was
+  expect_compiles(k);
+}
+
 TEST(TwinStore, RefusesWhatItCannotCopy) {
   Lowering direct = copy_lowering(DType::f32, DType::f32, "  out_data[i] = x_ld(i);\n");
   expect_error<Error>([&] { add_twin_store(direct, DType::f32, DType::bf16); },
