@@ -97,7 +97,7 @@ std::vector<KernelLaunch*> output_writers(Lowering& l, const char* rewrite,
 
 }  // namespace
 
-bool stores_twin(const Node& node) {
+bool stores_only_through_out_st(const Node& node) {
   const std::string_view op = node.op_name();
   return stores_narrowed_result(node) || op == "softmax" || op == "log_softmax" ||
          op == "scaled_dot_product_attention" || op == "cached_attention";

@@ -14,16 +14,17 @@
 namespace mn::codegen {
 
 // Whether every lowering of the node stores its result through the generic store of its output
-// binding (`out_st`, glsl::buffer) and nothing else, so that add_twin_store can apply to it:
-// rotations, normalizations, softmax, attention's forward kernels, the converting copies.
-bool stores_twin(const Node& node);
+// binding (`out_st`, glsl::buffer) and nothing else, so that add_twin_store and
+// add_permuted_store can apply to it: rotations, normalizations, softmax, attention's forward
+// kernels, the converting copies.
+bool stores_only_through_out_st(const Node& node);
 
 // Rewrites every launch of `l` that writes output `of` so that each store of it also stores
 // cast(value, twin) into a new binding, ArgRef::output(twin_output). `own` is the output's
 // dtype. The twin holds what a cast kernel of the output would: a narrowing rounds the stored
 // f32 value as the cast does; a widening is exact only where the value is a widened 16-bit
 // one (a converting copy's), which the caller guarantees. Throws when a launch writes its
-// output other than through `out_st` (a lowering stores_twin should not have named).
+// output other than through `out_st` (a lowering stores_only_through_out_st should not have named).
 // The output a rewrite applies to: ArgRef::output(index), stored through `<name>_st`.
 struct KernelOutput {
   int index = 0;

@@ -43,6 +43,19 @@ std::map<NodeId, int> group_readers(std::span<const KernelGroup> groups) {
   return readers;
 }
 
+std::map<NodeId, int> group_producers(std::span<const KernelGroup> groups) {
+  std::map<NodeId, int> producer;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    for (NodeId o : groups[i].outputs) producer[o] = static_cast<int>(i);
+  }
+  return producer;
+}
+
+bool without_extras(const KernelGroup& k) {
+  return k.gemv.norm < 0 && k.gemv.sibling < 0 && k.gemv.stacked.empty() && k.rope.node < 0 &&
+         k.append.k_write < 0;
+}
+
 std::set<NodeId> kept_values(const Graph& g) {
   std::set<NodeId> kept;
   for (const auto& [name, id] : g.outputs()) kept.insert(id);

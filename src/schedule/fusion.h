@@ -158,6 +158,14 @@ std::vector<std::vector<NodeId>> needed_consumers(const Graph& g, const std::vec
 // Per value, how many of `groups` bind it (each group once).
 std::map<NodeId, int> group_readers(std::span<const KernelGroup> groups);
 
+// Per value, the index among `groups` of the group storing it (one of its outputs).
+std::map<NodeId, int> group_producers(std::span<const KernelGroup> groups);
+
+// Whether the group's kernel is its lowering's alone: nothing computed beside the product of a
+// GEMV (norm, sibling, stacked products), no rotation applied as an operand loads, no cache
+// slot read from a write's update.
+bool without_extras(const KernelGroup& k);
+
 // The values a step returns or assigns: stored as they are, whatever reads them.
 std::set<NodeId> kept_values(const Graph& g);
 

@@ -111,10 +111,7 @@ void take_siblings(const Graph& g, std::vector<KernelGroup>& groups,
 // norm read once per output row as before). A later product's matrix must exist by then.
 void stack_products(const Graph& g, std::vector<KernelGroup>& groups,
                     const codegen::DeviceTraits& device) {
-  std::map<NodeId, int> producer;
-  for (size_t i = 0; i < groups.size(); ++i) {
-    for (NodeId o : groups[i].outputs) producer[o] = static_cast<int>(i);
-  }
+  const std::map<NodeId, int> producer = group_producers(groups);
   auto stackable = [&](const KernelGroup& k) {
     const NodeId m = product_of(g, k);
     return k.kind == KernelGroup::Kind::single && m >= 0 && k.gemv.sibling < 0 &&

@@ -13,7 +13,7 @@ namespace {
 // A plain single group: one node, its own lowering, nothing read or stored beside it.
 bool plain_single(const KernelGroup& k) {
   return k.kind == KernelGroup::Kind::single && k.nodes.size() == 1 && k.outputs.size() == 1 &&
-         k.gemv.norm < 0 && k.gemv.sibling < 0 && k.rope.node < 0 && k.append.k_write < 0;
+         without_extras(k);
 }
 
 // Whether `node`'s kernel may store its value cast to `cast`'s dtype in place of the cast's
@@ -79,12 +79,12 @@ void twin_stores(const Graph& g, std::vector<KernelGroup>& groups) {
     // stacked rotations (each output may take a twin).
     const size_t values = k.stacked_rotation.node >= 0 ? 2 : 1;
     if (dropped[i] || k.kind != KernelGroup::Kind::single || k.outputs.size() != values ||
-        k.gemv.norm >= 0 || k.gemv.sibling >= 0 || k.rope.node >= 0 || k.append.k_write >= 0 ||
-        !k.stored_permuted.empty()) {
+        !without_extras(k) || !k.stored_permuted.empty()) {
       continue;
     }
     const Node& node = g.node(k.nodes.front());
-    if (!codegen::stores_twin(node) || (node.op && node.op->updates_input0_in_place)) continue;
+    if (!codegen::stores_only_through_out_st(node) || (node.op && node.op->updates_input0_in_place))
+      continue;
     for (size_t j = 0; j < values; ++j) {
       const NodeId out = k.outputs[j];
       const auto& readers = consumers[static_cast<size_t>(out)];

@@ -15,8 +15,7 @@ namespace {
 bool stores_through_out_st(const Graph& g, const KernelGroup& k) {
   if (k.outputs.size() != 1 || !k.stored_permuted.empty() || !k.store_perm.empty()) return false;
   if (k.kind == KernelGroup::Kind::reduction) return k.segments.size() == 2;
-  if (k.kind != KernelGroup::Kind::single || k.nodes.size() != 1 || k.gemv.norm >= 0 ||
-      k.gemv.sibling >= 0 || k.rope.node >= 0 || k.append.k_write >= 0) {
+  if (k.kind != KernelGroup::Kind::single || k.nodes.size() != 1 || !without_extras(k)) {
     return false;
   }
   const Node& node = g.node(k.nodes.front());
@@ -24,7 +23,7 @@ bool stores_through_out_st(const Graph& g, const KernelGroup& k) {
       codegen::reduce_accepts_fusion(node, std::vector{g.node(k.inputs.front()).type})) {
     return true;  // a float reduction of its own: the same kernels, without prologue or epilogue
   }
-  return codegen::stores_twin(node) && !codegen::converting_copy(node);
+  return codegen::stores_only_through_out_st(node) && !codegen::converting_copy(node);
 }
 
 }  // namespace

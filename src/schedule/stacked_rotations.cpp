@@ -7,8 +7,8 @@ namespace {
 
 // A rotation kernel of its own with one output.
 bool lone_rotation(const Graph& g, const KernelGroup& k) {
-  if (k.kind != KernelGroup::Kind::single || k.outputs.size() != 1 || k.rope.node >= 0 ||
-      k.append.k_write >= 0 || k.stacked_rotation.node >= 0 || !k.stored_permuted.empty()) {
+  if (k.kind != KernelGroup::Kind::single || k.outputs.size() != 1 || !without_extras(k) ||
+      k.stacked_rotation.node >= 0 || !k.stored_permuted.empty()) {
     return false;
   }
   const std::string_view op = g.node(k.nodes.front()).op_name();
@@ -18,10 +18,7 @@ bool lone_rotation(const Graph& g, const KernelGroup& k) {
 }  // namespace
 
 void stack_rotations(const Graph& g, std::vector<KernelGroup>& groups) {
-  std::map<NodeId, int> producer;
-  for (size_t i = 0; i < groups.size(); ++i) {
-    for (NodeId o : groups[i].outputs) producer[o] = static_cast<int>(i);
-  }
+  const std::map<NodeId, int> producer = group_producers(groups);
   std::vector<char> dropped(groups.size(), 0);
   for (size_t i = 0; i < groups.size(); ++i) {
     KernelGroup& first = groups[i];
