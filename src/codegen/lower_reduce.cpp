@@ -292,13 +292,14 @@ KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geom
     s += tree("m2");
   }
 
+  // The value stored for a sum, mean, max or min (argmax and variance store their own).
+  const std::string value = epilogue(
+      red.kind == Kind::mean ? "acc / " + glsl::float_literal(static_cast<double>(g.reduced))
+                             : std::string("acc"),
+      "o");
   if (p && p->tail) {
     // Every lane of the row applies the tail to its elements (the row is o's contiguous range:
     // reduce_takes_row_tail).
-    const std::string value =
-        red.kind == Kind::mean
-            ? epilogue("acc / " + glsl::float_literal(static_cast<double>(g.reduced)), "o")
-            : epilogue("acc", "o");
     s += "  if (live) {\n    float mn_row_value = " + value + ";\n";
     s += "    for (uint r = ly; r < " + ulit(g.reduced) + "; r += " + ulit(l.ly) +
          ") mn_row_tail(o * " + ulit(g.reduced) + " + r, mn_row_value);\n  }\n";
@@ -309,19 +310,13 @@ KernelLaunch main_launch(const LowerContext& ctx, const Reducer& red, const Geom
       case Kind::argmax:
         s += "  " + red.store("o", "besti") + "\n";
         break;
-      case Kind::mean:
-        s += "  " +
-             red.store("o", epilogue("acc / " + glsl::float_literal(static_cast<double>(g.reduced)),
-                                     "o")) +
-             "\n";
-        break;
       case Kind::variance:
         s += "  " +
              red.store("o", "m2 / max(count - " + glsl::float_literal(correction) + ", 0.0)") +
              "\n";
         break;
       default:
-        s += "  " + red.store("o", epilogue("acc", "o")) + "\n";
+        s += "  " + red.store("o", value) + "\n";
     }
   } else {
     const std::string slot = "s * " + ulit(g.outputs) + " + o";
