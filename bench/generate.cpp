@@ -112,9 +112,7 @@ nlohmann::json plan(const mn::LmConfig& config, mn::DType dtype, mn::DType preci
     mn::plan::PlanOptions po = device;
     po.precision = precision;
     const mn::plan::StepPlan p = mn::plan::make_step_plan(*lm.graph, po);
-    j[name] = {{"dispatches", p.launches.size()},
-               {"arena_mib", static_cast<double>(p.arena_bytes) / (1 << 20)},
-               {"kernels", mn::bench::kernel_counts(p)}};
+    j[name] = mn::bench::plan_summary(p);
   }
   return j;
 }

@@ -23,13 +23,17 @@ inline nlohmann::json kernel_counts(const plan::StepPlan& plan) {
   return counts;
 }
 
-// The step of `g` as a session would plan it for `po`, without a device: its arena, launches and
-// launches by kernel name (the benchmarks' --plan-device).
+// A planned step's arena and launches, and with `kernels` its launches by kernel name.
+inline nlohmann::json plan_summary(const plan::StepPlan& p, bool kernels = true) {
+  nlohmann::json j{{"arena_mib", static_cast<double>(p.arena_bytes) / (1 << 20)},
+                   {"dispatches", p.launches.size()}};
+  if (kernels) j["kernels"] = kernel_counts(p);
+  return j;
+}
+
+// The step of `g` as a session would plan it for `po`, without a device (--plan-device).
 inline nlohmann::json plan_summary(const Graph& g, const plan::PlanOptions& po) {
-  const plan::StepPlan p = plan::make_step_plan(g, po);
-  return {{"arena_mib", static_cast<double>(p.arena_bytes) / (1 << 20)},
-          {"dispatches", p.launches.size()},
-          {"kernels", kernel_counts(p)}};
+  return plan_summary(plan::make_step_plan(g, po));
 }
 
 // What fills the arena at the plan's peak: the breakdown's roles, and the live transient bytes

@@ -59,11 +59,9 @@ nlohmann::json plan(int depth, int64_t batch, int64_t size, mn::DType precision,
                    {"model", "resnet" + std::to_string(depth)},
                    {"batch", batch},
                    {"precision", mn::dtype_name(precision)},
-                   {"arena_mib", static_cast<double>(p.arena_bytes) / (1 << 20)},
-                   {"dispatches", p.launches.size()},
                    {"memory", mn::bench::peak_fields(p)},
                    {"live_at_peak", mn::bench::live_at_peak(p, live)}};
-  if (kernels) j["kernels"] = mn::bench::kernel_counts(p);
+  j.update(mn::bench::plan_summary(p, kernels));
   return j;
 }
 

@@ -54,10 +54,8 @@ nlohmann::json plan_fields(const mn::Graph& g, bool optimized, mn::DType precisi
   po.optimize.enabled = po.fuse = optimized;
   po.precision = precision;
   const mn::plan::StepPlan plan = mn::plan::make_step_plan(g, po);
-  nlohmann::json j{{"arena_mib", static_cast<double>(plan.arena_bytes) / (1 << 20)},
-                   {"dispatches", plan.launches.size()},
-                   {"copies", plan.assignment_copies.size()}};
-  if (kernels) j["kernels"] = mn::bench::kernel_counts(plan);
+  nlohmann::json j = mn::bench::plan_summary(plan, kernels);
+  j["copies"] = plan.assignment_copies.size();
   if (memory) j["memory"] = mn::bench::peak_fields(plan);
   if (live) j["live_at_peak"] = mn::bench::live_at_peak(plan, live);
   return j;
