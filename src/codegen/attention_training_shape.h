@@ -1,0 +1,46 @@
+#pragma once
+// What attention's training kernels (attention_lse, attention_grad_q/k/v) share, the
+// register-tiled and scalar ones (lower_attention_training.cpp) and the tensor-core ones
+// (lower_attention_training_coop.cpp): the sizes they bake in, their bindings and the mask's
+// addressing.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codegen/kernel.h"
+#include "ir/ops/attention.h"
+
+namespace mn::codegen::attention_training {
+
+enum class Form { lse, grad_q, grad_k, grad_v };
+
+// The sizes the kernels bake in (the op's inference has validated the operands: q, k, v share
+// their leading axes) and the mask's strides over the scores [batch..., Hq, Lq, Lk].
+struct TrainingShape {
+  Form form;
+  AttentionAttrs attrs;
+  Shape batch;
+  uint64_t hq = 1, hkv = 1, lq = 1, lk = 1, d = 1, dv = 1;
+  std::vector<uint64_t> mask_strides;  // per axis of the scores, 0 where the mask broadcasts
+
+  TrainingShape(const LowerContext& ctx, Form f);
+  uint64_t batches() const { return static_cast<uint64_t>(numel(batch)); }
+  // The workgroups: one per query row, or one per key row of a key/value head.
+  uint64_t rows() const {
+    return form == Form::lse || form == Form::grad_q ? batches() * hq * lq : batches() * hkv * lk;
+  }
+};
+
+// The lanes of the scalar kernels (a workgroup per row of the result).
+constexpr uint32_t kScalarLanes = 64;
+
+// Bindings, sizes and helpers: the operands in their order (the mask last) and the output.
+std::string declarations(const LowerContext& ctx, const TrainingShape& g,
+                         std::vector<KernelBinding>& bindings);
+// Statements defining `uint mbatch`, the mask's offset of batch b (from `b`), when masked.
+std::string mask_batch(const TrainingShape& g);
+// GLSL: uint mask_at(mbatch, h, i, j), the mask's element of score (batch offset mbatch, query
+// head h, row i, key j); empty when unmasked.
+std::string mask_function(const TrainingShape& g);
+
+}  // namespace mn::codegen::attention_training
