@@ -12,20 +12,15 @@
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "support/attention_problem.h"
 #include "support/elementwise_error.h"
-#include "support/random_fill.h"
 
 #include "support/scoped_env.h"
 
 namespace mn {
 namespace {
 
-struct Case {
-  std::string label;
-  int64_t batch, hq, hkv, lq, lk, d, dv;
-  bool causal, mask;
-};
-void PrintTo(const Case& c, std::ostream* os) { *os << c.label; }
+using Case = testing::AttentionCase;
 
 class AttentionTrainingGpu : public ::testing::TestWithParam<Case> {};
 
@@ -35,29 +30,10 @@ TEST_P(AttentionTrainingGpu, ForwardAndGradientsMatchTheReference) {
   // The forward on the f32 kernels, so that the gradients meet f32's agreement (the tensor-core
   // forward rounds its operands to f16; tests/tensor_cores checks it).
   testing::ScopedEnv f32_forward("MN_COOP_ATTENTION", "0");
-  Graph g;
-  Tensor q = g.input("q", {c.batch, c.hq, c.lq, c.d});
-  Tensor k = g.input("k", {c.batch, c.hkv, c.lk, c.d});
-  Tensor v = g.input("v", {c.batch, c.hkv, c.lk, c.dv});
-  Tensor dout = g.input("dout", {c.batch, c.hq, c.lq, c.dv});
-  Tensor mask = c.mask ? g.input("mask", {c.lq, c.lk}) : Tensor{};
-  Tensor out = scaled_dot_product_attention(q, k, v, mask, c.causal);
-  const std::vector<Tensor> grads = gradients(out, {q, k, v}, dout);
-  g.output("out", out);
-  g.output("dq", grads[0]);
-  g.output("dk", grads[1]);
-  g.output("dv", grads[2]);
-  size_t grad_ops = 0;
-  for (const Node& n : g.nodes()) grad_ops += n.op_name().starts_with("attention_grad_");
-  ASSERT_EQ(grad_ops, 3u) << "the gradients do not come from the attention gradient ops";
-
-  auto rng = testing::rng_for("attention-training-gpu/" + c.label);
-  reference::Feeds feeds;
-  const std::pair<const char*, Tensor> operands[] = {{"q", q}, {"k", k}, {"v", v}, {"dout", dout}};
-  for (const auto& [name, t] : operands) {
-    feeds[name] = testing::random_array(rng, t.type(), -1.0, 1.0);
-  }
-  if (c.mask) feeds["mask"] = testing::random_array(rng, mask.type(), -2.0, 0.0);
+  testing::AttentionProblem p = testing::attention_problem(c, "attention-training-gpu/");
+  ASSERT_EQ(p.grad_ops, 3) << "the gradients do not come from the attention gradient ops";
+  const Graph& g = p.graph;
+  const reference::Feeds& feeds = p.feeds;
   auto session = build_session(g);
   for (const auto& [name, value] : feeds) session->set(name, value);
   session->step();
