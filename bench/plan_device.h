@@ -4,7 +4,8 @@
 //    tensors (the planner's own default has none);
 //  - "h200": an NVIDIA H200 as src/runtime/plan_options.cpp derives its traits from the
 //    capabilities its driver reports (`mn devices --json` there): subgroup- and workgroup-scope
-//    cooperative matrices (f16 and bf16), tensor-addressed loads, 132 multiprocessors.
+//    cooperative matrices (f16 and bf16), bf16 subgroup matrices, tensor-addressed loads, 132
+//    multiprocessors.
 //    Its arena is made of 2 GiB chunks (the largest power of two its storage-buffer range
 //    allows), bound at 16-byte alignment. Plans for "h200" match the device's own (the same
 //    launches and arena bytes for SmolLM2's and ResNet's training steps) but for the choices
@@ -42,6 +43,7 @@ inline std::optional<plan::PlanOptions> plan_device(const std::string& name) {
   t.max_storage_buffers = std::numeric_limits<uint32_t>::max();
   t.multiprocessors = 132;
   t.coop = true;
+  t.coop_bf16 = true;
   t.coop_wg_granularity = {{{16, 16, 16}, {16, 16, 16}, {32, 16, 16}, {32, 32, 16}}};
   t.coop_wg_bf16_granularity = t.coop_wg_granularity;
   t.coop_wg_max_dimension = 1024;

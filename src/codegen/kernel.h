@@ -30,6 +30,14 @@ struct DeviceTraits {
   // self-test passed, and MN_DISABLE_COOP unset.
   bool coop = false;
   bool coop_khr = false;  // compile coop kernels through the SPV_KHR rewrite
+  // bf16×bf16→f32 16×16×16 subgroup matrices (VK_KHR_cooperative_matrix with
+  // VK_KHR_shader_bfloat16's matrices) and the current glslang to compile them: attention's
+  // training kernels on tensor cores (codegen/lower_attention_training_coop.h). Used with coop.
+  bool coop_bf16 = false;
+  // The step's products are bf16 (plan::PlanOptions::precision, mixed precision): attention's
+  // training ops then take those kernels on f32 operands too, rounding them to bf16 as they
+  // load them, as autocast runs attention on bf16 operands.
+  bool bf16_products = false;
   // Bit i: subgroup tile i (coop_tiles()) may be used; bit kCoopWgTileBit + i: workgroup tile i
   // (coop_wg_tiles()).
   uint32_t coop_tiles = ~0u;

@@ -2,10 +2,11 @@
 // log-sum-exp of the scores and the gradients of q, k and v, each probability recomputed from
 // q, k and the log-sum-exp where it is used, so no Lq x Lk tensor is ever stored.
 //
-// Register-tiled kernels where the head sizes allow (kernels/attention_training_tiled.comp: a
-// workgroup per tile of 32 or 16 rows streaming blocks of 64 to 16 rows of the other side through
-// shared memory, 4 rows × block/16 scores per lane), else scalar ones (no tensor cores either way), a workgroup
-// per row of the result and 64 lanes:
+// Tensor-core kernels where the device and the operands suit them
+// (lower_attention_training_coop.h), else register-tiled kernels where the head sizes allow
+// (kernels/attention_training_tiled.comp: a workgroup per tile of 32 or 16 rows streaming blocks
+// of 64 to 16 rows of the other side through shared memory, 4 rows × block/16 scores per lane),
+// else scalar ones, a workgroup per row of the result and 64 lanes:
 // - attention_lse, attention_grad_q: a workgroup per query row. Per block of 64 keys, each lane
 //   scores one key (q's row in shared memory); the block's dS (or the running max and sum) is
 //   shared and every lane accumulates its output columns over the block.
@@ -22,6 +23,7 @@
 #include "codegen/kernel.h"
 #include "codegen/kernel_template.h"
 #include "codegen/lower_attention.h"
+#include "codegen/lower_attention_training_coop.h"
 #include "codegen/lower_families.h"
 #include "ir/ops/attention.h"
 #include "ir/ops/common.h"
@@ -293,6 +295,10 @@ Lowering lower_training(const LowerContext& ctx, Form form) {
   if (ctx.node.type.numel() == 0) return {};
   const TrainingShape g(ctx, form);
   Lowering low;
+  if (auto coop = attention_training::coop_training_kernel(ctx, g)) {
+    low.launches.push_back(std::move(*coop));
+    return low;
+  }
   if (const auto tiles = register_tiles_for(g, ctx.device)) {
     low.launches.push_back(tiled_kernel(ctx, g, *tiles));
     return low;

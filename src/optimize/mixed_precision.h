@@ -7,7 +7,9 @@
 // and its consumers read it widened back to f32. Everything else (norms, softmax, losses,
 // reductions, the optimizer's master weights and states) stays in f32. Applied to a training
 // graph after differentiation, the backward products are 16-bit too. (Attention stays on f32
-// operands: its training kernels read 16-bit ones slower, docs/perf.md.)
+// operands: its register-tiled training kernels read 16-bit ones slower, docs/perf.md; with bf16
+// products, devices with bf16 matrices round them to bf16 inside attention's training kernels,
+// codegen/lower_attention_training_coop.h.)
 //
 // An operand that is already a widening of a p tensor (a bf16 weight read as f32) is used as it
 // is, so a model stored in p is not rounded twice. Runs before the e-graph (plan::make_step_plan),

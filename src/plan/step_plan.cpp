@@ -254,7 +254,9 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
 
 }  // namespace
 
-StepPlan make_step_plan(const Graph& original, const PlanOptions& options) {
+StepPlan make_step_plan(const Graph& original, const PlanOptions& given) {
+  PlanOptions options = given;
+  options.device.bf16_products = given.precision == DType::bf16;
   StepPlan p;
   const char* no_optimize = std::getenv("MN_NO_OPTIMIZE");
   const bool off = no_optimize && std::string_view(no_optimize) == "1";

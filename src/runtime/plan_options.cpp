@@ -57,6 +57,14 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
   t.max_shared_optin_bytes = c.compute.shared_memory_optin_bytes;
   t.multiprocessors = c.compute.multiprocessors;
   const auto& cm = c.cooperative_matrix;
+  if (cm.khr_feature && c.types.bfloat16_cooperative_matrix && c.types.int16) {
+    for (const auto& m : cm.khr_configs) {
+      if (m.m == 16 && m.n == 16 && m.k == 16 && m.a_type == "bf16" && m.b_type == "bf16" &&
+          m.c_type == "f32" && m.result_type == "f32" && m.scope == "subgroup") {
+        t.coop_bf16 = codegen::current_glslang().available;
+      }
+    }
+  }
   if (cm.khr_feature && cm.workgroup_scope && cm.flexible_dimensions) {
     for (const auto& f : cm.flexible_configs) {
       if (f.scope != "workgroup" || f.a_type != f.b_type || f.c_type != "f32" ||

@@ -47,6 +47,8 @@ const char* coop_path_name(CoopPath p) {
       return "f16";
     case CoopPath::tensor:
       return "tensor";
+    case CoopPath::bf16:
+      return "bf16";
   }
   return "?";
 }
@@ -79,6 +81,15 @@ std::string coop_path_missing(CoopPath path) {
       }
       return {};
     }
+    case CoopPath::bf16: {
+      if (std::string why = coop_path_missing(CoopPath::nv); !why.empty()) return why;
+      if (!runtime::device_traits(capabilities()).coop_bf16) {
+        if (!codegen::current_glslang().available) return codegen::current_glslang().status;
+        return capabilities().name +
+               ": no 16x16x16 bf16*bf16+f32 subgroup matrices (VK_KHR_shader_bfloat16)";
+      }
+      return {};
+    }
     case CoopPath::f16_storage: {
       if (!capabilities().types.storage_16bit) return capabilities().name + ": no 16-bit storage";
       const std::string nv = candidate_missing(runtime::CoopMode::nv);
@@ -99,7 +110,7 @@ bool coop_path_required(CoopPath path) {
   while (std::getline(words, word, ',')) {
     bool known = false;
     for (CoopPath p : {CoopPath::nv, CoopPath::khr, CoopPath::workgroup, CoopPath::f16_storage,
-                        CoopPath::tensor}) {
+                       CoopPath::tensor, CoopPath::bf16}) {
       if (word == coop_path_name(p)) {
         known = true;
         required = required || p == path;
@@ -107,7 +118,7 @@ bool coop_path_required(CoopPath path) {
     }
     if (!known) {
       throw Error("MN_REQUIRE_COOP='" + std::string(v) + "': unknown path '" + word +
-                  "' (expected 1, all, or a comma list of nv, khr, wg, f16, tensor)");
+                  "' (expected 1, all, or a comma list of nv, khr, wg, f16, tensor, bf16)");
     }
   }
   return required;

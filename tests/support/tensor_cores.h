@@ -17,6 +17,7 @@ enum class CoopPath {
   workgroup,    // workgroup-scope matrices (VK_NV_cooperative_matrix2), matmul and convolution
   f16_storage,  // f16 operands and outputs in memory (16-bit storage)
   tensor,       // tensor-addressed workgroup-scope matrices with the current glslang
+  bf16,         // bf16 subgroup-scope matrices with the current glslang (attention's training)
 };
 
 const char* coop_path_name(CoopPath p);
@@ -26,7 +27,7 @@ const char* coop_path_name(CoopPath p);
 std::string coop_path_missing(CoopPath path);
 
 // Whether MN_REQUIRE_COOP requires `path`: "1" or "all" require every path, a comma list
-// ("nv,wg,f16", names as coop_path_name gives them) those named; unset or "0" none. Any other
+// ("nv,wg,f16,bf16", names as coop_path_name gives them) those named; unset or "0" none. Any other
 // word is an error (mn::Error), so a misspelt list cannot quietly require nothing.
 bool coop_path_required(CoopPath path);
 

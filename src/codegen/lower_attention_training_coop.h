@@ -1,0 +1,19 @@
+#pragma once
+// Attention's training ops (attention_lse, attention_grad_q, _k, _v) on tensor cores: the
+// register-tiled kernels' forms with their products on bf16 subgroup matrices
+// (kernels/attention_training_coop.comp).
+#include <optional>
+
+#include "codegen/attention_training_shape.h"
+#include "codegen/kernel.h"
+
+namespace mn::codegen::attention_training {
+
+// The tensor-core kernel where it serves: the device has bf16 subgroup matrices
+// (DeviceTraits::coop_bf16), the heads are 16 to 128 wide in steps of 16, and either the
+// operands are 16-bit (rounding them to bf16 loses little the step has not lost already), the
+// step's products are bf16 (DeviceTraits::bf16_products) or MN_COOP_ATTENTION=1 asks for it;
+// nullopt otherwise, and with MN_COOP_ATTENTION=0.
+std::optional<KernelLaunch> coop_training_kernel(const LowerContext& ctx, const TrainingShape& g);
+
+}  // namespace mn::codegen::attention_training

@@ -1,0 +1,73 @@
+// Attention's training kernels on tensor cores (codegen/lower_attention_training_coop.h) on the
+// device: the log-sum-exp and the gradients of q, k and v from a random dout against the float64
+// reference, at the head sizes models use, causal grouped-query heads over several blocks,
+// additive masks, Lq != Lk; f32 operands with the kernels asked for (MN_COOP_ATTENTION=1) and
+// bf16 operands, which take them by choice. Their matrices read bf16 (8 significant bits,
+// u = 2^-9): the operands, P and dS are each rounded, and dS = P·(dP - delta) cancels where dP is
+// near delta, so the bound is 30 u, 6e-2 of each element or of a tenth of the tensor's largest
+// (the H200 measured up to 4.0e-2 on these cases; a wrong mask, scale, head or block is off by
+// far more).
+#include <gtest/gtest.h>
+
+#include <ostream>
+#include <set>
+#include <string>
+
+#include <meganeura/autodiff.h>
+#include <meganeura/reference.h>
+#include <meganeura/session.h>
+
+#include "support/attention_problem.h"
+#include "support/elementwise_error.h"
+#include "support/scoped_env.h"
+#include "support/tensor_cores.h"
+
+namespace mn {
+namespace {
+
+using Case = testing::AttentionCase;
+
+class AttentionTrainingCoopGpu : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionTrainingCoopGpu, GradientsMatchTheReference) {
+  MN_REQUIRE_COOP_PATH(testing::CoopPath::bf16);
+  const Case& c = GetParam();
+  testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
+  // f32 operands take the tensor-core kernels only when asked; bf16 ones by choice.
+  testing::ScopedEnv coop("MN_COOP_ATTENTION", c.dtype == DType::f32 ? "1" : nullptr);
+  testing::AttentionProblem p = testing::attention_problem(c, "attention-training-coop-gpu/");
+  ASSERT_EQ(p.grad_ops, 3) << "the gradients do not come from the attention gradient ops";
+  const Graph& g = p.graph;
+  const reference::Feeds& feeds = p.feeds;
+  SessionOptions so;
+  so.profile = true;
+  auto session = build_session(g, so);
+  for (const auto& [name, value] : feeds) session->set(name, value);
+  session->step();
+  std::set<std::string> ran;
+  for (const KernelTime& t : session->profile()) ran.insert(t.name);
+  for (const char* kernel : {"attention_lse_coop", "attention_grad_q_coop", "attention_grad_k_coop",
+                             "attention_grad_v_coop"}) {
+    EXPECT_TRUE(ran.contains(kernel)) << kernel << " did not run";
+  }
+  const auto want = reference::evaluate(g, feeds);
+  for (const char* name : {"dq", "dk", "dv"}) {
+    EXPECT_TRUE(testing::elementwise_near(session->get(name), want.at(name), 6e-2)) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    HeadSizes, AttentionTrainingCoopGpu,
+    ::testing::Values(
+        Case{"d64_causal_gqa", 1, 9, 3, 200, 200, 64, 64, true, false},
+        Case{"d64_causal_gqa_bf16", 2, 4, 2, 130, 130, 64, 64, true, false, DType::bf16},
+        Case{"d128_causal_gqa", 1, 3, 1, 80, 80, 128, 128, true, false},
+        Case{"d64_mask_long_key", 2, 2, 1, 40, 100, 64, 64, false, true},
+        Case{"d64_dv128_causal_mask_long_query", 1, 2, 2, 90, 40, 64, 128, true, true},
+        Case{"d96_dv32_mask_long_key", 2, 2, 2, 20, 130, 96, 32, false, true},
+        Case{"d32_dv48_causal_mask_long_query_bf16", 1, 2, 1, 90, 40, 32, 48, true, true,
+             DType::bf16}),
+    [](const auto& info) { return info.param.label; });
+
+}  // namespace
+}  // namespace mn
