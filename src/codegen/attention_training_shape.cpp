@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "codegen/glsl.h"
+#include "codegen/kernel_template.h"
 #include "ir/ops/common.h"
 
 namespace mn::codegen::attention_training {
@@ -88,6 +89,10 @@ std::string mask_function(const TrainingShape& g) {
   return "uint mask_at(uint mbatch, uint h, uint i, uint j) { return mbatch + h * " +
          ulit(g.mask_strides[R - 3]) + " + i * " + ulit(g.mask_strides[R - 2]) + " + j * " +
          ulit(g.mask_strides[R - 1]) + "; }";
+}
+
+std::string other_side_blocks() {
+  return fill_kernel_template("attention_training_blocks.comp", {});
 }
 
 }  // namespace mn::codegen::attention_training

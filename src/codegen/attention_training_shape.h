@@ -39,6 +39,9 @@ std::string declarations(const LowerContext& ctx, const TrainingShape& g,
                          std::vector<KernelBinding>& bindings);
 // Statements defining `uint mbatch`, the mask's offset of batch b (from `b`), when masked.
 std::string mask_batch(const TrainingShape& g);
+// GLSL: the Block struct, block_of and block_count of kernels/attention_training_blocks.comp,
+// the other side's blocks a tile of own rows walks (the templates' BLOCKS field).
+std::string other_side_blocks();
 // GLSL: uint mask_at(mbatch, h, i, j), the mask's element of score (batch offset mbatch, query
 // head h, row i, key j); empty when unmasked.
 std::string mask_function(const TrainingShape& g);

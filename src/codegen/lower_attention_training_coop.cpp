@@ -141,6 +141,7 @@ std::optional<KernelLaunch> coop_training_kernel(const LowerContext& ctx, const 
                                     : "no_operand"},
       {"MASK_FUNCTION", mask_function(g)},
       {"MASK_BATCH", mask_batch(g)},
+      {"BLOCKS", other_side_blocks()},
   };
   k.name = names[static_cast<int>(f)];
   k.glsl = fill_kernel_template("attention_training_coop.comp", fields);

@@ -62,40 +62,7 @@ shared vec2 red[R * 16u];
 #define C_ROWS @C_ROWS@
 #define AT_C @AT_C@
 
-// Block n of the other side: its rows' first global row (`base`, row 0 of its head), the first
-// row of the block within the head, the end of the head's valid rows, and the query head.
-struct Block {
-  uint base, first, limit, h;
-};
-
-Block block_of(uint n, uint b, uint hh, uint t0) {
-  Block k;
-#if QUERY_OWN
-  k.h = hh;
-  k.base = (b * HKV + hh / GROUP) * LK;
-  k.first = n * BK;
-  k.limit = CAUSAL != 0 ? min(LK, t0 + R) : LK;
-#else
-  // Query rows above the tile's first key never see it (causal).
-  uint start = CAUSAL != 0 ? t0 : 0u;
-  uint per_head = LQ > start ? (LQ - start + BK - 1u) / BK : 1u;
-  k.h = hh * GROUP + n / per_head;
-  k.base = (b * HQ + k.h) * LQ;
-  k.first = start + (n % per_head) * BK;
-  k.limit = LQ;
-#endif
-  return k;
-}
-
-uint block_count(uint hh, uint t0) {
-#if QUERY_OWN
-  uint reach = CAUSAL != 0 ? min(LK, t0 + R) : LK;
-  return (reach + BK - 1u) / BK;
-#else
-  uint start = CAUSAL != 0 ? t0 : 0u;
-  return LQ > start ? GROUP * ((LQ - start + BK - 1u) / BK) : 0u;
-#endif
-}
+@BLOCKS@
 
 // Block `k`'s rows of operand a (and b) into the registers ra (rb), zeros past its rows.
 #if HAS_OTHER_B
@@ -172,7 +139,7 @@ void main() {
 #if HAS_OTHER_B
   vec4 rb[NB];
 #endif
-  uint blocks = block_count(hh, t0);
+  uint blocks = block_count(t0);
   Block next = block_of(0u, b, hh, t0);
   if (blocks > 0u) load_block(next, tid, ra OTHER_B_ARG);
 
