@@ -45,6 +45,39 @@ TEST_P(AttentionTrainingGpu, ForwardAndGradientsMatchTheReference) {
   }
 }
 
+// bf16 operands: the log-sum-exp and delta the backward reads are f32 (a bf16 log-sum-exp near
+// 5 is off by up to 2^-9 · 8 = 0.016, and every probability recomputed from it by as much,
+// relatively), so the gradients differ from the float64 gradients of the same values only by
+// the rounding of the stored output (which delta reads, and dS = P·(dP - delta) cancels) and of
+// their own: 1.5e-2 of each element or of a tenth of the largest (lavapipe: 1.0e-2 for dq,
+// 4.8e-3 for dk, 2.8e-3 for dv; with a bf16 log-sum-exp and delta 3.0e-2, 2.5e-2, 2.1e-2).
+TEST(AttentionTrainingBf16, TheLogSumExpAndDeltaStayF32) {
+  testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
+  testing::ScopedEnv f32_forward("MN_COOP_ATTENTION", "0");
+  const Case c{"d64_causal_gqa_bf16", 1, 4, 2, 70, 70, 64, 64, true, false, DType::bf16};
+  testing::AttentionProblem p = testing::attention_problem(c, "attention-training-bf16/");
+  for (const Node& n : p.graph.nodes()) {
+    if (n.op_name() == "attention_lse") EXPECT_EQ(n.type.dtype, DType::f32);
+    // Their last operand: lse (attention_grad_v) or delta.
+    if (n.op_name().starts_with("attention_grad_")) {
+      EXPECT_EQ(p.graph.node(n.inputs.back()).type.dtype, DType::f32) << n.op_name();
+    }
+  }
+  auto session = build_session(p.graph);
+  for (const auto& [name, value] : p.feeds) session->set(name, value);
+  session->step();
+  // The same values in an f32 graph, evaluated in float64.
+  Case wide = c;
+  wide.dtype = DType::f32;
+  testing::AttentionProblem w = testing::attention_problem(wide, "attention-training-bf16/");
+  reference::Feeds feeds = p.feeds;
+  for (auto& [name, value] : feeds) value.dtype = DType::f32;
+  const auto want = reference::evaluate(w.graph, feeds);
+  for (const char* name : {"dq", "dk", "dv"}) {
+    EXPECT_TRUE(testing::elementwise_near(session->get(name), want.at(name), 1.5e-2)) << name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(
     HeadSizes, AttentionTrainingGpu,
     ::testing::Values(Case{"d64_causal_gqa", 1, 4, 2, 70, 70, 64, 64, true, false},

@@ -107,6 +107,26 @@ TEST(AttentionTrainingOps, BadOperandsAreRefused) {
                  "operands q, k, mask");
   expect_refused([&] { g.apply("attention_grad_v", causal, {q, k, dout, short_rows}); },
                  "lse of shape [2, 4, 5]");
+  // 16-bit operands: lse and delta of their dtype or f32 (what the vjp makes), nothing else;
+  // the operands themselves of one dtype.
+  Tensor qh = g.input("qh", {2, 4, 5, 8}, DType::bf16),
+         kh = g.input("kh", {2, 2, 6, 8}, DType::bf16);
+  Tensor vh = g.input("vh", {2, 2, 6, 3}, DType::bf16);
+  Tensor douth = g.input("douth", {2, 4, 5, 3}, DType::bf16);
+  Tensor rows16 = g.input("rows16", {2, 4, 5}, DType::f16);
+  EXPECT_EQ(g.apply("attention_lse", causal, {qh, kh}).dtype(), DType::f32);
+  EXPECT_EQ(g.apply("attention_grad_q", causal, {qh, kh, vh, douth, rows, rows}).dtype(),
+            DType::bf16);
+  expect_refused(
+      [&] {
+        g.apply("attention_grad_q", causal, {qh, kh, vh, douth, rows16, rows});
+      },
+      "lse and delta of q's dtype or f32");
+  expect_refused(
+      [&] {
+        g.apply("attention_grad_q", causal, {qh, kh, vh, dout, rows, rows});
+      },
+      "operands of the same dtype");
 }
 
 }  // namespace

@@ -65,6 +65,13 @@ TensorType v_type(std::span<const TensorType> in, const Operands& o) {
   return v;
 }
 
+// The dtype of the per-row statistics the backward reads (lse, delta): f32 for 16-bit
+// operands, whose rounding of a log-sum-exp near 5 (up to 2^-9 · 8) would put every
+// probability recomputed from it off by as much, relatively; the operands' own otherwise.
+DType row_stat_dtype(DType operands) {
+  return operands == DType::f16 || operands == DType::bf16 ? DType::f32 : operands;
+}
+
 AttentionGeometry training_geometry(Form form, std::span<const TensorType> in,
                                     const AttentionAttrs& a) {
   const std::string_view op = op_name(form);
@@ -72,7 +79,21 @@ AttentionGeometry training_geometry(Form form, std::span<const TensorType> in,
   if (in.size() != o.count + (a.has_mask ? 1 : 0)) {
     shape_fail(op, in, std::string("operands ") + o.names + (a.has_mask ? ", mask" : ""));
   }
-  require_same_float(op, in);
+  // q, k, v, dout and the mask of one float dtype; lse and delta of it or f32 (what the vjp
+  // makes for 16-bit operands, row_stat_dtype).
+  std::vector<TensorType> same;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const int at = static_cast<int>(i);
+    if (at == o.lse || at == o.delta) {
+      const DType t = in[i].dtype;
+      if (t != DType::f32 && t != in[0].dtype) {
+        shape_fail(op, in, "lse and delta of q's dtype or f32");
+      }
+    } else {
+      same.push_back(in[i]);
+    }
+  }
+  require_same_float(op, same);
   std::vector<TensorType> qkv{in[0], in[1], v_type(in, o)};
   if (a.has_mask) qkv.push_back(in.back());
   const AttentionGeometry g = attention_geometry(qkv, a, op);
@@ -238,7 +259,13 @@ Tensor lse_decompose(const Node& n, std::span<const Tensor> in) {
   const std::vector<Tensor> qkv = qkv_mask_of(in, a, Form::lse);
   Tensor s = attention_scores(g, attention_grouped(g, qkv, a.has_mask), a);
   Tensor m = max(s, {-1}, true);
-  return reshape(log(sum(exp(s - m), {-1}, true)) + m, g.rows());
+  Tensor lse = reshape(log(sum(exp(s - m), {-1}, true)) + m, g.rows());
+  return lse.dtype() == n.type.dtype ? lse : cast(lse, n.type.dtype);
+}
+
+// A per-row operand (lse, delta) in the scores' dtype, as the decompositions compute.
+Tensor in_dtype_of(Tensor x, const Tensor& like) {
+  return x.dtype() == like.dtype() ? x : cast(x, like.dtype());
 }
 
 Tensor grad_decompose(const Node& n, std::span<const Tensor> in, Form form) {
@@ -250,7 +277,8 @@ Tensor grad_decompose(const Node& n, std::span<const Tensor> in, Form form) {
   if (o.v < 0) layout.v = g.k, layout.dv = g.d;
   const AttentionGrouped t = attention_grouped(layout, qkv_mask_of(in, a, form), a.has_mask);
   // Masked scores are -inf and so is their exp(s - lse): p = 0 there.
-  Tensor p = exp(attention_scores(g, t, a) - grouped_rows(g, in[static_cast<size_t>(o.lse)]));
+  Tensor p = exp(attention_scores(g, t, a) -
+                 grouped_rows(g, in_dtype_of(in[static_cast<size_t>(o.lse)], in[0])));
   Shape grouped_out = g.batch;
   grouped_out.insert(grouped_out.end(), {g.hkv, g.group(), g.lq, g.dv});
   Tensor d_o = reshape(in[static_cast<size_t>(o.dout)], grouped_out);
@@ -263,7 +291,7 @@ Tensor grad_decompose(const Node& n, std::span<const Tensor> in, Form form) {
     shape = in[1].shape();
     shape.back() = g.dv;
   } else {
-    Tensor delta = grouped_rows(g, in[static_cast<size_t>(o.delta)]);
+    Tensor delta = grouped_rows(g, in_dtype_of(in[static_cast<size_t>(o.delta)], in[0]));
     Tensor ds = p * (matmul(d_o, t.v, false, true) - delta);
     Tensor dss = attention_scaled(ds, a.scale, g.d);
     const bool dq = form == Form::grad_q;
@@ -370,7 +398,10 @@ std::vector<Tensor> attention_training_vjp(const AttentionAttrs& a, std::span<co
     return operands;
   };
   Tensor lse = graph.apply(op_name(Form::lse), a, with_mask({q, k}));
-  Tensor delta = sum(dout * out, {-1});
+  // delta in f32 like lse (row_stat_dtype): a 16-bit delta would round dS's offset.
+  const DType stat = row_stat_dtype(q.dtype());
+  Tensor delta =
+      stat == q.dtype() ? sum(dout * out, {-1}) : sum(cast(dout, stat) * cast(out, stat), {-1});
   std::vector<Tensor> grads(in.size());
   const std::vector<Tensor> qk_operands = with_mask({q, k, v, dout, lse, delta});
   grads[0] = graph.apply(op_name(Form::grad_q), a, qk_operands);
@@ -392,7 +423,7 @@ void register_attention_training_ops(OpRegistry& r) {
           [](const Attrs& attrs, std::span<const TensorType> in) {
             const AttentionGeometry g =
                 training_geometry(Form::lse, in, attrs.as<AttentionAttrs>());
-            return TensorType{g.rows(), in[0].dtype};
+            return TensorType{g.rows(), row_stat_dtype(in[0].dtype)};
           },
       .eval = eval_lse,
       .vjp = [](const Node& n, std::span<const Tensor> in, Tensor,
