@@ -6,13 +6,14 @@ timed with CUDA events (median of --reps after warm-up). "tflops" counts forward
 flash backend in PyTorch: the default selection (memory-efficient attention) runs, and
 "backend" says which one was allowed.
 
---forward times the forward alone (no autograd), in --dtype fp32|fp16|bf16: the counterpart of
-bench_attention_train --forward; with fp16 or bf16 the default selection runs the flash backend.
+--forward times the forward alone (no autograd). --dtype fp32|fp16|bf16: q, k, v and dout in
+that dtype (the counterpart of bench_attention_train --dtype); with fp16 or bf16 the default
+selection runs the flash backend, forward and backward.
 
 Usage: /usr/bin/python3 bench/attention_train.py [--batch N] [--lengths 512,2048]
                                                  [--dims 64,128] [--reps N]
                                                  [--backend default|efficient|math|flash]
-                                                 [--forward [--dtype fp32|fp16|bf16]]
+                                                 [--forward] [--dtype fp32|fp16|bf16]
 """
 import argparse
 import json
@@ -95,8 +96,6 @@ def main():
     p.add_argument("--forward", action="store_true")
     p.add_argument("--dtype", default="fp32", choices=list(DTYPES))
     args = p.parse_args()
-    if args.dtype != "fp32" and not args.forward:
-        p.error("--dtype applies to --forward only")
     torch.backends.cuda.matmul.allow_tf32 = False
     for length in [int(x) for x in args.lengths.split(",")]:
         for dim in [int(x) for x in args.dims.split(",")]:
