@@ -172,6 +172,9 @@ struct LowerContext {
   // rope_positions and rope_positions_backward only (schedule/stacked_rotations.h): a second
   // rotation by the same positions and frequencies in the same launch; null: none.
   const StackedRotation* stacked_rotation = nullptr;
+  // scaled_dot_product_attention only (schedule/saved_lse.h): each query row's log-sum-exp of
+  // its scores (attention_lse's value) is stored too, as output 1 of this dtype; nullopt: not.
+  std::optional<DType> saved_lse;
 };
 
 using LowerFn = std::function<Lowering(const LowerContext&)>;

@@ -70,10 +70,28 @@ std::optional<Tiling> tiling_for(const AttentionShape& g, const DeviceTraits& d)
   return std::nullopt;
 }
 
+// The binding of output 1, the rows' log-sum-exp, where the attention saves it
+// (LowerContext::saved_lse, stored through out1_st); empty otherwise.
+std::string saved_lse_binding(const LowerContext& ctx, KernelLaunch& k) {
+  if (!ctx.saved_lse) return "";
+  k.bindings.push_back({ArgRef::output(1), true});
+  return glsl::buffer(static_cast<uint32_t>(k.bindings.size() - 1), *ctx.saved_lse, "out1", false);
+}
+
+// The statement storing row `row`'s log-sum-exp from its maximum `m` and sum `l` where saved:
+// -inf where the row sees no key or every one is masked, as attention_lse's reference.
+std::string saved_lse_store(const LowerContext& ctx, const std::string& indent,
+                            const std::string& row, const std::string& m, const std::string& l) {
+  if (!ctx.saved_lse) return "";
+  return indent + "out1_st(" + row + ", " + m + " == -mn_inf() ? -mn_inf() : " + m + " + log(" + l +
+         "));\n";
+}
+
 KernelLaunch tiled_kernel(const LowerContext& ctx, const AttentionShape& g, const Tiling& t) {
   const AttentionAttrs& a = g.attrs;
   KernelLaunch k;
   std::string s = declarations(ctx, g, a.has_mask, k.bindings);
+  s += saved_lse_binding(ctx, k);  // after the operands' and output 0's bindings
   const uint32_t threads = t.rows * kRowLanes;
   const uint64_t tiles = (g.lq + t.rows - 1) / t.rows;
   const std::string BQ = ulit(t.rows), BK = ulit(t.keys), NT = ulit(threads), LR = ulit(kRowLanes);
@@ -140,6 +158,7 @@ KernelLaunch tiled_kernel(const LowerContext& ctx, const AttentionShape& g, cons
   s += "    l = l * alpha + rs;\n    m = mn;\n  }\n";
   // No keys at all: the reference's sum over nothing is 0.
   s += "  if (!valid) return;\n";
+  s += "  if (t == 0u) {\n" + saved_lse_store(ctx, "    ", "bh * LQ + i", "m", "l") + "  }\n";
   s += "  for (uint c = 0u; c < " + COLS + "; ++c) {\n    uint e = t + c * " + LR + ";\n";
   s += "    if (e < DV) out_st((bh * LQ + i) * DV + e, visible == 0u ? 0.0 : acc[c] / l);\n";
   s += "  }\n}\n";
@@ -322,6 +341,7 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
   const AttentionAttrs& a = g.attrs;
   KernelLaunch k;
   std::string s = declarations(ctx, g, a.has_mask, k.bindings);
+  s += saved_lse_binding(ctx, k);  // after the operands' and output 0's bindings
   const uint64_t tiles = (g.lq + kRegRows - 1) / kRegRows;
   const std::string QR4 = ulit(t.qr4), KR4 = ulit(t.kr4), VR4 = ulit(t.vr4);
   const std::string BQ = ulit(kRegRows), BK = ulit(kRegKeys);
@@ -387,6 +407,12 @@ KernelLaunch register_tiled_kernel(const LowerContext& ctx, const AttentionShape
     std::string x = "  if (i0 + ty * 4u + " + r + "u < LQ) {\n";
     x += "    uint i = i0 + ty * 4u + " + r + "u;\n    float sum = 0.0;\n";
     x += "    for (uint x = 0u; x < 16u; ++x) sum += red[(ty * 4u + " + r + "u) * 17u + x];\n";
+    // The log-sum-exp where saved: -inf where the row sees no key or all are masked, as
+    // attention_lse's reference.
+    if (ctx.saved_lse) {
+      x += "    if (tx == 0u) {\n" + saved_lse_store(ctx, "      ", "bh * LQ + i", "m" + r, "sum") +
+           "    }\n";
+    }
     // No keys at all: the reference's sum over nothing is 0.
     x += unrolled(t.quads_v, [&](const std::string& q) {
       std::string y = "    {\n      vec4 o = vis" + r + " == 0u ? vec4(0.0) : acc" + r + "_" + q +
@@ -832,6 +858,8 @@ KernelLaunch quad_row_kernel(const LowerContext& ctx, const AttentionShape& g, c
   return k;
 }
 
+Lowering lower_attention_kernels(const LowerContext& ctx, const AttentionShape& g);
+
 Lowering lower_attention(const LowerContext& ctx) {
   glsl::require_storage(ctx);
   const AttentionShape g(ctx);
@@ -839,6 +867,15 @@ Lowering lower_attention(const LowerContext& ctx) {
   if (ctx.rope && !attention_lowering::row_kernel_reads_rope(ctx)) {
     throw Error("attention lowering: this cached_attention cannot read its query rotated");
   }
+  if (ctx.saved_lse && !attention_lowering::saves_lse(ctx)) {
+    throw Error("attention lowering: this attention's kernel cannot store the log-sum-exp");
+  }
+  Lowering low = lower_attention_kernels(ctx, g);
+  if (ctx.saved_lse) low.launches.front().name += "+lse";
+  return low;
+}
+
+Lowering lower_attention_kernels(const LowerContext& ctx, const AttentionShape& g) {
   Lowering low;
   if (takes_coop(g, ctx.device)) {
     low.launches.push_back(attention_lowering::coop_attention_kernel(ctx, g));
@@ -880,6 +917,13 @@ std::string workgroup_reductions(const std::string& lanes) {
          "; }\n    barrier();\n  }\n  float r = red[0];\n  barrier();\n  return r;\n}\n";
   }
   return s;
+}
+
+bool saves_lse(const LowerContext& ctx) {
+  if (ctx.node.op_name() != "scaled_dot_product_attention" || ctx.rope || ctx.append) return false;
+  const AttentionShape g(ctx);
+  return !g.has_positions && !takes_coop(g, ctx.device) &&
+         (register_tiling_for(g, ctx.device) || tiling_for(g, ctx.device));
 }
 
 bool row_kernel_reads_rope(const LowerContext& ctx) {

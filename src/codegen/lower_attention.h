@@ -35,6 +35,11 @@ bool row_kernel_reads_rope(const LowerContext& ctx);
 // rotated key update shares the query's rotation where the query is rotated too.
 bool takes_cache_append(const LowerContext& ctx);
 
+// Whether scaled_dot_product_attention's kernel for `ctx` can store each query row's
+// log-sum-exp beside its output (LowerContext::saved_lse): the register-tiled and the tiled f32
+// kernels do (not the tensor-core one yet, nor the per-row and split-key ones).
+bool saves_lse(const LowerContext& ctx);
+
 struct AttentionShape;
 // Whether the tensor-core kernel serves these queries (lower_attention_coop.cpp): the device has
 // cooperative matrices and the heads' sizes and the prompt's length suit it; and the kernel.

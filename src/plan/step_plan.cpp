@@ -22,6 +22,7 @@
 #include "schedule/rematerialize.h"
 #include "schedule/rope_fusion.h"
 #include "schedule/row_tails.h"
+#include "schedule/saved_lse.h"
 #include "schedule/shared_statistics.h"
 #include "schedule/stacked_rotations.h"
 #include "schedule/widened_loads.h"
@@ -101,6 +102,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     schedule::twin_stores(g, p.groups);
     schedule::fuse_row_tails(g, p.groups, options.device, fo.max_bindings);
     schedule::fold_permutes_into_stores(g, p.groups);
+    schedule::save_lse_in_forward(g, p.groups, options.device);
   }
   const std::vector<std::vector<int>> in_place = plan_in_place(g, p.groups);
 

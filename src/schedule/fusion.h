@@ -143,6 +143,9 @@ struct KernelGroup {
     std::vector<int64_t> load_perm, store_perm;
   };
   StackedRotation stacked_rotation;
+  // Single scaled_dot_product_attention groups only, see schedule/saved_lse.h: output 1 is the
+  // attention_lse of the same operands, which the forward kernel stores as it finishes a row.
+  bool saves_lse = false;
   // Other single groups and reduction groups, see schedule/permuted_stores.h: the result is
   // stored as permute(result, stored_permuted) (codegen::add_permuted_store), and the group's
   // output is the permute's value; empty: as it is.

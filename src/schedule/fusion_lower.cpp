@@ -403,6 +403,7 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
                             group.load_perm.empty() ? nullptr : &group.load_perm,
                             group.store_perm.empty() ? nullptr : &group.store_perm};
   ctx.stacked_rotation = stacked ? &*stacked : nullptr;
+  if (group.saves_lse) ctx.saved_lse = g.node(group.outputs.at(1)).type.dtype;
   codegen::Lowering l = (*lower)(ctx);
   // A second output: the cast the kernel stores beside its value (schedule/narrowed_stores.h).
   for (const auto& [own, twin] : twin_outputs(g, group)) {

@@ -1,0 +1,105 @@
+// Flash attention's forward saving the log-sum-exp (schedule/saved_lse.h): in a training step
+// the attention's kernel stores attention_lse's value and the separate pass over the keys
+// disappears, for the register-tiled and the tiled forward kernels; the gradients then equal
+// the float64 reference's as before. Kernels that cannot store it keep the separate pass.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include <meganeura/graph.h>
+#include <meganeura/reference.h>
+#include <meganeura/session.h>
+
+#include "codegen/kernel.h"
+#include "plan/step_plan.h"
+#include "support/attention_problem.h"
+#include "support/elementwise_error.h"
+#include "support/scoped_env.h"
+
+namespace mn {
+namespace {
+
+using testing::AttentionCase;
+
+// The launches' kernel names of the problem's step planned for `device`.
+std::multiset<std::string> planned_kernels(const Graph& g, const codegen::DeviceTraits& device) {
+  plan::PlanOptions po;
+  po.device = device;
+  std::multiset<std::string> names;
+  for (const plan::PlannedLaunch& l : plan::make_step_plan(g, po).launches) {
+    names.insert(l.kernel.name);
+  }
+  return names;
+}
+
+size_t starting_with(const std::multiset<std::string>& names, const std::string& prefix) {
+  size_t n = 0;
+  for (const std::string& s : names) n += s.starts_with(prefix);
+  return n;
+}
+
+// A device with shared memory for the register tiles (48 KiB) and one with 16 KiB, where the
+// tiled f32 kernel serves.
+codegen::DeviceTraits with_shared(uint32_t bytes) {
+  codegen::DeviceTraits t;
+  t.max_shared_bytes = bytes;
+  t.max_workgroup_invocations = 1024;
+  return t;
+}
+
+TEST(SavedLse, TheForwardKernelStoresTheLogSumExp) {
+  testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
+  const AttentionCase c{"d64_causal_gqa", 1, 4, 2, 70, 70, 64, 64, true, false};
+  const testing::AttentionProblem p = testing::attention_problem(c, "saved-lse/");
+  const std::pair<uint32_t, const char*> devices[] = {{49152, "attention_tiled_registers+lse"},
+                                                      {16384, "attention_tiled+lse"}};
+  for (const auto& [shared, kernel] : devices) {
+    SCOPED_TRACE(kernel);
+    const std::multiset<std::string> names = planned_kernels(p.graph, with_shared(shared));
+    EXPECT_EQ(names.count(kernel), 1u);
+    EXPECT_EQ(starting_with(names, "attention_lse"), 0u);
+  }
+  // The tensor-core forward does not store it yet: the separate pass stays.
+  codegen::DeviceTraits coop = with_shared(49152);
+  coop.coop = true;
+  coop.subgroup_size = 32;
+  coop.subgroup_vote = true;
+  coop.coop_attention = codegen::DeviceTraits::Choice::always;
+  const std::multiset<std::string> names = planned_kernels(p.graph, coop);
+  EXPECT_EQ(names.count("attention_coop"), 1u);
+  EXPECT_EQ(starting_with(names, "attention_lse"), 1u);
+}
+
+// On the test device, the step whose forward saved the log-sum-exp: the output and the
+// gradients against float64, for a kernel of each kind and a masked case.
+TEST(SavedLseGpu, GradientsMatchTheReference) {
+  testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
+  testing::ScopedEnv f32_forward("MN_COOP_ATTENTION", "0");
+  for (const AttentionCase& c :
+       {AttentionCase{"d64_causal_gqa", 1, 4, 2, 70, 70, 64, 64, true, false},
+        AttentionCase{"d64_dv128_causal_mask", 1, 2, 2, 90, 40, 64, 128, true, true},
+        AttentionCase{"d96_mask_long_key", 2, 2, 2, 20, 130, 96, 32, false, true}}) {
+    SCOPED_TRACE(c.label);
+    const testing::AttentionProblem p = testing::attention_problem(c, "saved-lse-gpu/");
+    SessionOptions so;
+    so.profile = true;
+    auto session = build_session(p.graph, so);
+    for (const auto& [name, value] : p.feeds) session->set(name, value);
+    session->step();
+    bool saved = false, separate = false;
+    for (const KernelTime& t : session->profile()) {
+      saved = saved || t.name.ends_with("+lse");
+      separate = separate || t.name.starts_with("attention_lse");
+    }
+    EXPECT_TRUE(saved);
+    EXPECT_FALSE(separate);
+    const auto want = reference::evaluate(p.graph, p.feeds);
+    for (const char* name : {"out", "dq", "dk", "dv"}) {
+      EXPECT_TRUE(testing::elementwise_near(session->get(name), want.at(name), 1e-4)) << name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mn
