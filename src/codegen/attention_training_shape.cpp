@@ -91,6 +91,25 @@ std::string mask_function(const TrainingShape& g) {
          ulit(g.mask_strides[R - 1]) + "; }";
 }
 
+TemplateFields role_fields(const TrainingShape& g, const std::string& suffix) {
+  const Form f = g.form;
+  const bool query_own = f == Form::lse || f == Form::grad_q;
+  const auto name = [&](const char* operand) { return std::string(operand) + suffix; };
+  return {
+      {"OWN_A", name(query_own ? "q" : "k")},
+      {"OTHER_A", name(query_own ? "k" : "q")},
+      {"OWN_B", f == Form::grad_q   ? name("dout")
+                : f == Form::grad_k ? name("v")
+                                    : "no_operand"},
+      {"OTHER_B", f == Form::grad_q ? name("v")
+                  : f != Form::lse  ? name("dout")
+                                    : "no_operand"},
+      {"MASK_FUNCTION", mask_function(g)},
+      {"MASK_BATCH", mask_batch(g)},
+      {"BLOCKS", other_side_blocks()},
+  };
+}
+
 std::string other_side_blocks() {
   return fill_kernel_template("attention_training_blocks.comp", {});
 }

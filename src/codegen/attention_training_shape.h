@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "codegen/kernel.h"
+#include "codegen/kernel_template.h"
 #include "ir/ops/attention.h"
 
 namespace mn::codegen::attention_training {
@@ -39,6 +40,12 @@ std::string declarations(const LowerContext& ctx, const TrainingShape& g,
                          std::vector<KernelBinding>& bindings);
 // Statements defining `uint mbatch`, the mask's offset of batch b (from `b`), when masked.
 std::string mask_batch(const TrainingShape& g);
+// The template fields naming the operands a kernel's own rows (OWN_A, OWN_B) and the other
+// side's blocks (OTHER_A, OTHER_B) load, as <operand><suffix> ("q_ld", "k8"): a is q or k, b
+// is dout or v; "no_operand" where the form has none (names in the templates' disabled
+// branches). Also the mask and block fields every form fills.
+TemplateFields role_fields(const TrainingShape& g, const std::string& suffix);
+
 // GLSL: the Block struct, block_of and block_count of kernels/attention_training_blocks.comp,
 // the other side's blocks a tile of own rows walks (the templates' BLOCKS field).
 std::string other_side_blocks();

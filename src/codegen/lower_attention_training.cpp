@@ -37,8 +37,6 @@ using glsl::ulit;
 using attention_training::declarations;
 using attention_training::Form;
 using attention_training::mask_batch;
-using attention_training::mask_function;
-using attention_training::other_side_blocks;
 using attention_training::TrainingShape;
 
 constexpr uint32_t kLanes = attention_training::kScalarLanes;
@@ -276,20 +274,9 @@ KernelLaunch tiled_kernel(const LowerContext& ctx, const TrainingShape& g, const
        weights.empty() ? "shared vec4 weights_sh[" + ulit(t.block * (t.rows / 4 + 1)) + "];" : ""},
       {"C_ROWS", f == Form::grad_v ? "other_b" : "other_a"},
       {"AT_C", f == Form::grad_v ? "at_b" : "at_a"},
-      {"OWN_A", qown ? "q_ld" : "k_ld"},
-      {"OTHER_A", qown ? "k_ld" : "q_ld"},
-      // Names in the template's disabled branches where the form has no such operand.
-      {"OWN_B", f == Form::grad_q   ? "dout_ld"
-                : f == Form::grad_k ? "v_ld"
-                                    : "no_operand"},
-      {"OTHER_B", f == Form::grad_q ? "v_ld"
-                  : has_other_b(f)  ? "dout_ld"
-                                    : "no_operand"},
-      {"MASK_FUNCTION", mask_function(g)},
-      {"MASK_BATCH", mask_batch(g)},
-      {"BLOCKS", other_side_blocks()},
   };
   k.name = names[static_cast<int>(f)];
+  fields.merge(role_fields(g, "_ld"));
   k.glsl = fill_kernel_template("attention_training_tiled.comp", fields);
   k.workgroup = {t.lanes(), 1, 1};
   k.groups = glsl::linear_grid(groups * t.lanes(), ctx.device, t.lanes()).groups;

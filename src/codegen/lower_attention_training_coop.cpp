@@ -116,7 +116,7 @@ std::optional<KernelLaunch> coop_training_kernel(const LowerContext& ctx, const 
     decl += unit_view(static_cast<uint32_t>(i), ctx.inputs[i].dtype, name);
   }
   const bool c_is_b = f == Form::grad_v;
-  const TemplateFields fields{
+  TemplateFields fields{
       {"DECLARATIONS", decl},
       {"FORM", std::to_string(static_cast<int>(f))},
       {"CAUSAL", g.attrs.causal ? "1" : "0"},
@@ -130,20 +130,9 @@ std::optional<KernelLaunch> coop_training_kernel(const LowerContext& ctx, const 
       {"KV_UNITS", std::to_string(kv_units(g, *block))},
       {"C_OFF", c_is_b ? "BOFF" : "0u"},
       {"C_S", c_is_b ? "BS" : "AS"},
-      {"OWN_A", qown ? "q8" : "k8"},
-      {"OTHER_A", qown ? "k8" : "q8"},
-      // Names in the template's disabled branches where the form has no such operand.
-      {"OWN_B", f == Form::grad_q   ? "dout8"
-                : f == Form::grad_k ? "v8"
-                                    : "no_operand"},
-      {"OTHER_B", f == Form::grad_q ? "v8"
-                  : has_other_b(f)  ? "dout8"
-                                    : "no_operand"},
-      {"MASK_FUNCTION", mask_function(g)},
-      {"MASK_BATCH", mask_batch(g)},
-      {"BLOCKS", other_side_blocks()},
   };
   k.name = names[static_cast<int>(f)];
+  fields.merge(role_fields(g, "8"));
   k.glsl = fill_kernel_template("attention_training_coop.comp", fields);
   k.workgroup = {static_cast<uint32_t>(kLanes), 1, 1};
   k.groups = glsl::linear_grid(groups * kLanes, ctx.device, kLanes).groups;
