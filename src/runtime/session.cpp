@@ -10,8 +10,8 @@
 #include "codegen/index_check.h"
 #include "codegen/shader/shader_cache.h"
 #include "ir/op_def.h"
-#include "plan/program_layout.h"
 #include "plan/memory_breakdown.h"
+#include "plan/program_layout.h"
 #include "plan/step_plan.h"
 #include "runtime/convert_raw.h"
 #include "runtime/device_pool.h"
@@ -20,6 +20,7 @@
 #include "runtime/numerics_check.h"
 #include "runtime/plan_options.h"
 #include "runtime/session_access.h"
+#include "support/parallel_for.h"
 #include "vulkan/arena.h"
 #include "vulkan/buffer.h"
 #include "vulkan/device.h"
@@ -220,16 +221,30 @@ void build_pipelines(Session::Impl& impl, const plan::PlanOptions& po) {
     }
   }
   auto spirv = cache.get_batch(sources);
+  // One pipeline per distinct kernel, created on several threads: drivers compile each on
+  // creation (tensor-core kernels take long), and pipeline creation and the pipeline cache are
+  // thread-safe in Vulkan.
+  std::vector<const codegen::KernelLaunch*> first(sources.size(), nullptr);
   for (const Program& p : impl.programs) {
     for (const auto& l : p.plan.launches) {
-      auto& slot = impl.pipelines[l.kernel.glsl];
-      if (slot) continue;
-      vk::KernelInterface ki;
-      ki.buffer_count = static_cast<uint32_t>(l.kernel.bindings.size());
-      ki.workgroup_size = l.kernel.workgroup;
-      slot = std::make_unique<vk::Pipeline>(*impl.device, spirv[source_index[l.kernel.glsl]], ki,
-                                            l.kernel.name);
+      const codegen::KernelLaunch*& k = first[source_index[l.kernel.glsl]];
+      if (!k) k = &l.kernel;
     }
+  }
+  std::vector<size_t> missing;  // sources without a pipeline yet
+  for (size_t i = 0; i < first.size(); ++i) {
+    if (!impl.pipelines.contains(first[i]->glsl)) missing.push_back(i);
+  }
+  std::vector<std::unique_ptr<vk::Pipeline>> made(missing.size());
+  support::parallel_for(missing.size(), 0, [&](size_t m) {
+    const codegen::KernelLaunch& k = *first[missing[m]];
+    vk::KernelInterface ki;
+    ki.buffer_count = static_cast<uint32_t>(k.bindings.size());
+    ki.workgroup_size = k.workgroup;
+    made[m] = std::make_unique<vk::Pipeline>(*impl.device, spirv[missing[m]], ki, k.name);
+  });
+  for (size_t m = 0; m < missing.size(); ++m) {
+    impl.pipelines[first[missing[m]]->glsl] = std::move(made[m]);
   }
 }
 

@@ -31,6 +31,7 @@ VKAPI_ATTR VkBool32 VKAPI_CALL on_message(VkDebugUtilsMessageSeverityFlagBitsEXT
   text += "] ";
   if (data && data->pMessageIdName) text += std::string(data->pMessageIdName) + ": ";
   text += data && data->pMessage ? data->pMessage : "(no message)";
+  if (const std::string* scope = ValidationScope::current()) text += " (" + *scope + ")";
   static_cast<ValidationLog*>(user)->add(std::move(text));
   return VK_FALSE;  // never abort the call: the caller decides after it returns
 }
@@ -59,6 +60,18 @@ std::vector<std::string> instance_extensions(const char* layer) {
 }
 
 }  // namespace
+
+namespace {
+thread_local const std::string* current_scope = nullptr;
+}  // namespace
+
+ValidationScope::ValidationScope(std::string what) : what_(std::move(what)), outer_(current_scope) {
+  current_scope = &what_;
+}
+
+ValidationScope::~ValidationScope() { current_scope = outer_; }
+
+const std::string* ValidationScope::current() { return current_scope; }
 
 void ValidationLog::add(std::string message) {
   std::lock_guard lock(mutex_);

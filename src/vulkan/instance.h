@@ -26,6 +26,23 @@ class ValidationLog {
   size_t checked_ = 0;
 };
 
+// What the calling thread is doing, named in the validation messages its Vulkan calls raise
+// (the layer reports on the calling thread), so that kernels created on several threads at once
+// are told apart whichever thread's check finds the message. Scopes nest; the inner one names.
+class ValidationScope {
+ public:
+  explicit ValidationScope(std::string what);
+  ~ValidationScope();
+  ValidationScope(const ValidationScope&) = delete;
+  ValidationScope& operator=(const ValidationScope&) = delete;
+  // The calling thread's innermost scope, or null.
+  static const std::string* current();
+
+ private:
+  std::string what_;
+  const std::string* outer_;
+};
+
 // True when MN_VALIDATION is set to anything but "" or "0".
 bool validation_requested_by_env();
 

@@ -121,6 +121,7 @@ void check_interface(const Device& device, std::span<const uint32_t> spirv,
 Pipeline::Pipeline(Device& device, std::span<const uint32_t> spirv, KernelInterface interface,
                    std::string name)
     : device_(device), interface_(std::move(interface)), name_(std::move(name)) {
+  const ValidationScope scope("creating kernel '" + name_ + "'");
   check_interface(device, spirv, interface_, name_);
   const VkDevice dev = device.handle();
   const auto start = std::chrono::steady_clock::now();

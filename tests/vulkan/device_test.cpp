@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <string>
+#include <thread>
 
 #include <meganeura/error.h>
 
@@ -9,6 +11,7 @@
 #include "vulkan/arena.h"
 #include "vulkan/buffer.h"
 #include "vulkan/check.h"
+#include "vulkan/instance.h"
 #include "vulkan_test.h"
 
 namespace mn::vk {
@@ -166,6 +169,37 @@ TEST(Device, ValidationMessagesFailTheOperation) {
   }
   // Reported once: the next check passes.
   EXPECT_NO_THROW(device.check_validation("nothing"));
+}
+
+// Messages raised on several threads at once (kernels created in parallel) name what each
+// thread was doing, whichever thread's check reports them.
+TEST(Device, ValidationMessagesNameTheirThreadsScope) {
+  const test::ScratchDir scratch("vulkan-invalid-threads");
+  Device device(validated_options(scratch.path()));
+  auto invalid_buffer = [&](const std::string& what) {
+    const ValidationScope scope(what);
+    VkBufferCreateInfo info{VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO};
+    info.size = 256;
+    info.usage = 0;  // VUID-VkBufferCreateInfo-usage-requiredbitmask
+    VkBuffer buffer = VK_NULL_HANDLE;
+    if (vkCreateBuffer(device.handle(), &info, nullptr, &buffer) == VK_SUCCESS) {
+      vkDestroyBuffer(device.handle(), buffer, nullptr);
+    }
+  };
+  std::thread a(invalid_buffer, "creating kernel 'a'"), b(invalid_buffer, "creating kernel 'b'");
+  a.join();
+  b.join();
+  invalid_buffer("outer");  // and on this thread, its scope gone afterwards
+  try {
+    device.check_validation("two threads");
+    FAIL() << "no validation message";
+  } catch (const DeviceError& e) {
+    const std::string what = e.what();
+    for (const char* scope : {"(creating kernel 'a')", "(creating kernel 'b')", "(outer)"}) {
+      EXPECT_NE(what.find(scope), std::string::npos) << scope << " in " << what;
+    }
+  }
+  EXPECT_EQ(ValidationScope::current(), nullptr);
 }
 
 // The barrier tests rely on synchronization validation reporting missing barriers.

@@ -5,6 +5,7 @@
 #include <optional>
 #include <thread>
 
+#include "support/parallel_for.h"
 #include "vulkan/cache_dir.h"
 
 namespace mn::codegen {
@@ -151,26 +152,8 @@ std::vector<uint32_t> ShaderCache::get(std::string_view source, const CompileOpt
 std::vector<std::vector<uint32_t>> ShaderCache::get_batch(std::span<const ShaderSource> shaders,
                                                           unsigned threads) {
   std::vector<std::vector<uint32_t>> results(shaders.size());
-  std::vector<std::exception_ptr> errors(shaders.size());
-  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
-  threads = static_cast<unsigned>(std::min<size_t>(threads, shaders.size()));
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t i = next++; i < shaders.size(); i = next++) {
-      try {
-        results[i] = get(shaders[i].source, shaders[i].options);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  for (const auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  support::parallel_for(shaders.size(), threads,
+                        [&](size_t i) { results[i] = get(shaders[i].source, shaders[i].options); });
   return results;
 }
 
