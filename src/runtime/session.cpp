@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <string_view>
 
 #include "codegen/index_check.h"
 #include "codegen/shader/shader_cache.h"
@@ -199,53 +200,39 @@ vk::Access access_of(const codegen::KernelBinding& b) {
   return b.arg.kind == codegen::ArgRef::Kind::input ? vk::Access::read_write : vk::Access::write;
 }
 
-// Compiles every distinct shader of every program (in parallel, cached on disk), one pipeline
-// each.
+// Compiles every distinct shader of every program that has no pipeline yet and creates its
+// pipeline, both on several threads (shaders cached on disk): drivers compile a pipeline as it
+// is created (tensor-core kernels take long), and pipeline creation and the pipeline cache are
+// thread-safe in Vulkan.
 void build_pipelines(Session::Impl& impl, const plan::PlanOptions& po) {
   static codegen::ShaderCache cache;
+  std::vector<const codegen::KernelLaunch*> kernels;
   std::vector<codegen::ShaderSource> sources;
-  std::map<std::string, size_t> source_index;
+  std::set<std::string_view> seen;
   codegen::CompileOptions co;
   co.target = codegen::target_env_for(impl.device->capabilities().api_version);
   for (const Program& p : impl.programs) {
     for (const auto& l : p.plan.launches) {
-      if (source_index.emplace(l.kernel.glsl, sources.size()).second) {
-        co.name = l.kernel.name;
-        // Cooperative-matrix kernels through the KHR rewrite: the device's path, or the
-        // kernel's own need (workgroup-scope matrices exist only as KHR types).
-        co.coop_khr = (po.device.coop_khr || l.kernel.coop_khr) && !l.kernel.current_compiler;
-        co.compiler = l.kernel.current_compiler ? codegen::GlslCompiler::current
-                                                : codegen::GlslCompiler::linked;
-        sources.push_back({l.kernel.glsl, co});
-      }
+      if (impl.pipelines.contains(l.kernel.glsl) || !seen.insert(l.kernel.glsl).second) continue;
+      co.name = l.kernel.name;
+      // Cooperative-matrix kernels through the KHR rewrite: the device's path, or the
+      // kernel's own need (workgroup-scope matrices exist only as KHR types).
+      co.coop_khr = (po.device.coop_khr || l.kernel.coop_khr) && !l.kernel.current_compiler;
+      co.compiler = l.kernel.current_compiler ? codegen::GlslCompiler::current
+                                              : codegen::GlslCompiler::linked;
+      kernels.push_back(&l.kernel);
+      sources.push_back({l.kernel.glsl, co});
     }
   }
-  auto spirv = cache.get_batch(sources);
-  // One pipeline per distinct kernel, created on several threads: drivers compile each on
-  // creation (tensor-core kernels take long), and pipeline creation and the pipeline cache are
-  // thread-safe in Vulkan.
-  std::vector<const codegen::KernelLaunch*> first(sources.size(), nullptr);
-  for (const Program& p : impl.programs) {
-    for (const auto& l : p.plan.launches) {
-      const codegen::KernelLaunch*& k = first[source_index[l.kernel.glsl]];
-      if (!k) k = &l.kernel;
-    }
-  }
-  std::vector<size_t> missing;  // sources without a pipeline yet
-  for (size_t i = 0; i < first.size(); ++i) {
-    if (!impl.pipelines.contains(first[i]->glsl)) missing.push_back(i);
-  }
-  std::vector<std::unique_ptr<vk::Pipeline>> made(missing.size());
-  support::parallel_for(missing.size(), 0, [&](size_t m) {
-    const codegen::KernelLaunch& k = *first[missing[m]];
+  const auto spirv = cache.get_batch(sources);
+  std::vector<std::unique_ptr<vk::Pipeline>> made(kernels.size());
+  support::parallel_for(kernels.size(), 0, [&](size_t i) {
     vk::KernelInterface ki;
-    ki.buffer_count = static_cast<uint32_t>(k.bindings.size());
-    ki.workgroup_size = k.workgroup;
-    made[m] = std::make_unique<vk::Pipeline>(*impl.device, spirv[missing[m]], ki, k.name);
+    ki.buffer_count = static_cast<uint32_t>(kernels[i]->bindings.size());
+    ki.workgroup_size = kernels[i]->workgroup;
+    made[i] = std::make_unique<vk::Pipeline>(*impl.device, spirv[i], ki, kernels[i]->name);
   });
-  for (size_t m = 0; m < missing.size(); ++m) {
-    impl.pipelines[first[missing[m]]->glsl] = std::move(made[m]);
-  }
+  for (size_t i = 0; i < kernels.size(); ++i) impl.pipelines[kernels[i]->glsl] = std::move(made[i]);
 }
 
 // Host-side staging for inputs (where the host cannot write the arena) and for the outputs read
