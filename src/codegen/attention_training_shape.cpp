@@ -93,16 +93,16 @@ std::string mask_function(const TrainingShape& g) {
 
 TemplateFields role_fields(const TrainingShape& g, const std::string& suffix) {
   const Form f = g.form;
-  const bool query_own = f == Form::lse || f == Form::grad_q;
+  const bool own_queries = query_own(f);
   const auto name = [&](const char* operand) { return std::string(operand) + suffix; };
   return {
-      {"OWN_A", name(query_own ? "q" : "k")},
-      {"OTHER_A", name(query_own ? "k" : "q")},
+      {"OWN_A", name(own_queries ? "q" : "k")},
+      {"OTHER_A", name(own_queries ? "k" : "q")},
       {"OWN_B", f == Form::grad_q   ? name("dout")
                 : f == Form::grad_k ? name("v")
                                     : "no_operand"},
       {"OTHER_B", f == Form::grad_q ? name("v")
-                  : f != Form::lse  ? name("dout")
+                  : has_other_b(f)  ? name("dout")
                                     : "no_operand"},
       {"MASK_FUNCTION", mask_function(g)},
       {"MASK_BATCH", mask_batch(g)},

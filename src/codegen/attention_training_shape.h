@@ -15,6 +15,12 @@ namespace mn::codegen::attention_training {
 
 enum class Form { lse, grad_q, grad_k, grad_v };
 
+// The forms' operands: a tile of own rows is query rows (lse, dq) or key rows (dk, dv); dP =
+// own_b · other_bᵀ needs own rows of dout or v (dq, dk); all but lse stream other rows of b.
+inline bool query_own(Form f) { return f == Form::lse || f == Form::grad_q; }
+inline bool has_own_b(Form f) { return f == Form::grad_q || f == Form::grad_k; }
+inline bool has_other_b(Form f) { return f != Form::lse; }
+
 // The sizes the kernels bake in (the op's inference has validated the operands: q, k, v share
 // their leading axes) and the mask's strides over the scores [batch..., Hq, Lq, Lk].
 struct TrainingShape {

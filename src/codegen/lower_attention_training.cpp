@@ -36,7 +36,10 @@ using glsl::ulit;
 
 using attention_training::declarations;
 using attention_training::Form;
+using attention_training::has_other_b;
+using attention_training::has_own_b;
 using attention_training::mask_batch;
+using attention_training::query_own;
 using attention_training::TrainingShape;
 
 constexpr uint32_t kLanes = attention_training::kScalarLanes;
@@ -199,9 +202,6 @@ struct TileShape {
   uint32_t lanes() const { return static_cast<uint32_t>(rows / 4 * 16); }
 };
 
-bool query_own(Form f) { return f == Form::lse || f == Form::grad_q; }
-bool has_own_b(Form f) { return f == Form::grad_q || f == Form::grad_k; }
-bool has_other_b(Form f) { return f != Form::lse; }
 uint64_t output_width(const TrainingShape& g) { return g.form == Form::grad_v ? g.dv : g.d; }
 
 // A staged row's stride in vec4s: swizzled rows of 8·n vec4s keep their width, others are

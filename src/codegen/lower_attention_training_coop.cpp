@@ -17,10 +17,6 @@ using glsl::ulit;
 
 constexpr uint64_t kRows = 64, kLanes = 128, kMaxHead = 128;
 
-bool query_own(Form f) { return f == Form::lse || f == Form::grad_q; }
-bool has_own_b(Form f) { return f == Form::grad_q || f == Form::grad_k; }
-bool has_other_b(Form f) { return f != Form::lse; }
-
 // 16-byte units of kv: the own rows of either operand, or a block's a and b rows.
 uint64_t kv_units(const TrainingShape& g, uint64_t block) {
   const uint64_t as = g.d / 8 + 1, bs = g.dv / 8 + 1;
