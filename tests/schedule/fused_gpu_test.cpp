@@ -34,17 +34,7 @@ using Feeds = reference::Feeds;
 
 using testing::run_fused_and_unfused;
 
-// Inputs of `g` fed random values under their names.
-struct RandomInputs {
-  Graph& g;
-  Feeds& feeds;
-  std::mt19937_64 rng;
-  Tensor operator()(const std::string& name, Shape shape) {
-    Tensor t = g.input(name, std::move(shape));
-    feeds[name] = testing::random_array(rng, t.type());
-    return t;
-  }
-};
+using testing::RandomInputs;
 
 // Fused against unfused within `tol`, and both kernels against the reference within `tol` or,
 // for the outputs named in `ref_tol`, their own tolerance.

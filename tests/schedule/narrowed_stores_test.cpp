@@ -80,14 +80,12 @@ TEST(NarrowedStoresGpu, CastsInsideCopiesRotationsAndReductions) {
 // output, a permute of a 16-bit tensor that attention reads widened): their kernels store the
 // cast too (schedule/narrowed_stores.h twin_stores), bit for bit what the cast kernels store.
 TEST(NarrowedStoresGpu, TwinStoresOfValuesReadInTwoDtypes) {
-  auto rng = testing::rng_for("twin-stores");
   Graph g;
   reference::Feeds feeds;
-  Tensor x = g.input("x", {2, 3, 16, 8});  // [B, H, L, D]
-  Tensor y = g.input("y", {2, 16, 3, 8});  // [B, L, H, D]
-  Tensor w = g.input("w", {8, 8});
-  for (const Tensor& t : {x, y, w})
-    feeds[g.node(t.id()).name] = testing::random_array(rng, t.type());
+  testing::RandomInputs input{g, feeds, testing::rng_for("twin-stores")};
+  Tensor x = input("x", {2, 3, 16, 8});  // [B, H, L, D]
+  Tensor y = input("y", {2, 16, 3, 8});  // [B, L, H, D]
+  Tensor w = input("w", {8, 8});
   Array pos({1, 16}, DType::i32);
   for (int64_t l = 0; l < 16; ++l) pos.data[static_cast<size_t>(l)] = static_cast<double>(2 * l);
   const Tensor w16 = cast(w, DType::bf16);

@@ -68,14 +68,12 @@ TEST(PermutedRotations, ACausalLmStepRotatesThroughItsHeadPermutes) {
 // rope(permute(x)) forward, and its gradient through rope_positions_backward and the permute
 // back; a permute moving the last axis stays a permute.
 TEST(PermutedRotationsGpu, ValuesMatchTheUnfusedKernelsAndTheReference) {
-  auto rng = testing::rng_for("permuted-rotations");
   Graph g;
   reference::Feeds feeds;
-  Tensor x = g.input("x", {2, 16, 3, 8});  // [B, L, H, D]
-  Tensor w = g.input("w", {2, 3, 16, 8});
-  Tensor z = g.input("z", {2, 16, 8, 3});
-  for (const Tensor& t : {x, w, z})
-    feeds[g.node(t.id()).name] = testing::random_array(rng, t.type());
+  testing::RandomInputs input{g, feeds, testing::rng_for("permuted-rotations")};
+  Tensor x = input("x", {2, 16, 3, 8});  // [B, L, H, D]
+  Tensor w = input("w", {2, 3, 16, 8});
+  Tensor z = input("z", {2, 16, 8, 3});
   Array pos({1, 16}, DType::i32);
   for (int64_t l = 0; l < 16; ++l)
     pos.data[static_cast<size_t>(l)] = static_cast<double>(5 * l + 1);

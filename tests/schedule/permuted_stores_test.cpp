@@ -23,16 +23,14 @@ namespace mn {
 namespace {
 
 TEST(PermutedStoresGpu, ResultsStoredInTheirPermutesLayout) {
-  auto rng = testing::rng_for("permuted-stores");
   Graph g;
   reference::Feeds feeds;
-  Tensor q = g.input("q", {2, 4, 16, 8});  // [B, H, L, D]
-  Tensor k = g.input("k", {2, 2, 16, 8});
-  Tensor v = g.input("v", {2, 2, 16, 8});
-  Tensor s = g.input("s", {2, 3, 5, 7});
-  Tensor r = g.input("r", {2, 2, 3, 16, 8});  // [B, Hkv, group, L, D]
-  for (const Tensor& t : {q, k, v, s, r})
-    feeds[g.node(t.id()).name] = testing::random_array(rng, t.type());
+  testing::RandomInputs input{g, feeds, testing::rng_for("permuted-stores")};
+  Tensor q = input("q", {2, 4, 16, 8});  // [B, H, L, D]
+  Tensor k = input("k", {2, 2, 16, 8});
+  Tensor v = input("v", {2, 2, 16, 8});
+  Tensor s = input("s", {2, 3, 5, 7});
+  Tensor r = input("r", {2, 2, 3, 16, 8});  // [B, Hkv, group, L, D]
   // Heads merged back into [B, L, H * D].
   Tensor o = scaled_dot_product_attention(q, k, v, {}, true);
   g.output("merged", reshape(permute(o, {0, 2, 1, 3}), {2, 16, 32}) * 2.0);

@@ -2,12 +2,15 @@
 // Random test data with a fixed seed per test case.
 #include <cstdint>
 #include <random>
+#include <string>
 #include <string_view>
 
 #include <memory>
 
 #include <meganeura/array.h>
 #include <meganeura/data.h>
+#include <meganeura/graph.h>
+#include <meganeura/reference.h>
 
 namespace mn::testing {
 
@@ -16,6 +19,19 @@ std::mt19937_64 rng_for(std::string_view name);
 
 // Uniform values in [lo, hi); integer dtypes draw integers in [lo, hi).
 Array random_array(std::mt19937_64& rng, const TensorType& type, double lo = -1.0, double hi = 1.0);
+
+// Inputs of a test graph with random values: input(name, shape[, dtype]) adds the input to
+// `g` and its values, drawn from `rng` in the order the inputs are made, to `feeds`.
+struct RandomInputs {
+  Graph& g;
+  reference::Feeds& feeds;
+  std::mt19937_64 rng;
+  Tensor operator()(const std::string& name, Shape shape, DType dtype = DType::f32) {
+    Tensor t = g.input(name, std::move(shape), dtype);
+    feeds[name] = random_array(rng, t.type());
+    return t;
+  }
+};
 
 // A classification data set drawn from `rng`: n samples of `sample_shape` uniform in
 // [0, scale) (all inputs first), then n labels uniform over `classes` named "c0", "c1", ...
