@@ -8,6 +8,7 @@
 
 #include "vulkan/check.h"
 #include "vulkan/device.h"
+#include "vulkan/fence_spin.h"
 #include "vulkan/live_objects.h"
 #include "vulkan/pipeline.h"
 
@@ -389,6 +390,7 @@ void Recording::submit() {
   info.commandBufferCount = 1;
   info.pCommandBuffers = &cmd_;
   device_.submit(info, fence_, "recording '" + options_.label + "'");
+  submitted_at_ = std::chrono::steady_clock::now();
   pending_ = true;
 }
 
@@ -403,16 +405,24 @@ bool Recording::poll() {
 
 void Recording::wait() {
   if (!pending_) return;
-  const auto until =
-      std::chrono::steady_clock::now() + std::chrono::microseconds(options_.spin_wait_us);
-  while (std::chrono::steady_clock::now() < until) {
+  using std::chrono::microseconds;
+  const auto ran_for = [&] {
+    return std::chrono::duration_cast<microseconds>(std::chrono::steady_clock::now() -
+                                                    submitted_at_);
+  };
+  const FenceSpin spin{microseconds{options_.spin_wait_us}};
+  const auto until = std::chrono::steady_clock::now() + poll_budget(spin, last_run_, ran_for());
+  bool done = false;
+  while (!done && std::chrono::steady_clock::now() < until) {
     const VkResult result = vkGetFenceStatus(device_.handle(), fence_);
     if (result == VK_NOT_READY) continue;
     check(result, "vkGetFenceStatus");
-    complete();
-    return;
+    done = true;
   }
-  check(vkWaitForFences(device_.handle(), 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  if (!done) {
+    check(vkWaitForFences(device_.handle(), 1, &fence_, VK_TRUE, UINT64_MAX), "vkWaitForFences");
+  }
+  last_run_ = ran_for();
   complete();
 }
 

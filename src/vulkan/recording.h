@@ -8,6 +8,7 @@
 // one read or wrote. Every submission also starts with one barrier (ordering it after the
 // previous submission's writes) and ends with one that makes its writes visible to the host.
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -55,8 +56,9 @@ struct RecordingOptions {
   std::string label = "recording";
   // Timestamps only at the two ends of each submission: total_ms() alone.
   bool total_time = false;
-  // wait() polls the fence this long before blocking on it: a short submission (a decoding
-  // step) is then seen complete at once, where a blocking wait adds the thread's wake-up.
+  // wait() polls the fence this long before blocking on it, longer for a recording whose runs
+  // take a little longer (vulkan/fence_spin.h): a short submission (a decoding step, a prompt)
+  // is then seen complete at once, where a blocking wait adds the thread's wake-up.
   uint32_t spin_wait_us = 2000;
 };
 
@@ -141,6 +143,10 @@ class Recording {
   VkDescriptorPool descriptor_pool_ = VK_NULL_HANDLE;
   VkQueryPool query_pool_ = VK_NULL_HANDLE;
   VkFence fence_ = VK_NULL_HANDLE;
+  // When the pending submission started, and how long the last one waited for took from its
+  // submission until its fence was seen signalled (wait()'s polling budget).
+  std::chrono::steady_clock::time_point submitted_at_{};
+  std::chrono::microseconds last_run_{0};
   std::vector<OpTiming> timings_;
   double total_ms_ = 0;
 };
