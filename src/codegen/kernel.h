@@ -175,6 +175,10 @@ struct LowerContext {
   // scaled_dot_product_attention only (schedule/saved_lse.h): each query row's log-sum-exp of
   // its scores (attention_lse's value) is stored too, as output 1 of this dtype; nullopt: not.
   std::optional<DType> saved_lse;
+  // attention_grad_k only (schedule/grad_kv.h): the attention_grad_v of the same operands is
+  // computed too, from the same recomputed probabilities, and stored as output 1 of this dtype;
+  // nullopt: not.
+  std::optional<DType> grad_v_output;
 };
 
 using LowerFn = std::function<Lowering(const LowerContext&)>;

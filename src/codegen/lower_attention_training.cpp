@@ -292,6 +292,10 @@ Lowering lower_training(const LowerContext& ctx, Form form) {
     low.launches.push_back(std::move(*coop));
     return low;
   }
+  if (ctx.grad_v_output) {
+    throw Error("attention lowering: no kernel for this " + std::string(ctx.node.op_name()) +
+                " computes attention_grad_v beside it");
+  }
   if (const auto tiles = register_tiles_for(g, ctx.device)) {
     low.launches.push_back(tiled_kernel(ctx, g, *tiles));
     return low;

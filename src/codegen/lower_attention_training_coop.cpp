@@ -27,7 +27,7 @@ uint64_t kv_units(const TrainingShape& g, uint64_t block) {
 
 uint64_t shared_bytes(const TrainingShape& g, uint64_t block) {
   uint64_t bytes = kv_units(g, block) * 16 + 4 * 16 * block * 4;  // kv, sc
-  if (g.form != Form::lse) bytes += 4 * 16 * block * 2;           // wt
+  if (g.form != Form::lse) bytes += 4 * 16 * block * 2;           // wt (P, then dS, with dV)
   if (!query_own(g.form)) bytes += 2 * block * 4;                 // lse_sh, delta_sh
   if (g.form == Form::lse) bytes += 4 * 32 * 8;                   // pair_sh
   return bytes;
@@ -40,6 +40,11 @@ bool operands_16bit(const LowerContext& ctx, const TrainingShape& g) {
     if (ctx.inputs[i].dtype != DType::bf16 && ctx.inputs[i].dtype != DType::f16) return false;
   }
   return true;
+}
+
+// attention_grad_k asked to store attention_grad_v beside dK (LowerContext::grad_v_output).
+bool with_dv(const LowerContext& ctx, const TrainingShape& g) {
+  return g.form == Form::grad_k && ctx.grad_v_output.has_value();
 }
 
 // The keys (or query rows) per block: the largest whose shared memory the device has.
@@ -87,12 +92,18 @@ std::string unit_view(uint32_t binding, DType dtype, const std::string& name) {
 
 }  // namespace
 
+bool takes_grad_kv(const LowerContext& ctx) {
+  if (ctx.node.op_name() != "attention_grad_k" || !ctx.grad_v_output) return false;
+  return block_rows(ctx, TrainingShape(ctx, Form::grad_k)).has_value();
+}
+
 std::optional<KernelLaunch> coop_training_kernel(const LowerContext& ctx, const TrainingShape& g) {
   const std::optional<uint64_t> block = block_rows(ctx, g);
   if (!block) return std::nullopt;
   static const char* const names[] = {"attention_lse_coop", "attention_grad_q_coop",
                                       "attention_grad_k_coop", "attention_grad_v_coop"};
   const Form f = g.form;
+  const bool dv_too = with_dv(ctx, g);
   const bool qown = query_own(f);
   const uint64_t own_rows = qown ? g.lq : g.lk, own_heads = qown ? g.hq : g.hkv;
   const uint64_t tiles = (own_rows + kRows - 1) / kRows;
@@ -104,6 +115,12 @@ std::optional<KernelLaunch> coop_training_kernel(const LowerContext& ctx, const 
       {"GL_EXT_bfloat16", "GL_KHR_memory_scope_semantics", "GL_KHR_cooperative_matrix",
        "GL_KHR_shader_subgroup_basic", "GL_EXT_control_flow_attributes"});
   decl += glsl::half_conversions();  // the bf16 rounding, whatever the operands' dtypes
+  if (dv_too) {
+    // dV after dK's binding (declarations' last).
+    decl +=
+        glsl::buffer(static_cast<uint32_t>(k.bindings.size()), *ctx.grad_v_output, "out1", false);
+    k.bindings.push_back({ArgRef::output(1), true});
+  }
   // The matrices' operands: q and k, then v or dout (grad_v), then dout (grad_q, grad_k).
   static const char* const operand_names[] = {"q", "k", "v", "dout"};
   const size_t operands = f == Form::lse ? 2 : f == Form::grad_v ? 3 : 4;
@@ -117,6 +134,7 @@ std::optional<KernelLaunch> coop_training_kernel(const LowerContext& ctx, const 
       {"FORM", std::to_string(static_cast<int>(f))},
       {"CAUSAL", g.attrs.causal ? "1" : "0"},
       {"HAS_MASK", g.attrs.has_mask ? "1" : "0"},
+      {"WITH_DV", dv_too ? "1" : "0"},
       {"BK", std::to_string(*block)},
       {"W", std::to_string(f == Form::lse ? 16 : width)},
       {"OWN_ROWS", std::to_string(own_rows)},
@@ -127,7 +145,7 @@ std::optional<KernelLaunch> coop_training_kernel(const LowerContext& ctx, const 
       {"C_OFF", c_is_b ? "BOFF" : "0u"},
       {"C_S", c_is_b ? "BS" : "AS"},
   };
-  k.name = names[static_cast<int>(f)];
+  k.name = dv_too ? "attention_grad_kv_coop" : names[static_cast<int>(f)];
   fields.merge(role_fields(g, "8"));
   k.glsl = fill_kernel_template("attention_training_coop.comp", fields);
   k.workgroup = {static_cast<uint32_t>(kLanes), 1, 1};

@@ -15,6 +15,7 @@
 #include "schedule/fusion.h"
 #include "schedule/gemv_fusion.h"
 #include "schedule/gpu_lowering.h"
+#include "schedule/grad_kv.h"
 #include "schedule/narrowed_stores.h"
 #include "schedule/permuted_rotations.h"
 #include "schedule/permuted_stores.h"
@@ -103,6 +104,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     schedule::fuse_row_tails(g, p.groups, options.device, fo.max_bindings);
     schedule::fold_permutes_into_stores(g, p.groups);
     schedule::save_lse_in_forward(g, p.groups, options.device);
+    schedule::compute_grad_v_with_grad_k(g, p.groups, options.device);
   }
   const std::vector<std::vector<int>> in_place = plan_in_place(g, p.groups);
 

@@ -146,6 +146,9 @@ struct KernelGroup {
   // Single scaled_dot_product_attention groups only, see schedule/saved_lse.h: output 1 is the
   // attention_lse of the same operands, which the forward kernel stores as it finishes a row.
   bool saves_lse = false;
+  // Single attention_grad_k groups only, see schedule/grad_kv.h: output 1 is the
+  // attention_grad_v of the same operands, which the kernel accumulates beside dK.
+  bool computes_grad_v = false;
   // Other single groups and reduction groups, see schedule/permuted_stores.h: the result is
   // stored as permute(result, stored_permuted) (codegen::add_permuted_store), and the group's
   // output is the permute's value; empty: as it is.

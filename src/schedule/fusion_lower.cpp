@@ -404,6 +404,7 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
                             group.store_perm.empty() ? nullptr : &group.store_perm};
   ctx.stacked_rotation = stacked ? &*stacked : nullptr;
   if (group.saves_lse) ctx.saved_lse = g.node(group.outputs.at(1)).type.dtype;
+  if (group.computes_grad_v) ctx.grad_v_output = g.node(group.outputs.at(1)).type.dtype;
   codegen::Lowering l = (*lower)(ctx);
   // A second output: the cast the kernel stores beside its value (schedule/narrowed_stores.h).
   for (const auto& [own, twin] : twin_outputs(g, group)) {

@@ -17,6 +17,7 @@
 #include "codegen/kernel.h"
 #include "codegen/shader/current_glslang.h"
 #include "codegen/shader/shader_compiler.h"
+#include "support/expect_error.h"
 #include "support/scoped_env.h"
 #include "support/spirv_val.h"
 
@@ -38,9 +39,11 @@ DeviceTraits bf16_traits() {
 }
 
 // Each attention training node of the gradients of `c`'s attention, lowered with `t`: its
-// op name and its launches.
+// op name and its launches. With `grad_kv`, attention_grad_k is lowered storing
+// attention_grad_v beside dK (schedule/grad_kv.h) and listed as "attention_grad_kv".
 std::vector<std::pair<std::string, Lowering>> lower_training_nodes(const Case& c,
-                                                                   const DeviceTraits& t) {
+                                                                   const DeviceTraits& t,
+                                                                   bool grad_kv = false) {
   mn::testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
   Graph g;
   Tensor q = g.input("q", {2, c.hq, c.lq, c.d}, c.dtype);
@@ -57,7 +60,13 @@ std::vector<std::pair<std::string, Lowering>> lower_training_nodes(const Case& c
     if (op != "attention_lse" && !op.starts_with("attention_grad_")) continue;
     std::vector<TensorType> types;
     for (NodeId in : n.inputs) types.push_back(g.node(in).type);
-    lowered.emplace_back(op, (*find_lowering(op))(LowerContext{n, types, t}));
+    LowerContext ctx{n, types, t};
+    if (grad_kv && op == "attention_grad_k") {
+      ctx.grad_v_output = n.type.dtype;
+      lowered.emplace_back("attention_grad_kv", (*find_lowering(op))(ctx));
+      continue;
+    }
+    lowered.emplace_back(op, (*find_lowering(op))(ctx));
   }
   return lowered;
 }
@@ -78,8 +87,17 @@ TEST(AttentionTrainingCoop, EveryFormCompilesToBf16MatricesAndValidates) {
   t.coop_attention = DeviceTraits::Choice::always;  // f32 operands too
   for (const Case& c : kCases) {
     SCOPED_TRACE(c.tag);
-    const auto lowered = lower_training_nodes(c, t);
+    auto lowered = lower_training_nodes(c, t);
     ASSERT_EQ(lowered.size(), 4u);
+    for (auto& fused : lower_training_nodes(c, t, true)) {
+      if (fused.first != "attention_grad_kv") continue;
+      // dK and dV: the operands' bindings, then outputs 0 and 1.
+      const auto& b = fused.second.launches.at(0).bindings;
+      EXPECT_EQ(b.back().arg, ArgRef::output(1));
+      EXPECT_EQ(b[b.size() - 2].arg, ArgRef::output(0));
+      lowered.push_back(std::move(fused));
+    }
+    ASSERT_EQ(lowered.size(), 5u);
     for (const auto& [op, l] : lowered) {
       SCOPED_TRACE(op);
       ASSERT_EQ(l.launches.size(), 1u);
@@ -134,6 +152,16 @@ TEST(AttentionTrainingCoop, SixteenBitOperandsOnDevicesWithBf16MatricesTakeIt) {
       EXPECT_FALSE(l.launches.at(0).name.ends_with("_coop")) << d << ": " << op;
     }
   }
+}
+
+// attention_grad_k asked to store dV where no kernel can (the f32 kernels do not): a clear
+// error naming both ops, not a kernel that leaves output 1 unwritten.
+TEST(AttentionTrainingCoop, ValueGradientBesideTheKeyGradientOnlyOnTensorCores) {
+  DeviceTraits t = bf16_traits();
+  t.coop_bf16 = false;
+  Case c = kCases[0];
+  mn::expect_error<Error>([&] { lower_training_nodes(c, t, true); },
+                          {"attention_grad_k", "attention_grad_v"});
 }
 
 }  // namespace

@@ -19,6 +19,9 @@
 //   range, so small gradients do not flush to zero as they would in f16;
 // - result += weights · C on f32 accumulators, C the block's rows of k (dq), q (dk) or dout (dv).
 // At the end each result matrix goes out through `sc`, each lane storing its row's columns.
+// With WITH_DV, attention_grad_k also accumulates attention_grad_v's result from the same P:
+// P goes to `wt` as bf16 first, dV += P · dout on a second set of accumulators, then dS takes
+// its place for dK; dV is stored through out1, and no kernel recomputes the scores for it alone.
 
 #define LSE 0
 #define GRAD_Q 1
@@ -30,6 +33,7 @@
 #define HAS_OTHER_B (FORM != LSE)
 #define CAUSAL @CAUSAL@
 #define HAS_MASK @HAS_MASK@
+#define WITH_DV @WITH_DV@  // attention_grad_k storing attention_grad_v as output 1
 
 const uint R = 64u, BK = @BK@u, LANES = 128u;
 const uint AU = D / 8u, BU = DV / 8u;   // 16-byte units (8 bf16) of a row of a (width D), b (DV)
@@ -47,6 +51,7 @@ shared float sc[4u * 16u * BK];     // each subgroup's scores, its dP, its resul
 #if FORM != LSE
 shared uint16_t wt[4u * 16u * BK];  // each subgroup's weights as bf16, column-major
 #endif
+
 #if !QUERY_OWN
 shared float lse_sh[BK];  // the block's query rows' log-sum-exp (and delta)
 #if FORM == GRAD_K
@@ -146,6 +151,10 @@ void main() {
   F32 acc[W / 16u];
   [[unroll]] for (uint f = 0u; f < W / 16u; ++f) acc[f] = F32(0.0);
 #endif
+#if WITH_DV
+  F32 acc_v[DV / 16u];
+  [[unroll]] for (uint f = 0u; f < DV / 16u; ++f) acc_v[f] = F32(0.0);
+#endif
 
   uvec4 ra[NA];
 #if HAS_OTHER_B
@@ -239,9 +248,26 @@ void main() {
     subgroupMemoryBarrierShared();
     subgroupBarrier();  // every lane has read its scores before the next block's
 #else
+#if WITH_DV
+    // dV += P · dout: P's A-matrices through wt, the block's dout rows (b) from kv.
+    [[unroll]] for (uint c = 0u; c < BK / 2u; ++c) {
+      wt[scr + (2u * c + par) * 16u + r] = uint16_t(mn_f32_to_bf16(p[c]));
+    }
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    [[unroll]] for (uint t = 0u; t < BK / 16u; ++t) {
+      A16 pf;
+      coopMatLoad(pf, wt, scr + t * 256u, 16u, COLUMNS);
+      [[unroll]] for (uint f = 0u; f < DV / 16u; ++f) {
+        B16 cf;
+        coopMatLoad(cf, kv, BOFF + t * 16u * BS + 2u * f, BS, ROWS);
+        acc_v[f] = coopMatMulAdd(pf, cf, acc_v[f]);
+      }
+    }
+#endif
 #if HAS_OWN_B
     subgroupMemoryBarrierShared();
-    subgroupBarrier();  // every lane has read its scores: dP goes where they were
+    subgroupBarrier();  // every lane has read its scores (and P in wt): dP goes where they were
     [[unroll]] for (uint c = 0u; c < BK / 16u; ++c) {
       F32 s = F32(0.0);
       [[unroll]] for (uint e = 0u; e < DV / 16u; ++e) {
@@ -312,6 +338,21 @@ void main() {
 #else
         out_st((own_base + own) * W + f * 16u + col, scaled(v));
 #endif
+      }
+    }
+  }
+#endif
+#if WITH_DV
+  [[unroll]] for (uint f = 0u; f < DV / 16u; ++f) {
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    coopMatStore(acc_v[f], sc, scr, 16u, COLUMNS);
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+    if (own < OWN_ROWS) {
+      [[unroll]] for (uint c = 0u; c < 8u; ++c) {
+        uint col = 2u * c + par;
+        out1_st((own_base + own) * DV + f * 16u + col, sc[scr + col * 16u + r]);
       }
     }
   }
