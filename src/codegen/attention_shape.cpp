@@ -131,4 +131,17 @@ std::string tile_reach(const AttentionShape& g, const std::string& rows) {
   return s;
 }
 
+std::string saved_lse_binding(const LowerContext& ctx, KernelLaunch& k) {
+  if (!ctx.saved_lse) return "";
+  k.bindings.push_back({ArgRef::output(1), true});
+  return glsl::buffer(static_cast<uint32_t>(k.bindings.size() - 1), *ctx.saved_lse, "out1", false);
+}
+
+std::string saved_lse_store(const LowerContext& ctx, const std::string& indent,
+                            const std::string& row, const std::string& m, const std::string& l) {
+  if (!ctx.saved_lse) return "";
+  return indent + "out1_st(" + row + ", " + m + " == -mn_inf() ? -mn_inf() : " + m + " + log(" + l +
+         "));\n";
+}
+
 }  // namespace mn::codegen::attention_lowering

@@ -46,4 +46,13 @@ std::string score_expr(const LowerContext& ctx, const AttentionShape& g, const A
 // after another; the shared reach_sh is the kernel's to declare). Needs `tid`.
 std::string tile_reach(const AttentionShape& g, const std::string& rows);
 
+// The binding of output 1, the rows' log-sum-exp, where the attention saves it
+// (LowerContext::saved_lse, stored through out1_st), appended to the kernel's; empty otherwise.
+std::string saved_lse_binding(const LowerContext& ctx, KernelLaunch& k);
+// The statement storing row `row`'s log-sum-exp from its maximum (or any reference the sum was
+// taken against) `m` and sum `l` where saved: -inf where the row sees no key or every one is
+// masked, as attention_lse's reference; empty where not saved.
+std::string saved_lse_store(const LowerContext& ctx, const std::string& indent,
+                            const std::string& row, const std::string& m, const std::string& l);
+
 }  // namespace mn::codegen::attention_lowering

@@ -33,6 +33,8 @@ using glsl::ulit;
 using attention_lowering::AttentionShape;
 using attention_lowering::declarations;
 using attention_lowering::head_offsets;
+using attention_lowering::saved_lse_binding;
+using attention_lowering::saved_lse_store;
 using attention_lowering::score_expr;
 using attention_lowering::tile_reach;
 using attention_lowering::visible_expr;
@@ -68,23 +70,6 @@ std::optional<Tiling> tiling_for(const AttentionShape& g, const DeviceTraits& d)
     }
   }
   return std::nullopt;
-}
-
-// The binding of output 1, the rows' log-sum-exp, where the attention saves it
-// (LowerContext::saved_lse, stored through out1_st); empty otherwise.
-std::string saved_lse_binding(const LowerContext& ctx, KernelLaunch& k) {
-  if (!ctx.saved_lse) return "";
-  k.bindings.push_back({ArgRef::output(1), true});
-  return glsl::buffer(static_cast<uint32_t>(k.bindings.size() - 1), *ctx.saved_lse, "out1", false);
-}
-
-// The statement storing row `row`'s log-sum-exp from its maximum `m` and sum `l` where saved:
-// -inf where the row sees no key or every one is masked, as attention_lse's reference.
-std::string saved_lse_store(const LowerContext& ctx, const std::string& indent,
-                            const std::string& row, const std::string& m, const std::string& l) {
-  if (!ctx.saved_lse) return "";
-  return indent + "out1_st(" + row + ", " + m + " == -mn_inf() ? -mn_inf() : " + m + " + log(" + l +
-         "));\n";
 }
 
 KernelLaunch tiled_kernel(const LowerContext& ctx, const AttentionShape& g, const Tiling& t) {
@@ -922,8 +907,16 @@ std::string workgroup_reductions(const std::string& lanes) {
 bool saves_lse(const LowerContext& ctx) {
   if (ctx.node.op_name() != "scaled_dot_product_attention" || ctx.rope || ctx.append) return false;
   const AttentionShape g(ctx);
-  return !g.has_positions && !takes_coop(g, ctx.device) &&
-         (register_tiling_for(g, ctx.device) || tiling_for(g, ctx.device));
+  return !g.has_positions && (takes_coop(g, ctx.device) || register_tiling_for(g, ctx.device) ||
+                              tiling_for(g, ctx.device));
+}
+
+bool forward_on_tensor_cores(const LowerContext& ctx) {
+  if (ctx.node.op_name() != "scaled_dot_product_attention" &&
+      ctx.node.op_name() != "cached_attention") {
+    return false;
+  }
+  return takes_coop(AttentionShape(ctx), ctx.device);
 }
 
 bool row_kernel_reads_rope(const LowerContext& ctx) {

@@ -36,9 +36,12 @@ bool row_kernel_reads_rope(const LowerContext& ctx);
 bool takes_cache_append(const LowerContext& ctx);
 
 // Whether scaled_dot_product_attention's kernel for `ctx` can store each query row's
-// log-sum-exp beside its output (LowerContext::saved_lse): the register-tiled and the tiled f32
-// kernels do (not the tensor-core one yet, nor the per-row and split-key ones).
+// log-sum-exp beside its output (LowerContext::saved_lse): the tensor-core, register-tiled and
+// tiled kernels do (not the per-row and split-key ones). The tensor-core kernel then rounds its
+// operands to bf16 (not f16) so that its scores are those of the bf16 training kernels.
 bool saves_lse(const LowerContext& ctx);
+// Whether the attention's forward kernel for `ctx` is the tensor-core one.
+bool forward_on_tensor_cores(const LowerContext& ctx);
 
 struct AttentionShape;
 // Whether the tensor-core kernel serves these queries (lower_attention_coop.cpp): the device has

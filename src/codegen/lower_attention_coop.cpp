@@ -151,6 +151,10 @@ KernelLaunch coop_kernel(const LowerContext& ctx, const AttentionShape& g, const
   for (uint32_t i = 0; i < 3; ++i) {
     decl += glsl::quad_view(i, ctx.inputs[i].dtype, i == 0 ? "q" : i == 1 ? "k" : "v");
   }
+  // Saving the log-sum-exp for the bf16 training kernels: the operands rounded to bf16 (exact
+  // in f16 within its range), so the scores are theirs.
+  decl += saved_lse_binding(ctx, k);
+  if (ctx.saved_lse) decl += glsl::half_conversions();
   const uint64_t tiles = (g.lq + kRows - 1) / kRows;  // per head
   const size_t R = g.rank;
   const uint64_t mask_row_stride =
@@ -158,6 +162,7 @@ KernelLaunch coop_kernel(const LowerContext& ctx, const AttentionShape& g, const
   const TemplateFields fields{
       {"DECLARATIONS", decl},
       {"HAS_MASK", a.has_mask ? "1" : "0"},
+      {"SAVES_LSE", ctx.saved_lse ? "1" : "0"},
       {"CAUSAL_ORDER", a.causal || g.has_positions ? "1" : "0"},
       {"BC", std::to_string(t.keys)},
       {"TILES", std::to_string(tiles)},
@@ -175,6 +180,7 @@ KernelLaunch coop_kernel(const LowerContext& ctx, const AttentionShape& g, const
       {"SCORE", score_expr(ctx, g, a, "jj", "mbr")},
       {"ACCUMULATE", accumulate(g, t)},
       {"STORE", store(g)},
+      {"LSE_STORE", saved_lse_store(ctx, "    ", "bh * LQ + i", "ref", "sum")},
   };
   k.name = "attention_coop";
   k.glsl = fill_kernel_template("attention_coop.comp", fields);

@@ -92,9 +92,13 @@ std::string unit_view(uint32_t binding, DType dtype, const std::string& name) {
 
 }  // namespace
 
+bool takes_coop_training(const LowerContext& ctx, Form f) {
+  return block_rows(ctx, TrainingShape(ctx, f)).has_value();
+}
+
 bool takes_grad_kv(const LowerContext& ctx) {
   if (ctx.node.op_name() != "attention_grad_k" || !ctx.grad_v_output) return false;
-  return block_rows(ctx, TrainingShape(ctx, Form::grad_k)).has_value();
+  return takes_coop_training(ctx, Form::grad_k);
 }
 
 std::optional<KernelLaunch> coop_training_kernel(const LowerContext& ctx, const TrainingShape& g) {

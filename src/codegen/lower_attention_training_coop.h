@@ -16,6 +16,9 @@ namespace mn::codegen::attention_training {
 // nullopt otherwise, and with MN_COOP_ATTENTION=0.
 std::optional<KernelLaunch> coop_training_kernel(const LowerContext& ctx, const TrainingShape& g);
 
+// Whether that kernel serves this node of form `f`.
+bool takes_coop_training(const LowerContext& ctx, Form f);
+
 // Whether that kernel serves this attention_grad_k node (its context with grad_v_output set)
 // with attention_grad_v's result stored beside dK (schedule/grad_kv.h).
 bool takes_grad_kv(const LowerContext& ctx);

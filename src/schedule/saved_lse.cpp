@@ -3,6 +3,7 @@
 #include <map>
 
 #include "codegen/lower_attention.h"
+#include "codegen/lower_attention_training_coop.h"
 
 namespace mn::schedule {
 namespace {
@@ -13,22 +14,52 @@ bool lone(const Graph& g, const KernelGroup& k, std::string_view op) {
          without_extras(k) && g.node(k.nodes.front()).op_name() == op;
 }
 
-// The attention's kernel, lowered as the plan would, stores the log-sum-exp.
-bool kernel_saves_lse(const Graph& g, const KernelGroup& k, const codegen::DeviceTraits& device) {
-  const Node& n = g.node(k.nodes.front());
+std::vector<TensorType> input_types(const Graph& g, const Node& n) {
   std::vector<TensorType> types;
   for (NodeId in : n.inputs) types.push_back(g.node(in).type);
-  return codegen::attention_lowering::saves_lse(codegen::LowerContext{n, types, device});
+  return types;
+}
+
+// The attention's kernel, lowered as the plan would, stores the log-sum-exp `lse` of the scores
+// the backward kernels recompute: the tensor-core forward only where attention_lse would run on
+// the bf16 training kernels (it then rounds its operands to bf16 as they do; against the f32
+// training kernels' scores its own would be off).
+bool kernel_saves_lse(const Graph& g, const KernelGroup& k, const Node& lse,
+                      const codegen::DeviceTraits& device) {
+  const Node& n = g.node(k.nodes.front());
+  const std::vector<TensorType> types = input_types(g, n), lse_types = input_types(g, lse);
+  const codegen::LowerContext ctx{n, types, device}, lse_ctx{lse, lse_types, device};
+  if (!codegen::attention_lowering::saves_lse(ctx)) return false;
+  return !codegen::attention_lowering::forward_on_tensor_cores(ctx) ||
+         codegen::attention_training::takes_coop_training(lse_ctx,
+                                                          codegen::attention_training::Form::lse);
+}
+
+// The same value: one node, or nodes of the same op, attributes and type over the same values
+// (`depth` levels down): a backward pass's recomputed copy of a forward rotation
+// (schedule/rematerialize.h) reads as the rotation it copies.
+bool same_value(const Graph& g, NodeId a, NodeId b, int depth = 6) {
+  if (a == b) return true;
+  const Node& x = g.node(a);
+  const Node& y = g.node(b);
+  if (depth == 0 || x.inputs.empty() || x.op != y.op || !(x.attrs == y.attrs) ||
+      !(x.type == y.type) || x.inputs.size() != y.inputs.size()) {
+    return false;
+  }
+  for (size_t i = 0; i < x.inputs.size(); ++i) {
+    if (!same_value(g, x.inputs[i], y.inputs[i], depth - 1)) return false;
+  }
+  return true;
 }
 
 // The attention_lse of the attention's own q, k (and mask) and attributes.
-bool same_scores(const Node& attention, const Node& lse) {
+bool same_scores(const Graph& g, const Node& attention, const Node& lse) {
   if (attention.attrs != lse.attrs || attention.inputs.size() != lse.inputs.size() + 1)
     return false;
   // attention: q, k, v[, mask]; attention_lse: q, k[, mask].
   for (size_t i = 0, j = 0; i < attention.inputs.size(); ++i) {
     if (i == 2) continue;
-    if (attention.inputs[i] != lse.inputs[j++]) return false;
+    if (!same_value(g, attention.inputs[i], lse.inputs[j++])) return false;
   }
   return true;
 }
@@ -45,15 +76,13 @@ void save_lse_in_forward(const Graph& g, std::vector<KernelGroup>& groups,
   std::vector<char> dropped(groups.size(), 0);
   for (size_t i = 0; i < groups.size(); ++i) {
     KernelGroup& attention = groups[i];
-    if (!lone(g, attention, "scaled_dot_product_attention") ||
-        !kernel_saves_lse(g, attention, device)) {
-      continue;
-    }
+    if (!lone(g, attention, "scaled_dot_product_attention")) continue;
     const Node& a = g.node(attention.nodes.front());
     for (size_t j = 0; j < groups.size(); ++j) {
       const KernelGroup& lse = groups[j];
       if (dropped[j] || j == i || !lone(g, lse, "attention_lse") || !lse.stored_permuted.empty() ||
-          !same_scores(a, g.node(lse.nodes.front()))) {
+          !same_scores(g, a, g.node(lse.nodes.front())) ||
+          !kernel_saves_lse(g, attention, g.node(lse.nodes.front()), device)) {
         continue;
       }
       const auto reader = first_reader.find(lse.outputs.front());

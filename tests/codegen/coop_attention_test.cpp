@@ -86,6 +86,30 @@ TEST(CoopAttention, EveryFormCompilesAndRewritesToKhr) {
   }
 }
 
+// A training step's forward storing the log-sum-exp (schedule/saved_lse.h): output 1 bound after
+// the operands and the output, the operands rounded to bf16, and the kernel still compiles and
+// rewrites. (Its values: tests/tensor_cores/attention_training_coop_gpu_test.cpp.)
+TEST(CoopAttention, SavingTheLogSumExpCompilesAndRewritesToKhr) {
+  const DeviceTraits t = always();
+  for (const Case& c :
+       {Case{"d64-causal-gqa", {1, 9, 512, 64}, {1, 3, 512, 64}, {1, 3, 512, 64}, {}, true},
+        Case{"d32-mask", {2, 2, 40, 32}, {2, 2, 70, 32}, {2, 2, 70, 32}, {2, 40, 70}, false}}) {
+    SCOPED_TRACE(c.tag);
+    auto n = attention_node(c);
+    LowerContext ctx = n->ctx(t);
+    ctx.saved_lse = DType::f32;
+    const Lowering l = (*find_lowering("scaled_dot_product_attention"))(ctx);
+    ASSERT_EQ(l.launches.size(), 1u);
+    const KernelLaunch& k = l.launches[0];
+    EXPECT_EQ(k.name, "attention_coop+lse");
+    EXPECT_EQ(k.bindings.back().arg, ArgRef::output(1));
+    EXPECT_NE(k.glsl.find("mn_f32_to_bf16"), std::string::npos);
+    const auto spirv = compile_glsl(k.glsl, CompileOptions{});
+    ASSERT_TRUE(uses_nv_cooperative_matrix(spirv));
+    EXPECT_FALSE(uses_nv_cooperative_matrix(rewrite_nv_coop_to_khr(spirv)));
+  }
+}
+
 TEST(CoopAttention, OnlyPromptsWithSuitableHeadsOnTensorCoreDevices) {
   const DeviceTraits t = always();
   const Case prompt{"prompt", {1, 2, 64, 64}, {1, 2, 64, 64}, {1, 2, 64, 64}, {}, true};

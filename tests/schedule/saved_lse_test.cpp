@@ -12,6 +12,7 @@
 #include <meganeura/session.h>
 
 #include "codegen/kernel.h"
+#include "ir/ops/attention.h"
 #include "plan/step_plan.h"
 #include "support/attention_problem.h"
 #include "support/elementwise_error.h"
@@ -22,10 +23,13 @@ namespace {
 
 using testing::AttentionCase;
 
-// The launches' kernel names of the problem's step planned for `device`.
-std::multiset<std::string> planned_kernels(const Graph& g, const codegen::DeviceTraits& device) {
+// The launches' kernel names of the problem's step planned for `device` (`optimized`: through
+// the e-graph, which merges equal nodes).
+std::multiset<std::string> planned_kernels(const Graph& g, const codegen::DeviceTraits& device,
+                                           bool optimized = true) {
   plan::PlanOptions po;
   po.device = device;
+  po.optimize.enabled = optimized;
   std::multiset<std::string> names;
   for (const plan::PlannedLaunch& l : plan::make_step_plan(g, po).launches) {
     names.insert(l.kernel.name);
@@ -60,15 +64,43 @@ TEST(SavedLse, TheForwardKernelStoresTheLogSumExp) {
     EXPECT_EQ(names.count(kernel), 1u);
     EXPECT_EQ(starting_with(names, "attention_lse"), 0u);
   }
-  // The tensor-core forward does not store it yet: the separate pass stays.
+  // The tensor-core forward stores it where attention_lse would run on the bf16 training
+  // kernels (their scores are its own, its operands rounded to bf16 as theirs); against the f32
+  // training kernels' scores its f16 ones would be off: the separate pass stays there.
   codegen::DeviceTraits coop = with_shared(49152);
   coop.coop = true;
   coop.subgroup_size = 32;
   coop.subgroup_vote = true;
+  coop.storage_16bit = true;
   coop.coop_attention = codegen::DeviceTraits::Choice::always;
-  const std::multiset<std::string> names = planned_kernels(p.graph, coop);
+  std::multiset<std::string> names = planned_kernels(p.graph, coop);
   EXPECT_EQ(names.count("attention_coop"), 1u);
   EXPECT_EQ(starting_with(names, "attention_lse"), 1u);
+  coop.coop_bf16 = true;
+  names = planned_kernels(p.graph, coop);
+  EXPECT_EQ(names.count("attention_coop+lse"), 1u);
+  EXPECT_EQ(starting_with(names, "attention_lse"), 0u);
+}
+
+// A backward pass may read a recomputed copy of the attention's query (schedule/rematerialize.h
+// copies a forward rotation for its backward readers): a copy of the same op over the same values
+// is the same query, and the forward still saves the log-sum-exp; a different query is not.
+TEST(SavedLse, ARecomputedCopyOfTheQueryIsTheSameQuery) {
+  for (const bool copy : {true, false}) {
+    SCOPED_TRACE(copy ? "a copy" : "another query");
+    Graph g;
+    Tensor q = g.input("q", {1, 4, 70, 64}), k = g.input("k", {1, 2, 70, 64});
+    Tensor v = g.input("v", {1, 2, 70, 64});
+    Tensor forward_q = q + q;
+    Tensor backward_q = copy ? q + q : q + 1.0;
+    g.output("out", scaled_dot_product_attention(forward_q, k, v, Tensor{}, true));
+    g.output("lse",
+             g.apply("attention_lse", Attrs(AttentionAttrs{true, 0.0, false}), {backward_q, k}));
+    // Not optimized: the e-graph would merge the copy into the forward's query.
+    const std::multiset<std::string> names = planned_kernels(g, with_shared(49152), false);
+    EXPECT_EQ(names.count("attention_tiled_registers+lse"), copy ? 1u : 0u);
+    EXPECT_EQ(starting_with(names, "attention_lse"), copy ? 0u : 1u);
+  }
 }
 
 // On the test device, the step whose forward saved the log-sum-exp: the output and the

@@ -20,9 +20,13 @@
 // Column-major with 16 rows a column, lane (row r, parity h) reading column 2c + h meets bank
 // r + 16h: the 32 lanes read 32 distinct banks. At the end O goes out through `sc` the same way,
 // each lane dividing its row's columns by the row's sum.
+// SAVES_LSE (a training step's attention_lse, schedule/saved_lse.h): each row's log-sum-exp,
+// ref + log(sum), is stored through out1, and the operands are rounded to bf16 before f16 (exact
+// within f16's range) so that the scores are those the bf16 training kernels recompute.
 
 #define HAS_MASK @HAS_MASK@
 #define CAUSAL_ORDER @CAUSAL_ORDER@
+#define SAVES_LSE @SAVES_LSE@
 
 const uint BR = 64u, BC = @BC@u, LANES = 128u;
 const uint DU = D / 8u, DVU = DV / 8u;       // 16-byte units (8 halves) of a row of k and v
@@ -42,7 +46,15 @@ shared float pair_sh[4u * 32u];      // a row's two lanes exchanging their maxim
 #define F16 fcoopmatNV<16, gl_ScopeSubgroup, 16, 16>
 #define F32 fcoopmatNV<32, gl_ScopeSubgroup, 16, 16>
 
+#if SAVES_LSE
+float to_bf16(float x) { return mn_bf16_to_f32(mn_f32_to_bf16(x)); }
+vec4 to_bf16(vec4 v) { return vec4(to_bf16(v.x), to_bf16(v.y), to_bf16(v.z), to_bf16(v.w)); }
+#else
+vec4 to_bf16(vec4 v) { return v; }
+#endif
 uvec4 pack8(vec4 a, vec4 b) {
+  a = to_bf16(a);
+  b = to_bf16(b);
   return uvec4(packHalf2x16(a.xy), packHalf2x16(a.zw), packHalf2x16(b.xy), packHalf2x16(b.zw));
 }
 // Elements at .. at + 7 (at a multiple of 8) of q, k or v as f16.
@@ -156,6 +168,11 @@ void main() {
   subgroupBarrier();
   float sum = l + pair_sh[sg * 32u + (lane ^ 1u)];
   float inv = vis == 0u ? 0.0 : 1.0 / sum;
+#if SAVES_LSE
+  if (par == 0u && i < LQ) {
+@LSE_STORE@
+  }
+#endif
   uint ob = (bh * LQ + i) * DV + par;
 @STORE@
 }
