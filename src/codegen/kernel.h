@@ -66,6 +66,11 @@ struct DeviceTraits {
   // through shared memory (codegen/lower_conv_gemm_staged.h) instead of packed copies or f32
   // kernels. Off by default until measured against them on a device.
   bool conv_staged = false;
+  // MN_FUSED_ATTENTION_OUTPUTS=1: attention's bf16 training kernels on tensor cores take the
+  // values they compute on the way as second outputs (schedule/grad_kv.h: dK's kernel stores dV;
+  // schedule/saved_lse.h: the tensor-core forward stores the log-sum-exp). Off by default until
+  // the GPU suite has run them on a device.
+  bool fused_attention_outputs = false;
   // The granularities of workgroup-scope bf16·bf16+f32 matrices, as coop_wg_granularity's
   // (zeros: not offered; VK_KHR_shader_bfloat16's cooperative matrices are needed too).
   std::array<std::array<uint32_t, 3>, 4> coop_wg_bf16_granularity{};

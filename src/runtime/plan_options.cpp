@@ -92,6 +92,7 @@ void apply_environment(codegen::DeviceTraits& t) {
   t.matmul_split_k = env_count("MN_MATMUL_SPLIT_K", 0);
   t.coop_attention = coop_attention_choice(env_or("MN_COOP_ATTENTION", ""));
   t.conv_staged = env_or("MN_CONV_STAGED", "0") == "1";
+  t.fused_attention_outputs = env_or("MN_FUSED_ATTENTION_OUTPUTS", "0") == "1";
   if (env_or("MN_COOP_TENSOR", "1") == "0") t.coop_tensor = false;
   t.coop_tensor_tile = env_or("MN_COOP_TENSOR_TILE", "");
   t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);

@@ -32,6 +32,7 @@ bool kernel_takes_pair(const Graph& g, const Node& n, const Node& grad_v,
 
 void compute_grad_v_with_grad_k(const Graph& g, std::vector<KernelGroup>& groups,
                                 const codegen::DeviceTraits& device) {
+  if (!device.fused_attention_outputs) return;
   absorb_partners(g, groups,
                   {"attention_grad_k", "attention_grad_v",
                    [&](const Node& grad_k, const Node& grad_v) {

@@ -22,9 +22,9 @@ bool kernel_saves_lse(const Graph& g, const Node& n, const Node& lse,
   const std::vector<TensorType> types = input_types(g, n), lse_types = input_types(g, lse);
   const codegen::LowerContext ctx{n, types, device}, lse_ctx{lse, lse_types, device};
   if (!codegen::attention_lowering::saves_lse(ctx)) return false;
-  return !codegen::attention_lowering::forward_on_tensor_cores(ctx) ||
-         codegen::attention_training::takes_coop_training(lse_ctx,
-                                                          codegen::attention_training::Form::lse);
+  if (!codegen::attention_lowering::forward_on_tensor_cores(ctx)) return true;
+  return device.fused_attention_outputs && codegen::attention_training::takes_coop_training(
+                                               lse_ctx, codegen::attention_training::Form::lse);
 }
 
 // The same value: one node, or nodes of the same op, attributes and type over the same values

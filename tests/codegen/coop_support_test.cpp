@@ -208,6 +208,16 @@ TEST(CoopTraits, AttentionChoiceFromTheEnvironment) {
   }
 }
 
+// MN_FUSED_ATTENTION_OUTPUTS=1 turns the fused attention training outputs on; off unset.
+TEST(CoopTraits, FusedAttentionOutputsFromTheEnvironment) {
+  const vk::DeviceCapabilities c = runtime::nvidia();
+  for (const auto& [value, want] :
+       {std::pair<const char*, bool>{nullptr, false}, {"0", false}, {"1", true}}) {
+    testing::ScopedEnv e("MN_FUSED_ATTENTION_OUTPUTS", value);
+    EXPECT_EQ(runtime::device_traits(c).fused_attention_outputs, want) << (value ? value : "unset");
+  }
+}
+
 TEST(CoopTraits, WorkgroupScopeGranularitiesFromFlexibleDimensions) {
   vk::DeviceCapabilities c = runtime::nvidia();
   c.compute.max_workgroup_invocations = 1024;

@@ -41,6 +41,7 @@ codegen::DeviceTraits bf16_tensor_cores() {
   t.coop_bf16 = true;
   t.multiprocessors = 132;
   t.coop_attention = codegen::DeviceTraits::Choice::always;
+  t.fused_attention_outputs = true;
   return t;
 }
 
@@ -59,7 +60,8 @@ TEST(GradKv, TheKeyGradientKernelStoresTheValueGradient) {
   }
 }
 
-// The f32 kernels (no bf16 matrices) and MN_COOP_ATTENTION=0 keep both kernels.
+// The f32 kernels (no bf16 matrices), MN_COOP_ATTENTION=0 and the fused outputs off (the
+// default until measured) keep both kernels.
 TEST(GradKv, DevicesWithoutTheTensorCoreKernelKeepBothKernels) {
   testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
   const AttentionCase c{"d64_causal_gqa", 2, 9, 3, 200, 200, 64, 64, true, false, DType::bf16};
@@ -73,6 +75,12 @@ TEST(GradKv, DevicesWithoutTheTensorCoreKernelKeepBothKernels) {
     EXPECT_EQ(names.count("attention_grad_k_tiled"), 1u);
     EXPECT_EQ(names.count("attention_grad_v_tiled"), 1u);
   }
+  codegen::DeviceTraits off = bf16_tensor_cores();
+  off.fused_attention_outputs = false;
+  const std::multiset<std::string> names = planned_kernels(p.graph, off);
+  EXPECT_EQ(names.count("attention_grad_kv_coop"), 0u);
+  EXPECT_EQ(names.count("attention_grad_k_coop"), 1u);
+  EXPECT_EQ(names.count("attention_grad_v_coop"), 1u);
 }
 
 }  // namespace

@@ -77,6 +77,9 @@ TEST(SavedLse, TheForwardKernelStoresTheLogSumExp) {
   EXPECT_EQ(names.count("attention_coop"), 1u);
   EXPECT_EQ(starting_with(names, "attention_lse"), 1u);
   coop.coop_bf16 = true;
+  names = planned_kernels(p.graph, coop);  // fused outputs off (the default until measured)
+  EXPECT_EQ(starting_with(names, "attention_lse"), 1u);
+  coop.fused_attention_outputs = true;
   names = planned_kernels(p.graph, coop);
   EXPECT_EQ(names.count("attention_coop+lse"), 1u);
   EXPECT_EQ(starting_with(names, "attention_lse"), 0u);

@@ -1,17 +1,19 @@
 // Attention's training kernels on tensor cores (codegen/lower_attention_training_coop.h) on the
 // device: the log-sum-exp and the gradients of q, k and v from a random dout against the float64
-// reference (dK and dV from one kernel, schedule/grad_kv.h), at the head sizes models use, causal
-// grouped-query heads over several blocks, additive masks, Lq != Lk; f32 operands with the kernels
-// asked for (MN_COOP_ATTENTION=1) and bf16 operands, which take them by choice. Their matrices read
-// bf16 (8 significant bits, u = 2^-9): the operands, P and dS are each rounded, and dS = P·(dP -
-// delta) cancels where dP is near delta, so the bound is 30 u, 6e-2 of each element or of a tenth
-// of the tensor's largest (the H200 measured up to 4.0e-2 on these cases; a wrong mask, scale, head
-// or block is off by far more).
+// reference (with and without the fused outputs: dK's kernel storing dV, schedule/grad_kv.h, and
+// the tensor-core forward the log-sum-exp, schedule/saved_lse.h), at the head sizes models use,
+// causal grouped-query heads over several blocks, additive masks, Lq != Lk; f32 operands with the
+// kernels asked for (MN_COOP_ATTENTION=1) and bf16 operands, which take them by choice. Their
+// matrices read bf16 (8 significant bits, u = 2^-9): the operands, P and dS are each rounded, and
+// dS = P·(dP - delta) cancels where dP is near delta, so the bound is 30 u, 6e-2 of each element or
+// of a tenth of the tensor's largest (the H200 measured up to 4.0e-2 on these cases; a wrong mask,
+// scale, head or block is off by far more).
 #include <gtest/gtest.h>
 
 #include <ostream>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <meganeura/autodiff.h>
 #include <meganeura/reference.h>
@@ -29,10 +31,12 @@ using Case = testing::AttentionCase;
 
 class AttentionTrainingCoopGpu : public ::testing::TestWithParam<Case> {};
 
-TEST_P(AttentionTrainingCoopGpu, GradientsMatchTheReference) {
-  MN_REQUIRE_COOP_PATH(testing::CoopPath::bf16);
-  const Case& c = GetParam();
+// The step's kernels, each attention training op its own (fused = false) or with the values
+// the kernels compute on the way taken as second outputs (MN_FUSED_ATTENTION_OUTPUTS=1: dK's
+// kernel stores dV, the tensor-core forward the log-sum-exp).
+void check_gradients(const Case& c, bool fused) {
   testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
+  testing::ScopedEnv outputs("MN_FUSED_ATTENTION_OUTPUTS", fused ? "1" : nullptr);
   // f32 operands take the tensor-core kernels only when asked; bf16 ones by choice.
   testing::ScopedEnv coop("MN_COOP_ATTENTION", c.dtype == DType::f32 ? "1" : nullptr);
   testing::AttentionProblem p = testing::attention_problem(c, "attention-training-coop-gpu/");
@@ -46,7 +50,11 @@ TEST_P(AttentionTrainingCoopGpu, GradientsMatchTheReference) {
   session->step();
   std::set<std::string> ran;
   for (const KernelTime& t : session->profile()) ran.insert(t.name);
-  for (const char* kernel : {"attention_grad_q_coop", "attention_grad_kv_coop"}) {
+  const std::vector<const char*> kernels_run =
+      fused ? std::vector<const char*>{"attention_grad_q_coop", "attention_grad_kv_coop"}
+            : std::vector<const char*>{"attention_grad_q_coop", "attention_grad_k_coop",
+                                       "attention_grad_v_coop"};
+  for (const char* kernel : kernels_run) {
     EXPECT_TRUE(ran.contains(kernel)) << kernel << " did not run";
   }
   // The log-sum-exp: its own kernel, or stored by the forward (tensor-core or f32 tiles).
@@ -57,6 +65,14 @@ TEST_P(AttentionTrainingCoopGpu, GradientsMatchTheReference) {
   const auto want = reference::evaluate(g, feeds);
   for (const char* name : {"dq", "dk", "dv"}) {
     EXPECT_TRUE(testing::elementwise_near(session->get(name), want.at(name), 6e-2)) << name;
+  }
+}
+
+TEST_P(AttentionTrainingCoopGpu, GradientsMatchTheReference) {
+  MN_REQUIRE_COOP_PATH(testing::CoopPath::bf16);
+  for (const bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "fused outputs" : "one kernel an op");
+    check_gradients(GetParam(), fused);
   }
 }
 
