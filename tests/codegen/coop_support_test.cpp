@@ -208,14 +208,31 @@ TEST(CoopTraits, AttentionChoiceFromTheEnvironment) {
   }
 }
 
-// MN_FUSED_ATTENTION_OUTPUTS=1 turns the fused attention training outputs on; off unset.
-TEST(CoopTraits, FusedAttentionOutputsFromTheEnvironment) {
+// The on/off switches read into the traits: 1 on, 0 off, unset their default; anything else an
+// error naming the variable and the value (never the default in its place).
+TEST(CoopTraits, SwitchesFromTheEnvironment) {
   const vk::DeviceCapabilities c = runtime::nvidia();
-  for (const auto& [value, want] :
-       {std::pair<const char*, bool>{nullptr, false}, {"0", false}, {"1", true}}) {
-    testing::ScopedEnv e("MN_FUSED_ATTENTION_OUTPUTS", value);
-    EXPECT_EQ(runtime::device_traits(c).fused_attention_outputs, want) << (value ? value : "unset");
+  struct Switch {
+    const char* name;
+    bool DeviceTraits::*field;
+    bool unset;
+  };
+  for (const Switch& s :
+       {Switch{"MN_FUSED_ATTENTION_OUTPUTS", &DeviceTraits::fused_attention_outputs, false},
+        Switch{"MN_CONV_STAGED", &DeviceTraits::conv_staged, false}}) {
+    for (const auto& [value, want] :
+         {std::pair<const char*, bool>{nullptr, s.unset}, {"0", false}, {"1", true}}) {
+      testing::ScopedEnv e(s.name, value);
+      EXPECT_EQ(runtime::device_traits(c).*s.field, want)
+          << s.name << "=" << (value ? value : "unset");
+    }
+    for (const char* bad : {"2", "yes", "on"}) {
+      testing::ScopedEnv e(s.name, bad);
+      mn::expect_error<Error>([&] { runtime::device_traits(c); }, {s.name, bad});
+    }
   }
+  testing::ScopedEnv e("MN_COOP_TENSOR", "true");
+  mn::expect_error<Error>([&] { runtime::device_traits(c); }, {"MN_COOP_TENSOR", "true"});
 }
 
 TEST(CoopTraits, WorkgroupScopeGranularitiesFromFlexibleDimensions) {
