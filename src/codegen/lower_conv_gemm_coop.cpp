@@ -16,6 +16,7 @@
 #include "codegen/glsl.h"
 #include "codegen/lower_matmul_coop.h"
 #include "codegen/lower_matmul_coop_wg.h"
+#include "support/env_switch.h"
 
 namespace mn::codegen {
 
@@ -66,7 +67,7 @@ PackSource pack_source(const ImplicitGemm& spec, const std::string& fn, const st
 
 std::optional<Lowering> lower_implicit_gemm_coop(const ImplicitGemm& spec, const DeviceTraits& d) {
   if (!d.coop) return std::nullopt;
-  if (const char* v = std::getenv("MN_CONV_COOP"); v && std::string(v) == "0") return std::nullopt;
+  if (!support::env_switch("MN_CONV_COOP", true)) return std::nullopt;
   if (spec.m * spec.n * spec.k * spec.groups < kCoopMinMacs) return std::nullopt;
   // The packing moves M·K + K·N elements for M·N·K multiply-adds, and every result makes a
   // round trip through the f32 tile scratch. Measured on an H200 (docs/perf.md, ResNet-50 at

@@ -17,6 +17,7 @@
 #include "ir/op_def.h"
 #include "ir/ops/conv.h"
 #include "ir/ops/matmul.h"
+#include "support/env_switch.h"
 
 namespace mn::codegen {
 
@@ -24,10 +25,7 @@ namespace {
 
 using glsl::ulit;
 
-bool disabled() {
-  const char* v = std::getenv("MN_CONV_NO_MATMUL");
-  return v && std::string(v) != "0";
-}
+bool disabled() { return support::env_switch("MN_CONV_NO_MATMUL", false); }
 
 // One tap, no padding, unit stride, one group: output pixels are input pixels (dilation
 // has nothing to dilate).

@@ -25,6 +25,7 @@
 #include <limits>
 
 #include "codegen/glsl.h"
+#include "support/env_switch.h"
 
 namespace mn::codegen {
 
@@ -320,7 +321,7 @@ CoopOptions coop_options_for(const CoopTile& t, const MatmulGeometry& g, const D
   const uint32_t limit = std::max(d.max_shared_bytes, d.max_shared_optin_bytes);
   o.stages = 2;
   if (env_int("MN_COOP_STAGES") == 1 || coop_shared_bytes(t, g, o) > limit) o.stages = 1;
-  if (const char* p = std::getenv("MN_COOP_PREPACK")) o.prepack = std::string(p) != "0";
+  o.prepack = support::env_switch("MN_COOP_PREPACK", o.prepack);
   return o;
 }
 

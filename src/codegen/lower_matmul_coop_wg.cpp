@@ -23,6 +23,7 @@
 
 #include "codegen/glsl.h"
 #include "codegen/lower_matmul_coop.h"
+#include "support/env_switch.h"
 
 namespace mn::codegen {
 
@@ -189,8 +190,9 @@ std::optional<int> choose_coop_wg_tile(const LowerContext& ctx, const MatmulGeom
 std::string coop_wg_rejection(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch) {
   const DeviceTraits& d = ctx.device;
   if (!d.coop) return "the device has no usable cooperative matrices";
-  const char* env = std::getenv("MN_COOP_WG");
-  if (env && std::string(env) == "0") return "workgroup-scope kernel turned off (MN_COOP_WG=0)";
+  if (!support::env_switch("MN_COOP_WG", true)) {
+    return "workgroup-scope kernel turned off (MN_COOP_WG=0)";
+  }
   for (int i = 0; i < 2; ++i) {
     const DType dt = ctx.inputs[static_cast<size_t>(i)].dtype;
     if (dt != DType::f32 && dt != DType::f16) return "operand dtype is neither f32 nor f16";

@@ -7,6 +7,7 @@
 #include <meganeura/error.h>
 
 #include "codegen/shader/shader_compiler.h"
+#include "support/env_switch.h"
 #include "vulkan/cache_dir.h"
 
 namespace mn::runtime {
@@ -42,9 +43,7 @@ bool has_f16_16x16x16(const std::vector<vk::CooperativeMatrixConfig>& configs) {
 }  // namespace
 
 CoopMode coop_mode_from_env() {
-  if (const char* d = std::getenv("MN_DISABLE_COOP"); d && *d && std::string(d) != "0") {
-    return CoopMode::off;
-  }
+  if (support::env_switch("MN_DISABLE_COOP", false)) return CoopMode::off;
   const char* m = std::getenv("MN_COOP");
   if (!m || !*m || std::string(m) == "auto") return CoopMode::automatic;
   const std::string v(m);

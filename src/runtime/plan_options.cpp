@@ -8,6 +8,7 @@
 #include "codegen/shader/current_glslang.h"
 #include "runtime/coop_selftest.h"
 #include "runtime/device_pool.h"
+#include "support/env_switch.h"
 
 namespace mn::runtime {
 namespace {
@@ -26,15 +27,6 @@ int env_count(const char* name, int fallback) {
     throw Error(std::string(name) + "='" + s + "' is not a count (0 to 9999)");
   }
   return std::stoi(s);
-}
-
-// An on/off switch: 1 on, 0 off, unset `fallback`; anything else is an error (not the default).
-bool env_switch(const char* name, bool fallback) {
-  const std::string v = env_or(name, "");
-  if (v.empty()) return fallback;
-  if (v == "1") return true;
-  if (v == "0") return false;
-  throw Error(std::string(name) + "='" + v + "' is neither 1 (on) nor 0 (off)");
 }
 
 // MN_COOP_ATTENTION: unset chooses, 1 always, 0 never; anything else is an error.
@@ -100,9 +92,9 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
 void apply_environment(codegen::DeviceTraits& t) {
   t.matmul_split_k = env_count("MN_MATMUL_SPLIT_K", 0);
   t.coop_attention = coop_attention_choice(env_or("MN_COOP_ATTENTION", ""));
-  t.conv_staged = env_switch("MN_CONV_STAGED", false);
-  t.fused_attention_outputs = env_switch("MN_FUSED_ATTENTION_OUTPUTS", false);
-  if (!env_switch("MN_COOP_TENSOR", true)) t.coop_tensor = false;
+  t.conv_staged = support::env_switch("MN_CONV_STAGED", false);
+  t.fused_attention_outputs = support::env_switch("MN_FUSED_ATTENTION_OUTPUTS", false);
+  if (!support::env_switch("MN_COOP_TENSOR", true)) t.coop_tensor = false;
   t.coop_tensor_tile = env_or("MN_COOP_TENSOR_TILE", "");
   t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);
 }

@@ -233,6 +233,8 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
   }
   testing::ScopedEnv e("MN_COOP_TENSOR", "true");
   mn::expect_error<Error>([&] { runtime::device_traits(c); }, {"MN_COOP_TENSOR", "true"});
+  testing::ScopedEnv d("MN_DISABLE_COOP", "yes");
+  mn::expect_error<Error>([] { runtime::coop_mode_from_env(); }, {"MN_DISABLE_COOP", "yes"});
 }
 
 TEST(CoopTraits, WorkgroupScopeGranularitiesFromFlexibleDimensions) {
