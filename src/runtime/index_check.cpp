@@ -9,6 +9,7 @@
 
 #include "codegen/index_check.h"
 #include "runtime/node_description.h"
+#include "support/env_switch.h"
 
 namespace mn::runtime {
 
@@ -28,10 +29,7 @@ void zero_region(vk::Arena& arena, const plan::StepPlan& plan) {
 
 }  // namespace
 
-bool check_indices_from_env() {
-  const char* v = std::getenv("MN_CHECK_INDICES");
-  return !(v && std::strcmp(v, "0") == 0);
-}
+bool check_indices_from_env() { return support::env_switch("MN_CHECK_INDICES", true); }
 
 std::string describe_bad_index(const codegen::IndexCheck& check, uint32_t element, int32_t value,
                                const std::string& source) {

@@ -4,17 +4,14 @@
 
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 
 #include "runtime/host_tensor.h"
 #include "runtime/node_description.h"
+#include "support/env_switch.h"
 
 namespace mn::runtime {
 
-bool check_numerics_from_env() {
-  const char* v = std::getenv("MN_CHECK_NUMERICS");
-  return v && std::strcmp(v, "1") == 0;
-}
+bool check_numerics_from_env() { return support::env_switch("MN_CHECK_NUMERICS", false); }
 
 NumericsCheck plan_numerics_check(vk::Device& device, const plan::StepPlan& plan) {
   NumericsCheck c;

@@ -451,9 +451,16 @@ std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& specs,
   // MN_MAP_ARENA=0: staging copies as on a discrete GPU without resizable BAR, wherever the
   // host could map the arena; MN_MAP_ARENA=write: mapped, but read through copies as a discrete
   // GPU's BAR is (tests of both paths on lavapipe).
-  if (const char* map = std::getenv("MN_MAP_ARENA")) {
-    if (std::string_view(map) == "0") ao.host_access = vk::ArenaOptions::HostAccess::never;
-    if (std::string_view(map) == "write") ao.uncached_reads = true;
+  if (const char* map = std::getenv("MN_MAP_ARENA"); map && *map) {
+    const std::string_view v = map;
+    if (v == "0") {
+      ao.host_access = vk::ArenaOptions::HostAccess::never;
+    } else if (v == "write") {
+      ao.uncached_reads = true;
+    } else if (v != "1") {
+      throw Error("MN_MAP_ARENA='" + std::string(v) + "' is none of 1 (map where the host can, " +
+                  "the default), 0 (staging copies) and write (mapped, read through copies)");
+    }
   }
   impl->arena =
       std::make_unique<vk::Arena>(dev, std::max<uint64_t>(impl->layout.arena_bytes, 256), ao);

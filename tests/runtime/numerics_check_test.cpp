@@ -5,9 +5,11 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include <meganeura/session.h>
 
+#include "support/expect_error.h"
 #include "support/scoped_env.h"
 
 namespace mn {
@@ -87,6 +89,18 @@ TEST(CheckNumerics, OffByDefaultAndOnThroughTheEnvironment) {
   o.check_numerics = false;  // the option wins over the environment
   auto quiet = build_session(m.g, o);
   EXPECT_EQ(step_error(*quiet, kNegative), "");
+}
+
+// The session's switches take their documented values only: a mistyped one is an error naming
+// it, not the default in its place.
+TEST(CheckNumerics, MistypedSwitchesAreErrors) {
+  LogGraph m;
+  const std::pair<const char*, const char*> bad[] = {
+      {"MN_CHECK_NUMERICS", "yes"}, {"MN_CHECK_INDICES", "off"}, {"MN_MAP_ARENA", "no"}};
+  for (const auto& [name, value] : bad) {
+    testing::ScopedEnv env(name, value);
+    mn::expect_error<Error>([&] { build_session(m.g); }, {name, value});
+  }
 }
 
 }  // namespace
