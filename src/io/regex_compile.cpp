@@ -210,6 +210,16 @@ class RegexCompiler {
 
   NodePtr parse_group() {
     const size_t open = pos_ - 1;
+    // The parser and the emitter recurse per level: a pattern of thousands of '(' would
+    // overflow the stack. Tokenizers' patterns nest a few levels.
+    if (depth_ == kMaxGroupDepth) {
+      fail("groups nested deeper than " + std::to_string(kMaxGroupDepth), open);
+    }
+    ++depth_;
+    struct Leave {
+      int& depth;
+      ~Leave() { --depth; }
+    } leave{depth_};
     RegexNode::Kind wrap = RegexNode::Kind::empty;
     const bool saved_fold = fold_;
     if (eat('?')) {
@@ -536,6 +546,8 @@ class RegexCompiler {
   std::vector<char32_t> p_;
   size_t pos_ = 0;
   bool fold_ = false;
+  static constexpr int kMaxGroupDepth = 256;
+  int depth_ = 0;  // groups open at pos_
 };
 
 Regex Regex::compile(std::string_view pattern) {

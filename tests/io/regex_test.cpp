@@ -92,6 +92,23 @@ TEST(Regex, RejectsUnsupportedSyntaxWithPosition) {
   }
 }
 
+// Groups nested thousands deep (a fuzzer's input overflowed the stack of the recursive parser)
+// are refused at the first group past 256 levels, with its position; 256 levels compile.
+TEST(Regex, GroupsNestedPastTheDepthLimitAreRefused) {
+  const std::string deep = std::string(4000, '(') + "a" + std::string(4000, ')');
+  try {
+    Regex::compile(deep);
+    ADD_FAILURE() << "compiled";
+  } catch (const RegexError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("nested deeper than 256"), std::string::npos) << msg.substr(msg.size() - 80);
+    EXPECT_NE(msg.find("at position 256"), std::string::npos) << msg.substr(msg.size() - 80);
+  }
+  const std::string ok = std::string(256, '(') + "a" + std::string(256, ')');
+  const CodePoints cps = decode_utf8("a", "test");
+  EXPECT_EQ(Regex::compile(ok).match_at(cps.cps, 0), 1);
+}
+
 // Nested counts multiply: three levels of {1000} would be 10^9 instructions. Refused before
 // they are allocated; two levels of {300} (90,000) still compile.
 TEST(Regex, NestedRepetitionsPastTheProgramLimitAreRefused) {
