@@ -17,9 +17,7 @@ const KernelGroup* one_slot_write(const Graph& g, const std::map<NodeId, const K
   const auto it = single.find(v);
   if (it == single.end() || g.node(v).op_name() != "cache_write") return nullptr;
   const Node& w = g.node(v);
-  std::vector<TensorType> operands;
-  for (NodeId in : w.inputs) operands.push_back(g.node(in).type);
-  return ops::cache_detail::cache_write_view(operands).l == 1 ? it->second : nullptr;
+  return ops::cache_detail::cache_write_view(node_input_types(g, w)).l == 1 ? it->second : nullptr;
 }
 
 std::optional<codegen::RopeLoad> rope_of(const Graph& g, NodeId rope, int operand, int positions) {

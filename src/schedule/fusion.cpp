@@ -51,6 +51,13 @@ std::map<NodeId, int> group_producers(std::span<const KernelGroup> groups) {
   return producer;
 }
 
+std::vector<TensorType> node_input_types(const Graph& g, const Node& n) {
+  std::vector<TensorType> types;
+  types.reserve(n.inputs.size());
+  for (NodeId in : n.inputs) types.push_back(g.node(in).type);
+  return types;
+}
+
 bool without_extras(const KernelGroup& k) {
   return k.gemv.norm < 0 && k.gemv.sibling < 0 && k.gemv.stacked.empty() && k.rope.node < 0 &&
          k.append.k_write < 0;

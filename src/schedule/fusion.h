@@ -172,6 +172,9 @@ std::map<NodeId, int> group_producers(std::span<const KernelGroup> groups);
 // slot read from a write's update.
 bool without_extras(const KernelGroup& k);
 
+// The types of node `n`'s inputs, as a lowering context of the node takes them.
+std::vector<TensorType> node_input_types(const Graph& g, const Node& n);
+
 // The values a step returns or assigns: stored as they are, whatever reads them.
 std::set<NodeId> kept_values(const Graph& g);
 

@@ -21,8 +21,7 @@ bool same_scores(const Node& grad_k, const Node& grad_v) {
 // The tensor-core kernel takes dK with dV beside it, lowered as the plan would.
 bool kernel_takes_pair(const Graph& g, const Node& n, const Node& grad_v,
                        const codegen::DeviceTraits& device) {
-  std::vector<TensorType> types;
-  for (NodeId in : n.inputs) types.push_back(g.node(in).type);
+  const std::vector<TensorType> types = node_input_types(g, n);
   codegen::LowerContext ctx{n, types, device};
   ctx.grad_v_output = grad_v.type.dtype;
   return codegen::attention_training::takes_grad_kv(ctx);

@@ -7,19 +7,14 @@
 namespace mn::schedule {
 namespace {
 
-std::vector<TensorType> input_types(const Graph& g, const Node& n) {
-  std::vector<TensorType> types;
-  for (NodeId in : n.inputs) types.push_back(g.node(in).type);
-  return types;
-}
-
 // The attention's kernel, lowered as the plan would, stores the log-sum-exp `lse` of the scores
 // the backward kernels recompute: the tensor-core forward only where attention_lse would run on
 // the bf16 training kernels (it then rounds its operands to bf16 as they do; against the f32
 // training kernels' scores its own would be off).
 bool kernel_saves_lse(const Graph& g, const Node& n, const Node& lse,
                       const codegen::DeviceTraits& device) {
-  const std::vector<TensorType> types = input_types(g, n), lse_types = input_types(g, lse);
+  const std::vector<TensorType> types = node_input_types(g, n),
+                                lse_types = node_input_types(g, lse);
   const codegen::LowerContext ctx{n, types, device}, lse_ctx{lse, lse_types, device};
   if (!codegen::attention_lowering::saves_lse(ctx)) return false;
   if (!codegen::attention_lowering::forward_on_tensor_cores(ctx)) return true;

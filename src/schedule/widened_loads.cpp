@@ -45,8 +45,7 @@ void substitute_operands(const Graph& g, KernelGroup& group, const codegen::Devi
                          const std::vector<char>& stored) {
   const Node* node = binding_node(g, group);
   if (!node) return;
-  std::vector<TensorType> types;
-  for (NodeId in : node->inputs) types.push_back(g.node(in).type);
+  std::vector<TensorType> types = node_input_types(g, *node);
   // A converting copy (permute) takes a narrowing cast too: it rounds as it stores.
   const bool copy = codegen::converting_copy(*node);
   for (size_t i = 0; i < node->inputs.size(); ++i) {
