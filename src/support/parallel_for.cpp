@@ -21,7 +21,7 @@ class Pool {
     static Pool* pool = new Pool(std::max(1u, std::thread::hardware_concurrency()) - 1);
     return *pool;
   }
-  unsigned size() const { return static_cast<unsigned>(workers_.size()); }
+  unsigned size() const { return size_; }
   void submit(std::function<void()> task) {
     {
       const std::lock_guard<std::mutex> lock(mutex_);
@@ -31,9 +31,9 @@ class Pool {
   }
 
  private:
-  explicit Pool(unsigned threads) {
+  explicit Pool(unsigned threads) : size_(threads) {
     for (unsigned t = 0; t < threads; ++t) {
-      workers_.emplace_back([this] {
+      std::thread([this] {
         for (;;) {
           std::function<void()> task;
           {
@@ -44,11 +44,10 @@ class Pool {
           }
           task();
         }
-      });
-      workers_.back().detach();
+      }).detach();
     }
   }
-  std::vector<std::thread> workers_;
+  const unsigned size_;
   std::mutex mutex_;
   std::condition_variable ready_;
   std::deque<std::function<void()>> tasks_;

@@ -5,10 +5,11 @@
 // does not depend on the threads' timing.
 //
 // The other threads are a pool made once per process and kept: a session builds its pipelines
-// on them, and threads made and ended per call churned through thread ids, for which drivers
-// and the validation layer keep per-thread state (the host heap grew by megabytes over a thousand
-// sessions). Calls may nest: the caller works through the items itself, and helpers the pool
-// has not started by the time the items are done are skipped, not waited for.
+// on them, where threads made and ended per call gave every build new thread ids (a thousand
+// sessions once grew the host heap by megabytes under load; per-thread state kept by the driver
+// or the validation layer is the suspect). Calls may nest: the caller works through the items
+// itself, and helpers the pool has not started by the time the items are done are skipped, not
+// waited for.
 #include <cstddef>
 #include <functional>
 
