@@ -50,6 +50,13 @@ struct DeviceTraits {
   // Tensor-addressed loads and stores and per-element operations on those matrices, and the
   // current glslang to compile them (codegen/lower_matmul_tensor.h); MN_COOP_TENSOR=0 clears it.
   bool coop_tensor = false;
+  // Conversions of those matrices between uses and component types (cooperativeMatrixConversions):
+  // an f32 accumulator becomes a bf16 A- or B-matrix in place.
+  bool coop_tensor_conversions = false;
+  // MN_TENSOR_ATTENTION=1: attention's gradient ops on those matrices, the softmax on the
+  // accumulators (codegen/lower_attention_training_tensor.h). Off by default until the GPU
+  // suite has run them on a device.
+  bool tensor_attention = false;
   std::string coop_tensor_tile;  // MN_COOP_TENSOR_TILE: force this tile where it fits
   // MN_COOP_TENSOR_SPLIT_K: K splits of tensor-addressed matmuls whose tiles do not fill the
   // device; 0 chooses (codegen/lower_matmul_tensor.h), 1 never splits, n forces n where K allows.

@@ -24,6 +24,7 @@
 #include "codegen/kernel_template.h"
 #include "codegen/lower_attention.h"
 #include "codegen/lower_attention_training_coop.h"
+#include "codegen/lower_attention_training_tensor.h"
 #include "codegen/lower_families.h"
 #include "ir/ops/attention.h"
 #include "ir/ops/common.h"
@@ -288,6 +289,10 @@ Lowering lower_training(const LowerContext& ctx, Form form) {
   if (ctx.node.type.numel() == 0) return {};
   const TrainingShape g(ctx, form);
   Lowering low;
+  if (auto tensor = attention_training::tensor_training_kernel(ctx, g)) {
+    low.launches.push_back(std::move(*tensor));
+    return low;
+  }
   if (auto coop = attention_training::coop_training_kernel(ctx, g)) {
     low.launches.push_back(std::move(*coop));
     return low;

@@ -8,6 +8,7 @@
 
 #include "codegen/glsl.h"
 #include "codegen/kernel_template.h"
+#include "codegen/lower_attention_training_tensor.h"
 
 namespace mn::codegen::attention_training {
 
@@ -33,15 +34,6 @@ uint64_t shared_bytes(const TrainingShape& g, uint64_t block) {
   return bytes;
 }
 
-// Whether the operands the matrices read are all 16-bit.
-bool operands_16bit(const LowerContext& ctx, const TrainingShape& g) {
-  const size_t n = g.form == Form::lse ? 2 : g.form == Form::grad_v ? 3 : 4;
-  for (size_t i = 0; i < n; ++i) {
-    if (ctx.inputs[i].dtype != DType::bf16 && ctx.inputs[i].dtype != DType::f16) return false;
-  }
-  return true;
-}
-
 // attention_grad_k asked to store attention_grad_v beside dK (LowerContext::grad_v_output).
 bool with_dv(const LowerContext& ctx, const TrainingShape& g) {
   return g.form == Form::grad_k && ctx.grad_v_output.has_value();
@@ -55,10 +47,7 @@ std::optional<uint64_t> block_rows(const LowerContext& ctx, const TrainingShape&
     return std::nullopt;
   }
   if (g.d % 16 != 0 || g.dv % 16 != 0 || g.d > kMaxHead || g.dv > kMaxHead) return std::nullopt;
-  if (d.coop_attention != DeviceTraits::Choice::always && !d.bf16_products &&
-      !operands_16bit(ctx, g)) {
-    return std::nullopt;
-  }
+  if (!bf16_operands_chosen(ctx, g)) return std::nullopt;
   for (uint64_t block : {64u, 32u, 16u}) {
     if (shared_bytes(g, block) <= d.max_shared_bytes) return block;
   }
@@ -90,7 +79,23 @@ std::string unit_view(uint32_t binding, DType dtype, const std::string& name) {
          "_bf2(c.xy), " + name + "_bf2(c.zw)); }\n";
 }
 
+// Whether the operands the matrices read are all 16-bit.
+bool operands_16bit(const LowerContext& ctx, const TrainingShape& g) {
+  const size_t n = g.form == Form::lse ? 2 : g.form == Form::grad_v ? 3 : 4;
+  for (size_t i = 0; i < n; ++i) {
+    if (ctx.inputs[i].dtype != DType::bf16 && ctx.inputs[i].dtype != DType::f16) return false;
+  }
+  return true;
+}
+
 }  // namespace
+
+bool bf16_operands_chosen(const LowerContext& ctx, const TrainingShape& g) {
+  const DeviceTraits& d = ctx.device;
+  if (d.coop_attention == DeviceTraits::Choice::never) return false;
+  return d.coop_attention == DeviceTraits::Choice::always || d.bf16_products ||
+         operands_16bit(ctx, g);
+}
 
 bool takes_coop_training(const LowerContext& ctx, Form f) {
   return block_rows(ctx, TrainingShape(ctx, f)).has_value();
@@ -98,7 +103,7 @@ bool takes_coop_training(const LowerContext& ctx, Form f) {
 
 bool takes_grad_kv(const LowerContext& ctx) {
   if (ctx.node.op_name() != "attention_grad_k" || !ctx.grad_v_output) return false;
-  return takes_coop_training(ctx, Form::grad_k);
+  return takes_tensor_training(ctx, Form::grad_k) || takes_coop_training(ctx, Form::grad_k);
 }
 
 std::optional<KernelLaunch> coop_training_kernel(const LowerContext& ctx, const TrainingShape& g) {

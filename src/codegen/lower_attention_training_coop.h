@@ -16,11 +16,18 @@ namespace mn::codegen::attention_training {
 // nullopt otherwise, and with MN_COOP_ATTENTION=0.
 std::optional<KernelLaunch> coop_training_kernel(const LowerContext& ctx, const TrainingShape& g);
 
+// Whether the operands may go to bf16 matrices: they are 16-bit (rounding them to bf16 loses
+// little the step has not lost already), the step's products are bf16
+// (DeviceTraits::bf16_products) or MN_COOP_ATTENTION=1 asks for it; never with
+// MN_COOP_ATTENTION=0.
+bool bf16_operands_chosen(const LowerContext& ctx, const TrainingShape& g);
+
 // Whether that kernel serves this node of form `f`.
 bool takes_coop_training(const LowerContext& ctx, Form f);
 
-// Whether that kernel serves this attention_grad_k node (its context with grad_v_output set)
-// with attention_grad_v's result stored beside dK (schedule/grad_kv.h).
+// Whether a tensor-core kernel (this one, or lower_attention_training_tensor.h's) serves this
+// attention_grad_k node (its context with grad_v_output set) with attention_grad_v's result
+// stored beside dK (schedule/grad_kv.h).
 bool takes_grad_kv(const LowerContext& ctx);
 
 }  // namespace mn::codegen::attention_training

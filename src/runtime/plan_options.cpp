@@ -84,6 +84,7 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
     t.coop_wg_max_dimension = cm.flexible_dimensions_max_dimension;
     t.coop_tensor =
         cm.tensor_addressing && cm.per_element_operations && codegen::current_glslang().available;
+    t.coop_tensor_conversions = t.coop_tensor && cm.conversions;
   }
   apply_environment(t);
   return t;
@@ -94,7 +95,10 @@ void apply_environment(codegen::DeviceTraits& t) {
   t.coop_attention = coop_attention_choice(env_or("MN_COOP_ATTENTION", ""));
   t.conv_staged = support::env_switch("MN_CONV_STAGED", false);
   t.fused_attention_outputs = support::env_switch("MN_FUSED_ATTENTION_OUTPUTS", false);
-  if (!support::env_switch("MN_COOP_TENSOR", true)) t.coop_tensor = false;
+  t.tensor_attention = support::env_switch("MN_TENSOR_ATTENTION", false);
+  if (!support::env_switch("MN_COOP_TENSOR", true)) {
+    t.coop_tensor = t.coop_tensor_conversions = false;
+  }
   t.coop_tensor_tile = env_or("MN_COOP_TENSOR_TILE", "");
   t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);
 }

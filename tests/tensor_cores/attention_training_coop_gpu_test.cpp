@@ -1,5 +1,7 @@
-// Attention's training kernels on tensor cores (codegen/lower_attention_training_coop.h) on the
-// device: the log-sum-exp and the gradients of q, k and v from a random dout against the float64
+// Attention's training kernels on tensor cores on the device: the subgroup-matrix kernels
+// (codegen/lower_attention_training_coop.h) and, with MN_TENSOR_ATTENTION=1, the gradient kernels
+// on workgroup-scope tensor-addressed matrices (codegen/lower_attention_training_tensor.h): the
+// log-sum-exp and the gradients of q, k and v from a random dout against the float64
 // reference (with and without the fused outputs: dK's kernel storing dV, schedule/grad_kv.h, and
 // the tensor-core forward the log-sum-exp, schedule/saved_lse.h), at the head sizes models use,
 // causal grouped-query heads over several blocks, additive masks, Lq != Lk; f32 operands with the
@@ -33,10 +35,12 @@ class AttentionTrainingCoopGpu : public ::testing::TestWithParam<Case> {};
 
 // The step's kernels, each attention training op its own (fused = false) or with the values
 // the kernels compute on the way taken as second outputs (MN_FUSED_ATTENTION_OUTPUTS=1: dK's
-// kernel stores dV, the tensor-core forward the log-sum-exp).
-void check_gradients(const Case& c, bool fused) {
+// kernel stores dV, the tensor-core forward the log-sum-exp); the gradient kernels on
+// subgroup matrices ("_coop") or on tensor-addressed workgroup matrices ("_tensor").
+void check_gradients(const Case& c, bool fused, const std::string& kind) {
   testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
   testing::ScopedEnv outputs("MN_FUSED_ATTENTION_OUTPUTS", fused ? "1" : nullptr);
+  testing::ScopedEnv tensor("MN_TENSOR_ATTENTION", kind == "_tensor" ? "1" : nullptr);
   // f32 operands take the tensor-core kernels only when asked; bf16 ones by choice.
   testing::ScopedEnv coop("MN_COOP_ATTENTION", c.dtype == DType::f32 ? "1" : nullptr);
   testing::AttentionProblem p = testing::attention_problem(c, "attention-training-coop-gpu/");
@@ -50,12 +54,11 @@ void check_gradients(const Case& c, bool fused) {
   session->step();
   std::set<std::string> ran;
   for (const KernelTime& t : session->profile()) ran.insert(t.name);
-  const std::vector<const char*> kernels_run =
-      fused ? std::vector<const char*>{"attention_grad_q_coop", "attention_grad_kv_coop"}
-            : std::vector<const char*>{"attention_grad_q_coop", "attention_grad_k_coop",
-                                       "attention_grad_v_coop"};
-  for (const char* kernel : kernels_run) {
-    EXPECT_TRUE(ran.contains(kernel)) << kernel << " did not run";
+  const std::vector<std::string> kernels_run =
+      fused ? std::vector<std::string>{"attention_grad_q", "attention_grad_kv"}
+            : std::vector<std::string>{"attention_grad_q", "attention_grad_k", "attention_grad_v"};
+  for (const std::string& kernel : kernels_run) {
+    EXPECT_TRUE(ran.contains(kernel + kind)) << kernel + kind << " did not run";
   }
   // The log-sum-exp: its own kernel, or stored by the forward (tensor-core or f32 tiles).
   const bool saved = ran.contains("attention_coop+lse") ||
@@ -72,7 +75,16 @@ TEST_P(AttentionTrainingCoopGpu, GradientsMatchTheReference) {
   MN_REQUIRE_COOP_PATH(testing::CoopPath::bf16);
   for (const bool fused : {false, true}) {
     SCOPED_TRACE(fused ? "fused outputs" : "one kernel an op");
-    check_gradients(GetParam(), fused);
+    check_gradients(GetParam(), fused, "_coop");
+  }
+}
+
+TEST_P(AttentionTrainingCoopGpu, TensorAddressedGradientsMatchTheReference) {
+  MN_REQUIRE_COOP_PATH(testing::CoopPath::bf16);
+  MN_REQUIRE_COOP_PATH(testing::CoopPath::tensor);
+  for (const bool fused : {false, true}) {
+    SCOPED_TRACE(fused ? "fused outputs" : "one kernel an op");
+    check_gradients(GetParam(), fused, "_tensor");
   }
 }
 
