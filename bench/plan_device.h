@@ -47,7 +47,7 @@ inline std::optional<plan::PlanOptions> plan_device(const std::string& name) {
   t.coop_wg_granularity = {{{16, 16, 16}, {16, 16, 16}, {32, 16, 16}, {32, 32, 16}}};
   t.coop_wg_bf16_granularity = t.coop_wg_granularity;
   t.coop_wg_max_dimension = 1024;
-  t.coop_tensor = t.coop_tensor_conversions = true;
+  t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = true;
   runtime::apply_environment(t);
   return po;
 }

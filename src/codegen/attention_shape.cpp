@@ -106,6 +106,13 @@ std::string visible_expr(const AttentionShape& g, const std::string& row) {
   return g.attrs.causal ? "min(LK, " + row + " + 1u)" : "LK";
 }
 
+std::string scale_function(const LowerContext& ctx, const AttentionAttrs& a, uint64_t d) {
+  return "float scaled(float x) { return x " +
+         (a.scale > 0.0 ? "* " + glsl::float_literal(round_to_dtype(a.scale, ctx.node.type.dtype))
+                        : "/ " + glsl::float_literal(std::sqrt(static_cast<double>(d)))) +
+         "; }\n";
+}
+
 std::string score_expr(const LowerContext& ctx, const AttentionShape& g, const AttentionAttrs& a,
                        const std::string& jj, const std::string& mask_base) {
   // An explicit scale as the dtype holds it; the default divides by sqrt(D) as the reference.

@@ -37,6 +37,9 @@ std::string head_offsets(const AttentionShape& g, bool has_mask, const std::stri
 // The keys query row `row` sees (a GLSL uint expression): all, the causal prefix, or those up
 // to its position (none when negative). head_offsets defines pb for the positions.
 std::string visible_expr(const AttentionShape& g, const std::string& row);
+// GLSL: float scaled(float x), a raw score q·k scaled as the op's attributes say (an explicit
+// scale as the output's dtype holds it; by default divided by sqrt(d), as the reference).
+std::string scale_function(const LowerContext& ctx, const AttentionAttrs& a, uint64_t d);
 // The score of key `jj` from `dot` (q . k): scaled, plus the mask.
 std::string score_expr(const LowerContext& ctx, const AttentionShape& g, const AttentionAttrs& a,
                        const std::string& jj, const std::string& mask_base = "mb");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "codegen/attention_shape.h"
 #include "codegen/glsl.h"
 #include "codegen/kernel_template.h"
 #include "ir/ops/common.h"
@@ -65,13 +66,7 @@ std::string declarations(const LowerContext& ctx, const TrainingShape& g,
        ", LK = " + ulit(g.lk) + ", D = " + ulit(g.d) + ", DV = " + ulit(g.dv) +
        ", GROUP = " + ulit(g.hq / g.hkv) + ", L = " + ulit(kScalarLanes) + ";\n";
   s += "float mn_inf() { return uintBitsToFloat(0x7f800000u); }\n";
-  // The scale as the dtype holds it; the default divides by sqrt(D) as the reference.
-  const double scale = g.attrs.scale;
-  s += "float scaled(float x) { return x " +
-       (scale > 0.0 ? "* " + glsl::float_literal(round_to_dtype(scale, ctx.node.type.dtype))
-                    : "/ " + glsl::float_literal(std::sqrt(static_cast<double>(g.d)))) +
-       "; }\n";
-  return s;
+  return s + attention_lowering::scale_function(ctx, g.attrs, g.d);
 }
 
 std::string mask_batch(const TrainingShape& g) {

@@ -53,9 +53,12 @@ struct DeviceTraits {
   // Conversions of those matrices between uses and component types (cooperativeMatrixConversions):
   // an f32 accumulator becomes a bf16 A- or B-matrix in place.
   bool coop_tensor_conversions = false;
-  // MN_TENSOR_ATTENTION=1: attention's gradient ops on those matrices, the softmax on the
-  // accumulators (codegen/lower_attention_training_tensor.h). Off by default until the GPU
-  // suite has run them on a device.
+  // Row and column reductions of those matrices (cooperativeMatrixReductions): a softmax's row
+  // maxima and sums on the accumulators.
+  bool coop_tensor_reductions = false;
+  // MN_TENSOR_ATTENTION=1: attention's forward and gradient ops on those matrices, the softmax
+  // on the accumulators (codegen/lower_attention_tensor.h, lower_attention_training_tensor.h).
+  // Off by default until the GPU suite has run them on a device.
   bool tensor_attention = false;
   std::string coop_tensor_tile;  // MN_COOP_TENSOR_TILE: force this tile where it fits
   // MN_COOP_TENSOR_SPLIT_K: K splits of tensor-addressed matmuls whose tiles do not fill the

@@ -18,8 +18,9 @@
 #include "codegen/glsl.h"
 #include "codegen/kernel.h"
 #include "codegen/lower_attention.h"
-#include "codegen/rope_load.h"
+#include "codegen/lower_attention_tensor.h"
 #include "codegen/lower_families.h"
+#include "codegen/rope_load.h"
 #include "ir/ops/attention.h"
 #include "ir/ops/cache.h"
 #include "ir/ops/common.h"
@@ -862,6 +863,10 @@ Lowering lower_attention(const LowerContext& ctx) {
 
 Lowering lower_attention_kernels(const LowerContext& ctx, const AttentionShape& g) {
   Lowering low;
+  if (attention_lowering::takes_tensor_forward(ctx, g)) {
+    low.launches.push_back(attention_lowering::tensor_attention_kernel(ctx, g));
+    return low;
+  }
   if (takes_coop(g, ctx.device)) {
     low.launches.push_back(attention_lowering::coop_attention_kernel(ctx, g));
     return low;
@@ -907,8 +912,9 @@ std::string workgroup_reductions(const std::string& lanes) {
 bool saves_lse(const LowerContext& ctx) {
   if (ctx.node.op_name() != "scaled_dot_product_attention" || ctx.rope || ctx.append) return false;
   const AttentionShape g(ctx);
-  return !g.has_positions && (takes_coop(g, ctx.device) || register_tiling_for(g, ctx.device) ||
-                              tiling_for(g, ctx.device));
+  return !g.has_positions &&
+         (attention_lowering::takes_tensor_forward(ctx, g) || takes_coop(g, ctx.device) ||
+          register_tiling_for(g, ctx.device) || tiling_for(g, ctx.device));
 }
 
 bool forward_on_tensor_cores(const LowerContext& ctx) {
@@ -916,7 +922,8 @@ bool forward_on_tensor_cores(const LowerContext& ctx) {
       ctx.node.op_name() != "cached_attention") {
     return false;
   }
-  return takes_coop(AttentionShape(ctx), ctx.device);
+  const AttentionShape g(ctx);
+  return attention_lowering::takes_tensor_forward(ctx, g) || takes_coop(g, ctx.device);
 }
 
 bool row_kernel_reads_rope(const LowerContext& ctx) {

@@ -36,11 +36,13 @@ bool row_kernel_reads_rope(const LowerContext& ctx);
 bool takes_cache_append(const LowerContext& ctx);
 
 // Whether scaled_dot_product_attention's kernel for `ctx` can store each query row's
-// log-sum-exp beside its output (LowerContext::saved_lse): the tensor-core, register-tiled and
-// tiled kernels do (not the per-row and split-key ones). The tensor-core kernel then rounds its
-// operands to bf16 (not f16) so that its scores are those of the bf16 training kernels.
+// log-sum-exp beside its output (LowerContext::saved_lse): the tensor-core (both),
+// register-tiled and tiled kernels do (not the per-row and split-key ones). The tensor-core
+// kernels then round their operands to bf16 (not f16) so that their scores are those of the bf16
+// training kernels.
 bool saves_lse(const LowerContext& ctx);
-// Whether the attention's forward kernel for `ctx` is the tensor-core one.
+// Whether the attention's forward kernel for `ctx` is a tensor-core one (subgroup matrices, or
+// tensor-addressed workgroup matrices, lower_attention_tensor.h).
 bool forward_on_tensor_cores(const LowerContext& ctx);
 
 struct AttentionShape;

@@ -1,8 +1,7 @@
 // Attention's gradient ops on workgroup-scope tensor-addressed matrices:
-// kernels/attention_training_tensor.comp filled for one node. Each matrix operand gets a typed
-// view of its binding for the tensor loads and the LOAD_<name> / LOAD_T_<name> (transposed)
-// macros the template calls: bf16 tensors load straight into bf16 matrices, f32 and f16 ones
-// into f32 matrices rounded to nearest bf16 and converted.
+// kernels/attention_training_tensor.comp filled for one node. Each matrix operand loads into bf16
+// matrices through codegen/tensor_loads.h (bf16 tensors as they are, f32 and f16 ones rounded to
+// nearest bf16).
 #include "codegen/lower_attention_training_tensor.h"
 
 #include <algorithm>
@@ -12,6 +11,7 @@
 #include "codegen/kernel_template.h"
 #include "codegen/lower_attention_training_coop.h"
 #include "codegen/lower_matmul_coop_wg.h"
+#include "codegen/tensor_loads.h"
 
 namespace mn::codegen::attention_training {
 
@@ -42,33 +42,6 @@ bool serves(const LowerContext& ctx, const TrainingShape& g) {
   return matrices_fit(g, d) && bf16_operands_chosen(ctx, g);
 }
 
-// The typed view of binding `binding` (operand `name`) and its load macros.
-std::string operand_loads(uint32_t binding, DType dtype, const std::string& name) {
-  const std::string b = std::to_string(binding);
-  const char* elem = dtype == DType::bf16  ? "bfloat16_t"
-                     : dtype == DType::f16 ? "float16_t"
-                                           : "float";
-  std::string s = "layout(std430, set = 0, binding = " + b + ") readonly buffer Tensor" + b +
-                  " { " + elem + " " + name + "_t[]; };\n";
-  for (const bool transposed : {false, true}) {
-    const std::string macro = std::string(transposed ? "LOAD_T_" : "LOAD_") + name;
-    const std::string view = transposed ? ", transposed" : "";
-    if (dtype == DType::bf16) {
-      s += "#define " + macro + "(m, use, rows, cols, slice) coopMatLoadTensorNV(m, " + name +
-           "_t, 0u, slice" + view + ")\n";
-      continue;
-    }
-    s += "#define " + macro + "(m, use, rows, cols, slice) { \\\n";
-    s += "  coopmat<" + std::string(elem) +
-         ", gl_ScopeWorkgroup, rows, cols, gl_MatrixUseAccumulator> raw_; \\\n";
-    s += "  coopMatLoadTensorNV(raw_, " + name + "_t, 0u, slice" + view + "); \\\n";
-    s += "  ACC(rows, cols) f_ = ACC(rows, cols)(raw_); \\\n";
-    s += "  coopMatPerElementNV(f_, f_, to_bf16); \\\n";
-    s += "  m = coopmat<bfloat16_t, gl_ScopeWorkgroup, rows, cols, use>(f_); }\n";
-  }
-  return s;
-}
-
 }  // namespace
 
 bool takes_tensor_training(const LowerContext& ctx, Form f) {
@@ -93,7 +66,7 @@ std::optional<KernelLaunch> tensor_training_kernel(const LowerContext& ctx,
        "GL_NV_cooperative_matrix2", "GL_EXT_control_flow_attributes",
        "GL_EXT_shader_explicit_arithmetic_types_float16",
        "GL_EXT_shader_explicit_arithmetic_types_int32"});
-  decl += glsl::half_conversions();  // the bf16 rounding, whatever the operands' dtypes
+  decl += glsl::half_conversions() + bf16_rounding_function();
   if (dv_too) {
     decl +=
         glsl::buffer(static_cast<uint32_t>(k.bindings.size()), *ctx.grad_v_output, "out1", false);
@@ -105,7 +78,7 @@ std::optional<KernelLaunch> tensor_training_kernel(const LowerContext& ctx,
   std::string loads;
   for (size_t i = 0; i < operands; ++i) {
     const std::string name = f == Form::grad_v && i == 2 ? "dout" : operand_names[i];
-    loads += operand_loads(static_cast<uint32_t>(i), ctx.inputs[i].dtype, name);
+    loads += tensor_operand_loads(static_cast<uint32_t>(i), ctx.inputs[i].dtype, name, DType::bf16);
   }
   TemplateFields fields{
       {"DECLARATIONS", decl},

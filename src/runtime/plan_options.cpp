@@ -85,6 +85,7 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
     t.coop_tensor =
         cm.tensor_addressing && cm.per_element_operations && codegen::current_glslang().available;
     t.coop_tensor_conversions = t.coop_tensor && cm.conversions;
+    t.coop_tensor_reductions = t.coop_tensor && cm.reductions;
   }
   apply_environment(t);
   return t;
@@ -97,7 +98,7 @@ void apply_environment(codegen::DeviceTraits& t) {
   t.fused_attention_outputs = support::env_switch("MN_FUSED_ATTENTION_OUTPUTS", false);
   t.tensor_attention = support::env_switch("MN_TENSOR_ATTENTION", false);
   if (!support::env_switch("MN_COOP_TENSOR", true)) {
-    t.coop_tensor = t.coop_tensor_conversions = false;
+    t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = false;
   }
   t.coop_tensor_tile = env_or("MN_COOP_TENSOR_TILE", "");
   t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);

@@ -61,7 +61,7 @@ void check_gradients(const Case& c, bool fused, const std::string& kind) {
     EXPECT_TRUE(ran.contains(kernel + kind)) << kernel + kind << " did not run";
   }
   // The log-sum-exp: its own kernel, or stored by the forward (tensor-core or f32 tiles).
-  const bool saved = ran.contains("attention_coop+lse") ||
+  const bool saved = ran.contains("attention_coop+lse") || ran.contains("attention_tensor+lse") ||
                      ran.contains("attention_tiled_registers+lse") ||
                      ran.contains("attention_tiled+lse");
   EXPECT_TRUE(saved || ran.contains("attention_lse_coop")) << "no log-sum-exp kernel ran";

@@ -1,8 +1,9 @@
-// The tensor-core attention kernel (codegen/lower_attention_coop.cpp) run in sessions on the
-// device against float64: causal grouped-query heads over partial tiles and key blocks, head
-// sizes 16 to 128 with values of other widths, additive masks (per row, broadcast, -inf keys,
-// fully masked rows), scores growing from block to block (the outputs rescaled), a 1024-patch
-// vision prompt, a cache prefill at per-row positions whose
+// The tensor-core attention kernels (codegen/lower_attention_coop.cpp, and with
+// MN_TENSOR_ATTENTION=1 codegen/lower_attention_tensor.cpp's, whose probabilities are bf16 where
+// its operands are) run in sessions on the device against float64: causal grouped-query heads over
+// partial tiles and key blocks, head sizes 16 to 128 with values of other widths, additive masks
+// (per row, broadcast, -inf keys, fully masked rows), scores growing from block to block (the
+// outputs rescaled), a 1024-patch vision prompt, a cache prefill at per-row positions whose
 // unwritten slots hold NaN, f16 and bf16 tensors, and the kernel through the SPV_KHR rewrite.
 //
 // The queries, keys and values are f16 numbers, so the kernel's only rounding beyond f32's is
@@ -47,9 +48,19 @@ Array f16_values(std::mt19937_64& rng, const Shape& s, DType dtype) {
   return a;
 }
 
-// got against want within the probabilities' f16 rounding, given `terms` = Σ p|v| / Σ p.
+// The kernel a check expects, and the relative rounding of the probabilities it weighs the
+// values with: f16's 2^-11, bf16's 2^-9.
+struct Expected {
+  std::string kernel = "attention_coop";
+  int p_bits = 11;
+};
+
+// The tensor-addressed kernel for `dtype` operands: bf16 probabilities with bf16 operands.
+Expected tensor_kernel(DType dtype) { return {"attention_tensor", dtype == DType::bf16 ? 9 : 11}; }
+
+// got against want within the probabilities' rounding, given `terms` = Σ p|v| / Σ p.
 void expect_within_bound(const Array& got, const Array& want, const Array& terms, int64_t keys,
-                         DType out) {
+                         DType out, int p_bits = 11) {
   ASSERT_EQ(got.shape, want.shape);
   const double floor = 2e-5 + static_cast<double>(keys) * std::ldexp(1.0, -25);
   const double stored = out == DType::f16    ? std::ldexp(1.0, -11)
@@ -62,7 +73,7 @@ void expect_within_bound(const Array& got, const Array& want, const Array& terms
       EXPECT_TRUE(std::isnan(g)) << "element " << i << ": want NaN, got " << g;
       continue;
     }
-    const double bound = 1.1 * std::ldexp(terms.data[i], -11) + floor + stored * std::abs(w);
+    const double bound = 1.1 * std::ldexp(terms.data[i], -p_bits) + floor + stored * std::abs(w);
     if (!(std::abs(g - w) <= bound) && reported++ < 5) {
       ADD_FAILURE() << "element " << i << ": got " << g << ", want " << w << ", bound " << bound;
     }
@@ -77,11 +88,12 @@ std::string kernels_of(const Session& s) {
 }
 
 // Runs attention (out) and attention over |v| (terms) in float64 and the first in a session,
-// on the tensor-core kernel wherever it fits (MN_COOP_ATTENTION=1: unset, small grids would
-// take the register tiles); returns the session's output.
+// on the tensor-core kernel `e` names wherever it fits (MN_COOP_ATTENTION=1: unset, small grids
+// would take the register tiles); returns the session's output.
 Array check(const Case& c, const reference::Feeds& feeds, Graph& g, const Tensor& out,
-            const Tensor& terms, const reference::Feeds& device_feeds) {
+            const Tensor& terms, const reference::Feeds& device_feeds, const Expected& e = {}) {
   const ScopedEnv always("MN_COOP_ATTENTION", "1");
+  const ScopedEnv tensor("MN_TENSOR_ATTENTION", e.kernel == "attention_tensor" ? "1" : nullptr);
   g.output("out", out);
   g.output("terms", terms);
   const auto want = reference::evaluate(g, feeds);
@@ -91,13 +103,14 @@ Array check(const Case& c, const reference::Feeds& feeds, Graph& g, const Tensor
   for (const auto& [name, value] : device_feeds) s->set(name, value);
   s->step();
   const std::string k = kernels_of(*s);
-  EXPECT_NE(k.find("attention_coop"), std::string::npos) << k;
+  EXPECT_NE(k.find(e.kernel), std::string::npos) << k;
   Array got = s->get("out");
-  expect_within_bound(got, want.at("out"), want.at("terms"), c.k[c.k.size() - 2], c.dtype);
+  expect_within_bound(got, want.at("out"), want.at("terms"), c.k[c.k.size() - 2], c.dtype,
+                      e.p_bits);
   return got;
 }
 
-void check_case(const Case& c) {
+void check_case(const Case& c, const Expected& e = {}) {
   SCOPED_TRACE(c.tag);
   auto rng = rng_for("coop-attention/" + c.tag);
   Graph g;
@@ -116,37 +129,44 @@ void check_case(const Case& c) {
   }
   Tensor out = scaled_dot_product_attention(q, k, v, mask, c.causal);
   Tensor terms = scaled_dot_product_attention(q, k, abs(v), mask, c.causal);
-  check(c, feeds, g, out, terms, feeds);
+  check(c, feeds, g, out, terms, feeds, e);
 }
+
+const Case kPrompts[] = {
+    {"causal-gqa-d64", {2, 6, 200, 64}, {2, 2, 200, 64}, {2, 2, 200, 64}, {}, true},
+    {"d128-mask-long-keys", {1, 4, 100, 128}, {1, 4, 300, 128}, {1, 4, 300, 128}, {1, 1, 100, 300}},
+    {"d32-dv96-row-mask-causal", {3, 70, 32}, {3, 150, 32}, {3, 150, 96}, {3, 1, 150}, true},
+    {"d16-33-rows", {1, 2, 33, 16}, {1, 2, 33, 16}, {1, 2, 33, 16}, {}, true},
+    {"vision-1024", {1, 12, 1024, 64}, {1, 12, 1024, 64}, {1, 12, 1024, 64}, {}, false},
+};
+
+const Case kSixteenBit[] = {
+    {"f16", {1, 4, 128, 64}, {1, 2, 128, 64}, {1, 2, 128, 64}, {}, true, DType::f16},
+    {"bf16", {2, 2, 96, 64}, {2, 2, 160, 64}, {2, 2, 160, 64}, {}, false, DType::bf16},
+};
 
 TEST(CoopAttentionGpu, PromptsMatchFloat64WithinTheF16Bound) {
   MN_REQUIRE_COOP_PATH(CoopPath::nv);
-  const Case cases[] = {
-      {"causal-gqa-d64", {2, 6, 200, 64}, {2, 2, 200, 64}, {2, 2, 200, 64}, {}, true},
-      {"d128-mask-long-keys",
-       {1, 4, 100, 128},
-       {1, 4, 300, 128},
-       {1, 4, 300, 128},
-       {1, 1, 100, 300}},
-      {"d32-dv96-row-mask-causal", {3, 70, 32}, {3, 150, 32}, {3, 150, 96}, {3, 1, 150}, true},
-      {"d16-33-rows", {1, 2, 33, 16}, {1, 2, 33, 16}, {1, 2, 33, 16}, {}, true},
-      {"vision-1024", {1, 12, 1024, 64}, {1, 12, 1024, 64}, {1, 12, 1024, 64}, {}, false},
-  };
-  for (const Case& c : cases) check_case(c);
+  for (const Case& c : kPrompts) check_case(c);
 }
 
 TEST(CoopAttentionGpu, SixteenBitTensors) {
   MN_REQUIRE_COOP_PATH(CoopPath::nv);
   MN_REQUIRE_COOP_PATH(CoopPath::f16_storage);
-  check_case({"f16", {1, 4, 128, 64}, {1, 2, 128, 64}, {1, 2, 128, 64}, {}, true, DType::f16});
-  check_case({"bf16", {2, 2, 96, 64}, {2, 2, 160, 64}, {2, 2, 160, 64}, {}, false, DType::bf16});
+  for (const Case& c : kSixteenBit) check_case(c);
+}
+
+TEST(CoopAttentionGpu, TensorAddressedKernelMatchesFloat64) {
+  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  MN_REQUIRE_COOP_PATH(CoopPath::f16_storage);
+  for (const Case& c : kPrompts) check_case(c, tensor_kernel(c.dtype));
+  for (const Case& c : kSixteenBit) check_case(c, tensor_kernel(c.dtype));
 }
 
 // Scores that grow from block to block move each row's reference maximum several times, so the
 // output matrices are rescaled (through shared memory) between blocks; they also exercise
 // probabilities up to e^8 in f16.
-TEST(CoopAttentionGpu, ScoresGrowingAcrossBlocks) {
-  MN_REQUIRE_COOP_PATH(CoopPath::nv);
+void check_growing_scores(const Expected& e) {
   for (bool causal : {false, true}) {
     const Case c{causal ? "growing-causal" : "growing",
                  {1, 2, 128, 64},
@@ -170,13 +190,22 @@ TEST(CoopAttentionGpu, ScoresGrowingAcrossBlocks) {
     }
     feeds["v"] = f16_values(rng, c.v, DType::f32);
     Tensor out = scaled_dot_product_attention(q, k, v, {}, causal);
-    check(c, feeds, g, out, scaled_dot_product_attention(q, k, abs(v), {}, causal), feeds);
+    check(c, feeds, g, out, scaled_dot_product_attention(q, k, abs(v), {}, causal), feeds, e);
   }
 }
 
-// Rows whose every key is masked give NaN, as the reference's 0 / 0; the others are unaffected.
-TEST(CoopAttentionGpu, FullyMaskedRowsAreNaN) {
+TEST(CoopAttentionGpu, ScoresGrowingAcrossBlocks) {
   MN_REQUIRE_COOP_PATH(CoopPath::nv);
+  check_growing_scores({});
+}
+
+TEST(CoopAttentionGpu, ScoresGrowingAcrossBlocksOnTheTensorAddressedKernel) {
+  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  check_growing_scores(tensor_kernel(DType::f32));
+}
+
+// Rows whose every key is masked give NaN, as the reference's 0 / 0; the others are unaffected.
+void check_fully_masked_rows(const Expected& e) {
   const Case c{"masked-rows", {1, 2, 64, 32}, {1, 2, 80, 32}, {1, 2, 80, 32}, {64, 80}};
   auto rng = rng_for("coop-attention/" + c.tag);
   Graph g;
@@ -193,7 +222,17 @@ TEST(CoopAttentionGpu, FullyMaskedRowsAreNaN) {
   }
   feeds["mask"] = m;
   Tensor out = scaled_dot_product_attention(q, k, v, mask, false);
-  check(c, feeds, g, out, scaled_dot_product_attention(q, k, abs(v), mask, false), feeds);
+  check(c, feeds, g, out, scaled_dot_product_attention(q, k, abs(v), mask, false), feeds, e);
+}
+
+TEST(CoopAttentionGpu, FullyMaskedRowsAreNaN) {
+  MN_REQUIRE_COOP_PATH(CoopPath::nv);
+  check_fully_masked_rows({});
+}
+
+TEST(CoopAttentionGpu, FullyMaskedRowsAreNaNOnTheTensorAddressedKernel) {
+  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  check_fully_masked_rows(tensor_kernel(DType::f32));
 }
 
 // A prompt prefilled into caches of 256 slots: the first sequence continuing at position 100,

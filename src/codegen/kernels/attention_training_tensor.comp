@@ -53,11 +53,6 @@ shared float delta_sh[64];
 @MASK_FUNCTION@
 #endif
 
-// v rounded to the nearest bf16 (the matrices' conversion truncates).
-float to_bf16(const in uint32_t r, const in uint32_t c, const in float v) {
-  return uintBitsToFloat(mn_f32_to_bf16(v) << 16);
-}
-
 @OPERAND_LOADS@
 
 // Score (r, c) of the block's matrix, scaled and masked, as P = exp(s - lse); 0 where the query
@@ -135,11 +130,12 @@ void main() {
 
   CLAMPED own_a_rows = rows_layout(own_base + OWN_ROWS, D);
   MAT_A(R, D) own_a;
-  LOAD_@OWN_A@(own_a, gl_MatrixUseA, R, D, sliceTensorLayoutNV(own_a_rows, own_base + t0, R, 0, D));
+  LOAD_@OWN_A@(own_a, gl_MatrixUseA, R, D, 0u,
+               sliceTensorLayoutNV(own_a_rows, own_base + t0, R, 0, D));
 #if HAS_OWN_B
   CLAMPED own_b_rows = rows_layout(own_base + OWN_ROWS, DV);
   MAT_A(R, DV) own_b;
-  LOAD_@OWN_B@(own_b, gl_MatrixUseA, R, DV,
+  LOAD_@OWN_B@(own_b, gl_MatrixUseA, R, DV, 0u,
                sliceTensorLayoutNV(own_b_rows, own_base + t0, R, 0, DV));
 #endif
 #if QUERY_OWN
@@ -177,7 +173,8 @@ void main() {
 #endif
 
     MAT_B(D, BK) other_at;
-    LOAD_T_@OTHER_A@(other_at, gl_MatrixUseB, D, BK, sliceTensorLayoutNV(a_rows, row0, BK, 0, D));
+    LOAD_T_@OTHER_A@(other_at, gl_MatrixUseB, D, BK, 0u,
+                     sliceTensorLayoutNV(a_rows, row0, BK, 0, D));
     ACC(R, BK) p = coopMatMulAdd(own_a, other_at, ACC(R, BK)(0.0));
     coopMatPerElementNV(p, p, probability, t0, cur.first, cur.limit, cur.h, mbatch);
 
@@ -189,14 +186,14 @@ void main() {
       coopMatPerElementNV(pr, p, to_bf16);
       MAT_A(R, BK) weights = MAT_A(R, BK)(pr);
       MAT_B(BK, DV) c;
-      LOAD_@OTHER_B@(c, gl_MatrixUseB, BK, DV, sliceTensorLayoutNV(b_rows, row0, BK, 0, DV));
+      LOAD_@OTHER_B@(c, gl_MatrixUseB, BK, DV, 0u, sliceTensorLayoutNV(b_rows, row0, BK, 0, DV));
       DV_ACC = coopMatMulAdd(weights, c, DV_ACC);
     }
 #endif
 #if HAS_OWN_B
     // dS = P · (dP - delta), dP = own_b · other_bᵀ; result += dS · C, C the block's a rows.
     MAT_B(DV, BK) other_bt;
-    LOAD_T_@OTHER_B@(other_bt, gl_MatrixUseB, DV, BK,
+    LOAD_T_@OTHER_B@(other_bt, gl_MatrixUseB, DV, BK, 0u,
                      sliceTensorLayoutNV(b_rows, row0, BK, 0, DV));
     ACC(R, BK) dp = coopMatMulAdd(own_b, other_bt, ACC(R, BK)(0.0));
     coopMatPerElementNV(dp, dp, minus_delta);
@@ -204,7 +201,7 @@ void main() {
     coopMatPerElementNV(ds, ds, to_bf16);
     MAT_A(R, BK) weights = MAT_A(R, BK)(ds);
     MAT_B(BK, D) c;
-    LOAD_@OTHER_A@(c, gl_MatrixUseB, BK, D, sliceTensorLayoutNV(a_rows, row0, BK, 0, D));
+    LOAD_@OTHER_A@(c, gl_MatrixUseB, BK, D, 0u, sliceTensorLayoutNV(a_rows, row0, BK, 0, D));
     acc = coopMatMulAdd(weights, c, acc);
 #endif
   }

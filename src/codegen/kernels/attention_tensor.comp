@@ -1,0 +1,148 @@
+@DECLARATIONS@
+// Attention over a prompt or in a training step's forward pass on workgroup-scope
+// tensor-addressed matrices (GL_NV_cooperative_matrix2; filled by
+// codegen/lower_attention_tensor.cpp, compiled with the current glslang): FlashAttention-2's
+// forward with the softmax on the products' accumulators.
+//
+// A workgroup owns BR = 64 query rows of one head, loaded once as an A-matrix, and walks the
+// keys its rows see in blocks of BC, each loaded by tensor-addressed loads (rows past the
+// head's read as zeros). Per block:
+// - S = Q·Kᵀ on an f32 accumulator, scaled, masked and -inf where the query does not see the
+//   key, per element;
+// - the rows' running maximum M (a matrix whose every column holds its row's value) moves to
+//   max(M, the block's row maximum) by a row reduction; P = exp(S - M), and L, the rows' sums,
+//   becomes L·exp(M_old - M) + the row sums of P (0 while a row's maximum is -inf: any finite
+//   score counts, however negative, as the reference's softmax);
+// - O = O·exp(M_old - M) + P·V, P converted to an A-matrix in place.
+// At the end O / L is stored per element (rows past the head's skipped), and with SAVES_LSE
+// (a training step's attention_lse, schedule/saved_lse.h) each row's M + log(L) through out1.
+// The matrices' operands are ELEM: bf16 where the operands are bf16 or the log-sum-exp is saved
+// (f32 operands rounded to nearest bf16, so that the scores are those the bf16 training kernels
+// recompute), f16 otherwise.
+
+#define HAS_MASK @HAS_MASK@
+#define CAUSAL @CAUSAL@
+#define SAVES_LSE @SAVES_LSE@
+#define ELEM @ELEM@
+
+const uint BR = 64u, BC = 64u;
+const uint TILES = @TILES@u, HEADS = @HEADS@u;
+// The mask's elements from one query row to the next and from one key to the next.
+const uint MASK_ROW_STRIDE = @MASK_ROW_STRIDE@u, MASK_KEY_STRIDE = @MASK_KEY_STRIDE@u;
+
+#define ACC(r, c) coopmat<float, gl_ScopeWorkgroup, r, c, gl_MatrixUseAccumulator>
+#define MAT_A(r, c) coopmat<ELEM, gl_ScopeWorkgroup, r, c, gl_MatrixUseA>
+#define MAT_B(r, c) coopmat<ELEM, gl_ScopeWorkgroup, r, c, gl_MatrixUseB>
+#define CLAMPED tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV>
+
+@OPERAND_LOADS@
+
+// Score (r, c) of the block at query row i0 and key j0: scaled, plus the mask (its offset of
+// the head's row 0, key 0 at mb); -inf where the query does not see the key.
+float score(const in uint32_t r, const in uint32_t c, const in float raw, const in uint i0,
+            const in uint j0, const in uint mb) {
+  uint i = i0 + r, j = j0 + c;
+  if (i >= LQ || j >= LK || (CAUSAL != 0 && j > i)) return -mn_inf();
+#if HAS_MASK
+  return scaled(raw) + mask_ld(mb + i * MASK_ROW_STRIDE + j * MASK_KEY_STRIDE);
+#else
+  return scaled(raw);
+#endif
+}
+
+float larger(const in float x, const in float y) { return max(x, y); }
+float plus(const in float x, const in float y) { return x + y; }
+// A row's value (every column holds it) spread over a matrix of other width.
+float either(const in float x, const in float y) { return x; }
+float larger_of(const in uint32_t r, const in uint32_t c, const in float x, const in float y) {
+  return max(x, y);
+}
+// exp(x - m) for a row's maximum m; 0 while the row has seen only -inf (no key, or masked).
+float shifted_exp(const in uint32_t r, const in uint32_t c, const in float x, const in float m) {
+  return m == -mn_inf() ? 0.0 : exp(x - m);
+}
+
+// Row r's output over its sum: 0 / 0, NaN, where every key it sees is masked, as the reference.
+float normalized(const in uint32_t r, const in uint32_t c, const in float o, const in float l) {
+  return o / l;
+}
+
+float store_output(const in uint32_t r, const in uint32_t c, const in float v, const in uint bh,
+                   const in uint i0) {
+  if (i0 + r < LQ && c < DV) out_st((bh * LQ + i0 + r) * DV + c, v);
+  return v;
+}
+
+#if SAVES_LSE
+// Row r's log-sum-exp from column 0 of M and L: -inf where it saw no key or every one is masked.
+float store_lse(const in uint32_t r, const in uint32_t c, const in float m, const in float l,
+                const in uint bh, const in uint i0) {
+  if (c == 0u && i0 + r < LQ) out1_st(bh * LQ + i0 + r, l == 0.0 ? -mn_inf() : m + log(l));
+  return m;
+}
+#endif
+
+CLAMPED rows_layout(uint rows, uint width) {
+  CLAMPED l = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+  l = setTensorLayoutDimensionNV(l, rows, width);
+  return setTensorLayoutStrideNV(l, width, 1);
+}
+
+void main() {
+  uint wg = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  if (wg >= HEADS * TILES) return;
+  uint bh = wg / TILES, tile = wg % TILES;
+#if CAUSAL != 0
+  tile = TILES - 1u - tile;  // the query tiles that see the most keys start first
+#endif
+  uint h = bh % HQ, b = bh / HQ;
+@HEAD_OFFSETS@
+#if !HAS_MASK
+  uint mb = 0u;
+#endif
+  uint i0 = tile * BR;
+  uint reach = CAUSAL != 0 ? min(LK, min(i0 + BR, LQ)) : LK;
+  tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
+
+  CLAMPED q_rows = rows_layout(LQ, D), k_rows = rows_layout(LK, D), v_rows = rows_layout(LK, DV);
+  MAT_A(BR, D) q;
+  LOAD_q(q, gl_MatrixUseA, BR, D, qb, sliceTensorLayoutNV(q_rows, i0, BR, 0, D));
+
+  ACC(BR, DV) o = ACC(BR, DV)(0.0);
+  ACC(BR, BC) m = ACC(BR, BC)(-mn_inf());
+  ACC(BR, BC) l = ACC(BR, BC)(0.0);
+  uint blocks = (reach + BC - 1u) / BC;
+  for (uint n = 0u; n < blocks; ++n) {
+    uint j0 = n * BC;
+    MAT_B(D, BC) kt;
+    LOAD_T_k(kt, gl_MatrixUseB, D, BC, kb, sliceTensorLayoutNV(k_rows, j0, BC, 0, D));
+    ACC(BR, BC) s = coopMatMulAdd(q, kt, ACC(BR, BC)(0.0));
+    coopMatPerElementNV(s, s, score, i0, j0, mb);
+
+    ACC(BR, BC) block_max, m_new, p, shrink, sums;
+    coopMatReduceNV(block_max, s, gl_CooperativeMatrixReduceRowNV, larger);
+    coopMatPerElementNV(m_new, block_max, larger_of, m);
+    coopMatPerElementNV(p, s, shifted_exp, m_new);
+    coopMatPerElementNV(shrink, m, shifted_exp, m_new);
+    m = m_new;
+    coopMatReduceNV(sums, p, gl_CooperativeMatrixReduceRowNV, plus);
+    l = shrink * l + sums;
+
+    ACC(BR, DV) shrink_rows;
+    coopMatReduceNV(shrink_rows, shrink, gl_CooperativeMatrixReduceRowNV, either);
+    o = o * shrink_rows;
+@ROUND_P@
+    MAT_A(BR, BC) pa = MAT_A(BR, BC)(p);
+    MAT_B(BC, DV) vm;
+    LOAD_v(vm, gl_MatrixUseB, BC, DV, vb, sliceTensorLayoutNV(v_rows, j0, BC, 0, DV));
+    o = coopMatMulAdd(pa, vm, o);
+  }
+
+  ACC(BR, DV) l_rows;
+  coopMatReduceNV(l_rows, l, gl_CooperativeMatrixReduceRowNV, either);
+  coopMatPerElementNV(o, o, normalized, l_rows);
+  coopMatPerElementNV(o, o, store_output, bh, i0);
+#if SAVES_LSE
+  coopMatPerElementNV(m, m, store_lse, l, bh, i0);
+#endif
+}

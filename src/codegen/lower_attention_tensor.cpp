@@ -1,0 +1,114 @@
+// scaled_dot_product_attention on workgroup-scope tensor-addressed matrices:
+// kernels/attention_tensor.comp filled for one node, its operands loaded through
+// codegen/tensor_loads.h.
+#include "codegen/lower_attention_tensor.h"
+
+#include <algorithm>
+#include <string>
+
+#include "codegen/glsl.h"
+#include "codegen/kernel_template.h"
+#include "codegen/lower_matmul_coop_wg.h"
+#include "codegen/tensor_loads.h"
+
+namespace mn::codegen::attention_lowering {
+namespace {
+
+constexpr uint64_t kRows = 64, kMaxHead = 128;
+
+// Workgroups of 128 invocations up to heads of 64, 256 above (the registers of the 64 × 128
+// output accumulator and its operands).
+uint32_t invocations(const AttentionShape& g) { return std::max(g.d, g.dv) > 64 ? 256u : 128u; }
+
+// The BR × D queries, BR × BC scores and probabilities, D × BC keys, BC × DV values and the
+// BR × DV output in the device's workgroup-matrix granularity (f16 and bf16 alike).
+bool matrices_fit(const AttentionShape& g, const DeviceTraits& d) {
+  const int r = static_cast<int>(kRows), dk = static_cast<int>(g.d), dv = static_cast<int>(g.dv);
+  const uint32_t n = invocations(g);
+  for (const auto& granularity : {d.coop_wg_granularity, d.coop_wg_bf16_granularity}) {
+    if (!workgroup_tile_fits(r, r, dk, n, granularity, d) ||
+        !workgroup_tile_fits(r, dv, r, n, granularity, d)) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The matrices' component type: bf16 where the operands are bf16 or the log-sum-exp is saved
+// for the bf16 training kernels, whose scores these then are; f16 otherwise.
+DType matrix_type(const LowerContext& ctx) {
+  const bool bf16 = ctx.inputs[0].dtype == DType::bf16 && ctx.inputs[1].dtype == DType::bf16 &&
+                    ctx.inputs[2].dtype == DType::bf16;
+  return bf16 || ctx.saved_lse ? DType::bf16 : DType::f16;
+}
+
+}  // namespace
+
+bool takes_tensor_forward(const LowerContext& ctx, const AttentionShape& g) {
+  const DeviceTraits& d = ctx.device;
+  if (!d.tensor_attention || !d.coop_tensor || !d.coop_tensor_conversions ||
+      !d.coop_tensor_reductions) {
+    return false;
+  }
+  if (ctx.node.op_name() != "scaled_dot_product_attention" || g.has_positions || ctx.rope ||
+      ctx.append) {
+    return false;
+  }
+  if (g.d % 16 != 0 || g.dv % 16 != 0 || g.d > kMaxHead || g.dv > kMaxHead) return false;
+  return matrices_fit(g, d);
+}
+
+KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionShape& g) {
+  if (!takes_tensor_forward(ctx, g)) {
+    throw Error("attention lowering: this attention does not suit the tensor-addressed kernel");
+  }
+  const AttentionAttrs& a = g.attrs;
+  KernelLaunch k;
+  std::string decl = glsl::require_extensions(
+      declarations(ctx, g, a.has_mask, k.bindings),
+      {"GL_EXT_bfloat16", "GL_KHR_memory_scope_semantics", "GL_KHR_cooperative_matrix",
+       "GL_NV_cooperative_matrix2", "GL_EXT_control_flow_attributes",
+       "GL_EXT_shader_explicit_arithmetic_types_float16",
+       "GL_EXT_shader_explicit_arithmetic_types_int32"});
+  decl += saved_lse_binding(ctx, k);
+  decl += glsl::half_conversions() + bf16_rounding_function();
+  decl += scale_function(ctx, a, g.d);
+  const DType matrix = matrix_type(ctx);
+  std::string loads;
+  for (uint32_t i = 0; i < 3; ++i) {
+    loads += tensor_operand_loads(i, ctx.inputs[i].dtype,
+                                  i == 0   ? "q"
+                                  : i == 1 ? "k"
+                                           : "v",
+                                  matrix);
+  }
+  const size_t R = g.rank;
+  const uint64_t mask_row_stride =
+      a.has_mask && g.mask[R - 2] != 1 ? static_cast<uint64_t>(g.mask[R - 1]) : 0;
+  const uint64_t mask_key_stride = a.has_mask && g.mask[R - 1] != 1 ? 1 : 0;
+  const uint64_t tiles = (g.lq + kRows - 1) / kRows;
+  const TemplateFields fields{
+      {"DECLARATIONS", decl},
+      {"OPERAND_LOADS", loads},
+      {"HAS_MASK", a.has_mask ? "1" : "0"},
+      {"CAUSAL", a.causal ? "1" : "0"},
+      {"SAVES_LSE", ctx.saved_lse ? "1" : "0"},
+      {"ELEM", matrix == DType::bf16 ? "bfloat16_t" : "float16_t"},
+      {"TILES", std::to_string(tiles)},
+      {"HEADS", std::to_string(g.heads())},
+      {"MASK_ROW_STRIDE", std::to_string(mask_row_stride)},
+      {"MASK_KEY_STRIDE", std::to_string(mask_key_stride)},
+      {"HEAD_OFFSETS", head_offsets(g, a.has_mask, "0u")},
+      // P's bf16 matrix rounded to nearest, as the training kernels round their weights.
+      {"ROUND_P", matrix == DType::bf16 ? "    coopMatPerElementNV(p, p, to_bf16);" : ""},
+  };
+  k.name = "attention_tensor";
+  k.glsl = fill_kernel_template("attention_tensor.comp", fields);
+  const uint32_t lanes = invocations(g);
+  k.workgroup = {lanes, 1, 1};
+  k.groups = glsl::linear_grid(g.heads() * tiles * lanes, ctx.device, lanes).groups;
+  k.current_compiler = true;
+  return k;
+}
+
+}  // namespace mn::codegen::attention_lowering

@@ -1,0 +1,20 @@
+#pragma once
+// scaled_dot_product_attention on workgroup-scope tensor-addressed matrices
+// (VK_NV_cooperative_matrix2; kernels/attention_tensor.comp): FlashAttention-2's forward with
+// the softmax on the products' accumulators (per-element operations and row reductions), where
+// the subgroup-matrix kernel (lower_attention_coop.cpp) takes every score through shared memory.
+#include "codegen/attention_shape.h"
+#include "codegen/kernel.h"
+
+namespace mn::codegen::attention_lowering {
+
+// Whether the kernel serves this attention: DeviceTraits::tensor_attention (MN_TENSOR_ATTENTION=1
+// on a device with tensor-addressed matrices, per-element operations, conversions and
+// reductions), scaled_dot_product_attention (no positions, no rotation or cache read as it
+// loads), heads 16 to 128 wide in steps of 16 that the device's workgroup matrices take.
+bool takes_tensor_forward(const LowerContext& ctx, const AttentionShape& g);
+
+// The kernel; stores the log-sum-exp too where ctx.saved_lse asks.
+KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionShape& g);
+
+}  // namespace mn::codegen::attention_lowering

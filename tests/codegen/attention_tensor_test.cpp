@@ -1,0 +1,132 @@
+// Attention's forward on workgroup-scope tensor-addressed matrices on the CPU side (lavapipe has
+// no cooperative matrices; its results are checked on the device by
+// tests/tensor_cores/coop_attention_gpu_test.cpp and attention_training_coop_gpu_test.cpp with
+// MN_TENSOR_ATTENTION=1): which attentions and devices take it, and that every form compiles
+// with the current glslang and passes spirv-val 2025.5.
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+
+#include "codegen/coop_fixture.h"
+#include "codegen/kernel.h"
+#include "codegen/shader/current_glslang.h"
+#include "codegen/shader/shader_compiler.h"
+#include "support/spirv_val.h"
+
+namespace mn::codegen {
+namespace {
+
+struct Case {
+  std::string tag;
+  Shape q, k, v, mask;
+  bool causal = false;
+  DType dtype = DType::f32;
+};
+
+std::unique_ptr<testing::OneNode> attention_node(const Case& c) {
+  auto n = std::make_unique<testing::OneNode>();
+  Graph& g = n->g;
+  Tensor q = g.input("q", c.q, c.dtype), k = g.input("k", c.k, c.dtype),
+         v = g.input("v", c.v, c.dtype);
+  std::vector<Tensor> operands{q, k, v};
+  Tensor mask = c.mask.empty() ? Tensor{} : g.input("mask", c.mask);
+  if (!c.mask.empty()) operands.push_back(mask);
+  Tensor out = scaled_dot_product_attention(q, k, v, mask, c.causal);
+  g.output("out", out);
+  n->id = out.id();
+  for (const Tensor& t : operands) n->types.push_back(g.node(t.id()).type);
+  return n;
+}
+
+// An H200 with its tensor-addressed matrices (bf16 as f16), asked for the kernels.
+DeviceTraits tensor_traits() {
+  DeviceTraits t = testing::h200_wg_traits();
+  t.coop_wg_bf16_granularity = t.coop_wg_granularity;
+  t.coop_bf16 = true;
+  t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = true;
+  t.tensor_attention = true;
+  return t;
+}
+
+const Case kCases[] = {
+    {"d64-causal-gqa", {1, 9, 512, 64}, {1, 3, 512, 64}, {1, 3, 512, 64}, {}, true},
+    {"d128", {2, 4, 100, 128}, {2, 4, 300, 128}, {2, 4, 300, 128}, {}, false},
+    {"d16-mask", {1, 2, 40, 16}, {1, 2, 70, 16}, {1, 2, 70, 16}, {1, 40, 70}, false},
+    {"d32-dv96-row-mask", {3, 33, 32}, {3, 65, 32}, {3, 65, 96}, {3, 1, 65}, true},
+    {"f16", {1, 2, 128, 64}, {1, 2, 128, 64}, {1, 2, 128, 64}, {}, true, DType::f16},
+    {"bf16", {1, 2, 128, 64}, {1, 2, 128, 64}, {1, 2, 128, 64}, {}, false, DType::bf16},
+};
+
+TEST(AttentionTensor, EveryFormCompilesAndValidates) {
+  if (!current_glslang().available) GTEST_SKIP() << current_glslang().status;
+  if (test::spirv_val_path().empty()) GTEST_SKIP() << "no spirv-val in the build";
+  for (const Case& c : kCases) {
+    for (const bool lse : {false, true}) {
+      SCOPED_TRACE(c.tag + (lse ? " saving the log-sum-exp" : ""));
+      auto n = attention_node(c);
+      LowerContext ctx = n->ctx(tensor_traits());
+      if (lse) ctx.saved_lse = DType::f32;
+      const Lowering l = (*find_lowering("scaled_dot_product_attention"))(ctx);
+      ASSERT_EQ(l.launches.size(), 1u);
+      const KernelLaunch& k = l.launches[0];
+      EXPECT_EQ(k.name, lse ? "attention_tensor+lse" : "attention_tensor");
+      EXPECT_TRUE(k.current_compiler);
+      EXPECT_EQ(k.workgroup[0], c.q.back() > 64 || c.v.back() > 64 ? 256u : 128u);
+      if (lse) EXPECT_EQ(k.bindings.back().arg, ArgRef::output(1));
+      // bf16 matrices where the operands are bf16 or the log-sum-exp is saved, f16 otherwise.
+      const bool bf16 = lse || c.dtype == DType::bf16;
+      EXPECT_NE(k.glsl.find(bf16 ? "#define ELEM bfloat16_t" : "#define ELEM float16_t"),
+                std::string::npos);
+      CompileOptions co;
+      co.compiler = GlslCompiler::current;
+      co.target = TargetEnv::vulkan_1_3;
+      co.name = k.name;
+      const auto spirv = compile_glsl(k.glsl, co);
+      EXPECT_EQ(test::spirv_val_errors(spirv), "");
+      const std::string dis = test::spirv_dis(spirv);
+      EXPECT_NE(dis.find("OpCooperativeMatrixLoadTensorNV"), std::string::npos);
+      EXPECT_NE(dis.find("OpCooperativeMatrixReduceNV"), std::string::npos);
+      EXPECT_NE(dis.find("OpCooperativeMatrixPerElementOpNV"), std::string::npos);
+    }
+  }
+}
+
+std::string kernel_name(const Case& c, const DeviceTraits& t) {
+  const Lowering l = attention_node(c)->lower(t);
+  return l.launches.size() == 1 ? l.launches[0].name
+                                : "(" + std::to_string(l.launches.size()) + ")";
+}
+
+TEST(AttentionTensor, TakenOnlyWhereAskedForAndTheDeviceHasEverything) {
+  const Case prompt = kCases[0];
+  EXPECT_EQ(kernel_name(prompt, tensor_traits()), "attention_tensor");
+  const std::pair<const char*, std::function<void(DeviceTraits&)>> others[] = {
+      {"MN_TENSOR_ATTENTION unset", [](DeviceTraits& d) { d.tensor_attention = false; }},
+      {"no tensor addressing", [](DeviceTraits& d) { d.coop_tensor = false; }},
+      {"no conversions", [](DeviceTraits& d) { d.coop_tensor_conversions = false; }},
+      {"no reductions", [](DeviceTraits& d) { d.coop_tensor_reductions = false; }},
+      {"no workgroup matrices", [](DeviceTraits& d) { d.coop_wg_granularity = {}; }},
+  };
+  for (const auto& [what, change] : others) {
+    DeviceTraits d = tensor_traits();
+    change(d);
+    EXPECT_NE(kernel_name(prompt, d), "attention_tensor") << what;
+  }
+  // Heads must be multiples of 16 up to 128, on both sides.
+  for (int64_t d : {8, 24, 144}) {
+    Case c = prompt;
+    c.q[3] = c.k[3] = d;
+    EXPECT_NE(kernel_name(c, tensor_traits()), "attention_tensor") << d;
+  }
+  Case values = prompt;
+  values.v[3] = 40;
+  EXPECT_NE(kernel_name(values, tensor_traits()), "attention_tensor");
+}
+
+}  // namespace
+}  // namespace mn::codegen
