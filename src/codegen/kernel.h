@@ -72,6 +72,20 @@ struct DeviceTraits {
   // MN_MATMUL_SPLIT_K: K splits of the tiled (scalar) matmul; 0 chooses (long K over few
   // tiles, codegen/lower_matmul.cpp), 1 never splits, n forces n where K allows.
   int matmul_split_k = 0;
+  // Switches of the tensor-core kernels for measurements and comparisons, read once from the
+  // environment with the others (runtime::apply_environment), each checked there:
+  std::string coop_subgroup_tile;  // MN_COOP_TILE: force this subgroup-scope tile where it fits
+  std::string coop_wg_tile;        // MN_COOP_WG_TILE: force this workgroup-scope tile
+  bool coop_single_stage = false;  // MN_COOP_STAGES=1: subgroup tiles stage operands once
+  bool coop_prepack = true;  // MN_COOP_PREPACK=0: f32 operands staged, not packed (CoopOptions)
+  bool coop_wg = true;       // MN_COOP_WG=0: no workgroup-scope matmul kernel
+  bool conv_coop = true;     // MN_CONV_COOP=0: convolutions' implicit GEMMs stay f32
+  // MN_CONV_NO_MATMUL=1 clears it: 1×1 convolutions keep the implicit GEMM instead of the
+  // matmul kernels (codegen/lower_conv_matmul.h).
+  bool conv_matmul = true;
+  // MN_CONV_COOP_1X1=1: on tensor-core devices 1×1 convolutions are routed to the subgroup
+  // matmul kernel all the same (measured slower than the implicit GEMM there).
+  bool conv_coop_1x1 = false;
   // MN_CONV_STAGED=1: convolutions' implicit GEMMs on the subgroup tiles with operands staged
   // through shared memory (codegen/lower_conv_gemm_staged.h) instead of packed copies or f32
   // kernels. Off by default until measured against them on a device.

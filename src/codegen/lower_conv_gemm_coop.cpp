@@ -9,14 +9,12 @@
 #include "codegen/lower_conv_gemm_coop.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <limits>
 #include <string>
 
 #include "codegen/glsl.h"
 #include "codegen/lower_matmul_coop.h"
 #include "codegen/lower_matmul_coop_wg.h"
-#include "support/env_switch.h"
 
 namespace mn::codegen {
 
@@ -67,7 +65,7 @@ PackSource pack_source(const ImplicitGemm& spec, const std::string& fn, const st
 
 std::optional<Lowering> lower_implicit_gemm_coop(const ImplicitGemm& spec, const DeviceTraits& d) {
   if (!d.coop) return std::nullopt;
-  if (!support::env_switch("MN_CONV_COOP", true)) return std::nullopt;
+  if (!d.conv_coop) return std::nullopt;
   if (spec.m * spec.n * spec.k * spec.groups < kCoopMinMacs) return std::nullopt;
   // The packing moves M·K + K·N elements for M·N·K multiply-adds, and every result makes a
   // round trip through the f32 tile scratch. Measured on an H200 (docs/perf.md, ResNet-50 at

@@ -5,7 +5,6 @@
 #include "codegen/lower_conv_matmul.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <limits>
 #include <string>
 #include <vector>
@@ -17,7 +16,6 @@
 #include "ir/op_def.h"
 #include "ir/ops/conv.h"
 #include "ir/ops/matmul.h"
-#include "support/env_switch.h"
 
 namespace mn::codegen {
 
@@ -25,7 +23,8 @@ namespace {
 
 using glsl::ulit;
 
-bool disabled() { return support::env_switch("MN_CONV_NO_MATMUL", false); }
+// MN_CONV_NO_MATMUL=1 (DeviceTraits::conv_matmul): every convolution keeps its implicit GEMM.
+bool disabled(const LowerContext& ctx) { return !ctx.device.conv_matmul; }
 
 // One tap, no padding, unit stride, one group: output pixels are input pixels (dilation
 // has nothing to dilate).
@@ -76,8 +75,7 @@ std::optional<Lowering> lower(const LowerContext& mctx, const MatmulEpilogue* e)
   // is fused into the producers, tensor-core devices keep the implicit GEMM;
   // MN_CONV_COOP_1X1=1 routes them to the cooperative kernel anyway (for measurements).
   if (mctx.device.coop) {
-    const char* force = std::getenv("MN_CONV_COOP_1X1");
-    if (!(force && std::string(force) == "1")) return std::nullopt;
+    if (!mctx.device.conv_coop_1x1) return std::nullopt;
     if (g.m >= 32 && g.n >= 32) {
       MatmulGeometry whole = g;
       whole.n *= batch;
@@ -149,7 +147,7 @@ std::optional<Lowering> conv1x1_forward(const LowerContext& ctx, const MatmulEpi
   const auto& a = ctx.node.attrs.as<Conv2dAttrs>();
   const Shape& w = ctx.inputs[1].shape;
   const Image x = image(ctx.inputs[0].shape), y = image(ctx.node.type.shape);
-  if (disabled() || !pointwise(a, w[2], w[3]) || !same_plane(x, y)) return std::nullopt;
+  if (disabled(ctx) || !pointwise(a, w[2], w[3]) || !same_plane(x, y)) return std::nullopt;
   return as_matmul(ctx, {1, {w[0], w[1]}, false}, {0, {x.batch, x.channels, x.plane()}, false},
                    {y.batch, y.channels, y.plane()}, ctx.node.type.dtype, e);
 }
@@ -159,7 +157,7 @@ std::optional<Lowering> conv1x1_backward_input(const LowerContext& ctx) {
   const Shape& w = ctx.inputs[1].shape;
   const Image gy = image(ctx.inputs[0].shape), dx = image(ctx.node.type.shape);
   // A gy smaller than dx (allowed by the op) leaves pixels of dx without a product.
-  if (disabled() || !pointwise(b.conv, w[2], w[3]) || !same_plane(gy, dx)) return std::nullopt;
+  if (disabled(ctx) || !pointwise(b.conv, w[2], w[3]) || !same_plane(gy, dx)) return std::nullopt;
   return input_gradient(ctx, gy, dx);
 }
 
@@ -168,14 +166,14 @@ std::optional<Lowering> conv1x1_transpose(const LowerContext& ctx) {
   const Shape& w = ctx.inputs[1].shape;
   const Image x = image(ctx.inputs[0].shape), y = image(ctx.node.type.shape);
   // output_padding grows the output past the input's pixels.
-  if (disabled() || !pointwise(t.conv, w[2], w[3]) || !same_plane(x, y)) return std::nullopt;
+  if (disabled(ctx) || !pointwise(t.conv, w[2], w[3]) || !same_plane(x, y)) return std::nullopt;
   return input_gradient(ctx, x, y);
 }
 
 std::optional<Lowering> conv1x1_backward_weight(const LowerContext& ctx) {
   const auto& b = ctx.node.attrs.as<Conv2dBackwardWeightAttrs>();
   const Image x = image(ctx.inputs[0].shape), gy = image(ctx.inputs[1].shape);
-  if (disabled() || !pointwise(b.conv, b.kernel_h, b.kernel_w) || !same_plane(x, gy)) {
+  if (disabled(ctx) || !pointwise(b.conv, b.kernel_h, b.kernel_w) || !same_plane(x, gy)) {
     return std::nullopt;
   }
   const int64_t o = gy.channels, c = x.channels, hw = x.plane();

@@ -21,11 +21,9 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <limits>
 
 #include "codegen/glsl.h"
-#include "support/env_switch.h"
 
 namespace mn::codegen {
 
@@ -38,11 +36,6 @@ constexpr std::array<CoopTile, 3> kTiles{{
 }};
 
 using glsl::ulit;
-
-int env_int(const char* name) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : 0;
-}
 
 // One operand's slab as staged: `rows` rows of `cols` contiguous elements.
 struct Slab {
@@ -320,15 +313,14 @@ CoopOptions coop_options_for(const CoopTile& t, const MatmulGeometry& g, const D
   CoopOptions o;
   const uint32_t limit = std::max(d.max_shared_bytes, d.max_shared_optin_bytes);
   o.stages = 2;
-  if (env_int("MN_COOP_STAGES") == 1 || coop_shared_bytes(t, g, o) > limit) o.stages = 1;
-  o.prepack = support::env_switch("MN_COOP_PREPACK", o.prepack);
+  if (d.coop_single_stage || coop_shared_bytes(t, g, o) > limit) o.stages = 1;
+  o.prepack = d.coop_prepack;
   return o;
 }
 
 std::optional<int> choose_coop_tile(const MatmulGeometry& g, int64_t batch, const DeviceTraits& d) {
   const uint32_t limit = std::max(d.max_shared_bytes, d.max_shared_optin_bytes);
-  const char* forced = std::getenv("MN_COOP_TILE");  // measuring one tile everywhere
-  const std::string force = forced ? forced : "";
+  const std::string& force = d.coop_subgroup_tile;  // measuring one tile everywhere
   const int64_t want = d.groups_to_fill();
   std::optional<int> best;
   for (int i = 0; i < static_cast<int>(kTiles.size()); ++i) {

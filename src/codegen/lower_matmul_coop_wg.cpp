@@ -18,12 +18,10 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <limits>
 
 #include "codegen/glsl.h"
 #include "codegen/lower_matmul_coop.h"
-#include "support/env_switch.h"
 
 namespace mn::codegen {
 
@@ -169,8 +167,7 @@ bool coop_wg_tile_usable(size_t i, const DeviceTraits& d) {
 std::optional<int> choose_coop_wg_tile(const LowerContext& ctx, const MatmulGeometry& g,
                                        int64_t batch) {
   const DeviceTraits& d = ctx.device;
-  const char* forced = std::getenv("MN_COOP_WG_TILE");
-  const std::string force = forced ? forced : "";
+  const std::string& force = d.coop_wg_tile;
   const int64_t want = d.groups_to_fill();
   std::optional<int> best;
   for (int i = 0; i < static_cast<int>(kTiles.size()); ++i) {
@@ -190,7 +187,7 @@ std::optional<int> choose_coop_wg_tile(const LowerContext& ctx, const MatmulGeom
 std::string coop_wg_rejection(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch) {
   const DeviceTraits& d = ctx.device;
   if (!d.coop) return "the device has no usable cooperative matrices";
-  if (!support::env_switch("MN_COOP_WG", true)) {
+  if (!d.coop_wg) {
     return "workgroup-scope kernel turned off (MN_COOP_WG=0)";
   }
   for (int i = 0; i < 2; ++i) {

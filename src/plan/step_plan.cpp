@@ -27,6 +27,7 @@
 #include "schedule/shared_statistics.h"
 #include "schedule/stacked_rotations.h"
 #include "schedule/widened_loads.h"
+#include "support/env_switch.h"
 
 namespace mn::plan {
 
@@ -72,8 +73,8 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
   const size_t n = g.size();
 
   const std::vector<char> needed = schedule::needed_nodes(g);
-  const char* env = std::getenv("MN_FUSION");
-  const bool fuse = options.fuse && !off && !(env && std::string_view(env) == "0");
+  // MN_FUSION=0: one kernel per node (the fusion's tests and measurements).
+  const bool fuse = options.fuse && !off && support::env_switch("MN_FUSION", true);
   schedule::FusionOptions fo;
   // Past a few hundred bindings a launch saves nothing more (and descriptor sets grow).
   fo.max_bindings = std::min<uint32_t>(options.device.max_storage_buffers, 256);
@@ -262,8 +263,7 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& given) {
   PlanOptions options = given;
   options.device.bf16_products = given.precision == DType::bf16;
   StepPlan p;
-  const char* no_optimize = std::getenv("MN_NO_OPTIMIZE");
-  const bool off = no_optimize && std::string_view(no_optimize) == "1";
+  const bool off = support::env_switch("MN_NO_OPTIMIZE", false);
   optimize::OptimizeOptions oo = options.optimize;
   oo.enabled = oo.enabled && !off;
   std::optional<Graph> mixed;

@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
+#include <span>
 #include <string>
 
+#include "codegen/lower_matmul_coop.h"
+#include "codegen/lower_matmul_coop_wg.h"
+#include "codegen/lower_matmul_tensor.h"
 #include "codegen/shader/current_glslang.h"
 #include "runtime/coop_selftest.h"
 #include "runtime/device_pool.h"
@@ -27,6 +31,20 @@ int env_count(const char* name, int fallback) {
     throw Error(std::string(name) + "='" + s + "' is not a count (0 to 9999)");
   }
   return std::stoi(s);
+}
+
+// A tile forced by `name` (empty when unset): one of `tiles`' names, or an error listing them
+// (an unknown name would leave every product to the kernel's other choices without a word).
+template <typename Tile>
+std::string tile_name(const char* name, std::span<const Tile> tiles) {
+  const std::string v = env_or(name, "");
+  if (v.empty()) return v;
+  std::string names;
+  for (const Tile& t : tiles) {
+    if (v == t.name) return v;
+    names += std::string(names.empty() ? "" : ", ") + t.name;
+  }
+  throw Error(std::string(name) + "='" + v + "' names no tile; the tiles are " + names);
 }
 
 // MN_COOP_ATTENTION: unset chooses, 1 always, 0 never; anything else is an error.
@@ -100,8 +118,21 @@ void apply_environment(codegen::DeviceTraits& t) {
   if (!support::env_switch("MN_COOP_TENSOR", true)) {
     t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = false;
   }
-  t.coop_tensor_tile = env_or("MN_COOP_TENSOR_TILE", "");
+  t.coop_tensor_tile = tile_name("MN_COOP_TENSOR_TILE", codegen::tensor_tiles());
   t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);
+  t.coop_subgroup_tile = tile_name("MN_COOP_TILE", codegen::coop_tiles());
+  t.coop_wg_tile = tile_name("MN_COOP_WG_TILE", codegen::coop_wg_tiles());
+  const int stages = env_count("MN_COOP_STAGES", 2);
+  if (stages != 1 && stages != 2) {
+    throw Error("MN_COOP_STAGES='" + std::to_string(stages) +
+                "': the subgroup tiles stage their operands in 1 or 2 buffers");
+  }
+  t.coop_single_stage = stages == 1;
+  t.coop_prepack = support::env_switch("MN_COOP_PREPACK", true);
+  t.coop_wg = support::env_switch("MN_COOP_WG", true);
+  t.conv_coop = support::env_switch("MN_CONV_COOP", true);
+  t.conv_matmul = !support::env_switch("MN_CONV_NO_MATMUL", false);
+  t.conv_coop_1x1 = support::env_switch("MN_CONV_COOP_1X1", false);
 }
 
 plan::PlanOptions plan_options(const vk::Device& device) {

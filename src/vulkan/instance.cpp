@@ -6,6 +6,7 @@
 
 #include <meganeura/error.h>
 
+#include "support/env_switch.h"
 #include "vulkan/check.h"
 
 namespace mn::vk {
@@ -98,10 +99,7 @@ void ValidationLog::check(std::string_view where) {
   throw DeviceError(text);
 }
 
-bool validation_requested_by_env() {
-  const char* value = std::getenv("MN_VALIDATION");
-  return value && *value && std::strcmp(value, "0") != 0;
-}
+bool validation_requested_by_env() { return support::env_switch("MN_VALIDATION", false); }
 
 Instance::Instance(bool validation) : validation_(validation) {
   uint32_t loader_version = VK_API_VERSION_1_0;

@@ -219,7 +219,12 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
   };
   for (const Switch& s :
        {Switch{"MN_FUSED_ATTENTION_OUTPUTS", &DeviceTraits::fused_attention_outputs, false},
-        Switch{"MN_CONV_STAGED", &DeviceTraits::conv_staged, false}}) {
+        Switch{"MN_TENSOR_ATTENTION", &DeviceTraits::tensor_attention, false},
+        Switch{"MN_CONV_STAGED", &DeviceTraits::conv_staged, false},
+        Switch{"MN_COOP_PREPACK", &DeviceTraits::coop_prepack, true},
+        Switch{"MN_COOP_WG", &DeviceTraits::coop_wg, true},
+        Switch{"MN_CONV_COOP", &DeviceTraits::conv_coop, true},
+        Switch{"MN_CONV_COOP_1X1", &DeviceTraits::conv_coop_1x1, false}}) {
     for (const auto& [value, want] :
          {std::pair<const char*, bool>{nullptr, s.unset}, {"0", false}, {"1", true}}) {
       testing::ScopedEnv e(s.name, value);
@@ -231,10 +236,55 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
       mn::expect_error<Error>([&] { runtime::device_traits(c); }, {s.name, bad});
     }
   }
+  // MN_CONV_NO_MATMUL=1 clears conv_matmul.
+  for (const auto& [value, want] :
+       {std::pair<const char*, bool>{nullptr, true}, {"0", true}, {"1", false}}) {
+    testing::ScopedEnv e("MN_CONV_NO_MATMUL", value);
+    EXPECT_EQ(runtime::device_traits(c).conv_matmul, want) << (value ? value : "unset");
+  }
   testing::ScopedEnv e("MN_COOP_TENSOR", "true");
   mn::expect_error<Error>([&] { runtime::device_traits(c); }, {"MN_COOP_TENSOR", "true"});
   testing::ScopedEnv d("MN_DISABLE_COOP", "yes");
   mn::expect_error<Error>([] { runtime::coop_mode_from_env(); }, {"MN_DISABLE_COOP", "yes"});
+}
+
+// Forced tiles must name a tile of their kernel, and MN_COOP_STAGES count 1 or 2 buffers: an
+// unknown name would leave every product to the kernel's own choice (or another kernel)
+// without a word.
+TEST(CoopTraits, ForcedTilesAndStagesFromTheEnvironment) {
+  const vk::DeviceCapabilities c = runtime::nvidia();
+  struct Tile {
+    const char* name;
+    std::string DeviceTraits::*field;
+    const char* valid;
+  };
+  for (const Tile& t :
+       {Tile{"MN_COOP_TILE", &DeviceTraits::coop_subgroup_tile, "m"},
+        Tile{"MN_COOP_WG_TILE", &DeviceTraits::coop_wg_tile, "w128x128"},
+        Tile{"MN_COOP_TENSOR_TILE", &DeviceTraits::coop_tensor_tile, "t128x256k32u4"}}) {
+    {
+      testing::ScopedEnv e(t.name, nullptr);
+      EXPECT_EQ(runtime::device_traits(c).*t.field, "") << t.name;
+    }
+    {
+      testing::ScopedEnv e(t.name, t.valid);
+      EXPECT_EQ(runtime::device_traits(c).*t.field, t.valid) << t.name;
+    }
+    testing::ScopedEnv e(t.name, "huge");
+    mn::expect_error<Error>([&] { runtime::device_traits(c); }, {t.name, "huge", t.valid});
+  }
+  {
+    testing::ScopedEnv e("MN_COOP_STAGES", "1");
+    EXPECT_TRUE(runtime::device_traits(c).coop_single_stage);
+  }
+  {
+    testing::ScopedEnv e("MN_COOP_STAGES", nullptr);
+    EXPECT_FALSE(runtime::device_traits(c).coop_single_stage);
+  }
+  for (const char* bad : {"3", "0", "one"}) {
+    testing::ScopedEnv e("MN_COOP_STAGES", bad);
+    mn::expect_error<Error>([&] { runtime::device_traits(c); }, {"MN_COOP_STAGES"});
+  }
 }
 
 TEST(CoopTraits, WorkgroupScopeGranularitiesFromFlexibleDimensions) {

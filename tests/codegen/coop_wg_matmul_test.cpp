@@ -15,7 +15,6 @@
 #include "codegen/lower_matmul_coop_wg.h"
 #include "codegen/shader/shader_compiler.h"
 #include "codegen/shader/spirv_coop_khr.h"
-#include "support/scoped_env.h"
 
 namespace mn::codegen {
 namespace {
@@ -162,8 +161,11 @@ TEST(CoopWgMatmul, UsedOnlyWhereTheDeviceAndShapeAllow) {
   auto fctx = big->ctx(failed);
   EXPECT_NE(coop_wg_rejection(fctx, geometry(fctx), 1), "");
   // MN_COOP_WG=0 turns it off.
-  mn::testing::ScopedEnv off("MN_COOP_WG", "0");
-  EXPECT_NE(coop_wg_rejection(ctx, geometry(ctx), 1), "");
+  DeviceTraits off = t;
+  off.coop_wg = false;
+  auto octx = big->ctx(off);
+  EXPECT_EQ(coop_wg_rejection(octx, geometry(octx), 1),
+            "workgroup-scope kernel turned off (MN_COOP_WG=0)");
 }
 
 }  // namespace

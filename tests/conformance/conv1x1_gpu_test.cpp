@@ -169,12 +169,13 @@ TEST(Conv1x1Gpu, LongKWeightGradientKeepsImplicitGemm) {
 }
 
 // On a tensor-core device (an H200's traits) ResNet-50's 1×1 convolutions at batch 32 keep the
-// implicit GEMM (measured faster there than the cooperative path); with MN_CONV_COOP_1X1=1 they
+// implicit GEMM (measured faster there than the cooperative path); with MN_CONV_COOP_1X1=1
+// (DeviceTraits::conv_coop_1x1) they
 // lower to the cooperative-matrix matmul, forward (with a bias epilogue) and both gradients
 // (but for layer4's weight gradient, whose per-image partials would outweigh its operands),
 // and every launch compiles (it cannot run here).
 TEST(Conv1x1Gpu, TensorCoreKernelsOnNvidiaTraits) {
-  const codegen::DeviceTraits t = codegen::testing::h200_traits();
+  const codegen::DeviceTraits h200 = codegen::testing::h200_traits();
   // layer1's 256 -> 64 at 56×56 and layer4's 2048 -> 512 at 7×7 (49 columns per image: by
   // itself below the matmul's thresholds).
   Graph g;
@@ -192,7 +193,8 @@ TEST(Conv1x1Gpu, TensorCoreKernelsOnNvidiaTraits) {
     if (hw == 7) partials_outweigh = nodes.back();
   }
   for (const bool forced : {false, true}) {
-    const testing::ScopedEnv route("MN_CONV_COOP_1X1", forced ? "1" : nullptr);
+    codegen::DeviceTraits t = h200;
+    t.conv_coop_1x1 = forced;  // MN_CONV_COOP_1X1=1
     for (Tensor n : nodes) {
       const Node& node = g.node(n.id());
       std::vector<TensorType> types;

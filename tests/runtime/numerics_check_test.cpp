@@ -96,7 +96,8 @@ TEST(CheckNumerics, OffByDefaultAndOnThroughTheEnvironment) {
 TEST(CheckNumerics, MistypedSwitchesAreErrors) {
   LogGraph m;
   const std::pair<const char*, const char*> bad[] = {
-      {"MN_CHECK_NUMERICS", "yes"}, {"MN_CHECK_INDICES", "off"}, {"MN_MAP_ARENA", "no"}};
+      {"MN_CHECK_NUMERICS", "yes"}, {"MN_CHECK_INDICES", "off"}, {"MN_MAP_ARENA", "no"},
+      {"MN_FUSION", "off"},         {"MN_NO_OPTIMIZE", "yes"},   {"MN_COOP_STAGES", "4"}};
   for (const auto& [name, value] : bad) {
     testing::ScopedEnv env(name, value);
     mn::expect_error<Error>([&] { build_session(m.g); }, {name, value});

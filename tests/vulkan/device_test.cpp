@@ -6,6 +6,7 @@
 
 #include <meganeura/error.h>
 
+#include "support/expect_error.h"
 #include "support/scoped_env.h"
 #include "support/scratch_dir.h"
 #include "vulkan/arena.h"
@@ -120,6 +121,20 @@ TEST(Device, CreatesOnLavapipeWithValidation) {
     EXPECT_TRUE(caps.memory.unified);
   }
   EXPECT_EQ(device.validation_message_count(), 0u) << joined(device.validation_messages());
+}
+
+// MN_VALIDATION: 1 on, 0 or unset off; anything else is an error naming it ("false" turned
+// the layer on, as any value but 0 did).
+TEST(Device, ValidationSwitchFromTheEnvironment) {
+  for (const auto& [value, want] :
+       {std::pair<const char*, bool>{nullptr, false}, {"0", false}, {"1", true}}) {
+    mn::testing::ScopedEnv env("MN_VALIDATION", value);
+    EXPECT_EQ(validation_requested_by_env(), want) << (value ? value : "unset");
+  }
+  for (const char* bad : {"false", "yes", "2"}) {
+    mn::testing::ScopedEnv env("MN_VALIDATION", bad);
+    mn::expect_error<Error>([] { validation_requested_by_env(); }, {"MN_VALIDATION", bad});
+  }
 }
 
 TEST(Device, SelectorOptionAndEnvironment) {
