@@ -3,36 +3,15 @@
 // codegen/tensor_loads.h.
 #include "codegen/lower_attention_tensor.h"
 
-#include <algorithm>
 #include <string>
 
+#include "codegen/attention_tensor_tiles.h"
 #include "codegen/glsl.h"
 #include "codegen/kernel_template.h"
-#include "codegen/lower_matmul_coop_wg.h"
 #include "codegen/tensor_loads.h"
 
 namespace mn::codegen::attention_lowering {
 namespace {
-
-constexpr uint64_t kRows = 64, kMaxHead = 128;
-
-// Workgroups of 128 invocations up to heads of 64, 256 above (the registers of the 64 × 128
-// output accumulator and its operands).
-uint32_t invocations(const AttentionShape& g) { return std::max(g.d, g.dv) > 64 ? 256u : 128u; }
-
-// The BR × D queries, BR × BC scores and probabilities, D × BC keys, BC × DV values and the
-// BR × DV output in the device's workgroup-matrix granularity (f16 and bf16 alike).
-bool matrices_fit(const AttentionShape& g, const DeviceTraits& d) {
-  const int r = static_cast<int>(kRows), dk = static_cast<int>(g.d), dv = static_cast<int>(g.dv);
-  const uint32_t n = invocations(g);
-  for (const auto& granularity : {d.coop_wg_granularity, d.coop_wg_bf16_granularity}) {
-    if (!workgroup_tile_fits(r, r, dk, n, granularity, d) ||
-        !workgroup_tile_fits(r, dv, r, n, granularity, d)) {
-      return false;
-    }
-  }
-  return true;
-}
 
 // The matrices' component type: bf16 where the operands are bf16 or the log-sum-exp is saved
 // for the bf16 training kernels, whose scores these then are; f16 otherwise.
@@ -54,8 +33,9 @@ bool takes_tensor_forward(const LowerContext& ctx, const AttentionShape& g) {
       ctx.append) {
     return false;
   }
-  if (g.d % 16 != 0 || g.dv % 16 != 0 || g.d > kMaxHead || g.dv > kMaxHead) return false;
-  return matrices_fit(g, d);
+  // f16 and bf16 matrices alike (the operands' dtype chooses).
+  return tensor_attention_fits(g.d, g.dv, d.coop_wg_granularity, d) &&
+         tensor_attention_fits(g.d, g.dv, d.coop_wg_bf16_granularity, d);
 }
 
 KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionShape& g) {
@@ -86,7 +66,7 @@ KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionSha
   const uint64_t mask_row_stride =
       a.has_mask && g.mask[R - 2] != 1 ? static_cast<uint64_t>(g.mask[R - 1]) : 0;
   const uint64_t mask_key_stride = a.has_mask && g.mask[R - 1] != 1 ? 1 : 0;
-  const uint64_t tiles = (g.lq + kRows - 1) / kRows;
+  const uint64_t tiles = (g.lq + kTensorAttentionRows - 1) / kTensorAttentionRows;
   const TemplateFields fields{
       {"DECLARATIONS", decl},
       {"OPERAND_LOADS", loads},
@@ -104,7 +84,7 @@ KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionSha
   };
   k.name = "attention_tensor";
   k.glsl = fill_kernel_template("attention_tensor.comp", fields);
-  const uint32_t lanes = invocations(g);
+  const uint32_t lanes = tensor_attention_invocations(g.d, g.dv);
   k.workgroup = {lanes, 1, 1};
   k.groups = glsl::linear_grid(g.heads() * tiles * lanes, ctx.device, lanes).groups;
   k.current_compiler = true;

@@ -4,42 +4,24 @@
 // nearest bf16).
 #include "codegen/lower_attention_training_tensor.h"
 
-#include <algorithm>
 #include <string>
 
+#include "codegen/attention_tensor_tiles.h"
 #include "codegen/glsl.h"
 #include "codegen/kernel_template.h"
 #include "codegen/lower_attention_training_coop.h"
-#include "codegen/lower_matmul_coop_wg.h"
 #include "codegen/tensor_loads.h"
 
 namespace mn::codegen::attention_training {
 
 namespace {
 
-constexpr uint64_t kRows = 64, kMaxHead = 128;
-
-// Workgroups of 128 invocations up to heads of 64, 256 above (the accumulators of a 64 × 128
-// result and its operands would not fit 128 invocations' registers).
-uint32_t invocations(const TrainingShape& g) { return std::max(g.d, g.dv) > 64 ? 256u : 128u; }
-
-// Whether every matrix the kernel makes fits the device's bf16 workgroup-scope granularity: the
-// R × D and R × DV own rows, the R × BK scores and weights, the D × BK and DV × BK blocks.
-bool matrices_fit(const TrainingShape& g, const DeviceTraits& d) {
-  const int r = static_cast<int>(kRows), dk = static_cast<int>(g.d), dv = static_cast<int>(g.dv);
-  const uint32_t n = invocations(g);
-  return workgroup_tile_fits(r, r, dk, n, d.coop_wg_bf16_granularity, d) &&
-         workgroup_tile_fits(r, dk, r, n, d.coop_wg_bf16_granularity, d) &&
-         workgroup_tile_fits(r, r, dv, n, d.coop_wg_bf16_granularity, d) &&
-         workgroup_tile_fits(r, dv, r, n, d.coop_wg_bf16_granularity, d);
-}
-
 bool serves(const LowerContext& ctx, const TrainingShape& g) {
   const DeviceTraits& d = ctx.device;
   if (!d.tensor_attention || !d.coop_tensor || !d.coop_tensor_conversions) return false;
   if (g.form == Form::lse) return false;
-  if (g.d % 16 != 0 || g.dv % 16 != 0 || g.d > kMaxHead || g.dv > kMaxHead) return false;
-  return matrices_fit(g, d) && bf16_operands_chosen(ctx, g);
+  return tensor_attention_fits(g.d, g.dv, d.coop_wg_bf16_granularity, d) &&
+         bf16_operands_chosen(ctx, g);
 }
 
 }  // namespace
@@ -57,7 +39,7 @@ std::optional<KernelLaunch> tensor_training_kernel(const LowerContext& ctx,
   const bool dv_too = f == Form::grad_k && ctx.grad_v_output.has_value();
   const bool qown = query_own(f);
   const uint64_t own_rows = qown ? g.lq : g.lk, own_heads = qown ? g.hq : g.hkv;
-  const uint64_t tiles = (own_rows + kRows - 1) / kRows;
+  const uint64_t tiles = (own_rows + kTensorAttentionRows - 1) / kTensorAttentionRows;
   const uint64_t groups = g.batches() * own_heads * tiles;
   KernelLaunch k;
   std::string decl = glsl::require_extensions(
@@ -96,7 +78,7 @@ std::optional<KernelLaunch> tensor_training_kernel(const LowerContext& ctx,
   fields.merge(role_fields(g, ""));
   k.name = dv_too ? "attention_grad_kv_tensor" : names[static_cast<int>(f)];
   k.glsl = fill_kernel_template("attention_training_tensor.comp", fields);
-  const uint32_t lanes = invocations(g);
+  const uint32_t lanes = tensor_attention_invocations(g.d, g.dv);
   k.workgroup = {lanes, 1, 1};
   k.groups = glsl::linear_grid(groups * lanes, ctx.device, lanes).groups;
   k.current_compiler = true;

@@ -12,36 +12,16 @@
 #include <meganeura/graph.h>
 #include <meganeura/ops.h>
 
-#include "codegen/coop_fixture.h"
+#include "codegen/attention_nodes.h"
+#include "codegen/current_toolchain.h"
 #include "codegen/kernel.h"
-#include "codegen/shader/current_glslang.h"
-#include "codegen/shader/shader_compiler.h"
-#include "support/spirv_val.h"
 
 namespace mn::codegen {
 namespace {
 
-struct Case {
-  std::string tag;
-  Shape q, k, v, mask;
-  bool causal = false;
-  DType dtype = DType::f32;
-};
-
-std::unique_ptr<testing::OneNode> attention_node(const Case& c) {
-  auto n = std::make_unique<testing::OneNode>();
-  Graph& g = n->g;
-  Tensor q = g.input("q", c.q, c.dtype), k = g.input("k", c.k, c.dtype),
-         v = g.input("v", c.v, c.dtype);
-  std::vector<Tensor> operands{q, k, v};
-  Tensor mask = c.mask.empty() ? Tensor{} : g.input("mask", c.mask);
-  if (!c.mask.empty()) operands.push_back(mask);
-  Tensor out = scaled_dot_product_attention(q, k, v, mask, c.causal);
-  g.output("out", out);
-  n->id = out.id();
-  for (const Tensor& t : operands) n->types.push_back(g.node(t.id()).type);
-  return n;
-}
+using Case = testing::AttentionCase;
+using testing::attention_node;
+using testing::kernel_name;
 
 // An H200 with its tensor-addressed matrices (bf16 as f16), asked for the kernels.
 DeviceTraits tensor_traits() {
@@ -58,13 +38,12 @@ const Case kCases[] = {
     {"d128", {2, 4, 100, 128}, {2, 4, 300, 128}, {2, 4, 300, 128}, {}, false},
     {"d16-mask", {1, 2, 40, 16}, {1, 2, 70, 16}, {1, 2, 70, 16}, {1, 40, 70}, false},
     {"d32-dv96-row-mask", {3, 33, 32}, {3, 65, 32}, {3, 65, 96}, {3, 1, 65}, true},
-    {"f16", {1, 2, 128, 64}, {1, 2, 128, 64}, {1, 2, 128, 64}, {}, true, DType::f16},
-    {"bf16", {1, 2, 128, 64}, {1, 2, 128, 64}, {1, 2, 128, 64}, {}, false, DType::bf16},
+    {"f16", {1, 2, 128, 64}, {1, 2, 128, 64}, {1, 2, 128, 64}, {}, true, false, DType::f16},
+    {"bf16", {1, 2, 128, 64}, {1, 2, 128, 64}, {1, 2, 128, 64}, {}, false, false, DType::bf16},
 };
 
 TEST(AttentionTensor, EveryFormCompilesAndValidates) {
-  if (!current_glslang().available) GTEST_SKIP() << current_glslang().status;
-  if (test::spirv_val_path().empty()) GTEST_SKIP() << "no spirv-val in the build";
+  REQUIRE_CURRENT_TOOLCHAIN();
   for (const Case& c : kCases) {
     for (const bool lse : {false, true}) {
       SCOPED_TRACE(c.tag + (lse ? " saving the log-sum-exp" : ""));
@@ -82,24 +61,13 @@ TEST(AttentionTensor, EveryFormCompilesAndValidates) {
       const bool bf16 = lse || c.dtype == DType::bf16;
       EXPECT_NE(k.glsl.find(bf16 ? "#define ELEM bfloat16_t" : "#define ELEM float16_t"),
                 std::string::npos);
-      CompileOptions co;
-      co.compiler = GlslCompiler::current;
-      co.target = TargetEnv::vulkan_1_3;
-      co.name = k.name;
-      const auto spirv = compile_glsl(k.glsl, co);
-      EXPECT_EQ(test::spirv_val_errors(spirv), "");
-      const std::string dis = test::spirv_dis(spirv);
+      const auto [errors, dis] = testing::validate_current(k);
+      EXPECT_EQ(errors, "");
       EXPECT_NE(dis.find("OpCooperativeMatrixLoadTensorNV"), std::string::npos);
       EXPECT_NE(dis.find("OpCooperativeMatrixReduceNV"), std::string::npos);
       EXPECT_NE(dis.find("OpCooperativeMatrixPerElementOpNV"), std::string::npos);
     }
   }
-}
-
-std::string kernel_name(const Case& c, const DeviceTraits& t) {
-  const Lowering l = attention_node(c)->lower(t);
-  return l.launches.size() == 1 ? l.launches[0].name
-                                : "(" + std::to_string(l.launches.size()) + ")";
 }
 
 TEST(AttentionTensor, TakenOnlyWhereAskedForAndTheDeviceHasEverything) {

@@ -10,6 +10,7 @@
 #include <meganeura/graph.h>
 #include <meganeura/ops.h>
 
+#include "codegen/attention_nodes.h"
 #include "codegen/coop_fixture.h"
 #include "codegen/kernel.h"
 #include "codegen/shader/shader_compiler.h"
@@ -18,41 +19,9 @@
 namespace mn::codegen {
 namespace {
 
-struct Case {
-  std::string tag;
-  Shape q, k, v, mask;
-  bool causal = false;
-  bool positions = false;  // cached_attention with per-row positions [B, 1, Lq]
-  DType dtype = DType::f32;
-};
-
-std::unique_ptr<testing::OneNode> attention_node(const Case& c) {
-  auto n = std::make_unique<testing::OneNode>();
-  Graph& g = n->g;
-  Tensor q = g.input("q", c.q, c.dtype), k = g.input("k", c.k, c.dtype),
-         v = g.input("v", c.v, c.dtype);
-  Tensor out;
-  std::vector<Tensor> operands{q, k, v};
-  if (c.positions) {
-    Tensor pos = g.input("pos", {c.q[0], 1, c.q[2]}, DType::i32);
-    operands.push_back(pos);
-    out = cached_attention(q, k, v, pos);
-  } else {
-    Tensor mask = c.mask.empty() ? Tensor{} : g.input("mask", c.mask);
-    if (!c.mask.empty()) operands.push_back(mask);
-    out = scaled_dot_product_attention(q, k, v, mask, c.causal);
-  }
-  g.output("out", out);
-  n->id = out.id();
-  for (const Tensor& t : operands) n->types.push_back(g.node(t.id()).type);
-  return n;
-}
-
-std::string kernel_name(const Case& c, const DeviceTraits& t) {
-  const Lowering l = attention_node(c)->lower(t);
-  return l.launches.size() == 1 ? l.launches[0].name
-                                : "(" + std::to_string(l.launches.size()) + ")";
-}
+using Case = testing::AttentionCase;
+using testing::attention_node;
+using testing::kernel_name;
 
 // Traits of an H200 taking the kernel wherever it fits (MN_COOP_ATTENTION=1).
 DeviceTraits always() {

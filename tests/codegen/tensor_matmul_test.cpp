@@ -10,16 +10,16 @@
 #include <meganeura/ops.h>
 
 #include "codegen/coop_fixture.h"
+#include "codegen/current_toolchain.h"
 #include "codegen/kernel_template.h"
 #include "codegen/lower_matmul_coop_wg.h"
 #include "codegen/lower_matmul_tensor.h"
 #include "codegen/matmul_epilogue.h"
-#include "codegen/shader/current_glslang.h"
-#include "codegen/shader/shader_compiler.h"
-#include "support/spirv_val.h"
 
 namespace mn::codegen {
 namespace {
+
+using testing::compile_current;
 
 using testing::matmul_node;
 
@@ -30,20 +30,6 @@ DeviceTraits tensor_traits() {
   t.coop_tensor = true;
   t.coop_wg_bf16_granularity = t.coop_wg_granularity;
   return t;
-}
-
-#define REQUIRE_CURRENT_TOOLCHAIN()                                                   \
-  do {                                                                                \
-    if (!current_glslang().available) GTEST_SKIP() << current_glslang().status;       \
-    if (test::spirv_val_path().empty()) GTEST_SKIP() << "no spirv-val in the build"; \
-  } while (0)
-
-std::vector<uint32_t> compile_current(const std::string& glsl, const std::string& name) {
-  CompileOptions co;
-  co.compiler = GlslCompiler::current;
-  co.target = TargetEnv::vulkan_1_3;
-  co.name = name;
-  return compile_glsl(glsl, co);
 }
 
 // The kernel's SPIR-V from the current compiler, or empty when the toolchain is missing.
