@@ -23,6 +23,25 @@ inline nlohmann::json kernel_counts(const plan::StepPlan& plan) {
   return counts;
 }
 
+// The plan's launches in dispatch order (--plan-order), each "kernel :: op(type) ... <- the
+// types of what it reads": where launches go and which nodes each kernel covers.
+inline nlohmann::json launch_order(const plan::StepPlan& plan) {
+  nlohmann::json order = nlohmann::json::array();
+  for (const plan::PlannedLaunch& l : plan.launches) {
+    std::string line = l.kernel.name + " ::";
+    for (NodeId n : l.nodes) {
+      const Node& node = plan.graph.node(n);
+      line += " " + std::string(node.op_name()) + "(" + node.type.str() + ")";
+    }
+    line += " <-";
+    for (NodeId n : plan.groups[static_cast<size_t>(l.group)].inputs) {
+      line += " " + plan.graph.node(n).type.str();
+    }
+    order.push_back(std::move(line));
+  }
+  return order;
+}
+
 // A planned step's arena and launches, and with `kernels` its launches by kernel name.
 inline nlohmann::json plan_summary(const plan::StepPlan& p, bool kernels = true) {
   nlohmann::json j{{"arena_mib", static_cast<double>(p.arena_bytes) / (1 << 20)},

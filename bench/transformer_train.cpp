@@ -3,8 +3,9 @@
 // the graph as written (one kernel per op) and optimized (e-graph + fusion) in the same process
 // and prints one JSON line each. PyTorch counterpart: bench/transformer_train.py.
 // --plan only plans each step (no device, no run) and prints its arena and dispatch count;
-// --plan-kernels also counts the launches of each kernel name, --plan-memory says what fills the
-// arena at its peak, --plan-live N also lists the N largest buffers live there.
+// --plan-kernels also counts the launches of each kernel name, --plan-order lists the launches in
+// dispatch order with the nodes each covers, --plan-memory says what fills the arena at its
+// peak, --plan-live N also lists the N largest buffers live there.
 //
 // --model causal_lm builds the step from build_causal_lm with SmolLM2-135M's config instead
 // (Hugging Face's LlamaForCausalLM: composite attention, rms_norm and silu, the loss's shift
@@ -17,6 +18,7 @@
 //                                [--precision f32|bf16|f16]   (SessionOptions::precision)
 //                                [--model transformer|causal_lm]
 //                                [--plan-device default|h200]   (the device --plan* plan for)
+//                                [--plan-kernels] [--plan-order] [--plan-memory] [--plan-live N]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -49,7 +51,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // Launches are counted by kernel name (--plan-kernels).
 nlohmann::json plan_fields(const mn::Graph& g, bool optimized, mn::DType precision,
                            const mn::plan::PlanOptions& device, bool kernels, bool memory,
-                           size_t live) {
+                           size_t live, bool order) {
   mn::plan::PlanOptions po = device;
   po.optimize.enabled = po.fuse = optimized;
   po.precision = precision;
@@ -58,6 +60,7 @@ nlohmann::json plan_fields(const mn::Graph& g, bool optimized, mn::DType precisi
   j["copies"] = plan.assignment_copies.size();
   if (memory) j["memory"] = mn::bench::peak_fields(plan);
   if (live) j["live_at_peak"] = mn::bench::live_at_peak(plan, live);
+  if (order) j["order"] = mn::bench::launch_order(plan);
   return j;
 }
 
@@ -93,6 +96,7 @@ int main(int argc, char** argv) {
   int steps = 30;
   std::string device, only;
   bool profile = false, plan_only = false, plan_kernels = false, plan_memory = false;
+  bool plan_order = false;
   size_t plan_live = 0;
   std::string precision = "f32", model = "transformer", plan_device = "default";
   mn::TransformerSpec spec = mn::smollm2_135m();
@@ -116,6 +120,8 @@ int main(int argc, char** argv) {
       plan_only = true;
     else if (!std::strcmp(argv[i], "--plan-kernels"))
       plan_only = plan_kernels = true;
+    else if (!std::strcmp(argv[i], "--plan-order"))
+      plan_only = plan_order = true;
     else if (!std::strcmp(argv[i], "--plan-memory"))
       plan_only = plan_memory = true;
     else if (!std::strcmp(argv[i], "--plan-live")) {
@@ -135,6 +141,13 @@ int main(int argc, char** argv) {
       precision = next();
     else if (!std::strcmp(argv[i], "--model"))
       model = next();
+    else {
+      std::fprintf(stderr,
+                   "bench_transformer_train: unknown argument '%s' (usage: see the head of "
+                   "bench/transformer_train.cpp)\n",
+                   argv[i]);
+      return 2;
+    }
   }
   const std::string name = "smollm2_135m_train_b" + std::to_string(spec.batch) + "_s" +
                            std::to_string(spec.sequence) +
@@ -153,8 +166,9 @@ int main(int argc, char** argv) {
       if (!only.empty() && only != (optimized ? "optimized" : "baseline")) continue;
       const StepGraph m = step_graph(model, spec);
       if (plan_only) {
-        nlohmann::json j = plan_fields(*m.graph, optimized, mn::dtype_from_name(precision),
-                                       *planned_device, plan_kernels, plan_memory, plan_live);
+        nlohmann::json j =
+            plan_fields(*m.graph, optimized, mn::dtype_from_name(precision), *planned_device,
+                        plan_kernels, plan_memory, plan_live, plan_order);
         j.update({{"name", name},
                   {"impl", "meganeura"},
                   {"optimized", optimized},
