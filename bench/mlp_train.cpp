@@ -61,6 +61,12 @@ int main(int argc, char** argv) {
       profile = true;
     else if (!std::strcmp(argv[i], "--only") && i + 1 < argc)
       only = argv[++i];
+    else {
+      std::fprintf(stderr,
+                   "usage: bench_mlp_train [--steps N] [--device D] [--profile] "
+                   "[--only optimized|baseline]\n");
+      return 2;
+    }
   }
   const std::vector<Workload> workloads = {
       {"mlp_ci_b16", {128, 64, 64, 10}, 16, mn::Optimizer::sgd(), 0.01, false},

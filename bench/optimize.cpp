@@ -56,6 +56,10 @@ int main(int argc, char** argv) {
       layers = std::atoi(argv[++i]);
     else if (!std::strcmp(argv[i], "--device") && i + 1 < argc)
       device = argv[++i];
+    else {
+      std::fprintf(stderr, "usage: bench_optimize [--repeats N] [--layers L] [--device D]\n");
+      return 2;
+    }
   }
   try {
     const mn::plan::PlanOptions base = mn::runtime::plan_options(device);

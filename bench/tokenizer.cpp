@@ -66,6 +66,11 @@ int main(int argc, char** argv) {
       text_file = argv[++i];
     else if (!std::strcmp(argv[i], "--repeats") && i + 1 < argc)
       repeats = std::max(1, std::atoi(argv[++i]));
+    else {
+      std::fprintf(stderr,
+                   "usage: bench_tokenizer [--tokenizer DIR] [--text FILE] [--repeats N]\n");
+      return 2;
+    }
   }
   try {
     const std::string text = text_file.empty() ? default_text() : read_file(text_file);
