@@ -3,7 +3,8 @@
 //
 // The graph-op forms (decomposition and vjp) view grouped-query heads as two axes: q becomes
 // [..., Hkv, G, Lq, D] and k, v become [..., Hkv, 1, Lk, *], so one broadcasting matmul serves
-// every group, and summing the gradients of k and v back over G is sum_to.
+// every group; the gradients of k and v sum over G inside their products where the group can
+// join K (key_side_gradient), else by sum_to.
 #include "ir/ops/attention.h"
 #include "ir/ops/attention_internal.h"
 
@@ -254,6 +255,25 @@ Tensor ungrouped(Tensor grouped_grad, const Tensor& grouped_operand, const Tenso
   return reshape(sum_to(grouped_grad, grouped_shape), shape);
 }
 
+// The gradient of k or v, weightsᵀ · rows over every query row of the key/value head's group.
+// Where only the group axis is summed (k and v take q's batch axes, G > 1) the group joins
+// the product's K, [..., Hkv, G·Lq, Lk]ᵀ · [..., Hkv, G·Lq, *] (G and Lq are adjacent, so both
+// reshapes are views): one product of G times the depth and no [..., Hkv, G, Lk, *] tensor
+// summed afterwards; elsewhere the grouped product and its sum.
+Tensor key_side_gradient(const Geometry& g, Tensor weights, Tensor rows, const Tensor& grouped,
+                         const Tensor& operand) {
+  const bool same_batch =
+      leading(g.q, 3) == g.batch && leading(g.k, 3) == g.batch && leading(g.v, 3) == g.batch;
+  if (g.group() == 1 || !same_batch || !g.heads) {
+    return ungrouped(matmul(weights, rows, true, false), grouped, operand);
+  }
+  const Shape operand_shape = operand.shape();
+  const int64_t width = rows.shape().back();
+  const Tensor w = reshape(weights, concat_shape(g.batch, {g.hkv, g.group() * g.lq, g.lk}));
+  const Tensor r = reshape(rows, concat_shape(g.batch, {g.hkv, g.group() * g.lq, width}));
+  return reshape(matmul(w, r, true, false), operand_shape);
+}
+
 // Flash-attention's backward in graph ops: P is recomputed from q and k as an Lq x Lk tensor
 // per head. The training ops (attention_training.cpp) compute the same without it.
 std::vector<Tensor> sdpa_vjp_of(const AttentionAttrs& a, std::span<const Tensor> in, Tensor out,
@@ -262,8 +282,8 @@ std::vector<Tensor> sdpa_vjp_of(const AttentionAttrs& a, std::span<const Tensor>
   const Tensor dss = scaled(sg.ds, a.scale, sg.g.d);
   std::vector<Tensor> grads(in.size());
   grads[0] = ungrouped(matmul(dss, sg.t.k), sg.t.q, in[0]);
-  grads[1] = ungrouped(matmul(dss, sg.t.q, true, false), sg.t.k, in[1]);
-  grads[2] = ungrouped(matmul(sg.p, sg.d_o, true, false), sg.t.v, in[2]);
+  grads[1] = key_side_gradient(sg.g, dss, sg.t.q, sg.t.k, in[1]);
+  grads[2] = key_side_gradient(sg.g, sg.p, sg.d_o, sg.t.v, in[2]);
   if (a.has_mask) grads[3] = ungrouped(sg.ds, sg.t.mask, in[3]);
   return grads;
 }
