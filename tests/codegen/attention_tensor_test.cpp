@@ -44,11 +44,12 @@ const Case kCases[] = {
 
 TEST(AttentionTensor, EveryFormCompilesAndValidates) {
   REQUIRE_CURRENT_TOOLCHAIN();
+  const DeviceTraits t = tensor_traits();  // the contexts below refer to it
   for (const Case& c : kCases) {
     for (const bool lse : {false, true}) {
       SCOPED_TRACE(c.tag + (lse ? " saving the log-sum-exp" : ""));
       auto n = attention_node(c);
-      LowerContext ctx = n->ctx(tensor_traits());
+      LowerContext ctx = n->ctx(t);
       if (lse) ctx.saved_lse = DType::f32;
       const Lowering l = (*find_lowering("scaled_dot_product_attention"))(ctx);
       ASSERT_EQ(l.launches.size(), 1u);
