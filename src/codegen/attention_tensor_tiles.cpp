@@ -20,7 +20,8 @@ bool tensor_attention_fits(uint64_t d, uint64_t dv,
   if (d % 16 != 0 || dv % 16 != 0 || d > kMaxHead || dv > kMaxHead) return false;
   const int r = static_cast<int>(kTensorAttentionRows);
   const uint32_t n = tensor_attention_invocations(d, dv);
-  for (const int w : {static_cast<int>(d), static_cast<int>(dv)}) {
+  // The heads' widths, and the block's: the forward's row sums are P times ones (R × R).
+  for (const int w : {static_cast<int>(d), static_cast<int>(dv), r}) {
     if (!workgroup_tile_fits(r, r, w, n, granularity, device) ||
         !workgroup_tile_fits(r, w, r, n, granularity, device)) {
       return false;

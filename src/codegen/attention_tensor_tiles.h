@@ -16,7 +16,7 @@ constexpr uint64_t kTensorAttentionRows = 64;
 uint32_t tensor_attention_invocations(uint64_t d, uint64_t dv);
 
 // Whether heads of d (queries, keys) and dv (values) elements suit the kernels: 16 to 128 in
-// steps of 16, every matrix (R × R over K = d or dv, R × d and R × dv over K = R) in the
+// steps of 16, every matrix (R × R over K = d, dv or R, R × d and R × dv over K = R) in the
 // device's workgroup-scope `granularity` (coop_wg_granularity or coop_wg_bf16_granularity).
 bool tensor_attention_fits(uint64_t d, uint64_t dv,
                            const std::array<std::array<uint32_t, 3>, 4>& granularity,

@@ -10,9 +10,11 @@
 // - S = Q·Kᵀ on an f32 accumulator, scaled, masked and -inf where the query does not see the
 //   key, per element;
 // - the rows' running maximum M (a matrix whose every column holds its row's value) moves to
-//   max(M, the block's row maximum) by a row reduction; P = exp(S - M), and L, the rows' sums,
-//   becomes L·exp(M_old - M) + the row sums of P (0 while a row's maximum is -inf: any finite
-//   score counts, however negative, as the reference's softmax);
+//   max(M, the block's row maximum) by a row reduction; P = exp(S - M) (0 while a row's maximum
+//   is -inf: any finite score counts, however negative, as the reference's softmax), converted
+//   to an A-matrix in place; L, the rows' sums, becomes L·exp(M_old - M) + the row sums of that
+//   matrix, taken as its product with a matrix of ones on the matrix units rather than by a
+//   second reduction (so O and L weigh the same rounded probabilities);
 // - O = O·exp(M_old - M) + P·V, P converted to an A-matrix in place.
 // At the end O / L is stored per element (rows past the head's skipped), and with SAVES_LSE
 // (a training step's attention_lse, schedule/saved_lse.h) each row's M + log(L) through out1.
@@ -51,7 +53,6 @@ float score(const in uint32_t r, const in uint32_t c, const in float raw, const 
 }
 
 float larger(const in float x, const in float y) { return max(x, y); }
-float plus(const in float x, const in float y) { return x + y; }
 // A row's value (every column holds it) spread over a matrix of other width.
 float either(const in float x, const in float y) { return x; }
 float larger_of(const in uint32_t r, const in uint32_t c, const in float x, const in float y) {
@@ -111,6 +112,7 @@ void main() {
   ACC(BR, DV) o = ACC(BR, DV)(0.0);
   ACC(BR, BC) m = ACC(BR, BC)(-mn_inf());
   ACC(BR, BC) l = ACC(BR, BC)(0.0);
+  MAT_B(BC, BC) ones = MAT_B(BC, BC)(ELEM(1.0));  // the rows' sums of P as a product
   uint blocks = (reach + BC - 1u) / BC;
   for (uint n = 0u; n < blocks; ++n) {
     uint j0 = n * BC;
@@ -119,20 +121,19 @@ void main() {
     ACC(BR, BC) s = coopMatMulAdd(q, kt, ACC(BR, BC)(0.0));
     coopMatPerElementNV(s, s, score, i0, j0, mb);
 
-    ACC(BR, BC) block_max, m_new, p, shrink, sums;
+    ACC(BR, BC) block_max, m_new, p, shrink;
     coopMatReduceNV(block_max, s, gl_CooperativeMatrixReduceRowNV, larger);
     coopMatPerElementNV(m_new, block_max, larger_of, m);
     coopMatPerElementNV(p, s, shifted_exp, m_new);
     coopMatPerElementNV(shrink, m, shifted_exp, m_new);
     m = m_new;
-    coopMatReduceNV(sums, p, gl_CooperativeMatrixReduceRowNV, plus);
-    l = shrink * l + sums;
 
     ACC(BR, DV) shrink_rows;
     coopMatReduceNV(shrink_rows, shrink, gl_CooperativeMatrixReduceRowNV, either);
     o = o * shrink_rows;
 @ROUND_P@
     MAT_A(BR, BC) pa = MAT_A(BR, BC)(p);
+    l = coopMatMulAdd(pa, ones, shrink * l);
     MAT_B(BC, DV) vm;
     LOAD_v(vm, gl_MatrixUseB, BC, DV, vb, sliceTensorLayoutNV(v_rows, j0, BC, 0, DV));
     o = coopMatMulAdd(pa, vm, o);
