@@ -56,9 +56,9 @@ struct DeviceTraits {
   // Row and column reductions of those matrices (cooperativeMatrixReductions): a softmax's row
   // maxima and sums on the accumulators.
   bool coop_tensor_reductions = false;
-  // MN_TENSOR_ATTENTION=1: attention's forward and gradient ops on those matrices, the softmax
-  // on the accumulators (codegen/lower_attention_tensor.h, lower_attention_training_tensor.h).
-  // Off by default until the GPU suite has run them on a device.
+  // Attention's forward and gradient ops on those matrices, the softmax on the accumulators
+  // (codegen/lower_attention_tensor.h, lower_attention_training_tensor.h). Sessions set it
+  // (runtime::apply_environment) unless MN_TENSOR_ATTENTION=0.
   bool tensor_attention = false;
   std::string coop_tensor_tile;  // MN_COOP_TENSOR_TILE: force this tile where it fits
   // MN_COOP_TENSOR_SPLIT_K: K splits of tensor-addressed matmuls whose tiles do not fill the
@@ -90,10 +90,10 @@ struct DeviceTraits {
   // through shared memory (codegen/lower_conv_gemm_staged.h) instead of packed copies or f32
   // kernels. Off by default until measured against them on a device.
   bool conv_staged = false;
-  // MN_FUSED_ATTENTION_OUTPUTS=1: attention's bf16 training kernels on tensor cores take the
-  // values they compute on the way as second outputs (schedule/grad_kv.h: dK's kernel stores dV;
-  // schedule/saved_lse.h: the tensor-core forward stores the log-sum-exp). Off by default until
-  // the GPU suite has run them on a device.
+  // Attention's bf16 training kernels on tensor cores take the values they compute on the way as
+  // second outputs (schedule/grad_kv.h: dK's kernel stores dV; schedule/saved_lse.h: the
+  // tensor-core forward stores the log-sum-exp). Sessions set it (runtime::apply_environment)
+  // unless MN_FUSED_ATTENTION_OUTPUTS=0.
   bool fused_attention_outputs = false;
   // The granularities of workgroup-scope bf16·bf16+f32 matrices, as coop_wg_granularity's
   // (zeros: not offered; VK_KHR_shader_bfloat16's cooperative matrices are needed too).

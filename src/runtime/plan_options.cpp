@@ -113,8 +113,10 @@ void apply_environment(codegen::DeviceTraits& t) {
   t.matmul_split_k = env_count("MN_MATMUL_SPLIT_K", 0);
   t.coop_attention = coop_attention_choice(env_or("MN_COOP_ATTENTION", ""));
   t.conv_staged = support::env_switch("MN_CONV_STAGED", false);
-  t.fused_attention_outputs = support::env_switch("MN_FUSED_ATTENTION_OUTPUTS", false);
-  t.tensor_attention = support::env_switch("MN_TENSOR_ATTENTION", false);
+  // On since measured (docs/perf.md, 2026-12-05): =0 keeps the separate kernels, the
+  // subgroup-matrix attention kernels.
+  t.fused_attention_outputs = support::env_switch("MN_FUSED_ATTENTION_OUTPUTS", true);
+  t.tensor_attention = support::env_switch("MN_TENSOR_ATTENTION", true);
   if (!support::env_switch("MN_COOP_TENSOR", true)) {
     t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = false;
   }

@@ -75,7 +75,7 @@ TEST(AttentionTensor, TakenOnlyWhereAskedForAndTheDeviceHasEverything) {
   const Case prompt = kCases[0];
   EXPECT_EQ(kernel_name(prompt, tensor_traits()), "attention_tensor");
   const std::pair<const char*, std::function<void(DeviceTraits&)>> others[] = {
-      {"MN_TENSOR_ATTENTION unset", [](DeviceTraits& d) { d.tensor_attention = false; }},
+      {"MN_TENSOR_ATTENTION=0", [](DeviceTraits& d) { d.tensor_attention = false; }},
       {"no tensor addressing", [](DeviceTraits& d) { d.coop_tensor = false; }},
       {"no conversions", [](DeviceTraits& d) { d.coop_tensor_conversions = false; }},
       {"no reductions", [](DeviceTraits& d) { d.coop_tensor_reductions = false; }},

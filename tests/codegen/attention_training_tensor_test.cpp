@@ -72,7 +72,7 @@ TEST(AttentionTrainingTensor, TakenOnlyWhereAskedForAndTheDeviceHasEverything) {
     EXPECT_EQ(l.launches.at(0).name, op + (op == "attention_lse" ? "_coop" : "_tensor"));
   }
   const std::pair<const char*, std::function<void(DeviceTraits&)>> others[] = {
-      {"MN_TENSOR_ATTENTION unset", [](DeviceTraits& d) { d.tensor_attention = false; }},
+      {"MN_TENSOR_ATTENTION=0", [](DeviceTraits& d) { d.tensor_attention = false; }},
       {"no tensor addressing", [](DeviceTraits& d) { d.coop_tensor = false; }},
       {"no conversions", [](DeviceTraits& d) { d.coop_tensor_conversions = false; }},
       {"no bf16 workgroup matrices", [](DeviceTraits& d) { d.coop_wg_bf16_granularity = {}; }},

@@ -218,8 +218,8 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
     bool unset;
   };
   for (const Switch& s :
-       {Switch{"MN_FUSED_ATTENTION_OUTPUTS", &DeviceTraits::fused_attention_outputs, false},
-        Switch{"MN_TENSOR_ATTENTION", &DeviceTraits::tensor_attention, false},
+       {Switch{"MN_FUSED_ATTENTION_OUTPUTS", &DeviceTraits::fused_attention_outputs, true},
+        Switch{"MN_TENSOR_ATTENTION", &DeviceTraits::tensor_attention, true},
         Switch{"MN_CONV_STAGED", &DeviceTraits::conv_staged, false},
         Switch{"MN_COOP_PREPACK", &DeviceTraits::coop_prepack, true},
         Switch{"MN_COOP_WG", &DeviceTraits::coop_wg, true},

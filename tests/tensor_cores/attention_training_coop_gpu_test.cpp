@@ -39,8 +39,8 @@ class AttentionTrainingCoopGpu : public ::testing::TestWithParam<Case> {};
 // subgroup matrices ("_coop") or on tensor-addressed workgroup matrices ("_tensor").
 void check_gradients(const Case& c, bool fused, const std::string& kind) {
   testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
-  testing::ScopedEnv outputs("MN_FUSED_ATTENTION_OUTPUTS", fused ? "1" : nullptr);
-  testing::ScopedEnv tensor("MN_TENSOR_ATTENTION", kind == "_tensor" ? "1" : nullptr);
+  testing::ScopedEnv outputs("MN_FUSED_ATTENTION_OUTPUTS", fused ? "1" : "0");
+  testing::ScopedEnv tensor("MN_TENSOR_ATTENTION", kind == "_tensor" ? "1" : "0");
   // f32 operands take the tensor-core kernels only when asked; bf16 ones by choice.
   testing::ScopedEnv coop("MN_COOP_ATTENTION", c.dtype == DType::f32 ? "1" : nullptr);
   testing::AttentionProblem p = testing::attention_problem(c, "attention-training-coop-gpu/");

@@ -93,7 +93,7 @@ std::string kernels_of(const Session& s) {
 Array check(const Case& c, const reference::Feeds& feeds, Graph& g, const Tensor& out,
             const Tensor& terms, const reference::Feeds& device_feeds, const Expected& e = {}) {
   const ScopedEnv always("MN_COOP_ATTENTION", "1");
-  const ScopedEnv tensor("MN_TENSOR_ATTENTION", e.kernel == "attention_tensor" ? "1" : nullptr);
+  const ScopedEnv tensor("MN_TENSOR_ATTENTION", e.kernel == "attention_tensor" ? "1" : "0");
   g.output("out", out);
   g.output("terms", terms);
   const auto want = reference::evaluate(g, feeds);
