@@ -79,6 +79,13 @@ void parse_sizes(const JsonFields& f, LmConfig& c) {
   c.hidden_size = io::positive_size(f, "hidden_size");
   c.intermediate_size = io::positive_size(f, "intermediate_size");
   c.num_hidden_layers = io::positive_size(f, "num_hidden_layers");
+  // Far past any model's depth (the largest have about 128 layers); a larger count would have
+  // the builders name and allocate parameters for hundreds of millions of layers first.
+  constexpr int64_t kMaxLayers = 4096;
+  if (c.num_hidden_layers > kMaxLayers) {
+    f.fail("num_hidden_layers", "must be at most " + std::to_string(kMaxLayers) + ", got " +
+                                    std::to_string(c.num_hidden_layers));
+  }
   c.num_attention_heads = io::positive_size(f, "num_attention_heads");
   c.num_key_value_heads = io::positive_size(f, "num_key_value_heads", c.num_attention_heads);
   if (c.num_attention_heads % c.num_key_value_heads != 0) {

@@ -158,6 +158,10 @@ TEST(HfConfig, MissingOrMistypedFieldsNameFileAndField) {
   json mistyped = llama();
   mistyped["num_hidden_layers"] = "two";
   expect_error(mistyped, {"dir/config.json", "\"num_hidden_layers\"", "integer"});
+  // A depth no model has (the fuzzer's 333333336 layers exhausted memory naming parameters).
+  json deep = llama();
+  deep["num_hidden_layers"] = 333333336;
+  expect_error(deep, {"dir/config.json", "\"num_hidden_layers\"", "at most 4096", "333333336"});
   json flag = llama();
   flag["tie_word_embeddings"] = 1;
   expect_error(flag, {"\"tie_word_embeddings\"", "true or false"});
