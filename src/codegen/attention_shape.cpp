@@ -20,6 +20,13 @@ Shape pad_to(const Shape& s, size_t rank) {
 }
 Shape leading(const Shape& s) { return Shape(s.begin(), s.end() - 3); }
 
+// " * scale" or " / sqrt(d)": an explicit scale as the output's dtype holds it; the default
+// divides by sqrt(d), as the reference.
+std::string scaling(const LowerContext& ctx, const AttentionAttrs& a, uint64_t d) {
+  return a.scale > 0.0 ? " * " + glsl::float_literal(round_to_dtype(a.scale, ctx.node.type.dtype))
+                       : " / " + glsl::float_literal(std::sqrt(static_cast<double>(d)));
+}
+
 }  // namespace
 
 AttentionShape::AttentionShape(const LowerContext& ctx) {
@@ -107,18 +114,12 @@ std::string visible_expr(const AttentionShape& g, const std::string& row) {
 }
 
 std::string scale_function(const LowerContext& ctx, const AttentionAttrs& a, uint64_t d) {
-  return "float scaled(float x) { return x " +
-         (a.scale > 0.0 ? "* " + glsl::float_literal(round_to_dtype(a.scale, ctx.node.type.dtype))
-                        : "/ " + glsl::float_literal(std::sqrt(static_cast<double>(d)))) +
-         "; }\n";
+  return "float scaled(float x) { return x" + scaling(ctx, a, d) + "; }\n";
 }
 
 std::string score_expr(const LowerContext& ctx, const AttentionShape& g, const AttentionAttrs& a,
                        const std::string& jj, const std::string& mask_base) {
-  // An explicit scale as the dtype holds it; the default divides by sqrt(D) as the reference.
-  std::string s = a.scale > 0.0
-                      ? "dot * " + glsl::float_literal(round_to_dtype(a.scale, ctx.node.type.dtype))
-                      : "dot / " + glsl::float_literal(std::sqrt(static_cast<double>(g.d)));
+  std::string s = "dot" + scaling(ctx, a, g.d);
   if (a.has_mask) {
     s += " + mask_ld(" + mask_base + " + " + jj + " * " + ulit(g.mask[g.rank - 1] == 1 ? 0 : 1) +
          ")";
