@@ -44,16 +44,11 @@ KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionSha
   }
   const AttentionAttrs& a = g.attrs;
   KernelLaunch k;
-  std::string decl = glsl::require_extensions(
-      declarations(ctx, g, a.has_mask, k.bindings),
-      {"GL_EXT_bfloat16", "GL_KHR_memory_scope_semantics", "GL_KHR_cooperative_matrix",
-       "GL_NV_cooperative_matrix2", "GL_EXT_control_flow_attributes",
-       "GL_EXT_shader_explicit_arithmetic_types_float16",
-       "GL_EXT_shader_explicit_arithmetic_types_int32"});
-  decl += saved_lse_binding(ctx, k);
-  decl += glsl::half_conversions() + bf16_rounding_function();
-  decl += scale_function(ctx, a, g.d);
   const DType matrix = matrix_type(ctx);
+  std::string decl =
+      tensor_matrix_declarations(declarations(ctx, g, a.has_mask, k.bindings), matrix);
+  decl += saved_lse_binding(ctx, k);
+  decl += scale_function(ctx, a, g.d);
   std::string loads;
   for (uint32_t i = 0; i < 3; ++i) {
     loads += tensor_operand_loads(i, ctx.inputs[i].dtype,
@@ -73,7 +68,6 @@ KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionSha
       {"HAS_MASK", a.has_mask ? "1" : "0"},
       {"CAUSAL", a.causal ? "1" : "0"},
       {"SAVES_LSE", ctx.saved_lse ? "1" : "0"},
-      {"ELEM", matrix == DType::bf16 ? "bfloat16_t" : "float16_t"},
       {"TILES", std::to_string(tiles)},
       {"HEADS", std::to_string(g.heads())},
       {"MASK_ROW_STRIDE", std::to_string(mask_row_stride)},

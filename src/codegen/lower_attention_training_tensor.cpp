@@ -42,13 +42,7 @@ std::optional<KernelLaunch> tensor_training_kernel(const LowerContext& ctx,
   const uint64_t tiles = (own_rows + kTensorAttentionRows - 1) / kTensorAttentionRows;
   const uint64_t groups = g.batches() * own_heads * tiles;
   KernelLaunch k;
-  std::string decl = glsl::require_extensions(
-      declarations(ctx, g, k.bindings),
-      {"GL_EXT_bfloat16", "GL_KHR_memory_scope_semantics", "GL_KHR_cooperative_matrix",
-       "GL_NV_cooperative_matrix2", "GL_EXT_control_flow_attributes",
-       "GL_EXT_shader_explicit_arithmetic_types_float16",
-       "GL_EXT_shader_explicit_arithmetic_types_int32"});
-  decl += glsl::half_conversions() + bf16_rounding_function();
+  std::string decl = tensor_matrix_declarations(declarations(ctx, g, k.bindings), DType::bf16);
   if (dv_too) {
     decl +=
         glsl::buffer(static_cast<uint32_t>(k.bindings.size()), *ctx.grad_v_output, "out1", false);

@@ -1,5 +1,10 @@
 #include "codegen/tensor_loads.h"
 
+#include <utility>
+
+#include "codegen/glsl.h"
+#include "codegen/kernel_template.h"
+
 namespace mn::codegen {
 namespace {
 
@@ -34,10 +39,15 @@ std::string tensor_operand_loads(uint32_t binding, DType stored, const std::stri
   return s;
 }
 
-std::string bf16_rounding_function() {
-  return "// v rounded to the nearest bf16 (the matrices' conversion truncates).\n"
-         "float to_bf16(const in uint32_t r, const in uint32_t c, const in float v) {\n"
-         "  return uintBitsToFloat(mn_f32_to_bf16(v) << 16);\n}\n";
+std::string tensor_matrix_declarations(std::string declarations, DType matrix) {
+  std::string s = glsl::require_extensions(
+      std::move(declarations),
+      {"GL_EXT_bfloat16", "GL_KHR_memory_scope_semantics", "GL_KHR_cooperative_matrix",
+       "GL_NV_cooperative_matrix2", "GL_EXT_control_flow_attributes",
+       "GL_EXT_shader_explicit_arithmetic_types_float16",
+       "GL_EXT_shader_explicit_arithmetic_types_int32"});
+  s += glsl::half_conversions();
+  return s + fill_kernel_template("tensor_matrices.comp", {{"ELEM", glsl_type(matrix)}});
 }
 
 }  // namespace mn::codegen

@@ -25,17 +25,11 @@
 #define HAS_MASK @HAS_MASK@
 #define CAUSAL @CAUSAL@
 #define SAVES_LSE @SAVES_LSE@
-#define ELEM @ELEM@
 
 const uint BR = 64u, BC = 64u;
 const uint TILES = @TILES@u, HEADS = @HEADS@u;
 // The mask's elements from one query row to the next and from one key to the next.
 const uint MASK_ROW_STRIDE = @MASK_ROW_STRIDE@u, MASK_KEY_STRIDE = @MASK_KEY_STRIDE@u;
-
-#define ACC(r, c) coopmat<float, gl_ScopeWorkgroup, r, c, gl_MatrixUseAccumulator>
-#define MAT_A(r, c) coopmat<ELEM, gl_ScopeWorkgroup, r, c, gl_MatrixUseA>
-#define MAT_B(r, c) coopmat<ELEM, gl_ScopeWorkgroup, r, c, gl_MatrixUseB>
-#define CLAMPED tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV>
 
 @OPERAND_LOADS@
 
@@ -82,12 +76,6 @@ float store_lse(const in uint32_t r, const in uint32_t c, const in float m, cons
   return m;
 }
 #endif
-
-CLAMPED rows_layout(uint rows, uint width) {
-  CLAMPED l = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-  l = setTensorLayoutDimensionNV(l, rows, width);
-  return setTensorLayoutStrideNV(l, width, 1);
-}
 
 void main() {
   uint wg = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;

@@ -37,11 +37,6 @@ const uint W = @W@u;  // result columns
 const uint OWN_ROWS = @OWN_ROWS@u, OWN_HEADS = @OWN_HEADS@u, TILES = @TILES@u;
 const uint GROUPS = @GROUPS@u;
 
-#define ACC(r, c) coopmat<float, gl_ScopeWorkgroup, r, c, gl_MatrixUseAccumulator>
-#define MAT_A(r, c) coopmat<bfloat16_t, gl_ScopeWorkgroup, r, c, gl_MatrixUseA>
-#define MAT_B(r, c) coopmat<bfloat16_t, gl_ScopeWorkgroup, r, c, gl_MatrixUseB>
-#define CLAMPED tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV>
-
 // The lse and delta of the rows the scores' rows (own queries) or columns (a block's queries)
 // belong to.
 shared float lse_sh[64];
@@ -102,13 +97,6 @@ float store_dv(const in uint32_t r, const in uint32_t c, const in float v, const
   return v;
 }
 #endif
-
-// A head's rows [base, base + rows) of a [*, width] operand, zeros past them.
-CLAMPED rows_layout(uint end, uint width) {
-  CLAMPED l = createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
-  l = setTensorLayoutDimensionNV(l, end, width);
-  return setTensorLayoutStrideNV(l, width, 1);
-}
 
 void main() {
   uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
