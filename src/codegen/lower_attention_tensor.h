@@ -8,10 +8,10 @@
 
 namespace mn::codegen::attention_lowering {
 
-// Whether the kernel serves this attention: DeviceTraits::tensor_attention (MN_TENSOR_ATTENTION=1
-// on a device with tensor-addressed matrices, per-element operations, conversions and
-// reductions), scaled_dot_product_attention (no positions, no rotation or cache read as it
-// loads), heads 16 to 128 wide in steps of 16 that the device's workgroup matrices take.
+// Whether the kernel serves this attention: DeviceTraits::tensor_attention (set by sessions unless
+// MN_TENSOR_ATTENTION=0) on a device with tensor-addressed matrices, per-element operations,
+// conversions and reductions, scaled_dot_product_attention (no positions, no rotation or cache read
+// as it loads), heads 16 to 128 wide in steps of 16 that the device's workgroup matrices take.
 bool takes_tensor_forward(const LowerContext& ctx, const AttentionShape& g);
 
 // The kernel; stores the log-sum-exp too where ctx.saved_lse asks.

@@ -11,11 +11,11 @@
 
 namespace mn::codegen::attention_training {
 
-// The kernel where it serves: DeviceTraits::tensor_attention (MN_TENSOR_ATTENTION=1 on a device
-// with tensor-addressed matrices, per-element operations and conversions of bf16 workgroup
-// matrices), a gradient form (attention_lse keeps its kernel), heads 16 to 128 wide in steps of
-// 16, and operands the subgroup-matrix kernels would take (16-bit, or bf16 products, or
-// MN_COOP_ATTENTION=1); nullopt otherwise.
+// The kernel where it serves: DeviceTraits::tensor_attention (set by sessions unless
+// MN_TENSOR_ATTENTION=0) on a device with tensor-addressed matrices, per-element operations and
+// conversions of bf16 workgroup matrices, a gradient form (attention_lse keeps its kernel), heads
+// 16 to 128 wide in steps of 16, and operands the subgroup-matrix kernels would take (16-bit, or
+// bf16 products, or MN_COOP_ATTENTION=1); nullopt otherwise.
 std::optional<KernelLaunch> tensor_training_kernel(const LowerContext& ctx, const TrainingShape& g);
 
 // Whether that kernel serves this node of form `f`.

@@ -4,7 +4,7 @@
 // every score they read, and dV = Pᵀ·dout needs nothing dK's kernel does not already have. Where
 // the tensor-core kernel takes the pair (codegen::attention_training::takes_grad_kv), the
 // attention_grad_k kernel stores dV too, and the attention_grad_v kernel is gone. Only with
-// DeviceTraits::fused_attention_outputs (MN_FUSED_ATTENTION_OUTPUTS=1) for now.
+// DeviceTraits::fused_attention_outputs (sessions set it unless MN_FUSED_ATTENTION_OUTPUTS=0).
 #include <vector>
 
 #include <meganeura/graph.h>

@@ -4,8 +4,9 @@
 // which has each row's maximum and sum when it finishes the row, instead of by a second pass
 // over the keys. Taken where the attention's kernel can store it
 // (codegen::attention_lowering::saves_lse), both are kernels of their own with one output, and
-// every reader of the log-sum-exp runs after the attention. The tensor-core forward does so only
-// with DeviceTraits::fused_attention_outputs (MN_FUSED_ATTENTION_OUTPUTS=1) for now.
+// every reader of the log-sum-exp runs after the attention. The tensor-core forwards do so only
+// with DeviceTraits::fused_attention_outputs (sessions set it unless
+// MN_FUSED_ATTENTION_OUTPUTS=0).
 #include <vector>
 
 #include <meganeura/graph.h>
