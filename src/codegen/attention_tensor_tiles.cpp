@@ -1,6 +1,7 @@
 #include "codegen/attention_tensor_tiles.h"
 
 #include <algorithm>
+#include <string>
 
 #include "codegen/lower_matmul_coop_wg.h"
 
@@ -8,26 +9,74 @@ namespace mn::codegen {
 
 namespace {
 constexpr uint64_t kMaxHead = 128;
+
+// Not yet measured against each other on a device but the first: the others are offered to
+// MN_TENSOR_ATTENTION_TILE and MN_TENSOR_ATTENTION_GRAD_TILE for that measurement. w32 tiles
+// keep a workgroup to one subgroup.
+constexpr std::array<AttentionTensorTile, 6> kForwardTiles{{
+    {"r64c64", 64, 64, 0},
+    {"r64c64w64", 64, 64, 64},
+    {"r32c64w32", 32, 64, 32},
+    {"r32c32w32", 32, 32, 32},
+    {"r16c64w32", 16, 64, 32},
+    {"r128c64w256", 128, 64, 256},
+}};
+
+bool head_size_suits(uint64_t d, uint64_t dv) {
+  return d % 16 == 0 && dv % 16 == 0 && d <= kMaxHead && dv <= kMaxHead && d > 0 && dv > 0;
+}
+
 }  // namespace
+
+std::span<const AttentionTensorTile> attention_tensor_tiles() { return kForwardTiles; }
+
+namespace {
+
+AttentionTensorTile named_tile(const std::string& name, uint64_t d, uint64_t dv) {
+  AttentionTensorTile t = kForwardTiles.front();
+  for (const AttentionTensorTile& o : kForwardTiles) {
+    if (name == o.name) t = o;
+  }
+  if (t.invocations == 0) t.invocations = tensor_attention_invocations(d, dv);
+  return t;
+}
+
+}  // namespace
+
+AttentionTensorTile forward_attention_tile(const DeviceTraits& device, uint64_t d, uint64_t dv) {
+  return named_tile(device.tensor_attention_tile, d, dv);
+}
+
+AttentionTensorTile training_attention_tile(const DeviceTraits& device, uint64_t d, uint64_t dv) {
+  return named_tile(device.tensor_attention_grad_tile, d, dv);
+}
 
 uint32_t tensor_attention_invocations(uint64_t d, uint64_t dv) {
   return std::max(d, dv) > 64 ? 256u : 128u;
 }
 
-bool tensor_attention_fits(uint64_t d, uint64_t dv,
-                           const std::array<std::array<uint32_t, 3>, 4>& granularity,
-                           const DeviceTraits& device) {
-  if (d % 16 != 0 || dv % 16 != 0 || d > kMaxHead || dv > kMaxHead) return false;
-  const int r = static_cast<int>(kTensorAttentionRows);
-  const uint32_t n = tensor_attention_invocations(d, dv);
-  // The heads' widths, and the block's: the forward's row sums are P times ones (R × R).
-  for (const int w : {static_cast<int>(d), static_cast<int>(dv), r}) {
-    if (!workgroup_tile_fits(r, r, w, n, granularity, device) ||
-        !workgroup_tile_fits(r, w, r, n, granularity, device)) {
+bool training_attention_fits(const AttentionTensorTile& t, uint64_t d, uint64_t dv,
+                             const std::array<std::array<uint32_t, 3>, 4>& granularity,
+                             const DeviceTraits& device) {
+  if (!head_size_suits(d, dv)) return false;
+  const int r = static_cast<int>(t.rows), c = static_cast<int>(t.cols);
+  for (const int w : {static_cast<int>(d), static_cast<int>(dv)}) {
+    if (!workgroup_tile_fits(r, c, w, t.invocations, granularity, device) ||
+        !workgroup_tile_fits(r, w, c, t.invocations, granularity, device)) {
       return false;
     }
   }
   return true;
+}
+
+bool forward_attention_fits(const AttentionTensorTile& t, uint64_t d, uint64_t dv,
+                            const std::array<std::array<uint32_t, 3>, 4>& granularity,
+                            const DeviceTraits& device) {
+  if (!head_size_suits(d, dv)) return false;
+  const int r = static_cast<int>(t.rows), c = static_cast<int>(t.cols);
+  return workgroup_tile_fits(r, c, static_cast<int>(d), t.invocations, granularity, device) &&
+         workgroup_tile_fits(r, c, c, t.invocations, granularity, device) &&
+         workgroup_tile_fits(r, static_cast<int>(dv), c, t.invocations, granularity, device);
 }
 
 }  // namespace mn::codegen

@@ -1,25 +1,53 @@
 #pragma once
 // The workgroup-scope matrices of attention's tensor-addressed kernels
-// (lower_attention_tensor.h, lower_attention_training_tensor.h): a workgroup owns 64 rows and
-// walks the other side in blocks of 64, its matrices R × D, R × DV, R × 64 and their blocks.
+// (lower_attention_tensor.h, lower_attention_training_tensor.h): a workgroup owns a tile of rows
+// (query rows of the forward and of attention_grad_q, key rows of attention_grad_k and _v) and
+// walks the other side in blocks; its matrices are rows × D, rows × DV, rows × block and the
+// blocks'. The tiles are attention_tensor_tiles(), each kernel family choosing its own.
 #include <array>
 #include <cstdint>
+#include <span>
 
 #include "codegen/kernel.h"
 
 namespace mn::codegen {
 
-constexpr uint64_t kTensorAttentionRows = 64;
+// A tile: a workgroup of `invocations` owns `rows` rows and walks the other side in blocks of
+// `cols`. invocations 0: by head size (tensor_attention_invocations). Fewer
+// invocations per workgroup keep more of a row's softmax (its reductions over the block, the
+// accumulators' conversion to A-matrices) within one subgroup.
+struct AttentionTensorTile {
+  const char* name = "";
+  uint64_t rows = 0, cols = 0;
+  uint32_t invocations = 0;
+};
+
+// The tiles, the default first.
+std::span<const AttentionTensorTile> attention_tensor_tiles();
+
+// The forward's tile on `device`: DeviceTraits::tensor_attention_tile (MN_TENSOR_ATTENTION_TILE)
+// by name, else the default; its invocations resolved for heads of d and dv.
+AttentionTensorTile forward_attention_tile(const DeviceTraits& device, uint64_t d, uint64_t dv);
+// The gradient kernels' tile: DeviceTraits::tensor_attention_grad_tile
+// (MN_TENSOR_ATTENTION_GRAD_TILE), likewise.
+AttentionTensorTile training_attention_tile(const DeviceTraits& device, uint64_t d, uint64_t dv);
 
 // Workgroups of 128 invocations up to heads of 64, 256 above (the registers of a 64 × 128
 // accumulator and its operands would not fit 128 invocations).
 uint32_t tensor_attention_invocations(uint64_t d, uint64_t dv);
 
-// Whether heads of d (queries, keys) and dv (values) elements suit the kernels: 16 to 128 in
-// steps of 16, every matrix (R × R over K = d, dv or R, R × d and R × dv over K = R) in the
-// device's workgroup-scope `granularity` (coop_wg_granularity or coop_wg_bf16_granularity).
-bool tensor_attention_fits(uint64_t d, uint64_t dv,
-                           const std::array<std::array<uint32_t, 3>, 4>& granularity,
-                           const DeviceTraits& device);
+// Whether heads of d (queries, keys) and dv (values) elements suit the gradient kernels' tile
+// `t` (invocations resolved): 16 to 128 in steps of 16, their products (rows × cols over d and
+// over dv, rows × d and rows × dv over cols) in the device's workgroup-scope `granularity`
+// (coop_wg_granularity or coop_wg_bf16_granularity).
+bool training_attention_fits(const AttentionTensorTile& t, uint64_t d, uint64_t dv,
+                             const std::array<std::array<uint32_t, 3>, 4>& granularity,
+                             const DeviceTraits& device);
+
+// Whether they suit the forward's tile `t` (invocations resolved): its products Q·Kᵀ (rows ×
+// cols over d), P·ones (rows × cols over cols) and P·V (rows × dv over cols) in `granularity`.
+bool forward_attention_fits(const AttentionTensorTile& t, uint64_t d, uint64_t dv,
+                            const std::array<std::array<uint32_t, 3>, 4>& granularity,
+                            const DeviceTraits& device);
 
 }  // namespace mn::codegen

@@ -60,6 +60,9 @@ struct DeviceTraits {
   // (codegen/lower_attention_tensor.h, lower_attention_training_tensor.h). Sessions set it
   // (runtime::apply_environment) unless MN_TENSOR_ATTENTION=0.
   bool tensor_attention = false;
+  // MN_TENSOR_ATTENTION_TILE and MN_TENSOR_ATTENTION_GRAD_TILE: the forward's and the gradient
+  // kernels' tiles (codegen/attention_tensor_tiles.h); empty: the default.
+  std::string tensor_attention_tile, tensor_attention_grad_tile;
   std::string coop_tensor_tile;  // MN_COOP_TENSOR_TILE: force this tile where it fits
   // MN_COOP_TENSOR_SPLIT_K: K splits of tensor-addressed matmuls whose tiles do not fill the
   // device; 0 chooses (codegen/lower_matmul_tensor.h), 1 never splits, n forces n where K allows.

@@ -34,8 +34,9 @@ bool takes_tensor_forward(const LowerContext& ctx, const AttentionShape& g) {
     return false;
   }
   // f16 and bf16 matrices alike (the operands' dtype chooses).
-  return tensor_attention_fits(g.d, g.dv, d.coop_wg_granularity, d) &&
-         tensor_attention_fits(g.d, g.dv, d.coop_wg_bf16_granularity, d);
+  const AttentionTensorTile t = forward_attention_tile(d, g.d, g.dv);
+  return forward_attention_fits(t, g.d, g.dv, d.coop_wg_granularity, d) &&
+         forward_attention_fits(t, g.d, g.dv, d.coop_wg_bf16_granularity, d);
 }
 
 KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionShape& g) {
@@ -61,13 +62,17 @@ KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionSha
   const uint64_t mask_row_stride =
       a.has_mask && g.mask[R - 2] != 1 ? static_cast<uint64_t>(g.mask[R - 1]) : 0;
   const uint64_t mask_key_stride = a.has_mask && g.mask[R - 1] != 1 ? 1 : 0;
-  const uint64_t tiles = (g.lq + kTensorAttentionRows - 1) / kTensorAttentionRows;
+  const AttentionTensorTile tile = forward_attention_tile(ctx.device, g.d, g.dv);
+  const uint64_t tiles = (g.lq + tile.rows - 1) / tile.rows;
   const TemplateFields fields{
       {"DECLARATIONS", decl},
       {"OPERAND_LOADS", loads},
       {"HAS_MASK", a.has_mask ? "1" : "0"},
       {"CAUSAL", a.causal ? "1" : "0"},
       {"SAVES_LSE", ctx.saved_lse ? "1" : "0"},
+      {"BR", std::to_string(tile.rows)},
+      {"BC", std::to_string(tile.cols)},
+      {"DV_IS_BC", g.dv == tile.cols ? "1" : "0"},
       {"TILES", std::to_string(tiles)},
       {"HEADS", std::to_string(g.heads())},
       {"MASK_ROW_STRIDE", std::to_string(mask_row_stride)},
@@ -78,7 +83,7 @@ KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionSha
   };
   k.name = "attention_tensor";
   k.glsl = fill_kernel_template("attention_tensor.comp", fields);
-  const uint32_t lanes = tensor_attention_invocations(g.d, g.dv);
+  const uint32_t lanes = tile.invocations;
   k.workgroup = {lanes, 1, 1};
   k.groups = glsl::linear_grid(g.heads() * tiles * lanes, ctx.device, lanes).groups;
   k.current_compiler = true;

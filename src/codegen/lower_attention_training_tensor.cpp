@@ -4,6 +4,7 @@
 // nearest bf16).
 #include "codegen/lower_attention_training_tensor.h"
 
+#include <algorithm>
 #include <string>
 
 #include "codegen/attention_tensor_tiles.h"
@@ -20,7 +21,8 @@ bool serves(const LowerContext& ctx, const TrainingShape& g) {
   const DeviceTraits& d = ctx.device;
   if (!d.tensor_attention || !d.coop_tensor || !d.coop_tensor_conversions) return false;
   if (g.form == Form::lse) return false;
-  return tensor_attention_fits(g.d, g.dv, d.coop_wg_bf16_granularity, d) &&
+  return training_attention_fits(training_attention_tile(d, g.d, g.dv), g.d, g.dv,
+                                 d.coop_wg_bf16_granularity, d) &&
          bf16_operands_chosen(ctx, g);
 }
 
@@ -39,7 +41,8 @@ std::optional<KernelLaunch> tensor_training_kernel(const LowerContext& ctx,
   const bool dv_too = f == Form::grad_k && ctx.grad_v_output.has_value();
   const bool qown = query_own(f);
   const uint64_t own_rows = qown ? g.lq : g.lk, own_heads = qown ? g.hq : g.hkv;
-  const uint64_t tiles = (own_rows + kTensorAttentionRows - 1) / kTensorAttentionRows;
+  const AttentionTensorTile tile = training_attention_tile(ctx.device, g.d, g.dv);
+  const uint64_t tiles = (own_rows + tile.rows - 1) / tile.rows;
   const uint64_t groups = g.batches() * own_heads * tiles;
   KernelLaunch k;
   std::string decl = tensor_matrix_declarations(declarations(ctx, g, k.bindings), DType::bf16);
@@ -67,12 +70,16 @@ std::optional<KernelLaunch> tensor_training_kernel(const LowerContext& ctx,
       {"OWN_ROWS", std::to_string(own_rows)},
       {"OWN_HEADS", std::to_string(own_heads)},
       {"TILES", std::to_string(tiles)},
+      {"R", std::to_string(tile.rows)},
+      {"BK", std::to_string(tile.cols)},
+      {"WG", std::to_string(tile.invocations)},
+      {"SHARED_ROWS", std::to_string(std::max(tile.rows, tile.cols))},
       {"GROUPS", std::to_string(groups)},
   };
   fields.merge(role_fields(g, ""));
   k.name = dv_too ? "attention_grad_kv_tensor" : names[static_cast<int>(f)];
   k.glsl = fill_kernel_template("attention_training_tensor.comp", fields);
-  const uint32_t lanes = tensor_attention_invocations(g.d, g.dv);
+  const uint32_t lanes = tile.invocations;
   k.workgroup = {lanes, 1, 1};
   k.groups = glsl::linear_grid(groups * lanes, ctx.device, lanes).groups;
   k.current_compiler = true;

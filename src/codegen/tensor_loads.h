@@ -20,8 +20,8 @@ std::string tensor_operand_loads(uint32_t binding, DType stored, const std::stri
 
 // `declarations` (a kernel's header, buffers and sizes) made ready for tensor-addressed
 // workgroup matrices of `matrix` (bf16 or f16) operands: the extensions they need, the half-float
-// conversions, and kernels/tensor_matrices.comp (ELEM, ACC, MAT_A, MAT_B, CLAMPED, to_bf16,
-// rows_layout).
+// conversions, and kernels/tensor_matrices.comp (ELEM, ACC, MAT_A, MAT_B, CLAMPED, UNCLAMPED,
+// to_bf16, rows_layout, inner_rows_layout).
 std::string tensor_matrix_declarations(std::string declarations, DType matrix);
 
 }  // namespace mn::codegen

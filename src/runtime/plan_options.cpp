@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 
+#include "codegen/attention_tensor_tiles.h"
 #include "codegen/lower_matmul_coop.h"
 #include "codegen/lower_matmul_coop_wg.h"
 #include "codegen/lower_matmul_tensor.h"
@@ -121,6 +122,10 @@ void apply_environment(codegen::DeviceTraits& t) {
     t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = false;
   }
   t.coop_tensor_tile = tile_name("MN_COOP_TENSOR_TILE", codegen::tensor_tiles());
+  t.tensor_attention_tile =
+      tile_name("MN_TENSOR_ATTENTION_TILE", codegen::attention_tensor_tiles());
+  t.tensor_attention_grad_tile =
+      tile_name("MN_TENSOR_ATTENTION_GRAD_TILE", codegen::attention_tensor_tiles());
   t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);
   t.coop_subgroup_tile = tile_name("MN_COOP_TILE", codegen::coop_tiles());
   t.coop_wg_tile = tile_name("MN_COOP_WG_TILE", codegen::coop_wg_tiles());

@@ -13,6 +13,7 @@
 #include <meganeura/ops.h>
 
 #include "codegen/attention_nodes.h"
+#include "codegen/attention_tensor_tiles.h"
 #include "codegen/current_toolchain.h"
 #include "codegen/kernel.h"
 
@@ -69,6 +70,44 @@ TEST(AttentionTensor, EveryFormCompilesAndValidates) {
       EXPECT_NE(dis.find("OpCooperativeMatrixPerElementOpNV"), std::string::npos);
     }
   }
+}
+
+// Every forward tile (MN_TENSOR_ATTENTION_TILE) compiles and validates for the forms it fits, with
+// its own workgroup size; a form it does not fit takes another kernel.
+TEST(AttentionTensor, EveryTileCompilesWhereItFits) {
+  REQUIRE_CURRENT_TOOLCHAIN();
+  for (const AttentionTensorTile& tile : attention_tensor_tiles()) {
+    DeviceTraits t = tensor_traits();
+    t.tensor_attention_tile = tile.name;
+    for (const Case& c : kCases) {
+      SCOPED_TRACE(std::string(tile.name) + " " + c.tag);
+      const auto d = static_cast<uint64_t>(c.q.back()), dv = static_cast<uint64_t>(c.v.back());
+      const AttentionTensorTile resolved = forward_attention_tile(t, d, dv);
+      EXPECT_EQ(resolved.rows, tile.rows);
+      if (!forward_attention_fits(resolved, d, dv, t.coop_wg_granularity, t)) {
+        EXPECT_NE(kernel_name(c, t), "attention_tensor");
+        continue;
+      }
+      auto n = attention_node(c);
+      LowerContext ctx = n->ctx(t);
+      const Lowering l = (*find_lowering("scaled_dot_product_attention"))(ctx);
+      ASSERT_EQ(l.launches.size(), 1u);
+      const KernelLaunch& k = l.launches[0];
+      ASSERT_EQ(k.name, "attention_tensor");
+      EXPECT_EQ(k.workgroup[0], resolved.invocations);
+      // The grid covers every head's query tiles of `rows`.
+      const uint64_t heads = static_cast<uint64_t>(numel(c.q) / (c.q[c.q.size() - 2] * c.q.back()));
+      const uint64_t tiles =
+          (static_cast<uint64_t>(c.q[c.q.size() - 2]) + tile.rows - 1) / tile.rows;
+      EXPECT_GE(static_cast<uint64_t>(k.groups[0]) * k.groups[1] * k.groups[2], heads * tiles);
+      const auto [errors, dis] = testing::validate_current(k);
+      EXPECT_EQ(errors, "");
+    }
+  }
+  // The w256 tile needs value heads in its 32 columns' granularity: d16 falls back.
+  DeviceTraits t = tensor_traits();
+  t.tensor_attention_tile = "r128c64w256";
+  EXPECT_NE(kernel_name(kCases[2], t), "attention_tensor");
 }
 
 TEST(AttentionTensor, TakenOnlyWhereAskedForAndTheDeviceHasEverything) {

@@ -15,6 +15,7 @@
 #include <meganeura/ops.h>
 
 #include "codegen/attention_nodes.h"
+#include "codegen/attention_tensor_tiles.h"
 #include "codegen/current_toolchain.h"
 #include "codegen/kernel.h"
 #include "support/scoped_env.h"
@@ -62,6 +63,37 @@ TEST(AttentionTrainingTensor, EveryGradientFormCompilesToWorkgroupMatricesAndVal
       EXPECT_NE(dis.find("OpCooperativeMatrixLoadTensorNV"), std::string::npos);
       EXPECT_NE(dis.find("OpCooperativeMatrixPerElementOpNV"), std::string::npos);
       EXPECT_NE(dis.find("BFloat16"), std::string::npos);
+    }
+  }
+}
+
+// Every tile (MN_TENSOR_ATTENTION_GRAD_TILE) compiles and validates for the gradient forms of the
+// cases it fits, with its own workgroup size; cases it does not fit take other kernels.
+TEST(AttentionTrainingTensor, EveryTileCompilesWhereItFits) {
+  REQUIRE_CURRENT_TOOLCHAIN();
+  for (const AttentionTensorTile& tile : attention_tensor_tiles()) {
+    DeviceTraits t = tensor_traits();
+    t.coop_attention = DeviceTraits::Choice::always;
+    t.tensor_attention_grad_tile = tile.name;
+    for (const Case& c : testing::kTrainingCases) {
+      SCOPED_TRACE(std::string(tile.name) + " " + c.tag);
+      const auto d = static_cast<uint64_t>(c.d), dv = static_cast<uint64_t>(c.dv);
+      const AttentionTensorTile resolved = training_attention_tile(t, d, dv);
+      const bool fits = training_attention_fits(resolved, d, dv, t.coop_wg_bf16_granularity, t);
+      for (const auto& [op, l] : lower_training_nodes(c, t, true)) {
+        if (op == "attention_lse") continue;
+        SCOPED_TRACE(op);
+        ASSERT_EQ(l.launches.size(), 1u);
+        const KernelLaunch& k = l.launches[0];
+        if (!fits) {
+          EXPECT_NE(k.name, op + "_tensor");
+          continue;
+        }
+        ASSERT_EQ(k.name, op + "_tensor");
+        EXPECT_EQ(k.workgroup[0], resolved.invocations);
+        const auto [errors, dis] = testing::validate_current(k);
+        EXPECT_EQ(errors, "");
+      }
     }
   }
 }

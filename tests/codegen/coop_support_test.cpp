@@ -261,7 +261,10 @@ TEST(CoopTraits, ForcedTilesAndStagesFromTheEnvironment) {
   for (const Tile& t :
        {Tile{"MN_COOP_TILE", &DeviceTraits::coop_subgroup_tile, "m"},
         Tile{"MN_COOP_WG_TILE", &DeviceTraits::coop_wg_tile, "w128x128"},
-        Tile{"MN_COOP_TENSOR_TILE", &DeviceTraits::coop_tensor_tile, "t128x256k32u4"}}) {
+        Tile{"MN_COOP_TENSOR_TILE", &DeviceTraits::coop_tensor_tile, "t128x256k32u4"},
+        Tile{"MN_TENSOR_ATTENTION_TILE", &DeviceTraits::tensor_attention_tile, "r32c64w32"},
+        Tile{"MN_TENSOR_ATTENTION_GRAD_TILE", &DeviceTraits::tensor_attention_grad_tile,
+             "r64c64w64"}}) {
     {
       testing::ScopedEnv e(t.name, nullptr);
       EXPECT_EQ(runtime::device_traits(c).*t.field, "") << t.name;

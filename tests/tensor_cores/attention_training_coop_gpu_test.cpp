@@ -21,6 +21,8 @@
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "codegen/attention_tensor_tiles.h"
+#include "runtime/plan_options.h"
 #include "support/attention_problem.h"
 #include "support/elementwise_error.h"
 #include "support/scoped_env.h"
@@ -85,6 +87,28 @@ TEST_P(AttentionTrainingCoopGpu, TensorAddressedGradientsMatchTheReference) {
   for (const bool fused : {false, true}) {
     SCOPED_TRACE(fused ? "fused outputs" : "one kernel an op");
     check_gradients(GetParam(), fused, "_tensor");
+  }
+}
+
+// Every tile of the gradient kernels and of the forward storing the log-sum-exp
+// (MN_TENSOR_ATTENTION_GRAD_TILE, MN_TENSOR_ATTENTION_TILE) that fits the case's heads: other
+// rows per workgroup, blocks and workgroup sizes.
+TEST_P(AttentionTrainingCoopGpu, EveryTensorAddressedTile) {
+  MN_REQUIRE_COOP_PATH(testing::CoopPath::bf16);
+  MN_REQUIRE_COOP_PATH(testing::CoopPath::tensor);
+  const codegen::DeviceTraits device = runtime::plan_options("").device;
+  const Case& c = GetParam();
+  const auto d = static_cast<uint64_t>(c.d), dv = static_cast<uint64_t>(c.dv);
+  for (const codegen::AttentionTensorTile& named : codegen::attention_tensor_tiles()) {
+    SCOPED_TRACE(named.name);
+    codegen::AttentionTensorTile tile = named;
+    if (tile.invocations == 0) tile.invocations = codegen::tensor_attention_invocations(d, dv);
+    if (!codegen::training_attention_fits(tile, d, dv, device.coop_wg_bf16_granularity, device)) {
+      continue;
+    }
+    testing::ScopedEnv grad("MN_TENSOR_ATTENTION_GRAD_TILE", tile.name);
+    testing::ScopedEnv forward("MN_TENSOR_ATTENTION_TILE", tile.name);
+    check_gradients(c, true, "_tensor");
   }
 }
 

@@ -22,7 +22,9 @@
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "codegen/attention_tensor_tiles.h"
 #include "codegen/kernel.h"
+#include "runtime/plan_options.h"
 #include "support/random_fill.h"
 #include "support/scoped_env.h"
 #include "support/tensor_cores.h"
@@ -161,6 +163,32 @@ TEST(CoopAttentionGpu, TensorAddressedKernelMatchesFloat64) {
   MN_REQUIRE_COOP_PATH(CoopPath::f16_storage);
   for (const Case& c : kPrompts) check_case(c, tensor_kernel(c.dtype));
   for (const Case& c : kSixteenBit) check_case(c, tensor_kernel(c.dtype));
+}
+
+// Every forward tile of the tensor-addressed kernel (MN_TENSOR_ATTENTION_TILE) on the prompts it
+// fits: rows per workgroup, key blocks and workgroup sizes change which blocks are partial,
+// which lie across the diagonal and how the matrices spread over the subgroups.
+TEST(CoopAttentionGpu, EveryTensorAddressedTileMatchesFloat64) {
+  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  MN_REQUIRE_COOP_PATH(CoopPath::f16_storage);
+  const codegen::DeviceTraits device = runtime::plan_options("").device;
+  for (const codegen::AttentionTensorTile& tile : codegen::attention_tensor_tiles()) {
+    SCOPED_TRACE(tile.name);
+    const ScopedEnv forced("MN_TENSOR_ATTENTION_TILE", tile.name);
+    auto fits = [&](const Case& c) {
+      const uint64_t d = static_cast<uint64_t>(c.q.back()), dv = static_cast<uint64_t>(c.v.back());
+      codegen::AttentionTensorTile t = tile;
+      if (t.invocations == 0) t.invocations = codegen::tensor_attention_invocations(d, dv);
+      return codegen::forward_attention_fits(t, d, dv, device.coop_wg_granularity, device) &&
+             codegen::forward_attention_fits(t, d, dv, device.coop_wg_bf16_granularity, device);
+    };
+    for (const Case& c : kPrompts) {
+      if (fits(c)) check_case(c, tensor_kernel(c.dtype));
+    }
+    for (const Case& c : kSixteenBit) {
+      if (fits(c)) check_case(c, tensor_kernel(c.dtype));
+    }
+  }
 }
 
 // Scores that grow from block to block move each row's reference maximum several times, so the

@@ -4,18 +4,20 @@
 // codegen/lower_attention_tensor.cpp, compiled with the current glslang): FlashAttention-2's
 // forward with the softmax on the products' accumulators.
 //
-// A workgroup owns BR = 64 query rows of one head, loaded once as an A-matrix, and walks the
-// keys its rows see in blocks of BC, each loaded by tensor-addressed loads (rows past the
-// head's read as zeros). Per block:
+// A workgroup owns BR query rows of one head (codegen/attention_tensor_tiles.h), loaded once as
+// an A-matrix, and walks the keys its rows see in blocks of BC, each loaded by tensor-addressed
+// loads (rows past the head's read as zeros through clamped layouts; blocks wholly inside the
+// keys load unclamped). Per block:
 // - S = Q·Kᵀ on an f32 accumulator, scaled, masked and -inf where the query does not see the
-//   key, per element;
+//   key, per element (a block every row of which sees every key, unmasked, is only scaled);
 // - the rows' running maximum M (a matrix whose every column holds its row's value) moves to
 //   max(M, the block's row maximum) by a row reduction; P = exp(S - M) (0 while a row's maximum
 //   is -inf: any finite score counts, however negative, as the reference's softmax), converted
 //   to an A-matrix in place; L, the rows' sums, becomes L·exp(M_old - M) + the row sums of that
 //   matrix, taken as its product with a matrix of ones on the matrix units rather than by a
 //   second reduction (so O and L weigh the same rounded probabilities);
-// - O = O·exp(M_old - M) + P·V, P converted to an A-matrix in place.
+// - O = O·exp(M_old - M) + P·V, P converted to an A-matrix in place (exp(M_old - M) spread
+//   over DV columns by a row reduction where DV is not BC).
 // At the end O / L is stored per element (rows past the head's skipped), and with SAVES_LSE
 // (a training step's attention_lse, schedule/saved_lse.h) each row's M + log(L) through out1.
 // The matrices' operands are ELEM: bf16 where the operands are bf16 or the log-sum-exp is saved
@@ -26,7 +28,8 @@
 #define CAUSAL @CAUSAL@
 #define SAVES_LSE @SAVES_LSE@
 
-const uint BR = 64u, BC = 64u;
+const uint BR = @BR@u, BC = @BC@u;
+#define DV_IS_BC @DV_IS_BC@  // O and the block's matrices share their shape
 const uint TILES = @TILES@u, HEADS = @HEADS@u;
 // The mask's elements from one query row to the next and from one key to the next.
 const uint MASK_ROW_STRIDE = @MASK_ROW_STRIDE@u, MASK_KEY_STRIDE = @MASK_KEY_STRIDE@u;
@@ -44,6 +47,11 @@ float score(const in uint32_t r, const in uint32_t c, const in float raw, const 
 #else
   return scaled(raw);
 #endif
+}
+
+// The score of a block that needs no masking.
+float scaled_score(const in uint32_t r, const in uint32_t c, const in float raw) {
+  return scaled(raw);
 }
 
 float larger(const in float x, const in float y) { return max(x, y); }
@@ -94,6 +102,7 @@ void main() {
   tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
 
   CLAMPED q_rows = rows_layout(LQ, D), k_rows = rows_layout(LK, D), v_rows = rows_layout(LK, DV);
+  UNCLAMPED k_inner = inner_rows_layout(LK, D), v_inner = inner_rows_layout(LK, DV);
   MAT_A(BR, D) q;
   LOAD_q(q, gl_MatrixUseA, BR, D, qb, sliceTensorLayoutNV(q_rows, i0, BR, 0, D));
 
@@ -104,10 +113,22 @@ void main() {
   uint blocks = (reach + BC - 1u) / BC;
   for (uint n = 0u; n < blocks; ++n) {
     uint j0 = n * BC;
+    bool keys_inside = j0 + BC <= LK;
+    // Every row of the block sees every key of it, unmasked.
+    bool unmasked = keys_inside && i0 + BR <= LQ && (CAUSAL == 0 || j0 + BC <= i0 + 1u) &&
+                    HAS_MASK == 0;
     MAT_B(D, BC) kt;
-    LOAD_T_k(kt, gl_MatrixUseB, D, BC, kb, sliceTensorLayoutNV(k_rows, j0, BC, 0, D));
+    if (keys_inside) {
+      LOAD_T_k(kt, gl_MatrixUseB, D, BC, kb, sliceTensorLayoutNV(k_inner, j0, BC, 0, D));
+    } else {
+      LOAD_T_k(kt, gl_MatrixUseB, D, BC, kb, sliceTensorLayoutNV(k_rows, j0, BC, 0, D));
+    }
     ACC(BR, BC) s = coopMatMulAdd(q, kt, ACC(BR, BC)(0.0));
-    coopMatPerElementNV(s, s, score, i0, j0, mb);
+    if (unmasked) {
+      coopMatPerElementNV(s, s, scaled_score);
+    } else {
+      coopMatPerElementNV(s, s, score, i0, j0, mb);
+    }
 
     ACC(BR, BC) block_max, m_new, p, shrink;
     coopMatReduceNV(block_max, s, gl_CooperativeMatrixReduceRowNV, larger);
@@ -116,20 +137,32 @@ void main() {
     coopMatPerElementNV(shrink, m, shifted_exp, m_new);
     m = m_new;
 
+#if DV_IS_BC
+    o = o * shrink;
+#else
     ACC(BR, DV) shrink_rows;
     coopMatReduceNV(shrink_rows, shrink, gl_CooperativeMatrixReduceRowNV, either);
     o = o * shrink_rows;
+#endif
 @ROUND_P@
     MAT_A(BR, BC) pa = MAT_A(BR, BC)(p);
     l = coopMatMulAdd(pa, ones, shrink * l);
     MAT_B(BC, DV) vm;
-    LOAD_v(vm, gl_MatrixUseB, BC, DV, vb, sliceTensorLayoutNV(v_rows, j0, BC, 0, DV));
+    if (keys_inside) {
+      LOAD_v(vm, gl_MatrixUseB, BC, DV, vb, sliceTensorLayoutNV(v_inner, j0, BC, 0, DV));
+    } else {
+      LOAD_v(vm, gl_MatrixUseB, BC, DV, vb, sliceTensorLayoutNV(v_rows, j0, BC, 0, DV));
+    }
     o = coopMatMulAdd(pa, vm, o);
   }
 
+#if DV_IS_BC
+  coopMatPerElementNV(o, o, normalized, l);
+#else
   ACC(BR, DV) l_rows;
   coopMatReduceNV(l_rows, l, gl_CooperativeMatrixReduceRowNV, either);
   coopMatPerElementNV(o, o, normalized, l_rows);
+#endif
   coopMatPerElementNV(o, o, store_output, bh, i0);
 #if SAVES_LSE
   coopMatPerElementNV(m, m, store_lse, l, bh, i0);

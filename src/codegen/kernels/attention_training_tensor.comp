@@ -3,8 +3,9 @@
 // codegen/lower_attention_training_tensor.cpp, compiled with the current glslang): the
 // structure of FlashAttention-2's backward pass, the probabilities never leaving the matrices.
 //
-// A workgroup owns R = 64 rows of one head: query rows for attention_grad_q, key rows of a
-// key/value head for attention_grad_k and attention_grad_v. Its own rows (a: q or k; b: dout or
+// A workgroup of WG invocations owns R rows of one head (codegen/attention_tensor_tiles.h): query
+// rows for attention_grad_q, key rows of a key/value head for attention_grad_k and
+// attention_grad_v. Its own rows (a: q or k; b: dout or
 // v) are loaded once as bf16 A-matrices. It walks the other side in blocks of BK rows (the keys
 // its queries see; the query rows of every query head of the group that see its keys, so the
 // GQA sum happens here and no k or v is repeated), each loaded by tensor-addressed loads (the
@@ -32,15 +33,15 @@
 #define HAS_MASK @HAS_MASK@
 #define WITH_DV @WITH_DV@  // attention_grad_k storing attention_grad_v as output 1
 
-const uint R = 64u, BK = 64u;
+const uint R = @R@u, BK = @BK@u, WG = @WG@u;
 const uint W = @W@u;  // result columns
 const uint OWN_ROWS = @OWN_ROWS@u, OWN_HEADS = @OWN_HEADS@u, TILES = @TILES@u;
 const uint GROUPS = @GROUPS@u;
 
 // The lse and delta of the rows the scores' rows (own queries) or columns (a block's queries)
 // belong to.
-shared float lse_sh[64];
-shared float delta_sh[64];
+shared float lse_sh[@SHARED_ROWS@];
+shared float delta_sh[@SHARED_ROWS@];
 
 @BLOCKS@
 
@@ -127,10 +128,10 @@ void main() {
                sliceTensorLayoutNV(own_b_rows, own_base + t0, R, 0, DV));
 #endif
 #if QUERY_OWN
-  if (tid < R) {
-    uint i = t0 + tid;
-    lse_sh[tid] = i < OWN_ROWS ? lse_ld(own_base + i) : 0.0;
-    delta_sh[tid] = i < OWN_ROWS ? delta_ld(own_base + i) : 0.0;
+  for (uint r = tid; r < R; r += WG) {
+    uint i = t0 + r;
+    lse_sh[r] = i < OWN_ROWS ? lse_ld(own_base + i) : 0.0;
+    delta_sh[r] = i < OWN_ROWS ? delta_ld(own_base + i) : 0.0;
   }
   barrier();
 #endif
@@ -150,11 +151,11 @@ void main() {
     CLAMPED a_rows = rows_layout(cur.base + cur.limit, D);
 #if !QUERY_OWN
     barrier();  // every invocation is done with the last block's lse and delta
-    if (tid < BK) {
-      uint i = cur.first + tid;
-      lse_sh[tid] = i < cur.limit ? lse_ld(cur.base + i) : 0.0;
+    for (uint r = tid; r < BK; r += WG) {
+      uint i = cur.first + r;
+      lse_sh[r] = i < cur.limit ? lse_ld(cur.base + i) : 0.0;
 #if FORM == GRAD_K
-      delta_sh[tid] = i < cur.limit ? delta_ld(cur.base + i) : 0.0;
+      delta_sh[r] = i < cur.limit ? delta_ld(cur.base + i) : 0.0;
 #endif
     }
     barrier();
