@@ -14,7 +14,7 @@
 // --train N: a 30-layer MLP trained N steps on the coop and the scalar path from the same start;
 // prints the largest relative difference of the first step's gradients and of the losses.
 //
-// Usage: bench_matmul [--shapes square|training|prefill|small|all|none] [--paths coop,scalar,khr] [--train
+// Usage: bench_matmul [--shapes square|training|prefill|step8|small|all|none] [--paths coop,scalar,khr] [--train
 // N]
 //                     [--reps N] [--check-rows R] [--dtype f32|f16|bf16] [--device D]
 // --dtype f16 (bf16) stores operands and result in f16 (bf16): no conversion while staging.
@@ -74,6 +74,18 @@ std::vector<Shape3> shapes(const std::string& which) {
     s.push_back({512, 576, 192, "prefill"});
     s.push_back({512, 576, 1536, "prefill"});
     s.push_back({512, 1536, 576, "prefill"});
+  }
+  if (which == "step8" || which == "all") {
+    // SmolLM2-135M's training step at 8 x 512 (4096 tokens): the projections forward (q and o, k
+    // and v, gate and up, down, the LM head) and the weight gradients (K = the tokens).
+    for (const auto& [k, n] : std::vector<std::pair<int64_t, int64_t>>{
+             {576, 576}, {576, 192}, {576, 1536}, {1536, 576}, {576, 49152}}) {
+      s.push_back({4096, k, n, "step8"});
+    }
+    for (const auto& [m, n] : std::vector<std::pair<int64_t, int64_t>>{
+             {576, 576}, {192, 576}, {1536, 576}, {576, 1536}}) {
+      s.push_back({m, 4096, n, "step8"});
+    }
   }
   if (which == "small" || which == "all") {
     for (int64_t v : {32, 64, 128, 256, 512}) s.push_back({v, v, v, "small"});
@@ -196,6 +208,13 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
     }
+  }
+  const std::vector<std::string> sets{"square", "training", "prefill", "step8", "small", "all",
+                                      "none"};
+  if (std::find(sets.begin(), sets.end(), which) == sets.end()) {
+    std::fprintf(stderr, "bench_matmul: --shapes takes square, training, prefill, step8, small, "
+                         "all or none, got '%s'\n", which.c_str());
+    return 2;
   }
   std::vector<std::string> paths;
   {

@@ -1,7 +1,7 @@
 """PyTorch counterpart of bench_matmul: the same shapes in fp16 and bf16 (tensor cores,
 fp32 accumulation) and fp32 (TF32 off), timed with CUDA events. One JSON line per (shape, dtype).
 
-Usage: python3 bench/matmul.py [--shapes square|training|small|all] [--reps N]
+Usage: python3 bench/matmul.py [--shapes square|training|step8|small|all] [--reps N]
 """
 import argparse
 import json
@@ -18,6 +18,11 @@ def shapes(which):
               (256, 576, 49152, "training"), (64, 784, 128, "training"),
               (256, 576, 576, "training"), (576, 256, 576, "training"),
               (576, 256, 1536, "training")]
+    if which in ("step8", "all"):
+        # SmolLM2-135M's training step at 8 x 512: projections forward, then weight gradients.
+        s += [(4096, k, n, "step8") for k, n in ((576, 576), (576, 192), (576, 1536), (1536, 576),
+                                                 (576, 49152))]
+        s += [(m, 4096, n, "step8") for m, n in ((576, 576), (192, 576), (1536, 576), (576, 1536))]
     if which in ("small", "all"):
         s += [(v, v, v, "small") for v in (32, 64, 128, 256, 512)]
         s += [(64, 64, 4096, "small"), (16, 1024, 1024, "small")]
