@@ -85,6 +85,32 @@ TEST(SavedLse, TheForwardKernelStoresTheLogSumExp) {
   EXPECT_EQ(starting_with(names, "attention_lse"), 0u);
 }
 
+// The tensor-addressed forward stores it too, for f32 operands with bf16 products and for bf16
+// operands (the attention benchmark's problem: causal grouped heads).
+TEST(SavedLse, TheTensorAddressedForwardStoresIt) {
+  testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
+  codegen::DeviceTraits t = with_shared(49152);
+  t.coop = t.coop_bf16 = t.subgroup_vote = t.storage_16bit = true;
+  t.subgroup_size = 32;
+  t.coop_wg_granularity = {{{16, 16, 16}, {16, 16, 16}, {32, 16, 16}, {32, 32, 16}}};
+  t.coop_wg_bf16_granularity = t.coop_wg_granularity;
+  t.coop_wg_max_dimension = 1024;
+  t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = true;
+  t.tensor_attention = t.fused_attention_outputs = true;
+  t.coop_attention = codegen::DeviceTraits::Choice::always;
+  for (const DType dtype : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const AttentionCase c{"d64_causal_gqa", 2, 9, 3, 256, 256, 64, 64, true, false, dtype};
+    const testing::AttentionProblem p = testing::attention_problem(c, "saved-lse-tensor/");
+    codegen::DeviceTraits d = t;
+    d.bf16_products = dtype == DType::f32;
+    const std::multiset<std::string> names = planned_kernels(p.graph, d);
+    EXPECT_EQ(names.count("attention_tensor+lse"), 1u);
+    EXPECT_EQ(starting_with(names, "attention_lse"), 0u);
+    EXPECT_EQ(names.count("attention_grad_kv_tensor"), 1u);
+  }
+}
+
 // A backward pass may read a recomputed copy of the attention's query (schedule/rematerialize.h
 // copies a forward rotation for its backward readers): a copy of the same op over the same values
 // is the same query, and the forward still saves the log-sum-exp; a different query is not.
