@@ -13,6 +13,8 @@
 namespace mn::codegen::attention_lowering {
 namespace {
 
+constexpr uint64_t kMinPromptRows = 32;
+
 // The matrices' component type: bf16 where the operands are bf16 or the log-sum-exp is saved
 // for the bf16 training kernels, whose scores these then are; f16 otherwise.
 DType matrix_type(const LowerContext& ctx) {
@@ -26,10 +28,19 @@ DType matrix_type(const LowerContext& ctx) {
 bool takes_tensor_forward(const LowerContext& ctx, const AttentionShape& g) {
   const DeviceTraits& d = ctx.device;
   if (!d.tensor_attention || !d.coop_tensor || !d.coop_tensor_conversions ||
-      !d.coop_tensor_reductions) {
+      !d.coop_tensor_reductions || d.coop_attention == DeviceTraits::Choice::never) {
     return false;
   }
-  if (ctx.node.op_name() != "scaled_dot_product_attention" || g.has_positions || ctx.rope ||
+  // A few rows at positions (decoding) would leave most of a tile idle: the row kernels split
+  // the keys instead.
+  if (g.has_positions && g.lq < kMinPromptRows &&
+      d.coop_attention != DeviceTraits::Choice::always) {
+    return false;
+  }
+  // Prompts at positions too, but no rotation applied or cache slot read from a write as the
+  // operands load.
+  const std::string_view op = ctx.node.op_name();
+  if ((op != "scaled_dot_product_attention" && op != "cached_attention") || ctx.rope ||
       ctx.append) {
     return false;
   }
@@ -70,6 +81,11 @@ KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionSha
       {"HAS_MASK", a.has_mask ? "1" : "0"},
       {"CAUSAL", a.causal ? "1" : "0"},
       {"SAVES_LSE", ctx.saved_lse ? "1" : "0"},
+      {"HAS_POSITIONS", g.has_positions ? "1" : "0"},
+      {"VISIBLE_FUNCTION",
+       g.has_positions ? "uint visible(uint i, uint pb) { return " + visible_expr(g, "i") + "; }\n"
+                       : std::string()},
+      {"WG", std::to_string(tile.invocations)},
       {"BR", std::to_string(tile.rows)},
       {"BC", std::to_string(tile.cols)},
       {"DV_IS_BC", g.dv == tile.cols ? "1" : "0"},

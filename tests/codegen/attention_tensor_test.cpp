@@ -41,6 +41,16 @@ const Case kCases[] = {
     {"d32-dv96-row-mask", {3, 33, 32}, {3, 65, 32}, {3, 65, 96}, {3, 1, 65}, true},
     {"f16", {1, 2, 128, 64}, {1, 2, 128, 64}, {1, 2, 128, 64}, {}, true, false, DType::f16},
     {"bf16", {1, 2, 128, 64}, {1, 2, 128, 64}, {1, 2, 128, 64}, {}, false, false, DType::bf16},
+    // A prompt prefilled into caches of 256 slots at per-row positions.
+    {"prefill", {2, 9, 100, 64}, {2, 3, 256, 64}, {2, 3, 256, 64}, {}, false, true},
+    {"prefill-bf16",
+     {1, 4, 512, 64},
+     {1, 2, 600, 64},
+     {1, 2, 600, 64},
+     {},
+     false,
+     true,
+     DType::bf16},
 };
 
 TEST(AttentionTensor, EveryFormCompilesAndValidates) {
@@ -48,6 +58,7 @@ TEST(AttentionTensor, EveryFormCompilesAndValidates) {
   const DeviceTraits t = tensor_traits();  // the contexts below refer to it
   for (const Case& c : kCases) {
     for (const bool lse : {false, true}) {
+      if (lse && c.positions) continue;  // no log-sum-exp at positions
       SCOPED_TRACE(c.tag + (lse ? " saving the log-sum-exp" : ""));
       auto n = attention_node(c);
       LowerContext ctx = n->ctx(t);
@@ -119,6 +130,8 @@ TEST(AttentionTensor, TakenOnlyWhereAskedForAndTheDeviceHasEverything) {
       {"no conversions", [](DeviceTraits& d) { d.coop_tensor_conversions = false; }},
       {"no reductions", [](DeviceTraits& d) { d.coop_tensor_reductions = false; }},
       {"no workgroup matrices", [](DeviceTraits& d) { d.coop_wg_granularity = {}; }},
+      {"MN_COOP_ATTENTION=0",
+       [](DeviceTraits& d) { d.coop_attention = DeviceTraits::Choice::never; }},
   };
   for (const auto& [what, change] : others) {
     DeviceTraits d = tensor_traits();
@@ -134,6 +147,13 @@ TEST(AttentionTensor, TakenOnlyWhereAskedForAndTheDeviceHasEverything) {
   Case values = prompt;
   values.v[3] = 40;
   EXPECT_NE(kernel_name(values, tensor_traits()), "attention_tensor");
+  // At positions, a few query rows (decoding) keep the row kernels unless the tensor cores are
+  // asked for.
+  Case decode{"decode", {2, 9, 4, 64}, {2, 3, 256, 64}, {2, 3, 256, 64}, {}, false, true};
+  EXPECT_NE(kernel_name(decode, tensor_traits()), "attention_tensor");
+  DeviceTraits always = tensor_traits();
+  always.coop_attention = DeviceTraits::Choice::always;
+  EXPECT_EQ(kernel_name(decode, always), "attention_tensor");
 }
 
 }  // namespace

@@ -165,6 +165,8 @@ TEST(CoopAttentionGpu, TensorAddressedKernelMatchesFloat64) {
   for (const Case& c : kSixteenBit) check_case(c, tensor_kernel(c.dtype));
 }
 
+void check_cache_prefill(const Expected& e);
+
 // Every forward tile of the tensor-addressed kernel (MN_TENSOR_ATTENTION_TILE) on the prompts it
 // fits: rows per workgroup, key blocks and workgroup sizes change which blocks are partial,
 // which lie across the diagonal and how the matrices spread over the subgroups.
@@ -188,6 +190,7 @@ TEST(CoopAttentionGpu, EveryTensorAddressedTileMatchesFloat64) {
     for (const Case& c : kSixteenBit) {
       if (fits(c)) check_case(c, tensor_kernel(c.dtype));
     }
+    check_cache_prefill(tensor_kernel(DType::f32));  // heads of 64: every tile fits
   }
 }
 
@@ -267,8 +270,7 @@ TEST(CoopAttentionGpu, FullyMaskedRowsAreNaNOnTheTensorAddressedKernel) {
 // the second from 0 and right-padded after 70 tokens (position -1: output 0). Slots past each
 // sequence's last position hold NaN on the device (zero in the reference): the kernel stages
 // some of them with a key block but must never weigh them.
-TEST(CoopAttentionGpu, CachePrefillAtPositions) {
-  MN_REQUIRE_COOP_PATH(CoopPath::nv);
+void check_cache_prefill(const Expected& e) {
   const int64_t B = 2, Hq = 4, Hkv = 2, L = 96, T = 256, D = 64;
   const Case c{"prefill", {B, Hq, L, D}, {B, Hkv, T, D}, {B, Hkv, T, D}, {}};
   auto rng = rng_for("coop-attention/prefill");
@@ -299,13 +301,23 @@ TEST(CoopAttentionGpu, CachePrefillAtPositions) {
     }
   }
   Tensor out = cached_attention(q, k, v, pos);
-  const Array got = check(c, feeds, g, out, cached_attention(q, k, abs(v), pos), poisoned);
+  const Array got = check(c, feeds, g, out, cached_attention(q, k, abs(v), pos), poisoned, e);
   // The padding rows see no key: exactly 0.
   for (int64_t h = 0; h < Hq; ++h) {
     for (int64_t i = 70; i < L; ++i) {
-      for (int64_t e = 0; e < D; ++e) EXPECT_EQ(got.data[((Hq + h) * L + i) * D + e], 0.0);
+      for (int64_t x = 0; x < D; ++x) EXPECT_EQ(got.data[((Hq + h) * L + i) * D + x], 0.0);
     }
   }
+}
+
+TEST(CoopAttentionGpu, CachePrefillAtPositions) {
+  MN_REQUIRE_COOP_PATH(CoopPath::nv);
+  check_cache_prefill({});
+}
+
+TEST(CoopAttentionGpu, CachePrefillAtPositionsOnTheTensorAddressedKernel) {
+  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  check_cache_prefill(tensor_kernel(DType::f32));
 }
 
 // The kernel compiled through the SPV_KHR_cooperative_matrix rewrite (AMD, Intel), run alone.

@@ -2,7 +2,10 @@
 // Attention over a prompt or in a training step's forward pass on workgroup-scope
 // tensor-addressed matrices (GL_NV_cooperative_matrix2; filled by
 // codegen/lower_attention_tensor.cpp, compiled with the current glslang): FlashAttention-2's
-// forward with the softmax on the products' accumulators.
+// forward with the softmax on the products' accumulators. scaled_dot_product_attention, or
+// cached_attention at positions (HAS_POSITIONS: a prompt prefilled into caches, row i seeing the
+// keys before visible(i); keys past the tile's reach, cache slots no row of it has written, read as
+// zeros; a row that sees none, a padding row, gives 0).
 //
 // A workgroup owns BR query rows of one head (codegen/attention_tensor_tiles.h), loaded once as
 // an A-matrix, and walks the keys its rows see in blocks of BC, each loaded by tensor-addressed
@@ -27,8 +30,9 @@
 #define HAS_MASK @HAS_MASK@
 #define CAUSAL @CAUSAL@
 #define SAVES_LSE @SAVES_LSE@
+#define HAS_POSITIONS @HAS_POSITIONS@
 
-const uint BR = @BR@u, BC = @BC@u;
+const uint BR = @BR@u, BC = @BC@u, WG = @WG@u;
 #define DV_IS_BC @DV_IS_BC@  // O and the block's matrices share their shape
 const uint TILES = @TILES@u, HEADS = @HEADS@u;
 // The mask's elements from one query row to the next and from one key to the next.
@@ -36,12 +40,22 @@ const uint MASK_ROW_STRIDE = @MASK_ROW_STRIDE@u, MASK_KEY_STRIDE = @MASK_KEY_STR
 
 @OPERAND_LOADS@
 
+#if HAS_POSITIONS
+// The keys row i0 + r sees: [0, visible_sh[r]).
+shared uint visible_sh[BR];
+@VISIBLE_FUNCTION@
+#endif
+
 // Score (r, c) of the block at query row i0 and key j0: scaled, plus the mask (its offset of
 // the head's row 0, key 0 at mb); -inf where the query does not see the key.
 float score(const in uint32_t r, const in uint32_t c, const in float raw, const in uint i0,
             const in uint j0, const in uint mb) {
   uint i = i0 + r, j = j0 + c;
+#if HAS_POSITIONS
+  if (i >= LQ || j >= visible_sh[r]) return -mn_inf();
+#else
   if (i >= LQ || j >= LK || (CAUSAL != 0 && j > i)) return -mn_inf();
+#endif
 #if HAS_MASK
   return scaled(raw) + mask_ld(mb + i * MASK_ROW_STRIDE + j * MASK_KEY_STRIDE);
 #else
@@ -65,9 +79,14 @@ float shifted_exp(const in uint32_t r, const in uint32_t c, const in float x, co
   return m == -mn_inf() ? 0.0 : exp(x - m);
 }
 
-// Row r's output over its sum: 0 / 0, NaN, where every key it sees is masked, as the reference.
+// Row r's output over its sum: 0 / 0, NaN, where every key it sees is masked, as the reference;
+// at positions a row that sees no key gives 0.
 float normalized(const in uint32_t r, const in uint32_t c, const in float o, const in float l) {
+#if HAS_POSITIONS
+  return l == 0.0 ? 0.0 : o / l;
+#else
   return o / l;
+#endif
 }
 
 float store_output(const in uint32_t r, const in uint32_t c, const in float v, const in uint bh,
@@ -98,11 +117,29 @@ void main() {
   uint mb = 0u;
 #endif
   uint i0 = tile * BR;
+#if HAS_POSITIONS
+  // The keys the tile reaches (key_rows: what the layouts read, zeros past them) and those
+  // every row of it sees.
+  for (uint r = gl_LocalInvocationIndex; r < BR; r += WG) {
+    visible_sh[r] = i0 + r < LQ ? visible(i0 + r, pb) : 0u;
+  }
+  barrier();
+  uint reach = 0u, seen_by_all = LK;
+  for (uint r = 0u; r < BR; ++r) {
+    reach = max(reach, visible_sh[r]);
+    seen_by_all = min(seen_by_all, visible_sh[r]);
+  }
+  uint key_rows = reach;
+#else
   uint reach = CAUSAL != 0 ? min(LK, min(i0 + BR, LQ)) : LK;
+  uint seen_by_all = HAS_MASK != 0 || i0 + BR > LQ ? 0u : CAUSAL != 0 ? min(LK, i0 + 1u) : LK;
+  uint key_rows = LK;
+#endif
   tensorViewNV<2, false, 1, 0> transposed = createTensorViewNV(2, false, 1, 0);
 
-  CLAMPED q_rows = rows_layout(LQ, D), k_rows = rows_layout(LK, D), v_rows = rows_layout(LK, DV);
-  UNCLAMPED k_inner = inner_rows_layout(LK, D), v_inner = inner_rows_layout(LK, DV);
+  CLAMPED q_rows = rows_layout(LQ, D), k_rows = rows_layout(key_rows, D),
+          v_rows = rows_layout(key_rows, DV);
+  UNCLAMPED k_inner = inner_rows_layout(key_rows, D), v_inner = inner_rows_layout(key_rows, DV);
   MAT_A(BR, D) q;
   LOAD_q(q, gl_MatrixUseA, BR, D, qb, sliceTensorLayoutNV(q_rows, i0, BR, 0, D));
 
@@ -113,10 +150,9 @@ void main() {
   uint blocks = (reach + BC - 1u) / BC;
   for (uint n = 0u; n < blocks; ++n) {
     uint j0 = n * BC;
-    bool keys_inside = j0 + BC <= LK;
+    bool keys_inside = j0 + BC <= key_rows;
     // Every row of the block sees every key of it, unmasked.
-    bool unmasked = keys_inside && i0 + BR <= LQ && (CAUSAL == 0 || j0 + BC <= i0 + 1u) &&
-                    HAS_MASK == 0;
+    bool unmasked = j0 + BC <= seen_by_all;
     MAT_B(D, BC) kt;
     if (keys_inside) {
       LOAD_T_k(kt, gl_MatrixUseB, D, BC, kb, sliceTensorLayoutNV(k_inner, j0, BC, 0, D));
