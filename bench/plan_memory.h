@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "plan/barrier_windows.h"
 #include "plan/memory_breakdown.h"
 #include "plan/step_plan.h"
 
@@ -45,7 +46,9 @@ inline nlohmann::json launch_order(const plan::StepPlan& plan) {
 // A planned step's arena and launches, and with `kernels` its launches by kernel name.
 inline nlohmann::json plan_summary(const plan::StepPlan& p, bool kernels = true) {
   nlohmann::json j{{"arena_mib", static_cast<double>(p.arena_bytes) / (1 << 20)},
-                   {"dispatches", p.launches.size()}};
+                   {"dispatches", p.launches.size()},
+                   {"barrier_windows", plan::barrier_windows(p.launches)},
+                   {"dependency_depth", plan::dependency_depth(p.launches)}};
   if (kernels) j["kernels"] = kernel_counts(p);
   return j;
 }

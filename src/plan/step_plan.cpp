@@ -10,6 +10,7 @@
 #include "ir/graph_rewrite.h"
 #include "ir/op_def.h"
 #include "optimize/mixed_precision.h"
+#include "plan/barrier_windows.h"
 #include "plan/in_place.h"
 #include "schedule/cache_append.h"
 #include "schedule/fusion.h"
@@ -36,34 +37,6 @@ uint64_t device_bytes(const TensorType& t) {
 }
 
 namespace {
-
-// For each launch, the last launch of its run: the launches after the previous barrier that
-// neither read nor write a buffer written in the run, nor write one read in it (data
-// dependencies between the plan's buffers, before any two share memory).
-std::vector<int> barrier_run_ends(const std::vector<PlannedLaunch>& launches) {
-  std::vector<int> ends(launches.size());
-  std::set<int> written, read;
-  size_t start = 0;
-  for (size_t i = 0; i < launches.size(); ++i) {
-    const PlannedLaunch& l = launches[i];
-    bool conflict = false;
-    for (size_t k = 0; k < l.buffers.size(); ++k) {
-      const int b = l.buffers[k];
-      conflict = conflict || written.count(b) || (l.kernel.bindings[k].written && read.count(b));
-    }
-    if (conflict) {
-      for (size_t j = start; j < i; ++j) ends[j] = static_cast<int>(i) - 1;
-      start = i;
-      written.clear();
-      read.clear();
-    }
-    for (size_t k = 0; k < l.buffers.size(); ++k) {
-      (l.kernel.bindings[k].written ? written : read).insert(l.buffers[k]);
-    }
-  }
-  for (size_t j = start; j < launches.size(); ++j) ends[j] = static_cast<int>(launches.size()) - 1;
-  return ends;
-}
 
 // The kernels, buffers and arena of `p`, whose graph is optimized and lowered: `recomputed`
 // marks the copies schedule::rematerialize made (empty: none).
