@@ -6,7 +6,17 @@
 
 namespace mn::plan {
 
-std::vector<int> barrier_run_ends(const std::vector<PlannedLaunch>& launches) {
+namespace {
+
+// Binding k of launch l: its own slot of the index region, which no other launch touches.
+bool own_index_slot(const PlannedLaunch& l, size_t k) {
+  return l.kernel.bindings[k].arg.kind == codegen::ArgRef::Kind::index_errors;
+}
+
+}  // namespace
+
+std::vector<int> barrier_run_ends(const std::vector<PlannedLaunch>& launches,
+                                  bool separate_index_slots) {
   std::vector<int> ends(launches.size());
   std::set<int> written, read;
   size_t start = 0;
@@ -14,6 +24,7 @@ std::vector<int> barrier_run_ends(const std::vector<PlannedLaunch>& launches) {
     const PlannedLaunch& l = launches[i];
     bool conflict = false;
     for (size_t k = 0; k < l.buffers.size(); ++k) {
+      if (separate_index_slots && own_index_slot(l, k)) continue;
       const int b = l.buffers[k];
       conflict = conflict || written.count(b) || (l.kernel.bindings[k].written && read.count(b));
     }
@@ -24,6 +35,7 @@ std::vector<int> barrier_run_ends(const std::vector<PlannedLaunch>& launches) {
       read.clear();
     }
     for (size_t k = 0; k < l.buffers.size(); ++k) {
+      if (separate_index_slots && own_index_slot(l, k)) continue;
       (l.kernel.bindings[k].written ? written : read).insert(l.buffers[k]);
     }
   }
@@ -32,7 +44,7 @@ std::vector<int> barrier_run_ends(const std::vector<PlannedLaunch>& launches) {
 }
 
 size_t barrier_windows(const std::vector<PlannedLaunch>& launches) {
-  const std::vector<int> ends = barrier_run_ends(launches);
+  const std::vector<int> ends = barrier_run_ends(launches, true);
   size_t windows = 0;
   for (size_t i = 0; i < ends.size(); ++i) windows += ends[i] == static_cast<int>(i);
   return windows;
@@ -45,6 +57,7 @@ size_t dependency_depth(const std::vector<PlannedLaunch>& launches) {
   for (const PlannedLaunch& l : launches) {
     size_t depth = 1;
     for (size_t k = 0; k < l.buffers.size(); ++k) {
+      if (own_index_slot(l, k)) continue;
       const int b = l.buffers[k];
       if (const auto w = writer.find(b); w != writer.end()) depth = std::max(depth, w->second + 1);
       if (l.kernel.bindings[k].written) {
@@ -54,6 +67,7 @@ size_t dependency_depth(const std::vector<PlannedLaunch>& launches) {
       }
     }
     for (size_t k = 0; k < l.buffers.size(); ++k) {
+      if (own_index_slot(l, k)) continue;
       const int b = l.buffers[k];
       if (l.kernel.bindings[k].written) {
         writer[b] = depth;

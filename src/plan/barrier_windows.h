@@ -12,10 +12,13 @@
 
 namespace mn::plan {
 
-// For each launch, the last launch of its window.
-std::vector<int> barrier_run_ends(const std::vector<PlannedLaunch>& launches);
+// For each launch, the last launch of its window. The memory plan's form counts the index region
+// (codegen/index_check.h) as one buffer; `separate_index_slots` counts each launch's slot of it
+// as its own, as a recording's byte ranges do.
+std::vector<int> barrier_run_ends(const std::vector<PlannedLaunch>& launches,
+                                  bool separate_index_slots = false);
 
-// The number of windows of the plan's order.
+// The number of windows of the plan's order (index slots separate).
 size_t barrier_windows(const std::vector<PlannedLaunch>& launches);
 
 // The longest chain of launches each of which must wait for the one before it (it reads what that

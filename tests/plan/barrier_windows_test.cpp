@@ -47,5 +47,20 @@ TEST(BarrierWindows, ReadsBeforeWritesAndWritesAfterWritesOrderLaunches) {
   EXPECT_EQ(dependency_depth({a, b, x, y}), 2u);
 }
 
+// Every launch checking its indices writes its own slot of the one index region: no conflict
+// for the windows and the depth, one for the memory plan's runs.
+TEST(BarrierWindows, IndexSlotsAreEachLaunchsOwn) {
+  constexpr int kRegion = 9;
+  PlannedLaunch a = launch({}, {0}), b = launch({}, {1});
+  for (PlannedLaunch* l : {&a, &b}) {
+    l->buffers.push_back(kRegion);
+    l->kernel.bindings.push_back({codegen::ArgRef::index_errors(), true});
+  }
+  EXPECT_EQ(barrier_windows({a, b}), 1u);
+  EXPECT_EQ(dependency_depth({a, b}), 1u);
+  EXPECT_EQ(barrier_run_ends({a, b}), (std::vector<int>{0, 1}));
+  EXPECT_EQ(barrier_run_ends({a, b}, true), (std::vector<int>{1, 1}));
+}
+
 }  // namespace
 }  // namespace mn::plan
