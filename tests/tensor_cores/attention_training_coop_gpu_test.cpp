@@ -101,13 +101,14 @@ TEST_P(AttentionTrainingCoopGpu, EveryTensorAddressedTile) {
   const auto d = static_cast<uint64_t>(c.d), dv = static_cast<uint64_t>(c.dv);
   for (const codegen::AttentionTensorTile& named : codegen::attention_tensor_tiles()) {
     SCOPED_TRACE(named.name);
-    codegen::AttentionTensorTile tile = named;
-    if (tile.invocations == 0) tile.invocations = codegen::tensor_attention_invocations(d, dv);
+    codegen::DeviceTraits forced = device;
+    forced.tensor_attention_grad_tile = named.name;
+    const codegen::AttentionTensorTile tile = codegen::training_attention_tile(forced, d, dv);
     if (!codegen::training_attention_fits(tile, d, dv, device.coop_wg_bf16_granularity, device)) {
       continue;
     }
-    testing::ScopedEnv grad("MN_TENSOR_ATTENTION_GRAD_TILE", tile.name);
-    testing::ScopedEnv forward("MN_TENSOR_ATTENTION_TILE", tile.name);
+    testing::ScopedEnv grad("MN_TENSOR_ATTENTION_GRAD_TILE", named.name);
+    testing::ScopedEnv forward("MN_TENSOR_ATTENTION_TILE", named.name);
     check_gradients(c, true, "_tensor");
   }
 }

@@ -176,11 +176,12 @@ TEST(CoopAttentionGpu, EveryTensorAddressedTileMatchesFloat64) {
   const codegen::DeviceTraits device = runtime::plan_options("").device;
   for (const codegen::AttentionTensorTile& tile : codegen::attention_tensor_tiles()) {
     SCOPED_TRACE(tile.name);
-    const ScopedEnv forced("MN_TENSOR_ATTENTION_TILE", tile.name);
+    const ScopedEnv env("MN_TENSOR_ATTENTION_TILE", tile.name);
+    codegen::DeviceTraits forced = device;
+    forced.tensor_attention_tile = tile.name;
     auto fits = [&](const Case& c) {
       const uint64_t d = static_cast<uint64_t>(c.q.back()), dv = static_cast<uint64_t>(c.v.back());
-      codegen::AttentionTensorTile t = tile;
-      if (t.invocations == 0) t.invocations = codegen::tensor_attention_invocations(d, dv);
+      const codegen::AttentionTensorTile t = codegen::forward_attention_tile(forced, d, dv);
       return codegen::forward_attention_fits(t, d, dv, device.coop_wg_granularity, device) &&
              codegen::forward_attention_fits(t, d, dv, device.coop_wg_bf16_granularity, device);
     };
