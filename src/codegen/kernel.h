@@ -60,6 +60,10 @@ struct DeviceTraits {
   // (codegen/lower_attention_tensor.h, lower_attention_training_tensor.h). Sessions set it
   // (runtime::apply_environment) unless MN_TENSOR_ATTENTION=0.
   bool tensor_attention = false;
+  // A prompt's cached_attention at positions on the same forward kernel
+  // (MN_TENSOR_PROMPT_ATTENTION=1; off until the GPU suite has run it: prompts keep the kernels
+  // they had).
+  bool tensor_prompt_attention = false;
   // MN_TENSOR_ATTENTION_TILE and MN_TENSOR_ATTENTION_GRAD_TILE: the forward's and the gradient
   // kernels' tiles (codegen/attention_tensor_tiles.h); empty: the default.
   std::string tensor_attention_tile, tensor_attention_grad_tile;

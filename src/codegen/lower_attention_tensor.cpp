@@ -31,10 +31,11 @@ bool takes_tensor_forward(const LowerContext& ctx, const AttentionShape& g) {
       !d.coop_tensor_reductions || d.coop_attention == DeviceTraits::Choice::never) {
     return false;
   }
-  // A few rows at positions (decoding) would leave most of a tile idle: the row kernels split
-  // the keys instead.
-  if (g.has_positions && g.lq < kMinPromptRows &&
-      d.coop_attention != DeviceTraits::Choice::always) {
+  // Prompts at positions when asked for; a few rows at positions (decoding) would leave most of a
+  // tile idle: the row kernels split the keys instead.
+  if (g.has_positions &&
+      (!d.tensor_prompt_attention ||
+       (g.lq < kMinPromptRows && d.coop_attention != DeviceTraits::Choice::always))) {
     return false;
   }
   // Prompts at positions too, but no rotation applied or cache slot read from a write as the

@@ -30,7 +30,7 @@ DeviceTraits tensor_traits() {
   t.coop_wg_bf16_granularity = t.coop_wg_granularity;
   t.coop_bf16 = true;
   t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = true;
-  t.tensor_attention = true;
+  t.tensor_attention = t.tensor_prompt_attention = true;
   return t;
 }
 
@@ -154,6 +154,13 @@ TEST(AttentionTensor, TakenOnlyWhereAskedForAndTheDeviceHasEverything) {
   DeviceTraits always = tensor_traits();
   always.coop_attention = DeviceTraits::Choice::always;
   EXPECT_EQ(kernel_name(decode, always), "attention_tensor");
+  // Prompts at positions only when asked for (MN_TENSOR_PROMPT_ATTENTION=1).
+  const Case prefill = kCases[6];
+  ASSERT_TRUE(prefill.positions);
+  EXPECT_EQ(kernel_name(prefill, tensor_traits()), "attention_tensor");
+  DeviceTraits unasked = tensor_traits();
+  unasked.tensor_prompt_attention = false;
+  EXPECT_NE(kernel_name(prefill, unasked), "attention_tensor");
 }
 
 }  // namespace

@@ -238,6 +238,11 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
   }
   // MN_CONV_NO_MATMUL=1 clears conv_matmul.
   for (const auto& [value, want] :
+       {std::pair<const char*, bool>{nullptr, false}, {"0", false}, {"1", true}}) {
+    testing::ScopedEnv e("MN_TENSOR_PROMPT_ATTENTION", value);
+    EXPECT_EQ(runtime::device_traits(c).tensor_prompt_attention, want) << (value ? value : "unset");
+  }
+  for (const auto& [value, want] :
        {std::pair<const char*, bool>{nullptr, true}, {"0", true}, {"1", false}}) {
     testing::ScopedEnv e("MN_CONV_NO_MATMUL", value);
     EXPECT_EQ(runtime::device_traits(c).conv_matmul, want) << (value ? value : "unset");

@@ -96,6 +96,7 @@ Array check(const Case& c, const reference::Feeds& feeds, Graph& g, const Tensor
             const Tensor& terms, const reference::Feeds& device_feeds, const Expected& e = {}) {
   const ScopedEnv always("MN_COOP_ATTENTION", "1");
   const ScopedEnv tensor("MN_TENSOR_ATTENTION", e.kernel == "attention_tensor" ? "1" : "0");
+  const ScopedEnv prompts("MN_TENSOR_PROMPT_ATTENTION", e.kernel == "attention_tensor" ? "1" : "0");
   g.output("out", out);
   g.output("terms", terms);
   const auto want = reference::evaluate(g, feeds);
