@@ -10,10 +10,10 @@ namespace mn::codegen {
 namespace {
 constexpr uint64_t kMaxHead = 128;
 
-// Not yet measured against each other on a device but the first: the others are offered to
-// MN_TENSOR_ATTENTION_TILE and MN_TENSOR_ATTENTION_GRAD_TILE for that measurement. w32 tiles
-// keep a workgroup to one subgroup.
-constexpr std::array<AttentionTensorTile, 6> kForwardTiles{{
+// The default first, the tile the kernels were measured with; the others are offered to
+// MN_TENSOR_ATTENTION_TILE and MN_TENSOR_ATTENTION_GRAD_TILE until measured against it. w32
+// tiles keep a workgroup to one subgroup.
+constexpr std::array<AttentionTensorTile, 6> kTiles{{
     {"r64c64", 64, 64, 0},
     {"r64c64w64", 64, 64, 64},
     {"r32c64w32", 32, 64, 32},
@@ -26,15 +26,9 @@ bool head_size_suits(uint64_t d, uint64_t dv) {
   return d % 16 == 0 && dv % 16 == 0 && d <= kMaxHead && dv <= kMaxHead && d > 0 && dv > 0;
 }
 
-}  // namespace
-
-std::span<const AttentionTensorTile> attention_tensor_tiles() { return kForwardTiles; }
-
-namespace {
-
 AttentionTensorTile named_tile(const std::string& name, uint64_t d, uint64_t dv) {
-  AttentionTensorTile t = kForwardTiles.front();
-  for (const AttentionTensorTile& o : kForwardTiles) {
+  AttentionTensorTile t = kTiles.front();
+  for (const AttentionTensorTile& o : kTiles) {
     if (name == o.name) t = o;
   }
   if (t.invocations == 0) t.invocations = tensor_attention_invocations(d, dv);
@@ -42,6 +36,8 @@ AttentionTensorTile named_tile(const std::string& name, uint64_t d, uint64_t dv)
 }
 
 }  // namespace
+
+std::span<const AttentionTensorTile> attention_tensor_tiles() { return kTiles; }
 
 AttentionTensorTile forward_attention_tile(const DeviceTraits& device, uint64_t d, uint64_t dv) {
   return named_tile(device.tensor_attention_tile, d, dv);
@@ -72,7 +68,8 @@ bool training_attention_fits(const AttentionTensorTile& t, uint64_t d, uint64_t 
 bool forward_attention_fits(const AttentionTensorTile& t, uint64_t d, uint64_t dv,
                             const std::array<std::array<uint32_t, 3>, 4>& granularity,
                             const DeviceTraits& device) {
-  if (!head_size_suits(d, dv)) return false;
+  // An invocation per row stages the rows' reach at positions (attention_shape.h's tile_reach).
+  if (!head_size_suits(d, dv) || t.invocations < t.rows) return false;
   const int r = static_cast<int>(t.rows), c = static_cast<int>(t.cols);
   return workgroup_tile_fits(r, c, static_cast<int>(d), t.invocations, granularity, device) &&
          workgroup_tile_fits(r, c, c, t.invocations, granularity, device) &&

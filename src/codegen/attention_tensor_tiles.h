@@ -44,8 +44,9 @@ bool training_attention_fits(const AttentionTensorTile& t, uint64_t d, uint64_t 
                              const std::array<std::array<uint32_t, 3>, 4>& granularity,
                              const DeviceTraits& device);
 
-// Whether they suit the forward's tile `t` (invocations resolved): its products Q·Kᵀ (rows ×
-// cols over d), P·ones (rows × cols over cols) and P·V (rows × dv over cols) in `granularity`.
+// Whether they suit the forward's tile `t` (invocations resolved, at least one a row): its
+// products Q·Kᵀ (rows × cols over d), P·ones (rows × cols over cols) and P·V (rows × dv over
+// cols) in `granularity`.
 bool forward_attention_fits(const AttentionTensorTile& t, uint64_t d, uint64_t dv,
                             const std::array<std::array<uint32_t, 3>, 4>& granularity,
                             const DeviceTraits& device);

@@ -31,18 +31,17 @@ bool takes_tensor_forward(const LowerContext& ctx, const AttentionShape& g) {
       !d.coop_tensor_reductions || d.coop_attention == DeviceTraits::Choice::never) {
     return false;
   }
+  // No rotation applied or cache slot read from a write as the operands load.
+  const std::string_view op = ctx.node.op_name();
+  if ((op != "scaled_dot_product_attention" && op != "cached_attention") || ctx.rope ||
+      ctx.append) {
+    return false;
+  }
   // Prompts at positions when asked for; a few rows at positions (decoding) would leave most of a
   // tile idle: the row kernels split the keys instead.
   if (g.has_positions &&
       (!d.tensor_prompt_attention ||
        (g.lq < kMinPromptRows && d.coop_attention != DeviceTraits::Choice::always))) {
-    return false;
-  }
-  // Prompts at positions too, but no rotation applied or cache slot read from a write as the
-  // operands load.
-  const std::string_view op = ctx.node.op_name();
-  if ((op != "scaled_dot_product_attention" && op != "cached_attention") || ctx.rope ||
-      ctx.append) {
     return false;
   }
   // f16 and bf16 matrices alike (the operands' dtype chooses).
@@ -83,10 +82,8 @@ KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionSha
       {"CAUSAL", a.causal ? "1" : "0"},
       {"SAVES_LSE", ctx.saved_lse ? "1" : "0"},
       {"HAS_POSITIONS", g.has_positions ? "1" : "0"},
-      {"VISIBLE_FUNCTION",
-       g.has_positions ? "uint visible(uint i, uint pb) { return " + visible_expr(g, "i") + "; }\n"
-                       : std::string()},
-      {"WG", std::to_string(tile.invocations)},
+      {"REACH_SHARED", g.has_positions ? "shared uint reach_sh[BR];" : ""},
+      {"REACH", tile_reach(g, "BR")},
       {"BR", std::to_string(tile.rows)},
       {"BC", std::to_string(tile.cols)},
       {"DV_IS_BC", g.dv == tile.cols ? "1" : "0"},

@@ -1,9 +1,9 @@
 #pragma once
-// scaled_dot_product_attention and a prompt's cached_attention on workgroup-scope tensor-addressed
-// matrices
-// (VK_NV_cooperative_matrix2; kernels/attention_tensor.comp): FlashAttention-2's forward with
-// the softmax on the products' accumulators (per-element operations and row reductions), where
-// the subgroup-matrix kernel (lower_attention_coop.cpp) takes every score through shared memory.
+// scaled_dot_product_attention and a prompt's cached_attention on workgroup-scope
+// tensor-addressed matrices (VK_NV_cooperative_matrix2; kernels/attention_tensor.comp):
+// FlashAttention-2's forward with the softmax on the products' accumulators (per-element operations
+// and row reductions), where the subgroup-matrix kernel (lower_attention_coop.cpp) takes every
+// score through shared memory.
 #include "codegen/attention_shape.h"
 #include "codegen/kernel.h"
 

@@ -4,8 +4,8 @@
 // codegen/lower_attention_tensor.cpp, compiled with the current glslang): FlashAttention-2's
 // forward with the softmax on the products' accumulators. scaled_dot_product_attention, or
 // cached_attention at positions (HAS_POSITIONS: a prompt prefilled into caches, row i seeing the
-// keys before visible(i); keys past the tile's reach, cache slots no row of it has written, read as
-// zeros; a row that sees none, a padding row, gives 0).
+// keys before its position + 1; keys past the tile's reach, cache slots no row of it has written,
+// read as zeros; a row that sees none, a padding row, gives 0).
 //
 // A workgroup owns BR query rows of one head (codegen/attention_tensor_tiles.h), loaded once as
 // an A-matrix, and walks the keys its rows see in blocks of BC, each loaded by tensor-addressed
@@ -32,7 +32,7 @@
 #define SAVES_LSE @SAVES_LSE@
 #define HAS_POSITIONS @HAS_POSITIONS@
 
-const uint BR = @BR@u, BC = @BC@u, WG = @WG@u;
+const uint BR = @BR@u, BC = @BC@u;
 #define DV_IS_BC @DV_IS_BC@  // O and the block's matrices share their shape
 const uint TILES = @TILES@u, HEADS = @HEADS@u;
 // The mask's elements from one query row to the next and from one key to the next.
@@ -40,11 +40,8 @@ const uint MASK_ROW_STRIDE = @MASK_ROW_STRIDE@u, MASK_KEY_STRIDE = @MASK_KEY_STR
 
 @OPERAND_LOADS@
 
-#if HAS_POSITIONS
-// The keys row i0 + r sees: [0, visible_sh[r]).
-shared uint visible_sh[BR];
-@VISIBLE_FUNCTION@
-#endif
+// At positions, the keys row i0 + r sees: [0, reach_sh[r]) (tile_reach, codegen/attention_shape.h).
+@REACH_SHARED@
 
 // Score (r, c) of the block at query row i0 and key j0: scaled, plus the mask (its offset of
 // the head's row 0, key 0 at mb); -inf where the query does not see the key.
@@ -52,7 +49,7 @@ float score(const in uint32_t r, const in uint32_t c, const in float raw, const 
             const in uint j0, const in uint mb) {
   uint i = i0 + r, j = j0 + c;
 #if HAS_POSITIONS
-  if (i >= LQ || j >= visible_sh[r]) return -mn_inf();
+  if (i >= LQ || j >= reach_sh[r]) return -mn_inf();
 #else
   if (i >= LQ || j >= LK || (CAUSAL != 0 && j > i)) return -mn_inf();
 #endif
@@ -116,22 +113,15 @@ void main() {
 #if !HAS_MASK
   uint mb = 0u;
 #endif
-  uint i0 = tile * BR;
+  uint i0 = tile * BR, tid = gl_LocalInvocationIndex;
+  // The keys the tile reaches, and those every row of it sees (key_rows: what the layouts read,
+  // zeros past them).
+@REACH@
 #if HAS_POSITIONS
-  // The keys the tile reaches (key_rows: what the layouts read, zeros past them) and those
-  // every row of it sees.
-  for (uint r = gl_LocalInvocationIndex; r < BR; r += WG) {
-    visible_sh[r] = i0 + r < LQ ? visible(i0 + r, pb) : 0u;
-  }
-  barrier();
-  uint reach = 0u, seen_by_all = LK;
-  for (uint r = 0u; r < BR; ++r) {
-    reach = max(reach, visible_sh[r]);
-    seen_by_all = min(seen_by_all, visible_sh[r]);
-  }
+  uint seen_by_all = LK;
+  for (uint r = 0u; r < BR; ++r) seen_by_all = min(seen_by_all, reach_sh[r]);
   uint key_rows = reach;
 #else
-  uint reach = CAUSAL != 0 ? min(LK, min(i0 + BR, LQ)) : LK;
   uint seen_by_all = HAS_MASK != 0 || i0 + BR > LQ ? 0u : CAUSAL != 0 ? min(LK, i0 + 1u) : LK;
   uint key_rows = LK;
 #endif
