@@ -6,7 +6,7 @@
 //                       [--prompt-tokens 256]
 //                       [--new-tokens 64] [--prefill-tokens 512] [--device D] [--profile]
 //                       [--step-time] [--host-split]
-//                       [--plan [--plan-device default|h200]]
+//                       [--plan|--plan-order [--plan-device default|h200]]
 // --profile adds the GPU time of the last decode and prefill steps' kernels, summed by name.
 // --step-time adds the medians of 32 decode steps' GPU time (timestamps at the step's two ends)
 // and of their wall time as LmRunner::run sees it: the difference is the host's share.
@@ -15,7 +15,8 @@
 // id (medians, ms), beside the step's GPU time: where the host's share goes.
 // --plan plans the prefill and decode programs for a device (bench/plan_device.h) without one,
 // from config.json alone: each program's dispatches, arena (planned alone; the session shares
-// the weights and caches between them) and launches by kernel name.
+// the weights and caches between them) and launches by kernel name; --plan-order adds each
+// program's launches in dispatch order with the nodes each covers.
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -100,7 +101,8 @@ nlohmann::json host_split(const mn::HfModel& model, mn::DType dtype, mn::DType p
 // The prefill block and the one-token decode step as LmRunner builds them, planned for
 // `device` with products in `precision`.
 nlohmann::json plan(const mn::LmConfig& config, mn::DType dtype, mn::DType precision,
-                    const mn::plan::PlanOptions& device, int64_t prefill_tokens, int64_t context) {
+                    const mn::plan::PlanOptions& device, int64_t prefill_tokens, int64_t context,
+                    bool order) {
   nlohmann::json j;
   for (const auto& [name, block] :
        {std::pair{"prefill", prefill_tokens}, std::pair{"decode", int64_t{1}}}) {
@@ -113,6 +115,7 @@ nlohmann::json plan(const mn::LmConfig& config, mn::DType dtype, mn::DType preci
     po.precision = precision;
     const mn::plan::StepPlan p = mn::plan::make_step_plan(*lm.graph, po);
     j[name] = mn::bench::plan_summary(p);
+    if (order) j[name]["order"] = mn::bench::launch_order(p);
   }
   return j;
 }
@@ -126,7 +129,7 @@ int main(int argc, char** argv) try {
   }
   std::string dir = argv[1], dtype = "f32", precision = "f32", device, plan_device = "default";
   int64_t prompt_tokens = 256, new_tokens = 64, prefill_tokens = 512;
-  bool profile = false, step_time = false, split = false, plan_only = false;
+  bool profile = false, step_time = false, split = false, plan_only = false, plan_order = false;
   for (int i = 2; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
     if (!std::strcmp(argv[i], "--dtype"))
@@ -149,6 +152,8 @@ int main(int argc, char** argv) try {
       split = true;
     else if (!std::strcmp(argv[i], "--plan"))
       plan_only = true;
+    else if (!std::strcmp(argv[i], "--plan-order"))
+      plan_only = plan_order = true;
     else if (!std::strcmp(argv[i], "--plan-device"))
       plan_device = next();
     else
@@ -166,7 +171,7 @@ int main(int argc, char** argv) try {
     }
     const mn::LmConfig config = mn::load_lm_config(std::filesystem::path(dir) / "config.json");
     nlohmann::json j = plan(config, mn::dtype_from_name(dtype), mn::dtype_from_name(precision), *d,
-                            prefill_tokens, context);
+                            prefill_tokens, context, plan_order);
     j["name"] = "generate_" + std::filesystem::path(dir).filename().string();
     j["plan_device"] = plan_device;
     std::cout << j.dump() << std::endl;

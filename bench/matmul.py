@@ -1,7 +1,7 @@
 """PyTorch counterpart of bench_matmul: the same shapes in fp16 and bf16 (tensor cores,
 fp32 accumulation) and fp32 (TF32 off), timed with CUDA events. One JSON line per (shape, dtype).
 
-Usage: python3 bench/matmul.py [--shapes square|training|step8|small|all] [--reps N]
+Usage: python3 bench/matmul.py [--shapes square|training|prefill|step8|small|all] [--reps N]
 """
 import argparse
 import json
@@ -18,6 +18,10 @@ def shapes(which):
               (256, 576, 49152, "training"), (64, 784, 128, "training"),
               (256, 576, 576, "training"), (576, 256, 576, "training"),
               (576, 256, 1536, "training")]
+    if which in ("prefill", "all"):
+        # SmolLM2-135M prefilling 512 tokens: q and o, k and v, gate and up, down projections.
+        s += [(512, 576, 576, "prefill"), (512, 576, 192, "prefill"), (512, 576, 1536, "prefill"),
+              (512, 1536, 576, "prefill")]
     if which in ("step8", "all"):
         # SmolLM2-135M's training step at 8 x 512: projections forward, then weight gradients.
         s += [(4096, k, n, "step8") for k, n in ((576, 576), (576, 192), (576, 1536), (1536, 576),
@@ -34,6 +38,8 @@ def main():
     p.add_argument("--shapes", default="all")
     p.add_argument("--reps", type=int, default=50)
     args = p.parse_args()
+    if not shapes(args.shapes):
+        p.error("--shapes takes square, training, prefill, step8, small or all, got " + args.shapes)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = False
     for m, k, n, tag in shapes(args.shapes):

@@ -177,6 +177,7 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
       {"EPILOGUE", e ? "1" : "0"},
       {"ROUND_BF16", out == DType::bf16 ? "1" : "0"},
       {"UNROLL", std::to_string(t.unroll)},
+      {"PREFETCH", ctx.device.coop_tensor_prefetch ? "1" : "0"},
       {"C_TYPE", out == DType::f32 ? "float" : elem},
       {"M", std::to_string(g.m)},
       {"N", std::to_string(g.n)},
@@ -203,6 +204,7 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
   };
   KernelLaunch k;
   k.name = std::string("matmul_tensor_") + t.name +
+           (ctx.device.coop_tensor_prefetch ? "_prefetch" : "") +
            (splits > 1 ? "_split" + std::to_string(splits) : std::string());
   k.glsl = fill_kernel_template("matmul_tensor.comp", f);
   k.workgroup = {t.invocations, 1, 1};

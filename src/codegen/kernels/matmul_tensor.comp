@@ -11,6 +11,8 @@
 // each over KS of K; each stores its f32 partial into P, and the last to finish (counted in
 // done[], which it sets back to zero for the next run) adds the others' partials to its own and
 // finishes the tile. One launch, no second pass.
+// Prefetch (PREFETCH): interior tiles keep two sets of operand matrices, loading one K step
+// while multiplying the other, for short K loops whose every step otherwise waits on its loads.
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
@@ -26,6 +28,7 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #define TB @TB@      // B stored N×K
 #define EPILOGUE @EPILOGUE@  // mm_epilogue applies to each element before the store
 #define ROUND_BF16 @ROUND_BF16@  // C is bf16: round to nearest before the conversion
+#define PREFETCH @PREFETCH@  // interior tiles load the next K step before the current product
 
 const uint M = @M@u, N = @N@u, K = @K@u;
 const uint LDA = @LDA@u, LDB = @LDB@u;
@@ -125,7 +128,31 @@ void main() {
   lb_clamped = setTensorLayoutStrideNV(lb_clamped, LDB, 1);
 
   MAT_C acc = MAT_C(0.0);
+#define LOAD_STEP(a, b, k)                                    \
+  coopMatLoadTensorNV(a, A, a_base, SLICE_A(la, k));          \
+  coopMatLoadTensorNV(b, B, b_base, SLICE_B(lb, k))
   if (row0 + BM <= M && col0 + BN <= N && K % BK == 0) {
+#if PREFETCH
+    // Each step's loads are issued before the previous step's product, so that they are in
+    // flight while it runs: two sets of operand matrices take turns.
+    MAT_A a0, a1;
+    MAT_B b0, b1;
+    LOAD_STEP(a0, b0, k_begin);
+    uint k = k_begin + BK;
+    for (; k + BK < k_end; k += 2u * BK) {
+      LOAD_STEP(a1, b1, k);
+      acc = coopMatMulAdd(a0, b0, acc);
+      LOAD_STEP(a0, b0, k + BK);
+      acc = coopMatMulAdd(a1, b1, acc);
+    }
+    if (k < k_end) {  // one step left beside the one in a0, b0
+      LOAD_STEP(a1, b1, k);
+      acc = coopMatMulAdd(a0, b0, acc);
+      acc = coopMatMulAdd(a1, b1, acc);
+    } else {
+      acc = coopMatMulAdd(a0, b0, acc);
+    }
+#else
     // UNROLL steps per iteration give the driver loads to issue ahead of the products.
     uint k = k_begin;
     for (; k + UNROLL * BK <= k_end; k += UNROLL * BK) {
@@ -144,6 +171,7 @@ void main() {
       coopMatLoadTensorNV(b, B, b_base, SLICE_B(lb, k));
       acc = coopMatMulAdd(a, b, acc);
     }
+#endif
   } else {
     for (uint k = k_begin; k < k_end; k += BK) {
       MAT_A a;
