@@ -342,13 +342,13 @@ Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
   const MatmulGeometry g = geometry(ctx);
   const int64_t batch = numel(g.out_batch);
   check_elements(g, batch);
-  if (extras && !gemv_takes_extras(ctx)) {
+  if (extras && !gemv_takes_extras(ctx) && !tensor_takes_extras(ctx, *extras)) {
     throw Error("matmul: this product's kernel cannot take a norm or a sibling product");
   }
   if (g.m == 1 || g.n == 1) return lower_gemv(ctx, g, batch, e, extras);
   if (tensor_matmul_rejection(ctx, g, batch).empty()) {
     const TensorTile& t = tensor_tiles()[static_cast<size_t>(*choose_tensor_tile(ctx, g, batch))];
-    return lower_matmul_tensor(ctx, g, batch, t, e);
+    return lower_matmul_tensor(ctx, g, batch, t, e, extras);
   }
   if (coop_rejection(ctx, g, batch).empty()) {
     if (coop_wg_rejection(ctx, g, batch).empty()) {

@@ -51,6 +51,8 @@ std::string batch_bases(const MatmulGeometry& g);
 //    and needs no normalized copy.
 //  - sibling: a second matrix of B's shape and layout, multiplied by the same vector in the
 //    same pass; its product at the element being stored is `mm_sibling` in the epilogue.
+//    The tensor-addressed kernel takes a sibling too, of any A (tensor_takes_sibling in
+//    lower_matmul_tensor.h: a prompt's gate and up projections in one kernel).
 //  - stacked: further products of the same vector with matrices of the same K and layout but
 //    their own rows, each stored into its own output (a decoding layer's q, k and v
 //    projections: one launch). Their outputs follow the product's rows in the kernel's grid;
@@ -62,6 +64,8 @@ struct GemvExtras {
   DType gamma_dtype = DType::f32;
   int sibling_input = -1;  // the group input holding the second matrix; -1: none
   DType sibling_dtype = DType::f32;
+  // The sibling product's own dtype: a 16-bit product is rounded to it, as its store would.
+  DType sibling_product_dtype = DType::f32;
   struct Stacked {
     int matrix_input = -1;  // the group input holding the matrix [rows, K]
     DType matrix_dtype = DType::f32;

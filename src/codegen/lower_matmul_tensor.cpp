@@ -145,12 +145,35 @@ std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometr
   return {};
 }
 
+uint64_t tensor_sibling_shared_bytes(const TensorTile& t) {
+  return static_cast<uint64_t>(t.bm) * static_cast<uint64_t>(t.bn) * sizeof(float);
+}
+
+bool tensor_takes_extras(const LowerContext& ctx, const GemvExtras& x) {
+  if (x.norm || !x.stacked.empty() || x.sibling_input < 0) return false;
+  const MatmulGeometry g = geometry(ctx);
+  const int64_t batch = numel(g.out_batch);
+  if (!tensor_matmul_rejection(ctx, g, batch).empty()) return false;
+  if (x.sibling_dtype != ctx.inputs[1].dtype) return false;  // loaded as B is
+  const TensorTile& t = kTiles[static_cast<size_t>(*choose_tensor_tile(ctx, g, batch))];
+  return tensor_sibling_shared_bytes(t) <= ctx.device.max_shared_bytes;
+}
+
 Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
-                             const TensorTile& t, const MatmulEpilogue* e) {
+                             const TensorTile& t, const MatmulEpilogue* e,
+                             const GemvExtras* extras) {
   const DType in_a = ctx.inputs[0].dtype, in_b = ctx.inputs[1].dtype;
   if ((in_a != DType::f16 && in_a != DType::bf16) || in_b != in_a) {
     throw Error("matmul (tensor-addressed): operands must be both f16 or both bf16");
   }
+  if (extras && (extras->norm || !extras->stacked.empty() || extras->sibling_input < 0 ||
+                 extras->sibling_dtype != in_b ||
+                 tensor_sibling_shared_bytes(t) > ctx.device.max_shared_bytes)) {
+    throw Error(
+        "matmul (tensor-addressed): takes a sibling product of B's dtype only, no norm "
+        "or stacked products, in a tile whose shared copy of it fits");
+  }
+  const bool sibling = extras != nullptr;
   const bool bf16 = in_a == DType::bf16;
   const std::string elem = bf16 ? "bfloat16_t" : "float16_t";
   const int64_t a_size = g.m * g.k, b_size = g.k * g.n;
@@ -161,7 +184,8 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
   }
   const std::string epilogue = e ? e->declarations + epilogue_function(e) : std::string();
   const int64_t tiles = row_tiles * col_tiles * batch;
-  const int splits = split_count(g, t, tiles, ctx.device);
+  // A sibling doubles each tile's work and would double its partial sums: never split.
+  const int splits = sibling ? 1 : split_count(g, t, tiles, ctx.device);
   const int64_t k_steps = (g.k + t.bk - 1) / t.bk;
   const int64_t split_k = (k_steps + splits - 1) / splits * t.bk;
   const int64_t partials = int64_t{splits} * batch * g.m * g.n;
@@ -169,7 +193,24 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
     throw Error("matmul (tensor-addressed): " + std::to_string(splits) +
                 " K splits of this product need more partial sums than 32-bit offsets address");
   }
-  const size_t extra = e ? e->extra.size() : 0;
+  const size_t extra = (e ? e->extra.size() : 0) + (sibling ? 1 : 0);
+  std::string sibling_declarations;
+  if (sibling) {
+    // Before the epilogue, which reads mm_sibling at its element (m, n): tiles start at
+    // multiples of BM and BN.
+    const DType sd = extras->sibling_product_dtype;
+    sibling_declarations = "layout(std430, set = 0, binding = " + std::to_string(2 + extra) +
+                           ") readonly buffer BufferS { " + elem + " S[]; };\n" +
+                           "shared float sibling_sh[" + std::to_string(t.bm * t.bn) + "];\n";
+    const std::string at = "sibling_sh[(m % BM) * BN + n % BN]";
+    if (is_half_float(sd)) {
+      const std::string narrow = sd == DType::bf16 ? "bf16" : "f16";
+      sibling_declarations += std::string(glsl::half_conversions()) + "#define mm_sibling mn_" +
+                              narrow + "_to_f32(mn_f32_to_" + narrow + "(" + at + "))\n";
+    } else {
+      sibling_declarations += "#define mm_sibling " + at + "\n";
+    }
+  }
   TemplateFields f{
       {"EXTENSIONS", bf16 ? "#extension GL_EXT_bfloat16 : require" : ""},
       {"TA", g.ta ? "1" : "0"},
@@ -197,14 +238,15 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
       {"A_TYPE", elem},
       {"B_TYPE", elem},
       {"MAT_TYPE", elem},
-      {"EPILOGUE_DECLARATIONS", epilogue},
+      {"EPILOGUE_DECLARATIONS", sibling_declarations + epilogue},
+      {"SIBLING", sibling ? "1" : "0"},
       {"BATCH_SETUP", glsl::unravel(g.out_batch, "bz", "q")},
       {"A_BASE", glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " + ulit(a_size)},
       {"B_BASE", glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " + ulit(b_size)},
   };
   KernelLaunch k;
   k.name = std::string("matmul_tensor_") + t.name +
-           (ctx.device.coop_tensor_prefetch ? "_prefetch" : "") +
+           (ctx.device.coop_tensor_prefetch ? "_prefetch" : "") + (sibling ? "+sibling" : "") +
            (splits > 1 ? "_split" + std::to_string(splits) : std::string());
   k.glsl = fill_kernel_template("matmul_tensor.comp", f);
   k.workgroup = {t.invocations, 1, 1};
@@ -216,6 +258,7 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
   if (e) {
     for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
   }
+  if (sibling) k.bindings.push_back({ArgRef::input(extras->sibling_input), false});
   if (splits > 1) {
     k.bindings.push_back({ArgRef::scratch(0), true});
     k.bindings.push_back({ArgRef::counters(0), true});

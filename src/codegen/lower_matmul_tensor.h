@@ -39,9 +39,20 @@ std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometr
 std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeometry& g,
                                       int64_t batch);
 
-// Bindings: A, B, C, then the epilogue's extra operands; with K split (a grid of tiles too
-// small to fill the device), the f32 partial sums (scratch 0) and the per-tile counters.
+// Whether the kernel chosen for this product takes these extras: a sibling (GemvExtras), no norm
+// or stacked products, and the tile's shared copy of the sibling's accumulator fits.
+bool tensor_takes_extras(const LowerContext& ctx, const GemvExtras& x);
+// Bytes of shared memory a sibling's accumulator takes in tile `t`.
+uint64_t tensor_sibling_shared_bytes(const TensorTile& t);
+
+// Bindings: A, B, C, then the epilogue's extra operands, then a sibling's matrix (extras); with
+// K split (a grid of tiles too small to fill the device, never with a sibling), the f32 partial
+// sums (scratch 0) and the per-tile counters.
+// A sibling's product (S, of B's shape and layout) accumulates beside C's from the same A
+// loads; before the epilogue its accumulator is copied to shared memory, where `mm_sibling`
+// reads the element being finished.
 Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
-                             const TensorTile& t, const MatmulEpilogue* e);
+                             const TensorTile& t, const MatmulEpilogue* e,
+                             const GemvExtras* extras = nullptr);
 
 }  // namespace mn::codegen

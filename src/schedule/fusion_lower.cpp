@@ -86,7 +86,10 @@ std::optional<codegen::GemvExtras> gemv_extras(const Graph& g, const KernelGroup
     if (v.gamma_input >= 0) x.gamma_dtype = g.node(group.inputs[v.gamma_input]).type.dtype;
   }
   x.sibling_input = v.sibling_input;
-  if (v.sibling_input >= 0) x.sibling_dtype = g.node(group.inputs[v.sibling_input]).type.dtype;
+  if (v.sibling_input >= 0) {
+    x.sibling_dtype = g.node(group.inputs[v.sibling_input]).type.dtype;
+    x.sibling_product_dtype = g.node(v.sibling).type.dtype;
+  }
   for (size_t j = 0; j < v.stacked.size(); ++j) {
     const TensorType& matrix = g.node(group.inputs[v.stacked_input[j]]).type;
     x.stacked.push_back({v.stacked_input[j], matrix.dtype, g.node(v.stacked[j]).type.shape.back(),

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "codegen/lower_matmul.h"
+#include "codegen/lower_matmul_tensor.h"
 #include "ir/ops/nn.h"
 #include "schedule/widened_loads.h"
 
@@ -82,6 +83,23 @@ bool take_sibling(const Graph& g, KernelGroup& group, const KernelGroup& other) 
   return true;
 }
 
+// The tensor-addressed kernel of the epilogue group's product takes the single product `other`
+// as its sibling (codegen::tensor_takes_extras), typed as lower_epilogue will lower it: the
+// product stores the epilogue's first value.
+bool tensor_takes_sibling(const Graph& g, const KernelGroup& group, NodeId m,
+                          const KernelGroup& other, const codegen::DeviceTraits& device) {
+  const Node& mm = g.node(m);
+  Node stored = mm;
+  stored.type.dtype = g.node(group.outputs.front()).type.dtype;
+  std::vector<TensorType> types;
+  for (size_t i = 0; i < mm.inputs.size(); ++i) types.push_back(g.node(group.inputs[i]).type);
+  codegen::GemvExtras x;
+  x.sibling_input = static_cast<int>(group.inputs.size());
+  x.sibling_dtype = g.node(other.inputs[1]).type.dtype;
+  x.sibling_product_dtype = g.node(other.nodes.front()).type.dtype;
+  return codegen::tensor_takes_extras(codegen::LowerContext{stored, types, device}, x);
+}
+
 void take_siblings(const Graph& g, std::vector<KernelGroup>& groups,
                    const codegen::DeviceTraits& device) {
   std::map<NodeId, size_t> single_product;  // matmul node -> its single group
@@ -96,12 +114,14 @@ void take_siblings(const Graph& g, std::vector<KernelGroup>& groups,
   for (KernelGroup& group : groups) {
     const NodeId m = product_of(g, group);
     if (m < 0 || group.kind != KernelGroup::Kind::matmul_epilogue) continue;
-    if (!takes_extras(g, group, m, device)) continue;
+    const bool gemv = takes_extras(g, group, m, device);
     for (size_t i = g.node(m).inputs.size(); i < group.inputs.size(); ++i) {
       const NodeId u = group.inputs[i];
       const auto it = single_product.find(u);
       if (it == single_product.end() || readers[u] != 1 || sinks.count(u)) continue;
-      if (take_sibling(g, group, groups[it->second])) break;
+      const KernelGroup& other = groups[it->second];
+      if (!gemv && !tensor_takes_sibling(g, group, m, other, device)) continue;
+      if (take_sibling(g, group, other)) break;
     }
   }
 }

@@ -5,7 +5,8 @@
 //    (q/k/v, gate/up and the head read the normalized hidden state): the norm's kernel goes.
 //  - sibling: a product whose epilogue reads another product of the same vector and matrix
 //    shape (silu(x·Wgᵀ) · (x·Wuᵀ)) computes both in one pass over the vector: the other's
-//    kernel goes.
+//    kernel goes. The tensor-addressed matmul kernel takes a sibling too, of any A (a prompt's
+//    gate and up projections: one kernel and one barrier fewer per layer).
 // A node's kernel is dropped only when nothing reads it any more. See codegen::GemvExtras.
 #include <vector>
 

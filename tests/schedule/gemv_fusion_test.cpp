@@ -13,6 +13,8 @@
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "codegen/coop_fixture.h"
+#include "codegen/current_toolchain.h"
 #include "plan/step_plan.h"
 #include "support/random_fill.h"
 #include "support/scoped_env.h"
@@ -182,6 +184,53 @@ TEST(GemvFusion, ProductsOfOneVectorStackIntoOneLaunch) {
       }
     }
   }
+}
+
+// A prompt's MLP (512 rows, SmolLM2's widths, bf16 products) on a device with tensor-addressed
+// matrices: the up projection's tensor kernel computes the gate beside it from the same loads of
+// the normed rows (one launch and one barrier fewer), as valid SPIR-V; where the tile's shared
+// copy of the gate's accumulator does not fit, the two products stay apart.
+TEST(GemvFusion, APromptsGateAndUpShareATensorKernel) {
+  Graph g;
+  Tensor h = g.input("h", {1, 512, 576});
+  auto weight = [&](const char* name, Shape shape) {
+    return cast(g.parameter(name, std::move(shape), Init::zeros(), DType::bf16), DType::f32);
+  };
+  Tensor x = rms_norm(h, weight("norm", {576}), 1e-5);
+  Tensor gate = matmul(x, weight("gate", {1536, 576}), false, true);
+  Tensor up = matmul(x, weight("up", {1536, 576}), false, true);
+  g.output("y", matmul(silu(gate) * up, weight("down", {576, 1536}), false, true) + h);
+  plan::PlanOptions po;
+  po.device = codegen::testing::h200_wg_traits();
+  po.device.storage_16bit = true;
+  po.device.coop_tensor = true;
+  po.device.coop_wg_bf16_granularity = po.device.coop_wg_granularity;
+  po.precision = DType::bf16;
+  for (const bool prefetch : {false, true}) {  // K loaded step by step, and prefetched
+    po.device.coop_tensor_prefetch = prefetch;
+    const plan::StepPlan p = plan::make_step_plan(g, po);
+    const std::vector<std::string> names = launch_names(p);
+    const std::string what = ::testing::PrintToString(names);
+    EXPECT_EQ(count_prefix(names, "matmul_tensor_"), 2u) << what;  // gate and up; down
+    const auto sibling = std::find_if(p.launches.begin(), p.launches.end(), [](const auto& l) {
+      return l.kernel.name.find("+sibling+epilogue[") != std::string::npos;
+    });
+    ASSERT_NE(sibling, p.launches.end()) << what;
+    EXPECT_EQ(sibling->kernel.name.find("_split"), std::string::npos) << sibling->kernel.name;
+    if (codegen::current_glslang().available && !test::spirv_val_path().empty()) {
+      const codegen::testing::ValidatedKernel k =
+          codegen::testing::validate_current(sibling->kernel);
+      EXPECT_EQ(k.errors, "") << sibling->kernel.name;
+      // The gate's accumulator goes to shared memory for the epilogue.
+      EXPECT_NE(k.disassembly.find("OpCooperativeMatrixStoreKHR"), std::string::npos);
+    }
+  }
+  po.device.coop_tensor_prefetch = false;
+
+  po.device.max_shared_bytes = 4096;  // no tile's copy fits
+  const std::vector<std::string> apart = launch_names(plan::make_step_plan(g, po));
+  EXPECT_EQ(count_prefix(apart, "matmul_tensor_"), 3u) << ::testing::PrintToString(apart);
+  for (const std::string& n : apart) EXPECT_EQ(n.find("+sibling"), std::string::npos) << n;
 }
 
 }  // namespace

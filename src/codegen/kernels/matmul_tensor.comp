@@ -11,6 +11,9 @@
 // each over KS of K; each stores its f32 partial into P, and the last to finish (counted in
 // done[], which it sets back to zero for the next run) adds the others' partials to its own and
 // finishes the tile. One launch, no second pass.
+// Sibling (SIBLING, a prompt's gate and up projections): A's matrices also multiply S's, a
+// matrix of B's shape, into a second accumulator, which the epilogue reads as mm_sibling through
+// shared memory.
 // Prefetch (PREFETCH): interior tiles keep two sets of operand matrices, loading one K step
 // while multiplying the other, for short K loops whose every step otherwise waits on its loads.
 #extension GL_EXT_control_flow_attributes : require
@@ -29,6 +32,7 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #define EPILOGUE @EPILOGUE@  // mm_epilogue applies to each element before the store
 #define ROUND_BF16 @ROUND_BF16@  // C is bf16: round to nearest before the conversion
 #define PREFETCH @PREFETCH@  // interior tiles load the next K step before the current product
+#define SIBLING @SIBLING@    // a second product of A with S (B's shape) for the epilogue
 
 const uint M = @M@u, N = @N@u, K = @K@u;
 const uint LDA = @LDA@u, LDB = @LDB@u;
@@ -128,57 +132,67 @@ void main() {
   lb_clamped = setTensorLayoutStrideNV(lb_clamped, LDB, 1);
 
   MAT_C acc = MAT_C(0.0);
-#define LOAD_STEP(a, b, k)                                    \
-  coopMatLoadTensorNV(a, A, a_base, SLICE_A(la, k));          \
-  coopMatLoadTensorNV(b, B, b_base, SLICE_B(lb, k))
+  // One K step: A's and B's matrices (and the sibling's S, of B's layout) loaded through the
+  // layouts given, then multiplied into the accumulators.
+#if SIBLING
+  MAT_C acc_s = MAT_C(0.0);
+#define DECLARE_STEP(a, b, s) MAT_A a; MAT_B b; MAT_B s
+#define LOAD_STEP(a, b, s, la_, lb_, k)                       \
+  coopMatLoadTensorNV(a, A, a_base, SLICE_A(la_, k));         \
+  coopMatLoadTensorNV(b, B, b_base, SLICE_B(lb_, k));         \
+  coopMatLoadTensorNV(s, S, b_base, SLICE_B(lb_, k))
+#define MUL_STEP(a, b, s)          \
+  acc = coopMatMulAdd(a, b, acc);  \
+  acc_s = coopMatMulAdd(a, s, acc_s)
+#else
+#define DECLARE_STEP(a, b, s) MAT_A a; MAT_B b
+#define LOAD_STEP(a, b, s, la_, lb_, k)                       \
+  coopMatLoadTensorNV(a, A, a_base, SLICE_A(la_, k));         \
+  coopMatLoadTensorNV(b, B, b_base, SLICE_B(lb_, k))
+#define MUL_STEP(a, b, s) acc = coopMatMulAdd(a, b, acc)
+#endif
   if (row0 + BM <= M && col0 + BN <= N && K % BK == 0) {
 #if PREFETCH
     // Each step's loads are issued before the previous step's product, so that they are in
     // flight while it runs: two sets of operand matrices take turns.
-    MAT_A a0, a1;
-    MAT_B b0, b1;
-    LOAD_STEP(a0, b0, k_begin);
+    DECLARE_STEP(a0, b0, s0);
+    DECLARE_STEP(a1, b1, s1);
+    LOAD_STEP(a0, b0, s0, la, lb, k_begin);
     uint k = k_begin + BK;
     for (; k + BK < k_end; k += 2u * BK) {
-      LOAD_STEP(a1, b1, k);
-      acc = coopMatMulAdd(a0, b0, acc);
-      LOAD_STEP(a0, b0, k + BK);
-      acc = coopMatMulAdd(a1, b1, acc);
+      LOAD_STEP(a1, b1, s1, la, lb, k);
+      MUL_STEP(a0, b0, s0);
+      LOAD_STEP(a0, b0, s0, la, lb, k + BK);
+      MUL_STEP(a1, b1, s1);
     }
     if (k < k_end) {  // one step left beside the one in a0, b0
-      LOAD_STEP(a1, b1, k);
-      acc = coopMatMulAdd(a0, b0, acc);
-      acc = coopMatMulAdd(a1, b1, acc);
+      LOAD_STEP(a1, b1, s1, la, lb, k);
+      MUL_STEP(a0, b0, s0);
+      MUL_STEP(a1, b1, s1);
     } else {
-      acc = coopMatMulAdd(a0, b0, acc);
+      MUL_STEP(a0, b0, s0);
     }
 #else
     // UNROLL steps per iteration give the driver loads to issue ahead of the products.
     uint k = k_begin;
     for (; k + UNROLL * BK <= k_end; k += UNROLL * BK) {
       [[unroll]] for (uint j = 0; j < UNROLL; ++j) {
-        MAT_A a;
-        MAT_B b;
-        coopMatLoadTensorNV(a, A, a_base, SLICE_A(la, k + j * BK));
-        coopMatLoadTensorNV(b, B, b_base, SLICE_B(lb, k + j * BK));
-        acc = coopMatMulAdd(a, b, acc);
+        DECLARE_STEP(a, b, s);
+        LOAD_STEP(a, b, s, la, lb, k + j * BK);
+        MUL_STEP(a, b, s);
       }
     }
     for (; k < k_end; k += BK) {
-      MAT_A a;
-      MAT_B b;
-      coopMatLoadTensorNV(a, A, a_base, SLICE_A(la, k));
-      coopMatLoadTensorNV(b, B, b_base, SLICE_B(lb, k));
-      acc = coopMatMulAdd(a, b, acc);
+      DECLARE_STEP(a, b, s);
+      LOAD_STEP(a, b, s, la, lb, k);
+      MUL_STEP(a, b, s);
     }
 #endif
   } else {
     for (uint k = k_begin; k < k_end; k += BK) {
-      MAT_A a;
-      MAT_B b;
-      coopMatLoadTensorNV(a, A, a_base, SLICE_A(la_clamped, k));
-      coopMatLoadTensorNV(b, B, b_base, SLICE_B(lb_clamped, k));
-      acc = coopMatMulAdd(a, b, acc);
+      DECLARE_STEP(a, b, s);
+      LOAD_STEP(a, b, s, la_clamped, lb_clamped, k);
+      MUL_STEP(a, b, s);
     }
   }
   tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> lc =
@@ -205,6 +219,11 @@ void main() {
                         sliceTensorLayoutNV(lc, row0, BM, col0, BN));
     acc += part;
   }
+#endif
+#if SIBLING
+  // The epilogue reads the sibling's product at its element (mm_sibling) from shared memory.
+  coopMatStore(acc_s, sibling_sh, 0u, BN, gl_CooperativeMatrixLayoutRowMajor);
+  barrier();
 #endif
 #if EPILOGUE || ROUND_BF16
   coopMatPerElementNV(acc, acc, finish_element, bz, row0, col0);
