@@ -150,7 +150,9 @@ uint64_t tensor_sibling_shared_bytes(const TensorTile& t) {
 }
 
 bool tensor_takes_extras(const LowerContext& ctx, const GemvExtras& x) {
-  if (x.norm || !x.stacked.empty() || x.sibling_input < 0) return false;
+  if (!ctx.device.tensor_sibling || x.norm || !x.stacked.empty() || x.sibling_input < 0) {
+    return false;
+  }
   const MatmulGeometry g = geometry(ctx);
   const int64_t batch = numel(g.out_batch);
   if (!tensor_matmul_rejection(ctx, g, batch).empty()) return false;

@@ -227,10 +227,17 @@ TEST(GemvFusion, APromptsGateAndUpShareATensorKernel) {
   }
   po.device.coop_tensor_prefetch = false;
 
+  auto expect_apart = [&](const plan::PlanOptions& o, const char* why) {
+    const std::vector<std::string> apart = launch_names(plan::make_step_plan(g, o));
+    EXPECT_EQ(count_prefix(apart, "matmul_tensor_"), 3u)
+        << why << ": " << ::testing::PrintToString(apart);
+    for (const std::string& n : apart) EXPECT_EQ(n.find("+sibling"), std::string::npos) << n;
+  };
+  plan::PlanOptions off = po;
+  off.device.tensor_sibling = false;  // MN_TENSOR_SIBLING=0
+  expect_apart(off, "switched off");
   po.device.max_shared_bytes = 4096;  // no tile's copy fits
-  const std::vector<std::string> apart = launch_names(plan::make_step_plan(g, po));
-  EXPECT_EQ(count_prefix(apart, "matmul_tensor_"), 3u) << ::testing::PrintToString(apart);
-  for (const std::string& n : apart) EXPECT_EQ(n.find("+sibling"), std::string::npos) << n;
+  expect_apart(po, "4 KiB of shared memory");
 }
 
 }  // namespace
