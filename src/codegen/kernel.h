@@ -71,12 +71,9 @@ struct DeviceTraits {
   // MN_COOP_TENSOR_SPLIT_K: K splits of tensor-addressed matmuls whose tiles do not fill the
   // device; 0 chooses (codegen/lower_matmul_tensor.h), 1 never splits, n forces n where K allows.
   int coop_tensor_split_k = 0;
-  // MN_COOP_TENSOR_PREFETCH=1: the tensor-addressed matmul's interior tiles load each K step
-  // before the previous step's product (kernels/matmul_tensor.comp). Off until measured.
-  bool coop_tensor_prefetch = false;
-  // The tensor-addressed matmul computes a sibling product beside its own (a prompt's gate and
-  // up projections, schedule/gemv_fusion.h); MN_TENSOR_SIBLING=0 keeps them apart.
-  bool tensor_sibling = true;
+  // MN_TENSOR_SIBLING=1: the tensor-addressed matmul computes a sibling product beside its own
+  // (a prompt's gate and up projections, schedule/gemv_fusion.h). Off until measured faster.
+  bool tensor_sibling = false;
   // Attention over prompts on the subgroup-scope matrices (codegen/lower_attention_coop.cpp):
   // MN_COOP_ATTENTION unset lets the lowering choose (codegen/lower_attention.cpp), =1 takes
   // the kernel wherever it fits, =0 keeps the f32 kernels.

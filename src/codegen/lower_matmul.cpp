@@ -347,7 +347,9 @@ Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
   }
   if (g.m == 1 || g.n == 1) return lower_gemv(ctx, g, batch, e, extras);
   if (tensor_matmul_rejection(ctx, g, batch).empty()) {
-    const TensorTile& t = tensor_tiles()[static_cast<size_t>(*choose_tensor_tile(ctx, g, batch))];
+    const bool sibling = extras && extras->sibling_input >= 0;
+    const TensorTile& t =
+        tensor_tiles()[static_cast<size_t>(*choose_tensor_tile(ctx, g, batch, sibling))];
     return lower_matmul_tensor(ctx, g, batch, t, e, extras);
   }
   if (coop_rejection(ctx, g, batch).empty()) {

@@ -83,7 +83,7 @@ bool fits_u32(const MatmulGeometry& g) {
 std::span<const TensorTile> tensor_tiles() { return kTiles; }
 
 std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeometry& g,
-                                      int64_t batch) {
+                                      int64_t batch, bool sibling) {
   const DeviceTraits& d = ctx.device;
   const DType operands = ctx.inputs[0].dtype;
   const int64_t want = d.groups_to_fill();
@@ -96,6 +96,7 @@ std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeome
     const TensorTile& t = kTiles[static_cast<size_t>(i)];
     if (!tile_supported(t, d, operands) || !fits_u32(g)) continue;
     if (t.bf16_only && operands != DType::bf16) continue;
+    if (sibling && !tensor_tile_takes_sibling(t, d)) continue;
     if (!d.coop_tensor_tile.empty()) {
       if (d.coop_tensor_tile == t.name) return i;
       continue;
@@ -145,8 +146,10 @@ std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometr
   return {};
 }
 
-uint64_t tensor_sibling_shared_bytes(const TensorTile& t) {
-  return static_cast<uint64_t>(t.bm) * static_cast<uint64_t>(t.bn) * sizeof(float);
+bool tensor_tile_takes_sibling(const TensorTile& t, const DeviceTraits& device) {
+  const uint64_t area = static_cast<uint64_t>(t.bm) * static_cast<uint64_t>(t.bn);
+  return area <= uint64_t{kSiblingAccumulatorPerInvocation} * t.invocations &&
+         area * sizeof(float) <= device.max_shared_bytes;
 }
 
 bool tensor_takes_extras(const LowerContext& ctx, const GemvExtras& x) {
@@ -157,8 +160,7 @@ bool tensor_takes_extras(const LowerContext& ctx, const GemvExtras& x) {
   const int64_t batch = numel(g.out_batch);
   if (!tensor_matmul_rejection(ctx, g, batch).empty()) return false;
   if (x.sibling_dtype != ctx.inputs[1].dtype) return false;  // loaded as B is
-  const TensorTile& t = kTiles[static_cast<size_t>(*choose_tensor_tile(ctx, g, batch))];
-  return tensor_sibling_shared_bytes(t) <= ctx.device.max_shared_bytes;
+  return choose_tensor_tile(ctx, g, batch, true).has_value();
 }
 
 Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
@@ -169,11 +171,10 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
     throw Error("matmul (tensor-addressed): operands must be both f16 or both bf16");
   }
   if (extras && (extras->norm || !extras->stacked.empty() || extras->sibling_input < 0 ||
-                 extras->sibling_dtype != in_b ||
-                 tensor_sibling_shared_bytes(t) > ctx.device.max_shared_bytes)) {
+                 extras->sibling_dtype != in_b || !tensor_tile_takes_sibling(t, ctx.device))) {
     throw Error(
         "matmul (tensor-addressed): takes a sibling product of B's dtype only, no norm "
-        "or stacked products, in a tile whose shared copy of it fits");
+        "or stacked products, in a tile that holds two accumulators");
   }
   const bool sibling = extras != nullptr;
   const bool bf16 = in_a == DType::bf16;
@@ -220,7 +221,6 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
       {"EPILOGUE", e ? "1" : "0"},
       {"ROUND_BF16", out == DType::bf16 ? "1" : "0"},
       {"UNROLL", std::to_string(t.unroll)},
-      {"PREFETCH", ctx.device.coop_tensor_prefetch ? "1" : "0"},
       {"C_TYPE", out == DType::f32 ? "float" : elem},
       {"M", std::to_string(g.m)},
       {"N", std::to_string(g.n)},
@@ -247,8 +247,7 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
       {"B_BASE", glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " + ulit(b_size)},
   };
   KernelLaunch k;
-  k.name = std::string("matmul_tensor_") + t.name +
-           (ctx.device.coop_tensor_prefetch ? "_prefetch" : "") + (sibling ? "+sibling" : "") +
+  k.name = std::string("matmul_tensor_") + t.name + (sibling ? "+sibling" : "") +
            (splits > 1 ? "_split" + std::to_string(splits) : std::string());
   k.glsl = fill_kernel_template("matmul_tensor.comp", f);
   k.workgroup = {t.invocations, 1, 1};

@@ -36,14 +36,18 @@ std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometr
 // The tile for this shape: the largest whose grid fills the device;
 // DeviceTraits::coop_tensor_tile (MN_COOP_TENSOR_TILE) forces one wherever it fits. None when
 // no tile applies.
+// With a sibling product (two accumulators), only tiles whose accumulator holds at most
+// kSiblingAccumulatorPerInvocation floats per invocation are considered.
 std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeometry& g,
-                                      int64_t batch);
+                                      int64_t batch, bool sibling = false);
+// Two such accumulators take the registers one 64 × 64 tile's does on 64 invocations.
+inline constexpr int kSiblingAccumulatorPerInvocation = 32;
 
 // Whether the kernel chosen for this product takes these extras: a sibling (GemvExtras), no norm
-// or stacked products, and the tile's shared copy of the sibling's accumulator fits.
+// or stacked products, a tile for two accumulators whose shared copy of the sibling's fits.
 bool tensor_takes_extras(const LowerContext& ctx, const GemvExtras& x);
-// Bytes of shared memory a sibling's accumulator takes in tile `t`.
-uint64_t tensor_sibling_shared_bytes(const TensorTile& t);
+// Whether tile `t` can hold a sibling's accumulator beside its own.
+bool tensor_tile_takes_sibling(const TensorTile& t, const DeviceTraits& device);
 
 // Bindings: A, B, C, then the epilogue's extra operands, then a sibling's matrix (extras); with
 // K split (a grid of tiles too small to fill the device, never with a sibling), the f32 partial

@@ -128,8 +128,7 @@ void apply_environment(codegen::DeviceTraits& t) {
   t.tensor_attention_grad_tile =
       tile_name("MN_TENSOR_ATTENTION_GRAD_TILE", codegen::attention_tensor_tiles());
   t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);
-  t.coop_tensor_prefetch = support::env_switch("MN_COOP_TENSOR_PREFETCH", false);
-  t.tensor_sibling = support::env_switch("MN_TENSOR_SIBLING", true);
+  t.tensor_sibling = support::env_switch("MN_TENSOR_SIBLING", false);
   t.coop_subgroup_tile = tile_name("MN_COOP_TILE", codegen::coop_tiles());
   t.coop_wg_tile = tile_name("MN_COOP_WG_TILE", codegen::coop_wg_tiles());
   const int stages = env_count("MN_COOP_STAGES", 2);

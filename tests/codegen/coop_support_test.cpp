@@ -225,8 +225,7 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
         Switch{"MN_COOP_WG", &DeviceTraits::coop_wg, true},
         Switch{"MN_CONV_COOP", &DeviceTraits::conv_coop, true},
         Switch{"MN_CONV_COOP_1X1", &DeviceTraits::conv_coop_1x1, false},
-        Switch{"MN_COOP_TENSOR_PREFETCH", &DeviceTraits::coop_tensor_prefetch, false},
-        Switch{"MN_TENSOR_SIBLING", &DeviceTraits::tensor_sibling, true}}) {
+        Switch{"MN_TENSOR_SIBLING", &DeviceTraits::tensor_sibling, false}}) {
     for (const auto& [value, want] :
          {std::pair<const char*, bool>{nullptr, s.unset}, {"0", false}, {"1", true}}) {
       testing::ScopedEnv e(s.name, value);

@@ -95,46 +95,6 @@ TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
   }
 }
 
-// The prefetching K loop (DeviceTraits::coop_tensor_prefetch): every tile, whole and split,
-// with K steps even, odd and single, compiles and validates, and loads its operands at the
-// places of the prefetching loop: the first step, two in the loop, the last one left (4 pairs),
-// the edge tiles' clamped step (1 pair) and, split, the other splits' partials.
-TEST(TensorMatmul, PrefetchingLoopsCompileAndValidate) {
-  REQUIRE_CURRENT_TOOLCHAIN();
-  DeviceTraits t = tensor_traits();
-  auto count = [](const std::string& dis, std::string_view what) {
-    size_t n = 0;
-    for (size_t at = dis.find(what); at != std::string::npos; at = dis.find(what, at + 1)) ++n;
-    return n;
-  };
-  for (const TensorTile& tile : tensor_tiles()) {
-    for (const int steps : {1, 4, 5}) {
-      for (const int splits : {1, 2}) {
-        SCOPED_TRACE(std::string(tile.name) + " steps " + std::to_string(steps) + " splits " +
-                     std::to_string(splits));
-        auto mm = matmul_node({512, int64_t{steps} * tile.bk}, {256, int64_t{steps} * tile.bk},
-                              false, true, DType::bf16);
-        t.coop_tensor_split_k = splits;
-        size_t loads[2] = {0, 0};
-        bool split = false;
-        for (const bool prefetch : {false, true}) {
-          t.coop_tensor_prefetch = prefetch;
-          const auto ctx = mm->ctx(t);
-          const Lowering l = lower_matmul_tensor(ctx, geometry(ctx), 1, tile, nullptr);
-          const KernelLaunch& kl = l.launches.back();
-          EXPECT_EQ(kl.name.find("_prefetch") != std::string::npos, prefetch) << kl.name;
-          const auto spirv = compile_current(kl.glsl, kl.name);
-          EXPECT_EQ(test::spirv_val_errors(spirv), "");
-          loads[prefetch] = count(test::spirv_dis(spirv), "OpCooperativeMatrixLoadTensorNV");
-          split = kl.name.find("_split") != std::string::npos;
-        }
-        EXPECT_EQ(loads[1], 10u + (split ? 1u : 0u));
-        EXPECT_NE(loads[1], loads[0]);
-      }
-    }
-  }
-}
-
 TEST(TensorMatmul, EpilogueAndBatchesCompileAndValidate) {
   REQUIRE_CURRENT_TOOLCHAIN();
   // A device of 8 multiprocessors: on the H200's 132 the product's 10 tiles would not fill it

@@ -205,27 +205,25 @@ TEST(GemvFusion, APromptsGateAndUpShareATensorKernel) {
   po.device.storage_16bit = true;
   po.device.coop_tensor = true;
   po.device.coop_wg_bf16_granularity = po.device.coop_wg_granularity;
+  po.device.tensor_sibling = true;  // MN_TENSOR_SIBLING=1
   po.precision = DType::bf16;
-  for (const bool prefetch : {false, true}) {  // K loaded step by step, and prefetched
-    po.device.coop_tensor_prefetch = prefetch;
-    const plan::StepPlan p = plan::make_step_plan(g, po);
-    const std::vector<std::string> names = launch_names(p);
-    const std::string what = ::testing::PrintToString(names);
-    EXPECT_EQ(count_prefix(names, "matmul_tensor_"), 2u) << what;  // gate and up; down
-    const auto sibling = std::find_if(p.launches.begin(), p.launches.end(), [](const auto& l) {
-      return l.kernel.name.find("+sibling+epilogue[") != std::string::npos;
-    });
-    ASSERT_NE(sibling, p.launches.end()) << what;
-    EXPECT_EQ(sibling->kernel.name.find("_split"), std::string::npos) << sibling->kernel.name;
-    if (codegen::current_glslang().available && !test::spirv_val_path().empty()) {
-      const codegen::testing::ValidatedKernel k =
-          codegen::testing::validate_current(sibling->kernel);
-      EXPECT_EQ(k.errors, "") << sibling->kernel.name;
-      // The gate's accumulator goes to shared memory for the epilogue.
-      EXPECT_NE(k.disassembly.find("OpCooperativeMatrixStoreKHR"), std::string::npos);
-    }
+  const plan::StepPlan p = plan::make_step_plan(g, po);
+  const std::vector<std::string> names = launch_names(p);
+  const std::string what = ::testing::PrintToString(names);
+  EXPECT_EQ(count_prefix(names, "matmul_tensor_"), 2u) << what;  // gate and up; down
+  const auto sibling = std::find_if(p.launches.begin(), p.launches.end(), [](const auto& l) {
+    return l.kernel.name.find("+sibling+epilogue[") != std::string::npos;
+  });
+  ASSERT_NE(sibling, p.launches.end()) << what;
+  // Two accumulators: a tile of at most 32 floats per invocation each (32 x 64 on 64), unsplit.
+  EXPECT_EQ(sibling->kernel.name.rfind("matmul_tensor_t32x64k64+sibling", 0), 0u)
+      << sibling->kernel.name;
+  if (codegen::current_glslang().available && !test::spirv_val_path().empty()) {
+    const codegen::testing::ValidatedKernel k = codegen::testing::validate_current(sibling->kernel);
+    EXPECT_EQ(k.errors, "") << sibling->kernel.name;
+    // The gate's accumulator goes to shared memory for the epilogue.
+    EXPECT_NE(k.disassembly.find("OpCooperativeMatrixStoreKHR"), std::string::npos);
   }
-  po.device.coop_tensor_prefetch = false;
 
   auto expect_apart = [&](const plan::PlanOptions& o, const char* why) {
     const std::vector<std::string> apart = launch_names(plan::make_step_plan(g, o));
@@ -234,10 +232,10 @@ TEST(GemvFusion, APromptsGateAndUpShareATensorKernel) {
     for (const std::string& n : apart) EXPECT_EQ(n.find("+sibling"), std::string::npos) << n;
   };
   plan::PlanOptions off = po;
-  off.device.tensor_sibling = false;  // MN_TENSOR_SIBLING=0
+  off.device.tensor_sibling = false;  // MN_TENSOR_SIBLING unset
   expect_apart(off, "switched off");
-  po.device.max_shared_bytes = 4096;  // no tile's copy fits
-  expect_apart(po, "4 KiB of shared memory");
+  po.device.max_shared_bytes = 2048;  // no tile's copy fits
+  expect_apart(po, "2 KiB of shared memory");
 }
 
 }  // namespace

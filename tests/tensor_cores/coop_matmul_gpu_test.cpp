@@ -153,42 +153,33 @@ TEST(CoopMatmulGpu, TensorAddressedTiles) {
   codegen::DeviceTraits t = coop_trial_traits(CoopPath::tensor);
   uint64_t seed = 200;
   // K whole in one workgroup, and split in up to 3 whose last adds the partials (run_lowering
-  // also checks that the tile counters are left zero for the next run); K steps loaded one at a
-  // time and loaded ahead of the previous step's product (prefetch).
-  for (const bool prefetch : {false, true})
-    for (const int splits : {1, 3})
-      for (const codegen::TensorTile& tile : codegen::tensor_tiles()) {
-        t.coop_tensor_split_k = splits;
-        t.coop_tensor_prefetch = prefetch;
-        // Every problem in f16 and in bf16 storage (the kernel's operands), ragged too: tensor
-        // loads clamp at the edges. Operands far from 1 do not fit f16 storage. Whole tiles of 1
-        // and 5 K steps give the prefetching loop its odd counts (5 in 3 splits: 2, 2 and 1).
-        std::vector<MatmulProblem> problems = problems_for(tile.bm, tile.bn, tile.bk, false);
-        problems.push_back({.tag = "nn_one_step", .m = 2 * tile.bm, .n = tile.bn, .k = tile.bk});
-        problems.push_back(
-            {.tag = "nt_five_steps", .m = tile.bm, .n = 2 * tile.bn, .k = 5 * tile.bk, .tb = true});
-        for (MatmulProblem p : problems) {
-          if (p.a_scale != 1 || p.b_scale != 1) continue;
-          p.dtype = p.m % 2 ? DType::bf16 : DType::f16;
-          if (p.dtype == DType::bf16 && t.coop_wg_bf16_granularity[2][0] == 0) {
-            std::printf("%s: no workgroup-scope bf16 matrices; in f16\n", p.describe().c_str());
-            p.dtype = DType::f16;
-          }
-          SCOPED_TRACE(std::string(tile.name) + " " + p.describe() + " splits " +
-                       std::to_string(splits) + (prefetch ? " prefetch" : ""));
-          if (!f16_runs(p)) continue;
-          const MatmulRun r = prepare(p, seed++);
-          const auto ctx = context(r, t);
-          const auto e = epilogue_for(p);
-          const codegen::Lowering l =
-              codegen::lower_matmul_tensor(ctx, codegen::geometry(ctx), p.batch(), tile, e.get());
-          EXPECT_EQ(l.launches.back().name.rfind(std::string("matmul_tensor_") + tile.name, 0), 0u);
-          EXPECT_EQ(l.launches.back().name.find("_prefetch") != std::string::npos, prefetch);
-          EXPECT_EQ(l.launches.back().name.find("_split") != std::string::npos,
-                    splits > 1 && p.k > tile.bk);
-          EXPECT_TRUE(fits_f16_model(run_on_device(l, r, false), r.model));
+  // also checks that the tile counters are left zero for the next run).
+  for (const int splits : {1, 3})
+    for (const codegen::TensorTile& tile : codegen::tensor_tiles()) {
+      t.coop_tensor_split_k = splits;
+      // Every problem in f16 and in bf16 storage (the kernel's operands), ragged too: tensor loads
+      // clamp at the edges. Operands far from 1 do not fit f16 storage.
+      for (MatmulProblem p : problems_for(tile.bm, tile.bn, tile.bk, false)) {
+        if (p.a_scale != 1 || p.b_scale != 1) continue;
+        p.dtype = p.m % 2 ? DType::bf16 : DType::f16;
+        if (p.dtype == DType::bf16 && t.coop_wg_bf16_granularity[2][0] == 0) {
+          std::printf("%s: no workgroup-scope bf16 matrices; in f16\n", p.describe().c_str());
+          p.dtype = DType::f16;
         }
+        SCOPED_TRACE(std::string(tile.name) + " " + p.describe() + " splits " +
+                     std::to_string(splits));
+        if (!f16_runs(p)) continue;
+        const MatmulRun r = prepare(p, seed++);
+        const auto ctx = context(r, t);
+        const auto e = epilogue_for(p);
+        const codegen::Lowering l =
+            codegen::lower_matmul_tensor(ctx, codegen::geometry(ctx), p.batch(), tile, e.get());
+        EXPECT_EQ(l.launches.back().name.rfind(std::string("matmul_tensor_") + tile.name, 0), 0u);
+        EXPECT_EQ(l.launches.back().name.find("_split") != std::string::npos,
+                  splits > 1 && p.k > tile.bk);
+        EXPECT_TRUE(fits_f16_model(run_on_device(l, r, false), r.model));
       }
+    }
 }
 
 // Mutations the bounds must catch on the device: operands staged without their power-of-two

@@ -102,49 +102,47 @@ TEST(CoopSessionGpu, ConvolutionWithBias) {
 
 // A prompt's gate and up projections in bf16 as one tensor-addressed kernel: the gate's product
 // accumulates beside up's from the same loads and reaches the epilogue through shared memory.
-// Whole tiles (SmolLM2's 512 × 576 × 1536) and ragged ones, K loaded step by step and
-// prefetched: the values of the unfused graph's kernels (the same bf16 products, one each) and
-// the float64 reference's (bf16 products: within a few bf16 roundings).
+// Whole tiles (SmolLM2's 512 × 576 × 1536) and ragged ones: the values of the unfused graph's
+// kernels (the same bf16 products, one each) and the float64 reference's (bf16 products: within
+// a few bf16 roundings).
 TEST(CoopSessionGpu, GateAndUpAsOneTensorKernel) {
   MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  ScopedEnv on("MN_TENSOR_SIBLING", "1");
   struct Size {
     int64_t rows, hidden, inner;
   };
   for (const Size z : {Size{512, 576, 1536}, Size{300, 200, 1000}}) {
-    for (const char* prefetch : {"0", "1"}) {
-      const std::string what = std::to_string(z.rows) + " x " + std::to_string(z.hidden) + " x " +
-                               std::to_string(z.inner) + " prefetch " + prefetch;
-      ScopedEnv pf("MN_COOP_TENSOR_PREFETCH", prefetch);
-      Graph g;
-      Tensor x = g.input("x", {1, z.rows, z.hidden});
-      Tensor wg = g.input("wg", {z.inner, z.hidden});
-      Tensor wu = g.input("wu", {z.inner, z.hidden});
-      g.output("y", silu(matmul(x, wg, false, true)) * matmul(x, wu, false, true));
-      std::mt19937_64 rng = rng_for("gate_and_up_" + what);
-      reference::Feeds feeds;
-      for (NodeId id : g.inputs()) feeds[g.node(id).name] = random_array(rng, g.node(id).type);
-      auto run = [&](std::string* kernels) {
-        SessionOptions so;
-        so.precision = DType::bf16;
-        so.profile = true;
-        auto s = build_session(g, so);
-        for (const auto& [name, value] : feeds) s->set(name, value);
-        s->step();
-        if (kernels) *kernels = kernels_of(*s);
-        return s->get("y");
-      };
-      std::string k;
-      const Array fused = run(&k);
-      EXPECT_NE(k.find("+sibling+epilogue["), std::string::npos) << what << ": " << k;
-      Array unfused;
-      {
-        ScopedEnv off("MN_FUSION", "0");
-        unfused = run(nullptr);
-      }
-      const Array expected = reference::evaluate(g, feeds).at("y");
-      EXPECT_LE(scaled_error(fused, unfused), 1e-2) << what;
-      EXPECT_LE(scaled_error(fused, expected), 3e-2) << what;
+    const std::string what =
+        std::to_string(z.rows) + " x " + std::to_string(z.hidden) + " x " + std::to_string(z.inner);
+    Graph g;
+    Tensor x = g.input("x", {1, z.rows, z.hidden});
+    Tensor wg = g.input("wg", {z.inner, z.hidden});
+    Tensor wu = g.input("wu", {z.inner, z.hidden});
+    g.output("y", silu(matmul(x, wg, false, true)) * matmul(x, wu, false, true));
+    std::mt19937_64 rng = rng_for("gate_and_up_" + what);
+    reference::Feeds feeds;
+    for (NodeId id : g.inputs()) feeds[g.node(id).name] = random_array(rng, g.node(id).type);
+    auto run = [&](std::string* kernels) {
+      SessionOptions so;
+      so.precision = DType::bf16;
+      so.profile = true;
+      auto s = build_session(g, so);
+      for (const auto& [name, value] : feeds) s->set(name, value);
+      s->step();
+      if (kernels) *kernels = kernels_of(*s);
+      return s->get("y");
+    };
+    std::string k;
+    const Array fused = run(&k);
+    EXPECT_NE(k.find("+sibling+epilogue["), std::string::npos) << what << ": " << k;
+    Array unfused;
+    {
+      ScopedEnv off("MN_FUSION", "0");
+      unfused = run(nullptr);
     }
+    const Array expected = reference::evaluate(g, feeds).at("y");
+    EXPECT_LE(scaled_error(fused, unfused), 1e-2) << what;
+    EXPECT_LE(scaled_error(fused, expected), 3e-2) << what;
   }
 }
 

@@ -14,8 +14,6 @@
 // Sibling (SIBLING, a prompt's gate and up projections): A's matrices also multiply S's, a
 // matrix of B's shape, into a second accumulator, which the epilogue reads as mm_sibling through
 // shared memory.
-// Prefetch (PREFETCH): interior tiles keep two sets of operand matrices, loading one K step
-// while multiplying the other, for short K loops whose every step otherwise waits on its loads.
 #extension GL_EXT_control_flow_attributes : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_shader_explicit_arithmetic_types_int16 : require
@@ -31,7 +29,6 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #define TB @TB@      // B stored N×K
 #define EPILOGUE @EPILOGUE@  // mm_epilogue applies to each element before the store
 #define ROUND_BF16 @ROUND_BF16@  // C is bf16: round to nearest before the conversion
-#define PREFETCH @PREFETCH@  // interior tiles load the next K step before the current product
 #define SIBLING @SIBLING@    // a second product of A with S (B's shape) for the epilogue
 
 const uint M = @M@u, N = @N@u, K = @K@u;
@@ -152,27 +149,6 @@ void main() {
 #define MUL_STEP(a, b, s) acc = coopMatMulAdd(a, b, acc)
 #endif
   if (row0 + BM <= M && col0 + BN <= N && K % BK == 0) {
-#if PREFETCH
-    // Each step's loads are issued before the previous step's product, so that they are in
-    // flight while it runs: two sets of operand matrices take turns.
-    DECLARE_STEP(a0, b0, s0);
-    DECLARE_STEP(a1, b1, s1);
-    LOAD_STEP(a0, b0, s0, la, lb, k_begin);
-    uint k = k_begin + BK;
-    for (; k + BK < k_end; k += 2u * BK) {
-      LOAD_STEP(a1, b1, s1, la, lb, k);
-      MUL_STEP(a0, b0, s0);
-      LOAD_STEP(a0, b0, s0, la, lb, k + BK);
-      MUL_STEP(a1, b1, s1);
-    }
-    if (k < k_end) {  // one step left beside the one in a0, b0
-      LOAD_STEP(a1, b1, s1, la, lb, k);
-      MUL_STEP(a0, b0, s0);
-      MUL_STEP(a1, b1, s1);
-    } else {
-      MUL_STEP(a0, b0, s0);
-    }
-#else
     // UNROLL steps per iteration give the driver loads to issue ahead of the products.
     uint k = k_begin;
     for (; k + UNROLL * BK <= k_end; k += UNROLL * BK) {
@@ -187,7 +163,6 @@ void main() {
       LOAD_STEP(a, b, s, la, lb, k);
       MUL_STEP(a, b, s);
     }
-#endif
   } else {
     for (uint k = k_begin; k < k_end; k += BK) {
       DECLARE_STEP(a, b, s);
