@@ -60,9 +60,8 @@ struct DeviceTraits {
   // (codegen/lower_attention_tensor.h, lower_attention_training_tensor.h). Sessions set it
   // (runtime::apply_environment) unless MN_TENSOR_ATTENTION=0.
   bool tensor_attention = false;
-  // A prompt's cached_attention at positions on the same forward kernel
-  // (MN_TENSOR_PROMPT_ATTENTION=1; off until the GPU suite has run it: prompts keep the kernels
-  // they had).
+  // A prompt's cached_attention at positions on the same forward kernel. Sessions set it
+  // (runtime::apply_environment) unless MN_TENSOR_PROMPT_ATTENTION=0 (measured: docs/perf.md).
   bool tensor_prompt_attention = false;
   // MN_TENSOR_ATTENTION_TILE and MN_TENSOR_ATTENTION_GRAD_TILE: the forward's and the gradient
   // kernels' tiles (codegen/attention_tensor_tiles.h); empty: the default.
@@ -71,8 +70,9 @@ struct DeviceTraits {
   // MN_COOP_TENSOR_SPLIT_K: K splits of tensor-addressed matmuls whose tiles do not fill the
   // device; 0 chooses (codegen/lower_matmul_tensor.h), 1 never splits, n forces n where K allows.
   int coop_tensor_split_k = 0;
-  // MN_TENSOR_SIBLING=1: the tensor-addressed matmul computes a sibling product beside its own
-  // (a prompt's gate and up projections, schedule/gemv_fusion.h). Off until measured faster.
+  // The tensor-addressed matmul computes a sibling product beside its own (a prompt's gate and
+  // up projections, schedule/gemv_fusion.h). Sessions set it (runtime::apply_environment) unless
+  // MN_TENSOR_SIBLING=0 (measured: docs/perf.md).
   bool tensor_sibling = false;
   // Attention over prompts on the subgroup-scope matrices (codegen/lower_attention_coop.cpp):
   // MN_COOP_ATTENTION unset lets the lowering choose (codegen/lower_attention.cpp), =1 takes

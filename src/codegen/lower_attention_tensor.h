@@ -12,7 +12,7 @@ namespace mn::codegen::attention_lowering {
 // Whether the kernel serves this attention: DeviceTraits::tensor_attention (set by sessions unless
 // MN_TENSOR_ATTENTION=0, not MN_COOP_ATTENTION=0) on a device with tensor-addressed matrices,
 // per-element operations, conversions and reductions; scaled_dot_product_attention, or with
-// DeviceTraits::tensor_prompt_attention (MN_TENSOR_PROMPT_ATTENTION=1) cached_attention at
+// DeviceTraits::tensor_prompt_attention (unless MN_TENSOR_PROMPT_ATTENTION=0) cached_attention at
 // positions over 32 query rows or more (fewer with MN_COOP_ATTENTION=1), with
 // no rotation or cache slot applied as the operands load; heads 16 to 128 wide in steps of 16
 // that the tile's workgroup matrices take (attention_tensor_tiles.h).

@@ -118,7 +118,7 @@ void apply_environment(codegen::DeviceTraits& t) {
   // subgroup-matrix attention kernels.
   t.fused_attention_outputs = support::env_switch("MN_FUSED_ATTENTION_OUTPUTS", true);
   t.tensor_attention = support::env_switch("MN_TENSOR_ATTENTION", true);
-  t.tensor_prompt_attention = support::env_switch("MN_TENSOR_PROMPT_ATTENTION", false);
+  t.tensor_prompt_attention = support::env_switch("MN_TENSOR_PROMPT_ATTENTION", true);
   if (!support::env_switch("MN_COOP_TENSOR", true)) {
     t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = false;
   }
@@ -128,7 +128,7 @@ void apply_environment(codegen::DeviceTraits& t) {
   t.tensor_attention_grad_tile =
       tile_name("MN_TENSOR_ATTENTION_GRAD_TILE", codegen::attention_tensor_tiles());
   t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);
-  t.tensor_sibling = support::env_switch("MN_TENSOR_SIBLING", false);
+  t.tensor_sibling = support::env_switch("MN_TENSOR_SIBLING", true);
   t.coop_subgroup_tile = tile_name("MN_COOP_TILE", codegen::coop_tiles());
   t.coop_wg_tile = tile_name("MN_COOP_WG_TILE", codegen::coop_wg_tiles());
   const int stages = env_count("MN_COOP_STAGES", 2);

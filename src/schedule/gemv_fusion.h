@@ -6,8 +6,8 @@
 //  - sibling: a product whose epilogue reads another product of the same vector and matrix
 //    shape (silu(x·Wgᵀ) · (x·Wuᵀ)) computes both in one pass over the vector: the other's
 //    kernel goes. The tensor-addressed matmul kernel takes a sibling too, of any A (a prompt's
-//    gate and up projections: one kernel and one barrier fewer per layer), with
-//    MN_TENSOR_SIBLING=1 (codegen::DeviceTraits::tensor_sibling).
+//    gate and up projections: one kernel and one barrier fewer per layer) unless
+//    MN_TENSOR_SIBLING=0 (codegen::DeviceTraits::tensor_sibling).
 // A node's kernel is dropped only when nothing reads it any more. See codegen::GemvExtras.
 #include <vector>
 

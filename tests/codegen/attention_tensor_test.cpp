@@ -154,7 +154,7 @@ TEST(AttentionTensor, TakenOnlyWhereAskedForAndTheDeviceHasEverything) {
   DeviceTraits always = tensor_traits();
   always.coop_attention = DeviceTraits::Choice::always;
   EXPECT_EQ(kernel_name(decode, always), "attention_tensor");
-  // Prompts at positions only when asked for (MN_TENSOR_PROMPT_ATTENTION=1).
+  // Prompts at positions only where sessions allow them (not with MN_TENSOR_PROMPT_ATTENTION=0).
   const Case prefill = kCases[6];
   ASSERT_TRUE(prefill.positions);
   EXPECT_EQ(kernel_name(prefill, tensor_traits()), "attention_tensor");

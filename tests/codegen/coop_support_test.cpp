@@ -225,7 +225,7 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
         Switch{"MN_COOP_WG", &DeviceTraits::coop_wg, true},
         Switch{"MN_CONV_COOP", &DeviceTraits::conv_coop, true},
         Switch{"MN_CONV_COOP_1X1", &DeviceTraits::conv_coop_1x1, false},
-        Switch{"MN_TENSOR_SIBLING", &DeviceTraits::tensor_sibling, false}}) {
+        Switch{"MN_TENSOR_SIBLING", &DeviceTraits::tensor_sibling, true}}) {
     for (const auto& [value, want] :
          {std::pair<const char*, bool>{nullptr, s.unset}, {"0", false}, {"1", true}}) {
       testing::ScopedEnv e(s.name, value);
@@ -239,7 +239,7 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
   }
   // MN_CONV_NO_MATMUL=1 clears conv_matmul.
   for (const auto& [value, want] :
-       {std::pair<const char*, bool>{nullptr, false}, {"0", false}, {"1", true}}) {
+       {std::pair<const char*, bool>{nullptr, true}, {"0", false}, {"1", true}}) {
     testing::ScopedEnv e("MN_TENSOR_PROMPT_ATTENTION", value);
     EXPECT_EQ(runtime::device_traits(c).tensor_prompt_attention, want) << (value ? value : "unset");
   }

@@ -205,7 +205,7 @@ TEST(GemvFusion, APromptsGateAndUpShareATensorKernel) {
   po.device.storage_16bit = true;
   po.device.coop_tensor = true;
   po.device.coop_wg_bf16_granularity = po.device.coop_wg_granularity;
-  po.device.tensor_sibling = true;  // MN_TENSOR_SIBLING=1
+  po.device.tensor_sibling = true;  // as sessions set it
   po.precision = DType::bf16;
   const plan::StepPlan p = plan::make_step_plan(g, po);
   const std::vector<std::string> names = launch_names(p);
@@ -232,7 +232,7 @@ TEST(GemvFusion, APromptsGateAndUpShareATensorKernel) {
     for (const std::string& n : apart) EXPECT_EQ(n.find("+sibling"), std::string::npos) << n;
   };
   plan::PlanOptions off = po;
-  off.device.tensor_sibling = false;  // MN_TENSOR_SIBLING unset
+  off.device.tensor_sibling = false;  // MN_TENSOR_SIBLING=0
   expect_apart(off, "switched off");
   po.device.max_shared_bytes = 2048;  // no tile's copy fits
   expect_apart(po, "2 KiB of shared memory");

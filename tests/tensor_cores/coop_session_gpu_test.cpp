@@ -107,7 +107,6 @@ TEST(CoopSessionGpu, ConvolutionWithBias) {
 // a few bf16 roundings).
 TEST(CoopSessionGpu, GateAndUpAsOneTensorKernel) {
   MN_REQUIRE_COOP_PATH(CoopPath::tensor);
-  ScopedEnv on("MN_TENSOR_SIBLING", "1");
   struct Size {
     int64_t rows, hidden, inner;
   };
