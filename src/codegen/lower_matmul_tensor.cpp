@@ -160,6 +160,10 @@ bool tensor_takes_extras(const LowerContext& ctx, const GemvExtras& x) {
   const int64_t batch = numel(g.out_batch);
   if (!tensor_matmul_rejection(ctx, g, batch).empty()) return false;
   if (x.sibling_dtype != ctx.inputs[1].dtype) return false;  // loaded as B is
+  // Products large enough for the big tiles run faster on them one by one: the sibling's tiles
+  // are for products that take the small ones anyway.
+  const TensorTile& alone = kTiles[static_cast<size_t>(*choose_tensor_tile(ctx, g, batch))];
+  if (int64_t{alone.bm} * alone.bn > kSiblingMaxAloneArea) return false;
   return choose_tensor_tile(ctx, g, batch, true).has_value();
 }
 

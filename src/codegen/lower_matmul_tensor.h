@@ -42,9 +42,13 @@ std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeome
                                       int64_t batch, bool sibling = false);
 // Two such accumulators take the registers one 64 × 64 tile's does on 64 invocations.
 inline constexpr int kSiblingAccumulatorPerInvocation = 32;
+// A product with a sibling is one whose own tile would be at most 64 × 64 (a prompt's or a
+// short training step's): larger products keep their large tiles, one product each.
+inline constexpr int64_t kSiblingMaxAloneArea = 64 * 64;
 
 // Whether the kernel chosen for this product takes these extras: a sibling (GemvExtras), no norm
-// or stacked products, a tile for two accumulators whose shared copy of the sibling's fits.
+// or stacked products, a product small enough (kSiblingMaxAloneArea) and a tile for two
+// accumulators whose shared copy of the sibling's fits.
 bool tensor_takes_extras(const LowerContext& ctx, const GemvExtras& x);
 // Whether tile `t` can hold a sibling's accumulator beside its own.
 bool tensor_tile_takes_sibling(const TensorTile& t, const DeviceTraits& device);

@@ -186,28 +186,42 @@ TEST(GemvFusion, ProductsOfOneVectorStackIntoOneLaunch) {
   }
 }
 
-// A prompt's MLP (512 rows, SmolLM2's widths, bf16 products) on a device with tensor-addressed
-// matrices: the up projection's tensor kernel computes the gate beside it from the same loads of
-// the normed rows (one launch and one barrier fewer), as valid SPIR-V; where the tile's shared
-// copy of the gate's accumulator does not fit, the two products stay apart.
-TEST(GemvFusion, APromptsGateAndUpShareATensorKernel) {
+// A prompt's MLP (SmolLM2's widths, bf16 products) over `rows` rows, planned for the H200's
+// traits (tensor-addressed matrices, the sibling on as sessions set it).
+struct PromptMlp {
   Graph g;
-  Tensor h = g.input("h", {1, 512, 576});
-  auto weight = [&](const char* name, Shape shape) {
-    return cast(g.parameter(name, std::move(shape), Init::zeros(), DType::bf16), DType::f32);
-  };
-  Tensor x = rms_norm(h, weight("norm", {576}), 1e-5);
-  Tensor gate = matmul(x, weight("gate", {1536, 576}), false, true);
-  Tensor up = matmul(x, weight("up", {1536, 576}), false, true);
-  g.output("y", matmul(silu(gate) * up, weight("down", {576, 1536}), false, true) + h);
   plan::PlanOptions po;
-  po.device = codegen::testing::h200_wg_traits();
-  po.device.storage_16bit = true;
-  po.device.coop_tensor = true;
-  po.device.coop_wg_bf16_granularity = po.device.coop_wg_granularity;
-  po.device.tensor_sibling = true;  // as sessions set it
-  po.precision = DType::bf16;
-  const plan::StepPlan p = plan::make_step_plan(g, po);
+  explicit PromptMlp(int64_t rows) {
+    Tensor h = g.input("h", {1, rows, 576});
+    auto weight = [&](const char* name, Shape shape) {
+      return cast(g.parameter(name, std::move(shape), Init::zeros(), DType::bf16), DType::f32);
+    };
+    Tensor x = rms_norm(h, weight("norm", {576}), 1e-5);
+    Tensor gate = matmul(x, weight("gate", {1536, 576}), false, true);
+    Tensor up = matmul(x, weight("up", {1536, 576}), false, true);
+    g.output("y", matmul(silu(gate) * up, weight("down", {576, 1536}), false, true) + h);
+    po.device = codegen::testing::h200_wg_traits();
+    po.device.storage_16bit = true;
+    po.device.coop_tensor = true;
+    po.device.coop_wg_bf16_granularity = po.device.coop_wg_granularity;
+    po.device.tensor_sibling = true;
+    po.precision = DType::bf16;
+  }
+  // Gate and up stay two products.
+  void expect_apart(const plan::PlanOptions& o, const std::string& why) const {
+    const std::vector<std::string> apart = launch_names(plan::make_step_plan(g, o));
+    EXPECT_EQ(count_prefix(apart, "matmul_tensor_"), 3u)
+        << why << ": " << ::testing::PrintToString(apart);
+    for (const std::string& n : apart) EXPECT_EQ(n.find("+sibling"), std::string::npos) << n;
+  }
+};
+
+// At 512 rows the up projection's tensor kernel computes the gate beside it from the same loads
+// of the normed rows (one launch and one barrier fewer), as valid SPIR-V; switched off, or where
+// the tile's shared copy of the gate's accumulator does not fit, the two products stay apart.
+TEST(GemvFusion, APromptsGateAndUpShareATensorKernel) {
+  PromptMlp m(512);
+  const plan::StepPlan p = plan::make_step_plan(m.g, m.po);
   const std::vector<std::string> names = launch_names(p);
   const std::string what = ::testing::PrintToString(names);
   EXPECT_EQ(count_prefix(names, "matmul_tensor_"), 2u) << what;  // gate and up; down
@@ -224,18 +238,19 @@ TEST(GemvFusion, APromptsGateAndUpShareATensorKernel) {
     // The gate's accumulator goes to shared memory for the epilogue.
     EXPECT_NE(k.disassembly.find("OpCooperativeMatrixStoreKHR"), std::string::npos);
   }
-
-  auto expect_apart = [&](const plan::PlanOptions& o, const char* why) {
-    const std::vector<std::string> apart = launch_names(plan::make_step_plan(g, o));
-    EXPECT_EQ(count_prefix(apart, "matmul_tensor_"), 3u)
-        << why << ": " << ::testing::PrintToString(apart);
-    for (const std::string& n : apart) EXPECT_EQ(n.find("+sibling"), std::string::npos) << n;
-  };
-  plan::PlanOptions off = po;
+  plan::PlanOptions off = m.po;
   off.device.tensor_sibling = false;  // MN_TENSOR_SIBLING=0
-  expect_apart(off, "switched off");
-  po.device.max_shared_bytes = 2048;  // no tile's copy fits
-  expect_apart(po, "2 KiB of shared memory");
+  m.expect_apart(off, "switched off");
+  plan::PlanOptions small = m.po;
+  small.device.max_shared_bytes = 2048;  // no tile's copy fits
+  m.expect_apart(small, "2 KiB of shared memory");
+}
+
+// At 4096 rows (a batch of 8 × 512) the products take the large tiles one by one: a sibling
+// would hold them to 32 × 64.
+TEST(GemvFusion, LargeProductsKeepTheirLargeTiles) {
+  const PromptMlp m(4096);
+  m.expect_apart(m.po, "4096 rows");
 }
 
 }  // namespace
