@@ -14,10 +14,17 @@
 // --train N: a 30-layer MLP trained N steps on the coop and the scalar path from the same start;
 // prints the largest relative difference of the first step's gradients and of the losses.
 //
-// Usage: bench_matmul [--shapes square|training|prefill|step8|small|all|none] [--paths coop,scalar,khr] [--train
-// N]
+// Usage: bench_matmul [--shapes square|training|prefill|step8|small|all|none] [--paths
+// coop,scalar,khr] [--train N]
 //                     [--reps N] [--check-rows R] [--dtype f32|f16|bf16] [--device D]
+//                     [--tensor-tiles all|default,NAME,...] [--warm-ms MS]
 // --dtype f16 (bf16) stores operands and result in f16 (bf16): no conversion while staging.
+// --tensor-tiles runs each shape once per tensor-addressed tile forced (MN_COOP_TENSOR_TILE;
+// "default": the kernel's own choice), in one process: a sweep that compiles and warms its
+// pipelines once, where one process per tile spends most of a call on the driver's first code.
+// A tile that does not fit a shape leaves it to the choice; the line's "kernel" says which ran.
+// --warm-ms: how long each session steps before the timed steps (default 300; the driver
+// replaces a new pipeline's first, slow code some time after creating it).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -41,6 +48,7 @@
 #include <meganeura/session.h>
 
 #include "codegen/lower_matmul_coop.h"
+#include "codegen/lower_matmul_tensor.h"
 #include "runtime/coop_selftest.h"
 #include "runtime/coop_support.h"
 #include "runtime/device_pool.h"
@@ -187,7 +195,8 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 int main(int argc, char** argv) {
   std::string which = "all", device, paths_arg = "coop,scalar", dtype_arg = "f32";
-  int reps = 10, check_rows = 16, train_steps = 0;
+  int reps = 10, check_rows = 16, train_steps = 0, warm_ms = 300;
+  std::string tensor_tiles_arg;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (!std::strcmp(argv[i], "--shapes")) {
@@ -204,6 +213,10 @@ int main(int argc, char** argv) {
       dtype_arg = next();
     } else if (!std::strcmp(argv[i], "--device")) {
       device = next();
+    } else if (!std::strcmp(argv[i], "--tensor-tiles")) {
+      tensor_tiles_arg = next();
+    } else if (!std::strcmp(argv[i], "--warm-ms")) {
+      warm_ms = std::atoi(next().c_str());
     } else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
@@ -220,6 +233,31 @@ int main(int argc, char** argv) {
   {
     std::stringstream ss(paths_arg);
     for (std::string p; std::getline(ss, p, ',');) paths.push_back(p);
+  }
+  // The tensor-addressed tiles to force, "" for the kernel's own choice.
+  std::vector<std::string> forced{""};
+  if (!tensor_tiles_arg.empty()) {
+    forced.clear();
+    std::vector<std::string> known{"default"};
+    for (const mn::codegen::TensorTile& t : mn::codegen::tensor_tiles()) known.push_back(t.name);
+    std::stringstream ss(tensor_tiles_arg == "all" ? std::string() : tensor_tiles_arg);
+    std::vector<std::string> names;
+    for (std::string t; std::getline(ss, t, ',');) names.push_back(t);
+    if (tensor_tiles_arg == "all") names = known;
+    for (const std::string& t : names) {
+      if (std::find(known.begin(), known.end(), t) == known.end()) {
+        std::string list;
+        for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+        std::fprintf(stderr, "bench_matmul: --tensor-tiles: no tile '%s' (tiles: all, %s)\n",
+                     t.c_str(), list.c_str());
+        return 2;
+      }
+      forced.push_back(t == "default" ? "" : t);
+    }
+  }
+  if (warm_ms < 0) {
+    std::fprintf(stderr, "bench_matmul: --warm-ms %d is negative\n", warm_ms);
+    return 2;
   }
 
   bool all_ok = true;
@@ -295,64 +333,73 @@ int main(int argc, char** argv) {
       std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n));
       for (auto& v : a) v = dist(rng);
       for (auto& v : b) v = dist(rng);
-      for (const std::string& path : paths) {
-        set_path_env(path);
-        mn::Graph g;
-        const mn::DType dt = dtype_arg == "f32" ? mn::DType::f32 : mn::dtype_from_name(dtype_arg);
-        auto x = g.input("a", {s.m, s.k}, dt);
-        auto w = g.input("b", {s.k, s.n}, dt);
-        g.output("c", mn::matmul(x, w));
-        mn::SessionOptions so;
-        so.device = device;
-        so.profile = true;
-        auto session = mn::build_session(g, so);
-        session->set("a", a);
-        session->set("b", b);
-        std::vector<double> ms;
-        std::string kernel;
-        // Steps until the GPU has been busy for a while (clocks up), then the timed ones.
-        const auto warm_until = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
-        int warm = 0;
-        while (warm < 2 || std::chrono::steady_clock::now() < warm_until) {
-          session->step();
-          ++warm;
-        }
-        for (int r = 0; r < reps; ++r) {
-          session->step();
-          double t = 0;
-          for (const auto& k : session->profile()) {
-            if (k.name.rfind("matmul", 0) == 0) {
-              t += k.ms;
-              kernel = k.name;
-            }
+      for (const std::string& path : paths)
+        for (const std::string& tile : forced) {
+          set_path_env(path);
+          if (tile.empty()) {
+            unsetenv("MN_COOP_TENSOR_TILE");
+          } else {
+            setenv("MN_COOP_TENSOR_TILE", tile.c_str(), 1);
           }
-          ms.push_back(t);
+          mn::Graph g;
+          const mn::DType dt = dtype_arg == "f32" ? mn::DType::f32 : mn::dtype_from_name(dtype_arg);
+          auto x = g.input("a", {s.m, s.k}, dt);
+          auto w = g.input("b", {s.k, s.n}, dt);
+          g.output("c", mn::matmul(x, w));
+          mn::SessionOptions so;
+          so.device = device;
+          so.profile = true;
+          auto session = mn::build_session(g, so);
+          session->set("a", a);
+          session->set("b", b);
+          std::vector<double> ms;
+          std::string kernel;
+          // Steps until the GPU has been busy for a while (clocks up), then the timed ones.
+          const auto warm_until =
+              std::chrono::steady_clock::now() + std::chrono::milliseconds(warm_ms);
+          int warm = 0;
+          while (warm < 2 || std::chrono::steady_clock::now() < warm_until) {
+            session->step();
+            ++warm;
+          }
+          for (int r = 0; r < reps; ++r) {
+            session->step();
+            double t = 0;
+            for (const auto& k : session->profile()) {
+              if (k.name.rfind("matmul", 0) == 0) {
+                t += k.ms;
+                kernel = k.name;
+              }
+            }
+            ms.push_back(t);
+          }
+          const auto c = session->get_f32("c");
+          const double err =
+              check(a, b, c, s, static_cast<int>(std::min<int64_t>(check_rows, s.m)));
+          const bool coop_kernel = kernel.find("coop") != std::string::npos ||
+                                   kernel.find("tensor") != std::string::npos;
+          const bool ok =
+              std::isfinite(err) && err <= (coop_kernel || dtype_arg != "f32" ? 1e-2 : 1e-4);
+          all_ok = all_ok && ok;
+          const double t = mn::bench::median(ms);
+          nlohmann::json j{{"bench", "matmul"},
+                           {"m", s.m},
+                           {"k", s.k},
+                           {"n", s.n},
+                           {"tag", s.tag},
+                           {"path", path},
+                           {"dtype", dtype_arg},
+                           {"kernel", kernel},
+                           {"ms_median", t},
+                           {"tflops", t > 0 ? 2.0 * s.m * s.n * s.k / (t * 1e-3) / 1e12 : 0.0},
+                           {"rel_err", err},
+                           {"ok", ok}};
+          if (const char* tile = std::getenv("MN_COOP_TILE")) j["forced_tile"] = tile;
+          if (!tile.empty()) j["forced_tensor_tile"] = tile;
+          if (const char* st = std::getenv("MN_COOP_STAGES")) j["forced_stages"] = st;
+          std::printf("%s\n", j.dump().c_str());
+          std::fflush(stdout);
         }
-        const auto c = session->get_f32("c");
-        const double err = check(a, b, c, s, static_cast<int>(std::min<int64_t>(check_rows, s.m)));
-        const bool coop_kernel = kernel.find("coop") != std::string::npos ||
-                                 kernel.find("tensor") != std::string::npos;
-        const bool ok =
-            std::isfinite(err) && err <= (coop_kernel || dtype_arg != "f32" ? 1e-2 : 1e-4);
-        all_ok = all_ok && ok;
-        const double t = mn::bench::median(ms);
-        nlohmann::json j{{"bench", "matmul"},
-                         {"m", s.m},
-                         {"k", s.k},
-                         {"n", s.n},
-                         {"tag", s.tag},
-                         {"path", path},
-                         {"dtype", dtype_arg},
-                         {"kernel", kernel},
-                         {"ms_median", t},
-                         {"tflops", t > 0 ? 2.0 * s.m * s.n * s.k / (t * 1e-3) / 1e12 : 0.0},
-                         {"rel_err", err},
-                         {"ok", ok}};
-        if (const char* tile = std::getenv("MN_COOP_TILE")) j["forced_tile"] = tile;
-        if (const char* st = std::getenv("MN_COOP_STAGES")) j["forced_stages"] = st;
-        std::printf("%s\n", j.dump().c_str());
-        std::fflush(stdout);
-      }
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_matmul: %s\n", e.what());
