@@ -24,12 +24,17 @@ inline nlohmann::json kernel_counts(const plan::StepPlan& plan) {
   return counts;
 }
 
-// The plan's launches in dispatch order (--plan-order), each "kernel :: op(type) ... <- the
-// types of what it reads": where launches go and which nodes each kernel covers.
+// The plan's launches in dispatch order (--plan-order), each "wN kernel :: op(type) ... <- the
+// types of what it reads": the barrier window it runs in, where launches go and which nodes
+// each kernel covers.
 inline nlohmann::json launch_order(const plan::StepPlan& plan) {
   nlohmann::json order = nlohmann::json::array();
-  for (const plan::PlannedLaunch& l : plan.launches) {
-    std::string line = l.kernel.name + " ::";
+  const std::vector<int> ends = plan::barrier_run_ends(plan.launches, true);
+  int window = 0;
+  for (size_t i = 0; i < plan.launches.size(); ++i) {
+    const plan::PlannedLaunch& l = plan.launches[i];
+    std::string line = "w" + std::to_string(window) + " " + l.kernel.name + " ::";
+    if (ends[i] == static_cast<int>(i)) ++window;
     for (NodeId n : l.nodes) {
       const Node& node = plan.graph.node(n);
       line += " " + std::string(node.op_name()) + "(" + node.type.str() + ")";
