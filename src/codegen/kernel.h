@@ -218,6 +218,11 @@ struct LowerContext {
   // computed too, from the same recomputed probabilities, and stored as output 1 of this dtype;
   // nullopt: not.
   std::optional<DType> grad_v_output;
+  // matmul only (schedule/permuted_stores.h): the result, reshaped to *stored_shape, is stored as
+  // permute(that, *stored_perm), each tile of the tensor-addressed kernel through strides
+  // (codegen/lower_matmul_tensor.h); null: as it is.
+  const Shape* stored_shape = nullptr;
+  const std::vector<int64_t>* stored_perm = nullptr;
 };
 
 using LowerFn = std::function<Lowering(const LowerContext&)>;

@@ -342,6 +342,9 @@ Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
   const MatmulGeometry g = geometry(ctx);
   const int64_t batch = numel(g.out_batch);
   check_elements(g, batch);
+  if (ctx.stored_perm && (extras || !tensor_permuted_row_stride(ctx))) {
+    throw Error("matmul: this product's kernel cannot store it permuted");
+  }
   if (extras && !gemv_takes_extras(ctx) && !tensor_takes_extras(ctx, *extras)) {
     throw Error("matmul: this product's kernel cannot take a norm or a sibling product");
   }

@@ -16,6 +16,7 @@
 #include "codegen/kernel_template.h"
 #include "codegen/lower_matmul_coop.h"
 #include "codegen/lower_matmul_coop_wg.h"
+#include "codegen/store_rewrites.h"
 
 namespace mn::codegen {
 namespace {
@@ -152,6 +153,41 @@ bool tensor_tile_takes_sibling(const TensorTile& t, const DeviceTraits& device) 
          area * sizeof(float) <= device.max_shared_bytes;
 }
 
+namespace {
+
+std::optional<int64_t> permuted_row_stride(const LowerContext& ctx, const MatmulGeometry& g,
+                                           const TensorTile& t) {
+  if (!ctx.stored_shape || !ctx.stored_perm) return std::nullopt;
+  const Shape& r = *ctx.stored_shape;
+  const std::vector<int64_t>& perm = *ctx.stored_perm;
+  const size_t nb = g.out_batch.size();
+  if (perm.size() != r.size() || r.size() < nb + 2 || perm.back() != int64_t(r.size()) - 1)
+    return std::nullopt;
+  if (!std::equal(g.out_batch.begin(), g.out_batch.end(), r.begin()) || r[nb] != g.m)
+    return std::nullopt;
+  int64_t n = 1;
+  for (size_t i = nb + 1; i < r.size(); ++i) n *= r[i];
+  if (n != g.n || r.back() % t.bn != 0) return std::nullopt;
+  // The stored tensor's strides; M's axis is r[nb], stored at the position j with perm[j] = nb.
+  Shape stored(r.size());
+  for (size_t j = 0; j < perm.size(); ++j) stored[j] = r[static_cast<size_t>(perm[j])];
+  const Shape strides = contiguous_strides(stored);
+  for (size_t j = 0; j < perm.size(); ++j) {
+    if (perm[j] == static_cast<int64_t>(nb)) return strides[j];
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<int64_t> tensor_permuted_row_stride(const LowerContext& ctx) {
+  const MatmulGeometry g = geometry(ctx);
+  const int64_t batch = numel(g.out_batch);
+  if (!tensor_matmul_rejection(ctx, g, batch).empty()) return std::nullopt;
+  const TensorTile& t = kTiles[static_cast<size_t>(*choose_tensor_tile(ctx, g, batch))];
+  return permuted_row_stride(ctx, g, t);
+}
+
 bool tensor_takes_extras(const LowerContext& ctx, const GemvExtras& x) {
   if (!ctx.device.tensor_sibling || x.norm || !x.stacked.empty() || x.sibling_input < 0) {
     return false;
@@ -181,6 +217,15 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
         "or stacked products, in a tile that holds two accumulators");
   }
   const bool sibling = extras != nullptr;
+  const bool permuted = ctx.stored_perm != nullptr;
+  std::optional<int64_t> row_stride;
+  if (permuted) {
+    row_stride = permuted_row_stride(ctx, g, t);
+    if (!row_stride || sibling) {
+      throw Error("matmul (tensor-addressed): cannot store this product permuted with tile " +
+                  std::string(t.name) + " (batch axes, rows and the last axis must stay whole)");
+    }
+  }
   const bool bf16 = in_a == DType::bf16;
   const std::string elem = bf16 ? "bfloat16_t" : "float16_t";
   const int64_t a_size = g.m * g.k, b_size = g.k * g.n;
@@ -246,6 +291,11 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
       {"MAT_TYPE", elem},
       {"EPILOGUE_DECLARATIONS", sibling_declarations + epilogue},
       {"SIBLING", sibling ? "1" : "0"},
+      {"PERMUTED_STORE", permuted ? "1" : "0"},
+      {"C_ROW_STRIDE", std::to_string(row_stride.value_or(0))},
+      {"C_STORED", permuted
+                       ? permuted_offset_function(*ctx.stored_shape, *ctx.stored_perm, "c_stored")
+                       : std::string()},
       {"BATCH_SETUP", glsl::unravel(g.out_batch, "bz", "q")},
       {"A_BASE", glsl::broadcast_offset(g.a_batch, g.out_batch, "q") + " * " + ulit(a_size)},
       {"B_BASE", glsl::broadcast_offset(g.b_batch, g.out_batch, "q") + " * " + ulit(b_size)},
@@ -253,6 +303,11 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
   KernelLaunch k;
   k.name = std::string("matmul_tensor_") + t.name + (sibling ? "+sibling" : "") +
            (splits > 1 ? "_split" + std::to_string(splits) : std::string());
+  if (permuted) {
+    std::string names;
+    for (int64_t a : *ctx.stored_perm) names += (names.empty() ? "" : ",") + std::to_string(a);
+    k.name += "+store[permute(" + names + ")]";
+  }
   k.glsl = fill_kernel_template("matmul_tensor.comp", f);
   k.workgroup = {t.invocations, 1, 1};
   k.groups = coop_wg_grid(tiles * splits, ctx.device, "matmul (tensor-addressed)");

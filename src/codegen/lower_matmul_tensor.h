@@ -46,6 +46,12 @@ inline constexpr int kSiblingAccumulatorPerInvocation = 32;
 // short training step's): larger products keep their large tiles, one product each.
 inline constexpr int64_t kSiblingMaxAloneArea = 64 * 64;
 
+// Where the kernel chosen for this product stores it reshaped to *ctx.stored_shape and permuted by
+// *ctx.stored_perm (LowerContext), the stored tensor's stride between a tile's rows; nullopt
+// where it cannot: the batch axes and M keep their extents, N is split into trailing axes of
+// which the tile's columns stay within the last (which the permutation keeps last), no sibling.
+std::optional<int64_t> tensor_permuted_row_stride(const LowerContext& ctx);
+
 // Whether the kernel chosen for this product takes these extras: a sibling (GemvExtras), no norm
 // or stacked products, a product small enough (kSiblingMaxAloneArea) and a tile for two
 // accumulators whose shared copy of the sibling's fits.

@@ -132,7 +132,8 @@ void add_twin_store(Lowering& l, DType own, DType twin, int twin_output, const K
   }
 }
 
-void add_permuted_store(Lowering& l, const Shape& shape, const std::vector<int64_t>& perm) {
+std::string permuted_offset_function(const Shape& shape, const std::vector<int64_t>& perm,
+                                     const std::string& name) {
   if (perm.size() != shape.size()) {
     throw Error("codegen: a permuted store takes a permutation of the result's " +
                 std::to_string(shape.size()) + " axes, got " + std::to_string(perm.size()));
@@ -148,8 +149,12 @@ void add_permuted_store(Lowering& l, const Shape& shape, const std::vector<int64
     offset += "mn_c" + std::to_string(perm[j]) + " * " + std::to_string(strides[j]) + "u";
   }
   if (offset.empty()) offset = "0u";
-  const std::string fn = "uint mn_permuted(uint i) {\n" + glsl::unravel(shape, "i", "mn_c") +
-                         "  return " + offset + ";\n}\n";
+  return "uint " + name + "(uint i) {\n" + glsl::unravel(shape, "i", "mn_c") + "  return " +
+         offset + ";\n}\n";
+}
+
+void add_permuted_store(Lowering& l, const Shape& shape, const std::vector<int64_t>& perm) {
+  const std::string fn = permuted_offset_function(shape, perm, "mn_permuted");
   std::string names;
   for (int64_t a : perm) names += (names.empty() ? "" : ",") + std::to_string(a);
   for (KernelLaunch* k : output_writers(l, "permuted store")) {

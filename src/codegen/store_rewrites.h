@@ -38,4 +38,9 @@ void add_twin_store(Lowering& l, DType own, DType twin, int twin_output = 1,
 // permute(result, perm) holds it. Throws as add_twin_store does.
 void add_permuted_store(Lowering& l, const Shape& shape, const std::vector<int64_t>& perm);
 
+// GLSL `uint <name>(uint i)`: where element i of a row-major tensor of `shape` lies in
+// permute(tensor, perm).
+std::string permuted_offset_function(const Shape& shape, const std::vector<int64_t>& perm,
+                                     const std::string& name);
+
 }  // namespace mn::codegen

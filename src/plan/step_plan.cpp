@@ -76,7 +76,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     schedule::stack_rotations(g, p.groups);
     schedule::twin_stores(g, p.groups);
     schedule::fuse_row_tails(g, p.groups, options.device, fo.max_bindings);
-    schedule::fold_permutes_into_stores(g, p.groups);
+    schedule::fold_permutes_into_stores(g, p.groups, options.device);
     schedule::save_lse_in_forward(g, p.groups, options.device);
     schedule::compute_grad_v_with_grad_k(g, p.groups, options.device);
   }

@@ -408,6 +408,15 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
   ctx.stacked_rotation = stacked ? &*stacked : nullptr;
   if (group.saves_lse) ctx.saved_lse = g.node(group.outputs.at(1)).type.dtype;
   if (group.computes_grad_v) ctx.grad_v_output = g.node(group.outputs.at(1)).type.dtype;
+  // A product stores itself permuted through its kernel's tile layouts (permuted_stores.h);
+  // other kernels' stores are rewritten after lowering.
+  const bool product_permuted = !group.stored_permuted.empty() && node.op_name() == "matmul";
+  Shape stored_shape;
+  if (product_permuted) {
+    stored_shape = g.node(g.node(group.outputs.at(0)).inputs.front()).type.shape;
+    ctx.stored_shape = &stored_shape;
+    ctx.stored_perm = &group.stored_permuted;
+  }
   codegen::Lowering l = (*lower)(ctx);
   // A second output: the cast the kernel stores beside its value (schedule/narrowed_stores.h).
   for (const auto& [own, twin] : twin_outputs(g, group)) {
@@ -416,7 +425,7 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
     codegen::add_twin_store(l, g.node(group.outputs[static_cast<size_t>(own)]).type.dtype,
                             g.node(group.outputs[static_cast<size_t>(twin)]).type.dtype, twin, of);
   }
-  store_permuted(g, group, l);
+  if (!product_permuted) store_permuted(g, group, l);
   return l;
 }
 

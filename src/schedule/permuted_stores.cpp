@@ -4,9 +4,11 @@
 #include <set>
 
 #include "codegen/fused_reduce.h"
+#include "codegen/lower_matmul_tensor.h"
 #include "codegen/store_rewrites.h"
 #include "codegen/widened_operands.h"
 #include "ir/ops/shape.h"
+#include "schedule/narrowed_stores.h"
 
 namespace mn::schedule {
 namespace {
@@ -26,9 +28,30 @@ bool stores_through_out_st(const Graph& g, const KernelGroup& k) {
   return codegen::stores_only_through_out_st(node) && !codegen::converting_copy(node);
 }
 
+// A single product with nothing beside it, whose kernel may store it permuted.
+bool lone_product(const Graph& g, const KernelGroup& k) {
+  return k.kind == KernelGroup::Kind::single && k.nodes.size() == 1 && k.outputs.size() == 1 &&
+         k.stored_permuted.empty() && without_extras(k) &&
+         g.node(k.nodes.front()).op_name() == "matmul";
+}
+
+// Whether the product's kernel stores it reshaped to `shape` and permuted by `perm`.
+bool product_stores_permuted(const Graph& g, const KernelGroup& k, const Shape& shape,
+                             const std::vector<int64_t>& perm,
+                             const codegen::DeviceTraits& device) {
+  const Node node = stored_node(g, k);
+  std::vector<TensorType> types;
+  for (NodeId in : k.inputs) types.push_back(g.node(in).type);
+  codegen::LowerContext ctx{node, types, device};
+  ctx.stored_shape = &shape;
+  ctx.stored_perm = &perm;
+  return codegen::tensor_permuted_row_stride(ctx).has_value();
+}
+
 }  // namespace
 
-void fold_permutes_into_stores(const Graph& g, std::vector<KernelGroup>& groups) {
+void fold_permutes_into_stores(const Graph& g, std::vector<KernelGroup>& groups,
+                               const codegen::DeviceTraits& device) {
   std::map<NodeId, int> readers = group_readers(groups);
   const std::set<NodeId> sinks = kept_values(g);
   // Lone permutes by the value they read: as it is, or through a narrowing cast they round as
@@ -59,7 +82,8 @@ void fold_permutes_into_stores(const Graph& g, std::vector<KernelGroup>& groups)
   auto only_reader = [&](NodeId v) { return readers[v] == 1 && !sinks.count(v); };
   std::vector<char> dropped(groups.size(), 0);
   for (KernelGroup& k : groups) {
-    if (!stores_through_out_st(g, k)) continue;
+    const bool product = lone_product(g, k);
+    if (!product && !stores_through_out_st(g, k)) continue;
     // The result, or a reshape of it, read by a lone permute alone.
     NodeId out = k.outputs.front();
     if (!only_reader(out)) continue;
@@ -78,6 +102,7 @@ void fold_permutes_into_stores(const Graph& g, std::vector<KernelGroup>& groups)
         ops::shape_detail::resolve_perm("permute", std::span<const TensorType>(&in, 1),
                                         g.node(permute).attrs.as<PermuteAttrs>().perm);
     if (perm.size() != in.shape.size()) continue;
+    if (product && !product_stores_permuted(g, k, in.shape, perm, device)) continue;
     for (size_t f : folded) {
       k.nodes.push_back(groups[f].nodes.front());
       dropped[f] = 1;

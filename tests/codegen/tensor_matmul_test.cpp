@@ -15,6 +15,7 @@
 #include "codegen/lower_matmul_coop_wg.h"
 #include "codegen/lower_matmul_tensor.h"
 #include "codegen/matmul_epilogue.h"
+#include "support/expect_error.h"
 
 namespace mn::codegen {
 namespace {
@@ -93,6 +94,64 @@ TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
       }
     }
   }
+}
+
+// Products stored reshaped and permuted (LowerContext::stored_shape/stored_perm,
+// schedule/permuted_stores.h): attention's output gradient [1, 256, 576] split into 9 heads of
+// 64 as [1, 9, 256, 64], and a value gradient [1, 3, 256, 64] merged back as [1, 256, 3, 64]
+// (K split in 3). Tiles whose columns stay within a head store each tile through the head's
+// row stride (64 and 192) and compile to valid SPIR-V; wider ones, a permutation moving the
+// last axis and one splitting the rows are refused.
+TEST(TensorMatmul, PermutedStoresCompileAndValidate) {
+  REQUIRE_CURRENT_TOOLCHAIN();
+  DeviceTraits t = tensor_traits();
+  struct Case {
+    const char* what;
+    Shape a, b, stored;
+    std::vector<int64_t> perm;
+    int64_t stride;
+    int splits;
+  };
+  const std::vector<Case> cases{
+      {"heads split", {1, 256, 576}, {576, 576}, {1, 256, 9, 64}, {0, 2, 1, 3}, 64, 1},
+      {"heads merged", {1, 3, 256, 768}, {1, 3, 768, 64}, {1, 3, 256, 64}, {0, 2, 1, 3}, 192, 3},
+  };
+  for (const Case& c : cases) {
+    for (const TensorTile& tile : tensor_tiles()) {
+      SCOPED_TRACE(std::string(c.what) + " " + tile.name);
+      auto mm = matmul_node(c.a, c.b, false, false, DType::bf16);
+      t.coop_tensor_tile = tile.name;
+      t.coop_tensor_split_k = c.splits;
+      LowerContext ctx = mm->ctx(t);
+      ctx.stored_shape = &c.stored;
+      ctx.stored_perm = &c.perm;
+      const std::optional<int64_t> stride = tensor_permuted_row_stride(ctx);
+      if (c.stored.back() % tile.bn != 0) {
+        EXPECT_FALSE(stride.has_value());
+        continue;
+      }
+      ASSERT_EQ(stride, c.stride);
+      const Lowering l =
+          lower_matmul_tensor(ctx, geometry(ctx), numel(geometry(ctx).out_batch), tile, nullptr);
+      const KernelLaunch& kl = l.launches.back();
+      EXPECT_NE(kl.name.find("+store[permute(0,2,1,3)]"), std::string::npos) << kl.name;
+      const auto spirv = compile_current(kl.glsl, kl.name);
+      EXPECT_EQ(test::spirv_val_errors(spirv), "");
+    }
+  }
+  t.coop_tensor_tile.clear();
+  t.coop_tensor_split_k = 0;
+  auto mm = matmul_node({1, 256, 576}, {576, 576}, false, false, DType::bf16);
+  LowerContext ctx = mm->ctx(t);
+  const Shape heads{1, 256, 9, 64}, rows_split{1, 16, 16, 576};
+  const std::vector<int64_t> last_moved{0, 3, 1, 2}, rows_perm{0, 2, 1, 3};
+  ctx.stored_shape = &heads;
+  ctx.stored_perm = &last_moved;
+  EXPECT_FALSE(tensor_permuted_row_stride(ctx).has_value()) << "the last axis moved";
+  ctx.stored_shape = &rows_split;
+  ctx.stored_perm = &rows_perm;
+  EXPECT_FALSE(tensor_permuted_row_stride(ctx).has_value()) << "the rows split";
+  mn::expect_error<Error>([&] { lower_matmul_fused(ctx, nullptr); }, {"permuted"});
 }
 
 TEST(TensorMatmul, EpilogueAndBatchesCompileAndValidate) {

@@ -13,6 +13,7 @@
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "codegen/coop_fixture.h"
 #include "plan/step_plan.h"
 #include "schedule/fused_and_unfused.h"
 #include "support/elementwise_error.h"
@@ -75,6 +76,50 @@ TEST(PermutedStoresGpu, ResultsStoredInTheirPermutesLayout) {
   for (const auto& [op, n] : stored)
     reductions += op != "scaled_dot_product_attention" && op != "softmax" ? n : 0;
   EXPECT_EQ(reductions, 2);
+}
+
+// On a device with tensor-addressed matrices (the H200's traits, bf16 products), products whose
+// result a permute alone reads store it permuted through their tiles: a gradient split into
+// heads through a reshape, a batched product's heads merged back. The permute launches are
+// gone; a product read twice keeps its permute; on a device without tensor addressing every
+// permute stays.
+TEST(PermutedStores, ProductsStoreThroughTheirTilesOnTensorAddressedDevices) {
+  Graph g;
+  Tensor x = g.input("x", {1, 256, 576});
+  Tensor w = g.input("w", {576, 576});
+  Tensor p = g.input("p", {1, 3, 256, 768});
+  Tensor v = g.input("v", {1, 3, 768, 64});
+  g.output("heads", permute(reshape(matmul(x, w), {1, 256, 9, 64}), {0, 2, 1, 3}) * 2.0);
+  g.output("merged", permute(matmul(p, v), {0, 2, 1, 3}) + 1.0);
+  Tensor twice = matmul(x * 0.5, w);
+  g.output("twice_permuted", permute(reshape(twice, {1, 256, 9, 64}), {0, 2, 1, 3}) * 3.0);
+  g.output("twice", twice * 1.5);
+  plan::PlanOptions po;
+  po.device = codegen::testing::h200_wg_traits();
+  po.device.storage_16bit = true;
+  po.device.coop_tensor = true;
+  po.device.coop_wg_bf16_granularity = po.device.coop_wg_granularity;
+  po.precision = DType::bf16;
+  auto count = [&](const plan::PlanOptions& o) {
+    std::map<std::string, int> n;
+    for (const plan::PlannedLaunch& l : plan::make_step_plan(g, o).launches) {
+      if (l.kernel.name.rfind("matmul_tensor_", 0) == 0 &&
+          l.kernel.name.find("+store[permute(0,2,1,3)]") != std::string::npos) {
+        ++n["stored"];
+      }
+      if (l.kernel.name == "permute") ++n["permutes"];
+    }
+    return n;
+  };
+  std::map<std::string, int> n = count(po);
+  EXPECT_EQ(n["stored"], 2);
+  EXPECT_EQ(n["permutes"], 1);  // the product read twice
+  plan::PlanOptions plain;
+  plain.device.storage_16bit = true;
+  plain.precision = DType::bf16;
+  n = count(plain);
+  EXPECT_EQ(n["stored"], 0);
+  EXPECT_EQ(n["permutes"], 3);
 }
 
 }  // namespace

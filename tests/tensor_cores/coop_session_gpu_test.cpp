@@ -145,5 +145,54 @@ TEST(CoopSessionGpu, GateAndUpAsOneTensorKernel) {
   }
 }
 
+// Products stored permuted through their tiles (schedule/permuted_stores.h) in bf16: a gradient
+// split into heads through a reshape (a row stride of 64), a batched product's heads merged back
+// with K split in 3 (a row stride of 192), ragged rows too: the values of the unfused graph's
+// kernels (a product, then a permute) and the float64 reference's within bf16's rounding.
+TEST(CoopSessionGpu, ProductsStoredPermutedThroughTheirTiles) {
+  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  for (const int64_t rows : {256, 200}) {
+    const std::string what = std::to_string(rows) + " rows";
+    Graph g;
+    Tensor x = g.input("x", {1, rows, 576});
+    Tensor w = g.input("w", {576, 576});
+    Tensor p = g.input("p", {1, 3, rows, 768});
+    Tensor v = g.input("v", {1, 3, 768, 64});
+    g.output("heads", permute(reshape(matmul(x, w), {1, rows, 9, 64}), {0, 2, 1, 3}) * 2.0);
+    g.output("merged", permute(matmul(p, v), {0, 2, 1, 3}) + 1.0);
+    std::mt19937_64 rng = rng_for("products_permuted_" + what);
+    reference::Feeds feeds;
+    for (NodeId id : g.inputs()) feeds[g.node(id).name] = random_array(rng, g.node(id).type);
+    auto run = [&](std::string* kernels) {
+      SessionOptions so;
+      so.precision = DType::bf16;
+      so.profile = true;
+      auto s = build_session(g, so);
+      for (const auto& [name, value] : feeds) s->set(name, value);
+      s->step();
+      if (kernels) *kernels = kernels_of(*s);
+      return std::pair{s->get("heads"), s->get("merged")};
+    };
+    std::string k;
+    const auto fused = run(&k);
+    size_t stored = 0;
+    for (size_t at = k.find("+store[permute(0,2,1,3)]"); at != std::string::npos;
+         at = k.find("+store[permute(0,2,1,3)]", at + 1)) {
+      ++stored;
+    }
+    EXPECT_EQ(stored, 2u) << what << ": " << k;
+    std::pair<Array, Array> unfused;
+    {
+      ScopedEnv off("MN_FUSION", "0");
+      unfused = run(nullptr);
+    }
+    const auto expected = reference::evaluate(g, feeds);
+    EXPECT_LE(scaled_error(fused.first, unfused.first), 1e-2) << what;
+    EXPECT_LE(scaled_error(fused.second, unfused.second), 1e-2) << what;
+    EXPECT_LE(scaled_error(fused.first, expected.at("heads")), 3e-2) << what;
+    EXPECT_LE(scaled_error(fused.second, expected.at("merged")), 3e-2) << what;
+  }
+}
+
 }  // namespace
 }  // namespace mn::testing

@@ -11,6 +11,9 @@
 // each over KS of K; each stores its f32 partial into P, and the last to finish (counted in
 // done[], which it sets back to zero for the next run) adds the others' partials to its own and
 // finishes the tile. One launch, no second pass.
+// Permuted store (PERMUTED_STORE, schedule/permuted_stores.h): C reshaped and permuted, as a
+// permute of it alone reads it (attention's gradients split into heads), each tile stored
+// through a layout of its own rows' stride.
 // Sibling (SIBLING, a prompt's gate and up projections): A's matrices also multiply S's, a
 // matrix of B's shape, into a second accumulator, which the epilogue reads as mm_sibling through
 // shared memory.
@@ -30,6 +33,8 @@ layout(local_size_x_id = 0, local_size_y_id = 1, local_size_z_id = 2) in;
 #define EPILOGUE @EPILOGUE@  // mm_epilogue applies to each element before the store
 #define ROUND_BF16 @ROUND_BF16@  // C is bf16: round to nearest before the conversion
 #define SIBLING @SIBLING@    // a second product of A with S (B's shape) for the epilogue
+#define PERMUTED_STORE @PERMUTED_STORE@  // C is stored reshaped and permuted (c_stored)
+const uint C_ROW_STRIDE = @C_ROW_STRIDE@u;
 
 const uint M = @M@u, N = @N@u, K = @K@u;
 const uint LDA = @LDA@u, LDB = @LDB@u;
@@ -42,6 +47,7 @@ layout(std430, set = 0, binding = 0) readonly buffer BufferA { @A_TYPE@ A[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufferB { @B_TYPE@ B[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer BufferC { @C_TYPE@ C[]; };
 @EPILOGUE_DECLARATIONS@
+@C_STORED@
 #if SPLIT_K > 1
 // Coherent: the last workgroup of a tile reads the partials the others stored.
 layout(std430, set = 0, binding = @P_BINDING@) coherent buffer BufferP { float P[]; };
@@ -205,5 +211,16 @@ void main() {
 #endif
   coopmat<@C_TYPE@, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator> c_tile =
       coopmat<@C_TYPE@, gl_ScopeWorkgroup, BM, BN, gl_MatrixUseAccumulator>(acc);
+#if PERMUTED_STORE
+  // The tile lies in the stored tensor (C reshaped and permuted) as a block whose rows are
+  // C_ROW_STRIDE apart and whose columns are adjacent: tiles never cross its last axis.
+  tensorLayoutNV<2, gl_CooperativeMatrixClampModeConstantNV> ls =
+      createTensorLayoutNV(2, gl_CooperativeMatrixClampModeConstantNV);
+  ls = setTensorLayoutDimensionNV(ls, min(BM, M - row0), min(BN, N - col0));
+  ls = setTensorLayoutStrideNV(ls, C_ROW_STRIDE, 1);
+  coopMatStoreTensorNV(c_tile, C, c_stored(bz * (M * N) + row0 * N + col0),
+                       sliceTensorLayoutNV(ls, 0, BM, 0, BN));
+#else
   coopMatStoreTensorNV(c_tile, C, bz * (M * N), sliceTensorLayoutNV(lc, row0, BM, col0, BN));
+#endif
 }
