@@ -153,6 +153,33 @@ std::string permuted_offset_function(const Shape& shape, const std::vector<int64
          offset + ";\n}\n";
 }
 
+void add_permuted_twin_store(Lowering& l, DType twin, const Shape& shape,
+                             const std::vector<int64_t>& perm, int twin_output) {
+  if (!is_float(twin)) {
+    throw Error(std::string("codegen: a permuted twin store writes a float dtype, got ") +
+                dtype_name(twin));
+  }
+  const std::string fn = permuted_offset_function(shape, perm, "mn_twin_permuted");
+  std::string names;
+  for (int64_t a : perm) names += (names.empty() ? "" : ",") + std::to_string(a);
+  for (KernelLaunch* k : output_writers(l, "permuted twin store")) {
+    if (called(k->glsl, "out_stb") || called(k->glsl, "out_sti")) {
+      throw Error("codegen: kernel '" + k->name +
+                  "' stores raw or integer values; cannot add a permuted twin store");
+    }
+    const auto binding = static_cast<uint32_t>(k->bindings.size());
+    const size_t first = k->glsl.find("void out_st(uint i, ");
+    k->glsl.insert(k->glsl.rfind('\n', first) + 1,
+                   glsl::buffer(binding, twin, "ptwin", false) + fn);
+    wrap_helper(k->glsl, "out_st",
+                "void out_st(uint i, float v) { mn_own_out_st(i, v); "
+                "ptwin_st(mn_twin_permuted(i), v); }\n",
+                k->name);
+    k->bindings.push_back({ArgRef::output(twin_output), true});
+    k->name += "+twin[" + std::string(dtype_name(twin)) + ",permute(" + names + ")]";
+  }
+}
+
 void add_permuted_store(Lowering& l, const Shape& shape, const std::vector<int64_t>& perm) {
   const std::string fn = permuted_offset_function(shape, perm, "mn_permuted");
   std::string names;

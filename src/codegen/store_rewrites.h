@@ -38,6 +38,13 @@ void add_twin_store(Lowering& l, DType own, DType twin, int twin_output = 1,
 // permute(result, perm) holds it. Throws as add_twin_store does.
 void add_permuted_store(Lowering& l, const Shape& shape, const std::vector<int64_t>& perm);
 
+// Permuted twin: a kernel whose result a permute reads beside other readers stores it as it is
+// and, through a second binding ArgRef::output(twin_output), in the permute's layout cast to
+// `twin` (rounded as the permute's narrowing copy would): element i of the result (row-major in
+// `shape`) goes where permute(result, perm) holds it. Throws as add_permuted_store does.
+void add_permuted_twin_store(Lowering& l, DType twin, const Shape& shape,
+                             const std::vector<int64_t>& perm, int twin_output);
+
 // GLSL `uint <name>(uint i)`: where element i of a row-major tensor of `shape` lies in
 // permute(tensor, perm).
 std::string permuted_offset_function(const Shape& shape, const std::vector<int64_t>& perm,

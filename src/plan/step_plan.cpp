@@ -79,6 +79,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     schedule::fold_permutes_into_stores(g, p.groups, options.device);
     schedule::save_lse_in_forward(g, p.groups, options.device);
     schedule::compute_grad_v_with_grad_k(g, p.groups, options.device);
+    schedule::fold_permutes_into_twin_stores(g, p.groups);
   }
   const std::vector<std::vector<int>> in_place = plan_in_place(g, p.groups);
 

@@ -153,6 +153,15 @@ struct KernelGroup {
   // stored as permute(result, stored_permuted) (codegen::add_permuted_store), and the group's
   // output is the permute's value; empty: as it is.
   std::vector<int64_t> stored_permuted;
+  // Single groups storing only through their output's generic store, see
+  // schedule/permuted_stores.h: output `output` is the permute (by `perm`, maybe narrowing) of
+  // output 0, which other kernels read as it is; the kernel stores both
+  // (codegen::add_permuted_twin_store). output -1: none.
+  struct PermutedTwin {
+    int output = -1;
+    std::vector<int64_t> perm;
+  };
+  PermutedTwin permuted_twin;
 };
 
 // `small` broadcasts to exactly `big` (right-aligned, size-1 or equal extents).

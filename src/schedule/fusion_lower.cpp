@@ -426,6 +426,11 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
                             g.node(group.outputs[static_cast<size_t>(twin)]).type.dtype, twin, of);
   }
   if (!product_permuted) store_permuted(g, group, l);
+  if (const KernelGroup::PermutedTwin& t = group.permuted_twin; t.output >= 0) {
+    codegen::add_permuted_twin_store(
+        l, g.node(group.outputs[static_cast<size_t>(t.output)]).type.dtype,
+        g.node(group.outputs.front()).type.shape, t.perm, t.output);
+  }
   return l;
 }
 

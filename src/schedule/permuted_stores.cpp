@@ -7,6 +7,7 @@
 #include "codegen/lower_matmul_tensor.h"
 #include "codegen/store_rewrites.h"
 #include "codegen/widened_operands.h"
+#include "ir/op_def.h"
 #include "ir/ops/shape.h"
 #include "schedule/narrowed_stores.h"
 
@@ -109,6 +110,54 @@ void fold_permutes_into_stores(const Graph& g, std::vector<KernelGroup>& groups,
     }
     k.outputs = {permute};
     k.stored_permuted = std::move(perm);
+  }
+  size_t i = 0;
+  std::erase_if(groups, [&](const KernelGroup&) { return dropped[i++] != 0; });
+}
+
+void fold_permutes_into_twin_stores(const Graph& g, std::vector<KernelGroup>& groups) {
+  std::map<NodeId, int> readers = group_readers(groups);
+  // Lone permutes by the value they read, as it is or through a narrowing cast.
+  std::map<NodeId, size_t> permute_of;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const KernelGroup& k = groups[i];
+    if (k.kind != KernelGroup::Kind::single || k.nodes.size() != 1 || k.outputs.size() != 1)
+      continue;
+    const Node& p = g.node(k.nodes.front());
+    if (p.op_name() != "permute") continue;
+    const NodeId read = k.inputs.at(0);
+    const Node& operand = g.node(p.inputs.front());
+    const bool narrowed = operand.op_name() == "cast" && operand.inputs.front() == read &&
+                          g.node(read).type.dtype == DType::f32 &&
+                          is_half_float(operand.type.dtype);
+    if (read == p.inputs.front() || narrowed) permute_of.emplace(read, i);
+  }
+  std::vector<char> dropped(groups.size(), 0);
+  for (KernelGroup& k : groups) {
+    if (k.kind != KernelGroup::Kind::single || k.outputs.empty() || !k.stored_permuted.empty() ||
+        k.permuted_twin.output >= 0 || !k.store_perm.empty() || !without_extras(k) ||
+        k.stacked_rotation.node >= 0 || !twin_outputs(g, k).empty()) {
+      continue;  // twins of casts wrap the same store
+    }
+    const Node& node = g.node(k.nodes.front());
+    if (!codegen::stores_only_through_out_st(node) ||
+        (node.op && node.op->updates_input0_in_place)) {
+      continue;
+    }
+    const NodeId out = k.outputs.front();
+    if (readers[out] < 2) continue;  // a lone permute reader: fold_permutes_into_stores' case
+    const auto it = permute_of.find(out);
+    if (it == permute_of.end() || dropped[it->second]) continue;
+    const NodeId permute = groups[it->second].nodes.front();
+    const TensorType& in = g.node(out).type;
+    std::vector<int64_t> perm =
+        ops::shape_detail::resolve_perm("permute", std::span<const TensorType>(&in, 1),
+                                        g.node(permute).attrs.as<PermuteAttrs>().perm);
+    if (perm.size() != in.shape.size()) continue;
+    k.nodes.push_back(permute);
+    k.outputs.push_back(permute);
+    k.permuted_twin = {static_cast<int>(k.outputs.size() - 1), std::move(perm)};
+    dropped[it->second] = 1;
   }
   size_t i = 0;
   std::erase_if(groups, [&](const KernelGroup&) { return dropped[i++] != 0; });

@@ -23,4 +23,11 @@ namespace mn::schedule {
 void fold_permutes_into_stores(const Graph& g, std::vector<KernelGroup>& groups,
                                const codegen::DeviceTraits& device);
 
+// A single kernel storing only through its output's generic store whose output 0 other kernels
+// read beside a lone permute (attention's output in a training step: the backward reads it as it
+// is, the output projection merged by heads) stores the permute's value too, as one more output
+// (KernelGroup::permuted_twin); the permute's group is dropped. Runs after the passes that give
+// kernels their second outputs (saved_lse.h), so that the twin is the last output.
+void fold_permutes_into_twin_stores(const Graph& g, std::vector<KernelGroup>& groups);
+
 }  // namespace mn::schedule

@@ -2,7 +2,8 @@
 // (schedule/permuted_stores.h): attention's output with its heads merged, a softmax, a GQA-style
 // sum over groups read through a reshape; the values are the unfused kernels' bit for bit and
 // the reference's, with no permute launch (a plain reduction too); a result read elsewhere too
-// keeps its permute.
+// stores the permute's value as a second output (a permuted twin), narrowed where the permute
+// narrows; one read through a reshape by its permute keeps the permute.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -45,10 +46,19 @@ TEST(PermutedStoresGpu, ResultsStoredInTheirPermutesLayout) {
   // The same sum with no prologue: a reduction kernel of its own.
   Tensor plain = reshape(sum(r, {2}, true), {2, 2, 16, 8});
   g.output("plain_groups", permute(plain, {0, 2, 1, 3}) + 1.0);
-  // Read twice: the permute keeps its launch.
+  // Read twice: stored as it is and permuted (a twin).
   Tensor twice = softmax(q * 3.0);
   g.output("twice_permuted", permute(twice, {0, 2, 1, 3}) + 0.0);
   g.output("twice", twice * 1.5);
+  // Attention's output read by a reduction and by its heads merged, narrowed to bf16: as in a
+  // training step, the backward's reader and the output projection's.
+  Tensor o3 = scaled_dot_product_attention(q, k * 0.5, v, {}, true);
+  g.output("o3_sum", sum(o3 * o3, {3}, true));
+  g.output("o3_merged", cast(permute(cast(o3, DType::bf16), {0, 2, 1, 3}), DType::f32) * 2.0);
+  // Read twice, once through a reshape by the permute: the permute keeps its launch.
+  Tensor s2 = softmax(s * 2.0);
+  g.output("reshaped_permuted", permute(reshape(s2, {2, 3, 35}), {1, 0, 2}) + 0.0);
+  g.output("s2", s2 * 1.5);
 
   const auto [fused, fused_dispatches, unfused, unfused_dispatches] =
       testing::run_fused_and_unfused(g, feeds);
@@ -56,22 +66,26 @@ TEST(PermutedStoresGpu, ResultsStoredInTheirPermutesLayout) {
   for (const auto& [name, expected] : ref) {
     EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
     // bf16's rounding may differ by a unit where the reference computes in f64.
-    const double tol = name == "merged_bf16" ? 1e-2 : 1e-5;
+    const double tol = name == "merged_bf16" || name == "o3_merged" ? 1e-2 : 1e-5;
     EXPECT_TRUE(testing::elementwise_near(fused.at(name), expected, tol)) << name;
   }
   plan::PlanOptions po;
   po.device.storage_16bit = true;
   const plan::StepPlan p = plan::make_step_plan(g, po);
-  std::map<std::string, int> stored, permutes;
+  std::map<std::string, int> stored, twins, permutes;
   for (const plan::PlannedLaunch& l : p.launches) {
     const std::string op(p.graph.node(l.nodes.front()).op_name());
     if (l.kernel.name.find("+store[permute(") != std::string::npos) ++stored[op];
+    if (l.kernel.name.find(",permute(") != std::string::npos) ++twins[op];
     if (op == "permute")
       ++permutes[std::string(p.graph.node(p.graph.node(l.nodes.front()).inputs[0]).op_name())];
   }
   EXPECT_EQ(stored["scaled_dot_product_attention"], 2);
   EXPECT_EQ(stored["softmax"], 1);
-  EXPECT_EQ(permutes["softmax"], 1);  // the one read twice
+  EXPECT_EQ(twins["softmax"], 1);                       // the one read twice
+  EXPECT_EQ(twins["scaled_dot_product_attention"], 1);  // read by the reduction too
+  EXPECT_EQ(permutes["softmax"], 0);
+  EXPECT_EQ(permutes["reshape"], 1);  // the reshaped softmax read twice
   int reductions = 0;
   for (const auto& [op, n] : stored)
     reductions += op != "scaled_dot_product_attention" && op != "softmax" ? n : 0;
