@@ -194,5 +194,46 @@ TEST(CoopSessionGpu, ProductsStoredPermutedThroughTheirTiles) {
   }
 }
 
+// Attention's output on the tensor-addressed forward read as it is (a reduction, as a training
+// step's backward reads it) and with its heads merged in bf16 (as the output projection reads
+// it): the kernel stores both (a permuted twin), the values of the unfused kernels and float64's.
+TEST(CoopSessionGpu, AttentionOutputWithAPermutedTwin) {
+  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  ScopedEnv tensor_cores("MN_COOP_ATTENTION", "1");  // wherever it fits, 36 tiles or not
+  Graph g;
+  Tensor q = g.input("q", {1, 9, 256, 64});
+  Tensor k = g.input("k", {1, 9, 256, 64});
+  Tensor v = g.input("v", {1, 9, 256, 64});
+  Tensor o = scaled_dot_product_attention(q, k, v, {}, true);
+  g.output("rows", sum(o * o, {3}, true));
+  g.output("merged", cast(permute(cast(o, DType::bf16), {0, 2, 1, 3}), DType::f32) * 2.0);
+  std::mt19937_64 rng = rng_for("attention_permuted_twin");
+  reference::Feeds feeds;
+  for (NodeId id : g.inputs()) feeds[g.node(id).name] = random_array(rng, g.node(id).type);
+  auto run = [&](std::string* kernels) {
+    SessionOptions so;
+    so.precision = DType::bf16;
+    so.profile = true;
+    auto s = build_session(g, so);
+    for (const auto& [name, value] : feeds) s->set(name, value);
+    s->step();
+    if (kernels) *kernels = kernels_of(*s);
+    return std::pair{s->get("rows"), s->get("merged")};
+  };
+  std::string names;
+  const auto fused = run(&names);
+  EXPECT_NE(names.find("attention_tensor+twin[bf16,permute(0,2,1,3)]"), std::string::npos) << names;
+  std::pair<Array, Array> unfused;
+  {
+    ScopedEnv off("MN_FUSION", "0");
+    unfused = run(nullptr);
+  }
+  const auto expected = reference::evaluate(g, feeds);
+  EXPECT_LE(scaled_error(fused.first, unfused.first), 1e-2);
+  EXPECT_LE(scaled_error(fused.second, unfused.second), 1e-2);
+  EXPECT_LE(scaled_error(fused.first, expected.at("rows")), 3e-2);
+  EXPECT_LE(scaled_error(fused.second, expected.at("merged")), 3e-2);
+}
+
 }  // namespace
 }  // namespace mn::testing
