@@ -29,6 +29,26 @@ bool stores_through_out_st(const Graph& g, const KernelGroup& k) {
   return codegen::stores_only_through_out_st(node) && !codegen::converting_copy(node);
 }
 
+// Lone permutes by the value they read: as it is, or through a narrowing cast they round as
+// they store (schedule/widened_loads.h), which the folding kernel's store then rounds so too.
+std::map<NodeId, size_t> lone_permutes(const Graph& g, const std::vector<KernelGroup>& groups) {
+  std::map<NodeId, size_t> permute_of;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const KernelGroup& k = groups[i];
+    if (k.kind != KernelGroup::Kind::single || k.nodes.size() != 1 || k.outputs.size() != 1)
+      continue;
+    const Node& p = g.node(k.nodes.front());
+    if (p.op_name() != "permute") continue;
+    const NodeId read = k.inputs.at(0);
+    const Node& operand = g.node(p.inputs.front());
+    const bool narrowed = operand.op_name() == "cast" && operand.inputs.front() == read &&
+                          g.node(read).type.dtype == DType::f32 &&
+                          is_half_float(operand.type.dtype);
+    if (read == p.inputs.front() || narrowed) permute_of.emplace(read, i);
+  }
+  return permute_of;
+}
+
 // A single product with nothing beside it, whose kernel may store it permuted.
 bool lone_product(const Graph& g, const KernelGroup& k) {
   return k.kind == KernelGroup::Kind::single && k.nodes.size() == 1 && k.outputs.size() == 1 &&
@@ -55,22 +75,7 @@ void fold_permutes_into_stores(const Graph& g, std::vector<KernelGroup>& groups,
                                const codegen::DeviceTraits& device) {
   std::map<NodeId, int> readers = group_readers(groups);
   const std::set<NodeId> sinks = kept_values(g);
-  // Lone permutes by the value they read: as it is, or through a narrowing cast they round as
-  // they store (schedule/widened_loads.h), which the folding kernel's store then rounds so too.
-  std::map<NodeId, size_t> permute_of;
-  for (size_t i = 0; i < groups.size(); ++i) {
-    const KernelGroup& k = groups[i];
-    if (k.kind != KernelGroup::Kind::single || k.nodes.size() != 1 || k.outputs.size() != 1)
-      continue;
-    const Node& p = g.node(k.nodes.front());
-    if (p.op_name() != "permute") continue;
-    const NodeId read = k.inputs.at(0);
-    const Node& operand = g.node(p.inputs.front());
-    const bool narrowed = operand.op_name() == "cast" && operand.inputs.front() == read &&
-                          g.node(read).type.dtype == DType::f32 &&
-                          is_half_float(operand.type.dtype);
-    if (read == p.inputs.front() || narrowed) permute_of.emplace(read, i);
-  }
+  const std::map<NodeId, size_t> permute_of = lone_permutes(g, groups);
   // Reshapes (views of their operand, no launch) by the value they read.
   std::map<NodeId, size_t> reshape_of;
   for (size_t i = 0; i < groups.size(); ++i) {
@@ -117,21 +122,7 @@ void fold_permutes_into_stores(const Graph& g, std::vector<KernelGroup>& groups,
 
 void fold_permutes_into_twin_stores(const Graph& g, std::vector<KernelGroup>& groups) {
   std::map<NodeId, int> readers = group_readers(groups);
-  // Lone permutes by the value they read, as it is or through a narrowing cast.
-  std::map<NodeId, size_t> permute_of;
-  for (size_t i = 0; i < groups.size(); ++i) {
-    const KernelGroup& k = groups[i];
-    if (k.kind != KernelGroup::Kind::single || k.nodes.size() != 1 || k.outputs.size() != 1)
-      continue;
-    const Node& p = g.node(k.nodes.front());
-    if (p.op_name() != "permute") continue;
-    const NodeId read = k.inputs.at(0);
-    const Node& operand = g.node(p.inputs.front());
-    const bool narrowed = operand.op_name() == "cast" && operand.inputs.front() == read &&
-                          g.node(read).type.dtype == DType::f32 &&
-                          is_half_float(operand.type.dtype);
-    if (read == p.inputs.front() || narrowed) permute_of.emplace(read, i);
-  }
+  const std::map<NodeId, size_t> permute_of = lone_permutes(g, groups);
   std::vector<char> dropped(groups.size(), 0);
   for (KernelGroup& k : groups) {
     if (k.kind != KernelGroup::Kind::single || k.outputs.empty() || !k.stored_permuted.empty() ||

@@ -3,6 +3,7 @@
 // cannot fill the device with workgroup tiles, workgroup-scope ones for one that can, the
 // implicit GEMM of a convolution with its bias), and the step's results fit the f16-operand
 // model against float64.
+#include <map>
 #include <string>
 #include <vector>
 
@@ -100,114 +101,11 @@ TEST(CoopSessionGpu, ConvolutionWithBias) {
   EXPECT_TRUE(fits_f16_model(s->get("y").data, m)) << k;
 }
 
-// A prompt's gate and up projections in bf16 as one tensor-addressed kernel: the gate's product
-// accumulates beside up's from the same loads and reaches the epilogue through shared memory.
-// Whole tiles (SmolLM2's 512 × 576 × 1536) and ragged ones: the values of the unfused graph's
-// kernels (the same bf16 products, one each) and the float64 reference's (bf16 products: within
-// a few bf16 roundings).
-TEST(CoopSessionGpu, GateAndUpAsOneTensorKernel) {
-  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
-  struct Size {
-    int64_t rows, hidden, inner;
-  };
-  for (const Size z : {Size{512, 576, 1536}, Size{300, 200, 1000}}) {
-    const std::string what =
-        std::to_string(z.rows) + " x " + std::to_string(z.hidden) + " x " + std::to_string(z.inner);
-    Graph g;
-    Tensor x = g.input("x", {1, z.rows, z.hidden});
-    Tensor wg = g.input("wg", {z.inner, z.hidden});
-    Tensor wu = g.input("wu", {z.inner, z.hidden});
-    g.output("y", silu(matmul(x, wg, false, true)) * matmul(x, wu, false, true));
-    std::mt19937_64 rng = rng_for("gate_and_up_" + what);
-    reference::Feeds feeds;
-    for (NodeId id : g.inputs()) feeds[g.node(id).name] = random_array(rng, g.node(id).type);
-    auto run = [&](std::string* kernels) {
-      SessionOptions so;
-      so.precision = DType::bf16;
-      so.profile = true;
-      auto s = build_session(g, so);
-      for (const auto& [name, value] : feeds) s->set(name, value);
-      s->step();
-      if (kernels) *kernels = kernels_of(*s);
-      return s->get("y");
-    };
-    std::string k;
-    const Array fused = run(&k);
-    EXPECT_NE(k.find("+sibling+epilogue["), std::string::npos) << what << ": " << k;
-    Array unfused;
-    {
-      ScopedEnv off("MN_FUSION", "0");
-      unfused = run(nullptr);
-    }
-    const Array expected = reference::evaluate(g, feeds).at("y");
-    EXPECT_LE(scaled_error(fused, unfused), 1e-2) << what;
-    EXPECT_LE(scaled_error(fused, expected), 3e-2) << what;
-  }
-}
-
-// Products stored permuted through their tiles (schedule/permuted_stores.h) in bf16: a gradient
-// split into heads through a reshape (a row stride of 64), a batched product's heads merged back
-// with K split in 3 (a row stride of 192), ragged rows too: the values of the unfused graph's
-// kernels (a product, then a permute) and the float64 reference's within bf16's rounding.
-TEST(CoopSessionGpu, ProductsStoredPermutedThroughTheirTiles) {
-  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
-  for (const int64_t rows : {256, 200}) {
-    const std::string what = std::to_string(rows) + " rows";
-    Graph g;
-    Tensor x = g.input("x", {1, rows, 576});
-    Tensor w = g.input("w", {576, 576});
-    Tensor p = g.input("p", {1, 3, rows, 768});
-    Tensor v = g.input("v", {1, 3, 768, 64});
-    g.output("heads", permute(reshape(matmul(x, w), {1, rows, 9, 64}), {0, 2, 1, 3}) * 2.0);
-    g.output("merged", permute(matmul(p, v), {0, 2, 1, 3}) + 1.0);
-    std::mt19937_64 rng = rng_for("products_permuted_" + what);
-    reference::Feeds feeds;
-    for (NodeId id : g.inputs()) feeds[g.node(id).name] = random_array(rng, g.node(id).type);
-    auto run = [&](std::string* kernels) {
-      SessionOptions so;
-      so.precision = DType::bf16;
-      so.profile = true;
-      auto s = build_session(g, so);
-      for (const auto& [name, value] : feeds) s->set(name, value);
-      s->step();
-      if (kernels) *kernels = kernels_of(*s);
-      return std::pair{s->get("heads"), s->get("merged")};
-    };
-    std::string k;
-    const auto fused = run(&k);
-    size_t stored = 0;
-    for (size_t at = k.find("+store[permute(0,2,1,3)]"); at != std::string::npos;
-         at = k.find("+store[permute(0,2,1,3)]", at + 1)) {
-      ++stored;
-    }
-    EXPECT_EQ(stored, 2u) << what << ": " << k;
-    std::pair<Array, Array> unfused;
-    {
-      ScopedEnv off("MN_FUSION", "0");
-      unfused = run(nullptr);
-    }
-    const auto expected = reference::evaluate(g, feeds);
-    EXPECT_LE(scaled_error(fused.first, unfused.first), 1e-2) << what;
-    EXPECT_LE(scaled_error(fused.second, unfused.second), 1e-2) << what;
-    EXPECT_LE(scaled_error(fused.first, expected.at("heads")), 3e-2) << what;
-    EXPECT_LE(scaled_error(fused.second, expected.at("merged")), 3e-2) << what;
-  }
-}
-
-// Attention's output on the tensor-addressed forward read as it is (a reduction, as a training
-// step's backward reads it) and with its heads merged in bf16 (as the output projection reads
-// it): the kernel stores both (a permuted twin), the values of the unfused kernels and float64's.
-TEST(CoopSessionGpu, AttentionOutputWithAPermutedTwin) {
-  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
-  ScopedEnv tensor_cores("MN_COOP_ATTENTION", "1");  // wherever it fits, 36 tiles or not
-  Graph g;
-  Tensor q = g.input("q", {1, 9, 256, 64});
-  Tensor k = g.input("k", {1, 9, 256, 64});
-  Tensor v = g.input("v", {1, 9, 256, 64});
-  Tensor o = scaled_dot_product_attention(q, k, v, {}, true);
-  g.output("rows", sum(o * o, {3}, true));
-  g.output("merged", cast(permute(cast(o, DType::bf16), {0, 2, 1, 3}), DType::f32) * 2.0);
-  std::mt19937_64 rng = rng_for("attention_permuted_twin");
+// Every output of `g` (random inputs from `seed`) from a session with bf16 products, fused and
+// with MN_FUSION=0 (one kernel per node): within 1e-2 of each other and within 3e-2 of float64,
+// relative to each output's scale. Returns the fused session's kernel names.
+std::string expect_bf16_fused_matches(const Graph& g, const std::string& seed) {
+  std::mt19937_64 rng = rng_for(seed);
   reference::Feeds feeds;
   for (NodeId id : g.inputs()) feeds[g.node(id).name] = random_array(rng, g.node(id).type);
   auto run = [&](std::string* kernels) {
@@ -218,21 +116,85 @@ TEST(CoopSessionGpu, AttentionOutputWithAPermutedTwin) {
     for (const auto& [name, value] : feeds) s->set(name, value);
     s->step();
     if (kernels) *kernels = kernels_of(*s);
-    return std::pair{s->get("rows"), s->get("merged")};
+    std::map<std::string, Array> out;
+    for (const std::string& name : s->output_names()) out[name] = s->get(name);
+    return out;
   };
-  std::string names;
-  const auto fused = run(&names);
-  EXPECT_NE(names.find("attention_tensor+twin[bf16,permute(0,2,1,3)]"), std::string::npos) << names;
-  std::pair<Array, Array> unfused;
+  std::string kernels;
+  const auto fused = run(&kernels);
+  std::map<std::string, Array> unfused;
   {
     ScopedEnv off("MN_FUSION", "0");
     unfused = run(nullptr);
   }
-  const auto expected = reference::evaluate(g, feeds);
-  EXPECT_LE(scaled_error(fused.first, unfused.first), 1e-2);
-  EXPECT_LE(scaled_error(fused.second, unfused.second), 1e-2);
-  EXPECT_LE(scaled_error(fused.first, expected.at("rows")), 3e-2);
-  EXPECT_LE(scaled_error(fused.second, expected.at("merged")), 3e-2);
+  for (const auto& [name, want] : reference::evaluate(g, feeds)) {
+    EXPECT_LE(scaled_error(fused.at(name), unfused.at(name)), 1e-2) << seed << ": " << name;
+    EXPECT_LE(scaled_error(fused.at(name), want), 3e-2) << seed << ": " << name;
+  }
+  return kernels;
+}
+
+size_t occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// A prompt's gate and up projections in bf16 as one tensor-addressed kernel: the gate's product
+// accumulates beside up's from the same loads and reaches the epilogue through shared memory.
+// Whole tiles (SmolLM2's 512 × 576 × 1536) and ragged ones.
+TEST(CoopSessionGpu, GateAndUpAsOneTensorKernel) {
+  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  struct Size {
+    int64_t rows, hidden, inner;
+  };
+  for (const Size z : {Size{512, 576, 1536}, Size{300, 200, 1000}}) {
+    Graph g;
+    Tensor x = g.input("x", {1, z.rows, z.hidden});
+    Tensor wg = g.input("wg", {z.inner, z.hidden});
+    Tensor wu = g.input("wu", {z.inner, z.hidden});
+    g.output("y", silu(matmul(x, wg, false, true)) * matmul(x, wu, false, true));
+    const std::string what = "gate_and_up_" + std::to_string(z.rows) + "x" +
+                             std::to_string(z.hidden) + "x" + std::to_string(z.inner);
+    const std::string k = expect_bf16_fused_matches(g, what);
+    EXPECT_EQ(occurrences(k, "+sibling+epilogue["), 1u) << what << ": " << k;
+  }
+}
+
+// Products stored permuted through their tiles (schedule/permuted_stores.h) in bf16: a gradient
+// split into heads through a reshape (a row stride of 64), a batched product's heads merged back
+// with K split in 3 (a row stride of 192), ragged rows too.
+TEST(CoopSessionGpu, ProductsStoredPermutedThroughTheirTiles) {
+  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  for (const int64_t rows : {256, 200}) {
+    Graph g;
+    Tensor x = g.input("x", {1, rows, 576});
+    Tensor w = g.input("w", {576, 576});
+    Tensor p = g.input("p", {1, 3, rows, 768});
+    Tensor v = g.input("v", {1, 3, 768, 64});
+    g.output("heads", permute(reshape(matmul(x, w), {1, rows, 9, 64}), {0, 2, 1, 3}) * 2.0);
+    g.output("merged", permute(matmul(p, v), {0, 2, 1, 3}) + 1.0);
+    const std::string what = "products_permuted_" + std::to_string(rows);
+    const std::string k = expect_bf16_fused_matches(g, what);
+    EXPECT_EQ(occurrences(k, "+store[permute(0,2,1,3)]"), 2u) << what << ": " << k;
+  }
+}
+
+// Attention's output on the tensor-addressed forward read as it is (a reduction, as a training
+// step's backward reads it) and with its heads merged in bf16 (as the output projection reads
+// it): the kernel stores both (a permuted twin).
+TEST(CoopSessionGpu, AttentionOutputWithAPermutedTwin) {
+  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  ScopedEnv tensor_cores("MN_COOP_ATTENTION", "1");  // wherever it fits, 36 tiles or not
+  Graph g;
+  Tensor q = g.input("q", {1, 9, 256, 64});
+  Tensor k = g.input("k", {1, 9, 256, 64});
+  Tensor v = g.input("v", {1, 9, 256, 64});
+  Tensor o = scaled_dot_product_attention(q, k, v, {}, true);
+  g.output("rows", sum(o * o, {3}, true));
+  g.output("merged", cast(permute(cast(o, DType::bf16), {0, 2, 1, 3}), DType::f32) * 2.0);
+  const std::string names = expect_bf16_fused_matches(g, "attention_permuted_twin");
+  EXPECT_NE(names.find("attention_tensor+twin[bf16,permute(0,2,1,3)]"), std::string::npos) << names;
 }
 
 }  // namespace
