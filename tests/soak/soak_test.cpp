@@ -10,8 +10,8 @@
 //    +540-570 KB over 1,000 sessions of 10 pipelines, about what the layer keeps);
 //  - the resident set (/proc/self/statm), which also sees memory mapped directly: within
 //    kRssSlack, since lavapipe maps the machine code of every pipeline it compiles and unmaps
-//    it some time after the pipeline is destroyed, which moves the resident set by a megabyte or
-//    two from one reading to the next.
+//    it some time after the pipeline is destroyed, and its worker threads' memory varies with
+//    the scheduling, which moves the resident set by megabytes from one reading to the next.
 //
 // One allowance, not ours: Debian 12's validation layer (1.3.239) keeps about 55-66 bytes for
 // every pipeline created, destroyed or not (measured on lavapipe; nothing without the layer),
@@ -20,7 +20,6 @@
 #include <malloc.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <fstream>
@@ -39,7 +38,9 @@ namespace mn {
 namespace {
 
 constexpr int64_t kHeapSlack = 256 * 1024;
-constexpr int64_t kRssSlack = 4 * 1024 * 1024;
+// Measured: +1.9 MB over the thousand sessions alone, up to +5.6 MB beside a parallel test run
+// (lavapipe's threads and the code it maps vary with the scheduling; the heap stays flat).
+constexpr int64_t kRssSlack = 8 * 1024 * 1024;
 constexpr int64_t kLayerBytesPerPipeline = 80;
 
 struct HostMemory {
@@ -58,18 +59,11 @@ struct HostMemory {
 };
 
 // Both growths since `before` within their slack, plus `allowance` bytes the validation layer
-// keeps; `over` says over what. The resident set is read again for up to two seconds while it is
-// over: lavapipe unmaps a destroyed pipeline's code some time later (under a parallel test run,
-// later still), which a leak never undoes.
+// keeps; `over` says over what.
 void expect_flat(const HostMemory& before, const std::string& over, int64_t allowance = 0) {
-  HostMemory after = HostMemory::now();
+  const HostMemory after = HostMemory::now();
   EXPECT_LE(after.heap - before.heap, kHeapSlack + allowance)
       << "the heap in use grew by " << after.heap - before.heap << " bytes over " << over;
-  for (int wait = 0; wait < 20 && after.resident - before.resident > kRssSlack + allowance;
-       ++wait) {
-    usleep(100 * 1000);
-    after.resident = std::min(after.resident, HostMemory::now().resident);
-  }
   EXPECT_LE(after.resident - before.resident, kRssSlack + allowance)
       << "the resident set grew by " << after.resident - before.resident << " bytes over " << over;
 }
