@@ -26,6 +26,7 @@
 // --warm-ms: how long each session steps before the timed steps (default 300; the driver
 // replaces a new pipeline's first, slow code some time after creating it).
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -216,7 +217,12 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--tensor-tiles")) {
       tensor_tiles_arg = next();
     } else if (!std::strcmp(argv[i], "--warm-ms")) {
-      warm_ms = std::atoi(next().c_str());
+      const std::string v = next();
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), warm_ms);
+      if (ec != std::errc() || end != v.data() + v.size() || v.empty()) {
+        std::fprintf(stderr, "bench_matmul: --warm-ms takes milliseconds, got '%s'\n", v.c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;

@@ -147,6 +147,15 @@ std::string tensor_matmul_rejection(const LowerContext& ctx, const MatmulGeometr
   return {};
 }
 
+namespace {
+
+// The extras the kernel takes: a sibling product whose matrix has B's dtype, and nothing else.
+bool sibling_only(const GemvExtras& x, DType b) {
+  return !x.norm && x.stacked.empty() && x.sibling_input >= 0 && x.sibling_dtype == b;
+}
+
+}  // namespace
+
 bool tensor_tile_takes_sibling(const TensorTile& t, const DeviceTraits& device) {
   const uint64_t area = static_cast<uint64_t>(t.bm) * static_cast<uint64_t>(t.bn);
   return area <= uint64_t{kSiblingAccumulatorPerInvocation} * t.invocations &&
@@ -168,14 +177,7 @@ std::optional<int64_t> permuted_row_stride(const LowerContext& ctx, const Matmul
   int64_t n = 1;
   for (size_t i = nb + 1; i < r.size(); ++i) n *= r[i];
   if (n != g.n || r.back() % t.bn != 0) return std::nullopt;
-  // The stored tensor's strides; M's axis is r[nb], stored at the position j with perm[j] = nb.
-  Shape stored(r.size());
-  for (size_t j = 0; j < perm.size(); ++j) stored[j] = r[static_cast<size_t>(perm[j])];
-  const Shape strides = contiguous_strides(stored);
-  for (size_t j = 0; j < perm.size(); ++j) {
-    if (perm[j] == static_cast<int64_t>(nb)) return strides[j];
-  }
-  return std::nullopt;
+  return permuted_axis_strides(r, perm)[nb];  // M's axis is r[nb]
 }
 
 }  // namespace
@@ -189,13 +191,10 @@ std::optional<int64_t> tensor_permuted_row_stride(const LowerContext& ctx) {
 }
 
 bool tensor_takes_extras(const LowerContext& ctx, const GemvExtras& x) {
-  if (!ctx.device.tensor_sibling || x.norm || !x.stacked.empty() || x.sibling_input < 0) {
-    return false;
-  }
+  if (!ctx.device.tensor_sibling || !sibling_only(x, ctx.inputs[1].dtype)) return false;
   const MatmulGeometry g = geometry(ctx);
   const int64_t batch = numel(g.out_batch);
   if (!tensor_matmul_rejection(ctx, g, batch).empty()) return false;
-  if (x.sibling_dtype != ctx.inputs[1].dtype) return false;  // loaded as B is
   // Products large enough for the big tiles run faster on them one by one: the sibling's tiles
   // are for products that take the small ones anyway.
   const TensorTile& alone = kTiles[static_cast<size_t>(*choose_tensor_tile(ctx, g, batch))];
@@ -210,8 +209,7 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
   if ((in_a != DType::f16 && in_a != DType::bf16) || in_b != in_a) {
     throw Error("matmul (tensor-addressed): operands must be both f16 or both bf16");
   }
-  if (extras && (extras->norm || !extras->stacked.empty() || extras->sibling_input < 0 ||
-                 extras->sibling_dtype != in_b || !tensor_tile_takes_sibling(t, ctx.device))) {
+  if (extras && (!sibling_only(*extras, in_b) || !tensor_tile_takes_sibling(t, ctx.device))) {
     throw Error(
         "matmul (tensor-addressed): takes a sibling product of B's dtype only, no norm "
         "or stacked products, in a tile that holds two accumulators");
@@ -246,23 +244,10 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
                 " K splits of this product need more partial sums than 32-bit offsets address");
   }
   const size_t extra = (e ? e->extra.size() : 0) + (sibling ? 1 : 0);
-  std::string sibling_declarations;
-  if (sibling) {
-    // Before the epilogue, which reads mm_sibling at its element (m, n): tiles start at
-    // multiples of BM and BN.
-    const DType sd = extras->sibling_product_dtype;
-    sibling_declarations = "layout(std430, set = 0, binding = " + std::to_string(2 + extra) +
-                           ") readonly buffer BufferS { " + elem + " S[]; };\n" +
-                           "shared float sibling_sh[" + std::to_string(t.bm * t.bn) + "];\n";
-    const std::string at = "sibling_sh[(m % BM) * BN + n % BN]";
-    if (is_half_float(sd)) {
-      const std::string narrow = sd == DType::bf16 ? "bf16" : "f16";
-      sibling_declarations += std::string(glsl::half_conversions()) + "#define mm_sibling mn_" +
-                              narrow + "_to_f32(mn_f32_to_" + narrow + "(" + at + "))\n";
-    } else {
-      sibling_declarations += "#define mm_sibling " + at + "\n";
-    }
-  }
+  // A 16-bit sibling product reads as its store would round it.
+  const DType sibling_dtype = sibling ? extras->sibling_product_dtype : DType::f32;
+  const bool sibling_rounds = is_half_float(sibling_dtype);
+  const std::string narrow = sibling_dtype == DType::bf16 ? "bf16" : "f16";
   TemplateFields f{
       {"EXTENSIONS", bf16 ? "#extension GL_EXT_bfloat16 : require" : ""},
       {"TA", g.ta ? "1" : "0"},
@@ -289,8 +274,12 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
       {"A_TYPE", elem},
       {"B_TYPE", elem},
       {"MAT_TYPE", elem},
-      {"EPILOGUE_DECLARATIONS", sibling_declarations + epilogue},
+      {"EPILOGUE_DECLARATIONS", epilogue},
       {"SIBLING", sibling ? "1" : "0"},
+      {"S_BINDING", std::to_string(2 + extra)},
+      {"SIBLING_CONVERSIONS", sibling_rounds ? glsl::half_conversions() : ""},
+      {"SIBLING_VALUE",
+       sibling_rounds ? "mn_" + narrow + "_to_f32(mn_f32_to_" + narrow + "(v))" : "v"},
       {"PERMUTED_STORE", permuted ? "1" : "0"},
       {"C_ROW_STRIDE", std::to_string(row_stride.value_or(0))},
       {"C_STORED", permuted
@@ -303,11 +292,7 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
   KernelLaunch k;
   k.name = std::string("matmul_tensor_") + t.name + (sibling ? "+sibling" : "") +
            (splits > 1 ? "_split" + std::to_string(splits) : std::string());
-  if (permuted) {
-    std::string names;
-    for (int64_t a : *ctx.stored_perm) names += (names.empty() ? "" : ",") + std::to_string(a);
-    k.name += "+store[permute(" + names + ")]";
-  }
+  if (permuted) k.name += "+store[" + permute_label(*ctx.stored_perm) + "]";
   k.glsl = fill_kernel_template("matmul_tensor.comp", f);
   k.workgroup = {t.invocations, 1, 1};
   k.groups = coop_wg_grid(tiles * splits, ctx.device, "matmul (tensor-addressed)");

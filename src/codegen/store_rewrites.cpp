@@ -132,21 +132,45 @@ void add_twin_store(Lowering& l, DType own, DType twin, int twin_output, const K
   }
 }
 
-std::string permuted_offset_function(const Shape& shape, const std::vector<int64_t>& perm,
-                                     const std::string& name) {
+std::vector<int64_t> permuted_axis_strides(const Shape& shape, const std::vector<int64_t>& perm) {
   if (perm.size() != shape.size()) {
     throw Error("codegen: a permuted store takes a permutation of the result's " +
                 std::to_string(shape.size()) + " axes, got " + std::to_string(perm.size()));
   }
-  // Stored coordinate j is the result's axis perm[j]: offset sum_j c[perm[j]] * stride'[j].
+  std::vector<char> seen(shape.size(), 0);
+  for (int64_t a : perm) {
+    if (a < 0 || a >= static_cast<int64_t>(shape.size()) || seen[static_cast<size_t>(a)]++) {
+      throw Error("codegen: a permuted store takes a permutation of the result's " +
+                  std::to_string(shape.size()) + " axes; axis " + std::to_string(a) +
+                  " is out of range or repeated");
+    }
+  }
+  // Stored coordinate j is the result's axis perm[j], with the stored layout's stride j.
   Shape stored(shape.size());
   for (size_t j = 0; j < perm.size(); ++j) stored[j] = shape[static_cast<size_t>(perm[j])];
-  const Shape strides = contiguous_strides(stored);
+  const Shape stored_strides = contiguous_strides(stored);
+  std::vector<int64_t> strides(shape.size());
+  for (size_t j = 0; j < perm.size(); ++j)
+    strides[static_cast<size_t>(perm[j])] = stored_strides[j];
+  return strides;
+}
+
+std::string permute_label(const std::vector<int64_t>& perm) {
+  std::string names;
+  for (int64_t a : perm) names += (names.empty() ? "" : ",") + std::to_string(a);
+  return "permute(" + names + ")";
+}
+
+std::string permuted_offset_function(const Shape& shape, const std::vector<int64_t>& perm,
+                                     const std::string& name) {
+  const std::vector<int64_t> strides = permuted_axis_strides(shape, perm);
+  // Offset: sum over the result's axes (in the stored order) of coordinate times stride.
   std::string offset;
-  for (size_t j = 0; j < perm.size(); ++j) {
-    if (stored[j] == 1) continue;
+  for (int64_t a : perm) {
+    const auto axis = static_cast<size_t>(a);
+    if (shape[axis] == 1) continue;
     if (!offset.empty()) offset += " + ";
-    offset += "mn_c" + std::to_string(perm[j]) + " * " + std::to_string(strides[j]) + "u";
+    offset += "mn_c" + std::to_string(a) + " * " + std::to_string(strides[axis]) + "u";
   }
   if (offset.empty()) offset = "0u";
   return "uint " + name + "(uint i) {\n" + glsl::unravel(shape, "i", "mn_c") + "  return " +
@@ -160,8 +184,6 @@ void add_permuted_twin_store(Lowering& l, DType twin, const Shape& shape,
                 dtype_name(twin));
   }
   const std::string fn = permuted_offset_function(shape, perm, "mn_twin_permuted");
-  std::string names;
-  for (int64_t a : perm) names += (names.empty() ? "" : ",") + std::to_string(a);
   for (KernelLaunch* k : output_writers(l, "permuted twin store")) {
     if (called(k->glsl, "out_stb") || called(k->glsl, "out_sti")) {
       throw Error("codegen: kernel '" + k->name +
@@ -176,14 +198,12 @@ void add_permuted_twin_store(Lowering& l, DType twin, const Shape& shape,
                 "ptwin_st(mn_twin_permuted(i), v); }\n",
                 k->name);
     k->bindings.push_back({ArgRef::output(twin_output), true});
-    k->name += "+twin[" + std::string(dtype_name(twin)) + ",permute(" + names + ")]";
+    k->name += "+twin[" + std::string(dtype_name(twin)) + "," + permute_label(perm) + "]";
   }
 }
 
 void add_permuted_store(Lowering& l, const Shape& shape, const std::vector<int64_t>& perm) {
   const std::string fn = permuted_offset_function(shape, perm, "mn_permuted");
-  std::string names;
-  for (int64_t a : perm) names += (names.empty() ? "" : ",") + std::to_string(a);
   for (KernelLaunch* k : output_writers(l, "permuted store")) {
     if (called(k->glsl, "out_stb") || called(k->glsl, "out_sti") || called(k->glsl, "out_ld") ||
         called(k->glsl, "out_ldb")) {
@@ -194,7 +214,7 @@ void add_permuted_store(Lowering& l, const Shape& shape, const std::vector<int64
     wrap_helper(k->glsl, "out_st",
                 fn + "void out_st(uint i, float v) { mn_own_out_st(mn_permuted(i), v); }\n",
                 k->name);
-    k->name += "+store[permute(" + names + ")]";
+    k->name += "+store[" + permute_label(perm) + "]";
   }
 }
 

@@ -49,5 +49,9 @@ void add_permuted_twin_store(Lowering& l, DType twin, const Shape& shape,
 // permute(tensor, perm).
 std::string permuted_offset_function(const Shape& shape, const std::vector<int64_t>& perm,
                                      const std::string& name);
+// Per axis of a row-major tensor of `shape`, its stride in permute(tensor, perm).
+std::vector<int64_t> permuted_axis_strides(const Shape& shape, const std::vector<int64_t>& perm);
+// "permute(0,2,1,3)": how kernel names show a permutation they store through.
+std::string permute_label(const std::vector<int64_t>& perm);
 
 }  // namespace mn::codegen

@@ -109,6 +109,45 @@ TEST(PermutedStore, RefusesKernelsReadingTheirOutputOrStoringRawValues) {
         add_permuted_store(rank, {4, 2}, {1, 0, 2});
       },
       {"permutation of the result's 2 axes, got 3"});
+  for (const std::vector<int64_t>& bad : {std::vector<int64_t>{1, 1}, {0, 2}, {-1, 0}}) {
+    Lowering l = copy_lowering(DType::f32, DType::f32, "  out_st(i, x_ld(i));\n");
+    expect_error<Error>(
+        [&] {
+          add_permuted_store(l, {4, 2}, bad);
+        },
+        {"permutation of the result's 2 axes", "out of range or repeated"});
+  }
+}
+
+// A permuted twin: the value stored as it is and, through a second binding, at the permuted
+// offset in the twin's dtype (f32 twins too: the layout differs, not the dtype).
+TEST(PermutedTwinStore, StoresBothLayouts) {
+  for (const DType twin : {DType::bf16, DType::f32}) {
+    Lowering l = copy_lowering(DType::f32, DType::f32, "  out_st(i, x_ld(i));\n");
+    add_permuted_twin_store(l, twin, {2, 3, 4}, {2, 0, 1}, 1);
+    const KernelLaunch& k = l.launches.front();
+    EXPECT_EQ(k.name, "copy+twin[" + std::string(dtype_name(twin)) + ",permute(2,0,1)]");
+    ASSERT_EQ(k.bindings.size(), 3u);
+    EXPECT_EQ(k.bindings[2].arg, ArgRef::output(1));
+    EXPECT_TRUE(k.bindings[2].written);
+    EXPECT_NE(k.glsl.find("mn_own_out_st(i, v); ptwin_st(mn_twin_permuted(i), v);"),
+              std::string::npos)
+        << k.glsl;
+    EXPECT_NE(k.glsl.find("return mn_c2 * 6u + mn_c0 * 3u + mn_c1 * 1u;"), std::string::npos);
+    expect_compiles(k);
+  }
+  Lowering raw = copy_lowering(DType::bf16, DType::bf16, "  out_stb(i, x_ldb(i));\n");
+  expect_error<Error>(
+      [&] {
+        add_permuted_twin_store(raw, DType::f32, {4, 2}, {1, 0}, 1);
+      },
+      {"kernel 'copy'", "raw or integer"});
+  Lowering ints = copy_lowering(DType::f32, DType::f32, "  out_st(i, x_ld(i));\n");
+  expect_error<Error>(
+      [&] {
+        add_permuted_twin_store(ints, DType::i32, {4, 2}, {1, 0}, 1);
+      },
+      {"float dtype", "i32"});
 }
 
 }  // namespace

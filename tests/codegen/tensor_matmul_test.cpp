@@ -154,6 +154,55 @@ TEST(TensorMatmul, PermutedStoresCompileAndValidate) {
   mn::expect_error<Error>([&] { lower_matmul_fused(ctx, nullptr); }, {"permuted"});
 }
 
+// A sibling product (GemvExtras::sibling_input): its matrix bound after the epilogue's operands,
+// its accumulator read by the epilogue as mm_sibling, rounded where the sibling product is 16-bit
+// and as it is where it is f32; valid SPIR-V either way, never split. Refused with a tile of
+// more than 32 accumulator floats per invocation, and with a norm.
+TEST(TensorMatmul, SiblingProductsCompileAndValidate) {
+  REQUIRE_CURRENT_TOOLCHAIN();
+  DeviceTraits t = tensor_traits();
+  t.tensor_sibling = true;
+  t.coop_tensor_split_k = 3;
+  auto mm = matmul_node({512, 576}, {1536, 576}, false, true, DType::bf16);
+  const auto ctx = mm->ctx(t);
+  MatmulEpilogue e;
+  e.body = "return acc * mm_sibling;";
+  const TensorTile* tile = nullptr;
+  for (const TensorTile& c : tensor_tiles()) {
+    if (std::string(c.name) == "t32x64k64") tile = &c;
+  }
+  ASSERT_NE(tile, nullptr);
+  for (const DType product : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(dtype_name(product));
+    GemvExtras x;
+    x.sibling_input = 2;
+    x.sibling_dtype = DType::bf16;
+    x.sibling_product_dtype = product;
+    EXPECT_TRUE(tensor_takes_extras(ctx, x));
+    const Lowering l = lower_matmul_tensor(ctx, geometry(ctx), 1, *tile, &e, &x);
+    const KernelLaunch& kl = l.launches.back();
+    EXPECT_EQ(kl.name, "matmul_tensor_t32x64k64+sibling");
+    ASSERT_EQ(kl.bindings.size(), 4u);
+    EXPECT_EQ(kl.bindings[3].arg, ArgRef::input(2));
+    EXPECT_EQ(kl.glsl.find("mn_f32_to_bf16(v)") != std::string::npos, product == DType::bf16);
+    const auto spirv = compile_current(kl.glsl, kl.name);
+    EXPECT_EQ(test::spirv_val_errors(spirv), "");
+  }
+  GemvExtras x;
+  x.sibling_input = 2;
+  x.sibling_dtype = DType::bf16;
+  for (const TensorTile& c : tensor_tiles()) {
+    if (!tensor_tile_takes_sibling(c, t)) {
+      mn::expect_error<Error>([&] { lower_matmul_tensor(ctx, geometry(ctx), 1, c, &e, &x); },
+                              {"two accumulators"});
+    }
+  }
+  x.norm = true;
+  EXPECT_FALSE(tensor_takes_extras(ctx, x));
+  mn::expect_error<Error>([&] { lower_matmul_tensor(ctx, geometry(ctx), 1, *tile, &e, &x); },
+                          {"no norm"});
+}
+
 TEST(TensorMatmul, EpilogueAndBatchesCompileAndValidate) {
   REQUIRE_CURRENT_TOOLCHAIN();
   // A device of 8 multiprocessors: on the H200's 132 the product's 10 tiles would not fill it

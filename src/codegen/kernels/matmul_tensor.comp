@@ -46,6 +46,15 @@ const uint SPLITS = @SPLITS@u, KS = @KS@u;  // and the K range of each
 layout(std430, set = 0, binding = 0) readonly buffer BufferA { @A_TYPE@ A[]; };
 layout(std430, set = 0, binding = 1) readonly buffer BufferB { @B_TYPE@ B[]; };
 layout(std430, set = 0, binding = 2) writeonly buffer BufferC { @C_TYPE@ C[]; };
+#if SIBLING
+// The sibling's matrix, and its accumulator for the epilogue, which reads element (m, n) of the
+// product as mm_sibling (tiles start at multiples of BM and BN), rounded as its store would.
+layout(std430, set = 0, binding = @S_BINDING@) readonly buffer BufferS { @B_TYPE@ S[]; };
+shared float sibling_sh[BM * BN];
+@SIBLING_CONVERSIONS@
+float sibling_value(const float v) { return @SIBLING_VALUE@; }
+#define mm_sibling sibling_value(sibling_sh[(m % BM) * BN + n % BN])
+#endif
 @EPILOGUE_DECLARATIONS@
 @C_STORED@
 #if SPLIT_K > 1
