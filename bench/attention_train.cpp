@@ -102,7 +102,10 @@ void run_case(const Options& o, int64_t length, int64_t dim) {
   if (!o.forward) s->set("dout", random_array(qs, 4));
   const mn::bench::ProfiledSteps steps = mn::bench::profiled_steps(*s, o.reps);
   nlohmann::json kernels = nlohmann::json::array();
-  for (const auto& kt : steps.kernels) kernels.push_back({{"name", kt.name}, {"ms", kt.ms}});
+  for (const auto& kt : steps.kernels) {
+    kernels.push_back({{"name", kt.name}, {"ms", kt.ms}});
+    if (!kt.statistics.empty()) kernels.back()["statistics"] = kt.statistics;
+  }
   const double median = steps.gpu_ms_median;
   const double forward_flops = 4.0 * static_cast<double>(o.batch * o.heads) *
                                static_cast<double>(length) * static_cast<double>(length) *

@@ -65,6 +65,7 @@ inline nlohmann::json step_fields(const Session& s, const std::vector<double>& s
     for (const KernelTotal& k : kernel_totals(s.profile())) {
       gpu += k.ms;
       kernels.push_back({{"name", k.name}, {"ms", k.ms}, {"count", k.count}});
+      if (!k.statistics.empty()) kernels.back()["statistics"] = k.statistics;
     }
     j["gpu_ms"] = gpu;
     j["kernels"] = kernels;

@@ -250,7 +250,9 @@ int main(int argc, char** argv) try {
       double total = 0;
       for (const mn::KernelTotal& k : mn::kernel_totals(runner->profile(program))) {
         total += k.ms;
-        j[std::string(program) + "_kernels"].push_back({k.name, k.ms, k.count});
+        nlohmann::json row = {k.name, k.ms, k.count};
+        if (!k.statistics.empty()) row.push_back(k.statistics);
+        j[std::string(program) + "_kernels"].push_back(row);
       }
       j[std::string(program) + "_gpu_ms"] = total;
     }

@@ -359,7 +359,7 @@ int main(int argc, char** argv) {
           session->set("a", a);
           session->set("b", b);
           std::vector<double> ms;
-          std::string kernel;
+          std::string kernel, statistics;
           // Steps until the GPU has been busy for a while (clocks up), then the timed ones.
           const auto warm_until =
               std::chrono::steady_clock::now() + std::chrono::milliseconds(warm_ms);
@@ -375,6 +375,7 @@ int main(int argc, char** argv) {
               if (k.name.rfind("matmul", 0) == 0) {
                 t += k.ms;
                 kernel = k.name;
+                statistics = k.statistics;
               }
             }
             ms.push_back(t);
@@ -400,6 +401,7 @@ int main(int argc, char** argv) {
                            {"tflops", t > 0 ? 2.0 * s.m * s.n * s.k / (t * 1e-3) / 1e12 : 0.0},
                            {"rel_err", err},
                            {"ok", ok}};
+          if (!statistics.empty()) j["statistics"] = statistics;
           if (const char* tile = std::getenv("MN_COOP_TILE")) j["forced_tile"] = tile;
           if (!tile.empty()) j["forced_tensor_tile"] = tile;
           if (const char* st = std::getenv("MN_COOP_STAGES")) j["forced_stages"] = st;

@@ -111,6 +111,9 @@ struct MemorySummary {
 struct KernelTime {
   std::string name;
   double ms = 0;
+  // What the driver reports of the kernel ("Register Count 128, ..."), where the device was
+  // created with pipeline statistics (MN_PIPELINE_STATISTICS=1); empty otherwise.
+  std::string statistics;
 };
 
 // A profile summed by kernel name, largest total first: where a step's GPU time goes.
@@ -118,6 +121,7 @@ struct KernelTotal {
   std::string name;
   double ms = 0;
   int count = 0;
+  std::string statistics;  // KernelTime::statistics of the first kernel of this name
 };
 std::vector<KernelTotal> kernel_totals(std::span<const KernelTime> profile);
 

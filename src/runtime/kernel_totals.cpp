@@ -11,6 +11,7 @@ std::vector<KernelTotal> kernel_totals(std::span<const KernelTime> profile) {
   for (const KernelTime& k : profile) {
     KernelTotal& t = by_name[k.name];
     t.name = k.name;
+    if (t.count == 0) t.statistics = k.statistics;
     t.ms += k.ms;
     ++t.count;
   }

@@ -729,7 +729,7 @@ std::vector<KernelTime> Session::profile() const {
   impl_->finish_pending();
   std::vector<KernelTime> out;
   for (const Program& p : impl_->programs) {
-    for (const auto& t : p.recording->timings()) out.push_back({t.label, t.ms});
+    for (const auto& t : p.recording->timings()) out.push_back({t.label, t.ms, t.statistics});
   }
   return out;
 }
@@ -738,7 +738,7 @@ std::vector<KernelTime> Session::profile(std::string_view program) const {
   impl_->finish_pending();
   std::vector<KernelTime> out;
   for (const auto& t : impl_->program(program, "Session::profile").recording->timings()) {
-    out.push_back({t.label, t.ms});
+    out.push_back({t.label, t.ms, t.statistics});
   }
   return out;
 }

@@ -6,6 +6,7 @@
 
 #include <meganeura/error.h>
 
+#include "support/env_switch.h"
 #include "vulkan/cache_dir.h"
 #include "vulkan/check.h"
 #include "vulkan/features.h"
@@ -139,6 +140,12 @@ Device::Device(const DeviceOptions& options) {
   FeatureChain features(caps_.api_version, extensions);
   features.query(physical_);
   features.drop_costly_features();
+  pipeline_statistics_ =
+      options.pipeline_statistics.value_or(support::env_switch("MN_PIPELINE_STATISTICS", false));
+  if (pipeline_statistics_ && !features.executable_properties.pipelineExecutableInfo) {
+    throw DeviceError("pipeline statistics (MN_PIPELINE_STATISTICS) were asked for, but '" +
+                      caps_.name + "' does not offer VK_KHR_pipeline_executable_properties");
+  }
 
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo queue_info{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};

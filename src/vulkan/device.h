@@ -28,6 +28,10 @@ struct DeviceOptions {
   std::optional<bool> validation;                  // unset: $MN_VALIDATION
   std::optional<std::filesystem::path> cache_dir;  // unset: default_cache_dir()
   bool persistent_pipeline_cache = true;
+  // Kernels' statistics as the driver reports them (registers, ...; Pipeline::statistics), for
+  // profiles. Unset: $MN_PIPELINE_STATISTICS. Asked of a device without
+  // VK_KHR_pipeline_executable_properties: mn::DeviceError.
+  std::optional<bool> pipeline_statistics;
 };
 
 // Picks from `devices` as DeviceOptions::selector describes (empty: by type preference, and
@@ -67,6 +71,8 @@ class Device {
   VkMemoryPropertyFlags memory_type_flags(uint32_t type) const;
 
   bool validation_enabled() const { return instance_->validation_enabled(); }
+  // DeviceOptions::pipeline_statistics: pipelines capture their statistics.
+  bool pipeline_statistics() const { return pipeline_statistics_; }
   size_t validation_message_count() const { return instance_->validation_log().count(); }
   std::vector<std::string> validation_messages() const {
     return instance_->validation_log().messages();
@@ -108,6 +114,7 @@ class Device {
   VkQueue queue_ = VK_NULL_HANDLE;
   VkCommandPool command_pool_ = VK_NULL_HANDLE;
   VkCommandBuffer one_off_ = VK_NULL_HANDLE;  // run_commands', reset before each use
+  bool pipeline_statistics_ = false;
   std::mutex submit_mutex_;
   std::mutex pool_mutex_;
   std::vector<CommandSlot> free_slots_;  // guarded by slots_mutex_

@@ -25,10 +25,11 @@ std::vector<const char*> wanted_device_extensions(uint32_t api, const ExtensionL
   std::vector<const char*> wanted = {
       VK_EXT_SHADER_ATOMIC_FLOAT_EXTENSION_NAME, VK_EXT_SHADER_ATOMIC_FLOAT_2_EXTENSION_NAME,
       VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME,
-      VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME,
-      VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME,
+      VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME, VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME,
       // Arenas NCCL all-reduces in place (SessionOptions::exportable_memory).
       VK_KHR_EXTERNAL_MEMORY_FD_EXTENSION_NAME,
+      // Kernels' register counts and the like, for profiles (DeviceOptions::pipeline_statistics).
+      VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME,
       // The specification requires enabling it wherever it is offered (MoltenVK).
       "VK_KHR_portability_subset"};
   if (api < VK_API_VERSION_1_3) {
@@ -55,6 +56,8 @@ FeatureChain::FeatureChain(uint32_t api, const ExtensionList& ext) {
   coopmat_khr.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR;
   coopmat2_nv.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_2_FEATURES_NV;
   bfloat16.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_BFLOAT16_FEATURES_KHR;
+  executable_properties.sType =
+      VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR;
 
   has_v13 = api >= VK_API_VERSION_1_3;
   has_subgroup_size_control_ext = !has_v13 && ext.has(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
@@ -65,6 +68,7 @@ FeatureChain::FeatureChain(uint32_t api, const ExtensionList& ext) {
   // Workgroup-scope matrices are used through the KHR types, so both are needed.
   has_coopmat2_nv = has_coopmat_khr && ext.has(VK_NV_COOPERATIVE_MATRIX_2_EXTENSION_NAME);
   has_bfloat16 = ext.has(VK_KHR_SHADER_BFLOAT16_EXTENSION_NAME);
+  has_executable_properties = ext.has(VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
 
   void** tail = &core.pNext;
   auto link = [&](auto& s) {
@@ -81,6 +85,7 @@ FeatureChain::FeatureChain(uint32_t api, const ExtensionList& ext) {
   if (has_coopmat_khr) link(coopmat_khr);
   if (has_coopmat2_nv) link(coopmat2_nv);
   if (has_bfloat16) link(bfloat16);
+  if (has_executable_properties) link(executable_properties);
 }
 
 void FeatureChain::query(VkPhysicalDevice device) { vkGetPhysicalDeviceFeatures2(device, &core); }

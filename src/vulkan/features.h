@@ -45,6 +45,7 @@ struct FeatureChain {
   VkPhysicalDeviceCooperativeMatrixFeaturesKHR coopmat_khr{};
   VkPhysicalDeviceCooperativeMatrix2FeaturesNV coopmat2_nv{};
   VkPhysicalDeviceShaderBfloat16FeaturesKHR bfloat16{};
+  VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR executable_properties{};
 
   bool has_v13 = false;
   bool has_subgroup_size_control_ext = false;
@@ -54,6 +55,7 @@ struct FeatureChain {
   bool has_coopmat_khr = false;
   bool has_coopmat2_nv = false;
   bool has_bfloat16 = false;
+  bool has_executable_properties = false;
 };
 
 }  // namespace mn::vk

@@ -116,7 +116,62 @@ void check_interface(const Device& device, std::span<const uint32_t> spirv,
   }
 }
 
+// The statistics of every executable of a pipeline created with
+// VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR (a compute pipeline has one).
+std::vector<PipelineStatistic> read_statistics(const Device& device, VkPipeline pipeline) {
+  auto properties = reinterpret_cast<PFN_vkGetPipelineExecutablePropertiesKHR>(
+      device.proc("vkGetPipelineExecutablePropertiesKHR"));
+  auto statistics = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
+      device.proc("vkGetPipelineExecutableStatisticsKHR"));
+  if (!properties || !statistics) return {};
+  VkPipelineInfoKHR info{VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR};
+  info.pipeline = pipeline;
+  uint32_t executables = 0;
+  check(properties(device.handle(), &info, &executables, nullptr),
+        "vkGetPipelineExecutablePropertiesKHR");
+  std::vector<PipelineStatistic> out;
+  for (uint32_t e = 0; e < executables; ++e) {
+    VkPipelineExecutableInfoKHR which{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR};
+    which.pipeline = pipeline;
+    which.executableIndex = e;
+    uint32_t count = 0;
+    check(statistics(device.handle(), &which, &count, nullptr),
+          "vkGetPipelineExecutableStatisticsKHR");
+    std::vector<VkPipelineExecutableStatisticKHR> stats(
+        count, {VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR});
+    check(statistics(device.handle(), &which, &count, stats.data()),
+          "vkGetPipelineExecutableStatisticsKHR");
+    for (const VkPipelineExecutableStatisticKHR& s : stats) {
+      std::string value;
+      switch (s.format) {
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+          value = s.value.b32 ? "true" : "false";
+          break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+          value = std::to_string(s.value.i64);
+          break;
+        case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+          value = std::to_string(s.value.u64);
+          break;
+        default:
+          value = std::to_string(s.value.f64);
+      }
+      out.push_back({s.name, value});
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string Pipeline::statistics_line() const {
+  std::string line;
+  for (const PipelineStatistic& s : statistics_) {
+    if (!line.empty()) line += ", ";
+    line += s.name + " " + s.value;
+  }
+  return line;
+}
 
 Pipeline::Pipeline(Device& device, std::span<const uint32_t> spirv, KernelInterface interface,
                    std::string name)
@@ -178,6 +233,7 @@ Pipeline::Pipeline(Device& device, std::span<const uint32_t> spirv, KernelInterf
 
     VkComputePipelineCreateInfo info{VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO};
     if (device.capabilities().pipeline_creation_feedback) info.pNext = &feedback_info;
+    if (device.pipeline_statistics()) info.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
     info.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
     info.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
     info.stage.module = module_;
@@ -191,6 +247,7 @@ Pipeline::Pipeline(Device& device, std::span<const uint32_t> spirv, KernelInterf
       throw_vk_error(result, "vkCreateComputePipelines (kernel '" + name_ + "')");
     }
     if (cache) cache->mark_dirty();
+    if (device.pipeline_statistics()) statistics_ = read_statistics(device, pipeline_);
     cache_hit_ =
         (feedback.flags & VK_PIPELINE_CREATION_FEEDBACK_VALID_BIT) &&
         (feedback.flags & VK_PIPELINE_CREATION_FEEDBACK_APPLICATION_PIPELINE_CACHE_HIT_BIT);

@@ -36,6 +36,13 @@ struct KernelInterface {
   }
 };
 
+// One statistic of a compiled kernel as its driver names it ("Register Count", ...), its value
+// as text.
+struct PipelineStatistic {
+  std::string name;
+  std::string value;
+};
+
 class Pipeline {
  public:
   // Checks the interface against the device's limits and the SPIR-V (mn::Error on mismatch);
@@ -54,6 +61,11 @@ class Pipeline {
   // Pipeline creation feedback, where the driver reports it: the pipeline came from the cache.
   bool cache_hit() const { return cache_hit_; }
   double creation_ms() const { return creation_ms_; }
+  // What the driver reports of the compiled kernel where the device captures it
+  // (Device::pipeline_statistics); empty otherwise.
+  const std::vector<PipelineStatistic>& statistics() const { return statistics_; }
+  // The same on one line: "Register Count 128, Binary Size 4096"; empty without statistics.
+  std::string statistics_line() const;
 
  private:
   Device& device_;
@@ -65,6 +77,7 @@ class Pipeline {
   VkPipeline pipeline_ = VK_NULL_HANDLE;
   bool cache_hit_ = false;
   double creation_ms_ = 0;
+  std::vector<PipelineStatistic> statistics_;
 };
 
 }  // namespace mn::vk

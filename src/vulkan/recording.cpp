@@ -449,7 +449,9 @@ void Recording::complete() {
     timings_.clear();
     if (per_op) {
       for (size_t i = 0; i < ops_.size(); ++i) {
-        timings_.push_back({ops_[i].label, ms(ticks[i], ticks[i + 1])});
+        const Pipeline* pipeline = ops_[i].dispatch.pipeline;
+        timings_.push_back({ops_[i].label, ms(ticks[i], ticks[i + 1]),
+                            pipeline ? pipeline->statistics_line() : std::string()});
       }
     }
     total_ms_ = ms(ticks.front(), ticks.back());

@@ -65,6 +65,7 @@ struct RecordingOptions {
 struct OpTiming {
   std::string label;
   double ms = 0;  // from the end of the previous operation to the end of this one
+  std::string statistics;  // a dispatch's Pipeline::statistics_line()
 };
 
 class Recording {
