@@ -14,7 +14,7 @@
 // --train N: a 30-layer MLP trained N steps on the coop and the scalar path from the same start;
 // prints the largest relative difference of the first step's gradients and of the losses.
 //
-// Usage: bench_matmul [--shapes square|training|prefill|step8|small|all|none] [--paths
+// Usage: bench_matmul [--shapes square|training|prefill|step8|small|all|none|MxKxN,...] [--paths
 // coop,scalar,khr] [--train N]
 //                     [--reps N] [--check-rows R] [--dtype f32|f16|bf16] [--device D]
 //                     [--tensor-tiles all|default,NAME,...] [--warm-ms MS]
@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -101,6 +102,30 @@ std::vector<Shape3> shapes(const std::string& which) {
     s.push_back({64, 64, 4096, "small"});
     s.push_back({16, 1024, 1024, "small"});
   }
+  return s;
+}
+
+// "MxKxN[,MxKxN...]": explicit shapes (tag "given"); nullopt if `which` is not such a list.
+std::optional<std::vector<Shape3>> given_shapes(const std::string& which) {
+  std::vector<Shape3> s;
+  std::stringstream ss(which);
+  for (std::string item; std::getline(ss, item, ',');) {
+    int64_t d[3] = {0, 0, 0};
+    const char* p = item.data();
+    const char* end = item.data() + item.size();
+    for (int i = 0; i < 3; ++i) {
+      const auto [next, ec] = std::from_chars(p, end, d[i]);
+      if (ec != std::errc() || d[i] <= 0) return std::nullopt;
+      p = next;
+      if (i < 2) {
+        if (p == end || *p != 'x') return std::nullopt;
+        ++p;
+      }
+    }
+    if (p != end) return std::nullopt;
+    s.push_back({d[0], d[1], d[2], "given"});
+  }
+  if (s.empty()) return std::nullopt;
   return s;
 }
 
@@ -230,9 +255,12 @@ int main(int argc, char** argv) {
   }
   const std::vector<std::string> sets{"square", "training", "prefill", "step8", "small", "all",
                                       "none"};
-  if (std::find(sets.begin(), sets.end(), which) == sets.end()) {
-    std::fprintf(stderr, "bench_matmul: --shapes takes square, training, prefill, step8, small, "
-                         "all or none, got '%s'\n", which.c_str());
+  const std::optional<std::vector<Shape3>> given = given_shapes(which);
+  if (!given && std::find(sets.begin(), sets.end(), which) == sets.end()) {
+    std::fprintf(stderr,
+                 "bench_matmul: --shapes takes square, training, prefill, step8, small, "
+                 "all, none or MxKxN[,MxKxN...], got '%s'\n",
+                 which.c_str());
     return 2;
   }
   std::vector<std::string> paths;
@@ -335,7 +363,7 @@ int main(int argc, char** argv) {
 
     std::mt19937 rng(42);
     std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    for (const Shape3& s : shapes(which)) {
+    for (const Shape3& s : given ? *given : shapes(which)) {
       std::vector<float> a(static_cast<size_t>(s.m * s.k)), b(static_cast<size_t>(s.k * s.n));
       for (auto& v : a) v = dist(rng);
       for (auto& v : b) v = dist(rng);

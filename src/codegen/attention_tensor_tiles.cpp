@@ -13,13 +13,17 @@ constexpr uint64_t kMaxHead = 128;
 // The default first, the tile the kernels were measured with; the others are offered to
 // MN_TENSOR_ATTENTION_TILE and MN_TENSOR_ATTENTION_GRAD_TILE until measured against it. w32
 // tiles keep a workgroup to one subgroup.
-constexpr std::array<AttentionTensorTile, 6> kTiles{{
+constexpr std::array<AttentionTensorTile, 10> kTiles{{
     {"r64c64", 64, 64, 0},
     {"r64c64w64", 64, 64, 64},
     {"r32c64w32", 32, 64, 32},
     {"r32c32w32", 32, 32, 32},
     {"r16c64w32", 16, 64, 32},
     {"r128c64w256", 128, 64, 256},
+    {"r64c64w256", 64, 64, 256},
+    {"r64c32w128", 64, 32, 128},
+    {"r128c32w256", 128, 32, 256},
+    {"r128c128w256", 128, 128, 256},
 }};
 
 bool head_size_suits(uint64_t d, uint64_t dv) {

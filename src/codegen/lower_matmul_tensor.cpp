@@ -32,15 +32,22 @@ namespace {
 // bf16 training step at 1 × 256 took 13.1 ms against 15.4 with steps of 32, its 512-token
 // prompt 5.40 against 5.87 ms of GPU time; steps of 192 took 16.4 and 7.0), so where K allows
 // both the longer step is taken.
-constexpr std::array<TensorTile, 8> kTiles{{
+// Entries marked forced_only are offered to MN_COOP_TENSOR_TILE until measured against the others.
+constexpr std::array<TensorTile, 14> kTiles{{
     {"t32x32k32", 32, 32, 32, 1, 32, true},
     {"t32x32k64", 32, 32, 64, 1, 32, true},
     {"t32x64k32", 32, 64, 32, 1, 64, true},
     {"t32x64k64", 32, 64, 64, 1, 64, true},
     {"t64x64k32", 64, 64, 32, 1, 64, true},
     {"t64x64k64", 64, 64, 64, 1, 64, true},
+    {"t64x64k64w128", 64, 64, 64, 1, 128, true, true},
+    {"t64x128k64w128", 64, 128, 64, 1, 128, true, true},
     {"t128x128k32", 128, 128, 32, 1, 128},
+    {"t128x128k32w256", 128, 128, 32, 1, 256, false, true},
+    {"t128x128k64w256", 128, 128, 64, 1, 256, false, true},
+    {"t128x128k32u4w256", 128, 128, 32, 4, 256, false, true},
     {"t128x256k32u4", 128, 256, 32, 4, 256},
+    {"t128x256k64u4", 128, 256, 64, 4, 256, false, true},
 }};
 
 using glsl::ulit;
@@ -102,6 +109,7 @@ std::optional<int> choose_tensor_tile(const LowerContext& ctx, const MatmulGeome
       if (d.coop_tensor_tile == t.name) return i;
       continue;
     }
+    if (t.forced_only) continue;
     const int64_t groups = ((g.m + t.bm - 1) / t.bm) * ((g.n + t.bn - 1) / t.bn) * batch;
     const int64_t area = int64_t{t.bm} * t.bn;
     // Of equal tiles, the longest K step that divides K: fewer steps, each waiting on its

@@ -25,6 +25,7 @@ struct TensorTile {
   // Only for products no other tensor-core kernel serves (bf16): f16 products this small run
   // faster on the subgroup-scope kernel.
   bool bf16_only = false;
+  bool forced_only = false;  // taken only when MN_COOP_TENSOR_TILE names it
 };
 
 std::span<const TensorTile> tensor_tiles();
