@@ -17,8 +17,10 @@
 //
 // Usage: bench_attention_train [--batch N] [--lengths 512,2048] [--dims 64,128] [--reps N]
 //                              [--device D] [--small] [--arena BxL]...
-//                              [--forward] [--dtype f32|f16|bf16]
+//                              [--forward] [--dtype f32|f16|bf16] [--plan-device NAME]
 // --small: batch 1, length 128 and 2 reps, for CPU devices.
+// --plan-device default|h200: each case's launches as a session would plan them for that device
+// (bench/plan_device.h), by kernel name and in dispatch order, instead of run.
 // --forward: the forward alone (no gradients; "tflops" is the forward's). --dtype f32|f16|bf16:
 // q, k, v, dout and the results in that dtype (f32 unless given; 16-bit operands take the
 // tensor-core training kernels where the device has bf16 matrices). MN_COOP_ATTENTION=0 keeps
@@ -42,6 +44,7 @@
 
 #include "bench_util.h"
 #include "plan/step_plan.h"
+#include "plan_device.h"
 #include "plan_memory.h"
 
 namespace {
@@ -54,6 +57,7 @@ struct Options {
   std::vector<std::pair<int64_t, int64_t>> arenas;  // (batch, sequence)
   bool forward = false;
   mn::DType dtype = mn::DType::f32;
+  std::string plan_device;  // --plan-device: plan each case for it instead of running
 };
 
 std::vector<int64_t> parse_list(const char* s) {
@@ -76,9 +80,8 @@ std::string backward_form(const mn::Graph& g) {
   return "graph ops";
 }
 
-// One JSON line: the forward alone (--forward) or the forward and the gradients of q, k, v.
-void run_case(const Options& o, int64_t length, int64_t dim) {
-  mn::Graph g;
+// The case's graph: the forward alone (--forward) or the forward and the gradients of q, k, v.
+void build_case(mn::Graph& g, const Options& o, int64_t length, int64_t dim) {
   const mn::Shape qs{o.batch, o.heads, length, dim}, kvs{o.batch, o.kv_heads, length, dim};
   mn::Tensor q = g.input("q", qs, o.dtype), k = g.input("k", kvs, o.dtype),
              v = g.input("v", kvs, o.dtype);
@@ -91,6 +94,27 @@ void run_case(const Options& o, int64_t length, int64_t dim) {
     g.output("dk", grads[1]);
     g.output("dv", grads[2]);
   }
+}
+
+// --plan-device: the case's launches as a session would plan them for that device, not run.
+void plan_case(const Options& o, int64_t length, int64_t dim) {
+  mn::Graph g;
+  build_case(g, o, length, dim);
+  const std::optional<mn::plan::PlanOptions> po = mn::bench::plan_device(o.plan_device);
+  if (!po) throw mn::Error("--plan-device takes default or h200, got '" + o.plan_device + "'");
+  const mn::plan::StepPlan plan = mn::plan::make_step_plan(g, *po);
+  nlohmann::json j = mn::bench::plan_summary(plan);
+  j["order"] = mn::bench::launch_order(plan);
+  j.update({{"length", length}, {"head_dim", dim}, {"dtype", mn::dtype_name(o.dtype)}});
+  std::printf("%s\n", j.dump().c_str());
+  std::fflush(stdout);
+}
+
+// One JSON line: the case run and timed.
+void run_case(const Options& o, int64_t length, int64_t dim) {
+  mn::Graph g;
+  build_case(g, o, length, dim);
+  const mn::Shape qs{o.batch, o.heads, length, dim}, kvs{o.batch, o.kv_heads, length, dim};
 
   mn::SessionOptions so;
   so.device = o.device;
@@ -196,6 +220,8 @@ int run(int argc, char** argv) {
       o.forward = true;
     } else if (!std::strcmp(argv[i], "--dtype")) {
       o.dtype = mn::dtype_from_name(next("--dtype"));
+    } else if (!std::strcmp(argv[i], "--plan-device")) {
+      o.plan_device = next("--plan-device");
     } else if (!std::strcmp(argv[i], "--small")) {
       o.batch = 1;
       o.lengths = {128};
@@ -210,7 +236,13 @@ int run(int argc, char** argv) {
     return 0;
   }
   for (int64_t length : o.lengths) {
-    for (int64_t dim : o.dims) run_case(o, length, dim);
+    for (int64_t dim : o.dims) {
+      if (o.plan_device.empty()) {
+        run_case(o, length, dim);
+      } else {
+        plan_case(o, length, dim);
+      }
+    }
   }
   return 0;
 }

@@ -4,8 +4,10 @@
 // the float64 reference's as before. Kernels that cannot store it keep the separate pass.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <set>
 #include <string>
+#include <vector>
 
 #include <meganeura/graph.h>
 #include <meganeura/reference.h>
@@ -108,6 +110,44 @@ TEST(SavedLse, TheTensorAddressedForwardStoresIt) {
     EXPECT_EQ(names.count("attention_tensor+lse"), 1u);
     EXPECT_EQ(starting_with(names, "attention_lse"), 0u);
     EXPECT_EQ(names.count("attention_grad_kv_tensor"), 1u);
+  }
+}
+
+// The launches' kernel names of the problem's step planned for `device`, in dispatch order.
+std::vector<std::string> planned_order(const Graph& g, const codegen::DeviceTraits& device) {
+  plan::PlanOptions po;
+  po.device = device;
+  std::vector<std::string> names;
+  for (const plan::PlannedLaunch& l : plan::make_step_plan(g, po).launches) {
+    names.push_back(l.kernel.name);
+  }
+  return names;
+}
+
+// Given the output's gradient (the attention benchmark's step), dV's kernel needs nothing of the
+// forward and may be ordered before it: the forward still saves the log-sum-exp, and the readers
+// of it run after the forward.
+TEST(SavedLse, ReadersThatNeedNotWaitForTheForwardRunAfterIt) {
+  testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
+  codegen::DeviceTraits t = with_shared(49152);
+  t.coop = t.coop_bf16 = t.subgroup_vote = t.storage_16bit = true;
+  t.subgroup_size = 32;
+  t.coop_wg_granularity = {{{16, 16, 16}, {16, 16, 16}, {32, 16, 16}, {32, 32, 16}}};
+  t.coop_wg_bf16_granularity = t.coop_wg_granularity;
+  t.coop_wg_max_dimension = 1024;
+  t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = true;
+  t.tensor_attention = t.fused_attention_outputs = true;
+  t.coop_attention = codegen::DeviceTraits::Choice::always;
+  const AttentionCase c{"d64_causal_gqa", 2, 9, 3, 2048, 2048, 64, 64, true, false, DType::bf16};
+  const testing::AttentionProblem p = testing::attention_problem(c, "saved-lse-order/");
+  const std::vector<std::string> order = planned_order(p.graph, t);
+  const auto forward = std::find(order.begin(), order.end(), "attention_tensor+lse");
+  std::string all;
+  for (const std::string& n : order) all += n + "\n";
+  ASSERT_NE(forward, order.end()) << all;
+  for (auto it = order.begin(); it != order.end(); ++it) {
+    EXPECT_FALSE(it->starts_with("attention_lse")) << *it;
+    if (it->starts_with("attention_grad")) EXPECT_GT(it, forward) << *it;
   }
 }
 
