@@ -6,7 +6,8 @@
 // MN_ATTENTION_BACKWARD=kernels times the gradient kernels, =graph the graph ops (matmuls and a
 // softmax over the Lq x Lk scores); unset, the vjp chooses (README). One JSON line per case with
 // "gpu_ms_median", "tflops" (forward + backward at 3.5 times the forward's 4·B·Hq·L²·D, halved
-// when causal: the convention of FlashAttention's benchmarks), the arena and the kernels.
+// when causal: the convention of FlashAttention's benchmarks), the arena and the kernels. The
+// copies of the results to the host are not in "gpu_ms_median" ("transfer_ms" apart).
 // PyTorch counterpart: bench/attention_train.py.
 //
 // --arena BxL (e.g. 8x512, repeatable) instead plans a training step (AdamW) of a causal LM of
@@ -148,6 +149,7 @@ void run_case(const Options& o, int64_t length, int64_t dim) {
                       {"gpu_ms_median", median},
                       {"gpu_ms_min", steps.gpu_ms_min},
                       {"gpu_ms_max", steps.gpu_ms_max},
+                      {"transfer_ms", steps.transfer_ms},
                       {"tflops", median > 0 ? flops / (median * 1e-3) / 1e12 : 0.0},
                       {"arena_mib", static_cast<double>(mem.arena_bytes) / (1 << 20)},
                       {"dispatches", mem.dispatches},
