@@ -25,12 +25,17 @@ struct AttentionTensorTile {
 // The tiles, the default first.
 std::span<const AttentionTensorTile> attention_tensor_tiles();
 
-// The forward's tile on `device`: DeviceTraits::tensor_attention_tile (MN_TENSOR_ATTENTION_TILE)
-// by name, else the default; its invocations resolved for heads of d and dv.
-AttentionTensorTile forward_attention_tile(const DeviceTraits& device, uint64_t d, uint64_t dv);
-// The gradient kernels' tile: DeviceTraits::tensor_attention_grad_tile
+// The forward's tile on `device` for `heads` (batch × heads) of `rows` query rows:
+// DeviceTraits::tensor_attention_tile (MN_TENSOR_ATTENTION_TILE) by name; else the large-grid
+// tile where its grid gives every multiprocessor two workgroups and it fits, else the default;
+// its invocations resolved for heads of d and dv. heads or rows 0: the default.
+AttentionTensorTile forward_attention_tile(const DeviceTraits& device, uint64_t d, uint64_t dv,
+                                           uint64_t heads = 0, uint64_t rows = 0);
+// The gradient kernels' tile for `heads` of `rows` own rows (queries for attention_grad_q, keys
+// for attention_grad_k and _v): DeviceTraits::tensor_attention_grad_tile
 // (MN_TENSOR_ATTENTION_GRAD_TILE), likewise.
-AttentionTensorTile training_attention_tile(const DeviceTraits& device, uint64_t d, uint64_t dv);
+AttentionTensorTile training_attention_tile(const DeviceTraits& device, uint64_t d, uint64_t dv,
+                                            uint64_t heads = 0, uint64_t rows = 0);
 
 // Workgroups of 128 invocations up to heads of 64, 256 above (the registers of a 64 × 128
 // accumulator and its operands would not fit 128 invocations).

@@ -70,9 +70,6 @@ struct DeviceTraits {
   // MN_COOP_TENSOR_SPLIT_K: K splits of tensor-addressed matmuls whose tiles do not fill the
   // device; 0 chooses (codegen/lower_matmul_tensor.h), 1 never splits, n forces n where K allows.
   int coop_tensor_split_k = 0;
-  // MN_GEMV_THREADS: the workgroup size of the subgroup-per-output GEMV (a decoding step's
-  // products, codegen/lower_gemv.cpp); 0: the default (256, fewer where the device allows less).
-  uint32_t gemv_threads = 0;
   // The tensor-addressed matmul computes a sibling product beside its own (a prompt's gate and
   // up projections, schedule/gemv_fusion.h). Sessions set it (runtime::apply_environment) unless
   // MN_TENSOR_SIBLING=0 (measured: docs/perf.md).

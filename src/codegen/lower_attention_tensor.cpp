@@ -45,7 +45,7 @@ bool takes_tensor_forward(const LowerContext& ctx, const AttentionShape& g) {
     return false;
   }
   // f16 and bf16 matrices alike (the operands' dtype chooses).
-  const AttentionTensorTile t = forward_attention_tile(d, g.d, g.dv);
+  const AttentionTensorTile t = forward_attention_tile(d, g.d, g.dv, g.heads(), g.lq);
   return forward_attention_fits(t, g.d, g.dv, d.coop_wg_granularity, d) &&
          forward_attention_fits(t, g.d, g.dv, d.coop_wg_bf16_granularity, d);
 }
@@ -73,7 +73,7 @@ KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionSha
   const uint64_t mask_row_stride =
       a.has_mask && g.mask[R - 2] != 1 ? static_cast<uint64_t>(g.mask[R - 1]) : 0;
   const uint64_t mask_key_stride = a.has_mask && g.mask[R - 1] != 1 ? 1 : 0;
-  const AttentionTensorTile tile = forward_attention_tile(ctx.device, g.d, g.dv);
+  const AttentionTensorTile tile = forward_attention_tile(ctx.device, g.d, g.dv, g.heads(), g.lq);
   const uint64_t tiles = (g.lq + tile.rows - 1) / tile.rows;
   const TemplateFields fields{
       {"DECLARATIONS", decl},

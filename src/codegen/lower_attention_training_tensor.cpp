@@ -17,12 +17,18 @@ namespace mn::codegen::attention_training {
 
 namespace {
 
+// The tile of the form's own rows (queries for dQ, keys for dK and dV) over its grid.
+AttentionTensorTile own_tile(const DeviceTraits& d, const TrainingShape& g) {
+  const bool qown = query_own(g.form);
+  return training_attention_tile(d, g.d, g.dv, g.batches() * (qown ? g.hq : g.hkv),
+                                 qown ? g.lq : g.lk);
+}
+
 bool serves(const LowerContext& ctx, const TrainingShape& g) {
   const DeviceTraits& d = ctx.device;
   if (!d.tensor_attention || !d.coop_tensor || !d.coop_tensor_conversions) return false;
   if (g.form == Form::lse) return false;
-  return training_attention_fits(training_attention_tile(d, g.d, g.dv), g.d, g.dv,
-                                 d.coop_wg_bf16_granularity, d) &&
+  return training_attention_fits(own_tile(d, g), g.d, g.dv, d.coop_wg_bf16_granularity, d) &&
          bf16_operands_chosen(ctx, g);
 }
 
@@ -41,7 +47,7 @@ std::optional<KernelLaunch> tensor_training_kernel(const LowerContext& ctx,
   const bool dv_too = f == Form::grad_k && ctx.grad_v_output.has_value();
   const bool qown = query_own(f);
   const uint64_t own_rows = qown ? g.lq : g.lk, own_heads = qown ? g.hq : g.hkv;
-  const AttentionTensorTile tile = training_attention_tile(ctx.device, g.d, g.dv);
+  const AttentionTensorTile tile = own_tile(ctx.device, g);
   const uint64_t tiles = (own_rows + tile.rows - 1) / tile.rows;
   const uint64_t groups = g.batches() * own_heads * tiles;
   KernelLaunch k;

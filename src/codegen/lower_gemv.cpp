@@ -62,8 +62,7 @@ void bind_epilogue(KernelLaunch& k, const MatmulEpilogue* e) {
 Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const GemvLayout& l,
                         int64_t batch, const MatmulEpilogue* e, const GemvExtras* x) {
   const uint32_t threads =
-      std::min<uint32_t>(ctx.device.gemv_threads ? ctx.device.gemv_threads : 256,
-                         std::bit_floor(ctx.device.max_workgroup_invocations));
+      std::min<uint32_t>(256, std::bit_floor(ctx.device.max_workgroup_invocations));
   const uint32_t width = std::clamp<uint32_t>(ctx.device.subgroup_size, 1, threads);
   const int64_t rows = threads / width;  // outputs per workgroup
   const int64_t outputs = l.p_count * batch;

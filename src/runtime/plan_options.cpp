@@ -128,13 +128,6 @@ void apply_environment(codegen::DeviceTraits& t) {
   t.tensor_attention_grad_tile =
       tile_name("MN_TENSOR_ATTENTION_GRAD_TILE", codegen::attention_tensor_tiles());
   t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);
-  const int gemv_threads = env_count("MN_GEMV_THREADS", 0);
-  if (gemv_threads != 0 && (gemv_threads < 32 || gemv_threads > 1024 ||
-                            !std::has_single_bit(static_cast<unsigned>(gemv_threads)))) {
-    throw Error("MN_GEMV_THREADS='" + std::to_string(gemv_threads) +
-                "': a workgroup size, a power of two from 32 to 1024");
-  }
-  t.gemv_threads = static_cast<uint32_t>(gemv_threads);
   t.tensor_sibling = support::env_switch("MN_TENSOR_SIBLING", true);
   t.coop_subgroup_tile = tile_name("MN_COOP_TILE", codegen::coop_tiles());
   t.coop_wg_tile = tile_name("MN_COOP_WG_TILE", codegen::coop_wg_tiles());

@@ -83,6 +83,37 @@ TEST(AttentionTensor, EveryFormCompilesAndValidates) {
   }
 }
 
+// Unforced, the tile follows the grid: the large-grid tile (128 rows, 256 invocations) where it
+// gives every multiprocessor two workgroups, the default below (a prompt, a 1 × 256 step), and
+// a forced tile whatever the grid. The lowering's workgroup is the chosen tile's.
+TEST(AttentionTensor, TheTileFollowsTheGrid) {
+  DeviceTraits t = tensor_traits();
+  t.multiprocessors = 132;
+  const AttentionTensorTile small = forward_attention_tile(t, 64, 64);
+  EXPECT_EQ(std::string(small.name), "r64c64");
+  EXPECT_EQ(std::string(forward_attention_tile(t, 64, 64, 72, 512).name), "r128c32w256");
+  EXPECT_EQ(std::string(forward_attention_tile(t, 64, 64, 9, 512).name), "r64c64");
+  // 65 × 4 workgroups against 2 × 132, and 66 × 4.
+  EXPECT_EQ(std::string(forward_attention_tile(t, 64, 64, 65, 512).name), "r64c64");
+  EXPECT_EQ(std::string(forward_attention_tile(t, 64, 64, 66, 512).name), "r128c32w256");
+  EXPECT_EQ(std::string(training_attention_tile(t, 64, 64, 72, 512).name), "r128c32w256");
+  EXPECT_EQ(std::string(training_attention_tile(t, 64, 64, 24, 512).name), "r64c64");
+  DeviceTraits forced = t;
+  forced.tensor_attention_tile = forced.tensor_attention_grad_tile = "r32c32w32";
+  EXPECT_EQ(std::string(forward_attention_tile(forced, 64, 64, 72, 512).name), "r32c32w32");
+  EXPECT_EQ(std::string(training_attention_tile(forced, 64, 64, 72, 512).name), "r32c32w32");
+  // Through the lowering: 8 × 9 heads of 512 rows, and 9 heads of 512.
+  for (const auto& [batch, want] : {std::pair<int64_t, uint32_t>{8, 256}, {1, 128}}) {
+    const Case c{"grid", {batch, 9, 512, 64}, {batch, 3, 512, 64}, {batch, 3, 512, 64}, {}, true};
+    auto n = attention_node(c);
+    LowerContext ctx = n->ctx(t);
+    const Lowering l = (*find_lowering("scaled_dot_product_attention"))(ctx);
+    ASSERT_EQ(l.launches.size(), 1u);
+    EXPECT_EQ(l.launches[0].name, "attention_tensor");
+    EXPECT_EQ(l.launches[0].workgroup[0], want) << batch;
+  }
+}
+
 // Every forward tile (MN_TENSOR_ATTENTION_TILE) compiles and validates for the forms it fits, with
 // its own workgroup size; a form it does not fit takes another kernel.
 TEST(AttentionTensor, EveryTileCompilesWhereItFits) {

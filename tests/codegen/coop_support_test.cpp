@@ -296,23 +296,6 @@ TEST(CoopTraits, ForcedTilesAndStagesFromTheEnvironment) {
   }
 }
 
-// MN_GEMV_THREADS: unset the GEMV's own size, else a power of two from 32 to 1024.
-TEST(CoopTraits, GemvWorkgroupSizeFromTheEnvironment) {
-  const vk::DeviceCapabilities c = runtime::nvidia();
-  {
-    testing::ScopedEnv e("MN_GEMV_THREADS", nullptr);
-    EXPECT_EQ(runtime::device_traits(c).gemv_threads, 0u);
-  }
-  {
-    testing::ScopedEnv e("MN_GEMV_THREADS", "64");
-    EXPECT_EQ(runtime::device_traits(c).gemv_threads, 64u);
-  }
-  for (const char* bad : {"48", "16", "2048", "0x40"}) {
-    testing::ScopedEnv e("MN_GEMV_THREADS", bad);
-    mn::expect_error<Error>([&] { runtime::device_traits(c); }, {"MN_GEMV_THREADS", bad});
-  }
-}
-
 TEST(CoopTraits, WorkgroupScopeGranularitiesFromFlexibleDimensions) {
   vk::DeviceCapabilities c = runtime::nvidia();
   c.compute.max_workgroup_invocations = 1024;

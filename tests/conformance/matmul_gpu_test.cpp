@@ -16,7 +16,6 @@
 
 #include "gpu_compare.h"
 #include "lowering_runner.h"
-#include "runtime/plan_options.h"
 #include "support/scoped_env.h"
 
 namespace mn {
@@ -261,33 +260,6 @@ TEST(MatmulGpu, SplitKWithEpilogueAndGradients) {
   g.output("da", grads[0]);
   g.output("db", grads[1]);
   expect_close(g, feeds, 2e-5);
-}
-
-// MN_GEMV_THREADS sizes the subgroup-per-output GEMV's workgroups: each size computes the same
-// products (rows split over more or fewer workgroups, the last one partly idle).
-TEST(MatmulGpu, GemvAtEveryWorkgroupSize) {
-  auto rng = testing::rng_for("matmul-gpu/gemv-threads");
-  for (const char* threads : {"32", "64", "128", "256"}) {
-    SCOPED_TRACE(threads);
-    const testing::ScopedEnv size("MN_GEMV_THREADS", threads);
-    Graph g;
-    Tensor x = g.input("x", {1, 300});
-    Tensor w = g.input("w", {77, 300});
-    Tensor r = g.input("r", {1, 77});
-    Tensor y = matmul(x, w, false, true) + r;
-    g.output("y", y);
-    codegen::DeviceTraits traits = testing::device_traits();
-    runtime::apply_environment(traits);
-    const auto low = testing::lower_node(g, y.id(), traits);
-    ASSERT_FALSE(low.launches.empty());
-    if (low.launches[0].name.starts_with("matmul_gemv")) {
-      EXPECT_EQ(low.launches[0].workgroup[0], static_cast<uint32_t>(std::stoi(threads)));
-    }
-    reference::Feeds feeds{{"x", testing::random_array(rng, {{1, 300}, DType::f32})},
-                           {"w", testing::random_array(rng, {{77, 300}, DType::f32})},
-                           {"r", testing::random_array(rng, {{1, 77}, DType::f32})}};
-    expect_close(g, feeds, 2e-5);
-  }
 }
 
 TEST(MatmulGpu, SixteenBitTensorsNeedStorageAccess) {
