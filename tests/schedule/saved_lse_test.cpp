@@ -54,6 +54,21 @@ codegen::DeviceTraits with_shared(uint32_t bytes) {
   return t;
 }
 
+// A device with tensor-addressed workgroup matrices, bf16 among them, asked for the tensor-core
+// attention kernels and their fused outputs.
+codegen::DeviceTraits tensor_device() {
+  codegen::DeviceTraits t = with_shared(49152);
+  t.coop = t.coop_bf16 = t.subgroup_vote = t.storage_16bit = true;
+  t.subgroup_size = 32;
+  t.coop_wg_granularity = {{{16, 16, 16}, {16, 16, 16}, {32, 16, 16}, {32, 32, 16}}};
+  t.coop_wg_bf16_granularity = t.coop_wg_granularity;
+  t.coop_wg_max_dimension = 1024;
+  t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = true;
+  t.tensor_attention = t.fused_attention_outputs = true;
+  t.coop_attention = codegen::DeviceTraits::Choice::always;
+  return t;
+}
+
 TEST(SavedLse, TheForwardKernelStoresTheLogSumExp) {
   testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
   const AttentionCase c{"d64_causal_gqa", 1, 4, 2, 70, 70, 64, 64, true, false};
@@ -91,15 +106,7 @@ TEST(SavedLse, TheForwardKernelStoresTheLogSumExp) {
 // operands (the attention benchmark's problem: causal grouped heads).
 TEST(SavedLse, TheTensorAddressedForwardStoresIt) {
   testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
-  codegen::DeviceTraits t = with_shared(49152);
-  t.coop = t.coop_bf16 = t.subgroup_vote = t.storage_16bit = true;
-  t.subgroup_size = 32;
-  t.coop_wg_granularity = {{{16, 16, 16}, {16, 16, 16}, {32, 16, 16}, {32, 32, 16}}};
-  t.coop_wg_bf16_granularity = t.coop_wg_granularity;
-  t.coop_wg_max_dimension = 1024;
-  t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = true;
-  t.tensor_attention = t.fused_attention_outputs = true;
-  t.coop_attention = codegen::DeviceTraits::Choice::always;
+  codegen::DeviceTraits t = tensor_device();
   for (const DType dtype : {DType::bf16, DType::f32}) {
     SCOPED_TRACE(dtype_name(dtype));
     const AttentionCase c{"d64_causal_gqa", 2, 9, 3, 256, 256, 64, 64, true, false, dtype};
@@ -129,15 +136,7 @@ std::vector<std::string> planned_order(const Graph& g, const codegen::DeviceTrai
 // of it run after the forward.
 TEST(SavedLse, ReadersThatNeedNotWaitForTheForwardRunAfterIt) {
   testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
-  codegen::DeviceTraits t = with_shared(49152);
-  t.coop = t.coop_bf16 = t.subgroup_vote = t.storage_16bit = true;
-  t.subgroup_size = 32;
-  t.coop_wg_granularity = {{{16, 16, 16}, {16, 16, 16}, {32, 16, 16}, {32, 32, 16}}};
-  t.coop_wg_bf16_granularity = t.coop_wg_granularity;
-  t.coop_wg_max_dimension = 1024;
-  t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = true;
-  t.tensor_attention = t.fused_attention_outputs = true;
-  t.coop_attention = codegen::DeviceTraits::Choice::always;
+  codegen::DeviceTraits t = tensor_device();
   const AttentionCase c{"d64_causal_gqa", 2, 9, 3, 2048, 2048, 64, 64, true, false, DType::bf16};
   const testing::AttentionProblem p = testing::attention_problem(c, "saved-lse-order/");
   const std::vector<std::string> order = planned_order(p.graph, t);

@@ -25,10 +25,7 @@ void main() { b[gl_GlobalInvocationID.x] *= kScale; }
 )";
 
 std::vector<uint32_t> compile_kernel(const Device& device) {
-  codegen::CompileOptions options;
-  options.name = "scale";
-  options.target = codegen::target_env_for(device.capabilities().api_version);
-  return codegen::compile_glsl(kKernel, options);
+  return testing::compile_for(device, kKernel, "scale");
 }
 
 KernelInterface interface() {

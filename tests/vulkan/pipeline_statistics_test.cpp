@@ -25,23 +25,12 @@ layout(set = 0, binding = 0) buffer B { float b[]; };
 void main() { b[gl_GlobalInvocationID.x] *= 2.0; }
 )";
 
-std::vector<uint32_t> compile_kernel(const Device& device) {
-  codegen::CompileOptions options;
-  options.name = "double";
-  options.target = codegen::target_env_for(device.capabilities().api_version);
-  return codegen::compile_glsl(kDouble, options);
-}
-
-KernelInterface interface() {
+// One dispatch with a timestamp after it: its timing and the pipeline's statistics.
+std::pair<OpTiming, std::string> timed_dispatch(Device& device) {
   KernelInterface k;
   k.buffer_count = 1;
   k.workgroup_size = {32, 1, 1};
-  return k;
-}
-
-// One dispatch with a timestamp after it: its timing and the pipeline's statistics.
-std::pair<OpTiming, std::string> timed_dispatch(Device& device) {
-  Pipeline pipeline(device, compile_kernel(device), interface(), "double");
+  Pipeline pipeline(device, testing::compile_for(device, kDouble, "double"), k, "double");
   Arena arena(device, 256);
   Recording rec(device, {true, "statistics"});
   Dispatch d;

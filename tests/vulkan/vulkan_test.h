@@ -38,6 +38,15 @@ inline std::string joined(const std::vector<std::string>& lines) {
   return text;
 }
 
+// A GLSL compute shader compiled for `device`'s Vulkan version.
+inline std::vector<uint32_t> compile_for(const Device& device, const std::string& glsl,
+                                         const std::string& name) {
+  codegen::CompileOptions options;
+  options.name = name;
+  options.target = codegen::target_env_for(device.capabilities().api_version);
+  return codegen::compile_glsl(glsl, options);
+}
+
 class VulkanTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -57,10 +66,7 @@ class VulkanTest : public ::testing::Test {
   static Device& device() { return *device_; }
 
   static std::vector<uint32_t> compile(const std::string& glsl, const std::string& name) {
-    codegen::CompileOptions options;
-    options.name = name;
-    options.target = codegen::target_env_for(device_->capabilities().api_version);
-    return codegen::compile_glsl(glsl, options);
+    return compile_for(*device_, glsl, name);
   }
 
  private:
