@@ -2,8 +2,9 @@
 // A kernel that computes another op's value on the way to its own takes that op's node as its
 // second output: a forward attention's log-sum-exp (saved_lse.h), dK's kernel's dV (grad_kv.h).
 // The rule says which pairs of single-node groups qualify; the partner's node and value join the
-// host group as output 1 where nothing before the host reads the value, and the partner's group
-// is dropped.
+// host group as output 1, and the partner's group is dropped. Groups ordered before the host that
+// read the value (and those before the host reading what they write) move to just after it,
+// unless the host needs one of them: then the pair stays apart.
 #include <functional>
 #include <string_view>
 #include <vector>
