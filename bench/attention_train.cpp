@@ -81,9 +81,14 @@ std::string backward_form(const mn::Graph& g) {
   return "graph ops";
 }
 
+// The shapes of q (and dout) and of k and v.
+std::pair<mn::Shape, mn::Shape> case_shapes(const Options& o, int64_t length, int64_t dim) {
+  return {{o.batch, o.heads, length, dim}, {o.batch, o.kv_heads, length, dim}};
+}
+
 // The case's graph: the forward alone (--forward) or the forward and the gradients of q, k, v.
 void build_case(mn::Graph& g, const Options& o, int64_t length, int64_t dim) {
-  const mn::Shape qs{o.batch, o.heads, length, dim}, kvs{o.batch, o.kv_heads, length, dim};
+  const auto [qs, kvs] = case_shapes(o, length, dim);
   mn::Tensor q = g.input("q", qs, o.dtype), k = g.input("k", kvs, o.dtype),
              v = g.input("v", kvs, o.dtype);
   mn::Tensor out = mn::scaled_dot_product_attention(q, k, v, {}, /*causal=*/true);
@@ -115,7 +120,7 @@ void plan_case(const Options& o, int64_t length, int64_t dim) {
 void run_case(const Options& o, int64_t length, int64_t dim) {
   mn::Graph g;
   build_case(g, o, length, dim);
-  const mn::Shape qs{o.batch, o.heads, length, dim}, kvs{o.batch, o.kv_heads, length, dim};
+  const auto [qs, kvs] = case_shapes(o, length, dim);
 
   mn::SessionOptions so;
   so.device = o.device;

@@ -10,9 +10,9 @@ namespace mn::codegen {
 namespace {
 constexpr uint64_t kMaxHead = 128;
 
-// The default first, the tile the kernels were measured with; the others are offered to
-// MN_TENSOR_ATTENTION_TILE and MN_TENSOR_ATTENTION_GRAD_TILE until measured against it. w32
-// tiles keep a workgroup to one subgroup.
+// The default first, the tile the kernels were measured with; kLargeGridTile below serves large
+// grids; the others are offered to MN_TENSOR_ATTENTION_TILE and MN_TENSOR_ATTENTION_GRAD_TILE
+// (measured slower, or not yet measured). w32 tiles keep a workgroup to one subgroup.
 constexpr std::array<AttentionTensorTile, 10> kTiles{{
     {"r64c64", 64, 64, 0},
     {"r64c64w64", 64, 64, 64},

@@ -32,10 +32,12 @@ struct TrainingShape {
 
   TrainingShape(const LowerContext& ctx, Form f);
   uint64_t batches() const { return static_cast<uint64_t>(numel(batch)); }
-  // The workgroups: one per query row, or one per key row of a key/value head.
-  uint64_t rows() const {
-    return form == Form::lse || form == Form::grad_q ? batches() * hq * lq : batches() * hkv * lk;
-  }
+  // The own rows' heads per batch entry and rows per head: query heads and rows (lse, dq), key
+  // and value heads and key rows (dk, dv).
+  uint64_t own_heads() const { return query_own(form) ? hq : hkv; }
+  uint64_t own_rows() const { return query_own(form) ? lq : lk; }
+  // The workgroups of the row kernels: one per own row.
+  uint64_t rows() const { return batches() * own_heads() * own_rows(); }
 };
 
 // The lanes of the scalar kernels (a workgroup per row of the result).

@@ -249,8 +249,7 @@ KernelLaunch tiled_kernel(const LowerContext& ctx, const TrainingShape& g, const
   static const char* const names[] = {"attention_lse_tiled", "attention_grad_q_tiled",
                                       "attention_grad_k_tiled", "attention_grad_v_tiled"};
   const Form f = g.form;
-  const bool qown = query_own(f);
-  const uint64_t own_rows = qown ? g.lq : g.lk, own_heads = qown ? g.hq : g.hkv;
+  const uint64_t own_rows = g.own_rows(), own_heads = g.own_heads();
   const uint64_t tiles = (own_rows + t.rows - 1) / t.rows;
   const uint64_t groups = g.batches() * own_heads * tiles;
   KernelLaunch k;

@@ -113,8 +113,7 @@ std::optional<KernelLaunch> coop_training_kernel(const LowerContext& ctx, const 
                                       "attention_grad_k_coop", "attention_grad_v_coop"};
   const Form f = g.form;
   const bool dv_too = with_dv(ctx, g);
-  const bool qown = query_own(f);
-  const uint64_t own_rows = qown ? g.lq : g.lk, own_heads = qown ? g.hq : g.hkv;
+  const uint64_t own_rows = g.own_rows(), own_heads = g.own_heads();
   const uint64_t tiles = (own_rows + kRows - 1) / kRows;
   const uint64_t groups = g.batches() * own_heads * tiles;
   const uint64_t width = f == Form::grad_v ? g.dv : g.d;

@@ -19,9 +19,7 @@ namespace {
 
 // The tile of the form's own rows (queries for dQ, keys for dK and dV) over its grid.
 AttentionTensorTile own_tile(const DeviceTraits& d, const TrainingShape& g) {
-  const bool qown = query_own(g.form);
-  return training_attention_tile(d, g.d, g.dv, g.batches() * (qown ? g.hq : g.hkv),
-                                 qown ? g.lq : g.lk);
+  return training_attention_tile(d, g.d, g.dv, g.batches() * g.own_heads(), g.own_rows());
 }
 
 bool serves(const LowerContext& ctx, const TrainingShape& g) {
@@ -45,8 +43,7 @@ std::optional<KernelLaunch> tensor_training_kernel(const LowerContext& ctx,
                                       "attention_grad_v_tensor"};
   const Form f = g.form;
   const bool dv_too = f == Form::grad_k && ctx.grad_v_output.has_value();
-  const bool qown = query_own(f);
-  const uint64_t own_rows = qown ? g.lq : g.lk, own_heads = qown ? g.hq : g.hkv;
+  const uint64_t own_rows = g.own_rows(), own_heads = g.own_heads();
   const AttentionTensorTile tile = own_tile(ctx.device, g);
   const uint64_t tiles = (own_rows + tile.rows - 1) / tile.rows;
   const uint64_t groups = g.batches() * own_heads * tiles;

@@ -146,6 +146,8 @@ Device::Device(const DeviceOptions& options) {
     throw DeviceError("pipeline statistics (MN_PIPELINE_STATISTICS) were asked for, but '" +
                       caps_.name + "' does not offer VK_KHR_pipeline_executable_properties");
   }
+  // Enabled only when asked: a driver may keep more of each pipeline while it is.
+  features.executable_properties.pipelineExecutableInfo = pipeline_statistics_ ? VK_TRUE : VK_FALSE;
 
   const float priority = 1.0f;
   VkDeviceQueueCreateInfo queue_info{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};

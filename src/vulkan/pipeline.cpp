@@ -117,8 +117,9 @@ void check_interface(const Device& device, std::span<const uint32_t> spirv,
 }
 
 // The statistics of every executable of a pipeline created with
-// VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR (a compute pipeline has one).
-std::vector<PipelineStatistic> read_statistics(const Device& device, VkPipeline pipeline) {
+// VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR (a compute pipeline has one), on one line:
+// "name value, name value".
+std::string read_statistics(const Device& device, VkPipeline pipeline) {
   auto properties = reinterpret_cast<PFN_vkGetPipelineExecutablePropertiesKHR>(
       device.proc("vkGetPipelineExecutablePropertiesKHR"));
   auto statistics = reinterpret_cast<PFN_vkGetPipelineExecutableStatisticsKHR>(
@@ -129,7 +130,7 @@ std::vector<PipelineStatistic> read_statistics(const Device& device, VkPipeline 
   uint32_t executables = 0;
   check(properties(device.handle(), &info, &executables, nullptr),
         "vkGetPipelineExecutablePropertiesKHR");
-  std::vector<PipelineStatistic> out;
+  std::string line;
   for (uint32_t e = 0; e < executables; ++e) {
     VkPipelineExecutableInfoKHR which{VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR};
     which.pipeline = pipeline;
@@ -156,22 +157,13 @@ std::vector<PipelineStatistic> read_statistics(const Device& device, VkPipeline 
         default:
           value = std::to_string(s.value.f64);
       }
-      out.push_back({s.name, value});
+      line += (line.empty() ? "" : ", ") + std::string(s.name) + " " + value;
     }
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string Pipeline::statistics_line() const {
-  std::string line;
-  for (const PipelineStatistic& s : statistics_) {
-    if (!line.empty()) line += ", ";
-    line += s.name + " " + s.value;
   }
   return line;
 }
+
+}  // namespace
 
 Pipeline::Pipeline(Device& device, std::span<const uint32_t> spirv, KernelInterface interface,
                    std::string name)
@@ -247,7 +239,7 @@ Pipeline::Pipeline(Device& device, std::span<const uint32_t> spirv, KernelInterf
       throw_vk_error(result, "vkCreateComputePipelines (kernel '" + name_ + "')");
     }
     if (cache) cache->mark_dirty();
-    if (device.pipeline_statistics()) statistics_ = read_statistics(device, pipeline_);
+    if (device.pipeline_statistics()) statistics_line_ = read_statistics(device, pipeline_);
     cache_hit_ =
         (feedback.flags & VK_PIPELINE_CREATION_FEEDBACK_VALID_BIT) &&
         (feedback.flags & VK_PIPELINE_CREATION_FEEDBACK_APPLICATION_PIPELINE_CACHE_HIT_BIT);

@@ -36,13 +36,6 @@ struct KernelInterface {
   }
 };
 
-// One statistic of a compiled kernel as its driver names it ("Register Count", ...), its value
-// as text.
-struct PipelineStatistic {
-  std::string name;
-  std::string value;
-};
-
 class Pipeline {
  public:
   // Checks the interface against the device's limits and the SPIR-V (mn::Error on mismatch);
@@ -62,10 +55,9 @@ class Pipeline {
   bool cache_hit() const { return cache_hit_; }
   double creation_ms() const { return creation_ms_; }
   // What the driver reports of the compiled kernel where the device captures it
-  // (Device::pipeline_statistics); empty otherwise.
-  const std::vector<PipelineStatistic>& statistics() const { return statistics_; }
-  // The same on one line: "Register Count 128, Binary Size 4096"; empty without statistics.
-  std::string statistics_line() const;
+  // (Device::pipeline_statistics), on one line as the driver names each statistic:
+  // "Register Count 128, Binary Size 4096"; empty otherwise. Read once, at creation.
+  const std::string& statistics_line() const { return statistics_line_; }
 
  private:
   Device& device_;
@@ -77,7 +69,7 @@ class Pipeline {
   VkPipeline pipeline_ = VK_NULL_HANDLE;
   bool cache_hit_ = false;
   double creation_ms_ = 0;
-  std::vector<PipelineStatistic> statistics_;
+  std::string statistics_line_;
 };
 
 }  // namespace mn::vk
