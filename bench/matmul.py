@@ -1,7 +1,7 @@
 """PyTorch counterpart of bench_matmul: the same shapes in fp16 and bf16 (tensor cores,
 fp32 accumulation) and fp32 (TF32 off), timed with CUDA events. One JSON line per (shape, dtype).
 
-Usage: python3 bench/matmul.py [--shapes square|training|prefill|step8|small|all] [--reps N]
+Usage: python3 bench/matmul.py [--shapes square|training|prefill|step8|small|all|MxKxN,...] [--reps N]
 """
 import argparse
 import json
@@ -9,7 +9,21 @@ import json
 import torch
 
 
+def given_shapes(which):
+    """"MxKxN[,MxKxN...]" as bench_matmul takes it (tag "given"); None if `which` is not one."""
+    s = []
+    for item in which.split(","):
+        d = item.split("x")
+        if len(d) != 3 or not all(v.isdigit() and int(v) > 0 for v in d):
+            return None
+        s.append((int(d[0]), int(d[1]), int(d[2]), "given"))
+    return s
+
+
 def shapes(which):
+    given = given_shapes(which)
+    if given:
+        return given
     s = []
     if which in ("square", "all"):
         s += [(v, v, v, "square") for v in (1024, 2048, 4096, 8192)]
@@ -39,7 +53,8 @@ def main():
     p.add_argument("--reps", type=int, default=50)
     args = p.parse_args()
     if not shapes(args.shapes):
-        p.error("--shapes takes square, training, prefill, step8, small or all, got " + args.shapes)
+        p.error("--shapes takes square, training, prefill, step8, small, all or MxKxN,... got " +
+                args.shapes)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = False
     for m, k, n, tag in shapes(args.shapes):
