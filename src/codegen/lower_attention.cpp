@@ -503,8 +503,9 @@ std::string load_rotated_query(const LowerContext& ctx, const AttentionShape& g,
 // The end of a split row kernel: the row's last busy workgroup to store its partial (counted
 // in done[g], which it sets back to zero for the next step) combines the row's `busy` partials,
 // rescaled to their common max, into the output. No second launch, no barrier between. The
-// partials' maxima and weights go through shared memory and the values are loaded eight
-// splits at a time: a loop of one load and its use waits out a load's latency per split.
+// partials' maxima and sums go through shared memory; the first eight partials' values are
+// loaded with them (a decoding row has few: one memory latency for the whole combine), any
+// further ones eight at a time.
 std::string last_workgroup_combines(const AttentionShape& g, const KeySplit& ks,
                                     const std::string& lanes, const std::string& cols) {
   const std::string S = ulit(ks.splits), P = ulit(partial_floats(g));
@@ -512,8 +513,15 @@ std::string last_workgroup_combines(const AttentionShape& g, const KeySplit& ks,
   s += "  if (lane == 0u) last_sh = atomicAdd(done[g], 1u) == busy - 1u;\n";
   s += "  barrier();\n  if (!last_sh) return;\n  memoryBarrierBuffer();\n";
   s += "  uint first = g * " + S + ";\n";
-  s += "  for (uint p = lane; p < busy; p += " + lanes + ") split_sh[p] = part_ld((first + p) * " +
-       P + ");\n  barrier();\n";
+  s += "  float head[" + cols + " * 8u];\n";
+  s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
+  s += "    uint e = lane + t * " + lanes + ";\n";
+  s += "    for (uint x = 0u; x < 8u; ++x) {\n";
+  s += "      head[t * 8u + x] = e < DV && x < busy ? part_ld((first + x) * " + P +
+       " + 2u + e) : 0.0;\n    }\n  }\n";
+  s += "  for (uint p = lane; p < busy; p += " + lanes + ") {\n";
+  s += "    split_sh[p] = part_ld((first + p) * " + P + ");\n";
+  s += "    sum_sh[p] = part_ld((first + p) * " + P + " + 1u);\n  }\n  barrier();\n";
   s += "  float mx = -mn_inf();\n";
   s += "  for (uint p = 0u; p < busy; ++p) mx = split_sh[p] > mx ? split_sh[p] : mx;\n";
   s += "  barrier();\n";
@@ -521,12 +529,13 @@ std::string last_workgroup_combines(const AttentionShape& g, const KeySplit& ks,
   s += "  for (uint p = lane; p < busy; p += " + lanes + ") {\n";
   s += "    float ms = split_sh[p];\n";
   s += "    split_sh[p] = ms == -mn_inf() ? 0.0 : exp(ms - mx);\n";
-  s += "    sum_sh[p] = part_ld((first + p) * " + P + " + 1u) * split_sh[p];\n  }\n  barrier();\n";
+  s += "    sum_sh[p] *= split_sh[p];\n  }\n  barrier();\n";
   s += "  float lsum = 0.0;\n  for (uint p = 0u; p < busy; ++p) lsum += sum_sh[p];\n";
   s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
   s += "    uint e = lane + t * " + lanes + ";\n    if (e >= DV) continue;\n";
   s += "    float o = 0.0;\n";
-  s += "    for (uint p0 = 0u; p0 < busy; p0 += 8u) {\n      float vals[8];\n";
+  s += "    for (uint x = 0u; x < 8u && x < busy; ++x) o += head[t * 8u + x] * split_sh[x];\n";
+  s += "    for (uint p0 = 8u; p0 < busy; p0 += 8u) {\n      float vals[8];\n";
   s += "      for (uint x = 0u; x < 8u; ++x) {\n";
   s += "        vals[x] = p0 + x < busy ? part_ld((first + p0 + x) * " + P + " + 2u + e) : 0.0;\n";
   s += "      }\n";
@@ -750,25 +759,44 @@ std::string append_row(const LowerContext& ctx, const AttentionShape& g, const K
   return s;
 }
 
-// Statements of one block [j0, j0 + cnt) of the quad kernel: loads, scores, the online softmax
-// update of m and l, and the lanes' weighted values acc4 rescaled and added to.
+// Loads of the block of keys and values at j0 into kq and vq, bounded only by the cache's
+// length: they need neither the visible length nor the new slot, so the first block's are
+// issued before the query's barrier and wait out one memory latency with the query's loads.
+// What lies past the visible keys is replaced by zeros before use (quad_block), never
+// multiplied: an unwritten slot may hold anything.
+std::string quad_loads(const QuadRows& r, const std::string& j0) {
+  const std::string L = ulit(r.lanes), QD = ulit(r.qd), QV = ulit(r.qv);
+  const std::string KQ = ulit(r.keys * r.qd), VQ = ulit(r.keys * r.qv);
+  std::string s = "    for (uint u = 0u; u < " + ulit(r.k_loads) + "; ++u) {\n";
+  s += "      uint f = lane + u * " + L + ", key = " + j0 + " + f / " + QD + ";\n";
+  s += "      kq[u] = f < " + KQ + " && key < LK ? k4_ld(kb / 4u + key * " + QD + " + f % " + QD +
+       ") : vec4(0.0);\n    }\n";
+  s += "    for (uint u = 0u; u < " + ulit(r.v_loads) + "; ++u) {\n";
+  s += "      uint f = lane + u * " + L + ", key = " + j0 + " + f / " + QV + ";\n";
+  s += "      vq[u] = f < " + VQ + " && key < LK ? v4_ld(vb / 4u + key * " + QV + " + f % " + QV +
+       ") : vec4(0.0);\n    }\n";
+  return s;
+}
+
+// Statements of one block [j0, j0 + cnt) of the quad kernel, its loads in kq and vq: the keys
+// past cnt zeroed and the new slot put in (ctx.append), scores, the online softmax update of m
+// and l, and the lanes' weighted values acc4 rescaled and added to.
 std::string quad_block(const LowerContext& ctx, const AttentionShape& g, const QuadRows& r) {
   const std::string L = ulit(r.lanes), QD = ulit(r.qd), QV = ulit(r.qv);
   const std::string KU = ulit(r.k_loads), VU = ulit(r.v_loads);
   const std::string KQ = ulit(r.keys * r.qd), VQ = ulit(r.keys * r.qv);
   std::string s = "    uint cnt = min(" + ulit(r.keys) + ", je - j0);\n";
-  s += "    vec4 kq[" + KU + "], vq[" + VU + "];\n";
-  s += "    for (uint u = 0u; u < " + KU + "; ++u) {\n";
-  s += "      uint f = lane + u * " + L + ", key = f / " + QD + ";\n";
-  const std::string fresh = ctx.append ? "int(j0 + key) == tw ? " : "";
-  s += "      kq[u] = f < " + KQ + " && key < cnt ? " + fresh +
-       (ctx.append ? "k_new(f % " + QD + ") : " : "") + "k4_ld(kb / 4u + (j0 + key) * " + QD +
-       " + f % " + QD + ") : vec4(0.0);\n    }\n";
-  s += "    for (uint u = 0u; u < " + VU + "; ++u) {\n";
-  s += "      uint f = lane + u * " + L + ", key = f / " + QV + ";\n";
-  s += "      vq[u] = f < " + VQ + " && key < cnt ? " + fresh +
-       (ctx.append ? "v_new(f % " + QV + ") : " : "") + "v4_ld(vb / 4u + (j0 + key) * " + QV +
-       " + f % " + QV + ") : vec4(0.0);\n    }\n";
+  auto visible_only = [&](const std::string& m, const std::string& count, const std::string& q,
+                          const std::string& fresh) {
+    std::string t = "    for (uint u = 0u; u < " + count + "; ++u) {\n";
+    t += "      uint key = (lane + u * " + L + ") / " + q + ";\n";
+    t += "      " + m + "[u] = key < cnt ? ";
+    if (ctx.append) {
+      t += "int(j0 + key) == tw ? " + fresh + "((lane + u * " + L + ") % " + q + ") : ";
+    }
+    return t + m + "[u] : vec4(0.0);\n    }\n";
+  };
+  s += visible_only("kq", KU, QD, "k_new") + visible_only("vq", VU, QV, "v_new");
   s += "    for (uint u = 0u; u < " + KU + "; ++u) {\n";
   s += "      uint f = lane + u * " + L + ";\n";
   s += "      if (f < " + KQ + ") part_sh[(f / " + QD + ") * " + ulit(r.qd + 1) + " + f % " + QD +
@@ -807,7 +835,12 @@ KernelLaunch quad_row_kernel(const LowerContext& ctx, const AttentionShape& g, c
   if (split) s += split_shared(ks);
   s += "shared float q_sh[" + ulit(g.d) + "];\n";
   s += row_start(g, ks);
-  // The query, and the new slot where it is this workgroup's: their loads in flight together.
+  // The visible length, the first block of keys and values, the query and the new slot where
+  // it is this workgroup's: their loads in flight together.
+  s += "  uint visible = " + visible_expr(g, "i") + ";\n";
+  s += "  uint jb = part_index * " + ulit(ks.chunk) + ";\n";
+  s += "  vec4 kq[" + ulit(r.k_loads) + "], vq[" + ulit(r.v_loads) + "];\n";
+  s += "  {\n" + quad_loads(r, "jb") + "  }\n";
   if (ctx.rope) {
     s += load_rotated_query(ctx, g, L, false);
   } else {
@@ -816,15 +849,14 @@ KernelLaunch quad_row_kernel(const LowerContext& ctx, const AttentionShape& g, c
   s += append_row(ctx, g, ks, L) + "  barrier();\n";
   s += "  uint qx = (lane % " + QD + ") * 4u;\n";
   s += "  vec4 q4 = vec4(q_sh[qx], q_sh[qx + 1u], q_sh[qx + 2u], q_sh[qx + 3u]);\n";
-  s += "  uint visible = " + visible_expr(g, "i") + ";\n";
-  s += "  uint jb = part_index * " + ulit(ks.chunk) + ", je = min(visible, jb + " + ulit(ks.chunk) +
-       ");\n";
+  s += "  uint je = min(visible, jb + " + ulit(ks.chunk) + ");\n";
   if (split) {
     s += "  uint busy = max((visible + " + ulit(ks.chunk - 1) + ") / " + ulit(ks.chunk) +
          ", 1u);\n  if (part_index >= busy) return;\n";
   }
   s += "  float m = -mn_inf(), l = 0.0;\n  vec4 acc4 = vec4(0.0);\n";
   s += "  for (uint j0 = jb; j0 < je; j0 += " + ulit(r.keys) + ") {\n";
+  s += "    if (j0 != jb) {\n" + quad_loads(r, "j0") + "    }\n";
   s += quad_block(ctx, g, r) + "  }\n";
   // Lane x holds quad x % QV of the keys x / QV (mod lanes / QV) weighted: one sum per column.
   s += "  for (uint c = 0u; c < 4u; ++c) part_sh[lane * 4u + c] = acc4[c];\n  barrier();\n";
