@@ -120,8 +120,13 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   };
   // The matrix is contiguous along K here: row p starts at p·K.
   const std::string row = "p * " + ulit(count) + " + ";
-  auto step = [&](const std::string& matrix, int u, const std::string& i) {
+  // One step at i; `valid` (when given) masks a step past K, which loads at the last element
+  // instead: every tail step's loads are then issued with the others, where a load inside a
+  // branch would wait out its latency before the next one.
+  auto step = [&](const std::string& matrix, int u, const std::string& i,
+                  const std::string& valid = "") {
     std::string t = "      { " + T + " v = " + load(vec_name, vbase, i) + ";";
+    if (!valid.empty()) t += " v = " + valid + " ? v : " + T + "(0.0);";
     if (norm) t += " ss" + std::to_string(u) + " += " + dot("v", "v") + ";";
     if (gamma) t += " v *= " + load("G", "", i) + ";";
     t += " a" + std::to_string(u) + " += " + dot("v", load(matrix, mbase, row + i)) + ";";
@@ -141,9 +146,9 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
     t += "    for (; i + 7u * S < " + N + "; i += 8u * S) {\n";
     for (int u = 0; u < 8; ++u) t += step(matrix, u % 4, "(i + " + ulit(u) + " * S)");
     t += "    }\n";
-    for (int u = 0; u < 7; ++u) {
+    for (int u = 0; u < 7 && count > 0; ++u) {
       const std::string at = "(i + " + ulit(u) + " * S)";
-      t += "    if (" + at + " < " + N + ")\n" + step(matrix, u % 4, at);
+      t += step(matrix, u % 4, "min(" + at + ", " + ulit(count - 1) + ")", at + " < " + N);
     }
     std::string scale;
     if (norm) {
