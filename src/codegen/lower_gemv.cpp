@@ -141,14 +141,26 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
     if (norm) t += "    float ss0 = 0.0, ss1 = 0.0, ss2 = 0.0, ss3 = 0.0;\n";
     if (sibling) t += "    float b0 = 0.0, b1 = 0.0, b2 = 0.0, b3 = 0.0;\n";
     const std::string N = ulit(count);
-    // Eight loads in flight per lane, and the rest (fewer than eight per lane) all at once.
+    const std::string last = ulit(std::max<int64_t>(count - 1, 0));
+    auto masked = [&](int u, const std::string& at) {
+      return step(matrix, u % 4, "min(" + at + ", " + last + ")", at + " < " + N);
+    };
     t += "    uint i = lane;\n";
-    t += "    for (; i + 7u * S < " + N + "; i += 8u * S) {\n";
-    for (int u = 0; u < 8; ++u) t += step(matrix, u % 4, "(i + " + ulit(u) + " * S)");
-    t += "    }\n";
-    for (int u = 0; u < 7 && count > 0; ++u) {
-      const std::string at = "(i + " + ulit(u) + " * S)";
-      t += step(matrix, u % 4, "min(" + at + ", " + ulit(count - 1) + ")", at + " < " + N);
+    if (count <= 16 * static_cast<int64_t>(width)) {
+      // A row of at most 16 loads a lane at the reported width: all of them in flight at once,
+      // then whatever a narrower subgroup than reported leaves.
+      const int64_t per_lane = (count + width - 1) / width;
+      for (int64_t u = 0; u < per_lane; ++u) {
+        t += masked(static_cast<int>(u), "(i + " + ulit(u) + " * S)");
+      }
+      t += "    for (i += " + ulit(per_lane) + " * S; i < " + N + "; i += S)\n" +
+           step(matrix, 0, "i");
+    } else {
+      // Eight loads in flight per lane, and the rest (fewer than eight per lane) all at once.
+      t += "    for (; i + 7u * S < " + N + "; i += 8u * S) {\n";
+      for (int u = 0; u < 8; ++u) t += step(matrix, u % 4, "(i + " + ulit(u) + " * S)");
+      t += "    }\n";
+      for (int u = 0; u < 7; ++u) t += masked(u, "(i + " + ulit(u) + " * S)");
     }
     std::string scale;
     if (norm) {
