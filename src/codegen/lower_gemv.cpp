@@ -2,7 +2,8 @@
 // cost is mostly latency, the weight read once per token.
 //
 // Matrix contiguous along K (a linear layer's [out, in] weight): one subgroup per output,
-// its lanes striding K with eight loads in flight, added by subgroupAdd; a workgroup
+// its lanes striding K with all their loads in flight at once (up to 16 a lane; longer rows
+// eight at a time), added by subgroupAdd; a workgroup
 // takes as many outputs as it has subgroups. Without subgroup arithmetic, or with a long K over
 // few outputs, and for matrices contiguous along the outputs: a reduction over K in shared
 // memory, lanes split K when the matrix is contiguous along K, and threads take neighbouring
@@ -57,7 +58,8 @@ void bind_epilogue(KernelLaunch& k, const MatmulEpilogue* e) {
 // One subgroup per output. The subgroup size is read at run time (a device may run compute
 // shaders at another width than it reports), so any width is correct; the reported one sizes
 // the workgroup. With K a multiple of 4, lanes read four elements at a time. The K loop keeps
-// eight loads in flight per lane; under a norm it also sums the vector's squares, which every subgroup
+// up to 16 loads in flight per lane (rows longer than that: eight at a time, then the rest
+// at once); under a norm it also sums the vector's squares, which every subgroup
 // reads whole anyway, so the norm costs no pass and no barrier of its own.
 Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const GemvLayout& l,
                         int64_t batch, const MatmulEpilogue* e, const GemvExtras* x) {
