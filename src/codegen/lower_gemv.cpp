@@ -123,18 +123,22 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   // The matrix is contiguous along K here: row p starts at p·K.
   const std::string row = "p * " + ulit(count) + " + ";
   // One step at i; `valid` (when given) masks a step past K, which loads at the last element
-  // instead: every tail step's loads are then issued with the others, where a load inside a
-  // branch would wait out its latency before the next one.
+  // instead and adds exactly nothing (a select of the products, whatever the loads hold): every
+  // tail step's loads are then issued with the others, where a load inside a branch would wait
+  // out its latency before the next one.
   auto step = [&](const std::string& matrix, int u, const std::string& i,
                   const std::string& valid = "") {
-    std::string t = "      { " + T + " v = " + load(vec_name, vbase, i) + ";";
-    if (!valid.empty()) t += " v = " + valid + " ? v : " + T + "(0.0);";
-    if (norm) t += " ss" + std::to_string(u) + " += " + dot("v", "v") + ";";
+    const std::string U = std::to_string(u);
+    auto add = [&](const std::string& to, const std::string& term) {
+      return " " + to + " += " + (valid.empty() ? term : valid + " ? " + term + " : 0.0") + ";";
+    };
+    std::string t = "      { " + T + " v = " + load(vec_name, vbase, i) +
+                    ", w = " + load(matrix, mbase, row + i) + ";";
+    if (sibling) t += " " + T + " sv = " + load("S", mbase, row + i) + ";";
+    if (norm) t += add("ss" + U, dot("v", "v"));
     if (gamma) t += " v *= " + load("G", "", i) + ";";
-    t += " a" + std::to_string(u) + " += " + dot("v", load(matrix, mbase, row + i)) + ";";
-    if (sibling) {
-      t += " b" + std::to_string(u) + " += " + dot("v", load("S", mbase, row + i)) + ";";
-    }
+    t += add("a" + U, dot("v", "w"));
+    if (sibling) t += add("b" + U, dot("v", "sv"));
     return t + " }\n";
   };
   // One output p of `matrix`: the dot product over K, then `store` (statements using acc).

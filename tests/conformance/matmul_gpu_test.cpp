@@ -4,6 +4,7 @@
 // broadcast batches, 1-D operands on either side through the matrix-vector kernel in each of
 // its layouts, 16-bit storage, gradients at tile sizes, and the grid folded past a small
 // group-count limit.
+#include <cmath>
 #include <set>
 #include <string>
 
@@ -105,6 +106,32 @@ TEST(MatmulGpu, GradientsAtTileSizes) {
     g.output("db", grads[1]);
     reference::Feeds feeds{{"a", testing::random_array(rng, {p.a, DType::f32})},
                            {"b", testing::random_array(rng, {p.b, DType::f32})}};
+    expect_close(g, feeds, 2e-5);
+  }
+}
+
+// Lanes past K in a matrix-vector product load the row's last element and add nothing: rows
+// ending in an infinite weight give the reference's infinity, not 0 · inf = NaN from the lanes
+// with nothing left to add. K = 148 (37 four-element loads, every row's loads at once) and
+// K = 4004 (1001, eight at a time and a tail), neither a multiple of a subgroup's width.
+TEST(MatmulGpu, GemvLanesPastKAddNothing) {
+  auto rng = testing::rng_for("matmul-gpu/gemv-past-k");
+  for (const int64_t k : {148, 4004}) {
+    SCOPED_TRACE("K = " + std::to_string(k));
+    const int64_t rows = 6;
+    Graph g;
+    Tensor a = g.input("a", {rows, k});
+    Tensor b = g.input("b", {k});
+    Tensor c = matmul(a, b);
+    g.output("c", c);
+    ASSERT_EQ(testing::lower_node(g, c.id(), testing::device_traits()).launches[0].name,
+              "matmul_gemv");
+    reference::Feeds feeds{{"a", testing::random_array(rng, {{rows, k}, DType::f32})},
+                           {"b", testing::random_array(rng, {{k}, DType::f32})}};
+    feeds["b"].data[static_cast<size_t>(k - 1)] = 1.0;
+    for (int64_t r = 0; r < rows; ++r) {
+      feeds["a"].data[static_cast<size_t>(r * k + k - 1)] = r % 2 ? -INFINITY : INFINITY;
+    }
     expect_close(g, feeds, 2e-5);
   }
 }
