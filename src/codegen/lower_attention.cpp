@@ -786,15 +786,16 @@ std::string quad_block(const LowerContext& ctx, const AttentionShape& g, const Q
   const std::string KU = ulit(r.k_loads), VU = ulit(r.v_loads);
   const std::string KQ = ulit(r.keys * r.qd), VQ = ulit(r.keys * r.qv);
   std::string s = "    uint cnt = min(" + ulit(r.keys) + ", je - j0);\n";
-  auto visible_only = [&](const std::string& m, const std::string& count, const std::string& q,
+  // The loaded quads `held` (kq or vq, `count` a lane, `q` a row) as the block sees them.
+  auto visible_only = [&](const std::string& held, const std::string& count, const std::string& q,
                           const std::string& fresh) {
     std::string t = "    for (uint u = 0u; u < " + count + "; ++u) {\n";
     t += "      uint key = (lane + u * " + L + ") / " + q + ";\n";
-    t += "      " + m + "[u] = key < cnt ? ";
+    t += "      " + held + "[u] = key < cnt ? ";
     if (ctx.append) {
       t += "int(j0 + key) == tw ? " + fresh + "((lane + u * " + L + ") % " + q + ") : ";
     }
-    return t + m + "[u] : vec4(0.0);\n    }\n";
+    return t + held + "[u] : vec4(0.0);\n    }\n";
   };
   s += visible_only("kq", KU, QD, "k_new") + visible_only("vq", VU, QV, "v_new");
   s += "    for (uint u = 0u; u < " + KU + "; ++u) {\n";
