@@ -48,7 +48,7 @@ Llama3RopeScaling parse_llama3(const JsonFields& r) {
   s.factor = number("factor");
   s.low_freq_factor = number("low_freq_factor");
   s.high_freq_factor = number("high_freq_factor");
-  s.original_max_position = static_cast<int64_t>(number("original_max_position_embeddings"));
+  s.original_max_position = io::positive_size(r, "original_max_position_embeddings");
   if (!(s.high_freq_factor > s.low_freq_factor))
     r.fail("high_freq_factor", "must exceed low_freq_factor");
   return s;

@@ -226,6 +226,16 @@ TEST(HfConfig, UnsupportedFeaturesAreErrors) {
   json partial = llama();
   partial["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
   expect_error(partial, {"\"rope_scaling.low_freq_factor\"", "missing"});
+  // A context past int64 (or any size past i32) is refused, not converted.
+  for (const double context : {6.5e42, 3e9, 8192.5}) {
+    json huge = llama();
+    huge["rope_scaling"] = {{"rope_type", "llama3"},
+                            {"factor", 8.0},
+                            {"low_freq_factor", 1.0},
+                            {"high_freq_factor", 4.0},
+                            {"original_max_position_embeddings", context}};
+    expect_error(huge, {"\"rope_scaling.original_max_position_embeddings\""});
+  }
   EXPECT_THROW(parse_lm_config("{not json", "dir/config.json"), FormatError);
   EXPECT_THROW(parse_lm_config("[1, 2]", "dir/config.json"), FormatError);
 }
