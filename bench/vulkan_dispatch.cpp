@@ -2,9 +2,14 @@
 //  - copy bandwidth of a compute copy kernel (bytes read + written over GPU time between
 //    timestamps, median of many repetitions), and
 //  - the cost of one dispatch plus barrier inside a recorded command buffer: a chain of tiny
-//    dependent dispatches, GPU time per dispatch.
+//    dependent dispatches, GPU time per dispatch;
+//  - with --latency, the floor of a dependent window as a decoding step has them: chains of
+//    dispatches of 1 to 528 workgroups of 256 invocations, each reading what the previous one
+//    wrote and, in the cold variant, a stream of its own that no earlier dispatch touched (a
+//    GEMV's weights: one memory latency from DRAM), GPU time per dispatch.
 // PyTorch counterpart: bench/vulkan_dispatch.py.
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -56,6 +61,27 @@ layout(local_size_x_id = 0) in;
 layout(set = 0, binding = 0) buffer X { uint x[]; };
 layout(push_constant) uniform Params { uint step; } params;
 void main() { x[gl_LocalInvocationID.x] = x[gl_LocalInvocationID.x] * 3u + params.step; }
+)";
+
+// One dependent window of a decoding step at its floor: every invocation reads its value of x
+// (written by the previous dispatch), COLD uvec4 of this dispatch's own region of w, all loads
+// issued together, and writes x back.
+constexpr const char* kLatency = R"(#version 450
+layout(local_size_x_id = 0) in;
+layout(constant_id = 3) const uint COLD = 0;
+layout(set = 0, binding = 0) buffer X { uint x[]; };
+layout(set = 0, binding = 1) readonly buffer W { uvec4 w[]; };
+layout(push_constant) uniform Params { uint step; } params;
+void main() {
+  uint threads = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+  uint i = gl_WorkGroupID.x * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+  uint v = x[i];
+  uvec4 c[COLD > 0 ? COLD : 1];
+  for (uint j = 0; j < COLD; ++j) c[j] = w[j * threads + i];
+  uint acc = 0u;
+  for (uint j = 0; j < COLD; ++j) acc += c[j].x ^ c[j].y ^ c[j].z ^ c[j].w;
+  x[i] = v * 3u + params.step + acc;
+}
 )";
 
 double median(std::vector<double> v) {
@@ -244,18 +270,93 @@ Json bench_dispatch(vk::Device& device, codegen::ShaderCache& shaders, int chain
       {"correct", back == expected}};
 }
 
+// Chains of `chain` dependent dispatches of `groups` workgroups, each reading `cold` uvec4 an
+// invocation from a region of its own (regions cycle through a buffer larger than the caches),
+// GPU time per dispatch; checked against the same arithmetic on the host.
+Json bench_latency(vk::Device& device, codegen::ShaderCache& shaders, int chain, int submits) {
+  constexpr uint32_t kThreads = 256;
+  constexpr uint64_t kColdBytes = 512ull << 20;
+  vk::Arena cold(device, kColdBytes, vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0});
+  const std::vector<uint32_t> cold_words = random_words(kColdBytes / 4, 11);
+  cold.write(0, std::as_bytes(std::span(cold_words)));
+  codegen::CompileOptions options;
+  options.name = "latency";
+  options.target = codegen::target_env_for(device.capabilities().api_version);
+  const auto spirv = shaders.get(kLatency, options);
+  Json rows = Json::array();
+  bool ok = true;
+  for (uint32_t per : {0u, 4u}) {
+    vk::KernelInterface k;
+    k.buffer_count = 2;
+    k.push_constant_bytes = 4;
+    k.workgroup_size = {kThreads, 1, 1};
+    k.specialization = {{3, per}};
+    vk::Pipeline pipeline(device, spirv, k, "latency");
+    for (uint32_t groups : {1u, 16u, 132u, 528u}) {
+      const uint64_t n = uint64_t{groups} * kThreads;
+      // Each dispatch's region: a power of two, so that none straddles a chunk of the arena.
+      const uint64_t region = std::bit_ceil(std::max<uint64_t>(16, n * 16 * per));
+      const uint64_t regions = std::min<uint64_t>(kColdBytes, cold.chunk_bytes()) / region *
+                               std::max<uint64_t>(1, kColdBytes / cold.chunk_bytes());
+      vk::Arena xs(device, n * 4, vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0});
+      std::vector<uint32_t> x = random_words(n, groups + per);
+      xs.write(0, std::as_bytes(std::span(x)));
+      vk::Recording rec(device, vk::RecordingOptions{false, "latency", true});
+      for (int s = 0; s < chain; ++s) {
+        vk::Dispatch d;
+        d.pipeline = &pipeline;
+        d.buffers = {{xs.range(0, n * 4), vk::Access::read_write},
+                     {cold.range((s % regions) * region, region), vk::Access::read}};
+        d.set_push_constants(static_cast<uint32_t>(s + 1));
+        d.groups = {groups, 1, 1};
+        rec.dispatch(std::move(d));
+      }
+      std::vector<double> us;
+      for (int r = 0; r < 1 + submits; ++r) {
+        rec.run();
+        if (r > 0) us.push_back(rec.total_ms() * 1e3 / chain);
+      }
+      for (int r = 0; r < 1 + submits; ++r) {
+        for (int s = 0; s < chain; ++s) {
+          const uint64_t base = (s % regions) * region / 4;
+          for (uint64_t i = 0; i < n; ++i) {
+            uint32_t acc = 0;
+            for (uint32_t j = 0; j < per; ++j) {
+              const uint32_t* c = &cold_words[base + (j * n + i) * 4];
+              acc += c[0] ^ c[1] ^ c[2] ^ c[3];
+            }
+            x[i] = x[i] * 3u + static_cast<uint32_t>(s + 1) + acc;
+          }
+        }
+      }
+      std::vector<uint32_t> back(n);
+      xs.read(0, std::as_writable_bytes(std::span(back)));
+      const bool correct = back == x;
+      ok = ok && correct;
+      rows.push_back({{"workgroups", groups},
+                      {"invocations", kThreads},
+                      {"cold_bytes_per_dispatch", n * 16 * per},
+                      {"us_per_dispatch_median", median(us)},
+                      {"us_per_dispatch_min", *std::min_element(us.begin(), us.end())},
+                      {"correct", correct}});
+    }
+  }
+  return {{"chain", chain}, {"cases", rows}, {"correct", ok}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Vulkan copy bandwidth and dispatch+barrier cost (JSON)", "vulkan_dispatch"};
   double copy_mib = 0;
   int reps = 20, submits = 10, chain = 1000;
-  bool sweep = false;
+  bool sweep = false, latency = false;
   app.add_option("--copy-mib", copy_mib, "copy buffer size (default: 1024 on a GPU, 64 on a CPU)");
   app.add_option("--reps", reps, "copy dispatches per submission");
   app.add_option("--submits", submits, "timed submissions");
   app.add_option("--chain", chain, "dependent dispatches in the chain");
   app.add_flag("--sweep", sweep, "also time other workgroup sizes and values per thread");
+  app.add_flag("--latency", latency, "also time chains of dependent windows of 1-528 workgroups");
   CLI11_PARSE(app, argc, argv);
   try {
     vk::Device device;
@@ -284,6 +385,10 @@ int main(int argc, char** argv) {
       }
     }
     out["dispatch"] = bench_dispatch(device, shaders, chain, submits);
+    if (latency) {
+      out["latency"] = bench_latency(device, shaders, std::min(chain, 200), submits);
+      ok = ok && out["latency"]["correct"].get<bool>();
+    }
     std::printf("%s\n", out.dump(2).c_str());
     ok = ok && out["dispatch"]["correct"].get<bool>();
     return ok ? 0 : 3;
