@@ -74,6 +74,10 @@ struct DeviceTraits {
   // up projections, schedule/gemv_fusion.h). Sessions set it (runtime::apply_environment) unless
   // MN_TENSOR_SIBLING=0 (measured: docs/perf.md).
   bool tensor_sibling = false;
+  // A decoding MLP's down projection computed in the gate·up GEMV's kernel (GemvExtras::chain,
+  // schedule/gemv_fusion.h). Sessions set it (runtime::apply_environment) unless
+  // MN_GEMV_CHAIN=0.
+  bool gemv_chain = false;
   // Attention over prompts on the subgroup-scope matrices (codegen/lower_attention_coop.cpp):
   // MN_COOP_ATTENTION unset lets the lowering choose (codegen/lower_attention.cpp), =1 takes
   // the kernel wherever it fits, =0 keeps the f32 kernels.

@@ -11,6 +11,7 @@
 // whose partial sums a second launch adds.
 #include <algorithm>
 #include <bit>
+#include <optional>
 
 #include "codegen/glsl.h"
 #include "codegen/lower_matmul.h"
@@ -55,6 +56,83 @@ void bind_epilogue(KernelLaunch& k, const MatmulEpilogue* e) {
   }
 }
 
+// ---- a chained product (GemvExtras::chain) ----
+
+// Its bindings from `binding` on (D, the residual, y, the partials, the counter) and the
+// workgroup's outputs of h in shared memory.
+std::string chain_declarations(const GemvExtras::Chain& c, uint32_t binding, int64_t rows) {
+  std::string s = glsl::buffer(binding, c.matrix_dtype, "D", true) +
+                  glsl::quad_view(binding, c.matrix_dtype, "D");
+  if (c.residual_input >= 0) s += glsl::buffer(++binding, DType::f32, "R", true);
+  s += glsl::buffer(++binding, c.out_dtype, "Y", false);
+  // Coherent: the last workgroup reads the partials the others stored.
+  s += "layout(std430, set = 0, binding = " + std::to_string(++binding) +
+       ") coherent buffer ChainPartials { float part[]; };\n";
+  s += "layout(std430, set = 0, binding = " + std::to_string(++binding) +
+       ") buffer ChainCounter { uint done[]; };\n";
+  return s + "shared float h_sh[" + ulit(rows) + "];\nshared bool last_sh;\n";
+}
+
+// Quads of D's columns [c0, c0 + rows) a lane holds: rows of y lid, lid + threads, ...
+int64_t chain_rows_per_lane(const GemvExtras::Chain& c, uint32_t threads) {
+  return (c.outs + threads - 1) / threads;
+}
+
+// The opening of main() with a chain: workgroups past the grid leave, and the workgroup's
+// columns of D are loaded at once, before anything else waits (clamped to D; what lies past
+// its extents is selected away by chain_finish).
+std::string chain_loads(const GemvExtras::Chain& c, int64_t p, uint32_t threads, int64_t rows,
+                        int64_t groups) {
+  const int64_t per_lane = chain_rows_per_lane(c, threads), quads = rows / 4;
+  std::string s = "  if (group >= " + ulit(groups) + ") return;\n";
+  s += "  uint lid = gl_LocalInvocationIndex, c0 = group * " + ulit(rows) + ";\n";
+  s += "  vec4 dq[" + ulit(per_lane * quads) + "];\n";
+  for (int64_t t = 0; t < per_lane; ++t) {
+    s += "  {\n    uint y = min(lid + " + ulit(t * threads) + ", " + ulit(c.outs - 1) + ");\n";
+    for (int64_t q = 0; q < quads; ++q) {
+      s += "    dq[" + ulit(t * quads + q) + "] = D4_ld(y * " + ulit(p / 4) + " + min(c0 / 4u + " +
+           ulit(q) + ", " + ulit(p / 4 - 1) + "));\n";
+    }
+    s += "  }\n";
+  }
+  return s;
+}
+
+// After every output of h: each lane's rows of y over the workgroup's columns into its partial;
+// the last workgroup adds the partials in workgroup order (16 loads in flight a lane), then the
+// residual, stores y and sets the counter back to zero.
+std::string chain_finish(const GemvExtras::Chain& c, int64_t p, uint32_t threads, int64_t rows,
+                         int64_t groups) {
+  const int64_t per_lane = chain_rows_per_lane(c, threads), quads = rows / 4;
+  const std::string OUTS = ulit(c.outs);
+  std::string s = "  barrier();\n";
+  for (int64_t t = 0; t < per_lane; ++t) {
+    s += "  {\n    uint y = lid + " + ulit(t * threads) + ";\n    float v = 0.0;\n";
+    for (int64_t q = 0; q < quads; ++q) {
+      const std::string at = ulit(4 * q);
+      s += "    v += c0 + " + at + " < " + ulit(p) + " ? dot(dq[" + ulit(t * quads + q) +
+           "], vec4(h_sh[" + at + "], h_sh[" + ulit(4 * q + 1) + "], h_sh[" + ulit(4 * q + 2) +
+           "], h_sh[" + ulit(4 * q + 3) + "])) : 0.0;\n";
+    }
+    s += "    if (y < " + OUTS + ") part[group * " + OUTS + " + y] = v;\n  }\n";
+  }
+  s += "  memoryBarrierBuffer();\n  barrier();\n";
+  s += "  if (lid == 0u) last_sh = atomicAdd(done[0], 1u) == " + ulit(groups - 1) + ";\n";
+  s += "  barrier();\n  if (!last_sh) return;\n  memoryBarrierBuffer();\n";
+  s += "  for (uint y = lid; y < " + OUTS + "; y += " + ulit(threads) + ") {\n";
+  s += "    float sum = 0.0;\n";
+  for (int64_t w0 = 0; w0 < groups; w0 += 16) {
+    const int64_t n = std::min<int64_t>(16, groups - w0);
+    s += "    {\n      float v[" + ulit(n) + "];\n";
+    for (int64_t j = 0; j < n; ++j) {
+      s += "      v[" + ulit(j) + "] = part[" + ulit((w0 + j) * c.outs) + " + y];\n";
+    }
+    s += "      for (uint j = 0u; j < " + ulit(n) + "; ++j) sum += v[j];\n    }\n";
+  }
+  s += std::string("    Y_st(y, sum") + (c.residual_input >= 0 ? " + R_ld(y)" : "") + ");\n  }\n";
+  return s + "  if (lid == 0u) done[0] = 0u;\n";
+}
+
 // One subgroup per output. The subgroup size is read at run time (a device may run compute
 // shaders at another width than it reports), so any width is correct; the reported one sizes
 // the workgroup. With K a multiple of 4, lanes read four elements at a time. The K loop keeps
@@ -63,8 +141,13 @@ void bind_epilogue(KernelLaunch& k, const MatmulEpilogue* e) {
 // reads whole anyway, so the norm costs no pass and no barrier of its own.
 Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const GemvLayout& l,
                         int64_t batch, const MatmulEpilogue* e, const GemvExtras* x) {
+  const std::optional<GemvExtras::Chain> chain = x ? x->chain : std::nullopt;
   const uint32_t threads =
-      std::min<uint32_t>(256, std::bit_floor(ctx.device.max_workgroup_invocations));
+      chain ? gemv_chain_threads(ctx.device, l.p_count, chain->outs)
+            : std::min<uint32_t>(256, std::bit_floor(ctx.device.max_workgroup_invocations));
+  if (chain && (threads == 0 || batch != 1 || !l.left || (x && !x->stacked.empty()))) {
+    throw Error("matmul: this GEMV cannot chain a second product");
+  }
   const uint32_t width = std::clamp<uint32_t>(ctx.device.subgroup_size, 1, threads);
   const int64_t rows = threads / width;  // outputs per workgroup
   const int64_t outputs = l.p_count * batch;
@@ -107,6 +190,8 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
                            "M" + std::to_string(j));
     }
   }
+  const uint32_t chain_binding = stacked_binding + 2 * static_cast<uint32_t>(stacked.size());
+  if (chain) s += chain_declarations(*chain, chain_binding, rows);
   s += epilogue_function(e);
 
   // Loads of element (or quad) `i` of the vector, gamma and the matrices; `dot` combines two.
@@ -186,9 +271,13 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   s += "void main() {\n";
   s += "  uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
   s += "  uint S = gl_SubgroupSize, lane = gl_SubgroupInvocationID;\n";
+  if (chain) s += chain_loads(*chain, l.p_count, threads, rows, groups_all);
   s += "  for (uint r = gl_SubgroupID; r < " + ulit(rows) + "; r += gl_NumSubgroups) {\n";
   s += "    uint o = group * " + ulit(rows) + " + r;\n";
-  s += "    if (o >= " + ulit(total) + ") break;\n";  // uniform in the subgroup
+  // Uniform in the subgroup; a chain's missing outputs of h multiply nothing.
+  s += chain ? "    if (o >= " + ulit(total) + ") {\n      if (subgroupElect()) h_sh[r] = 0.0;\n" +
+                   "      continue;\n    }\n"
+             : "    if (o >= " + ulit(total) + ") break;\n";
   // The stacked products' outputs follow the product's (batch 1): each subgroup takes one row
   // of one matrix, uniformly.
   int64_t first = outputs;
@@ -201,13 +290,21 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   }
   s += "    uint bz = o / " + ulit(l.p_count) + ", p = o % " + ulit(l.p_count) + ";\n";
   s += batch_bases(g);
-  s += product(mat_name, epilogue_store(l));
-  s += "  }\n}\n";
+  // A chain keeps h's element for its product (shared memory) as well as storing it.
+  const std::string store = chain ? "{ float hv = mm_epilogue(acc, bz, 0u, p); C_st(bz * " +
+                                        ulit(l.p_count) + " + p, hv); h_sh[r] = hv; }"
+                                  : epilogue_store(l);
+  s += product(mat_name, store);
+  s += "  }\n";
+  if (chain) s += chain_finish(*chain, l.p_count, threads, rows, groups_all);
+  s += "}\n";
 
   KernelLaunch k;
-  k.name = std::string("matmul_gemv") + (norm ? "+prologue[rms_norm]" : "") +
-           (sibling ? "+sibling" : "") +
-           (stacked.empty() ? "" : "+stacked[" + std::to_string(stacked.size()) + "]");
+  k.name =
+      std::string("matmul_gemv") + (norm ? "+prologue[rms_norm]" : "") +
+      (sibling ? "+sibling" : "") +
+      (stacked.empty() ? "" : "+stacked[" + std::to_string(stacked.size()) + "]") +
+      (chain ? std::string("+then[matmul") + (chain->residual_input >= 0 ? ",add]" : "]") : "");
   k.glsl = std::move(s);
   k.workgroup = {threads, 1, 1};
   k.groups =
@@ -219,8 +316,20 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
     k.bindings.push_back({ArgRef::input(stacked[j].matrix_input), false});
     k.bindings.push_back({ArgRef::output(static_cast<int>(j + 1)), true});
   }
+  if (chain) {
+    k.bindings.push_back({ArgRef::input(chain->matrix_input), false});
+    if (chain->residual_input >= 0)
+      k.bindings.push_back({ArgRef::input(chain->residual_input), false});
+    k.bindings.push_back({ArgRef::output(1), true});
+    k.bindings.push_back({ArgRef::scratch(0), true});
+    k.bindings.push_back({ArgRef::counters(0), true});
+  }
   Lowering out;
   out.launches.push_back(std::move(k));
+  if (chain) {
+    out.scratch_bytes.push_back(static_cast<uint64_t>(groups_all * chain->outs) * sizeof(float));
+    out.counter_bytes.push_back(sizeof(uint32_t));
+  }
   return out;
 }
 
@@ -355,6 +464,22 @@ bool takes_subgroups(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
 }
 
 }  // namespace
+
+uint32_t gemv_chain_threads(const DeviceTraits& device, int64_t p, int64_t outs) {
+  if (!device.subgroup_add || !device.gemv_chain || p % 4 != 0 || outs < 1) return 0;
+  // The largest workgroup that fits: fewest partials for the last workgroup to add.
+  for (uint32_t threads =
+           std::min<uint32_t>(1024, std::bit_floor(device.max_workgroup_invocations));
+       threads >= 64; threads /= 2) {
+    const uint32_t width = std::clamp<uint32_t>(device.subgroup_size, 1, threads);
+    const int64_t rows = threads / width;
+    if (rows % 4 != 0) continue;
+    const int64_t partials = (p + rows - 1) / rows;
+    const int64_t quads = (outs + threads - 1) / threads * (rows / 4);
+    if (partials <= 64 && quads <= 16) return threads;
+  }
+  return 0;
+}
 
 bool gemv_takes_extras(const LowerContext& ctx) {
   const MatmulGeometry g = geometry(ctx);

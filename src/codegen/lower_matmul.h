@@ -2,6 +2,7 @@
 // What the matmul kernels (scalar tiled, GEMV, cooperative-matrix) share: the geometry of a
 // batched matmul node with broadcast batch dims and transposed operands.
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <meganeura/error.h>
@@ -57,6 +58,13 @@ std::string batch_bases(const MatmulGeometry& g);
 //    their own rows, each stored into its own output (a decoding layer's q, k and v
 //    projections: one launch). Their outputs follow the product's rows in the kernel's grid;
 //    neither an epilogue nor a sibling goes with them.
+//  - chain: a second product reading this one's stored value h (after the epilogue) as its
+//    vector, y = D·h (+ residual), stored as output 1 (a decoding MLP's down projection after
+//    gate·up, with the residual stream: one launch and one barrier fewer a layer). Each
+//    workgroup multiplies its own outputs of h by their columns of D, loaded as the kernel
+//    starts, into a partial of y in scratch; the last workgroup to finish (counted in a
+//    counter it sets back to zero) adds the partials in workgroup order, then the residual.
+//    Only with the workgroup size gemv_chain_threads gives.
 struct GemvExtras {
   bool norm = false;
   double eps = 1e-6;
@@ -73,7 +81,21 @@ struct GemvExtras {
     DType out_dtype = DType::f32;  // stored into ArgRef::output(j + 1)
   };
   std::vector<Stacked> stacked;
+  struct Chain {
+    int matrix_input = -1;  // the group input holding D [outs, P], contiguous along P
+    DType matrix_dtype = DType::f32;
+    int64_t outs = 0;
+    int residual_input = -1;  // the group input added to y ([outs], f32); -1: none
+    DType out_dtype = DType::f32;
+  };
+  std::optional<Chain> chain;
 };
+
+// The workgroup size of a GEMV kernel with `p` outputs chaining a product of `outs` outputs
+// (GemvExtras::chain) on this device, or 0 where the chain does not fit: the last workgroup
+// adds at most 64 partials, each lane holds at most 16 quads of D's columns, and a
+// workgroup's outputs of h are a multiple of 4.
+uint32_t gemv_chain_threads(const DeviceTraits& device, int64_t p, int64_t outs);
 
 // The kernel of this product takes GemvExtras: a GEMV of one batch with the vector as input 0
 // (x·Wᵀ), its matrix contiguous along K, on the subgroup kernel.

@@ -59,8 +59,8 @@ std::vector<TensorType> node_input_types(const Graph& g, const Node& n) {
 }
 
 bool without_extras(const KernelGroup& k) {
-  return k.gemv.norm < 0 && k.gemv.sibling < 0 && k.gemv.stacked.empty() && k.rope.node < 0 &&
-         k.append.k_write < 0;
+  return k.gemv.norm < 0 && k.gemv.sibling < 0 && k.gemv.stacked.empty() && k.gemv.then < 0 &&
+         k.rope.node < 0 && k.append.k_write < 0;
 }
 
 std::set<NodeId> kept_values(const Graph& g) {

@@ -105,6 +105,12 @@ struct KernelGroup {
     // the matmul stacked[j] is output j + 1, its matrix input stacked_input[j].
     std::vector<NodeId> stacked;
     std::vector<int> stacked_input;
+    // A second product of this one's stored value, computed in the same kernel
+    // (codegen::GemvExtras::chain): the matmul `then` and, when set, the add of a residual
+    // (`then_add`, the group's output 1; else `then` is), D as input `then_input`, the
+    // residual as input `then_residual`.
+    NodeId then = -1, then_add = -1;
+    int then_input = -1, then_residual = -1;
   };
   Gemv gemv;
   // Single cache_write and cached_attention groups only, see schedule/rope_fusion.h: the

@@ -77,7 +77,7 @@ std::string op_list(const Graph& g, const std::vector<NodeId>& nodes) {
 // What a GEMV group's kernel does beside its product (KernelGroup::gemv).
 std::optional<codegen::GemvExtras> gemv_extras(const Graph& g, const KernelGroup& group) {
   const KernelGroup::Gemv& v = group.gemv;
-  if (v.norm < 0 && v.sibling < 0 && v.stacked.empty()) return std::nullopt;
+  if (v.norm < 0 && v.sibling < 0 && v.stacked.empty() && v.then < 0) return std::nullopt;
   codegen::GemvExtras x;
   if (v.norm >= 0) {
     x.norm = true;
@@ -94,6 +94,15 @@ std::optional<codegen::GemvExtras> gemv_extras(const Graph& g, const KernelGroup
     const TensorType& matrix = g.node(group.inputs[v.stacked_input[j]]).type;
     x.stacked.push_back({v.stacked_input[j], matrix.dtype, g.node(v.stacked[j]).type.shape.back(),
                          g.node(v.stacked[j]).type.dtype});
+  }
+  if (v.then >= 0) {
+    codegen::GemvExtras::Chain c;
+    c.matrix_input = v.then_input;
+    c.matrix_dtype = g.node(group.inputs[v.then_input]).type.dtype;
+    c.outs = g.node(v.then).type.numel();
+    c.residual_input = v.then_residual;
+    c.out_dtype = g.node(v.then_add >= 0 ? v.then_add : v.then).type.dtype;
+    x.chain = c;
   }
   return x;
 }
@@ -143,8 +152,10 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
     e.extra.push_back(codegen::ArgRef::input(static_cast<int>(i)));
     exprs.push_back(name + "_ld($)");
   }
-  // Outputs past the first are stored by the epilogue itself, at the same element.
-  for (size_t j = 1; j < group.outputs.size(); ++j) {
+  // Outputs past the first are stored by the epilogue itself, at the same element, but for a
+  // chained product's value (the kernel stores it, codegen::GemvExtras::chain).
+  const size_t epilogue_outputs = group.gemv.then >= 0 ? 1 : group.outputs.size();
+  for (size_t j = 1; j < epilogue_outputs; ++j) {
     e.declarations +=
         codegen::glsl::buffer(static_cast<uint32_t>(3 + e.extra.size()),
                               g.node(group.outputs[j]).type.dtype, "eo" + std::to_string(j), false);
@@ -194,7 +205,8 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
   e.body += "  return " + primary + ";\n";
   // The conv's bias is bound after the epilogue's operands.
   const std::optional<codegen::GemvExtras> x = gemv_extras(g, group);
-  const size_t extra_bindings = x ? (x->gamma_input >= 0) + (x->sibling_input >= 0) : 0;
+  size_t extra_bindings = x ? (x->gamma_input >= 0) + (x->sibling_input >= 0) : 0;
+  if (x && x->chain) extra_bindings += 4 + (x->chain->residual_input >= 0);
   if (mm.inputs.size() + 1 + e.extra.size() + extra_bindings > device.max_storage_buffers) {
     throw Error("fusion: " + std::string(mm.op_name()) +
                 " epilogue binds more buffers than the device allows");

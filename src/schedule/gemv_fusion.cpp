@@ -173,6 +173,89 @@ void stack_products(const Graph& g, std::vector<KernelGroup>& groups,
   std::erase_if(groups, [&](const KernelGroup&) { return dropped[k++] != 0; });
 }
 
+// The add of `group`'s epilogue when that epilogue is exactly product + residual (either
+// order), the residual an f32 tensor of the product's shape; -1 otherwise.
+NodeId residual_add(const Graph& g, const KernelGroup& group, NodeId m) {
+  if (group.kind != KernelGroup::Kind::matmul_epilogue) return -1;
+  const std::vector<NodeId>& epi = group.segments.front().nodes;
+  if (epi.size() != 1 || group.outputs.size() != 1 || group.outputs.front() != epi.front()) {
+    return -1;
+  }
+  const Node& add = g.node(epi.front());
+  if (add.op_name() != "add" || add.inputs.size() != 2) return -1;
+  const NodeId other = add.inputs[0] == m ? add.inputs[1] : add.inputs[0];
+  if (other == m || (add.inputs[0] != m && add.inputs[1] != m)) return -1;
+  const TensorType& r = g.node(other).type;
+  return r.dtype == DType::f32 && r.shape == add.type.shape && add.type == g.node(m).type
+             ? epi.front()
+             : -1;
+}
+
+// A GEMV whose one stored value only a second GEMV reads, as its vector (maybe plus a
+// residual): the second joins the first's kernel (codegen::GemvExtras::chain), whose
+// workgroups each multiply their outputs by their columns of the second's matrix, the last one
+// adding the partials. The second's operands must exist when the first launches.
+void chain_products(const Graph& g, std::vector<KernelGroup>& groups,
+                    const codegen::DeviceTraits& device) {
+  const std::map<NodeId, int> producer = group_producers(groups);
+  const std::map<NodeId, int> readers = group_readers(groups);
+  const std::set<NodeId> sinks = kept_values(g);
+  std::map<NodeId, size_t> reader_of;  // a product's vector -> its single or epilogue group
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const NodeId m = product_of(g, groups[i]);
+    if (m >= 0) reader_of.emplace(groups[i].inputs[0], i);
+  }
+  std::vector<char> dropped(groups.size(), 0);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    KernelGroup& first = groups[i];
+    const NodeId m = product_of(g, first);
+    if (dropped[i] || m < 0 || first.outputs.size() != 1 || !first.gemv.stacked.empty() ||
+        first.gemv.then >= 0 || !takes_extras(g, first, m, device)) {
+      continue;
+    }
+    const NodeId h = first.outputs.front();
+    const TensorType& ht = g.node(h).type;
+    const auto it = reader_of.find(h);
+    if (ht.dtype != DType::f32 || sinks.count(h) || readers.at(h) != 1 || it == reader_of.end() ||
+        it->second <= i || dropped[it->second]) {
+      continue;
+    }
+    KernelGroup& second = groups[it->second];
+    const NodeId down = product_of(g, second);
+    const Node& dm = g.node(down);
+    if (second.gemv.norm >= 0 || second.gemv.sibling >= 0 || !second.gemv.stacked.empty() ||
+        dm.inputs[0] != h || dm.type.dtype != DType::f32 ||
+        !takes_extras(g, second, down, device)) {
+      continue;
+    }
+    const NodeId add = residual_add(g, second, down);
+    if (second.kind != KernelGroup::Kind::single && add < 0) continue;
+    const NodeId matrix = second.inputs[1];
+    const NodeId residual = add < 0                         ? -1
+                            : g.node(add).inputs[0] == down ? g.node(add).inputs[1]
+                                                            : g.node(add).inputs[0];
+    const bool ready = std::all_of(second.inputs.begin(), second.inputs.end(), [&](NodeId v) {
+      const auto made = producer.find(v);
+      return v == h || made == producer.end() || made->second < static_cast<int>(i);
+    });
+    if (!ready || codegen::gemv_chain_threads(device, ht.numel(), dm.type.numel()) == 0) continue;
+    KernelGroup::Gemv& v = first.gemv;
+    v.then = down;
+    v.then_add = add;
+    v.then_input = static_cast<int>(first.inputs.size());
+    first.inputs.push_back(matrix);
+    if (residual >= 0) {
+      v.then_residual = static_cast<int>(first.inputs.size());
+      first.inputs.push_back(residual);
+    }
+    first.nodes.insert(first.nodes.end(), second.nodes.begin(), second.nodes.end());
+    first.outputs.push_back(second.outputs.front());
+    dropped[it->second] = 1;
+  }
+  size_t k = 0;
+  std::erase_if(groups, [&](const KernelGroup&) { return dropped[k++] != 0; });
+}
+
 }  // namespace
 
 void fuse_gemv_neighbours(const Graph& g, std::vector<KernelGroup>& groups,
@@ -182,6 +265,7 @@ void fuse_gemv_neighbours(const Graph& g, std::vector<KernelGroup>& groups,
   take_siblings(g, groups, device);
   drop_unread_groups(g, groups, [&](NodeId v) { return g.node(v).op_name() == "matmul"; });
   stack_products(g, groups, device);
+  chain_products(g, groups, device);
 }
 
 }  // namespace mn::schedule

@@ -8,6 +8,11 @@
 //    kernel goes. The tensor-addressed matmul kernel takes a sibling too, of any A (a prompt's
 //    gate and up projections: one kernel and one barrier fewer per layer) unless
 //    MN_TENSOR_SIBLING=0 (codegen::DeviceTraits::tensor_sibling).
+//  - chain: a product whose stored value only another product reads, as its vector (a
+//    decoding MLP: down(silu(gate) · up) + the residual), computes that product too: each
+//    workgroup multiplies its outputs by their columns of the second matrix into a partial, and
+//    the last one adds them (one launch and one barrier fewer a layer), unless MN_GEMV_CHAIN=0
+//    (codegen::DeviceTraits::gemv_chain) or the sizes do not fit (codegen::gemv_chain_threads).
 // A node's kernel is dropped only when nothing reads it any more. See codegen::GemvExtras.
 #include <vector>
 

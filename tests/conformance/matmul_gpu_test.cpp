@@ -7,6 +7,7 @@
 #include <cmath>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -131,6 +132,35 @@ TEST(MatmulGpu, GemvLanesPastKAddNothing) {
     feeds["b"].data[static_cast<size_t>(k - 1)] = 1.0;
     for (int64_t r = 0; r < rows; ++r) {
       feeds["a"].data[static_cast<size_t>(r * k + k - 1)] = r % 2 ? -INFINITY : INFINITY;
+    }
+    expect_close(g, feeds, 2e-5);
+  }
+}
+
+// A decoding MLP, rms_norm → silu(x·Wgᵀ) · (x·Wuᵀ) → ·Wdᵀ + r with bf16 weights, at
+// SmolLM2-135M's widths and at a second product of more outputs than a workgroup has lanes:
+// on a GPU of 32-lane subgroups both run as one kernel (codegen::GemvExtras::chain, 48
+// partials; two rows of y a lane for the second), elsewhere as the two kernels; the values are
+// the reference's either way.
+TEST(MatmulGpu, ChainedGemvMatchesTheReference) {
+  auto rng = testing::rng_for("matmul-gpu/gemv-chain");
+  for (const auto& [hidden, inner, outs] :
+       {std::tuple<int64_t, int64_t, int64_t>{576, 1536, 576}, {96, 1536, 1100}}) {
+    SCOPED_TRACE(std::to_string(hidden) + " -> " + std::to_string(inner) + " -> " +
+                 std::to_string(outs));
+    Graph g;
+    Tensor h = g.input("h", {1, 1, hidden});
+    auto weight = [&](const char* name, Shape shape) {
+      return cast(g.input(name, std::move(shape), DType::bf16), DType::f32);
+    };
+    Tensor x = rms_norm(h, weight("norm", {hidden}), 1e-5);
+    Tensor a = silu(matmul(x, weight("gate", {inner, hidden}), false, true)) *
+               matmul(x, weight("up", {inner, hidden}), false, true);
+    g.output("y",
+             matmul(a, weight("down", {outs, inner}), false, true) + g.input("r", {1, 1, outs}));
+    reference::Feeds feeds;
+    for (NodeId id : g.inputs()) {
+      feeds[g.node(id).name] = testing::random_array(rng, g.node(id).type, -0.3, 0.3);
     }
     expect_close(g, feeds, 2e-5);
   }

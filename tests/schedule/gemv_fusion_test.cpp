@@ -15,6 +15,7 @@
 
 #include "codegen/coop_fixture.h"
 #include "codegen/current_toolchain.h"
+#include "codegen/lower_matmul.h"
 #include "plan/step_plan.h"
 #include "support/random_fill.h"
 #include "support/scoped_env.h"
@@ -80,6 +81,115 @@ TEST(GemvFusion, DecoderMlpIsTwoKernels) {
     ASSERT_EQ(names.size(), 2u) << what;
     EXPECT_EQ(names[0], "matmul_gemv+prologue[rms_norm]+sibling+epilogue[silu,mul]") << what;
     EXPECT_EQ(names[1], "matmul_gemv+epilogue[add]") << what;
+  }
+}
+
+// With the chain (sessions' default): the down projection and the residual join the gate·up
+// kernel, whose workgroups each multiply their outputs of h by their columns of down. At the
+// H200's width (32 rows of h a workgroup) and lavapipe's (8 lanes: 64 rows, the last
+// workgroup's half empty), for every weight dtype.
+TEST(GemvFusion, DecoderMlpChainsIntoOneKernel) {
+  for (const uint32_t width : {32u, 8u}) {
+    for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+      MlpGraph m(dtype);
+      plan::PlanOptions po;
+      po.device = subgroup_device();
+      po.device.subgroup_size = width;
+      po.device.max_workgroup_invocations = 1024;
+      po.device.gemv_chain = true;
+      const plan::StepPlan p = plan::make_step_plan(m.g, po);
+      const std::vector<std::string> names = launch_names(p);
+      const std::string what = std::string(dtype_name(dtype)) + " at width " +
+                               std::to_string(width) + ": " + ::testing::PrintToString(names);
+      ASSERT_EQ(names.size(), 1u) << what;
+      EXPECT_EQ(names[0],
+                "matmul_gemv+prologue[rms_norm]+sibling+then[matmul,add]+epilogue[silu,mul]")
+          << what;
+      EXPECT_EQ(p.launches[0].kernel.workgroup[0], width == 32 ? 1024u : 512u) << what;
+    }
+  }
+}
+
+// Where the sizes do not fit (more partials than the last workgroup adds, or a wide second
+// product) or something else reads h, the two kernels stay.
+TEST(GemvFusion, TheChainNeedsItsSizesAndItsOnlyReader) {
+  EXPECT_EQ(codegen::gemv_chain_threads(subgroup_device(), 160, 96), 0u);  // gemv_chain off
+  codegen::DeviceTraits d = subgroup_device();
+  d.gemv_chain = true;
+  d.subgroup_size = 32;
+  d.max_workgroup_invocations = 1024;
+  EXPECT_EQ(codegen::gemv_chain_threads(d, 1536, 576), 1024u);        // SmolLM2-135M: 48 partials
+  EXPECT_EQ(codegen::gemv_chain_threads(d, 8192, 2048), 0u);          // 1.7B: 256 partials
+  EXPECT_EQ(codegen::gemv_chain_threads(d, 1538, 576), 0u);           // h not in quads
+  EXPECT_EQ(codegen::gemv_chain_threads(d, 1536, 4 * 1024 + 1), 0u);  // 20 quads a lane
+
+  Graph g;
+  Tensor h = g.input("h", {1, 1, kHidden});
+  Tensor x = rms_norm(h, g.parameter("norm", {kHidden}, Init::zeros()), 1e-5);
+  Tensor gate = matmul(x, g.parameter("gate", {kInner, kHidden}, Init::zeros()), false, true);
+  Tensor up = matmul(x, g.parameter("up", {kInner, kHidden}, Init::zeros()), false, true);
+  Tensor a = silu(gate) * up;
+  g.output("y", matmul(a, g.parameter("down", {kHidden, kInner}, Init::zeros()), false, true) + h);
+  g.output("a", a);  // kept: stored as it is, read by the host
+  plan::PlanOptions po;
+  po.device = d;
+  const std::vector<std::string> names = launch_names(plan::make_step_plan(g, po));
+  EXPECT_EQ(count_prefix(names, "matmul_gemv"), 2u) << ::testing::PrintToString(names);
+  EXPECT_EQ(count_prefix(names, "matmul_gemv+prologue[rms_norm]+sibling+then"), 0u)
+      << ::testing::PrintToString(names);
+}
+
+// On the device (lavapipe in CI: 8 lanes, 512-invocation workgroups of 64 rows of h), the
+// chain against the reference and against the two kernels (MN_GEMV_CHAIN=0), with and without
+// a residual, over several steps (the counter the last workgroup sets back to zero): h of 160
+// (3 partials, the last workgroup's half empty) and of 1100 (18 partials: the last workgroup
+// adds them 16 at a time; 500 outputs, a lane each). mn_test_conformance's
+// MatmulGpu.ChainedGemvMatchesTheReference has the shapes that chain on a GPU's wider subgroups.
+TEST(GemvFusion, ChainedValuesMatchTheReference) {
+  for (const auto& [inner, outs] : {std::pair<int64_t, int64_t>{kInner, kHidden}, {1100, 500}}) {
+    for (const bool residual : {true, false}) {
+      Graph g;
+      Tensor h = g.input("h", {1, 1, kHidden});
+      auto weight = [&](const char* name, Shape shape) {
+        return cast(g.parameter(name, std::move(shape), Init::zeros(), DType::bf16), DType::f32);
+      };
+      Tensor x = rms_norm(h, weight("norm", {kHidden}), 1e-5);
+      Tensor a = silu(matmul(x, weight("gate", {inner, kHidden}), false, true)) *
+                 matmul(x, weight("up", {inner, kHidden}), false, true);
+      Tensor y = matmul(a, weight("down", {outs, inner}), false, true);
+      if (residual) y = y + g.input("r", {1, 1, outs});
+      g.output("y", y);
+      const std::string what = "h of " + std::to_string(inner) + ", " + std::to_string(outs) +
+                               " outputs" + (residual ? " with a residual" : "");
+      auto run = [&](int steps) {
+        SessionOptions so;
+        so.profile = true;
+        auto s = build_session(g, so);
+        std::vector<std::string> names;
+        std::vector<Array> ys;
+        for (int step = 0; step < steps; ++step) {
+          const reference::Feeds feeds =
+              random_feeds(g, "gemv_chain_" + what + std::to_string(step));
+          for (const auto& [name, value] : feeds) s->set(name, value);
+          s->step();
+          ys.push_back(s->get("y"));
+          EXPECT_LE(testing::scaled_error(ys.back(), reference::evaluate(g, feeds).at("y")), 2e-5)
+              << what << ", step " << step;
+          names.clear();
+          for (const KernelTime& k : s->profile()) names.push_back(k.name);
+        }
+        return std::make_pair(ys, names);
+      };
+      const auto [chained, names] = run(3);
+      EXPECT_EQ(count_prefix(names, "matmul_gemv+prologue[rms_norm]+sibling+then[matmul"), 1u)
+          << what << ": " << ::testing::PrintToString(names);
+      testing::ScopedEnv off("MN_GEMV_CHAIN", "0");
+      const auto [apart, apart_names] = run(3);
+      EXPECT_EQ(apart_names.size(), names.size() + 1) << what;
+      for (size_t i = 0; i < chained.size(); ++i) {
+        EXPECT_LE(testing::scaled_error(chained[i], apart[i]), 2e-5) << what << ", step " << i;
+      }
+    }
   }
 }
 
