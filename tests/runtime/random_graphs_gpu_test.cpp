@@ -1,0 +1,120 @@
+// Property: random graphs (support/random_graph.h: broadcasting elementwise chains, reductions,
+// matmuls with transposes, reshapes, permutes, slices and concats, masks, f16 round trips,
+// constants, a state assigned at the end) compiled by a session — optimized, lowered for the
+// GPU, fused into kernels, planned into one arena — compute on the device (lavapipe in CI) what
+// the float64 reference computes from the graph as written: every output, and the state after
+// the step.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include <meganeura/graph.h>
+#include <meganeura/reference.h>
+#include <meganeura/session.h>
+
+#include "support/elementwise_error.h"
+#include "support/random_fill.h"
+#include "support/random_graph.h"
+
+namespace mn {
+namespace {
+
+// Values of the graph's inputs, fixed by `seed`.
+reference::Feeds feeds_for(const Graph& g, const std::string& seed) {
+  std::mt19937_64 rng = testing::rng_for(seed);
+  reference::Feeds feeds;
+  for (NodeId id : g.inputs()) feeds[g.node(id).name] = testing::random_array(rng, g.node(id).type);
+  return feeds;
+}
+
+// f32 kernels against float64: sums in another order and GPU transcendentals, within 2e-5 of
+// each element's scale (testing::storage_tolerance). A graph rounding to f16 rounds an f32 value
+// rather than the exact one: an element next to a rounding boundary may move one f16 unit
+// (2^-11 of its magnitude), which the ops after it carry; such graphs get 2e-3.
+double tolerance_for(const Graph& g) {
+  for (const Node& n : g.nodes()) {
+    if (n.type.dtype == DType::f16) return 2e-3;
+  }
+  return testing::storage_tolerance(DType::f32);
+}
+
+// Each graph's outputs and state against the reference; counts what was compared.
+struct Counts {
+  size_t outputs = 0, states = 0, kernels = 0;
+};
+
+void expect_graphs_match(int graphs, uint64_t first_seed, int min_steps, int max_steps, bool wide,
+                         Counts& n) {
+  for (int i = 0; i < graphs; ++i) {
+    testing::RandomGraph rg(first_seed + static_cast<uint64_t>(i), min_steps, max_steps, wide);
+    rg.build();
+    const Graph& g = rg.graph();
+    const double tolerance = tolerance_for(g);
+    const reference::Feeds feeds =
+        feeds_for(g, "random-graphs-gpu/" + std::to_string(first_seed + i));
+    reference::Feeds after = reference::initial_parameters(g);
+    const std::map<std::string, Array> want = reference::run_step(g, feeds, after);
+    std::unique_ptr<Session> s;
+    try {
+      s = build_session(g);
+    } catch (const Error& e) {
+      ADD_FAILURE() << "graph " << i << " did not compile: " << e.what() << "\n" << g.str();
+      continue;
+    }
+    for (const auto& [name, value] : feeds) s->set(name, value);
+    s->step();
+    n.kernels += static_cast<size_t>(s->memory().dispatches);
+    for (const auto& [name, expected] : want) {
+      const Array got = s->get(name);
+      ASSERT_EQ(got.shape, expected.shape) << "graph " << i << ", output " << name;
+      EXPECT_TRUE(testing::elementwise_near(got, expected, tolerance))
+          << "graph " << i << ", output " << name << "\n"
+          << g.str();
+      ++n.outputs;
+    }
+    for (NodeId id : g.states()) {
+      const std::string& name = g.node(id).name;
+      EXPECT_TRUE(testing::elementwise_near(s->get(name), after.at(name), tolerance))
+          << "graph " << i << ", state " << name << " after the step\n"
+          << g.str();
+      ++n.states;
+    }
+  }
+}
+
+TEST(RandomGraphsGpu, SessionsComputeWhatTheReferenceComputes) {
+  constexpr int kGraphs = 400;
+  Counts n;
+  expect_graphs_match(kGraphs, 20000, 4, 14, false, n);
+  EXPECT_GT(n.outputs, static_cast<size_t>(kGraphs));
+  EXPECT_GT(n.states, static_cast<size_t>(kGraphs / 4));
+  std::printf("%d graphs: %zu outputs and %zu states compared, %zu kernels launched\n", kGraphs,
+              n.outputs, n.states, n.kernels);
+}
+
+// Longer chains: more for fusion to merge (pointwise DAGs with several outputs, epilogues of
+// products and reductions, permutes folded into stores), more for the planner to place.
+TEST(RandomGraphsGpu, LongerGraphs) {
+  constexpr int kGraphs = 60;
+  Counts n;
+  expect_graphs_match(kGraphs, 30000, 40, 90, false, n);
+  EXPECT_GT(n.kernels, static_cast<size_t>(kGraphs) * 5);
+  std::printf("%d longer graphs: %zu outputs and %zu states compared, %zu kernels launched\n",
+              kGraphs, n.outputs, n.states, n.kernels);
+}
+
+// Extents of 31 to 130 beside small ones: products on tiles with edges, reductions and pointwise
+// kernels over several workgroups, broadcasts of large operands.
+TEST(RandomGraphsGpu, WideGraphs) {
+  constexpr int kGraphs = 120;
+  Counts n;
+  expect_graphs_match(kGraphs, 40000, 4, 24, true, n);
+  EXPECT_GT(n.outputs, static_cast<size_t>(kGraphs));
+  std::printf("%d wide graphs: %zu outputs and %zu states compared, %zu kernels launched\n",
+              kGraphs, n.outputs, n.states, n.kernels);
+}
+
+}  // namespace
+}  // namespace mn
