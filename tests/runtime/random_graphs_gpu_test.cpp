@@ -11,6 +11,8 @@
 #include <string>
 
 #include <meganeura/graph.h>
+#include <meganeura/ops.h>
+#include <meganeura/optimizer.h>
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
@@ -114,6 +116,62 @@ TEST(RandomGraphsGpu, WideGraphs) {
   EXPECT_GT(n.outputs, static_cast<size_t>(kGraphs));
   std::printf("%d wide graphs: %zu outputs and %zu states compared, %zu kernels launched\n",
               kGraphs, n.outputs, n.states, n.kernels);
+}
+
+// Training: the loss is the sum of every output's elements, and one SGD step with momentum
+// updates every parameter (add_training_step: the backward pass of each op the generator makes,
+// fused and planned like the forward). Each parameter's gradient and value after the step, and
+// the momentum, against the reference's step of the same graph.
+TEST(RandomGraphsGpu, TrainingStepsOfRandomGraphs) {
+  constexpr int kGraphs = 300;  // about a third have a parameter (a matmul) to train
+  size_t trained = 0, compared = 0;
+  for (int i = 0; i < kGraphs; ++i) {
+    testing::RandomGraph rg(50000 + static_cast<uint64_t>(i), 4, 20, i % 3 == 0);
+    rg.build();
+    Graph& g = rg.graph();
+    if (g.parameters().empty()) continue;
+    Tensor loss;
+    for (const auto& [name, id] : g.outputs()) {
+      if (!is_float(g.node(id).type.dtype)) continue;
+      Tensor term = sum(g.tensor(id));
+      loss = loss.valid() ? loss + term : term;
+    }
+    const Optimizer opt = Optimizer::sgd({.lr = 0.1, .momentum = 0.9});
+    add_training_step(loss, opt, {}, /*output_gradients=*/true);
+    const double tolerance = tolerance_for(g);
+    reference::Feeds feeds = feeds_for(g, "random-graphs-gpu/train/" + std::to_string(i));
+    for (const auto& [name, value] : step_scalars(opt, 0.1, 1)) {
+      feeds[name] = Array::full({}, value);
+    }
+    reference::Feeds after = reference::initial_parameters(g);
+    const std::map<std::string, Array> want = reference::run_step(g, feeds, after);
+    std::unique_ptr<Session> s;
+    try {
+      s = build_session(g);
+    } catch (const Error& e) {
+      ADD_FAILURE() << "training graph " << i << " did not compile: " << e.what() << "\n"
+                    << g.str();
+      continue;
+    }
+    for (const auto& [name, value] : feeds) s->set(name, value);
+    s->step();
+    ++trained;
+    for (const auto& [name, expected] : want) {
+      EXPECT_TRUE(testing::elementwise_near(s->get(name), expected, tolerance))
+          << "training graph " << i << ", output " << name << "\n"
+          << g.str();
+      ++compared;
+    }
+    for (const auto& [name, expected] : after) {
+      EXPECT_TRUE(testing::elementwise_near(s->get(name), expected, tolerance))
+          << "training graph " << i << ", " << name << " after the step\n"
+          << g.str();
+      ++compared;
+    }
+  }
+  EXPECT_GT(trained, static_cast<size_t>(kGraphs / 5));
+  std::printf("%zu training graphs: %zu gradients, outputs and persistent values compared\n",
+              trained, compared);
 }
 
 }  // namespace

@@ -64,6 +64,7 @@ class RandomGraph {
     }
   }
   const Graph& graph() const { return g_; }
+  Graph& graph() { return g_; }  // to extend it (a loss and a training step)
 
  private:
   int uniform(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
