@@ -57,7 +57,7 @@ TEST(OptimizeProperty, LongerRandomGraphs) {
   constexpr int kGraphs = 40;
   size_t nodes = 0, rewrites = 0;
   for (int i = 0; i < kGraphs; ++i) {
-    RandomGraph rg(5000 + static_cast<uint64_t>(i), 40, 90);
+    RandomGraph rg(5000 + static_cast<uint64_t>(i), {.min_steps = 40, .max_steps = 90});
     rg.build();
     const Graph& g = rg.graph();
     OptimizeResult r = optimize(g);

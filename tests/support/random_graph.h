@@ -13,9 +13,11 @@
 
 #include <meganeura/error.h>
 #include <meganeura/graph.h>
+#include <meganeura/ops.h>
 
 #include "ir/ops/elementwise.h"
 #include "ir/ops/matmul.h"
+#include "ir/ops/nn.h"
 #include "ir/ops/reduce.h"
 #include "ir/ops/shape.h"
 
@@ -23,10 +25,22 @@ namespace mn::testing {
 
 class RandomGraph {
  public:
-  // `wide`: extents drawn from 1-4 and from 31 to 130 (tensors of up to 2^17 elements), so
-  // that kernels run over several workgroups and tiles; otherwise 1-4.
-  explicit RandomGraph(uint64_t seed, int min_steps = 4, int max_steps = 14, bool wide = false)
-      : rng_(seed), min_steps_(min_steps), max_steps_(max_steps), wide_(wide) {}
+  struct Options {
+    int min_steps = 4, max_steps = 14;
+    // Extents drawn from 1-4 and from 31 to 130 (tensors of up to 2^17 elements), so that
+    // kernels run over several workgroups and tiles; otherwise 1-4.
+    bool wide = false;
+    // Also the layers' ops: softmax and log_softmax, rms_norm and layer_norm with parameters,
+    // silu, gelu, and sqrt and log of positive values.
+    bool nn_ops = false;
+  };
+  explicit RandomGraph(uint64_t seed) : RandomGraph(seed, Options{}) {}
+  RandomGraph(uint64_t seed, const Options& o)
+      : rng_(seed),
+        min_steps_(o.min_steps),
+        max_steps_(o.max_steps),
+        wide_(o.wide),
+        nn_ops_(o.nn_ops) {}
 
   // Builds the graph; returns the number of compute nodes.
   void build() {
@@ -111,7 +125,7 @@ class RandomGraph {
     Tensor x = pool_[k];
     const bool c = constant_only_[k];
     const int r = x.rank();
-    switch (uniform(0, 14)) {
+    switch (uniform(0, nn_ops_ ? 18 : 14)) {
       case 0: {  // bounded unary (transcendental only on input-dependent values: folding rounds)
         static const char* exact[] = {"neg", "abs", "relu"};
         static const char* smooth[] = {"tanh", "sigmoid"};
@@ -261,6 +275,45 @@ class RandomGraph {
             false);
         return true;
       }
+      case 15: {  // softmax over the last axis
+        if (r == 0 || c) return false;
+        add(coin() ? softmax(x) : log_softmax(x), false);
+        return true;
+      }
+      case 16: {  // rms_norm over the last axis, its gamma a parameter
+        if (r == 0 || c) return false;
+        const int64_t d = x.shape().back();
+        Tensor gamma = g_.parameter("g" + std::to_string(pool_.size()), {d},
+                                    Init::uniform(0.5, 1.5, pool_.size()));
+        add(rms_norm(x, gamma, 1e-5), false);
+        return true;
+      }
+      case 17: {  // layer_norm over the last axis, gamma and beta parameters
+        if (r == 0 || c) return false;
+        const int64_t d = x.shape().back();
+        const std::string id = std::to_string(pool_.size());
+        Tensor gamma = g_.parameter("g" + id, {d}, Init::uniform(0.5, 1.5, pool_.size()));
+        Tensor beta = g_.parameter("b" + id, {d}, Init::uniform(-0.5, 0.5, pool_.size() + 1));
+        add(layer_norm(x, gamma, beta), false);
+        return true;
+      }
+      case 18: {  // activations and functions of positive values
+        if (c) return false;
+        switch (uniform(0, 3)) {
+          case 0:
+            add(silu(x), false);
+            break;
+          case 1:
+            add(gelu(x, coin() ? GeluApprox::tanh : GeluApprox::none), false);
+            break;
+          case 2:
+            add(sqrt(abs(x) + 1.0), false);
+            break;
+          default:
+            add(log(abs(x) + 1.0), false);
+        }
+        return true;
+      }
       default: {  // a constant-only chain: folding territory
         Tensor k = g_.constant(Array::full(shape(0, 2), dyadic()));
         Tensor k2 = apply("add", {}, {apply("mul", {}, {k, g_.scalar(dyadic())}), g_.scalar(1.0)});
@@ -272,7 +325,7 @@ class RandomGraph {
 
   std::mt19937_64 rng_;
   int min_steps_, max_steps_;
-  bool wide_ = false;
+  bool wide_ = false, nn_ops_ = false;
   Graph g_;
   std::vector<Tensor> pool_;
   std::vector<bool> constant_only_;
