@@ -3,6 +3,7 @@
 // PyTorch counterpart: bench/generate.py.
 //
 // Usage: bench_generate MODEL_DIR [--dtype f32|f16|bf16] [--precision f32|bf16|f16]
+//                       [--kv-dtype f32|f16|bf16]
 //                       [--prompt-tokens 256]
 //                       [--new-tokens 64] [--prefill-tokens 512] [--device D] [--profile]
 //                       [--step-time] [--host-split]
@@ -51,11 +52,12 @@ std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint32_t seed) {
 }
 
 // Medians of the parts of a decode step, on a decode-only session of `model`.
-nlohmann::json host_split(const mn::HfModel& model, mn::DType dtype, mn::DType precision,
-                          const std::string& device, int64_t context) {
+nlohmann::json host_split(const mn::HfModel& model, mn::DType dtype, mn::DType cache_dtype,
+                          mn::DType precision, const std::string& device, int64_t context) {
   mn::LmStepOptions so;
   so.max_context = context;
   so.dtype = dtype;
+  so.cache_dtype = cache_dtype;
   mn::CausalLm lm = mn::build_lm_step(model.config, so);
   mn::SessionOptions opt;
   opt.device = device;
@@ -100,9 +102,9 @@ nlohmann::json host_split(const mn::HfModel& model, mn::DType dtype, mn::DType p
 
 // The prefill block and the one-token decode step as LmRunner builds them, planned for
 // `device` with products in `precision`.
-nlohmann::json plan(const mn::LmConfig& config, mn::DType dtype, mn::DType precision,
-                    const mn::plan::PlanOptions& device, int64_t prefill_tokens, int64_t context,
-                    bool order) {
+nlohmann::json plan(const mn::LmConfig& config, mn::DType dtype, mn::DType cache_dtype,
+                    mn::DType precision, const mn::plan::PlanOptions& device,
+                    int64_t prefill_tokens, int64_t context, bool order) {
   nlohmann::json j;
   for (const auto& [name, block] :
        {std::pair{"prefill", prefill_tokens}, std::pair{"decode", int64_t{1}}}) {
@@ -110,6 +112,7 @@ nlohmann::json plan(const mn::LmConfig& config, mn::DType dtype, mn::DType preci
     so.block = block;
     so.max_context = context;
     so.dtype = dtype;
+    so.cache_dtype = cache_dtype;
     const mn::CausalLm lm = mn::build_lm_step(config, so);
     mn::plan::PlanOptions po = device;
     po.precision = precision;
@@ -127,13 +130,16 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "usage: bench_generate MODEL_DIR [options]\n");
     return 2;
   }
-  std::string dir = argv[1], dtype = "f32", precision = "f32", device, plan_device = "default";
+  std::string dir = argv[1], dtype = "f32", kv_dtype = "f32", precision = "f32", device,
+              plan_device = "default";
   int64_t prompt_tokens = 256, new_tokens = 64, prefill_tokens = 512;
   bool profile = false, step_time = false, split = false, plan_only = false, plan_order = false;
   for (int i = 2; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
     if (!std::strcmp(argv[i], "--dtype"))
       dtype = next();
+    else if (!std::strcmp(argv[i], "--kv-dtype"))
+      kv_dtype = next();
     else if (!std::strcmp(argv[i], "--precision"))
       precision = next();
     else if (!std::strcmp(argv[i], "--prompt-tokens"))
@@ -170,8 +176,9 @@ int main(int argc, char** argv) try {
       return 2;
     }
     const mn::LmConfig config = mn::load_lm_config(std::filesystem::path(dir) / "config.json");
-    nlohmann::json j = plan(config, mn::dtype_from_name(dtype), mn::dtype_from_name(precision), *d,
-                            prefill_tokens, context, plan_order);
+    nlohmann::json j =
+        plan(config, mn::dtype_from_name(dtype), mn::dtype_from_name(kv_dtype),
+             mn::dtype_from_name(precision), *d, prefill_tokens, context, plan_order);
     j["name"] = "generate_" + std::filesystem::path(dir).filename().string();
     j["plan_device"] = plan_device;
     std::cout << j.dump() << std::endl;
@@ -180,6 +187,7 @@ int main(int argc, char** argv) try {
   const mn::HfModel model = mn::load_hf_model(dir);
   mn::LmRunnerOptions o;
   o.dtype = mn::dtype_from_name(dtype);
+  o.cache_dtype = mn::dtype_from_name(kv_dtype);
   o.precision = mn::dtype_from_name(precision);
   o.device = device;
   o.profile = profile;
@@ -212,6 +220,7 @@ int main(int argc, char** argv) try {
                       {"impl", "meganeura"},
                       {"precision", dtype},
                       {"products", precision},
+                      {"kv_cache", kv_dtype},
                       {"prompt_tokens", prompt_tokens},
                       {"generated_tokens", st.generated_tokens},
                       {"prefill_tokens", prefill_tokens},
@@ -259,8 +268,8 @@ int main(int argc, char** argv) try {
   }
   if (split) {
     runner.reset();
-    j["decode_host_split"] =
-        host_split(model, o.dtype, o.precision, device, prompt_tokens + new_tokens + 72);
+    j["decode_host_split"] = host_split(model, o.dtype, o.cache_dtype, o.precision, device,
+                                        prompt_tokens + new_tokens + 72);
   }
   std::cout << j.dump() << std::endl;
   return 0;

@@ -92,6 +92,9 @@ struct LmStepOptions {
   int64_t block = 1;         // tokens per sequence in one step
   int64_t max_context = 0;   // cache rows per sequence
   DType dtype = DType::f32;  // storage of the parameters
+  // Storage of the KV caches (f32, f16 or bf16): a 16-bit cache holds half the bytes; the
+  // block's keys and values are rounded to it as they are written.
+  DType cache_dtype = DType::f32;
   std::string prefix = "model.";  // as CausalLmOptions::prefix
   EmbeddingSplice splice;          // as CausalLmOptions::splice
 };
@@ -99,10 +102,11 @@ struct LmStepOptions {
 // Inputs: "input_ids" and "positions" (i32 [batch, block]: each token's cache row, which is
 // also its rotary position; a query sees the rows up to its own), "last" (i32 [batch]: the
 // index in the block whose next token is wanted). States "model.layers.N.self_attn.k_cache" and
-// ".v_cache" ([batch, kv_heads, max_context, head_dim]) persist between steps and are written in
-// place. Sampling inputs (scalars): "temperature" (f32, 0 greedy), "top_k" (i32, 0 off), "top_p"
-// (f32, 1 off), "seed" and "step" (u32: the random draw depends only on them and the row).
-// Outputs "logits" (f32 [batch, vocab], at `last`) and "next" (i32 [batch], the sampled token).
+// ".v_cache" ([batch, kv_heads, max_context, head_dim], of cache_dtype) persist between steps and
+// are written in place. Sampling inputs (scalars): "temperature" (f32, 0 greedy), "top_k" (i32, 0
+// off), "top_p" (f32, 1 off), "seed" and "step" (u32: the random draw depends only on them and the
+// row). Outputs "logits" (f32 [batch, vocab], at `last`) and "next" (i32 [batch], the sampled
+// token).
 CausalLm build_lm_step(const LmConfig& config, const LmStepOptions& options);
 
 }  // namespace mn

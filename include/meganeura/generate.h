@@ -93,7 +93,8 @@ struct LmRunnerOptions {
   int64_t batch = 1;
   int64_t max_context = 0;    // cache rows per sequence; 0: min(max_position_embeddings, 2048)
   int64_t prefill_block = 0;  // tokens per prefill call; 0: min(128, max_context)
-  DType dtype = DType::f32;   // storage of the weights (f32, f16, bf16); the cache is f32
+  DType dtype = DType::f32;   // storage of the weights (f32, f16, bf16)
+  DType cache_dtype = DType::f32;  // storage of the KV cache (f32, f16, bf16; LmStepOptions)
   DType precision = DType::f32;  // products: as SessionOptions::precision (prefill blocks)
   std::string device;         // as SessionOptions::device
   bool profile = false;       // GPU timestamps around every kernel (LmRunner::profile)

@@ -85,8 +85,9 @@ bool takes_rope_load(const LowerContext& ctx) {
   const std::string_view op = ctx.node.op_name();
   if (op == "cache_write") {
     const TensorType &cache = ctx.inputs[0], &x = ctx.inputs[1];
-    return ctx.rope->operand == 1 && x.dtype == cache.dtype && is_float(x.dtype) &&
-           x.rank() >= 1 && x.shape.back() % 2 == 0;
+    // The rotation in f32, stored rounded to the cache's dtype (which may be narrower).
+    return ctx.rope->operand == 1 && is_float(cache.dtype) && is_float(x.dtype) && x.rank() >= 1 &&
+           x.shape.back() % 2 == 0;
   }
   return op == "cached_attention" && attention_lowering::row_kernel_reads_rope(ctx);
 }

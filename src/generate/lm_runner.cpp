@@ -37,6 +37,7 @@ class SessionLmRunner : public LmRunner {
       s.block = block;
       s.max_context = context_;
       s.dtype = o.dtype;
+      s.cache_dtype = o.cache_dtype;
       graphs.push_back(build_lm_step(model.config, s));
       programs.push_back({name, graphs.back().graph.get(), std::vector<std::string>{"next"}});
     }

@@ -25,6 +25,10 @@ RunnerShape runner_shape(const char* who, const LmRunnerOptions& o, const LmConf
     throw Error(std::string(who) + ": the weights' dtype must be f32, f16 or bf16 (got " +
                 dtype_name(o.dtype) + ")");
   }
+  if (!is_float(o.cache_dtype)) {
+    throw Error(std::string(who) + ": the KV cache's dtype must be f32, f16 or bf16 (got " +
+                dtype_name(o.cache_dtype) + ")");
+  }
   RunnerShape r;
   r.batch = o.batch;
   r.context = o.max_context > 0 ? o.max_context

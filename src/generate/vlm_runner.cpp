@@ -33,6 +33,7 @@ class SessionVlmRunner : public VlmRunner {
     batch_ = shape.batch;
     context_ = shape.context;
     block_ = shape.block;
+    cache_dtype_ = o.lm.cache_dtype;
     if (o.frames_per_call < 1) {
       throw Error("VlmRunner: frames_per_call must be at least 1 (got " +
                   std::to_string(o.frames_per_call) + ")");
@@ -190,6 +191,7 @@ class SessionVlmRunner : public VlmRunner {
     s.block = block;
     s.max_context = context_;
     s.dtype = dtype;
+    s.cache_dtype = cache_dtype_;
     s.prefix = "model.text_model.";
     if (with_images) {
       const int64_t hidden = config_.text.hidden_size, capacity = capacity_;
@@ -205,6 +207,7 @@ class SessionVlmRunner : public VlmRunner {
 
   SmolVlmConfig config_;
   int64_t batch_ = 1, context_ = 0, block_ = 0;
+  DType cache_dtype_ = DType::f32;
   int64_t seq_ = 0, frames_per_call_ = 1, per_sequence_ = 0, scratch_ = 0, capacity_ = 0;
   std::vector<int64_t> encoded_, used_;  // image tokens set and consumed, per sequence
   std::unique_ptr<Session> session_;

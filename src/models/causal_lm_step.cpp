@@ -20,6 +20,10 @@ void check_step_options(const LmConfig& c, const LmStepOptions& o) {
   positive(o.batch, "batch");
   positive(o.block, "block");
   positive(o.max_context, "max_context");
+  if (!is_float(o.cache_dtype)) {
+    throw Error(std::string("build_lm_step: cache_dtype must be f32, f16 or bf16, got ") +
+                dtype_name(o.cache_dtype));
+  }
   if (o.block > o.max_context) {
     throw Error("build_lm_step: a block of " + std::to_string(o.block) +
                 " tokens does not fit a context of " + std::to_string(o.max_context));
@@ -33,14 +37,18 @@ class LayerCache {
   LayerCache(Graph& g, const LmConfig& c, const LmStepOptions& o, Tensor positions)
       : g_(g), c_(c), o_(o), positions_(positions), query_positions_(unsqueeze(positions, 1)) {}
 
-  // Writes `x` ([B, Hkv, L, D]) into the cache state `name`; returns the updated cache.
+  // Writes `x` ([B, Hkv, L, D]) into the cache state `name` (rounded to the cache's dtype);
+  // returns the updated cache.
   Tensor append(const std::string& name, Tensor x) {
-    Tensor state = g_.state(name, {o_.batch, c_.num_key_value_heads, o_.max_context, c_.head_dim});
+    Tensor state = g_.state(name, {o_.batch, c_.num_key_value_heads, o_.max_context, c_.head_dim},
+                            Init::zeros(), o_.cache_dtype);
     Tensor updated = cache_write(state, x, positions_);
     g_.assign(state, updated);
     return updated;
   }
 
+  // The caches may be 16-bit: the writes round the keys and values, the attention reads them
+  // beside an f32 query.
   Tensor attend(Tensor q, Tensor k, Tensor v, const std::string& prefix) {
     Tensor keys = append(prefix + "k_cache", k);
     Tensor values = append(prefix + "v_cache", v);

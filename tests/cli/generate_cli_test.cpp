@@ -39,6 +39,21 @@ TEST(GenerateCli, PrintsTransformersGreedyContinuationAndJson) {
     EXPECT_TRUE(j.contains(key)) << key;
 }
 
+// A 16-bit KV cache (--kv-dtype bf16): the session's arena is smaller by half the f32 caches,
+// and the model still generates what it is asked for.
+TEST(GenerateCli, SixteenBitKvCache) {
+  const std::string run = "generate " + kModels + "llama_tied --prompt 'The Zen of Python, by' " +
+                          "--max-tokens 8 --max-context 1024 --json";
+  auto f32 = test::run_mn(run);
+  auto bf16 = test::run_mn(run + " --kv-dtype bf16");
+  ASSERT_EQ(f32.exit_code, 0) << f32.err;
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+  const auto a = nlohmann::json::parse(test::last_line(f32.out));
+  const auto b = nlohmann::json::parse(test::last_line(bf16.out));
+  EXPECT_EQ(b.at("generated_tokens").get<int64_t>(), 8);
+  EXPECT_LT(b.at("arena_mib").get<double>(), a.at("arena_mib").get<double>());
+}
+
 TEST(GenerateCli, ChatTemplateAndBatchOfPrompts) {
   auto r = test::run_mn("generate " + kModels + "qwen3_tiny --chat --system 'Be brief.' "
                         "--prompt 'Hello' --prompt 'What is flat?' --max-tokens 5 --json");
@@ -137,21 +152,24 @@ INSTANTIATE_TEST_SUITE_P(
                  "--temperature"},
         BadInput{"generate " + kModels + "llama_tied --prompt hi --top-p 0", "--top-p"},
         BadInput{"generate " + kModels + "llama_tied --prompt hi --top-k -2", "--top-k"},
-        BadInput{"generate " + kModels + "llama_tied --prompt hi --max-tokens -3",
-                 "--max-tokens"},
+        BadInput{"generate " + kModels + "llama_tied --prompt hi --max-tokens -3", "--max-tokens"},
         BadInput{"generate " + kModels + "llama_tied --prompt hi --dtype i32", "--dtype"},
+        BadInput{"generate " + kModels + "llama_tied --prompt hi --dtype fp8", "--dtype"},
+        BadInput{"generate " + kModels + "llama_tied --prompt hi --kv-dtype int8", "--kv-dtype"},
+        BadInput{"generate " + kModels + "llama_tied --prompt hi --precision f64", "--precision"},
         BadInput{"generate " + kModels + "llama_tied --prompt hi --stop ''", "--stop"},
         BadInput{"generate " + kModels + "llama_tied --prompt ''", "empty"},
-        BadInput{"generate " + kModels + "llama_tied --prompt hi --max-context 8 "
-                 "--max-tokens 16",
+        BadInput{"generate " + kModels +
+                     "llama_tied --prompt hi --max-context 8 "
+                     "--max-tokens 16",
                  "exceeds the context of 8"},
         BadInput{"generate " + kModels + "llama_tied --prompt hi --image " + kSmolVlm + "wide.png",
                  "--image needs a vision-language model"},
         BadInput{"generate " + kModels + "llama_tied --prompt hi --frames-per-call 2",
                  "--frames-per-call needs a vision-language model"},
-        BadInput{"generate " + kSmolVlm + "model --prompt a --prompt b --image " + kSmolVlm +
-                     "wide.png",
-                 "1 --image for 2 --prompt"},
+        BadInput{
+            "generate " + kSmolVlm + "model --prompt a --prompt b --image " + kSmolVlm + "wide.png",
+            "1 --image for 2 --prompt"},
         BadInput{"generate " + kSmolVlm + "model --prompt a --image /nonexistent.png",
                  "/nonexistent.png"},
         BadInput{"generate " + kSmolVlm + "model --prompt a --frames-per-call 0",

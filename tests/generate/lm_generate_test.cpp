@@ -10,6 +10,7 @@
 #include <meganeura/data.h>
 #include <meganeura/generate.h>
 #include <meganeura/hf.h>
+#include <meganeura/reference.h>
 #include <meganeura/session.h>
 #include <meganeura/tokenizer.h>
 
@@ -133,6 +134,82 @@ TEST(LmStep, CachedLogitsEqualFullRecomputation) {
   }
 }
 
+// 16-bit KV caches (LmStepOptions::cache_dtype): the states hold half the bytes, and the cached
+// step's logits equal the float64 reference's of the same step graph (which rounds the keys and
+// values to the cache's dtype as they are written) over a prompt and several decode steps, and
+// stay within that rounding of the f32 cache's.
+TEST(LmStep, SixteenBitCachesMatchTheReference) {
+  const HfModel model = load_hf_model(kLm / "models" / "qwen3_tiny");
+  const std::vector<int32_t> prompt = {5, 17, 300, 42}, decoded = {9, 600, 77, 3};
+  auto logits_of = [&](DType cache, bool on_device) {
+    LmStepOptions o;
+    o.max_context = 16;
+    o.block = 4;
+    o.cache_dtype = cache;
+    CausalLm prefill = build_lm_step(model.config, o);
+    o.block = 1;
+    CausalLm decode = build_lm_step(model.config, o);
+    std::vector<SessionProgram> programs{{"prefill", prefill.graph.get(), std::nullopt},
+                                         {"decode", decode.graph.get(), std::nullopt}};
+    auto s = build_session(programs);
+    load_weights(*s, model);
+    const std::string k_cache = "model.layers.0.self_attn.k_cache";
+    EXPECT_EQ(s->type_of(k_cache).dtype, cache);
+    // The reference runs the same graphs over the session's weights and zeroed caches.
+    reference::Feeds persistent;
+    for (const std::string& name : s->parameter_names()) persistent[name] = s->get(name);
+    for (const std::string& name : s->state_names()) persistent[name] = s->get(name);
+    std::vector<Array> out;
+    auto run = [&](std::string_view program, const Graph& g, std::vector<int32_t> ids,
+                   int32_t first) {
+      std::vector<int32_t> positions;
+      for (size_t i = 0; i < ids.size(); ++i) positions.push_back(first + static_cast<int32_t>(i));
+      reference::Feeds feeds{
+          {"input_ids", Array({1, static_cast<int64_t>(ids.size())}, DType::i32,
+                              std::vector<double>(ids.begin(), ids.end()))},
+          {"positions", Array({1, static_cast<int64_t>(ids.size())}, DType::i32,
+                              std::vector<double>(positions.begin(), positions.end()))},
+          {"last", Array({1}, DType::i32, {static_cast<double>(ids.size() - 1)})},
+          {"temperature", Array::full({}, 0.0)},
+          {"top_k", Array::full({}, 0.0, DType::i32)},
+          {"top_p", Array::full({}, 1.0)},
+          {"seed", Array::full({}, 0.0, DType::u32)},
+          {"step", Array::full({}, 0.0, DType::u32)}};
+      if (on_device) {
+        for (const auto& [name, value] : feeds) s->set(program, name, value);
+        s->step(program);
+        out.push_back(s->get(program, "logits"));
+      } else {
+        out.push_back(reference::run_step(g, feeds, persistent).at("logits"));
+      }
+    };
+    run("prefill", *prefill.graph, prompt, 0);
+    for (size_t i = 0; i < decoded.size(); ++i) {
+      run("decode", *decode.graph, {decoded[i]}, static_cast<int32_t>(prompt.size() + i));
+    }
+    return std::make_pair(out, s->memory().arena_bytes);
+  };
+  const auto [f32, f32_bytes] = logits_of(DType::f32, true);
+  for (DType cache : {DType::bf16, DType::f16}) {
+    SCOPED_TRACE(dtype_name(cache));
+    const auto [got, bytes] = logits_of(cache, true);
+    const auto [want, unused] = logits_of(cache, false);
+    EXPECT_LT(bytes, f32_bytes);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      double scale = 0, err = 0, from_f32 = 0;
+      for (double x : want[i].data) scale = std::max(scale, std::abs(x));
+      for (size_t v = 0; v < got[i].data.size(); ++v) {
+        err = std::max(err, std::abs(got[i].data[v] - want[i].data[v]));
+        from_f32 = std::max(from_f32, std::abs(got[i].data[v] - f32[i].data[v]));
+      }
+      EXPECT_LE(err / scale, 1e-4) << "step " << i;
+      // Keys and values rounded to 8 or 11 bits: a few of their units, not more.
+      EXPECT_LE(from_f32 / scale, 0x1p-5) << "step " << i;
+    }
+  }
+}
+
 TEST(LmRunner, RejectsBadOptions) {
   const HfModel model = load_hf_model(kLm / "models" / "llama_tied");
   auto expect_error = [&](LmRunnerOptions o, const std::string& what) {
@@ -148,6 +225,7 @@ TEST(LmRunner, RejectsBadOptions) {
   expect_error({.prefill_block = -1}, "prefill_block");
   expect_error({.max_context = 16, .prefill_block = 32}, "exceeds the context of 16");
   expect_error({.dtype = DType::i32}, "dtype");
+  expect_error({.cache_dtype = DType::u32}, "KV cache's dtype must be f32, f16 or bf16");
   expect_error({.precision = DType::i32}, "precision must be f32, bf16 or f16");
 }
 

@@ -42,8 +42,8 @@ std::vector<int32_t> encode_prompt(const Tokenizer& tok, const GenerateArgs& a,
 // --json, the timings.
 void generate_and_print(const GenerateArgs& a, TokenModel& model, const Tokenizer& tok,
                         const GenerationConfig& generation,
-                        const std::vector<std::vector<int32_t>>& prompts,
-                        const std::string& device, const LmRunner::BuildTimes& build) {
+                        const std::vector<std::vector<int32_t>>& prompts, const std::string& device,
+                        const LmRunner::BuildTimes& build, const MemorySummary& memory) {
   size_t longest = 0;
   for (const auto& p : prompts) longest = std::max(longest, p.size());
   const auto batch = static_cast<int64_t>(prompts.size());
@@ -83,6 +83,8 @@ void generate_and_print(const GenerateArgs& a, TokenModel& model, const Tokenize
                       {"build_graphs_seconds", build.graphs},
                       {"build_session_seconds", build.session},
                       {"load_weights_seconds", build.weights},
+                      {"arena_mib", static_cast<double>(memory.arena_bytes) / (1 << 20)},
+                      {"kv_dtype", a.lm.kv_dtype},
                       {"device", device}};
   std::cout << j.dump() << std::endl;
 }
@@ -108,7 +110,7 @@ void run_text_model(const GenerateArgs& a) {
   for (const std::string& p : a.prompts) prompts.push_back(encode_prompt(tok, a, p));
   auto runner = LmRunner::create(model, runner_options(a.lm, static_cast<int64_t>(prompts.size())));
   generate_and_print(a, *runner, tok, model.generation, prompts, runner->device_name(),
-                     runner->build_times());
+                     runner->build_times(), runner->memory());
 }
 
 // SmolVLM: each prompt with its image (--image once per prompt, or none), laid out as the
@@ -140,7 +142,7 @@ void run_vision_model(const GenerateArgs& a) {
   auto runner = VlmRunner::create(model, o);
   for (size_t i = 0; i < images.size(); ++i) runner->set_image(static_cast<int64_t>(i), images[i]);
   generate_and_print(a, *runner, tok, model.files.generation, prompts, runner->device_name(),
-                     runner->build_times());
+                     runner->build_times(), runner->memory());
 }
 
 void run_generate(const GenerateArgs& a) {

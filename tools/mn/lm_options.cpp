@@ -6,7 +6,11 @@ void add_lm_options(CLI::App& cmd, LmArgs& a) {
   cmd.add_option("model", a.model_dir, "Hugging Face model directory")->required();
   cmd.add_option("--adapter", a.adapter,
                  "PEFT LoRA adapter directory (mn finetune --lora-rank --save) merged into the weights");
-  cmd.add_option("--dtype", a.dtype, "storage of the weights: f32, f16 or bf16 (the cache is f32)")
+  cmd.add_option("--dtype", a.dtype, "storage of the weights: f32, f16 or bf16")
+      ->capture_default_str();
+  cmd.add_option("--kv-dtype", a.kv_dtype,
+                 "storage of the KV cache: f32, f16 or bf16 (half the memory; keys and values "
+                 "rounded as they are written)")
       ->capture_default_str();
   cmd.add_option("--precision", a.precision,
                  "products of the prefill in f32, or from bf16 or f16 operands with f32 "
@@ -54,15 +58,24 @@ StopOptions stop_options(const LmArgs& a, const GenerationConfig& g, const Token
   return resolve_stop(request_of(a), g, tokenizer, room, kOptionNames);
 }
 
+namespace {
+
+// The float dtype `value` of command-line option `option`, or an error naming both.
+DType float_dtype(const char* option, const std::string& value) {
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    if (value == dtype_name(t)) return t;
+  }
+  throw Error(std::string(option) + " must be f32, f16 or bf16 (got '" + value + "')");
+}
+
+}  // namespace
+
 LmRunnerOptions runner_options(const LmArgs& a, int64_t batch) {
   LmRunnerOptions o;
   o.batch = batch;
-  o.dtype = dtype_from_name(a.dtype);
-  if (!is_float(o.dtype)) throw Error("--dtype must be f32, f16 or bf16 (got " + a.dtype + ")");
-  o.precision = dtype_from_name(a.precision);
-  if (!is_float(o.precision)) {
-    throw Error("--precision must be f32, f16 or bf16 (got " + a.precision + ")");
-  }
+  o.dtype = float_dtype("--dtype", a.dtype);
+  o.cache_dtype = float_dtype("--kv-dtype", a.kv_dtype);
+  o.precision = float_dtype("--precision", a.precision);
   if (a.max_context < 0) {
     throw Error("--max-context must be positive (got " + std::to_string(a.max_context) + ")");
   }

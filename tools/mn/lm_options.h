@@ -17,6 +17,7 @@ struct LmArgs {
   std::string model_dir;
   std::string adapter;  // PEFT LoRA adapter directory merged into the weights
   std::string dtype = "f32";
+  std::string kv_dtype = "f32";
   std::string precision = "f32";
   std::string device;
   int64_t max_context = 0;

@@ -1,6 +1,7 @@
 // The attention ops of language-model inference, whose positions are runtime values (an i32
 // tensor) rather than attributes: rope_positions and cached_attention (attention over a KV cache
 // up to each query's position).
+#include <array>
 #include <cmath>
 #include <limits>
 #include <numbers>
@@ -124,10 +125,16 @@ std::vector<OpSample> rope_positions_samples() {
 
 // ---- cached_attention ----
 
+// The caches (k and v, of one float dtype) may be narrower than the query: a 16-bit KV cache
+// read beside an f32 query. The output is of the query's dtype.
 TensorType infer_cached(const Attrs& attrs, std::span<const TensorType> in) {
   if (in.size() != 4) shape_fail(kCached, in, "operands q, k, v, positions");
-  const Shape out =
-      attention_output_shape(kCached, in.subspan(0, 3), attrs.as<CachedAttentionAttrs>().scale);
+  if (!is_float(in[0].dtype) || !is_float(in[1].dtype) || in[2].dtype != in[1].dtype) {
+    shape_fail(kCached, in, "a float q, and k and v of one float dtype");
+  }
+  std::array<TensorType, 3> qkv{in[0], in[1], in[2]};
+  qkv[1].dtype = qkv[2].dtype = in[0].dtype;
+  const Shape out = attention_output_shape(kCached, qkv, attrs.as<CachedAttentionAttrs>().scale);
   if (in[3].dtype != DType::i32) shape_fail(kCached, in, "i32 positions");
   if (!broadcasts_to(in[3].shape, rows_of(out))) {
     shape_fail(kCached, in,
@@ -160,7 +167,10 @@ Array eval_cached(const Node& n, std::span<const Array* const> in) {
   const Array mask = visibility_mask(*in[3], key_count(in[1]->type()), n.type.dtype);
   Node masked = n;
   masked.attrs = AttentionAttrs{false, scale, true};
-  const std::array<const Array*, 4> operands{in[0], in[1], in[2], &mask};
+  // Narrower caches widened to the query's dtype (exactly: their values are the same numbers).
+  Array k = *in[1], v = *in[2];
+  k.dtype = v.dtype = in[0]->dtype;
+  const std::array<const Array*, 4> operands{in[0], &k, &v, &mask};
   Array out = op_def("scaled_dot_product_attention").eval(masked, operands);
   const Shape rows = rows_of(out.shape);
   const int64_t dv = out.shape.back();
@@ -183,11 +193,26 @@ std::vector<Tensor> cached_vjp(const Node& n, std::span<const Tensor> in, Tensor
   Tensor visible = le(g.constant(std::move(index)), position);
   Tensor mask = where(visible, scalar_like(in[0], 0.0),
                       scalar_like(in[0], -std::numeric_limits<double>::infinity()));
-  const std::vector<Tensor> operands{in[0], in[1], in[2], mask};
+  // Narrower caches take part widened, and get their gradients rounded back.
+  const DType dtype = in[0].dtype();
+  auto widened = [&](const Tensor& t) { return t.dtype() == dtype ? t : cast(t, dtype); };
+  const std::vector<Tensor> operands{in[0], widened(in[1]), widened(in[2]), mask};
   std::vector<Tensor> grads =
       attention_vjp_masked(n.attrs.as<CachedAttentionAttrs>().scale, operands, out, dout);
+  for (int i = 1; i < 3; ++i) {
+    if (grads[i].valid() && grads[i].dtype() != in[i].dtype())
+      grads[i] = cast(grads[i], in[i].dtype());
+  }
   grads[3] = Tensor();  // positions: integers, no gradient
   return grads;
+}
+
+// An f32 query over bf16 caches (a 16-bit KV cache): the keys and values stay as stored. Their
+// gradients, rounded to bf16, are not checked against finite differences (the query's is).
+OpSample bf16_caches(OpSample o) {
+  o.inputs[1].dtype = o.inputs[2].dtype = DType::bf16;
+  o.no_grad[1] = o.no_grad[2] = true;
+  return o;
 }
 
 std::vector<OpSample> cached_samples() {
@@ -211,6 +236,9 @@ std::vector<OpSample> cached_samples() {
       s("tiled_prefill", {{1, 1, 9, 4}, {1, 1, 12, 4}, {1, 1, 12, 4}}, {9}, 12.0),
       s("single_head_2d", {{2, 4}, {6, 4}, {6, 2}}, {2}, 6.0),
       s("f16_decode", {{1, 2, 1, 8}, {1, 1, 30, 8}, {1, 1, 30, 8}}, {1}, 30.0, 0.0, DType::f16),
+      bf16_caches(
+          s("bf16_caches_decode", {{1, 4, 1, 16}, {1, 2, 70, 16}, {1, 2, 70, 16}}, {1}, 70.0)),
+      bf16_caches(s("bf16_caches_prefill", {{1, 2, 5, 8}, {1, 1, 9, 8}, {1, 1, 9, 8}}, {5}, 9.0)),
   };
 }
 

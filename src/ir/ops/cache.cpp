@@ -3,8 +3,9 @@
 // [L] writes the same rows in every batch and head, [B, L] per batch, [B, H, L] per head):
 //   out = cache; out[p, positions[p[:k], i], :] = update[p, i, :] for every leading index p
 //   and every i in increasing order (a repeated position keeps the last update).
-// The reference rejects a position outside [0, T) naming the op; on the GPU such rows are
-// skipped (a kernel cannot report errors), leaving the cache row unchanged.
+// The update may be wider than the cache (f32 keys into a bf16 cache): it is rounded to the
+// cache's dtype as it is stored. The reference rejects a position outside [0, T) naming the op; on
+// the GPU such rows are skipped (a kernel cannot report errors), leaving the cache row unchanged.
 //
 // The op may update input 0 in place (OpDef::updates_input0_in_place): assigned back to the
 // state it reads, the planner lets the kernel write the state's own buffer (plan/in_place.h).
@@ -23,7 +24,9 @@ CacheWriteView cache_write_view(std::span<const TensorType> in) {
   const TensorType& u = in[1];
   const TensorType& p = in[2];
   if (c.rank() < 2) shape_fail("cache_write", in, "a cache of rank at least 2 ([..., T, D])");
-  if (u.dtype != c.dtype) shape_fail("cache_write", in, "an update of the cache's dtype");
+  if (!is_float(c.dtype) || !is_float(u.dtype)) {
+    shape_fail("cache_write", in, "a float cache and update (the update rounded to the cache's)");
+  }
   if (p.dtype != DType::i32) shape_fail("cache_write", in, "i32 positions as operand 2");
   const size_t lead = static_cast<size_t>(c.rank() - 2);
   if (u.rank() != c.rank() || !std::equal(c.shape.begin(), c.shape.begin() + lead,
@@ -79,7 +82,8 @@ Array eval_cache_write(const Node& n, std::span<const Array* const> in) {
     for (int64_t i = 0; i < v.l; ++i) {
       const auto t = static_cast<int64_t>(pos.data[static_cast<size_t>(prow * v.l + i)]);
       const double* src = in[1]->data.data() + (r * v.l + i) * v.d;
-      std::copy(src, src + v.d, out.data.data() + (r * v.t + t) * v.d);
+      double* dst = out.data.data() + (r * v.t + t) * v.d;
+      for (int64_t e = 0; e < v.d; ++e) dst[e] = round_to_dtype(src[e], out.dtype);
     }
   }
   return out;
@@ -100,6 +104,9 @@ OpSample cache_sample(std::string label, Shape cache, Shape update, Shape positi
 std::vector<OpSample> cache_write_samples() {
   auto half = cache_sample("f16_decode", {1, 2, 6, 4}, {1, 2, 1, 4}, {1, 1});
   half.inputs[0].dtype = half.inputs[1].dtype = DType::f16;
+  // A 16-bit cache written from f32 keys: rounded as they are stored.
+  auto rounded = cache_sample("bf16_cache_f32_update", {1, 2, 6, 8}, {1, 2, 2, 8}, {2});
+  rounded.inputs[0].dtype = DType::bf16;
   // Random positions repeat, so "the last update wins" is exercised too; eight positions in six
   // slots surely do, with rows of 64 that whole subgroups share (the kernel's split scan).
   return {cache_sample("shared_positions", {2, 3, 8, 4}, {2, 3, 3, 4}, {3}),
@@ -107,7 +114,8 @@ std::vector<OpSample> cache_write_samples() {
           cache_sample("per_batch", {2, 2, 5, 3}, {2, 2, 2, 3}, {2, 2}),
           cache_sample("per_head_decode", {2, 2, 7, 4}, {2, 2, 1, 4}, {2, 2, 1}),
           cache_sample("matrix", {6, 5}, {4, 5}, {4}),
-          std::move(half)};
+          std::move(half),
+          std::move(rounded)};
 }
 
 }  // namespace
