@@ -166,7 +166,7 @@ TEST(CoopAttentionGpu, TensorAddressedKernelMatchesFloat64) {
   for (const Case& c : kSixteenBit) check_case(c, tensor_kernel(c.dtype));
 }
 
-void check_cache_prefill(const Expected& e);
+void check_cache_prefill(const Expected& e, DType cache = DType::f32);
 
 // Every forward tile of the tensor-addressed kernel (MN_TENSOR_ATTENTION_TILE) on the prompts it
 // fits: rows per workgroup, key blocks and workgroup sizes change which blocks are partial,
@@ -271,18 +271,22 @@ TEST(CoopAttentionGpu, FullyMaskedRowsAreNaNOnTheTensorAddressedKernel) {
 // A prompt prefilled into caches of 256 slots: the first sequence continuing at position 100,
 // the second from 0 and right-padded after 70 tokens (position -1: output 0). Slots past each
 // sequence's last position hold NaN on the device (zero in the reference): the kernel stages
-// some of them with a key block but must never weigh them.
-void check_cache_prefill(const Expected& e) {
+// some of them with a key block but must never weigh them. `cache`: the caches' dtype (a bf16
+// KV cache beside the f32 query: its values, which f16 holds too, are read exactly).
+void check_cache_prefill(const Expected& e, DType cache) {
   const int64_t B = 2, Hq = 4, Hkv = 2, L = 96, T = 256, D = 64;
   const Case c{"prefill", {B, Hq, L, D}, {B, Hkv, T, D}, {B, Hkv, T, D}, {}};
   auto rng = rng_for("coop-attention/prefill");
   Graph g;
   reference::Feeds feeds;
-  Tensor q = g.input("q", c.q), k = g.input("k", c.k), v = g.input("v", c.v);
+  Tensor q = g.input("q", c.q), k = g.input("k", c.k, cache), v = g.input("v", c.v, cache);
   Tensor pos = g.input("pos", {B, 1, L}, DType::i32);
   feeds["q"] = f16_values(rng, c.q, DType::f32);
-  feeds["k"] = f16_values(rng, c.k, DType::f32);
-  feeds["v"] = f16_values(rng, c.v, DType::f32);
+  feeds["k"] = f16_values(rng, c.k, cache);
+  feeds["v"] = f16_values(rng, c.v, cache);
+  for (const char* name : {"k", "v"}) {
+    for (double& x : feeds[name].data) x = round_to_dtype(x, cache);
+  }
   std::vector<double> p;
   for (int64_t i = 0; i < L; ++i) p.push_back(static_cast<double>(100 + i));
   for (int64_t i = 0; i < L; ++i) p.push_back(i < 70 ? static_cast<double>(i) : -1.0);
@@ -320,6 +324,16 @@ TEST(CoopAttentionGpu, CachePrefillAtPositions) {
 TEST(CoopAttentionGpu, CachePrefillAtPositionsOnTheTensorAddressedKernel) {
   MN_REQUIRE_COOP_PATH(CoopPath::tensor);
   check_cache_prefill(tensor_kernel(DType::f32));
+}
+
+TEST(CoopAttentionGpu, CachePrefillFromBf16Caches) {
+  MN_REQUIRE_COOP_PATH(CoopPath::nv);
+  check_cache_prefill({}, DType::bf16);
+}
+
+TEST(CoopAttentionGpu, CachePrefillFromBf16CachesOnTheTensorAddressedKernel) {
+  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  check_cache_prefill(tensor_kernel(DType::f32), DType::bf16);
 }
 
 // The kernel compiled through the SPV_KHR_cooperative_matrix rewrite (AMD, Intel), run alone.
