@@ -75,8 +75,9 @@ struct DeviceTraits {
   // MN_TENSOR_SIBLING=0 (measured: docs/perf.md).
   bool tensor_sibling = false;
   // A decoding MLP's down projection computed in the gate·up GEMV's kernel (GemvExtras::chain,
-  // schedule/gemv_fusion.h). Sessions set it (runtime::apply_environment) unless
-  // MN_GEMV_CHAIN=0.
+  // schedule/gemv_fusion.h): one barrier window fewer a layer, but its 48 large workgroups
+  // were slower than the two kernels on the H100 (docs/perf.md). Off unless MN_GEMV_CHAIN=1
+  // (runtime::apply_environment).
   bool gemv_chain = false;
   // Attention over prompts on the subgroup-scope matrices (codegen/lower_attention_coop.cpp):
   // MN_COOP_ATTENTION unset lets the lowering choose (codegen/lower_attention.cpp), =1 takes

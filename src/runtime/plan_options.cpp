@@ -129,7 +129,8 @@ void apply_environment(codegen::DeviceTraits& t) {
       tile_name("MN_TENSOR_ATTENTION_GRAD_TILE", codegen::attention_tensor_tiles());
   t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);
   t.tensor_sibling = support::env_switch("MN_TENSOR_SIBLING", true);
-  t.gemv_chain = support::env_switch("MN_GEMV_CHAIN", true);
+  // Off since measured slower on the H100 (docs/perf.md, 2026-12-06): =1 chains the products.
+  t.gemv_chain = support::env_switch("MN_GEMV_CHAIN", false);
   t.coop_subgroup_tile = tile_name("MN_COOP_TILE", codegen::coop_tiles());
   t.coop_wg_tile = tile_name("MN_COOP_WG_TILE", codegen::coop_wg_tiles());
   const int stages = env_count("MN_COOP_STAGES", 2);

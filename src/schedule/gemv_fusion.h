@@ -11,8 +11,9 @@
 //  - chain: a product whose stored value only another product reads, as its vector (a
 //    decoding MLP: down(silu(gate) · up) + the residual), computes that product too: each
 //    workgroup multiplies its outputs by their columns of the second matrix into a partial, and
-//    the last one adds them (one launch and one barrier fewer a layer), unless MN_GEMV_CHAIN=0
-//    (codegen::DeviceTraits::gemv_chain) or the sizes do not fit (codegen::gemv_chain_threads).
+//    the last one adds them (one launch and one barrier fewer a layer), where MN_GEMV_CHAIN=1
+//    (codegen::DeviceTraits::gemv_chain; off by default: measured slower) and the sizes fit
+//    (codegen::gemv_chain_threads).
 // A node's kernel is dropped only when nothing reads it any more. See codegen::GemvExtras.
 #include <vector>
 

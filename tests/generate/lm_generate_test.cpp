@@ -14,6 +14,8 @@
 #include <meganeura/session.h>
 #include <meganeura/tokenizer.h>
 
+#include "support/scoped_env.h"
+
 namespace mn {
 namespace {
 
@@ -92,8 +94,11 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, LmGenerate,
                                            "qwen3_tiny"));
 
 // The cached step's logits after each token equal the logits of the whole sequence computed at
-// once (no cache), position by position.
+// once (no cache), position by position. Products in f32 on every device: tensor cores would
+// round the f32 operands to f16 (MN_COOP=off keeps them off; 2e-4 to 9e-4 of the logits' scale
+// on the H100 otherwise).
 TEST(LmStep, CachedLogitsEqualFullRecomputation) {
+  const testing::ScopedEnv exact("MN_COOP", "off");
   const HfModel model = load_hf_model(kLm / "models" / "qwen3_tiny");
   const std::vector<int32_t> seq = {5, 17, 300, 42, 9, 600, 77, 3, 250, 11};
   const auto L = static_cast<int64_t>(seq.size());
@@ -139,6 +144,7 @@ TEST(LmStep, CachedLogitsEqualFullRecomputation) {
 // values to the cache's dtype as they are written) over a prompt and several decode steps, and
 // stay within that rounding of the f32 cache's.
 TEST(LmStep, SixteenBitCachesMatchTheReference) {
+  const testing::ScopedEnv exact("MN_COOP", "off");  // f32 products, as above
   const HfModel model = load_hf_model(kLm / "models" / "qwen3_tiny");
   const std::vector<int32_t> prompt = {5, 17, 300, 42}, decoded = {9, 600, 77, 3};
   auto logits_of = [&](DType cache, bool on_device) {

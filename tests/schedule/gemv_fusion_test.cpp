@@ -84,7 +84,7 @@ TEST(GemvFusion, DecoderMlpIsTwoKernels) {
   }
 }
 
-// With the chain (sessions' default): the down projection and the residual join the gate·up
+// With the chain (MN_GEMV_CHAIN=1): the down projection and the residual join the gate·up
 // kernel, whose workgroups each multiply their outputs of h by their columns of down. At the
 // H200's width (32 rows of h a workgroup) and lavapipe's (8 lanes: 64 rows, the last
 // workgroup's half empty), for every weight dtype.
@@ -140,7 +140,7 @@ TEST(GemvFusion, TheChainNeedsItsSizesAndItsOnlyReader) {
 }
 
 // On the device (lavapipe in CI: 8 lanes, 512-invocation workgroups of 64 rows of h), the
-// chain against the reference and against the two kernels (MN_GEMV_CHAIN=0), with and without
+// chain (MN_GEMV_CHAIN=1) against the reference and against the two kernels, with and without
 // a residual, over several steps (the counter the last workgroup sets back to zero): h of 160
 // (3 partials, the last workgroup's half empty) and of 1100 (18 partials: the last workgroup
 // adds them 16 at a time; 500 outputs, a lane each). mn_test_conformance's
@@ -180,10 +180,14 @@ TEST(GemvFusion, ChainedValuesMatchTheReference) {
         }
         return std::make_pair(ys, names);
       };
-      const auto [chained, names] = run(3);
+      std::pair<std::vector<Array>, std::vector<std::string>> with_chain;
+      {
+        testing::ScopedEnv on("MN_GEMV_CHAIN", "1");
+        with_chain = run(3);
+      }
+      const auto& [chained, names] = with_chain;
       EXPECT_EQ(count_prefix(names, "matmul_gemv+prologue[rms_norm]+sibling+then[matmul"), 1u)
           << what << ": " << ::testing::PrintToString(names);
-      testing::ScopedEnv off("MN_GEMV_CHAIN", "0");
       const auto [apart, apart_names] = run(3);
       EXPECT_EQ(apart_names.size(), names.size() + 1) << what;
       for (size_t i = 0; i < chained.size(); ++i) {
