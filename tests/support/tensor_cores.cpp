@@ -130,6 +130,12 @@ codegen::DeviceTraits coop_trial_traits(CoopPath path) {
   t.coop_tiles = ~0u;
   // Through the rewrite where asked, or where the device has no NV path.
   t.coop_khr = path == CoopPath::khr || !candidate_missing(runtime::CoopMode::nv).empty();
+  if (path == CoopPath::khr) {
+    // As a device with only the KHR matrices (AMD, Intel): no NV tensor addressing, so neither the
+    // tensor-addressed products nor attention's tensor-addressed kernels.
+    t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = false;
+    t.tensor_attention = false;
+  }
   return t;
 }
 

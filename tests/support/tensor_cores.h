@@ -33,7 +33,8 @@ bool coop_path_required(CoopPath path);
 
 // The test device's traits with `path` forced on and every tile allowed, as the self-test
 // tries them (sessions would take only tiles that passed it): kernels lowered with these run
-// on the device whatever the cached self-test says.
+// on the device whatever the cached self-test says. The KHR path's traits are a KHR-only
+// device's: no NV tensor addressing.
 codegen::DeviceTraits coop_trial_traits(CoopPath path);
 
 // Whether sessions on the test device plan large products on tensor cores (f16 operands):
