@@ -33,7 +33,6 @@ class SessionVlmRunner : public VlmRunner {
     batch_ = shape.batch;
     context_ = shape.context;
     block_ = shape.block;
-    cache_dtype_ = o.lm.cache_dtype;
     if (o.frames_per_call < 1) {
       throw Error("VlmRunner: frames_per_call must be at least 1 (got " +
                   std::to_string(o.frames_per_call) + ")");
@@ -58,8 +57,8 @@ class SessionVlmRunner : public VlmRunner {
     so.precision = o.lm.precision;
     for (const ParameterSpec& p : smolvlm_parameters(config_)) so.preset.insert(p.name);
     Graph vision = vision_graph();
-    CausalLm prefill = step_graph(o.lm.dtype, block_, true);
-    CausalLm decode = step_graph(o.lm.dtype, 1, false);
+    CausalLm prefill = step_graph(o.lm, block_, true);
+    CausalLm decode = step_graph(o.lm, 1, false);
     times_.graphs = laps.lap();
     session_ = build_session({{"vision", &vision, std::vector<std::string>{}},
                               {"prefill", prefill.graph.get(), std::vector<std::string>{"next"}},
@@ -185,13 +184,13 @@ class SessionVlmRunner : public VlmRunner {
     return g;
   }
 
-  CausalLm step_graph(DType dtype, int64_t block, bool with_images) const {
+  CausalLm step_graph(const LmRunnerOptions& o, int64_t block, bool with_images) const {
     LmStepOptions s;
     s.batch = batch_;
     s.block = block;
     s.max_context = context_;
-    s.dtype = dtype;
-    s.cache_dtype = cache_dtype_;
+    s.dtype = o.dtype;
+    s.cache_dtype = o.cache_dtype;
     s.prefix = "model.text_model.";
     if (with_images) {
       const int64_t hidden = config_.text.hidden_size, capacity = capacity_;
@@ -207,7 +206,6 @@ class SessionVlmRunner : public VlmRunner {
 
   SmolVlmConfig config_;
   int64_t batch_ = 1, context_ = 0, block_ = 0;
-  DType cache_dtype_ = DType::f32;
   int64_t seq_ = 0, frames_per_call_ = 1, per_sequence_ = 0, scratch_ = 0, capacity_ = 0;
   std::vector<int64_t> encoded_, used_;  // image tokens set and consumed, per sequence
   std::unique_ptr<Session> session_;

@@ -167,10 +167,17 @@ Array eval_cached(const Node& n, std::span<const Array* const> in) {
   const Array mask = visibility_mask(*in[3], key_count(in[1]->type()), n.type.dtype);
   Node masked = n;
   masked.attrs = AttentionAttrs{false, scale, true};
-  // Narrower caches widened to the query's dtype (exactly: their values are the same numbers).
-  Array k = *in[1], v = *in[2];
-  k.dtype = v.dtype = in[0]->dtype;
-  const std::array<const Array*, 4> operands{in[0], &k, &v, &mask};
+  // Narrower caches widened to the query's dtype (exactly: their values are the same numbers),
+  // copied only then.
+  std::array<const Array*, 4> operands{in[0], in[1], in[2], &mask};
+  Array k, v;
+  if (in[1]->dtype != in[0]->dtype) {
+    k = *in[1];
+    v = *in[2];
+    k.dtype = v.dtype = in[0]->dtype;
+    operands[1] = &k;
+    operands[2] = &v;
+  }
   Array out = op_def("scaled_dot_product_attention").eval(masked, operands);
   const Shape rows = rows_of(out.shape);
   const int64_t dv = out.shape.back();
