@@ -173,22 +173,25 @@ void stack_products(const Graph& g, std::vector<KernelGroup>& groups,
   std::erase_if(groups, [&](const KernelGroup&) { return dropped[k++] != 0; });
 }
 
-// The add of `group`'s epilogue when that epilogue is exactly product + residual (either
-// order), the residual an f32 tensor of the product's shape; -1 otherwise.
-NodeId residual_add(const Graph& g, const KernelGroup& group, NodeId m) {
-  if (group.kind != KernelGroup::Kind::matmul_epilogue) return -1;
+// `group`'s epilogue when it is exactly product `m` + a residual (either order), the residual an
+// f32 tensor of the product's shape: the add and the residual; -1 and -1 otherwise.
+struct ResidualAdd {
+  NodeId add = -1, residual = -1;
+};
+ResidualAdd residual_add(const Graph& g, const KernelGroup& group, NodeId m) {
+  if (group.kind != KernelGroup::Kind::matmul_epilogue) return {};
   const std::vector<NodeId>& epi = group.segments.front().nodes;
   if (epi.size() != 1 || group.outputs.size() != 1 || group.outputs.front() != epi.front()) {
-    return -1;
+    return {};
   }
   const Node& add = g.node(epi.front());
-  if (add.op_name() != "add" || add.inputs.size() != 2) return -1;
-  const NodeId other = add.inputs[0] == m ? add.inputs[1] : add.inputs[0];
-  if (other == m || (add.inputs[0] != m && add.inputs[1] != m)) return -1;
-  const TensorType& r = g.node(other).type;
-  return r.dtype == DType::f32 && r.shape == add.type.shape && add.type == g.node(m).type
-             ? epi.front()
-             : -1;
+  if (add.op_name() != "add" || add.inputs.size() != 2 || add.type != g.node(m).type) return {};
+  const auto& in = add.inputs;
+  if ((in[0] == m) == (in[1] == m)) return {};  // m exactly once
+  const NodeId residual = in[0] == m ? in[1] : in[0];
+  const TensorType& r = g.node(residual).type;
+  if (r.dtype != DType::f32 || r.shape != add.type.shape) return {};
+  return {epi.front(), residual};
 }
 
 // A GEMV whose one stored value only a second GEMV reads, as its vector (maybe plus a
@@ -197,6 +200,7 @@ NodeId residual_add(const Graph& g, const KernelGroup& group, NodeId m) {
 // adding the partials. The second's operands must exist when the first launches.
 void chain_products(const Graph& g, std::vector<KernelGroup>& groups,
                     const codegen::DeviceTraits& device) {
+  if (!device.gemv_chain) return;  // off by default (MN_GEMV_CHAIN=1)
   const std::map<NodeId, int> producer = group_producers(groups);
   const std::map<NodeId, int> readers = group_readers(groups);
   const std::set<NodeId> sinks = kept_values(g);
@@ -228,12 +232,9 @@ void chain_products(const Graph& g, std::vector<KernelGroup>& groups,
         !takes_extras(g, second, down, device)) {
       continue;
     }
-    const NodeId add = residual_add(g, second, down);
+    const auto [add, residual] = residual_add(g, second, down);
     if (second.kind != KernelGroup::Kind::single && add < 0) continue;
     const NodeId matrix = second.inputs[1];
-    const NodeId residual = add < 0                         ? -1
-                            : g.node(add).inputs[0] == down ? g.node(add).inputs[1]
-                                                            : g.node(add).inputs[0];
     const bool ready = std::all_of(second.inputs.begin(), second.inputs.end(), [&](NodeId v) {
       const auto made = producer.find(v);
       return v == h || made == producer.end() || made->second < static_cast<int>(i);
