@@ -17,6 +17,7 @@
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "optimize/optimize_test_util.h"
 #include "support/conditioning.h"
 #include "support/elementwise_error.h"
 #include "support/random_fill.h"
@@ -28,9 +29,7 @@ namespace {
 // Values of the graph's inputs, fixed by `seed`.
 reference::Feeds feeds_for(const Graph& g, const std::string& seed) {
   std::mt19937_64 rng = testing::rng_for(seed);
-  reference::Feeds feeds;
-  for (NodeId id : g.inputs()) feeds[g.node(id).name] = testing::random_array(rng, g.node(id).type);
-  return feeds;
+  return testing::random_feeds(g, rng);
 }
 
 // f32 kernels against float64: sums in another order and GPU transcendentals, within 2e-5 of
