@@ -218,6 +218,21 @@ TEST(LmStep, SixteenBitCachesMatchTheReference) {
   }
 }
 
+TEST(LmStep, RejectsAnIntegerCache) {
+  const HfModel model = load_hf_model(kLm / "models" / "llama_tied");
+  LmStepOptions o;
+  o.max_context = 8;
+  o.cache_dtype = DType::i32;
+  try {
+    build_lm_step(model.config, o);
+    ADD_FAILURE() << "accepted an i32 cache";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cache_dtype must be f32, f16 or bf16, got i32"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(LmRunner, RejectsBadOptions) {
   const HfModel model = load_hf_model(kLm / "models" / "llama_tied");
   auto expect_error = [&](LmRunnerOptions o, const std::string& what) {

@@ -222,6 +222,38 @@ TEST(CachedAttention, BadOperandsAreShapeErrors) {
         cached_attention(q, g.input("k7", {1, 2, 16, 7}), v, g.input("p2", {2}, DType::i32));
       },
       {"cached_attention", "same last dimension"});
+  // Caches narrower than the query are fine (a bf16 KV cache); caches of two dtypes, or integer
+  // ones, are not.
+  Tensor kb = g.input("kb", {1, 2, 16, 8}, DType::bf16),
+         vb = g.input("vb", {1, 2, 16, 8}, DType::bf16);
+  Tensor p = g.input("p16", {2}, DType::i32);
+  EXPECT_EQ(cached_attention(q, kb, vb, p).dtype(), DType::f32);
+  expect_shape_error([&] { cached_attention(q, kb, v, p); },
+                     {"cached_attention", "k and v of one float dtype"});
+  expect_shape_error(
+      [&] {
+        cached_attention(q, g.input("ki", {1, 2, 16, 8}, DType::i32),
+                         g.input("vi", {1, 2, 16, 8}, DType::i32), p);
+      },
+      {"cached_attention", "k and v of one float dtype"});
+}
+
+// A cache takes an update of any float dtype (rounded to its own as it is stored), not an
+// integer one nor an integer cache.
+TEST(CacheWrite, UpdatesOfAnyFloatDtype) {
+  Graph g;
+  Tensor cache = g.input("c", {1, 2, 6, 4}, DType::bf16), p = g.input("p", {1}, DType::i32);
+  EXPECT_EQ(cache_write(cache, g.input("u", {1, 2, 1, 4}), p).dtype(), DType::bf16);
+  expect_shape_error(
+      [&] {
+        cache_write(cache, g.input("ui", {1, 2, 1, 4}, DType::i32), p);
+      },
+      {"cache_write", "a float cache and update"});
+  expect_shape_error(
+      [&] {
+        cache_write(g.input("ci", {1, 2, 6, 4}, DType::i32), g.input("u2", {1, 2, 1, 4}), p);
+      },
+      {"cache_write", "a float cache and update"});
 }
 
 }  // namespace
