@@ -35,7 +35,8 @@ inline std::optional<plan::PlanOptions> plan_device(const std::string& name) {
   po.alignment = 16;
   po.chunk_bytes = uint64_t{1} << 31;
   t.subgroup_size = 32;
-  t.subgroup_add = t.subgroup_vote = true;
+  t.subgroup_add = t.subgroup_vote = t.subgroup_shuffle = true;
+  t.min_subgroup_size = t.max_subgroup_size = 32;
   t.max_workgroup_invocations = 1024;
   t.max_shared_bytes = t.max_shared_optin_bytes = 49152;
   t.max_group_count = 65535;

@@ -19,6 +19,11 @@ struct DeviceTraits {
   uint32_t subgroup_size = 32;
   bool subgroup_add = false;  // subgroupAdd in compute shaders (GL_KHR_shader_subgroup_arithmetic)
   bool subgroup_vote = false;  // subgroupAny/AllEqual in compute shaders (..._subgroup_vote)
+  bool subgroup_shuffle = false;  // subgroupShuffleXor in compute shaders (..._subgroup_shuffle)
+  // The sizes a compute subgroup may have (they differ where the driver chooses per pipeline):
+  // a kernel whose lanes exchange values within groups of n needs n <= min_subgroup_size and
+  // workgroups of a multiple of max_subgroup_size (full subgroups).
+  uint32_t min_subgroup_size = 32, max_subgroup_size = 32;
   uint32_t max_workgroup_invocations = 256;
   uint32_t max_shared_bytes = 16384;
   uint32_t max_group_count = 65535;   // per grid dimension

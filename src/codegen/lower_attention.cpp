@@ -659,34 +659,51 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
   return k;
 }
 
-// ---- per row, quads: the decode kernel ----
+// ---- per row, streams: the decode kernel ----
 
-// The row kernel's form for heads of 4·2^n elements: a block's keys and values are read in
-// groups of four elements spread over all lanes, neighbouring lanes reading neighbouring
-// quads, every load of the block issued before the first is used (one memory latency a
-// block, where a lane walking its own key row waits out one per eight elements). Partial dot
-// products meet in shared memory, where lane j adds up key j's score; the weighted values stay
-// per lane (quad e of some keys) until one last sum over the lanes sharing a quad.
-struct QuadRows {
-  uint32_t lanes = 64;
-  uint64_t keys = 64;       // keys per block, one score per lane
+// The row kernel's form for heads of 4·2^n elements on devices with subgroup shuffles.
+// `width` lanes of one subgroup read a key's row as quads of four elements (`kp` quads a lane,
+// and `vp` of its value row), so every load of a block is issued at once, spread over all
+// lanes. The workgroup's lanes form lanes / width streams; stream s takes the keys j = s (mod
+// streams) of each block, `per_lane` of them a lane. A key's partial dot products meet by a
+// butterfly of shuffles within its stream, which leaves the same sum in every lane of it, so
+// each stream keeps its own online softmax (m, l) and weighted values in registers: the block
+// loop has no barrier. The streams combine once, in shared memory, at the end.
+struct Streams {
+  uint32_t lanes = 64, width = 16;
   uint64_t qd = 1, qv = 1;  // quads in a key row and in a value row
-  uint64_t k_loads = 1, v_loads = 1;  // quads each lane loads per block
+  uint64_t kp = 1, vp = 1;  // quads of a key and of a value a lane holds (vp may exceed qv's share)
+  uint64_t per_lane = 16;   // keys a lane takes per block
+  uint64_t streams() const { return lanes / width; }
+  uint64_t keys() const { return streams() * per_lane; }
 };
 
-std::optional<QuadRows> quad_rows_for(const AttentionShape& g, const DeviceTraits& dev) {
-  QuadRows r;
-  if (most_lanes(dev) < r.lanes || g.d % 4 != 0 || g.dv % 4 != 0) return std::nullopt;
+// Keys per block the stream kernel aims for: a decoding row's whole chunk in one round of loads.
+constexpr uint64_t kStreamBlockKeys = 64;
+
+std::optional<Streams> streams_for(const AttentionShape& g, const DeviceTraits& dev) {
+  if (!dev.subgroup_shuffle || g.d % 4 != 0 || g.dv % 4 != 0) return std::nullopt;
+  Streams r;
   r.qd = g.d / 4;
   r.qv = g.dv / 4;
   if (!std::has_single_bit(r.qd) || !std::has_single_bit(r.qv)) return std::nullopt;
-  if (std::max(r.qd, r.qv) > r.lanes) return std::nullopt;
+  // A stream's lanes lie in one subgroup whatever size the driver picks for the pipeline.
+  r.width = static_cast<uint32_t>(
+      std::min<uint64_t>(r.qd, std::bit_floor(std::max(1u, dev.min_subgroup_size))));
+  r.kp = r.qd / r.width;
+  r.vp = std::max<uint64_t>(1, r.qv / r.width);
   // At most 16 quads of keys and 16 of values a lane in flight.
-  r.keys = std::min<uint64_t>(r.lanes, 16 * r.lanes / std::max(r.qd, r.qv));
-  r.k_loads = (r.keys * r.qd + r.lanes - 1) / r.lanes;
-  r.v_loads = (r.keys * r.qv + r.lanes - 1) / r.lanes;
-  const uint64_t floats = std::max(r.keys * (r.qd + 1), uint64_t{4} * r.lanes) + 2 * r.lanes + g.d +
-                          2 * ((g.lk + r.keys - 1) / r.keys);
+  if (std::max(r.kp, r.vp) > 16) return std::nullopt;
+  r.per_lane = 16 / std::max(r.kp, r.vp);
+  // Streams enough for a block of kStreamBlockKeys where the workgroup may grow; whole
+  // subgroups of any size the driver may pick.
+  const uint64_t streams = std::max<uint64_t>(1, kStreamBlockKeys / r.per_lane);
+  const uint64_t full = std::max<uint64_t>(64, std::bit_ceil(std::max(1u, dev.max_subgroup_size)));
+  r.lanes =
+      static_cast<uint32_t>(std::max(full, std::min<uint64_t>(most_lanes(dev), streams * r.width)));
+  if (r.lanes > dev.max_workgroup_invocations || r.lanes % r.width != 0) return std::nullopt;
+  const uint64_t splits = (g.lk + r.keys() - 1) / r.keys();
+  const uint64_t floats = r.streams() * (2 + g.dv) + 2 * std::min<uint64_t>(splits, 1024) + 1;
   if (floats * sizeof(float) > dev.max_shared_bytes) return std::nullopt;
   return r;
 }
@@ -698,9 +715,15 @@ std::string stored_as(DType dtype, const std::string& v) {
   return v;
 }
 
+// GLSL: xq(t), the quad of a key's (or value's) row that is the lane's t-th; a value row
+// narrower than a stream leaves lanes with xq(0) >= QV, which hold no value quad.
+std::string stream_quads(const Streams& r) {
+  const std::string W = ulit(r.width);
+  return "uint xq(uint t) { return gl_LocalInvocationID.x % " + W + " + t * " + W + "; }\n";
+}
+
 // With ctx.append: the updates `ku` and `vu`, the writes' positions `wpos`, the key rotation's
-// positions `kpos` (and the rotation's functions unless the query's rotation declared them),
-// the new slot's key and value in shared memory, and k_new(x) / v_new(x), their quad x.
+// positions `kpos` (and the rotation's functions unless the query's rotation declared them).
 std::string append_declarations(const LowerContext& ctx, const AttentionShape& g,
                                 std::vector<KernelBinding>& bindings) {
   if (!ctx.append) return "";
@@ -718,19 +741,13 @@ std::string append_declarations(const LowerContext& ctx, const AttentionShape& g
     bind(a.k_rope->positions_input, "kpos");
     if (!ctx.rope) s += rope_load_library(a.k_rope->attrs, g.d);
   }
-  s += "shared float kn_sh[" + ulit(g.d) + "], vn_sh[" + ulit(g.dv) + "];\n";
-  s += "vec4 k_new(uint x) { return vec4(kn_sh[x * 4u], kn_sh[x * 4u + 1u], kn_sh[x * 4u + 2u], "
-       "kn_sh[x * 4u + 3u]); }\n";
-  s += "vec4 v_new(uint x) { return vec4(vn_sh[x * 4u], vn_sh[x * 4u + 1u], vn_sh[x * 4u + 2u], "
-       "vn_sh[x * 4u + 3u]); }\n";
   return s;
 }
 
-// With ctx.append: tw, the slot this head's cache row gets (the row is kb's), and where this
-// workgroup's keys hold it, the new key (rotated) and value as the caches will hold them in
-// kn_sh and vn_sh, for the barrier after the query's load.
-std::string append_row(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks,
-                       const std::string& lanes) {
+// With ctx.append: tw, the slot this head's cache row gets (the row is kb's), and the lane's
+// quads of the new key (rotated) and value as the caches will hold them, kn[t] and vn[t]: each
+// lane computes its own, so no barrier waits for them.
+std::string append_row(const LowerContext& ctx, const AttentionShape& g, const Streams& r) {
   if (!ctx.append) return "";
   const CacheAppendLoad& a = *ctx.append;
   const std::span<const TensorType> in = ctx.inputs;
@@ -739,8 +756,7 @@ std::string append_row(const LowerContext& ctx, const AttentionShape& g, const K
   const auto view = ops::cache_detail::cache_write_view(operands);
   std::string s = "  uint crow = kb / (LK * D);\n";
   s += "  int tw = wpos_ldi(crow / " + ulit(view.rows_per_position_row) + ");\n";
-  s += "  uint kub = crow * D, vub = crow * DV, own = part_index * " + ulit(ks.chunk) + ";\n";
-  s += "  bool holds = tw >= int(own) && tw < int(own + " + ulit(ks.chunk) + ");\n";
+  s += "  uint kub = crow * D, vub = crow * DV;\n";
   std::string key = "ku_ld(kub + e)";
   if (a.k_rope) {
     const Shape& x = in[static_cast<size_t>(a.k_update)].shape;
@@ -751,125 +767,158 @@ std::string append_row(const LowerContext& ctx, const AttentionShape& g, const K
     s += "  float krp = float(kpos_ldi(" + glsl::broadcast_offset(positions, rows, "wr") + "));\n";
     key = "mn_rope(" + key + ", ku_ld(kub + " + rope_partner("e", g.d) + "), e, krp)";
   }
-  // Every workgroup loads (no load waits for tw); the one holding the slot stores.
-  s += "  for (uint e = lane; e < D; e += " + lanes + ") {\n    float x = " +
-       stored_as(in[1].dtype, key) + ";\n    if (holds) kn_sh[e] = x;\n  }\n";
-  s += "  for (uint e = lane; e < DV; e += " + lanes + ") {\n    float x = " +
-       stored_as(in[2].dtype, "vu_ld(vub + e)") + ";\n    if (holds) vn_sh[e] = x;\n  }\n";
+  s += "  vec4 kn[" + ulit(r.kp) + "], vn[" + ulit(r.vp) + "];\n";
+  s += "  for (uint t = 0u; t < " + ulit(r.kp) + "; ++t) {\n";
+  s += "    for (uint c = 0u; c < 4u; ++c) {\n      uint e = xq(t) * 4u + c;\n";
+  s += "      kn[t][c] = " + stored_as(in[1].dtype, key) + ";\n    }\n  }\n";
+  s += "  for (uint t = 0u; t < " + ulit(r.vp) + "; ++t) {\n";
+  s += "    for (uint c = 0u; c < 4u; ++c) {\n      uint e = min(xq(t), QV - 1u) * 4u + c;\n";
+  s += "      vn[t][c] = " + stored_as(in[2].dtype, "vu_ld(vub + e)") + ";\n    }\n  }\n";
   return s;
 }
 
-// Loads of the block of keys and values at j0 into kq and vq, bounded only by the cache's
-// length: they need neither the visible length nor the new slot, so the first block's are
-// issued before the query's barrier and wait out one memory latency with the query's loads.
-// What lies past the visible keys is replaced by zeros before use (quad_block), never
-// multiplied: an unwritten slot may hold anything.
-std::string quad_loads(const QuadRows& r, const std::string& j0) {
-  const std::string L = ulit(r.lanes), QD = ulit(r.qd), QV = ulit(r.qv);
-  const std::string KQ = ulit(r.keys * r.qd), VQ = ulit(r.keys * r.qv);
-  std::string s = "    for (uint u = 0u; u < " + ulit(r.k_loads) + "; ++u) {\n";
-  s += "      uint f = lane + u * " + L + ", key = " + j0 + " + f / " + QD + ";\n";
-  s += "      kq[u] = f < " + KQ + " && key < LK ? k4_ld(kb / 4u + key * " + QD + " + f % " + QD +
-       ") : vec4(0.0);\n    }\n";
-  s += "    for (uint u = 0u; u < " + ulit(r.v_loads) + "; ++u) {\n";
-  s += "      uint f = lane + u * " + L + ", key = " + j0 + " + f / " + QV + ";\n";
-  s += "      vq[u] = f < " + VQ + " && key < LK ? v4_ld(vb / 4u + key * " + QV + " + f % " + QV +
-       ") : vec4(0.0);\n    }\n";
+// The lane's query quads q4[t], rotated by the fused rope at its row's position (ctx.rope).
+std::string stream_query(const LowerContext& ctx, const AttentionShape& g, const Streams& r) {
+  std::string s;
+  std::string element = "q_ld(qb + e)";
+  if (ctx.rope) {
+    Shape positions = ctx.inputs[static_cast<size_t>(ctx.rope->positions_input)].shape;
+    positions.insert(positions.begin(), g.rows.size() - positions.size(), 1);
+    const std::string stride = positions[g.rank - 2] == 1 ? "0u" : "1u";
+    s += "  float rp = float(rpos_ldi(" + glsl::broadcast_offset(positions, g.rows, "c") +
+         " + i * " + stride + "));\n";
+    element = "mn_rope(" + element + ", q_ld(qb + " + rope_partner("e", g.d) + "), e, rp)";
+  }
+  s += "  vec4 q4[" + ulit(r.kp) + "];\n";
+  s += "  for (uint t = 0u; t < " + ulit(r.kp) + "; ++t) {\n";
+  s += "    for (uint c = 0u; c < 4u; ++c) {\n      uint e = xq(t) * 4u + c;\n";
+  return s + "      q4[t][c] = " + element + ";\n    }\n  }\n";
+}
+
+// Loads of the lane's keys and values of the block at j0 into kq and vq, bounded only by the
+// cache's length: they need neither the visible length nor the new slot, so the first block's
+// are issued with the query's loads. What lies past the visible keys is replaced by zeros
+// before use (stream_block), never multiplied: an unwritten slot may hold anything.
+std::string stream_loads(const Streams& r, const std::string& j0) {
+  const std::string S = ulit(r.streams()), KP = ulit(r.kp), VP = ulit(r.vp);
+  std::string s = "    for (uint u = 0u; u < " + ulit(r.per_lane) + "; ++u) {\n";
+  s += "      uint key = " + j0 + " + stream + u * " + S + ";\n";
+  s += "      for (uint t = 0u; t < " + KP + "; ++t) {\n";
+  s += "        kq[u * " + KP +
+       " + t] = key < LK ? k4_ld(kb / 4u + key * QD + xq(t)) : vec4(0.0);\n";
+  s += "      }\n      for (uint t = 0u; t < " + VP + "; ++t) {\n";
+  s += "        vq[u * " + VP +
+       " + t] = key < LK && xq(t) < QV ? v4_ld(vb / 4u + key * QV + xq(t)) "
+       ": vec4(0.0);\n      }\n    }\n";
   return s;
 }
 
-// Statements of one block [j0, j0 + cnt) of the quad kernel, its loads in kq and vq: the keys
-// past cnt zeroed and the new slot put in (ctx.append), scores, the online softmax update of m
-// and l, and the lanes' weighted values acc4 rescaled and added to.
-std::string quad_block(const LowerContext& ctx, const AttentionShape& g, const QuadRows& r) {
-  const std::string L = ulit(r.lanes), QD = ulit(r.qd), QV = ulit(r.qv);
-  const std::string KU = ulit(r.k_loads), VU = ulit(r.v_loads);
-  const std::string KQ = ulit(r.keys * r.qd), VQ = ulit(r.keys * r.qv);
-  std::string s = "    uint cnt = min(" + ulit(r.keys) + ", je - j0);\n";
-  // The loaded quads `held` (kq or vq, `count` a lane, `q` a row) as the block sees them.
-  auto visible_only = [&](const std::string& held, const std::string& count, const std::string& q,
-                          const std::string& fresh) {
-    std::string t = "    for (uint u = 0u; u < " + count + "; ++u) {\n";
-    t += "      uint key = (lane + u * " + L + ") / " + q + ";\n";
-    t += "      " + held + "[u] = key < cnt ? ";
-    if (ctx.append) {
-      t += "int(j0 + key) == tw ? " + fresh + "((lane + u * " + L + ") % " + q + ") : ";
-    }
-    return t + held + "[u] : vec4(0.0);\n    }\n";
+// Statements of one block at j0 of the stream kernel, its loads in kq and vq: the keys past the
+// visible ones zeroed and the new slot put in (ctx.append), the lane's scores, its stream's
+// online softmax update of m and l, and the lane's weighted value quads acc rescaled and added to.
+std::string stream_block(const LowerContext& ctx, const AttentionShape& g, const Streams& r) {
+  const std::string S = ulit(r.streams()), KP = ulit(r.kp), VP = ulit(r.vp);
+  const std::string U = ulit(r.per_lane);
+  std::string s = "    float sc[" + U + "];\n";
+  s += "    for (uint u = 0u; u < " + U + "; ++u) {\n";
+  s += "      uint key = j0 + stream + u * " + S + ";\n      bool seen = key < je;\n";
+  if (ctx.append) s += "      bool fresh = int(key) == tw;\n";
+  auto take = [&](const std::string& held, const std::string& count, const std::string& fresh) {
+    std::string t = "      for (uint t = 0u; t < " + count + "; ++t) {\n";
+    t += "        " + held + "[u * " + count + " + t] = seen ? ";
+    if (ctx.append) t += "fresh ? " + fresh + "[t] : ";
+    return t + held + "[u * " + count + " + t] : vec4(0.0);\n      }\n";
   };
-  s += visible_only("kq", KU, QD, "k_new") + visible_only("vq", VU, QV, "v_new");
-  s += "    for (uint u = 0u; u < " + KU + "; ++u) {\n";
-  s += "      uint f = lane + u * " + L + ";\n";
-  s += "      if (f < " + KQ + ") part_sh[(f / " + QD + ") * " + ulit(r.qd + 1) + " + f % " + QD +
-       "] = dot(q4, kq[u]);\n    }\n    barrier();\n";
-  s += "    float sc = -mn_inf();\n";
-  s += "    if (lane < cnt) {\n      float dot = 0.0;\n";
-  s += "      for (uint x = 0u; x < " + QD + "; ++x) dot += part_sh[lane * " + ulit(r.qd + 1) +
-       " + x];\n";
-  s += "      sc = " + score_expr(ctx, g, g.attrs, "(j0 + lane)") + ";\n    }\n";
-  s += "    float bm = wg_max(sc);\n    float mn = bm > m ? bm : m;\n";
+  s += take("kq", KP, "kn") + take("vq", VP, "vn");
+  s += "      float part = 0.0;\n";
+  s += "      for (uint t = 0u; t < " + KP + "; ++t) part += dot(q4[t], kq[u * " + KP + " + t]);\n";
+  // Every lane of the stream ends with the same sum: each step adds the same two values in
+  // either order.
+  s += "      for (uint x = 1u; x < " + ulit(r.width) +
+       "; x <<= 1) part += subgroupShuffleXor(part, x);\n";
+  s += "      {\n        float dot = part;\n";
+  s += "        sc[u] = seen ? " + score_expr(ctx, g, g.attrs, "key") +
+       " : -mn_inf();\n      }\n    }\n";
+  s += "    float bm = sc[0];\n";
+  s += "    for (uint u = 1u; u < " + U + "; ++u) bm = max(bm, sc[u]);\n";
+  s += "    float mn = max(m, bm);\n";
   s += "    float alpha = m == -mn_inf() ? 0.0 : exp(m - mn);\n";
-  s += "    float p = sc == -mn_inf() ? 0.0 : exp(sc - mn);\n";
-  s += "    p_sh[lane] = p;\n    l = l * alpha + wg_sum(p);\n    m = mn;\n";
-  s += "    acc4 *= alpha;\n";
-  s += "    for (uint u = 0u; u < " + VU + "; ++u) {\n";
-  s += "      uint f = lane + u * " + L + ", key = f / " + QV + ";\n";
-  s += "      if (f < " + VQ + " && key < cnt) acc4 += p_sh[key] * vq[u];\n    }\n";
-  return s + "    barrier();\n";  // the next block rewrites part_sh and p_sh
+  s += "    l *= alpha;\n    for (uint t = 0u; t < " + VP + "; ++t) acc[t] *= alpha;\n";
+  s += "    for (uint u = 0u; u < " + U + "; ++u) {\n";
+  s += "      float p = sc[u] == -mn_inf() ? 0.0 : exp(sc[u] - mn);\n      l += p;\n";
+  s += "      for (uint t = 0u; t < " + VP + "; ++t) acc[t] += p * vq[u * " + VP + " + t];\n";
+  return s + "    }\n    m = mn;\n";
 }
 
-KernelLaunch quad_row_kernel(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks,
-                             const QuadRows& r) {
+// The streams' states combined: each stream's m, l and value quads through shared memory, the
+// workgroup's m, l and output columns o[t] (column lane + t * lanes) for row_end.
+std::string combine_streams(const Streams& r, uint64_t cols) {
+  const std::string S = ulit(r.streams()), L = ulit(r.lanes), VP = ulit(r.vp);
+  std::string s = "  if (gl_LocalInvocationID.x % " + ulit(r.width) +
+                  " == 0u) {\n    sm_sh[stream] = m;\n    sl_sh[stream] = l;\n  }\n";
+  s += "  for (uint t = 0u; t < " + VP + "; ++t) {\n";
+  s += "    if (xq(t) < QV) {\n";
+  s += "      for (uint c = 0u; c < 4u; ++c) so_sh[stream * DV + xq(t) * 4u + c] = acc[t][c];\n";
+  s += "    }\n  }\n  barrier();\n";
+  s += "  m = -mn_inf();\n  for (uint x = 0u; x < " + S + "; ++x) m = max(m, sm_sh[x]);\n";
+  s += "  float sw[" + S + "];\n  l = 0.0;\n";
+  s += "  for (uint x = 0u; x < " + S + "; ++x) {\n";
+  s += "    sw[x] = sm_sh[x] == -mn_inf() ? 0.0 : exp(sm_sh[x] - m);\n    l += sw[x] * sl_sh[x];\n "
+       " }\n";
+  s += "  float o[" + ulit(cols) + "];\n";
+  s += "  for (uint t = 0u; t < " + ulit(cols) + "; ++t) {\n";
+  s += "    uint e = lane + t * " + L + ";\n    o[t] = 0.0;\n";
+  s += "    if (e < DV) {\n";
+  s += "      for (uint x = 0u; x < " + S + "; ++x) o[t] += sw[x] * so_sh[x * DV + e];\n";
+  return s + "    }\n  }\n";
+}
+
+KernelLaunch stream_row_kernel(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks,
+                               const Streams& r) {
   const AttentionAttrs& a = g.attrs;
   const bool split = ks.splits > 1;
-  const std::string L = ulit(r.lanes), QD = ulit(r.qd), QV = ulit(r.qv);
+  const std::string L = ulit(r.lanes), S = ulit(r.streams());
   const uint64_t cols = (g.dv + r.lanes - 1) / r.lanes;
   const uint64_t rows = g.heads() * g.lq;
 
   KernelLaunch k;
   std::string s = declarations(ctx, g, a.has_mask, k.bindings, split);
+  s = glsl::require_extensions(std::move(s),
+                               {"GL_KHR_shader_subgroup_basic", "GL_KHR_shader_subgroup_shuffle"});
   s += glsl::quad_view(1, ctx.inputs[1].dtype, "k") + glsl::quad_view(2, ctx.inputs[2].dtype, "v");
+  s += "const uint QD = " + ulit(r.qd) + ", QV = " + ulit(r.qv) + ";\n";
   s += rope_declarations(ctx, g, k.bindings);
   s += append_declarations(ctx, g, k.bindings);
-  s += "shared float p_sh[" + L + "];\n" + attention_lowering::workgroup_reductions(L);
-  s += "shared float part_sh[" + ulit(std::max(r.keys * (r.qd + 1), uint64_t{4} * r.lanes)) + "];\n";
+  s += stream_quads(r);
+  s +=
+      "shared float sm_sh[" + S + "], sl_sh[" + S + "], so_sh[" + ulit(r.streams() * g.dv) + "];\n";
   if (split) s += split_shared(ks);
-  s += "shared float q_sh[" + ulit(g.d) + "];\n";
   s += row_start(g, ks);
-  // The visible length, the first block of keys and values, the query and the new slot where
-  // it is this workgroup's: their loads in flight together.
+  s += "  uint stream = lane / " + ulit(r.width) + ";\n";
+  // The visible length, the first block of keys and values, the query and the new slot: their
+  // loads in flight together.
   s += "  uint visible = " + visible_expr(g, "i") + ";\n";
   s += "  uint jb = part_index * " + ulit(ks.chunk) + ";\n";
-  s += "  vec4 kq[" + ulit(r.k_loads) + "], vq[" + ulit(r.v_loads) + "];\n";
-  s += "  {\n" + quad_loads(r, "jb") + "  }\n";
-  if (ctx.rope) {
-    s += load_rotated_query(ctx, g, L, false);
-  } else {
-    s += "  for (uint e = lane; e < D; e += " + L + ") q_sh[e] = q_ld(qb + e);\n";
-  }
-  s += append_row(ctx, g, ks, L) + "  barrier();\n";
-  s += "  uint qx = (lane % " + QD + ") * 4u;\n";
-  s += "  vec4 q4 = vec4(q_sh[qx], q_sh[qx + 1u], q_sh[qx + 2u], q_sh[qx + 3u]);\n";
+  s += "  vec4 kq[" + ulit(r.per_lane * r.kp) + "], vq[" + ulit(r.per_lane * r.vp) + "];\n";
+  s += "  {\n" + stream_loads(r, "jb") + "  }\n";
+  s += stream_query(ctx, g, r) + append_row(ctx, g, r);
   s += "  uint je = min(visible, jb + " + ulit(ks.chunk) + ");\n";
   if (split) {
     s += "  uint busy = max((visible + " + ulit(ks.chunk - 1) + ") / " + ulit(ks.chunk) +
          ", 1u);\n  if (part_index >= busy) return;\n";
   }
-  s += "  float m = -mn_inf(), l = 0.0;\n  vec4 acc4 = vec4(0.0);\n";
-  s += "  for (uint j0 = jb; j0 < je; j0 += " + ulit(r.keys) + ") {\n";
-  s += "    if (j0 != jb) {\n" + quad_loads(r, "j0") + "    }\n";
-  s += quad_block(ctx, g, r) + "  }\n";
-  // Lane x holds quad x % QV of the keys x / QV (mod lanes / QV) weighted: one sum per column.
-  s += "  for (uint c = 0u; c < 4u; ++c) part_sh[lane * 4u + c] = acc4[c];\n  barrier();\n";
-  s += "  float o[" + ulit(cols) + "];\n";
-  s += "  for (uint t = 0u; t < " + ulit(cols) + "; ++t) {\n";
-  s += "    uint e = lane + t * " + L + ";\n    o[t] = 0.0;\n";
-  s += "    if (e < DV) {\n";
-  s += "      for (uint x = 0u; x < " + ulit(r.lanes / r.qv) + "; ++x) o[t] += part_sh[(x * " + QV +
-       " + e / 4u) * 4u + e % 4u];\n    }\n  }\n";
+  s += "  float m = -mn_inf(), l = 0.0;\n";
+  s += "  vec4 acc[" + ulit(r.vp) + "];\n";
+  s += "  for (uint t = 0u; t < " + ulit(r.vp) + "; ++t) acc[t] = vec4(0.0);\n";
+  // The loop runs while any stream has keys: its bounds are the workgroup's, so every lane
+  // takes part in every shuffle.
+  s += "  for (uint j0 = jb; j0 < je; j0 += " + ulit(r.keys()) + ") {\n";
+  s += "    if (j0 != jb) {\n" + stream_loads(r, "j0") + "    }\n";
+  s += stream_block(ctx, g, r) + "  }\n";
+  s += combine_streams(r, cols);
   s += row_end(g, ks, L, ulit(cols), "o");
   k.name = std::string(split ? "attention_split" : "attention") +
-           (ctx.rope ? "+prologue[rope_positions]" : "") + "+quads" +
+           (ctx.rope ? "+prologue[rope_positions]" : "") + "+streams" +
            (ctx.append ? "+reads_new_slots" : "");
   k.glsl = std::move(s);
   k.workgroup = {r.lanes, 1, 1};
@@ -915,9 +964,10 @@ Lowering lower_attention_kernels(const LowerContext& ctx, const AttentionShape& 
   if (ctx.append && !attention_lowering::takes_cache_append(ctx)) {
     throw Error("attention lowering: this cached_attention cannot read the new cache slots");
   }
-  const std::optional<QuadRows> quads = quad_rows_for(g, ctx.device);
-  const KeySplit ks = key_split(g, quads ? quads->keys : 64);
-  low.launches.push_back(quads ? quad_row_kernel(ctx, g, ks, *quads) : row_kernel(ctx, g, ks));
+  const std::optional<Streams> streams = streams_for(g, ctx.device);
+  const KeySplit ks = key_split(g, streams ? streams->keys() : 64);
+  low.launches.push_back(streams ? stream_row_kernel(ctx, g, ks, *streams)
+                                 : row_kernel(ctx, g, ks));
   if (ks.splits > 1) {
     low.scratch_bytes.push_back(g.heads() * g.lq * ks.splits * partial_floats(g) * sizeof(float));
     low.counter_bytes.push_back(g.heads() * g.lq * sizeof(uint32_t));
@@ -971,7 +1021,7 @@ bool row_kernel_reads_rope(const LowerContext& ctx) {
 bool takes_cache_append(const LowerContext& ctx) {
   if (ctx.node.op_name() != "cached_attention" || !ctx.append) return false;
   const AttentionShape g(ctx);
-  if (tiled(g, ctx.device) || !quad_rows_for(g, ctx.device) || g.lq != 1) return false;
+  if (tiled(g, ctx.device) || !streams_for(g, ctx.device) || g.lq != 1) return false;
   const CacheAppendLoad& a = *ctx.append;
   const TensorType &ku = ctx.inputs[static_cast<size_t>(a.k_update)],
                    &vu = ctx.inputs[static_cast<size_t>(a.v_update)];

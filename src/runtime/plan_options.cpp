@@ -65,6 +65,9 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
   t.subgroup_size = std::max(1u, c.compute.subgroup_size);
   t.subgroup_add = c.compute.subgroup_arithmetic;
   t.subgroup_vote = c.compute.subgroup_vote;
+  t.subgroup_shuffle = c.compute.subgroup_shuffle;
+  t.min_subgroup_size = std::max(1u, std::min(c.compute.min_subgroup_size, t.subgroup_size));
+  t.max_subgroup_size = std::max(c.compute.max_subgroup_size, t.subgroup_size);
   t.max_workgroup_invocations = c.compute.max_workgroup_invocations;
   t.max_shared_bytes = c.compute.shared_memory_bytes;
   t.max_group_count = std::min({c.compute.max_workgroup_count[0], c.compute.max_workgroup_count[1],

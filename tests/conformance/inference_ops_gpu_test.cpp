@@ -107,19 +107,68 @@ TEST(InferenceGpu, CachedAttentionDecodeReadsOnlyVisibleKeys) {
   EXPECT_TRUE(testing::elementwise_near(got, want, 2e-5));
 }
 
-// A cache longer than 1024 blocks of keys: each workgroup of the split walks two blocks (the
-// online softmax rescaling what it summed before), and the last combines 1024 partials.
+// A cache longer than 1024 blocks of keys (heads of 8 take blocks of 512 keys: 32 streams of
+// two lanes, 16 keys a lane): each workgroup of the split walks two blocks (the online softmax
+// rescaling what it summed before), and the last combines 1024 partials.
 TEST(InferenceGpu, CachedAttentionDecodeOverSeveralBlocksPerWorkgroup) {
   auto rng = testing::rng_for("inference-gpu/decode-long");
-  const int64_t T = 70000, D = 8;
+  const int64_t T = 1100 * 512, D = 8;
   Graph g;
   reference::Feeds feeds;
   Tensor q = random_input(g, feeds, "q", {1, 2, 1, D}, rng, -3.0, 3.0);
   Tensor k = random_input(g, feeds, "k", {1, 1, T, D}, rng, -3.0, 3.0);
   Tensor v = random_input(g, feeds, "v", {1, 1, T, D}, rng);
-  Tensor pos = int_input(g, feeds, "pos", {1, 2, 1}, {T - 1, 40000});
-  g.output("out", cached_attention(q, k, v, pos));
+  Tensor pos = int_input(g, feeds, "pos", {1, 2, 1}, {T - 1, 300000});
+  Tensor out = cached_attention(q, k, v, pos);
+  g.output("out", out);
+  const auto low = testing::lower_node(g, out.id(), testing::device_traits());
+  ASSERT_EQ(low.launches.size(), 1u);
+  if (low.launches[0].name.find("+streams") != std::string::npos) {
+    // 1024 partials of (max, sum, D values) for each of the two rows.
+    ASSERT_EQ(low.scratch_bytes.size(), 1u);
+    EXPECT_EQ(low.scratch_bytes[0], 2u * 1024u * (2u + D) * sizeof(float));
+  }
   expect_close(g, feeds);
+}
+
+// The row kernel's head widths: keys and values of different widths (a stream's lanes then hold
+// several value quads, or some hold none), wide heads, a few query rows with a mask and a
+// causal prefix, keys split over workgroups (300 of them) and 16-bit caches read by
+// cached_attention.
+TEST(InferenceGpu, AttentionRowKernelHeadWidths) {
+  struct Case {
+    int64_t d, dv, lq;
+    bool mask, causal;
+    DType cache;
+  };
+  for (const Case& c :
+       {Case{16, 64, 1, false, false, DType::f32}, Case{64, 16, 1, true, false, DType::f32},
+        Case{128, 128, 3, false, true, DType::f32}, Case{8, 8, 2, true, true, DType::f32},
+        Case{64, 64, 1, false, false, DType::bf16}, Case{32, 32, 2, false, false, DType::f16}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "d " << c.d << " dv " << c.dv << " lq " << c.lq << " " << dtype_name(c.cache));
+    auto rng = testing::rng_for("inference-gpu/row-widths");
+    const int64_t T = 300;
+    Graph g;
+    reference::Feeds feeds;
+    Tensor q = random_input(g, feeds, "q", {2, 4, c.lq, c.d}, rng, -2.0, 2.0);
+    feeds["k"] = testing::random_array(rng, {{2, 2, T, c.d}, c.cache}, -2.0, 2.0);
+    feeds["v"] = testing::random_array(rng, {{2, 2, T, c.dv}, c.cache});
+    Tensor k = g.input("k", {2, 2, T, c.d}, c.cache);
+    Tensor v = g.input("v", {2, 2, T, c.dv}, c.cache);
+    Tensor out;
+    if (c.cache != DType::f32) {  // cached_attention reads 16-bit caches beside an f32 query
+      std::vector<double> p;
+      for (int64_t i = 0; i < 2 * c.lq; ++i) p.push_back(static_cast<double>(T - 40 + 17 * i));
+      out = cached_attention(q, k, v, int_input(g, feeds, "pos", {2, 1, c.lq}, p));
+    } else {
+      Tensor mask;
+      if (c.mask) mask = random_input(g, feeds, "mask", {1, 4, c.lq, T}, rng, -3.0, 0.0);
+      out = scaled_dot_product_attention(q, k, v, mask, c.causal);
+    }
+    g.output("out", out);
+    expect_close(g, feeds, 3e-5);
+  }
 }
 
 // Right-padded prompts of lengths 24 and 17 prefilled at once (the tiled kernel): the padding
