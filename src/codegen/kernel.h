@@ -84,6 +84,9 @@ struct DeviceTraits {
   // were slower than the two kernels on the H100 (docs/perf.md). Off unless MN_GEMV_CHAIN=1
   // (runtime::apply_environment).
   bool gemv_chain = false;
+  // Keys a block of the decode attention's stream kernel takes (codegen/lower_attention.cpp):
+  // 0 takes its default; MN_ATTENTION_DECODE_KEYS (a power of two from 16 to 1024) sets it.
+  uint32_t decode_attention_keys = 0;
   // Attention over prompts on the subgroup-scope matrices (codegen/lower_attention_coop.cpp):
   // MN_COOP_ATTENTION unset lets the lowering choose (codegen/lower_attention.cpp), =1 takes
   // the kernel wherever it fits, =0 keeps the f32 kernels.

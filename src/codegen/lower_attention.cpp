@@ -695,12 +695,14 @@ std::optional<Streams> streams_for(const AttentionShape& g, const DeviceTraits& 
   // At most 16 quads of keys and 16 of values a lane in flight.
   if (std::max(r.kp, r.vp) > 16) return std::nullopt;
   r.per_lane = 16 / std::max(r.kp, r.vp);
-  // Streams enough for a block of kStreamBlockKeys where the workgroup may grow; whole
-  // subgroups of any size the driver may pick.
-  const uint64_t streams = std::max<uint64_t>(1, kStreamBlockKeys / r.per_lane);
+  // Streams enough for a block of kStreamBlockKeys (or the keys asked for) where the workgroup
+  // may grow; whole subgroups of any size the driver may pick.
+  const uint64_t block = dev.decode_attention_keys ? dev.decode_attention_keys : kStreamBlockKeys;
+  const uint64_t streams = std::max<uint64_t>(1, block / r.per_lane);
+  const uint64_t most =
+      dev.decode_attention_keys ? std::min(dev.max_workgroup_invocations, 1024u) : most_lanes(dev);
   const uint64_t full = std::max<uint64_t>(64, std::bit_ceil(std::max(1u, dev.max_subgroup_size)));
-  r.lanes =
-      static_cast<uint32_t>(std::max(full, std::min<uint64_t>(most_lanes(dev), streams * r.width)));
+  r.lanes = static_cast<uint32_t>(std::max(full, std::min(most, streams * r.width)));
   if (r.lanes > dev.max_workgroup_invocations || r.lanes % r.width != 0) return std::nullopt;
   const uint64_t splits = (g.lk + r.keys() - 1) / r.keys();
   const uint64_t floats = r.streams() * (2 + g.dv) + 2 * std::min<uint64_t>(splits, 1024) + 1;

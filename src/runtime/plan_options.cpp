@@ -134,6 +134,13 @@ void apply_environment(codegen::DeviceTraits& t) {
   t.tensor_sibling = support::env_switch("MN_TENSOR_SIBLING", true);
   // Off since measured slower on the H100 (docs/perf.md, 2026-12-06): =1 chains the products.
   t.gemv_chain = support::env_switch("MN_GEMV_CHAIN", false);
+  t.decode_attention_keys = static_cast<uint32_t>(env_count("MN_ATTENTION_DECODE_KEYS", 0));
+  if (t.decode_attention_keys != 0 &&
+      (!std::has_single_bit(t.decode_attention_keys) || t.decode_attention_keys < 16 ||
+       t.decode_attention_keys > 1024)) {
+    throw Error("MN_ATTENTION_DECODE_KEYS='" + std::to_string(t.decode_attention_keys) +
+                "': the decode attention's blocks take a power of two from 16 to 1024 keys");
+  }
   t.coop_subgroup_tile = tile_name("MN_COOP_TILE", codegen::coop_tiles());
   t.coop_wg_tile = tile_name("MN_COOP_WG_TILE", codegen::coop_wg_tiles());
   const int stages = env_count("MN_COOP_STAGES", 2);
