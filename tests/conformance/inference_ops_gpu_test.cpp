@@ -131,16 +131,20 @@ TEST(InferenceGpu, CachedAttentionDecodeOverSeveralBlocksPerWorkgroup) {
   expect_close(g, feeds);
 }
 
-// The row kernel's head widths: keys and values of different widths (a stream's lanes then hold
-// several value quads, or some hold none), wide heads, a few query rows with a mask and a
-// causal prefix, keys split over workgroups (300 of them) and 16-bit caches read by
-// cached_attention.
+// The row kernel's head widths, run as lowered with the tensor-core attention kernels off (on
+// devices with them, attention without positions would take those): keys and values of
+// different widths (a stream's lanes then hold several value quads, or some hold none), wide
+// heads, a few query rows with a mask and a causal prefix, keys split over workgroups (300 of
+// them) and 16-bit caches read by cached_attention.
 TEST(InferenceGpu, AttentionRowKernelHeadWidths) {
   struct Case {
     int64_t d, dv, lq;
     bool mask, causal;
     DType cache;
   };
+  codegen::DeviceTraits traits = testing::device_traits();
+  traits.tensor_attention = false;
+  traits.coop_attention = codegen::DeviceTraits::Choice::never;
   for (const Case& c :
        {Case{16, 64, 1, false, false, DType::f32}, Case{64, 16, 1, true, false, DType::f32},
         Case{128, 128, 3, false, true, DType::f32}, Case{8, 8, 2, true, true, DType::f32},
@@ -156,18 +160,29 @@ TEST(InferenceGpu, AttentionRowKernelHeadWidths) {
     feeds["v"] = testing::random_array(rng, {{2, 2, T, c.dv}, c.cache});
     Tensor k = g.input("k", {2, 2, T, c.d}, c.cache);
     Tensor v = g.input("v", {2, 2, T, c.dv}, c.cache);
+    std::vector<Array> inputs{feeds["q"], feeds["k"], feeds["v"]};
     Tensor out;
     if (c.cache != DType::f32) {  // cached_attention reads 16-bit caches beside an f32 query
       std::vector<double> p;
       for (int64_t i = 0; i < 2 * c.lq; ++i) p.push_back(static_cast<double>(T - 40 + 17 * i));
       out = cached_attention(q, k, v, int_input(g, feeds, "pos", {2, 1, c.lq}, p));
+      inputs.push_back(feeds["pos"]);
     } else {
       Tensor mask;
-      if (c.mask) mask = random_input(g, feeds, "mask", {1, 4, c.lq, T}, rng, -3.0, 0.0);
+      if (c.mask) {
+        mask = random_input(g, feeds, "mask", {1, 4, c.lq, T}, rng, -3.0, 0.0);
+        inputs.push_back(feeds["mask"]);
+      }
       out = scaled_dot_product_attention(q, k, v, mask, c.causal);
     }
     g.output("out", out);
-    expect_close(g, feeds, 3e-5);
+    const auto low = testing::lower_node(g, out.id(), traits);
+    ASSERT_EQ(low.launches.size(), 1u);
+    if (traits.subgroup_shuffle)
+      EXPECT_NE(low.launches[0].name.find("+streams"), std::string::npos);
+    const Array want = reference::evaluate(g, feeds).at("out");
+    const Array got = testing::run_lowering(g, out.id(), inputs, traits);
+    EXPECT_TRUE(testing::elementwise_near(got, want, 3e-5)) << low.launches[0].name;
   }
 }
 
