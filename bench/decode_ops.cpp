@@ -1,14 +1,16 @@
 // The per-token ops of language-model decoding, each the only op of a session step, timed with
 // GPU timestamps (median of --reps steps after warm-up):
 //   attention: cached_attention with one query per sequence (Llama 3.2 1B's heads: 32 query and
-//     8 key/value heads of 64) over a cache of --cache slots, at several positions: its time
+//     8 key/value heads of 64, or --heads; SmolLM2-135M has 9,3) over a cache of --cache slots,
+//     at several positions: its time
 //     should follow the position (the visible keys), not the cache size.
 //   sample: sample_tokens over Qwen's 151936-token vocabulary, greedy and with temperature 0.8,
 //     top_k 50 and top_p 0.95, and with top_p 0.95 alone.
 // One JSON line per case with "gpu_ms_median" (the sum of the step's kernel times) and the
 // kernels launched. PyTorch counterpart: bench/decode_ops.py.
 //
-// Usage: bench_decode_ops [--batch N] [--cache T] [--reps N] [--device D] [--small]
+// Usage: bench_decode_ops [--batch N] [--heads HQ,HKV] [--cache T] [--reps N] [--device D]
+//                         [--cases attention|sample|all] [--small]
 // --small: batch 1, a 512-slot cache, a 4096-token vocabulary and 3 reps, for CPU devices.
 #include <cstdio>
 #include <cstdlib>
@@ -29,9 +31,10 @@
 namespace {
 
 struct Options {
-  int64_t batch = 8, cache = 4096, vocab = 151936;
+  int64_t batch = 8, cache = 4096, vocab = 151936, hq = 32, hkv = 8;
   int reps = 50;
   std::string device;
+  std::string cases = "all";  // attention, sample or all
 };
 
 mn::Array random_array(const mn::Shape& shape, mn::DType dtype, double spread, uint64_t seed) {
@@ -53,12 +56,16 @@ nlohmann::json time_steps(const mn::Graph& g,
   for (const auto& [name, value] : inputs) s->set(name, value);
   const mn::bench::ProfiledSteps steps = mn::bench::profiled_steps(*s, o.reps);
   nlohmann::json kernels = nlohmann::json::array();
-  for (const auto& k : steps.kernels) kernels.push_back(k.name);
+  for (const auto& k : steps.kernels) {
+    kernels.push_back(k.statistics.empty()
+                          ? nlohmann::json(k.name)
+                          : nlohmann::json{{"name", k.name}, {"statistics", k.statistics}});
+  }
   return {{"device", s->device_name()}, {"gpu_ms_median", steps.gpu_ms_median}, {"kernels", kernels}};
 }
 
 void attention_cases(const Options& o) {
-  const int64_t hq = 32, hkv = 8, d = 64;
+  const int64_t hq = o.hq, hkv = o.hkv, d = 64;
   for (int64_t position : std::set<int64_t>{0, 255, o.cache / 4 - 1, o.cache - 1}) {
     mn::Graph g;
     mn::Tensor q = g.input("q", {o.batch, hq, 1, d}, mn::DType::f16);
@@ -79,6 +86,7 @@ void attention_cases(const Options& o) {
     j["batch"] = o.batch;
     j["cache"] = o.cache;
     j["position"] = position;
+    j["heads"] = {hq, hkv};
     std::printf("%s\n", j.dump().c_str());
   }
 }
@@ -121,6 +129,18 @@ int main(int argc, char** argv) {
     const bool more = i + 1 < argc;
     if (!std::strcmp(argv[i], "--batch") && more) {
       o.batch = std::atoll(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--heads") && more) {
+      if (std::sscanf(argv[++i], "%ld,%ld", &o.hq, &o.hkv) != 2 || o.hq <= 0 || o.hkv <= 0 ||
+          o.hq % o.hkv != 0) {
+        std::fprintf(stderr, "--heads takes Hq,Hkv with Hq a multiple of Hkv, got '%s'\n", argv[i]);
+        return 2;
+      }
+    } else if (!std::strcmp(argv[i], "--cases") && more) {
+      o.cases = argv[++i];
+      if (o.cases != "attention" && o.cases != "sample" && o.cases != "all") {
+        std::fprintf(stderr, "--cases takes attention, sample or all, got '%s'\n", argv[i]);
+        return 2;
+      }
     } else if (!std::strcmp(argv[i], "--cache") && more) {
       o.cache = std::atoll(argv[++i]);
     } else if (!std::strcmp(argv[i], "--reps") && more) {
@@ -130,15 +150,16 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--small")) {
       o.batch = 1, o.cache = 512, o.vocab = 4096, o.reps = 3;
     } else {
-      std::fprintf(
-          stderr,
-          "usage: bench_decode_ops [--batch N] [--cache T] [--reps N] [--device D] [--small]\n");
+      std::fprintf(stderr,
+                   "usage: bench_decode_ops [--batch N] [--heads HQ,HKV] [--cache T] [--reps N] "
+                   "[--device D] "
+                   "[--cases attention|sample|all] [--small]\n");
       return 2;
     }
   }
   try {
-    attention_cases(o);
-    sample_cases(o);
+    if (o.cases != "sample") attention_cases(o);
+    if (o.cases != "attention") sample_cases(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_decode_ops: %s\n", e.what());
     return 1;

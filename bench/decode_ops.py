@@ -2,13 +2,14 @@
 its token sampling, timed with CUDA events (median of --reps after warm-up).
 
 attention: F.scaled_dot_product_attention of one query per sequence (32 query heads, 8
-key/value heads of 64, f16, enable_gqa) over the cache's first position + 1 slots, as
+key/value heads of 64, or --heads HQ,HKV; f16, enable_gqa) over the cache's first position + 1 slots, as
 transformers' static cache decodes (the cache sliced to the visible length).
 sample: Hugging Face's warpers on f16 logits [batch, 151936] (temperature, top-k as
 `scores < topk(...)[..., -1]`, top-p by sort and cumsum), softmax and torch.multinomial; greedy
 is argmax.
 
-Usage: /usr/bin/python3 bench/decode_ops.py [--batch N] [--cache T] [--reps N] [--small]
+Usage: /usr/bin/python3 bench/decode_ops.py [--batch N] [--heads HQ,HKV] [--cache T] [--reps N]
+                                           [--cases attention|sample|all] [--small]
 """
 import argparse
 import json
@@ -34,7 +35,7 @@ def time_ms(fn, reps):
 
 
 def attention_cases(args, device):
-    hq, hkv, d = 32, 8, 64
+    hq, hkv, d = args.hq, args.hkv, 64
     q = torch.randn(args.batch, hq, 1, d, device=device, dtype=torch.float16)
     k = torch.randn(args.batch, hkv, args.cache, d, device=device, dtype=torch.float16)
     v = torch.randn(args.batch, hkv, args.cache, d, device=device, dtype=torch.float16)
@@ -45,7 +46,8 @@ def attention_cases(args, device):
             F.scaled_dot_product_attention(q, k[:, :, :n], v[:, :, :n], enable_gqa=True)
 
         print(json.dumps({"case": "attention", "batch": args.batch, "cache": args.cache,
-                          "position": position, "gpu_ms_median": time_ms(step, args.reps),
+                          "position": position, "heads": [hq, hkv],
+                          "gpu_ms_median": time_ms(step, args.reps),
                           "device": torch.cuda.get_device_name()}))
 
 
@@ -82,17 +84,24 @@ def sample_cases(args, device):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--heads", default="32,8", help="query and key/value heads, HQ,HKV")
     p.add_argument("--cache", type=int, default=4096)
     p.add_argument("--reps", type=int, default=50)
+    p.add_argument("--cases", choices=["attention", "sample", "all"], default="all")
     p.add_argument("--small", action="store_true")
     args = p.parse_args()
     args.vocab = 151936
+    args.hq, args.hkv = (int(x) for x in args.heads.split(","))
+    if args.hq <= 0 or args.hkv <= 0 or args.hq % args.hkv:
+        p.error(f"--heads takes HQ,HKV with HQ a multiple of HKV, got {args.heads}")
     if args.small:
         args.batch, args.cache, args.vocab, args.reps = 1, 512, 4096, 3
     device = "cuda"
     with torch.no_grad():
-        attention_cases(args, device)
-        sample_cases(args, device)
+        if args.cases != "sample":
+            attention_cases(args, device)
+        if args.cases != "attention":
+            sample_cases(args, device)
 
 
 if __name__ == "__main__":

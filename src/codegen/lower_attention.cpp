@@ -695,6 +695,9 @@ std::optional<Streams> streams_for(const AttentionShape& g, const DeviceTraits& 
   // At most 16 quads of keys and 16 of values a lane in flight.
   if (std::max(r.kp, r.vp) > 16) return std::nullopt;
   r.per_lane = 16 / std::max(r.kp, r.vp);
+  if (dev.decode_attention_lane_keys) {
+    r.per_lane = std::min<uint64_t>(r.per_lane, dev.decode_attention_lane_keys);
+  }
   // Streams enough for a block of kStreamBlockKeys (or the keys asked for) where the workgroup
   // may grow; whole subgroups of any size the driver may pick.
   const uint64_t block = dev.decode_attention_keys ? dev.decode_attention_keys : kStreamBlockKeys;

@@ -141,6 +141,13 @@ void apply_environment(codegen::DeviceTraits& t) {
     throw Error("MN_ATTENTION_DECODE_KEYS='" + std::to_string(t.decode_attention_keys) +
                 "': the decode attention's blocks take a power of two from 16 to 1024 keys");
   }
+  t.decode_attention_lane_keys =
+      static_cast<uint32_t>(env_count("MN_ATTENTION_DECODE_LANE_KEYS", 0));
+  if (t.decode_attention_lane_keys > 16 ||
+      (t.decode_attention_lane_keys != 0 && !std::has_single_bit(t.decode_attention_lane_keys))) {
+    throw Error("MN_ATTENTION_DECODE_LANE_KEYS='" + std::to_string(t.decode_attention_lane_keys) +
+                "': a lane of the decode attention takes 1, 2, 4, 8 or 16 keys a block");
+  }
   t.coop_subgroup_tile = tile_name("MN_COOP_TILE", codegen::coop_tiles());
   t.coop_wg_tile = tile_name("MN_COOP_WG_TILE", codegen::coop_wg_tiles());
   const int stages = env_count("MN_COOP_STAGES", 2);
