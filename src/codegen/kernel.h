@@ -87,8 +87,8 @@ struct DeviceTraits {
   // Keys a block of the decode attention's stream kernel takes (codegen/lower_attention.cpp):
   // 0 takes its default; MN_ATTENTION_DECODE_KEYS (a power of two from 16 to 1024) sets it.
   uint32_t decode_attention_keys = 0;
-  // Keys each lane of a stream takes per block (at most 16 quads of keys and of values a lane
-  // in flight): 0 takes the most; MN_ATTENTION_DECODE_LANE_KEYS (1, 2, 4, 8 or 16) fewer.
+  // Keys each lane of a stream takes per block: 0 takes 8 quads of keys and of values a lane;
+  // MN_ATTENTION_DECODE_LANE_KEYS (1, 2, 4, 8 or 16) sets it, up to 16 quads a lane.
   uint32_t decode_attention_lane_keys = 0;
   // Attention over prompts on the subgroup-scope matrices (codegen/lower_attention_coop.cpp):
   // MN_COOP_ATTENTION unset lets the lowering choose (codegen/lower_attention.cpp), =1 takes

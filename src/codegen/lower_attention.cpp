@@ -692,11 +692,13 @@ std::optional<Streams> streams_for(const AttentionShape& g, const DeviceTraits& 
       std::min<uint64_t>(r.qd, std::bit_floor(std::max(1u, dev.min_subgroup_size))));
   r.kp = r.qd / r.width;
   r.vp = std::max<uint64_t>(1, r.qv / r.width);
-  // At most 16 quads of keys and 16 of values a lane in flight.
   if (std::max(r.kp, r.vp) > 16) return std::nullopt;
-  r.per_lane = 16 / std::max(r.kp, r.vp);
+  // At most 8 quads of keys and 8 of values a lane in flight: 16 made the kernel spill to local
+  // memory with 16-bit caches on the H100 and run several times slower (docs/perf.md).
+  r.per_lane = std::max<uint64_t>(1, 8 / std::max(r.kp, r.vp));
   if (dev.decode_attention_lane_keys) {
-    r.per_lane = std::min<uint64_t>(r.per_lane, dev.decode_attention_lane_keys);
+    r.per_lane = std::max<uint64_t>(
+        1, std::min<uint64_t>(dev.decode_attention_lane_keys, 16 / std::max(r.kp, r.vp)));
   }
   // Streams enough for a block of kStreamBlockKeys (or the keys asked for) where the workgroup
   // may grow; whole subgroups of any size the driver may pick.
@@ -878,6 +880,47 @@ std::string combine_streams(const Streams& r, uint64_t cols) {
   return s + "    }\n  }\n";
 }
 
+// How the stream kernel splits a row's keys over its workgroups. The grid is fixed when the step
+// is recorded (ks.splits workgroups a row, one block each for the whole cache), the visible
+// keys are not: at run time each busy workgroup takes `per` blocks, as many as keep at most
+// `busy_target` workgroups of a row busy. Few rows (batch-1 decoding) keep one block a
+// workgroup and spread a row over many multiprocessors; many rows (a batch over a long cache)
+// walk several blocks each, leaving fewer partials to combine. A small grid issues its first
+// block's loads before the visible length is known (`speculate`: one memory latency instead of
+// two; a workgroup that finds itself idle or walking more blocks drops them); a large one
+// would read the whole cache for nothing.
+struct StreamSplit {
+  uint64_t busy_target = 1;
+  bool speculate = true;
+};
+
+StreamSplit stream_split(const DeviceTraits& dev, const KeySplit& ks, uint64_t rows) {
+  StreamSplit sp;
+  const auto fill = static_cast<uint64_t>(dev.groups_to_fill());
+  sp.busy_target = std::clamp<uint64_t>((8 * fill + rows - 1) / rows, 1, ks.splits);
+  sp.speculate = ks.splits == 1 || rows * ks.splits <= 4 * fill;
+  return sp;
+}
+
+// GLSL: the workgroup's keys [jb, je) and, split, the row's busy workgroups `busy` (an idle
+// workgroup returns), with the first block's loads issued where stream_split did not speculate
+// them or they were for other keys.
+std::string stream_range(const Streams& r, const StreamSplit& sp, bool split) {
+  const std::string KEYS = ulit(r.keys());
+  if (!split) {
+    return std::string(sp.speculate ? "" : "  {\n" + stream_loads(r, "0u") + "  }\n") +
+           "  uint jb = 0u, je = visible;\n";
+  }
+  std::string s = "  uint blocks = (visible + " + ulit(r.keys() - 1) + ") / " + KEYS + ";\n";
+  s += "  uint per = max((blocks + " + ulit(sp.busy_target - 1) + ") / " + ulit(sp.busy_target) +
+       ", 1u), chunk = per * " + KEYS + ";\n";
+  s += "  uint busy = max((visible + chunk - 1u) / chunk, 1u);\n";
+  s += "  if (part_index >= busy) return;\n";
+  s += "  uint jb = part_index * chunk, je = min(visible, jb + chunk);\n";
+  s += sp.speculate ? "  if (per != 1u) {\n" : "  {\n";
+  return s + stream_loads(r, "jb") + "  }\n";
+}
+
 KernelLaunch stream_row_kernel(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks,
                                const Streams& r) {
   const AttentionAttrs& a = g.attrs;
@@ -900,18 +943,14 @@ KernelLaunch stream_row_kernel(const LowerContext& ctx, const AttentionShape& g,
   if (split) s += split_shared(ks);
   s += row_start(g, ks);
   s += "  uint stream = lane / " + ulit(r.width) + ";\n";
-  // The visible length, the first block of keys and values, the query and the new slot: their
-  // loads in flight together.
+  // The visible length, the query and the new slot's loads in flight together, with the first
+  // block's where the grid is small (stream_split).
+  const StreamSplit sp = stream_split(ctx.device, ks, rows);
   s += "  uint visible = " + visible_expr(g, "i") + ";\n";
-  s += "  uint jb = part_index * " + ulit(ks.chunk) + ";\n";
   s += "  vec4 kq[" + ulit(r.per_lane * r.kp) + "], vq[" + ulit(r.per_lane * r.vp) + "];\n";
-  s += "  {\n" + stream_loads(r, "jb") + "  }\n";
+  if (sp.speculate) s += "  {\n" + stream_loads(r, "part_index * " + ulit(r.keys())) + "  }\n";
   s += stream_query(ctx, g, r) + append_row(ctx, g, r);
-  s += "  uint je = min(visible, jb + " + ulit(ks.chunk) + ");\n";
-  if (split) {
-    s += "  uint busy = max((visible + " + ulit(ks.chunk - 1) + ") / " + ulit(ks.chunk) +
-         ", 1u);\n  if (part_index >= busy) return;\n";
-  }
+  s += stream_range(r, sp, split);
   s += "  float m = -mn_inf(), l = 0.0;\n";
   s += "  vec4 acc[" + ulit(r.vp) + "];\n";
   s += "  for (uint t = 0u; t < " + ulit(r.vp) + "; ++t) acc[t] = vec4(0.0);\n";

@@ -72,44 +72,52 @@ TEST(InferenceGpu, RopePositionsLlama3LargePositions) {
 // ---- cached_attention ----
 
 // Decoding one token per sequence at positions spread over a 2048-slot cache (the row kernel
-// splits the keys over several workgroups and combines them; a negative position sees no key).
-// Cache slots past every position are NaN on the GPU and zero in the reference, which never reads
-// them either.
+// splits the keys over several workgroups and combines them; a negative position sees no key),
+// for few rows (a small grid: the first block's loads issued before the visible length is
+// known) and many (a large one: loads wait for it). Cache slots past every position are NaN on
+// the GPU and zero in the reference, which never reads them either.
 TEST(InferenceGpu, CachedAttentionDecodeReadsOnlyVisibleKeys) {
-  auto rng = testing::rng_for("inference-gpu/decode");
-  const int64_t B = 4, Hq = 4, Hkv = 2, T = 2048, D = 16;
-  const std::vector<double> positions{-1, 5, 256, 1500};  // -1: an empty sequence, output 0
-  Graph g;
-  reference::Feeds feeds;
-  Tensor q = random_input(g, feeds, "q", {B, Hq, 1, D}, rng);
-  Tensor k = random_input(g, feeds, "k", {B, Hkv, T, D}, rng);
-  Tensor v = random_input(g, feeds, "v", {B, Hkv, T, D}, rng);
-  Tensor pos = int_input(g, feeds, "pos", {B, 1, 1}, positions);
-  g.output("out", cached_attention(q, k, v, pos));
-  reference::Feeds poisoned = feeds;
-  for (const char* name : {"k", "v"}) {
-    Array& cache = poisoned[name];
-    Array& zeroed = feeds[name];
+  for (const auto& [B, Hq] : {std::pair<int64_t, int64_t>{4, 4}, {16, 8}}) {
+    SCOPED_TRACE(::testing::Message() << "batch " << B << " heads " << Hq);
+    auto rng = testing::rng_for("inference-gpu/decode");
+    const int64_t Hkv = 2, T = 2048, D = 16;
+    std::vector<double> positions;
     for (int64_t b = 0; b < B; ++b) {
-      for (int64_t h = 0; h < Hkv; ++h) {
-        for (auto j = static_cast<int64_t>(positions[b]) + 1; j < T; ++j) {
-          for (int64_t e = 0; e < D; ++e) {
-            const int64_t at = ((b * Hkv + h) * T + j) * D + e;
-            cache.data[at] = std::numeric_limits<double>::quiet_NaN();
-            zeroed.data[at] = 0.0;
+      const double spread[] = {-1, 5, 256, 1500};  // -1: an empty sequence, output 0
+      positions.push_back(spread[b % 4] + static_cast<double>(b / 4) * 100);
+    }
+    Graph g;
+    reference::Feeds feeds;
+    Tensor q = random_input(g, feeds, "q", {B, Hq, 1, D}, rng);
+    Tensor k = random_input(g, feeds, "k", {B, Hkv, T, D}, rng);
+    Tensor v = random_input(g, feeds, "v", {B, Hkv, T, D}, rng);
+    Tensor pos = int_input(g, feeds, "pos", {B, 1, 1}, positions);
+    g.output("out", cached_attention(q, k, v, pos));
+    reference::Feeds poisoned = feeds;
+    for (const char* name : {"k", "v"}) {
+      Array& cache = poisoned[name];
+      Array& zeroed = feeds[name];
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t h = 0; h < Hkv; ++h) {
+          for (auto j = std::max<int64_t>(0, static_cast<int64_t>(positions[b]) + 1); j < T; ++j) {
+            for (int64_t e = 0; e < D; ++e) {
+              const int64_t at = ((b * Hkv + h) * T + j) * D + e;
+              cache.data[at] = std::numeric_limits<double>::quiet_NaN();
+              zeroed.data[at] = 0.0;
+            }
           }
         }
       }
     }
+    const Array want = reference::evaluate(g, feeds).at("out");
+    const Array got = run_gpu(g, poisoned).at("out");
+    EXPECT_TRUE(testing::elementwise_near(got, want, 2e-5));
   }
-  const Array want = reference::evaluate(g, feeds).at("out");
-  const Array got = run_gpu(g, poisoned).at("out");
-  EXPECT_TRUE(testing::elementwise_near(got, want, 2e-5));
 }
 
-// A cache longer than 1024 blocks of keys (heads of 8 take blocks of 512 keys: 32 streams of
-// two lanes, 16 keys a lane): each workgroup of the split walks two blocks (the online softmax
-// rescaling what it summed before), and the last combines 1024 partials.
+// A cache longer than 1024 blocks of keys (heads of 8 take blocks of 256 keys: 32 streams of
+// two lanes, 8 keys a lane): the grid has 1024 workgroups a row, each walks several blocks (the
+// online softmax rescaling what it summed before), and the last combines the busy ones' partials.
 TEST(InferenceGpu, CachedAttentionDecodeOverSeveralBlocksPerWorkgroup) {
   auto rng = testing::rng_for("inference-gpu/decode-long");
   const int64_t T = 1100 * 512, D = 8;
