@@ -880,44 +880,33 @@ std::string combine_streams(const Streams& r, uint64_t cols) {
   return s + "    }\n  }\n";
 }
 
-// How the stream kernel splits a row's keys over its workgroups. The grid is fixed when the step
-// is recorded (ks.splits workgroups a row, one block each for the whole cache), the visible
-// keys are not: at run time each busy workgroup takes `per` blocks, as many as keep at most
-// `busy_target` workgroups of a row busy. Few rows (batch-1 decoding) keep one block a
-// workgroup and spread a row over many multiprocessors; many rows (a batch over a long cache)
-// walk several blocks each, leaving fewer partials to combine. A small grid issues its first
-// block's loads before the visible length is known (`speculate`: one memory latency instead of
-// two; a workgroup that finds itself idle or walking more blocks drops them); a large one
-// would read the whole cache for nothing.
-struct StreamSplit {
-  uint64_t busy_target = 1;
-  bool speculate = true;
-};
-
-StreamSplit stream_split(const DeviceTraits& dev, const KeySplit& ks, uint64_t rows) {
-  StreamSplit sp;
-  const auto fill = static_cast<uint64_t>(dev.groups_to_fill());
-  sp.busy_target = std::clamp<uint64_t>((8 * fill + rows - 1) / rows, 1, ks.splits);
-  sp.speculate = ks.splits == 1 || rows * ks.splits <= 4 * fill;
-  return sp;
+// Whether the stream kernel issues its first block's loads before the visible length is known
+// (one memory latency instead of two): a small grid does, a workgroup that finds itself idle
+// dropping them; a large one (many rows over a long cache) would read the whole cache for
+// nothing, and waits for the length (docs/perf.md).
+bool stream_speculates(const DeviceTraits& dev, const KeySplit& ks, uint64_t rows) {
+  return ks.splits == 1 || rows * ks.splits <= 4 * static_cast<uint64_t>(dev.groups_to_fill());
 }
 
 // GLSL: the workgroup's keys [jb, je) and, split, the row's busy workgroups `busy` (an idle
-// workgroup returns), with the first block's loads issued where stream_split did not speculate
-// them or they were for other keys.
-std::string stream_range(const Streams& r, const StreamSplit& sp, bool split) {
-  const std::string KEYS = ulit(r.keys());
-  if (!split) {
-    return std::string(sp.speculate ? "" : "  {\n" + stream_loads(r, "0u") + "  }\n") +
+// workgroup returns), with the first block's loads where they were not speculated or were for
+// other keys. The grid is fixed when the step is recorded, ks.splits workgroups a row; a busy
+// one takes `per` blocks of the visible keys: one, unless the row has more blocks than the grid
+// has workgroups (past 1024 blocks). Walking several blocks a workgroup to leave fewer partials
+// measured slower for a batch over a long cache (docs/perf.md).
+std::string stream_range(const Streams& r, const KeySplit& ks, bool speculate) {
+  const std::string KEYS = ulit(r.keys()), SPLITS = ulit(ks.splits);
+  if (ks.splits == 1) {
+    return std::string(speculate ? "" : "  {\n" + stream_loads(r, "0u") + "  }\n") +
            "  uint jb = 0u, je = visible;\n";
   }
   std::string s = "  uint blocks = (visible + " + ulit(r.keys() - 1) + ") / " + KEYS + ";\n";
-  s += "  uint per = max((blocks + " + ulit(sp.busy_target - 1) + ") / " + ulit(sp.busy_target) +
+  s += "  uint per = max((blocks + " + ulit(ks.splits - 1) + ") / " + SPLITS +
        ", 1u), chunk = per * " + KEYS + ";\n";
   s += "  uint busy = max((visible + chunk - 1u) / chunk, 1u);\n";
   s += "  if (part_index >= busy) return;\n";
   s += "  uint jb = part_index * chunk, je = min(visible, jb + chunk);\n";
-  s += sp.speculate ? "  if (per != 1u) {\n" : "  {\n";
+  s += speculate ? "  if (per != 1u) {\n" : "  {\n";
   return s + stream_loads(r, "jb") + "  }\n";
 }
 
@@ -944,13 +933,13 @@ KernelLaunch stream_row_kernel(const LowerContext& ctx, const AttentionShape& g,
   s += row_start(g, ks);
   s += "  uint stream = lane / " + ulit(r.width) + ";\n";
   // The visible length, the query and the new slot's loads in flight together, with the first
-  // block's where the grid is small (stream_split).
-  const StreamSplit sp = stream_split(ctx.device, ks, rows);
+  // block's where the grid is small (stream_speculates).
+  const bool speculate = stream_speculates(ctx.device, ks, rows);
   s += "  uint visible = " + visible_expr(g, "i") + ";\n";
   s += "  vec4 kq[" + ulit(r.per_lane * r.kp) + "], vq[" + ulit(r.per_lane * r.vp) + "];\n";
-  if (sp.speculate) s += "  {\n" + stream_loads(r, "part_index * " + ulit(r.keys())) + "  }\n";
+  if (speculate) s += "  {\n" + stream_loads(r, "part_index * " + ulit(r.keys())) + "  }\n";
   s += stream_query(ctx, g, r) + append_row(ctx, g, r);
-  s += stream_range(r, sp, split);
+  s += stream_range(r, ks, speculate);
   s += "  float m = -mn_inf(), l = 0.0;\n";
   s += "  vec4 acc[" + ulit(r.vp) + "];\n";
   s += "  for (uint t = 0u; t < " + ulit(r.vp) + "; ++t) acc[t] = vec4(0.0);\n";
