@@ -806,16 +806,15 @@ std::string stream_query(const LowerContext& ctx, const AttentionShape& g, const
 // cache's length: they need neither the visible length nor the new slot, so the first block's
 // are issued with the query's loads. What lies past the visible keys is replaced by zeros
 // before use (stream_block), never multiplied: an unwritten slot may hold anything.
-std::string stream_loads(const Streams& r, const std::string& j0, const std::string& kq = "kq",
-                         const std::string& vq = "vq") {
+std::string stream_loads(const Streams& r, const std::string& j0) {
   const std::string S = ulit(r.streams()), KP = ulit(r.kp), VP = ulit(r.vp);
   std::string s = "    for (uint u = 0u; u < " + ulit(r.per_lane) + "; ++u) {\n";
   s += "      uint key = " + j0 + " + stream + u * " + S + ";\n";
   s += "      for (uint t = 0u; t < " + KP + "; ++t) {\n";
-  s += "        " + kq + "[u * " + KP +
+  s += "        kq[u * " + KP +
        " + t] = key < LK ? k4_ld(kb / 4u + key * QD + xq(t)) : vec4(0.0);\n";
   s += "      }\n      for (uint t = 0u; t < " + VP + "; ++t) {\n";
-  s += "        " + vq + "[u * " + VP +
+  s += "        vq[u * " + VP +
        " + t] = key < LK && xq(t) < QV ? v4_ld(vb / 4u + key * QV + xq(t)) "
        ": vec4(0.0);\n      }\n    }\n";
   return s;
@@ -881,67 +880,34 @@ std::string combine_streams(const Streams& r, uint64_t cols) {
   return s + "    }\n  }\n";
 }
 
-// How the stream kernel splits a row's keys over its workgroups. The grid is fixed when the step
-// is recorded (ks.splits workgroups a row, one block each for the whole cache); the visible keys
-// are not: a busy workgroup takes `per` blocks of them, as many as keep at most `busy_target`
-// workgroups of a row busy. A small grid (few rows: batch-1 decoding) keeps one block a
-// workgroup, spreading a row over many multiprocessors, and issues that block's loads before
-// the visible length is known (`speculate`: one memory latency instead of two; a workgroup that
-// finds itself idle drops them). A large one (many rows over a long cache) would read the whole
-// cache for nothing and run many waves of workgroups: it waits for the length and `walks`
-// about eight busy workgroups a multiprocessor over several blocks each, each block's loads
-// issued before the previous block's products (docs/perf.md).
-struct StreamSplit {
-  bool speculate = true, walks = false;
-  uint64_t busy_target = 1;
-};
-
-StreamSplit stream_split(const DeviceTraits& dev, const KeySplit& ks, uint64_t rows) {
-  const auto fill = static_cast<uint64_t>(dev.groups_to_fill());
-  StreamSplit sp;
-  sp.speculate = ks.splits == 1 || rows * ks.splits <= 4 * fill;
-  sp.walks = !sp.speculate;
-  sp.busy_target =
-      sp.walks ? std::clamp<uint64_t>((8 * fill + rows - 1) / rows, 1, ks.splits) : ks.splits;
-  return sp;
+// Whether the stream kernel issues its first block's loads before the visible length is known
+// (one memory latency instead of two): a small grid does, a workgroup that finds itself idle
+// dropping them; a large one (many rows over a long cache) would read the whole cache for
+// nothing, and waits for the length (docs/perf.md).
+bool stream_speculates(const DeviceTraits& dev, const KeySplit& ks, uint64_t rows) {
+  return ks.splits == 1 || rows * ks.splits <= 4 * static_cast<uint64_t>(dev.groups_to_fill());
 }
 
 // GLSL: the workgroup's keys [jb, je) and, split, the row's busy workgroups `busy` (an idle
 // workgroup returns), with the first block's loads where they were not speculated or were for
-// other keys (a row with more blocks than its workgroups: past 1024 blocks).
-std::string stream_range(const Streams& r, const KeySplit& ks, const StreamSplit& sp) {
-  const std::string KEYS = ulit(r.keys()), TARGET = ulit(sp.busy_target);
+// other keys. The grid is fixed when the step is recorded, ks.splits workgroups a row; a busy
+// one takes `per` blocks of the visible keys: one, unless the row has more blocks than the grid
+// has workgroups (past 1024 blocks). Walking several blocks a workgroup to leave fewer partials
+// measured slower for a batch over a long cache (docs/perf.md).
+std::string stream_range(const Streams& r, const KeySplit& ks, bool speculate) {
+  const std::string KEYS = ulit(r.keys()), SPLITS = ulit(ks.splits);
   if (ks.splits == 1) {
-    return std::string(sp.speculate ? "" : "  {\n" + stream_loads(r, "0u") + "  }\n") +
+    return std::string(speculate ? "" : "  {\n" + stream_loads(r, "0u") + "  }\n") +
            "  uint jb = 0u, je = visible;\n";
   }
   std::string s = "  uint blocks = (visible + " + ulit(r.keys() - 1) + ") / " + KEYS + ";\n";
-  s += "  uint per = max((blocks + " + ulit(sp.busy_target - 1) + ") / " + TARGET +
+  s += "  uint per = max((blocks + " + ulit(ks.splits - 1) + ") / " + SPLITS +
        ", 1u), chunk = per * " + KEYS + ";\n";
   s += "  uint busy = max((visible + chunk - 1u) / chunk, 1u);\n";
   s += "  if (part_index >= busy) return;\n";
   s += "  uint jb = part_index * chunk, je = min(visible, jb + chunk);\n";
-  s += sp.speculate ? "  if (per != 1u) {\n" : "  {\n";
+  s += speculate ? "  if (per != 1u) {\n" : "  {\n";
   return s + stream_loads(r, "jb") + "  }\n";
-}
-
-// GLSL: the loop over the workgroup's blocks. Walking, the next block's loads go to kx and vx
-// before this block's products run, and become kq and vq after.
-std::string stream_loop(const LowerContext& ctx, const AttentionShape& g, const Streams& r,
-                        const StreamSplit& sp) {
-  const std::string KEYS = ulit(r.keys());
-  // The loop runs while any stream has keys: its bounds are the workgroup's, so every lane
-  // takes part in every shuffle.
-  std::string s = "  for (uint j0 = jb; j0 < je; j0 += " + KEYS + ") {\n";
-  if (!sp.walks) {
-    s += "    if (j0 != jb) {\n" + stream_loads(r, "j0") + "    }\n";
-    return s + stream_block(ctx, g, r) + "  }\n";
-  }
-  s += "    vec4 kx[" + ulit(r.per_lane * r.kp) + "], vx[" + ulit(r.per_lane * r.vp) + "];\n";
-  s += "    if (j0 + " + KEYS + " < je) {\n" + stream_loads(r, "j0 + " + KEYS, "kx", "vx") +
-       "    }\n";
-  s += stream_block(ctx, g, r);
-  return s + "    kq = kx;\n    vq = vx;\n  }\n";
 }
 
 KernelLaunch stream_row_kernel(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks,
@@ -967,17 +933,21 @@ KernelLaunch stream_row_kernel(const LowerContext& ctx, const AttentionShape& g,
   s += row_start(g, ks);
   s += "  uint stream = lane / " + ulit(r.width) + ";\n";
   // The visible length, the query and the new slot's loads in flight together, with the first
-  // block's where the grid is small (stream_split).
-  const StreamSplit sp = stream_split(ctx.device, ks, rows);
+  // block's where the grid is small (stream_speculates).
+  const bool speculate = stream_speculates(ctx.device, ks, rows);
   s += "  uint visible = " + visible_expr(g, "i") + ";\n";
   s += "  vec4 kq[" + ulit(r.per_lane * r.kp) + "], vq[" + ulit(r.per_lane * r.vp) + "];\n";
-  if (sp.speculate) s += "  {\n" + stream_loads(r, "part_index * " + ulit(r.keys())) + "  }\n";
+  if (speculate) s += "  {\n" + stream_loads(r, "part_index * " + ulit(r.keys())) + "  }\n";
   s += stream_query(ctx, g, r) + append_row(ctx, g, r);
-  s += stream_range(r, ks, sp);
+  s += stream_range(r, ks, speculate);
   s += "  float m = -mn_inf(), l = 0.0;\n";
   s += "  vec4 acc[" + ulit(r.vp) + "];\n";
   s += "  for (uint t = 0u; t < " + ulit(r.vp) + "; ++t) acc[t] = vec4(0.0);\n";
-  s += stream_loop(ctx, g, r, sp);
+  // The loop runs while any stream has keys: its bounds are the workgroup's, so every lane
+  // takes part in every shuffle.
+  s += "  for (uint j0 = jb; j0 < je; j0 += " + ulit(r.keys()) + ") {\n";
+  s += "    if (j0 != jb) {\n" + stream_loads(r, "j0") + "    }\n";
+  s += stream_block(ctx, g, r) + "  }\n";
   s += combine_streams(r, cols);
   s += row_end(g, ks, L, ulit(cols), "o");
   k.name = std::string(split ? "attention_split" : "attention") +
