@@ -13,14 +13,19 @@ Usage: /usr/bin/python3 bench/decode_ops.py [--batch N] [--heads HQ,HKV] [--cach
 """
 import argparse
 import json
+import time
 
 import torch
 import torch.nn.functional as F
 
 
-def time_ms(fn, reps):
-    for _ in range(3):
+def time_ms(fn, reps, warm_ms=300):
+    # Steps run for warm_ms first, as bench_decode_ops does, so that the clocks have risen.
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    while (time.perf_counter() - start) * 1e3 < warm_ms:
         fn()
+        torch.cuda.synchronize()
     times = []
     for _ in range(reps):
         start = torch.cuda.Event(enable_timing=True)
