@@ -95,10 +95,6 @@ struct DeviceTraits {
   // the kernel wherever it fits, =0 keeps the f32 kernels.
   enum class Choice : uint8_t { automatic, always, never };
   Choice coop_attention = Choice::automatic;
-  // Where a split decode attention combines its rows' partials: automatic leaves them to a
-  // second launch for large grids only, always for all, never for none (the rows' last
-  // workgroups combine them). MN_ATTENTION_DECODE_COMBINE=kernel|last forces one.
-  Choice decode_attention_combine = Choice::automatic;
   // MN_MATMUL_SPLIT_K: K splits of the tiled (scalar) matmul; 0 chooses (long K over few
   // tiles, codegen/lower_matmul.cpp), 1 never splits, n forces n where K allows.
   int matmul_split_k = 0;

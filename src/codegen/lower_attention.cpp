@@ -500,14 +500,19 @@ std::string load_rotated_query(const LowerContext& ctx, const AttentionShape& g,
   return s + "  }\n" + (then_barrier ? "  barrier();\n" : "");
 }
 
-// Statements combining row g's `busy` partials, rescaled to their common max, into its output
-// (split_shared's arrays, `lane` of `lanes`). The partials' maxima and sums go through shared
-// memory; the first eight partials' values are loaded with them (a decoding row has few: one
-// memory latency for the whole combine), any further ones eight at a time.
-std::string combine_partials(const AttentionShape& g, const KeySplit& ks, const std::string& lanes,
-                             const std::string& cols) {
+// The end of a split row kernel: the row's last busy workgroup to store its partial (counted
+// in done[g], which it sets back to zero for the next step) combines the row's `busy` partials,
+// rescaled to their common max, into the output. No second launch, no barrier between. The
+// partials' maxima and sums go through shared memory; the first eight partials' values are
+// loaded with them (a decoding row has few: one memory latency for the whole combine), any
+// further ones eight at a time.
+std::string last_workgroup_combines(const AttentionShape& g, const KeySplit& ks,
+                                    const std::string& lanes, const std::string& cols) {
   const std::string S = ulit(ks.splits), P = ulit(partial_floats(g));
-  std::string s = "  uint first = g * " + S + ";\n";
+  std::string s = "  memoryBarrierBuffer();\n  barrier();\n";
+  s += "  if (lane == 0u) last_sh = atomicAdd(done[g], 1u) == busy - 1u;\n";
+  s += "  barrier();\n  if (!last_sh) return;\n  memoryBarrierBuffer();\n";
+  s += "  uint first = g * " + S + ";\n";
   s += "  float head[" + cols + " * 8u];\n";
   s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
   s += "    uint e = lane + t * " + lanes + ";\n";
@@ -538,19 +543,8 @@ std::string combine_partials(const AttentionShape& g, const KeySplit& ks, const 
   s += "    }\n";
   // cached_attention: a query that sees no key (negative position) gets 0, as the reference's
   // sum over nothing; otherwise l >= 1 (the largest score's own term).
-  return s + std::string("    out_st(g * DV + e, ") +
-         (g.has_positions ? "lsum == 0.0 ? 0.0 : o / lsum" : "o / lsum") + ");\n  }\n";
-}
-
-// The end of a split row kernel: the row's last busy workgroup to store its partial (counted
-// in done[g], which it sets back to zero for the next step) combines the row's partials. No
-// second launch, no barrier between.
-std::string last_workgroup_combines(const AttentionShape& g, const KeySplit& ks,
-                                    const std::string& lanes, const std::string& cols) {
-  std::string s = "  memoryBarrierBuffer();\n  barrier();\n";
-  s += "  if (lane == 0u) last_sh = atomicAdd(done[g], 1u) == busy - 1u;\n";
-  s += "  barrier();\n  if (!last_sh) return;\n  memoryBarrierBuffer();\n";
-  s += combine_partials(g, ks, lanes, cols);
+  s += std::string("    out_st(g * DV + e, ") +
+       (g.has_positions ? "lsum == 0.0 ? 0.0 : o / lsum" : "o / lsum") + ");\n  }\n";
   return s + "  if (lane == 0u) done[g] = 0u;\n";
 }
 
@@ -574,10 +568,10 @@ std::string row_start(const AttentionShape& g, const KeySplit& ks) {
 }
 
 // The end of a row kernel's main(): the lane's output columns `values`[t] (unnormalized, with m
-// and l) stored as this range's partial and combined by the row's last workgroup (or, with
-// `combine_here` false, by a second launch), or divided by l and stored.
+// and l) stored as this range's partial and combined by the row's last workgroup, or divided
+// by l and stored.
 std::string row_end(const AttentionShape& g, const KeySplit& ks, const std::string& lanes,
-                    const std::string& cols, const std::string& values, bool combine_here = true) {
+                    const std::string& cols, const std::string& values) {
   std::string s;
   if (ks.splits > 1) {
     s += "  uint base = w * " + ulit(partial_floats(g)) + ";\n";
@@ -585,7 +579,7 @@ std::string row_end(const AttentionShape& g, const KeySplit& ks, const std::stri
     s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
     s += "    uint e = lane + t * " + lanes + ";\n    if (e < DV) part_st(base + 2u + e, " + values +
          "[t]);\n";
-    return s + "  }\n" + (combine_here ? last_workgroup_combines(g, ks, lanes, cols) : "") + "}\n";
+    return s + "  }\n" + last_workgroup_combines(g, ks, lanes, cols) + "}\n";
   }
   s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
   s += "    uint e = lane + t * " + lanes + ";\n";
@@ -894,49 +888,6 @@ bool stream_speculates(const DeviceTraits& dev, const KeySplit& ks, uint64_t row
   return ks.splits == 1 || rows * ks.splits <= 4 * static_cast<uint64_t>(dev.groups_to_fill());
 }
 
-// GLSL: a split row's keys a busy workgroup takes, `chunk` (`per` blocks), and its busy
-// workgroups, `busy`, from `visible`.
-std::string stream_busy(const Streams& r, const KeySplit& ks) {
-  const std::string KEYS = ulit(r.keys());
-  std::string s = "  uint blocks = (visible + " + ulit(r.keys() - 1) + ") / " + KEYS + ";\n";
-  s += "  uint per = max((blocks + " + ulit(ks.splits - 1) + ") / " + ulit(ks.splits) +
-       ", 1u), chunk = per * " + KEYS + ";\n";
-  return s + "  uint busy = max((visible + chunk - 1u) / chunk, 1u);\n";
-}
-
-// Whether a split stream kernel leaves its partials to a second launch (stream_combine_kernel)
-// instead of its rows' last workgroups: the row's last workgroup waits for its stores to be
-// visible and counts itself atomically, which measured costly where the grid runs in many
-// waves (many rows over a long cache); a small grid saves the launch and its barrier
-// (docs/perf.md). MN_ATTENTION_DECODE_COMBINE chooses otherwise.
-bool stream_combines_apart(const DeviceTraits& dev, const KeySplit& ks, bool speculate) {
-  if (ks.splits == 1 || dev.decode_attention_combine == DeviceTraits::Choice::never) return false;
-  return dev.decode_attention_combine == DeviceTraits::Choice::always || !speculate;
-}
-
-// The second launch of a split stream kernel that leaves its partials: a workgroup of 64 lanes
-// per row finds the row's busy workgroups as the first launch did and combines their partials.
-KernelLaunch stream_combine_kernel(const LowerContext& ctx, const AttentionShape& g,
-                                   const KeySplit& ks, const Streams& r) {
-  const uint64_t rows = g.heads() * g.lq, lanes = 64, cols = (g.dv + lanes - 1) / lanes;
-  KernelLaunch k;
-  std::string s = declarations(ctx, g, g.attrs.has_mask, k.bindings, true);
-  s += split_shared(ks);
-  s += "void main() {\n";
-  s += "  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  s += "  if (g >= " + ulit(rows) + ") return;\n";
-  s += "  uint lane = gl_LocalInvocationID.x;\n";
-  s += "  uint i = g % LQ, h = (g / LQ) % HQ, b = g / (LQ * HQ);\n";
-  s += head_offsets(g, g.attrs.has_mask, "i");
-  s += "  uint visible = " + visible_expr(g, "i") + ";\n";
-  s += stream_busy(r, ks) + combine_partials(g, ks, ulit(lanes), ulit(cols)) + "}\n";
-  k.name = "attention_combine";
-  k.glsl = std::move(s);
-  k.workgroup = {static_cast<uint32_t>(lanes), 1, 1};
-  k.groups = glsl::linear_grid(rows * lanes, ctx.device, static_cast<uint32_t>(lanes)).groups;
-  return k;
-}
-
 // GLSL: the workgroup's keys [jb, je) and, split, the row's busy workgroups `busy` (an idle
 // workgroup returns), with the first block's loads where they were not speculated or were for
 // other keys. The grid is fixed when the step is recorded, ks.splits workgroups a row; a busy
@@ -944,11 +895,16 @@ KernelLaunch stream_combine_kernel(const LowerContext& ctx, const AttentionShape
 // has workgroups (past 1024 blocks). Walking several blocks a workgroup to leave fewer partials
 // measured slower for a batch over a long cache (docs/perf.md).
 std::string stream_range(const Streams& r, const KeySplit& ks, bool speculate) {
+  const std::string KEYS = ulit(r.keys()), SPLITS = ulit(ks.splits);
   if (ks.splits == 1) {
     return std::string(speculate ? "" : "  {\n" + stream_loads(r, "0u") + "  }\n") +
            "  uint jb = 0u, je = visible;\n";
   }
-  std::string s = stream_busy(r, ks) + "  if (part_index >= busy) return;\n";
+  std::string s = "  uint blocks = (visible + " + ulit(r.keys() - 1) + ") / " + KEYS + ";\n";
+  s += "  uint per = max((blocks + " + ulit(ks.splits - 1) + ") / " + SPLITS +
+       ", 1u), chunk = per * " + KEYS + ";\n";
+  s += "  uint busy = max((visible + chunk - 1u) / chunk, 1u);\n";
+  s += "  if (part_index >= busy) return;\n";
   s += "  uint jb = part_index * chunk, je = min(visible, jb + chunk);\n";
   s += speculate ? "  if (per != 1u) {\n" : "  {\n";
   return s + stream_loads(r, "jb") + "  }\n";
@@ -993,11 +949,10 @@ KernelLaunch stream_row_kernel(const LowerContext& ctx, const AttentionShape& g,
   s += "    if (j0 != jb) {\n" + stream_loads(r, "j0") + "    }\n";
   s += stream_block(ctx, g, r) + "  }\n";
   s += combine_streams(r, cols);
-  const bool apart = stream_combines_apart(ctx.device, ks, speculate);
-  s += row_end(g, ks, L, ulit(cols), "o", !apart);
+  s += row_end(g, ks, L, ulit(cols), "o");
   k.name = std::string(split ? "attention_split" : "attention") +
            (ctx.rope ? "+prologue[rope_positions]" : "") + "+streams" +
-           (ctx.append ? "+reads_new_slots" : "") + (apart ? "+partials" : "");
+           (ctx.append ? "+reads_new_slots" : "");
   k.glsl = std::move(s);
   k.workgroup = {r.lanes, 1, 1};
   k.groups = glsl::linear_grid(rows * ks.splits * r.lanes, ctx.device, r.lanes).groups;
@@ -1046,10 +1001,6 @@ Lowering lower_attention_kernels(const LowerContext& ctx, const AttentionShape& 
   const KeySplit ks = key_split(g, streams ? streams->keys() : 64);
   low.launches.push_back(streams ? stream_row_kernel(ctx, g, ks, *streams)
                                  : row_kernel(ctx, g, ks));
-  if (streams &&
-      stream_combines_apart(ctx.device, ks, stream_speculates(ctx.device, ks, g.heads() * g.lq))) {
-    low.launches.push_back(stream_combine_kernel(ctx, g, ks, *streams));
-  }
   if (ks.splits > 1) {
     low.scratch_bytes.push_back(g.heads() * g.lq * ks.splits * partial_floats(g) * sizeof(float));
     low.counter_bytes.push_back(g.heads() * g.lq * sizeof(uint32_t));

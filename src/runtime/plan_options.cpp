@@ -141,16 +141,6 @@ void apply_environment(codegen::DeviceTraits& t) {
     throw Error("MN_ATTENTION_DECODE_KEYS='" + std::to_string(t.decode_attention_keys) +
                 "': the decode attention's blocks take a power of two from 16 to 1024 keys");
   }
-  const std::string combine = env_or("MN_ATTENTION_DECODE_COMBINE", "");
-  if (combine == "kernel") {
-    t.decode_attention_combine = codegen::DeviceTraits::Choice::always;
-  } else if (combine == "last") {
-    t.decode_attention_combine = codegen::DeviceTraits::Choice::never;
-  } else if (!combine.empty()) {
-    throw Error("MN_ATTENTION_DECODE_COMBINE='" + combine + "' is neither kernel (a second " +
-                "launch combines a split decode attention's partials) nor last (each row's last " +
-                "workgroup does); unset, the grid's size chooses");
-  }
   t.decode_attention_lane_keys =
       static_cast<uint32_t>(env_count("MN_ATTENTION_DECODE_LANE_KEYS", 0));
   if (t.decode_attention_lane_keys > 16 ||
