@@ -3,11 +3,13 @@
 //
 // Two forms. Tiled: a workgroup holds a tile of query rows of one head; each block of keys and
 // values is loaded once into shared memory for all of them, 16 lanes per query row score the
-// block's keys and accumulate the row's output columns. Per row: a workgroup per query row, the
-// lanes scoring one key each and accumulating output columns from global memory; it serves
-// short queries (decoding) and heads too wide for the tile's shared memory. On devices with
-// tensor cores, prompts may take the cooperative-matrix kernel instead (takes_coop,
-// lower_attention_coop.cpp).
+// block's keys and accumulate the row's output columns. Per row: a workgroup per query row (or
+// per range of its keys, split over several workgroups when the rows are few); it serves short
+// queries (decoding) and heads too wide for the tile's shared memory. On devices with subgroup
+// shuffles and heads of 4·2^n elements it runs as streams of lanes, each keeping its own online
+// softmax without a barrier (stream_row_kernel); otherwise the lanes score one key each. On
+// devices with tensor cores, prompts may take the cooperative-matrix kernel instead
+// (takes_coop, lower_attention_coop.cpp).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -673,7 +675,7 @@ struct Streams {
   uint32_t lanes = 64, width = 16;
   uint64_t qd = 1, qv = 1;  // quads in a key row and in a value row
   uint64_t kp = 1, vp = 1;  // quads of a key and of a value a lane holds (vp may exceed qv's share)
-  uint64_t per_lane = 16;   // keys a lane takes per block
+  uint64_t per_lane = 8;    // keys a lane takes per block
   uint64_t streams() const { return lanes / width; }
   uint64_t keys() const { return streams() * per_lane; }
 };
