@@ -872,8 +872,8 @@ std::string combine_streams(const Streams& r, uint64_t cols) {
   s += "  m = -mn_inf();\n  for (uint x = 0u; x < " + S + "; ++x) m = max(m, sm_sh[x]);\n";
   s += "  float sw[" + S + "];\n  l = 0.0;\n";
   s += "  for (uint x = 0u; x < " + S + "; ++x) {\n";
-  s += "    sw[x] = sm_sh[x] == -mn_inf() ? 0.0 : exp(sm_sh[x] - m);\n    l += sw[x] * sl_sh[x];\n "
-       " }\n";
+  s += "    sw[x] = sm_sh[x] == -mn_inf() ? 0.0 : exp(sm_sh[x] - m);\n";
+  s += "    l += sw[x] * sl_sh[x];\n  }\n";
   s += "  float o[" + ulit(cols) + "];\n";
   s += "  for (uint t = 0u; t < " + ulit(cols) + "; ++t) {\n";
   s += "    uint e = lane + t * " + L + ";\n    o[t] = 0.0;\n";

@@ -296,6 +296,40 @@ TEST(CoopTraits, ForcedTilesAndStagesFromTheEnvironment) {
   }
 }
 
+// The subgroup facts the decode attention's streams size themselves by come from the
+// capabilities (a driver that picks 8 to 32 lanes a subgroup per pipeline: streams no wider than
+// 8 lanes, workgroups of whole 32-lane subgroups), and its block switches take their documented
+// values only.
+TEST(CoopTraits, SubgroupSizesAndDecodeAttentionSwitches) {
+  vk::DeviceCapabilities c = runtime::nvidia();
+  c.compute.subgroup_size = 32;
+  c.compute.min_subgroup_size = 8;
+  c.compute.max_subgroup_size = 32;
+  c.compute.subgroup_shuffle = true;
+  const DeviceTraits t = runtime::device_traits(c);
+  EXPECT_TRUE(t.subgroup_shuffle);
+  EXPECT_EQ(t.min_subgroup_size, 8u);
+  EXPECT_EQ(t.max_subgroup_size, 32u);
+  EXPECT_EQ(t.decode_attention_keys, 0u);
+  EXPECT_EQ(t.decode_attention_lane_keys, 0u);
+  {
+    testing::ScopedEnv keys("MN_ATTENTION_DECODE_KEYS", "128");
+    testing::ScopedEnv lane("MN_ATTENTION_DECODE_LANE_KEYS", "4");
+    const DeviceTraits forced = runtime::device_traits(c);
+    EXPECT_EQ(forced.decode_attention_keys, 128u);
+    EXPECT_EQ(forced.decode_attention_lane_keys, 4u);
+  }
+  for (const char* bad : {"8", "48", "2048", "many"}) {
+    testing::ScopedEnv e("MN_ATTENTION_DECODE_KEYS", bad);
+    mn::expect_error<Error>([&] { runtime::device_traits(c); }, {"MN_ATTENTION_DECODE_KEYS", bad});
+  }
+  for (const char* bad : {"3", "32", "x"}) {
+    testing::ScopedEnv e("MN_ATTENTION_DECODE_LANE_KEYS", bad);
+    mn::expect_error<Error>([&] { runtime::device_traits(c); },
+                            {"MN_ATTENTION_DECODE_LANE_KEYS", bad});
+  }
+}
+
 TEST(CoopTraits, WorkgroupScopeGranularitiesFromFlexibleDimensions) {
   vk::DeviceCapabilities c = runtime::nvidia();
   c.compute.max_workgroup_invocations = 1024;
