@@ -488,18 +488,28 @@ std::string rope_declarations(const LowerContext& ctx, const AttentionShape& g,
   return s + rope_load_library(ctx.rope->attrs, g.d);
 }
 
-// Statements filling q_sh with query row i of the head at qb, rotated by the fused rope at the
-// position its positions give row (h, i) (after head_offsets, which set the coordinates c).
-std::string load_rotated_query(const LowerContext& ctx, const AttentionShape& g,
-                               const std::string& lanes, bool then_barrier = true) {
+// With ctx.rope: the statement setting `rp`, the position its positions give query row (h, i)
+// (after head_offsets, which set the coordinates c), and the GLSL expression of query element
+// `e` rotated by it.
+std::string query_rope_position(const LowerContext& ctx, const AttentionShape& g) {
   Shape positions = ctx.inputs[static_cast<size_t>(ctx.rope->positions_input)].shape;
   positions.insert(positions.begin(), g.rows.size() - positions.size(), 1);
   const std::string stride = positions[g.rank - 2] == 1 ? "0u" : "1u";
-  std::string s = "  float rp = float(rpos_ldi(" +
-                  glsl::broadcast_offset(positions, g.rows, "c") + " + i * " + stride + "));\n";
-  s += "  for (uint e = lane; e < D; e += " + lanes + ") {\n";
-  s += "    q_sh[e] = mn_rope(q_ld(qb + e), q_ld(qb + " + rope_partner("e", g.d) + "), e, rp);\n";
-  return s + "  }\n" + (then_barrier ? "  barrier();\n" : "");
+  return "  float rp = float(rpos_ldi(" + glsl::broadcast_offset(positions, g.rows, "c") +
+         " + i * " + stride + "));\n";
+}
+std::string rotated_query_element(const AttentionShape& g) {
+  return "mn_rope(q_ld(qb + e), q_ld(qb + " + rope_partner("e", g.d) + "), e, rp)";
+}
+
+// Statements filling q_sh with query row i of the head at qb, rotated by the fused rope, then a
+// barrier.
+std::string load_rotated_query(const LowerContext& ctx, const AttentionShape& g,
+                               const std::string& lanes) {
+  std::string s = query_rope_position(ctx, g);
+  s += "  for (uint e = lane; e < D; e += " + lanes + ") q_sh[e] = " + rotated_query_element(g) +
+       ";\n";
+  return s + "  barrier();\n";
 }
 
 // The end of a split row kernel: the row's last busy workgroup to store its partial (counted
@@ -731,6 +741,16 @@ std::string stream_quads(const Streams& r) {
   return "uint xq(uint t) { return gl_LocalInvocationID.x % " + W + " + t * " + W + "; }\n";
 }
 
+// Statements declaring vec4 `array`[count] and setting element c of its quad t to `value`,
+// with `e` the element's index in its row, quad `quad` (of t) of the row.
+std::string lane_quads(const std::string& array, uint64_t count, const std::string& quad,
+                       const std::string& value) {
+  std::string s = "  vec4 " + array + "[" + ulit(count) + "];\n";
+  s += "  for (uint t = 0u; t < " + ulit(count) + "; ++t) {\n";
+  s += "    for (uint c = 0u; c < 4u; ++c) {\n      uint e = " + quad + " * 4u + c;\n";
+  return s + "      " + array + "[t][c] = " + value + ";\n    }\n  }\n";
+}
+
 // With ctx.append: the updates `ku` and `vu`, the writes' positions `wpos`, the key rotation's
 // positions `kpos` (and the rotation's functions unless the query's rotation declared them).
 std::string append_declarations(const LowerContext& ctx, const AttentionShape& g,
@@ -776,32 +796,16 @@ std::string append_row(const LowerContext& ctx, const AttentionShape& g, const S
     s += "  float krp = float(kpos_ldi(" + glsl::broadcast_offset(positions, rows, "wr") + "));\n";
     key = "mn_rope(" + key + ", ku_ld(kub + " + rope_partner("e", g.d) + "), e, krp)";
   }
-  s += "  vec4 kn[" + ulit(r.kp) + "], vn[" + ulit(r.vp) + "];\n";
-  s += "  for (uint t = 0u; t < " + ulit(r.kp) + "; ++t) {\n";
-  s += "    for (uint c = 0u; c < 4u; ++c) {\n      uint e = xq(t) * 4u + c;\n";
-  s += "      kn[t][c] = " + stored_as(in[1].dtype, key) + ";\n    }\n  }\n";
-  s += "  for (uint t = 0u; t < " + ulit(r.vp) + "; ++t) {\n";
-  s += "    for (uint c = 0u; c < 4u; ++c) {\n      uint e = min(xq(t), QV - 1u) * 4u + c;\n";
-  s += "      vn[t][c] = " + stored_as(in[2].dtype, "vu_ld(vub + e)") + ";\n    }\n  }\n";
-  return s;
+  s += lane_quads("kn", r.kp, "xq(t)", stored_as(in[1].dtype, key));
+  // A lane past the value row's quads holds none; it reads the last quad in range.
+  return s +
+         lane_quads("vn", r.vp, "min(xq(t), QV - 1u)", stored_as(in[2].dtype, "vu_ld(vub + e)"));
 }
 
 // The lane's query quads q4[t], rotated by the fused rope at its row's position (ctx.rope).
 std::string stream_query(const LowerContext& ctx, const AttentionShape& g, const Streams& r) {
-  std::string s;
-  std::string element = "q_ld(qb + e)";
-  if (ctx.rope) {
-    Shape positions = ctx.inputs[static_cast<size_t>(ctx.rope->positions_input)].shape;
-    positions.insert(positions.begin(), g.rows.size() - positions.size(), 1);
-    const std::string stride = positions[g.rank - 2] == 1 ? "0u" : "1u";
-    s += "  float rp = float(rpos_ldi(" + glsl::broadcast_offset(positions, g.rows, "c") +
-         " + i * " + stride + "));\n";
-    element = "mn_rope(" + element + ", q_ld(qb + " + rope_partner("e", g.d) + "), e, rp)";
-  }
-  s += "  vec4 q4[" + ulit(r.kp) + "];\n";
-  s += "  for (uint t = 0u; t < " + ulit(r.kp) + "; ++t) {\n";
-  s += "    for (uint c = 0u; c < 4u; ++c) {\n      uint e = xq(t) * 4u + c;\n";
-  return s + "      q4[t][c] = " + element + ";\n    }\n  }\n";
+  if (!ctx.rope) return lane_quads("q4", r.kp, "xq(t)", "q_ld(qb + e)");
+  return query_rope_position(ctx, g) + lane_quads("q4", r.kp, "xq(t)", rotated_query_element(g));
 }
 
 // Loads of the lane's keys and values of the block at j0 into kq and vq, bounded only by the
@@ -898,10 +902,8 @@ bool stream_speculates(const DeviceTraits& dev, const KeySplit& ks, uint64_t row
 // measured slower for a batch over a long cache (docs/perf.md).
 std::string stream_range(const Streams& r, const KeySplit& ks, bool speculate) {
   const std::string KEYS = ulit(r.keys()), SPLITS = ulit(ks.splits);
-  if (ks.splits == 1) {
-    return std::string(speculate ? "" : "  {\n" + stream_loads(r, "0u") + "  }\n") +
-           "  uint jb = 0u, je = visible;\n";
-  }
+  // One workgroup a row always speculates (stream_speculates): its first block is at 0.
+  if (ks.splits == 1) return "  uint jb = 0u, je = visible;\n";
   std::string s = "  uint blocks = (visible + " + ulit(r.keys() - 1) + ") / " + KEYS + ";\n";
   s += "  uint per = max((blocks + " + ulit(ks.splits - 1) + ") / " + SPLITS +
        ", 1u), chunk = per * " + KEYS + ";\n";
