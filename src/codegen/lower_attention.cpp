@@ -705,8 +705,9 @@ std::optional<Streams> streams_for(const AttentionShape& g, const DeviceTraits& 
   r.kp = r.qd / r.width;
   r.vp = std::max<uint64_t>(1, r.qv / r.width);
   if (std::max(r.kp, r.vp) > 16) return std::nullopt;
-  // At most 8 quads of keys and 8 of values a lane in flight: 16 made the kernel spill to local
-  // memory with 16-bit caches on the H100 and run several times slower (docs/perf.md).
+  // Keys enough for 8 quads of keys and 8 of values a lane in flight (one key where a lane's
+  // share of a row is wider, up to 16): 16 made the kernel spill to local memory with 16-bit
+  // caches on the H100 and run several times slower (docs/perf.md).
   r.per_lane = std::max<uint64_t>(1, 8 / std::max(r.kp, r.vp));
   if (dev.decode_attention_lane_keys) {
     r.per_lane = std::max<uint64_t>(
