@@ -6,7 +6,8 @@
 
 namespace mn::test {
 
-// The spirv-val the build found; empty when none.
+// The spirv-val the build found, where this machine has it; empty otherwise (none found, or a
+// build carried to another machine).
 const std::string& spirv_val_path();
 
 // spirv-val's messages for `spirv` validated for Vulkan 1.3 (SPIR-V 1.6), with the exit status;
