@@ -529,8 +529,9 @@ std::string last_workgroup_combines(const AttentionShape& g, const KeySplit& ks,
   s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
   s += "    uint e = lane + t * " + lanes + ";\n";
   s += "    for (uint x = 0u; x < 8u; ++x) {\n";
-  s += "      head[t * 8u + x] = e < DV && x < busy ? part_ld((first + x) * " + P +
-       " + 2u + e) : 0.0;\n    }\n  }\n";
+  // Clamped loads (issued together; what lies past busy or DV is never read after).
+  s += "      head[t * 8u + x] = part_ld((first + min(x, busy - 1u)) * " + P +
+       " + 2u + min(e, DV - 1u));\n    }\n  }\n";
   s += "  for (uint p = lane; p < busy; p += " + lanes + ") {\n";
   s += "    split_sh[p] = part_ld((first + p) * " + P + ");\n";
   s += "    sum_sh[p] = part_ld((first + p) * " + P + " + 1u);\n  }\n  barrier();\n";
@@ -549,7 +550,7 @@ std::string last_workgroup_combines(const AttentionShape& g, const KeySplit& ks,
   s += "    for (uint x = 0u; x < 8u && x < busy; ++x) o += head[t * 8u + x] * split_sh[x];\n";
   s += "    for (uint p0 = 8u; p0 < busy; p0 += 8u) {\n      float vals[8];\n";
   s += "      for (uint x = 0u; x < 8u; ++x) {\n";
-  s += "        vals[x] = p0 + x < busy ? part_ld((first + p0 + x) * " + P + " + 2u + e) : 0.0;\n";
+  s += "        vals[x] = part_ld((first + min(p0 + x, busy - 1u)) * " + P + " + 2u + e);\n";
   s += "      }\n";
   s += "      for (uint x = 0u; x < 8u && p0 + x < busy; ++x) o += vals[x] * split_sh[p0 + x];\n";
   s += "    }\n";
@@ -816,15 +817,15 @@ std::string stream_query(const LowerContext& ctx, const AttentionShape& g, const
 std::string stream_loads(const Streams& r, const std::string& j0) {
   const std::string S = ulit(r.streams()), KP = ulit(r.kp), VP = ulit(r.vp);
   std::string s = "    for (uint u = 0u; u < " + ulit(r.per_lane) + "; ++u) {\n";
-  s += "      uint key = " + j0 + " + stream + u * " + S + ";\n";
+  // Clamped, not skipped: a load inside a branch may wait out its latency before the next is
+  // issued. A key past the cache is past the visible ones too, and a value quad past the row
+  // (lanes holding none) is never stored.
+  s += "      uint at = min(" + j0 + " + stream + u * " + S + ", LK - 1u);\n";
   s += "      for (uint t = 0u; t < " + KP + "; ++t) {\n";
-  s += "        kq[u * " + KP +
-       " + t] = key < LK ? k4_ld(kb / 4u + key * QD + xq(t)) : vec4(0.0);\n";
+  s += "        kq[u * " + KP + " + t] = k4_ld(kb / 4u + at * QD + xq(t));\n";
   s += "      }\n      for (uint t = 0u; t < " + VP + "; ++t) {\n";
-  s += "        vq[u * " + VP +
-       " + t] = key < LK && xq(t) < QV ? v4_ld(vb / 4u + key * QV + xq(t)) "
-       ": vec4(0.0);\n      }\n    }\n";
-  return s;
+  s += "        vq[u * " + VP + " + t] = v4_ld(vb / 4u + at * QV + min(xq(t), QV - 1u));\n";
+  return s + "      }\n    }\n";
 }
 
 // Statements of one block at j0 of the stream kernel, its loads in kq and vq: the keys past the
