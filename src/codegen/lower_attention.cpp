@@ -236,18 +236,21 @@ std::string unrolled(uint64_t count, const std::function<std::string(const std::
 std::string block_loads(const AttentionShape& g, const BlockQuads& b) {
   const std::string L = ulit(kRegLanes), KEYS = ulit(kRegKeys), VQ = ulit(g.dv / 4);
   std::string s = unrolled(b.k_per_lane, [&](const std::string& n) {
+    // Loaded at clamped indices, then selected: loads inside a branch may wait out their
+    // latency one after another.
     std::string x = "    {\n      uint x = tid + " + n + "u * " + L + ", r = x % " + KEYS +
-                    ", e = (x / " + KEYS + ") * 4u, row = jn + r, at = kb + row * D + e;\n";
+                    ", e = (x / " + KEYS + ") * 4u, row = jn + r;\n";
+    x += "      uint at = kb + min(row, LK - 1u) * D + min(e, D - 4u);\n";
+    x += "      vec4 kv = vec4(k_ld(at), k_ld(at + 1u), k_ld(at + 2u), k_ld(at + 3u));\n";
     x += "      kreg[" + n + "] = x < " + ulit(b.k_quads) +
-         " && row < LK ? vec4(k_ld(at), k_ld(at + 1u), k_ld(at + 2u), k_ld(at + 3u)) : "
-         "vec4(0.0);\n    }\n";
+         " && row < LK ? kv : vec4(0.0);\n    }\n";
     return x;
   });
   s += unrolled(b.v_per_lane, [&](const std::string& n) {
     std::string x = "    {\n      uint x = tid + " + n + "u * " + L + ", row = jn + x / " + VQ +
-                    ", at = vb + row * DV + (x % " + VQ + ") * 4u;\n";
-    x += "      vreg[" + n + "] = row < LK ? vec4(v_ld(at), v_ld(at + 1u), v_ld(at + 2u), "
-         "v_ld(at + 3u)) : vec4(0.0);\n    }\n";
+                    ", at = vb + min(row, LK - 1u) * DV + (x % " + VQ + ") * 4u;\n";
+    x += "      vec4 vv = vec4(v_ld(at), v_ld(at + 1u), v_ld(at + 2u), v_ld(at + 3u));\n";
+    x += "      vreg[" + n + "] = row < LK ? vv : vec4(0.0);\n    }\n";
     return x;
   });
   return s;

@@ -105,22 +105,29 @@ std::string slab_coords(const MatmulGeometry& g, const TiledConfig& c, int64_t e
 // products, so their latency hides behind them).
 std::string slab_loads(const MatmulGeometry& g, const TiledConfig& c) {
   const std::string M = ulit(g.m), N = ulit(g.n), K = ulit(g.k);
-  const std::string a_off = g.ta ? "gk * " + M + " + gm" : "gm * " + K + " + gk";
+  // Past the edges: loaded at the clamped element, then selected away, so that a thread's
+  // loads are issued together (a load inside a branch may wait out its latency first).
+  auto clamp = [](bool check, const std::string& v, const std::string& extent) {
+    return check ? "min(" + v + ", " + extent + " - 1u)" : v;
+  };
+  const std::string am = clamp(c.check_m, "gm", M), ak = clamp(c.check_k, "gk", K);
+  const std::string a_off = g.ta ? ak + " * " + M + " + " + am : am + " * " + K + " + " + ak;
   const std::string a_guard = guard({{c.check_m, "gm < " + M}, {c.check_k, "gk < " + K}});
-  const std::string a_load = a_guard.empty()
-                                 ? "A_ld(abase + " + a_off + ")"
-                                 : "(" + a_guard + ") ? A_ld(abase + " + a_off + ") : 0.0";
-  const std::string b_off = g.tb ? "gn * " + K + " + gkb" : "gkb * " + N + " + gn";
+  const std::string a_load =
+      a_guard.empty() ? "A_ld(abase + " + a_off + ")" : "(" + a_guard + ") ? ld_a : 0.0";
+  const std::string bn = clamp(c.check_n, "gn", N), bk = clamp(c.check_k, "gkb", K);
+  const std::string b_off = g.tb ? bn + " * " + K + " + " + bk : bk + " * " + N + " + " + bn;
   const std::string b_guard = guard({{c.check_n, "gn < " + N}, {c.check_k, "gkb < " + K}});
-  const std::string b_load = b_guard.empty()
-                                 ? "B_ld(bbase + " + b_off + ")"
-                                 : "(" + b_guard + ") ? B_ld(bbase + " + b_off + ") : 0.0";
+  const std::string b_load =
+      b_guard.empty() ? "B_ld(bbase + " + b_off + ")" : "(" + b_guard + ") ? ld_b : 0.0";
   // Unrolled here: registers indexed by a literal stay registers.
   std::string s;
   for (int64_t e = 0; e < c.per_thread; ++e) {
     const std::string E = std::to_string(e);
     s += "    {\n" + slab_coords(g, c, e);
     s += "      uint gm = row0 + mm, gk = kn + kk, gn = col0 + nn, gkb = kn + kb;\n";
+    if (!a_guard.empty()) s += "      float ld_a = A_ld(abase + " + a_off + ");\n";
+    if (!b_guard.empty()) s += "      float ld_b = B_ld(bbase + " + b_off + ");\n";
     s += "      ra[" + E + "] = " + a_load + ";\n      rb[" + E + "] = " + b_load + ";\n    }\n";
   }
   return s;

@@ -82,11 +82,14 @@ struct Walk {
   uint32_t cached = 0;
   std::string begin = "0u", end = "MN_N";
 
+  // The row's elements a lane keeps, loaded at clamped positions and then selected, so that
+  // its loads are issued together (a load inside a branch may wait out its latency first).
   std::string load_cache() const {
     if (cached == 0) return "";
     return "  float xv[" + ulit(cached) + "];\n  for (uint k = 0u; k < " + ulit(cached) +
            "; ++k) {\n    uint j = lane + k * " + ulit(lanes) +
-           ";\n    xv[k] = j < MN_N ? x_ld(elem(r, j)) : 0.0;\n  }\n";
+           ";\n    float v = x_ld(elem(r, min(j, MN_N - 1u)));\n    xv[k] = j < MN_N ? v : 0.0;\n  "
+           "}\n";
   }
   std::string each(const std::string& body) const {
     if (cached != 0) {
