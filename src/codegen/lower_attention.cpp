@@ -501,8 +501,9 @@ std::string query_rope_position(const LowerContext& ctx, const AttentionShape& g
   return "  float rp = float(rpos_ldi(" + glsl::broadcast_offset(positions, g.rows, "c") +
          " + i * " + stride + "));\n";
 }
-std::string rotated_query_element(const AttentionShape& g) {
-  return "mn_rope(q_ld(qb + e), q_ld(qb + " + rope_partner("e", g.d) + "), e, rp)";
+std::string rotated_query_element(const AttentionShape& g, const std::string& base = "qb") {
+  return "mn_rope(q_ld(" + base + " + e), q_ld(" + base + " + " + rope_partner("e", g.d) +
+         "), e, rp)";
 }
 
 // Statements filling q_sh with query row i of the head at qb, rotated by the fused rope, then a
@@ -515,91 +516,131 @@ std::string load_rotated_query(const LowerContext& ctx, const AttentionShape& g,
   return s + "  barrier();\n";
 }
 
-// The end of a split row kernel: the row's last busy workgroup to store its partial (counted
-// in done[g], which it sets back to zero for the next step) combines the row's `busy` partials,
-// rescaled to their common max, into the output. No second launch, no barrier between. The
-// partials' maxima and sums go through shared memory; the first eight partials' values are
-// loaded with them (a decoding row has few: one memory latency for the whole combine), any
-// further ones eight at a time.
+// The query rows a row kernel's workgroup holds: `count` rows g + j·LQ (g its first; heads of
+// one key/value head where the stream kernel groups them), with their online-softmax state and
+// unnormalized output columns as GLSL expressions of j (and of t, the lane's column index).
+struct RowSet {
+  uint64_t count = 1;
+  std::function<std::string(uint64_t)> m, l;
+  std::function<std::string(uint64_t, const std::string&)> value;
+  // GLSL: row j's index among the rows.
+  static std::string row(uint64_t j) { return j == 0 ? "g" : "(g + " + ulit(j) + " * LQ)"; }
+};
+
+// The end of a split row kernel: the workgroup's last busy one to store its partials (counted in
+// done[gw], which it sets back to zero for the next step) combines each of its rows' `busy`
+// partials, rescaled to their common max, into the output. No second launch, no barrier
+// between. The partials' maxima and sums go through shared memory; the first eight partials'
+// values of every row are loaded with them (a decoding row has few: one memory latency for the
+// whole combine), any further ones eight at a time. Every load reads a clamped index (what lies
+// past busy or DV is never used), so that a lane's loads are issued together.
 std::string last_workgroup_combines(const AttentionShape& g, const KeySplit& ks,
-                                    const std::string& lanes, const std::string& cols) {
-  const std::string S = ulit(ks.splits), P = ulit(partial_floats(g));
+                                    const std::string& lanes, const std::string& cols,
+                                    const RowSet& rows) {
+  const std::string S = ulit(ks.splits), P = ulit(partial_floats(g)), C8 = cols + " * 8u";
   std::string s = "  memoryBarrierBuffer();\n  barrier();\n";
-  s += "  if (lane == 0u) last_sh = atomicAdd(done[g], 1u) == busy - 1u;\n";
+  s += "  if (lane == 0u) last_sh = atomicAdd(done[gw], 1u) == busy - 1u;\n";
   s += "  barrier();\n  if (!last_sh) return;\n  memoryBarrierBuffer();\n";
-  s += "  uint first = g * " + S + ";\n";
-  s += "  float head[" + cols + " * 8u];\n";
-  s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
-  s += "    uint e = lane + t * " + lanes + ";\n";
-  s += "    for (uint x = 0u; x < 8u; ++x) {\n";
-  // Clamped loads (issued together; what lies past busy or DV is never read after).
-  s += "      head[t * 8u + x] = part_ld((first + min(x, busy - 1u)) * " + P +
-       " + 2u + min(e, DV - 1u));\n    }\n  }\n";
+  s += "  float head[" + ulit(rows.count) + " * " + C8 + "];\n";
+  for (uint64_t j = 0; j < rows.count; ++j) {
+    const std::string J = ulit(j), first = "(" + RowSet::row(j) + " * " + S + ")";
+    s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
+    s += "    uint e = lane + t * " + lanes + ";\n";
+    s += "    for (uint x = 0u; x < 8u; ++x) {\n";
+    s += "      head[" + J + " * " + C8 + " + t * 8u + x] = part_ld((" + first +
+         " + min(x, busy - 1u)) * " + P + " + 2u + min(e, DV - 1u));\n    }\n  }\n";
+  }
   s += "  for (uint p = lane; p < busy; p += " + lanes + ") {\n";
-  s += "    split_sh[p] = part_ld((first + p) * " + P + ");\n";
-  s += "    sum_sh[p] = part_ld((first + p) * " + P + " + 1u);\n  }\n  barrier();\n";
-  s += "  float mx = -mn_inf();\n";
-  s += "  for (uint p = 0u; p < busy; ++p) mx = split_sh[p] > mx ? split_sh[p] : mx;\n";
-  s += "  barrier();\n";
+  for (uint64_t j = 0; j < rows.count; ++j) {
+    const std::string at = "(" + RowSet::row(j) + " * " + S + " + p) * " + P;
+    const std::string sh = ulit(j * ks.splits) + " + p";
+    s += "    split_sh[" + sh + "] = part_ld(" + at + ");\n";
+    s += "    sum_sh[" + sh + "] = part_ld(" + at + " + 1u);\n";
+  }
+  s += "  }\n  barrier();\n";
+  s += "  float mx[" + ulit(rows.count) + "];\n";
+  s += "  for (uint j = 0u; j < " + ulit(rows.count) + "; ++j) {\n    mx[j] = -mn_inf();\n";
+  s += "    for (uint p = 0u; p < busy; ++p) {\n      float v = split_sh[j * " + S + " + p];\n";
+  s += "      mx[j] = v > mx[j] ? v : mx[j];\n    }\n  }\n  barrier();\n";
   // Empty or fully masked ranges (max -inf) hold l = 0 and no values: they add nothing.
   s += "  for (uint p = lane; p < busy; p += " + lanes + ") {\n";
-  s += "    float ms = split_sh[p];\n";
-  s += "    split_sh[p] = ms == -mn_inf() ? 0.0 : exp(ms - mx);\n";
-  s += "    sum_sh[p] *= split_sh[p];\n  }\n  barrier();\n";
-  s += "  float lsum = 0.0;\n  for (uint p = 0u; p < busy; ++p) lsum += sum_sh[p];\n";
-  s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
-  s += "    uint e = lane + t * " + lanes + ";\n    if (e >= DV) continue;\n";
-  s += "    float o = 0.0;\n";
-  s += "    for (uint x = 0u; x < 8u && x < busy; ++x) o += head[t * 8u + x] * split_sh[x];\n";
-  s += "    for (uint p0 = 8u; p0 < busy; p0 += 8u) {\n      float vals[8];\n";
-  s += "      for (uint x = 0u; x < 8u; ++x) {\n";
-  s += "        vals[x] = part_ld((first + min(p0 + x, busy - 1u)) * " + P + " + 2u + e);\n";
-  s += "      }\n";
-  s += "      for (uint x = 0u; x < 8u && p0 + x < busy; ++x) o += vals[x] * split_sh[p0 + x];\n";
-  s += "    }\n";
-  // cached_attention: a query that sees no key (negative position) gets 0, as the reference's
-  // sum over nothing; otherwise l >= 1 (the largest score's own term).
-  s += std::string("    out_st(g * DV + e, ") +
-       (g.has_positions ? "lsum == 0.0 ? 0.0 : o / lsum" : "o / lsum") + ");\n  }\n";
-  return s + "  if (lane == 0u) done[g] = 0u;\n";
+  s += "    for (uint j = 0u; j < " + ulit(rows.count) + "; ++j) {\n";
+  s += "      float ms = split_sh[j * " + S + " + p];\n";
+  s += "      split_sh[j * " + S + " + p] = ms == -mn_inf() ? 0.0 : exp(ms - mx[j]);\n";
+  s +=
+      "      sum_sh[j * " + S + " + p] *= split_sh[j * " + S + " + p];\n    }\n  }\n  barrier();\n";
+  for (uint64_t j = 0; j < rows.count; ++j) {
+    const std::string J = ulit(j), W = ulit(j * ks.splits),
+                      first = "(" + RowSet::row(j) + " * " + S + ")";
+    s += "  {\n    float lsum = 0.0;\n";
+    s += "    for (uint p = 0u; p < busy; ++p) lsum += sum_sh[" + W + " + p];\n";
+    s += "    for (uint t = 0u; t < " + cols + "; ++t) {\n";
+    s += "      uint e = lane + t * " + lanes + ";\n      if (e >= DV) continue;\n";
+    s += "      float o = 0.0;\n";
+    s += "      for (uint x = 0u; x < 8u && x < busy; ++x) o += head[" + J + " * " + C8 +
+         " + t * 8u + x] * split_sh[" + W + " + x];\n";
+    s += "      for (uint p0 = 8u; p0 < busy; p0 += 8u) {\n        float vals[8];\n";
+    s += "        for (uint x = 0u; x < 8u; ++x) {\n";
+    s += "          vals[x] = part_ld((" + first + " + min(p0 + x, busy - 1u)) * " + P +
+         " + 2u + e);\n        }\n";
+    s += "        for (uint x = 0u; x < 8u && p0 + x < busy; ++x) o += vals[x] * split_sh[" + W +
+         " + p0 + x];\n      }\n";
+    // cached_attention: a query that sees no key (negative position) gets 0, as the reference's
+    // sum over nothing; otherwise l >= 1 (the largest score's own term).
+    s += "      out_st(" + RowSet::row(j) + " * DV + e, " +
+         (g.has_positions ? "lsum == 0.0 ? 0.0 : o / lsum" : "o / lsum") + ");\n    }\n  }\n";
+  }
+  return s + "  if (lane == 0u) done[gw] = 0u;\n";
 }
 
-// A split row kernel's shared state for its last workgroup's combine.
-std::string split_shared(const KeySplit& ks) {
-  return "shared bool last_sh;\nshared float split_sh[" + ulit(ks.splits) + "], sum_sh[" +
-         ulit(ks.splits) + "];\n";
+// A split row kernel's shared state for its last workgroup's combine of `rows` rows.
+std::string split_shared(const KeySplit& ks, uint64_t rows = 1) {
+  const std::string n = ulit(ks.splits * rows);
+  return "shared bool last_sh;\nshared float split_sh[" + n + "], sum_sh[" + n + "];\n";
 }
 
-// The opening of a row kernel's main(): workgroup w is range part_index of row g = (b, h, i),
-// lane its invocation, qb its query row (after head_offsets).
-std::string row_start(const AttentionShape& g, const KeySplit& ks) {
+// The opening of a row kernel's main(): workgroup w is range part_index of workgroup row gw,
+// whose `rows` query rows start at g = (b, h, i) (heads h .. h + rows - 1 of one key/value
+// head), lane its invocation, qb the first query row (after head_offsets).
+std::string row_start(const AttentionShape& g, const KeySplit& ks, uint64_t rows = 1) {
+  const std::string HW = ulit(g.hq / rows);  // workgroup rows per (b, i)
   std::string s = "void main() {\n";
   s += "  uint w = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
-  s += "  if (w >= " + ulit(g.heads() * g.lq * ks.splits) + ") return;\n";
-  s += "  uint g = w / " + ulit(ks.splits) + ", part_index = w % " + ulit(ks.splits) + ";\n";
+  s += "  if (w >= " + ulit(g.heads() / rows * g.lq * ks.splits) + ") return;\n";
+  s += "  uint gw = w / " + ulit(ks.splits) + ", part_index = w % " + ulit(ks.splits) + ";\n";
   s += "  uint lane = gl_LocalInvocationID.x;\n";
-  s += "  uint i = g % LQ, h = (g / LQ) % HQ, b = g / (LQ * HQ);\n";
+  s += "  uint i = gw % LQ, h = ((gw / LQ) % " + HW + ") * " + ulit(rows) + ", b = gw / (LQ * " +
+       HW + ");\n";
+  s += "  uint g = (b * HQ + h) * LQ + i;\n";
   s += head_offsets(g, g.attrs.has_mask, "i");
   return s + "  qb += i * D;\n";
 }
 
-// The end of a row kernel's main(): the lane's output columns `values`[t] (unnormalized, with m
-// and l) stored as this range's partial and combined by the row's last workgroup, or divided
+// The end of a row kernel's main(): each row's output columns (unnormalized, with its m and l)
+// stored as this range's partial and combined by the workgroup row's last workgroup, or divided
 // by l and stored.
 std::string row_end(const AttentionShape& g, const KeySplit& ks, const std::string& lanes,
-                    const std::string& cols, const std::string& values) {
+                    const std::string& cols, const RowSet& rows) {
   std::string s;
   if (ks.splits > 1) {
-    s += "  uint base = w * " + ulit(partial_floats(g)) + ";\n";
-    s += "  if (lane == 0u) {\n    part_st(base, m);\n    part_st(base + 1u, l);\n  }\n";
-    s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
-    s += "    uint e = lane + t * " + lanes + ";\n    if (e < DV) part_st(base + 2u + e, " + values +
-         "[t]);\n";
-    return s + "  }\n" + last_workgroup_combines(g, ks, lanes, cols) + "}\n";
+    for (uint64_t j = 0; j < rows.count; ++j) {
+      s += "  {\n    uint base = (" + RowSet::row(j) + " * " + ulit(ks.splits) +
+           " + part_index) * " + ulit(partial_floats(g)) + ";\n";
+      s += "    if (lane == 0u) {\n      part_st(base, " + rows.m(j) +
+           ");\n      part_st(base + 1u, " + rows.l(j) + ");\n    }\n";
+      s += "    for (uint t = 0u; t < " + cols + "; ++t) {\n";
+      s += "      uint e = lane + t * " + lanes + ";\n      if (e < DV) part_st(base + 2u + e, " +
+           rows.value(j, "t") + ");\n    }\n  }\n";
+    }
+    return s + last_workgroup_combines(g, ks, lanes, cols, rows) + "}\n";
   }
-  s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
-  s += "    uint e = lane + t * " + lanes + ";\n";
-  return s + "    if (e < DV) out_st(g * DV + e, visible == 0u ? 0.0 : " + values + "[t] / l);\n  }\n}\n";
+  for (uint64_t j = 0; j < rows.count; ++j) {
+    s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
+    s += "    uint e = lane + t * " + lanes + ";\n";
+    s += "    if (e < DV) out_st(" + RowSet::row(j) +
+         " * DV + e, visible == 0u ? 0.0 : " + rows.value(j, "t") + " / " + rows.l(j) + ");\n  }\n";
+  }
+  return s + "}\n";
 }
 
 KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const KeySplit& ks) {
@@ -666,7 +707,11 @@ KernelLaunch row_kernel(const LowerContext& ctx, const AttentionShape& g, const 
   s += "          for (uint x = 0u; x < 8u; ++x) o += p_sh[u + x] * vv[x];\n        }\n";
   s += "        for (; u < cnt; ++u) o += p_sh[u] * v_ld(vb + (j0 + u) * DV + e);\n";
   s += "        acc[t] = o;\n      }\n    }\n    barrier();\n  }\n";
-  s += row_end(g, ks, L, COLS, "acc");
+  RowSet row;
+  row.m = [](uint64_t) { return std::string("m"); };
+  row.l = [](uint64_t) { return std::string("l"); };
+  row.value = [](uint64_t, const std::string& t) { return "acc[" + t + "]"; };
+  s += row_end(g, ks, L, COLS, row);
   k.name = std::string(split ? "attention_split" : "attention") +
            (ctx.rope ? "+prologue[rope_positions]" : "");
   k.glsl = std::move(s);
@@ -690,12 +735,29 @@ struct Streams {
   uint64_t qd = 1, qv = 1;  // quads in a key row and in a value row
   uint64_t kp = 1, vp = 1;  // quads of a key and of a value a lane holds (vp may exceed qv's share)
   uint64_t per_lane = 8;    // keys a lane takes per block
+  // Query heads a workgroup scores against each key: a key/value head's whole group where a
+  // decoding step's heads share their positions (each key and value is then read once for the
+  // group instead of once per head), else 1.
+  uint64_t group = 1;
   uint64_t streams() const { return lanes / width; }
   uint64_t keys() const { return streams() * per_lane; }
 };
 
 // Keys per block the stream kernel aims for: a decoding row's whole chunk in one round of loads.
 constexpr uint64_t kStreamBlockKeys = 64;
+
+// The query heads one stream workgroup takes (Streams::group): a decoding step's group of heads
+// over one key/value head, where they see the same keys (positions broadcast over the heads)
+// and their states fit a lane's registers; 1 otherwise, or with MN_ATTENTION_DECODE_GROUPS=0.
+uint64_t stream_group(const AttentionShape& g, const DeviceTraits& dev, const Streams& r) {
+  const uint64_t group = g.hq / g.hkv;
+  if (!dev.decode_attention_groups || !g.has_positions || g.lq != 1 || group <= 1) return 1;
+  if (g.positions[g.rank - 3] != 1) return 1;
+  // Each head's query and weighted value quads and its scores of a lane's keys stay in
+  // registers: at most 96 floats of them a lane (4 heads of 64 with 8 keys a lane).
+  if (group * (4 * r.kp + 4 * r.vp + r.per_lane) > 96) return 1;
+  return group;
+}
 
 std::optional<Streams> streams_for(const AttentionShape& g, const DeviceTraits& dev) {
   if (!dev.subgroup_shuffle || g.d % 4 != 0 || g.dv % 4 != 0) return std::nullopt;
@@ -727,8 +789,12 @@ std::optional<Streams> streams_for(const AttentionShape& g, const DeviceTraits& 
   r.lanes = static_cast<uint32_t>(std::max(full, std::min(most, streams * r.width)));
   if (r.lanes > dev.max_workgroup_invocations || r.lanes % r.width != 0) return std::nullopt;
   const uint64_t splits = (g.lk + r.keys() - 1) / r.keys();
-  const uint64_t floats = r.streams() * (2 + g.dv) + 2 * std::min<uint64_t>(splits, 1024) + 1;
-  if (floats * sizeof(float) > dev.max_shared_bytes) return std::nullopt;
+  r.group = stream_group(g, dev, r);
+  const uint64_t floats =
+      r.group * (r.streams() * (2 + g.dv) + 2 * std::min<uint64_t>(splits, 1024)) + 1;
+  if (floats * sizeof(float) > dev.max_shared_bytes) r.group = 1;
+  const uint64_t alone = r.streams() * (2 + g.dv) + 2 * std::min<uint64_t>(splits, 1024) + 1;
+  if (alone * sizeof(float) > dev.max_shared_bytes) return std::nullopt;
   return r;
 }
 
@@ -807,10 +873,21 @@ std::string append_row(const LowerContext& ctx, const AttentionShape& g, const S
          lane_quads("vn", r.vp, "min(xq(t), QV - 1u)", stored_as(in[2].dtype, "vu_ld(vub + e)"));
 }
 
-// The lane's query quads q4[t], rotated by the fused rope at its row's position (ctx.rope).
+// The lane's query quads of each of the workgroup's heads j, q4[j * kp + t], rotated by the
+// fused rope at the rows' position (ctx.rope; the heads of a group share it).
 std::string stream_query(const LowerContext& ctx, const AttentionShape& g, const Streams& r) {
-  if (!ctx.rope) return lane_quads("q4", r.kp, "xq(t)", "q_ld(qb + e)");
-  return query_rope_position(ctx, g) + lane_quads("q4", r.kp, "xq(t)", rotated_query_element(g));
+  std::string s = ctx.rope ? query_rope_position(ctx, g) : "";
+  s += "  vec4 q4[" + ulit(r.group * r.kp) + "];\n";
+  for (uint64_t j = 0; j < r.group; ++j) {
+    const std::string base = j == 0 ? "qb" : "(qb + " + ulit(j * g.lq * g.d) + ")";
+    s += "  for (uint t = 0u; t < " + ulit(r.kp) + "; ++t) {\n";
+    s += "    for (uint c = 0u; c < 4u; ++c) {\n      uint e = xq(t) * 4u + c;\n";
+    s += "      q4[" + ulit(j * r.kp) +
+         " + t][c] = " + (ctx.rope ? rotated_query_element(g, base) : "q_ld(" + base + " + e)") +
+         ";\n";
+    s += "    }\n  }\n";
+  }
+  return s;
 }
 
 // Loads of the lane's keys and values of the block at j0 into kq and vq, bounded only by the
@@ -832,12 +909,13 @@ std::string stream_loads(const Streams& r, const std::string& j0) {
 }
 
 // Statements of one block at j0 of the stream kernel, its loads in kq and vq: the keys past the
-// visible ones zeroed and the new slot put in (ctx.append), the lane's scores, its stream's
-// online softmax update of m and l, and the lane's weighted value quads acc rescaled and added to.
+// visible ones zeroed and the new slot put in (ctx.append), then for each of the workgroup's
+// heads j the lane's scores, its stream's online softmax update of m[j] and l[j], and the
+// lane's weighted value quads acc[j * vp ..] rescaled and added to.
 std::string stream_block(const LowerContext& ctx, const AttentionShape& g, const Streams& r) {
   const std::string S = ulit(r.streams()), KP = ulit(r.kp), VP = ulit(r.vp);
   const std::string U = ulit(r.per_lane);
-  std::string s = "    float sc[" + U + "];\n";
+  std::string s = "    float sc[" + ulit(r.group * r.per_lane) + "];\n";
   s += "    for (uint u = 0u; u < " + U + "; ++u) {\n";
   s += "      uint key = j0 + stream + u * " + S + ";\n      bool seen = key < je;\n";
   if (ctx.append) s += "      bool fresh = int(key) == tw;\n";
@@ -848,47 +926,70 @@ std::string stream_block(const LowerContext& ctx, const AttentionShape& g, const
     return t + held + "[u * " + count + " + t] : vec4(0.0);\n      }\n";
   };
   s += take("kq", KP, "kn") + take("vq", VP, "vn");
-  s += "      float part = 0.0;\n";
-  s += "      for (uint t = 0u; t < " + KP + "; ++t) part += dot(q4[t], kq[u * " + KP + " + t]);\n";
-  // Every lane of the stream ends with the same sum: each step adds the same two values in
-  // either order.
-  s += "      for (uint x = 1u; x < " + ulit(r.width) +
-       "; x <<= 1) part += subgroupShuffleXor(part, x);\n";
-  s += "      {\n        float dot = part;\n";
-  s += "        sc[u] = seen ? " + score_expr(ctx, g, g.attrs, "key") +
-       " : -mn_inf();\n      }\n    }\n";
-  s += "    float bm = sc[0];\n";
-  s += "    for (uint u = 1u; u < " + U + "; ++u) bm = max(bm, sc[u]);\n";
-  s += "    float mn = max(m, bm);\n";
-  s += "    float alpha = m == -mn_inf() ? 0.0 : exp(m - mn);\n";
-  s += "    l *= alpha;\n    for (uint t = 0u; t < " + VP + "; ++t) acc[t] *= alpha;\n";
-  s += "    for (uint u = 0u; u < " + U + "; ++u) {\n";
-  s += "      float p = sc[u] == -mn_inf() ? 0.0 : exp(sc[u] - mn);\n      l += p;\n";
-  s += "      for (uint t = 0u; t < " + VP + "; ++t) acc[t] += p * vq[u * " + VP + " + t];\n";
-  return s + "    }\n    m = mn;\n";
+  for (uint64_t j = 0; j < r.group; ++j) {
+    const std::string QJ = ulit(j * r.kp);
+    s += "      {\n        float part = 0.0;\n";
+    s += "        for (uint t = 0u; t < " + KP + "; ++t) part += dot(q4[" + QJ + " + t], kq[u * " +
+         KP + " + t]);\n";
+    // Every lane of the stream ends with the same sum: each step adds the same two values in
+    // either order.
+    s += "        for (uint x = 1u; x < " + ulit(r.width) +
+         "; x <<= 1) part += subgroupShuffleXor(part, x);\n";
+    s += "        float dot = part;\n";
+    s += "        sc[" + ulit(j * r.per_lane) + " + u] = seen ? " +
+         score_expr(ctx, g, g.attrs, "key") + " : -mn_inf();\n      }\n";
+  }
+  s += "    }\n";
+  for (uint64_t j = 0; j < r.group; ++j) {
+    const std::string J = ulit(j), SJ = ulit(j * r.per_lane), AJ = ulit(j * r.vp);
+    s += "    {\n      float bm = sc[" + SJ + "];\n";
+    s += "      for (uint u = 1u; u < " + U + "; ++u) bm = max(bm, sc[" + SJ + " + u]);\n";
+    s += "      float mn = max(m[" + J + "], bm);\n";
+    s += "      float alpha = m[" + J + "] == -mn_inf() ? 0.0 : exp(m[" + J + "] - mn);\n";
+    s += "      l[" + J + "] *= alpha;\n";
+    s += "      for (uint t = 0u; t < " + VP + "; ++t) acc[" + AJ + " + t] *= alpha;\n";
+    s += "      for (uint u = 0u; u < " + U + "; ++u) {\n";
+    s +=
+        "        float p = sc[" + SJ + " + u] == -mn_inf() ? 0.0 : exp(sc[" + SJ + " + u] - mn);\n";
+    s += "        l[" + J + "] += p;\n";
+    s += "        for (uint t = 0u; t < " + VP + "; ++t) acc[" + AJ + " + t] += p * vq[u * " + VP +
+         " + t];\n      }\n";
+    s += "      m[" + J + "] = mn;\n    }\n";
+  }
+  return s;
 }
 
-// The streams' states combined: each stream's m, l and value quads through shared memory, the
-// workgroup's m, l and output columns o[t] (column lane + t * lanes) for row_end.
+// The streams' states combined: each stream's m, l and value quads of every head through
+// shared memory, then each head's workgroup m[j], l[j] and output columns o[j * cols + t]
+// (column lane + t * lanes) for row_end.
 std::string combine_streams(const Streams& r, uint64_t cols) {
-  const std::string S = ulit(r.streams()), L = ulit(r.lanes), VP = ulit(r.vp);
-  std::string s = "  if (gl_LocalInvocationID.x % " + ulit(r.width) +
-                  " == 0u) {\n    sm_sh[stream] = m;\n    sl_sh[stream] = l;\n  }\n";
-  s += "  for (uint t = 0u; t < " + VP + "; ++t) {\n";
-  s += "    if (xq(t) < QV) {\n";
-  s += "      for (uint c = 0u; c < 4u; ++c) so_sh[stream * DV + xq(t) * 4u + c] = acc[t][c];\n";
-  s += "    }\n  }\n  barrier();\n";
-  s += "  m = -mn_inf();\n  for (uint x = 0u; x < " + S + "; ++x) m = max(m, sm_sh[x]);\n";
-  s += "  float sw[" + S + "];\n  l = 0.0;\n";
-  s += "  for (uint x = 0u; x < " + S + "; ++x) {\n";
-  s += "    sw[x] = sm_sh[x] == -mn_inf() ? 0.0 : exp(sm_sh[x] - m);\n";
-  s += "    l += sw[x] * sl_sh[x];\n  }\n";
-  s += "  float o[" + ulit(cols) + "];\n";
-  s += "  for (uint t = 0u; t < " + ulit(cols) + "; ++t) {\n";
-  s += "    uint e = lane + t * " + L + ";\n    o[t] = 0.0;\n";
-  s += "    if (e < DV) {\n";
-  s += "      for (uint x = 0u; x < " + S + "; ++x) o[t] += sw[x] * so_sh[x * DV + e];\n";
-  return s + "    }\n  }\n";
+  const std::string S = ulit(r.streams()), L = ulit(r.lanes), VP = ulit(r.vp), G = ulit(r.group);
+  std::string s = "  if (gl_LocalInvocationID.x % " + ulit(r.width) + " == 0u) {\n";
+  s += "    for (uint j = 0u; j < " + G + "; ++j) {\n";
+  s += "      sm_sh[stream * " + G + " + j] = m[j];\n      sl_sh[stream * " + G + " + j] = l[j];\n";
+  s += "    }\n  }\n";
+  s += "  for (uint j = 0u; j < " + G + "; ++j) {\n";
+  s += "    for (uint t = 0u; t < " + VP + "; ++t) {\n";
+  s += "      if (xq(t) < QV) {\n";
+  s += "        for (uint c = 0u; c < 4u; ++c) so_sh[(stream * " + G +
+       " + j) * DV + xq(t) * 4u + c] = acc[j * " + VP + " + t][c];\n";
+  s += "      }\n    }\n  }\n  barrier();\n";
+  s += "  float o[" + ulit(r.group * cols) + "];\n";
+  s += "  for (uint j = 0u; j < " + G + "; ++j) {\n";
+  s += "    float mj = -mn_inf();\n";
+  s += "    for (uint x = 0u; x < " + S + "; ++x) mj = max(mj, sm_sh[x * " + G + " + j]);\n";
+  s += "    float sw[" + S + "];\n    float lj = 0.0;\n";
+  s += "    for (uint x = 0u; x < " + S + "; ++x) {\n";
+  s += "      float mx = sm_sh[x * " + G + " + j];\n";
+  s += "      sw[x] = mx == -mn_inf() ? 0.0 : exp(mx - mj);\n";
+  s += "      lj += sw[x] * sl_sh[x * " + G + " + j];\n    }\n";
+  s += "    for (uint t = 0u; t < " + ulit(cols) + "; ++t) {\n";
+  s += "      uint e = lane + t * " + L + ";\n      float v = 0.0;\n";
+  s += "      if (e < DV) {\n";
+  s += "        for (uint x = 0u; x < " + S + "; ++x) v += sw[x] * so_sh[(x * " + G +
+       " + j) * DV + e];\n      }\n";
+  s += "      o[j * " + ulit(cols) + " + t] = v;\n    }\n";
+  return s + "    m[j] = mj;\n    l[j] = lj;\n  }\n";
 }
 
 // Whether the stream kernel issues its first block's loads before the visible length is known
@@ -936,35 +1037,46 @@ KernelLaunch stream_row_kernel(const LowerContext& ctx, const AttentionShape& g,
   s += rope_declarations(ctx, g, k.bindings);
   s += append_declarations(ctx, g, k.bindings);
   s += stream_quads(r);
-  s +=
-      "shared float sm_sh[" + S + "], sl_sh[" + S + "], so_sh[" + ulit(r.streams() * g.dv) + "];\n";
-  if (split) s += split_shared(ks);
-  s += row_start(g, ks);
+  const std::string SG = ulit(r.streams() * r.group);
+  s += "shared float sm_sh[" + SG + "], sl_sh[" + SG + "], so_sh[" +
+       ulit(r.streams() * r.group * g.dv) + "];\n";
+  if (split) s += split_shared(ks, r.group);
+  s += row_start(g, ks, r.group);
   s += "  uint stream = lane / " + ulit(r.width) + ";\n";
   // The visible length, the query and the new slot's loads in flight together, with the first
   // block's where the grid is small (stream_speculates).
-  const bool speculate = stream_speculates(ctx.device, ks, rows);
+  const bool speculate = stream_speculates(ctx.device, ks, rows / r.group);
   s += "  uint visible = " + visible_expr(g, "i") + ";\n";
   s += "  vec4 kq[" + ulit(r.per_lane * r.kp) + "], vq[" + ulit(r.per_lane * r.vp) + "];\n";
   if (speculate) s += "  {\n" + stream_loads(r, "part_index * " + ulit(r.keys())) + "  }\n";
   s += stream_query(ctx, g, r) + append_row(ctx, g, r);
   s += stream_range(r, ks, speculate);
-  s += "  float m = -mn_inf(), l = 0.0;\n";
-  s += "  vec4 acc[" + ulit(r.vp) + "];\n";
-  s += "  for (uint t = 0u; t < " + ulit(r.vp) + "; ++t) acc[t] = vec4(0.0);\n";
+  const std::string G = ulit(r.group);
+  s += "  float m[" + G + "], l[" + G + "];\n";
+  s += "  for (uint j = 0u; j < " + G + "; ++j) {\n    m[j] = -mn_inf();\n    l[j] = 0.0;\n  }\n";
+  s += "  vec4 acc[" + ulit(r.group * r.vp) + "];\n";
+  s += "  for (uint t = 0u; t < " + ulit(r.group * r.vp) + "; ++t) acc[t] = vec4(0.0);\n";
   // The loop runs while any stream has keys: its bounds are the workgroup's, so every lane
   // takes part in every shuffle.
   s += "  for (uint j0 = jb; j0 < je; j0 += " + ulit(r.keys()) + ") {\n";
   s += "    if (j0 != jb) {\n" + stream_loads(r, "j0") + "    }\n";
   s += stream_block(ctx, g, r) + "  }\n";
   s += combine_streams(r, cols);
-  s += row_end(g, ks, L, ulit(cols), "o");
+  RowSet heads;
+  heads.count = r.group;
+  heads.m = [](uint64_t j) { return "m[" + ulit(j) + "]"; };
+  heads.l = [](uint64_t j) { return "l[" + ulit(j) + "]"; };
+  heads.value = [cols](uint64_t j, const std::string& t) {
+    return "o[" + ulit(j * cols) + " + " + t + "]";
+  };
+  s += row_end(g, ks, L, ulit(cols), heads);
   k.name = std::string(split ? "attention_split" : "attention") +
            (ctx.rope ? "+prologue[rope_positions]" : "") + "+streams" +
+           (r.group > 1 ? "+heads[" + std::to_string(r.group) + "]" : "") +
            (ctx.append ? "+reads_new_slots" : "");
   k.glsl = std::move(s);
   k.workgroup = {r.lanes, 1, 1};
-  k.groups = glsl::linear_grid(rows * ks.splits * r.lanes, ctx.device, r.lanes).groups;
+  k.groups = glsl::linear_grid(rows / r.group * ks.splits * r.lanes, ctx.device, r.lanes).groups;
   return k;
 }
 
@@ -1011,8 +1123,10 @@ Lowering lower_attention_kernels(const LowerContext& ctx, const AttentionShape& 
   low.launches.push_back(streams ? stream_row_kernel(ctx, g, ks, *streams)
                                  : row_kernel(ctx, g, ks));
   if (ks.splits > 1) {
+    // Partials of every query row; a counter per workgroup row (a group of heads).
+    const uint64_t group = streams ? streams->group : 1;
     low.scratch_bytes.push_back(g.heads() * g.lq * ks.splits * partial_floats(g) * sizeof(float));
-    low.counter_bytes.push_back(g.heads() * g.lq * sizeof(uint32_t));
+    low.counter_bytes.push_back(g.heads() / group * g.lq * sizeof(uint32_t));
   }
   return low;
 }

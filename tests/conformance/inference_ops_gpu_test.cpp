@@ -194,6 +194,77 @@ TEST(InferenceGpu, AttentionRowKernelHeadWidths) {
   }
 }
 
+// The decode kernel scoring a key/value head's whole group of query heads in one workgroup
+// (Streams::group): groups of 2, 3 and 4 heads, caches short enough for one workgroup a group and
+// long enough to split (the last workgroup combining every head of the group), 16-bit caches,
+// slots past the positions NaN, a sequence at position -1; positions given per head (not
+// grouped) and the switch off (MN_ATTENTION_DECODE_GROUPS=0) give the same values ungrouped.
+TEST(InferenceGpu, CachedAttentionDecodeGroupsOfHeads) {
+  struct Case {
+    int64_t hq, hkv, d, t;
+    DType cache;
+    bool per_head, grouped;
+  };
+  for (const Case& c :
+       {Case{4, 2, 16, 40, DType::f32, false, true}, Case{9, 3, 64, 700, DType::f32, false, true},
+        Case{8, 2, 64, 300, DType::bf16, false, true},
+        Case{6, 2, 32, 1500, DType::f16, false, true},
+        Case{4, 2, 16, 300, DType::f32, true, false}}) {
+    for (const bool on : {true, false}) {
+      SCOPED_TRACE(::testing::Message()
+                   << c.hq << "/" << c.hkv << " heads of " << c.d << ", " << c.t << " slots, "
+                   << dtype_name(c.cache) << (c.per_head ? ", positions per head" : "")
+                   << (on ? "" : ", switched off"));
+      codegen::DeviceTraits traits = testing::device_traits();
+      traits.decode_attention_groups = on;
+      auto rng = testing::rng_for("inference-gpu/decode-groups");
+      const int64_t B = 3;
+      const std::vector<double> at{-1, static_cast<double>(c.t / 3), static_cast<double>(c.t - 1)};
+      std::vector<double> positions;
+      for (int64_t b = 0; b < B; ++b) {
+        for (int64_t h = 0; h < (c.per_head ? c.hq : 1); ++h) positions.push_back(at[b] - (h % 2));
+      }
+      Graph g;
+      reference::Feeds feeds;
+      Tensor q = random_input(g, feeds, "q", {B, c.hq, 1, c.d}, rng, -2.0, 2.0);
+      feeds["k"] = testing::random_array(rng, {{B, c.hkv, c.t, c.d}, c.cache}, -2.0, 2.0);
+      feeds["v"] = testing::random_array(rng, {{B, c.hkv, c.t, c.d}, c.cache});
+      Tensor k = g.input("k", {B, c.hkv, c.t, c.d}, c.cache);
+      Tensor v = g.input("v", {B, c.hkv, c.t, c.d}, c.cache);
+      Tensor pos = int_input(g, feeds, "pos", {B, c.per_head ? c.hq : 1, 1}, positions);
+      Tensor out = cached_attention(q, k, v, pos);
+      g.output("out", out);
+      // What no query sees is NaN on the device and zero in the reference.
+      reference::Feeds poisoned = feeds;
+      for (const char* name : {"k", "v"}) {
+        for (int64_t b = 0; b < B; ++b) {
+          const auto last = static_cast<int64_t>(at[b]);
+          for (int64_t h = 0; h < c.hkv; ++h) {
+            for (auto j = std::max<int64_t>(0, last + 1); j < c.t; ++j) {
+              for (int64_t e = 0; e < c.d; ++e) {
+                const int64_t i = ((b * c.hkv + h) * c.t + j) * c.d + e;
+                poisoned[name].data[i] = std::numeric_limits<double>::quiet_NaN();
+                feeds[name].data[i] = 0.0;
+              }
+            }
+          }
+        }
+      }
+      const auto low = testing::lower_node(g, out.id(), traits);
+      ASSERT_EQ(low.launches.size(), 1u);
+      const std::string heads = "+heads[" + std::to_string(c.hq / c.hkv) + "]";
+      if (traits.subgroup_shuffle) {
+        EXPECT_EQ(low.launches[0].name.find(heads) != std::string::npos, on && c.grouped)
+            << low.launches[0].name;
+      }
+      const Array want = reference::evaluate(g, feeds).at("out");
+      const Array got = testing::run_lowering(
+          g, out.id(), {poisoned["q"], poisoned["k"], poisoned["v"], poisoned["pos"]}, traits);
+      EXPECT_TRUE(testing::elementwise_near(got, want, 3e-5)) << low.launches[0].name;
+    }
+  }
+}
+
 // Right-padded prompts of lengths 24 and 17 prefilled at once (the tiled kernel): the padding
 // queries of the second sit at position -1 and give 0. The first equals causal attention.
 TEST(InferenceGpu, CachedAttentionPrefillRightPadded) {
