@@ -88,8 +88,10 @@ struct DeviceTraits {
   // 0 takes its default; MN_ATTENTION_DECODE_KEYS (a power of two from 16 to 1024) sets it.
   uint32_t decode_attention_keys = 0;
   // A decoding step's heads over one key/value head scored by one workgroup of the decode
-  // attention, each key and value read once for them (codegen/lower_attention.cpp). Sessions
-  // set it (runtime::apply_environment) unless MN_ATTENTION_DECODE_GROUPS=0.
+  // attention, each key and value read once for them (codegen/lower_attention.cpp). Off unless
+  // MN_ATTENTION_DECODE_GROUPS=1 (runtime::apply_environment): on the H100 it took a batch of 8
+  // over 4096 cached keys from 148 to 108 µs but was slower at shorter contexts and at batch 1
+  // (fewer workgroups pulling the same bytes, docs/perf.md).
   bool decode_attention_groups = false;
   // Keys each lane of a stream takes per block: 0 takes 8 quads of keys and of values a lane;
   // MN_ATTENTION_DECODE_LANE_KEYS (1, 2, 4, 8 or 16) sets it, up to 16 quads a lane.

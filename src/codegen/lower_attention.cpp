@@ -746,9 +746,10 @@ struct Streams {
 // Keys per block the stream kernel aims for: a decoding row's whole chunk in one round of loads.
 constexpr uint64_t kStreamBlockKeys = 64;
 
-// The query heads one stream workgroup takes (Streams::group): a decoding step's group of heads
-// over one key/value head, where they see the same keys (positions broadcast over the heads)
-// and their states fit a lane's registers; 1 otherwise, or with MN_ATTENTION_DECODE_GROUPS=0.
+// The query heads one stream workgroup takes (Streams::group): with
+// DeviceTraits::decode_attention_groups (MN_ATTENTION_DECODE_GROUPS=1), a decoding step's group
+// of heads over one key/value head, where they see the same keys (positions broadcast over the
+// heads) and their states fit a lane's registers; 1 otherwise.
 uint64_t stream_group(const AttentionShape& g, const DeviceTraits& dev, const Streams& r) {
   const uint64_t group = g.hq / g.hkv;
   if (!dev.decode_attention_groups || !g.has_positions || g.lq != 1 || group <= 1) return 1;

@@ -195,10 +195,11 @@ TEST(InferenceGpu, AttentionRowKernelHeadWidths) {
 }
 
 // The decode kernel scoring a key/value head's whole group of query heads in one workgroup
-// (Streams::group): groups of 2, 3 and 4 heads, caches short enough for one workgroup a group and
-// long enough to split (the last workgroup combining every head of the group), 16-bit caches,
-// slots past the positions NaN, a sequence at position -1; positions given per head (not
-// grouped) and the switch off (MN_ATTENTION_DECODE_GROUPS=0) give the same values ungrouped.
+// (DeviceTraits::decode_attention_groups, MN_ATTENTION_DECODE_GROUPS=1; off by default): groups
+// of 2, 3 and 4 heads, caches short enough for one workgroup a group and long enough to split
+// (the last workgroup combining every head of the group), 16-bit caches, slots past the
+// positions NaN, a sequence at position -1; positions given per head (not grouped) and the
+// switch off give the same values ungrouped.
 TEST(InferenceGpu, CachedAttentionDecodeGroupsOfHeads) {
   struct Case {
     int64_t hq, hkv, d, t;
