@@ -107,13 +107,14 @@ float logit(uint base, uint t) {
   float x = logits_ld(base + t);
   return isnan(x) ? -mn_inf() : x;
 }
-// The row's logits of this lane, INF at a time (loaded together, then used in index order).
+// The row's logits of this lane, INF at a time (loaded together, then used in index order;
+// past the row at the last logit, never used: a load inside a branch may wait out its latency
+// before the next is issued).
 #define ROW_WALK_BEGIN \
   for (uint t0 = gl_LocalInvocationID.x; t0 < V; t0 += INF * NT) { \
     float xs[INF]; \
     for (uint u = 0u; u < INF; ++u) { \
-      uint tu = t0 + u * NT; \
-      xs[u] = tu < V ? logit(base, tu) : 0.0; \
+      xs[u] = logit(base, min(t0 + u * NT, V - 1u)); \
     } \
     for (uint u = 0u; u < INF; ++u) { \
       uint t = t0 + u * NT; \
