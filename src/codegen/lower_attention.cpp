@@ -527,69 +527,89 @@ struct RowSet {
   static std::string row(uint64_t j) { return j == 0 ? "g" : "(g + " + ulit(j) + " * LQ)"; }
 };
 
-// The end of a split row kernel: the workgroup's last busy one to store its partials (counted in
-// done[gw], which it sets back to zero for the next step) combines each of its rows' `busy`
-// partials, rescaled to their common max, into the output. No second launch, no barrier
-// between. The partials' maxima and sums go through shared memory; the first eight partials'
-// values of every row are loaded with them (a decoding row has few: one memory latency for the
-// whole combine), any further ones eight at a time. Every load reads a clamped index (what lies
-// past busy or DV is never used), so that a lane's loads are issued together.
-std::string last_workgroup_combines(const AttentionShape& g, const KeySplit& ks,
-                                    const std::string& lanes, const std::string& cols,
-                                    const RowSet& rows) {
-  const std::string S = ulit(ks.splits), P = ulit(partial_floats(g)), C8 = cols + " * 8u";
-  std::string s = "  memoryBarrierBuffer();\n  barrier();\n";
-  s += "  if (lane == 0u) last_sh = atomicAdd(done[gw], 1u) == busy - 1u;\n";
-  s += "  barrier();\n  if (!last_sh) return;\n  memoryBarrierBuffer();\n";
-  s += "  float head[" + ulit(rows.count) + " * " + C8 + "];\n";
+// GLSL: where row j's partials start (its range 0's, in partials).
+std::string first_partial(const KeySplit& ks, uint64_t j) {
+  return "(" + RowSet::row(j) + " * " + ulit(ks.splits) + ")";
+}
+
+// The combine's loads, all issued together: every row's first eight partials' values into
+// head[] and the partials' maxima and sums into shared memory (split_sh, sum_sh: row j's at
+// j · splits). Every load reads a clamped index (what lies past busy or DV is never used).
+std::string combine_loads(const AttentionShape& g, const KeySplit& ks, const std::string& lanes,
+                          const std::string& cols, const RowSet& rows) {
+  const std::string P = ulit(partial_floats(g)), C8 = cols + " * 8u";
+  std::string s = "  float head[" + ulit(rows.count) + " * " + C8 + "];\n";
   for (uint64_t j = 0; j < rows.count; ++j) {
-    const std::string J = ulit(j), first = "(" + RowSet::row(j) + " * " + S + ")";
     s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
     s += "    uint e = lane + t * " + lanes + ";\n";
     s += "    for (uint x = 0u; x < 8u; ++x) {\n";
-    s += "      head[" + J + " * " + C8 + " + t * 8u + x] = part_ld((" + first +
-         " + min(x, busy - 1u)) * " + P + " + 2u + min(e, DV - 1u));\n    }\n  }\n";
+    s += "      head[" + ulit(j) + " * " + C8 + " + t * 8u + x] = part_ld((" +
+         first_partial(ks, j) + " + min(x, busy - 1u)) * " + P + " + 2u + min(e, DV - 1u));\n";
+    s += "    }\n  }\n";
   }
   s += "  for (uint p = lane; p < busy; p += " + lanes + ") {\n";
   for (uint64_t j = 0; j < rows.count; ++j) {
-    const std::string at = "(" + RowSet::row(j) + " * " + S + " + p) * " + P;
+    const std::string at = "(" + first_partial(ks, j) + " + p) * " + P;
     const std::string sh = ulit(j * ks.splits) + " + p";
     s += "    split_sh[" + sh + "] = part_ld(" + at + ");\n";
     s += "    sum_sh[" + sh + "] = part_ld(" + at + " + 1u);\n";
   }
-  s += "  }\n  barrier();\n";
-  s += "  float mx[" + ulit(rows.count) + "];\n";
-  s += "  for (uint j = 0u; j < " + ulit(rows.count) + "; ++j) {\n    mx[j] = -mn_inf();\n";
+  return s + "  }\n  barrier();\n";
+}
+
+// Each row's partials' weights in place of their maxima (exp(max - the row's max); empty or
+// fully masked ranges, max -inf, weigh 0: they hold l = 0 and no values) and their sums scaled
+// by them.
+std::string combine_weights(const KeySplit& ks, const std::string& lanes, const RowSet& rows) {
+  const std::string S = ulit(ks.splits), R = ulit(rows.count);
+  std::string s = "  float mx[" + R + "];\n";
+  s += "  for (uint j = 0u; j < " + R + "; ++j) {\n    mx[j] = -mn_inf();\n";
   s += "    for (uint p = 0u; p < busy; ++p) {\n      float v = split_sh[j * " + S + " + p];\n";
   s += "      mx[j] = v > mx[j] ? v : mx[j];\n    }\n  }\n  barrier();\n";
-  // Empty or fully masked ranges (max -inf) hold l = 0 and no values: they add nothing.
   s += "  for (uint p = lane; p < busy; p += " + lanes + ") {\n";
-  s += "    for (uint j = 0u; j < " + ulit(rows.count) + "; ++j) {\n";
+  s += "    for (uint j = 0u; j < " + R + "; ++j) {\n";
   s += "      float ms = split_sh[j * " + S + " + p];\n";
   s += "      split_sh[j * " + S + " + p] = ms == -mn_inf() ? 0.0 : exp(ms - mx[j]);\n";
-  s +=
-      "      sum_sh[j * " + S + " + p] *= split_sh[j * " + S + " + p];\n    }\n  }\n  barrier();\n";
-  for (uint64_t j = 0; j < rows.count; ++j) {
-    const std::string J = ulit(j), W = ulit(j * ks.splits),
-                      first = "(" + RowSet::row(j) + " * " + S + ")";
-    s += "  {\n    float lsum = 0.0;\n";
-    s += "    for (uint p = 0u; p < busy; ++p) lsum += sum_sh[" + W + " + p];\n";
-    s += "    for (uint t = 0u; t < " + cols + "; ++t) {\n";
-    s += "      uint e = lane + t * " + lanes + ";\n      if (e >= DV) continue;\n";
-    s += "      float o = 0.0;\n";
-    s += "      for (uint x = 0u; x < 8u && x < busy; ++x) o += head[" + J + " * " + C8 +
-         " + t * 8u + x] * split_sh[" + W + " + x];\n";
-    s += "      for (uint p0 = 8u; p0 < busy; p0 += 8u) {\n        float vals[8];\n";
-    s += "        for (uint x = 0u; x < 8u; ++x) {\n";
-    s += "          vals[x] = part_ld((" + first + " + min(p0 + x, busy - 1u)) * " + P +
-         " + 2u + e);\n        }\n";
-    s += "        for (uint x = 0u; x < 8u && p0 + x < busy; ++x) o += vals[x] * split_sh[" + W +
-         " + p0 + x];\n      }\n";
-    // cached_attention: a query that sees no key (negative position) gets 0, as the reference's
-    // sum over nothing; otherwise l >= 1 (the largest score's own term).
-    s += "      out_st(" + RowSet::row(j) + " * DV + e, " +
+  s += "      sum_sh[j * " + S + " + p] *= split_sh[j * " + S + " + p];\n    }\n  }\n";
+  return s + "  barrier();\n";
+}
+
+// Row j's output: its partials' values weighed and summed (the first eight from head[], any
+// further ones loaded eight at a time), divided by the weighed sums.
+std::string combine_row(const AttentionShape& g, const KeySplit& ks, const std::string& lanes,
+                        const std::string& cols, uint64_t j) {
+  const std::string P = ulit(partial_floats(g)), W = ulit(j * ks.splits);
+  std::string s = "  {\n    float lsum = 0.0;\n";
+  s += "    for (uint p = 0u; p < busy; ++p) lsum += sum_sh[" + W + " + p];\n";
+  s += "    for (uint t = 0u; t < " + cols + "; ++t) {\n";
+  s += "      uint e = lane + t * " + lanes + ";\n      if (e >= DV) continue;\n";
+  s += "      float o = 0.0;\n";
+  s += "      for (uint x = 0u; x < 8u && x < busy; ++x) o += head[" + ulit(j) + " * " + cols +
+       " * 8u + t * 8u + x] * split_sh[" + W + " + x];\n";
+  s += "      for (uint p0 = 8u; p0 < busy; p0 += 8u) {\n        float vals[8];\n";
+  s += "        for (uint x = 0u; x < 8u; ++x) {\n";
+  s += "          vals[x] = part_ld((" + first_partial(ks, j) + " + min(p0 + x, busy - 1u)) * " +
+       P + " + 2u + e);\n        }\n";
+  s += "        for (uint x = 0u; x < 8u && p0 + x < busy; ++x) o += vals[x] * split_sh[" + W +
+       " + p0 + x];\n      }\n";
+  // cached_attention: a query that sees no key (negative position) gets 0, as the reference's
+  // sum over nothing; otherwise l >= 1 (the largest score's own term).
+  return s + "      out_st(" + RowSet::row(j) + " * DV + e, " +
          (g.has_positions ? "lsum == 0.0 ? 0.0 : o / lsum" : "o / lsum") + ");\n    }\n  }\n";
-  }
+}
+
+// The end of a split row kernel: the workgroup's last busy one to store its partials (counted in
+// done[gw], which it sets back to zero for the next step) combines each of its rows' `busy`
+// partials, rescaled to their common max, into the output. No second launch, no barrier
+// between. A decoding row has few partials: one memory latency for the whole combine.
+std::string last_workgroup_combines(const AttentionShape& g, const KeySplit& ks,
+                                    const std::string& lanes, const std::string& cols,
+                                    const RowSet& rows) {
+  std::string s = "  memoryBarrierBuffer();\n  barrier();\n";
+  s += "  if (lane == 0u) last_sh = atomicAdd(done[gw], 1u) == busy - 1u;\n";
+  s += "  barrier();\n  if (!last_sh) return;\n  memoryBarrierBuffer();\n";
+  s += combine_loads(g, ks, lanes, cols, rows) + combine_weights(ks, lanes, rows);
+  for (uint64_t j = 0; j < rows.count; ++j) s += combine_row(g, ks, lanes, cols, j);
   return s + "  if (lane == 0u) done[gw] = 0u;\n";
 }
 
