@@ -810,12 +810,12 @@ std::optional<Streams> streams_for(const AttentionShape& g, const DeviceTraits& 
   r.lanes = static_cast<uint32_t>(std::max(full, std::min(most, streams * r.width)));
   if (r.lanes > dev.max_workgroup_invocations || r.lanes % r.width != 0) return std::nullopt;
   const uint64_t splits = (g.lk + r.keys() - 1) / r.keys();
+  // Shared floats a head takes: its streams' states and its partials' maxima and sums; one
+  // more for the combine's flag.
+  const uint64_t head = r.streams() * (2 + g.dv) + 2 * std::min<uint64_t>(splits, 1024);
+  if ((head + 1) * sizeof(float) > dev.max_shared_bytes) return std::nullopt;
   r.group = stream_group(g, dev, r);
-  const uint64_t floats =
-      r.group * (r.streams() * (2 + g.dv) + 2 * std::min<uint64_t>(splits, 1024)) + 1;
-  if (floats * sizeof(float) > dev.max_shared_bytes) r.group = 1;
-  const uint64_t alone = r.streams() * (2 + g.dv) + 2 * std::min<uint64_t>(splits, 1024) + 1;
-  if (alone * sizeof(float) > dev.max_shared_bytes) return std::nullopt;
+  if ((r.group * head + 1) * sizeof(float) > dev.max_shared_bytes) r.group = 1;
   return r;
 }
 
@@ -833,14 +833,20 @@ std::string stream_quads(const Streams& r) {
   return "uint xq(uint t) { return gl_LocalInvocationID.x % " + W + " + t * " + W + "; }\n";
 }
 
-// Statements declaring vec4 `array`[count] and setting element c of its quad t to `value`,
-// with `e` the element's index in its row, quad `quad` (of t) of the row.
+// Statements setting element c of quad first + t of vec4 `array` (t < count) to `value`, with
+// `e` the element's index in its row, quad `quad` (of t) of the row.
+std::string fill_quads(const std::string& array, uint64_t first, uint64_t count,
+                       const std::string& quad, const std::string& value) {
+  const std::string at = first == 0 ? "t" : ulit(first) + " + t";
+  std::string s = "  for (uint t = 0u; t < " + ulit(count) + "; ++t) {\n";
+  s += "    for (uint c = 0u; c < 4u; ++c) {\n      uint e = " + quad + " * 4u + c;\n";
+  return s + "      " + array + "[" + at + "][c] = " + value + ";\n    }\n  }\n";
+}
+
+// Statements declaring vec4 `array`[count] and filling it (fill_quads).
 std::string lane_quads(const std::string& array, uint64_t count, const std::string& quad,
                        const std::string& value) {
-  std::string s = "  vec4 " + array + "[" + ulit(count) + "];\n";
-  s += "  for (uint t = 0u; t < " + ulit(count) + "; ++t) {\n";
-  s += "    for (uint c = 0u; c < 4u; ++c) {\n      uint e = " + quad + " * 4u + c;\n";
-  return s + "      " + array + "[t][c] = " + value + ";\n    }\n  }\n";
+  return "  vec4 " + array + "[" + ulit(count) + "];\n" + fill_quads(array, 0, count, quad, value);
 }
 
 // With ctx.append: the updates `ku` and `vu`, the writes' positions `wpos`, the key rotation's
@@ -901,12 +907,8 @@ std::string stream_query(const LowerContext& ctx, const AttentionShape& g, const
   s += "  vec4 q4[" + ulit(r.group * r.kp) + "];\n";
   for (uint64_t j = 0; j < r.group; ++j) {
     const std::string base = j == 0 ? "qb" : "(qb + " + ulit(j * g.lq * g.d) + ")";
-    s += "  for (uint t = 0u; t < " + ulit(r.kp) + "; ++t) {\n";
-    s += "    for (uint c = 0u; c < 4u; ++c) {\n      uint e = xq(t) * 4u + c;\n";
-    s += "      q4[" + ulit(j * r.kp) +
-         " + t][c] = " + (ctx.rope ? rotated_query_element(g, base) : "q_ld(" + base + " + e)") +
-         ";\n";
-    s += "    }\n  }\n";
+    s += fill_quads("q4", j * r.kp, r.kp, "xq(t)",
+                    ctx.rope ? rotated_query_element(g, base) : "q_ld(" + base + " + e)");
   }
   return s;
 }
