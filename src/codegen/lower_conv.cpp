@@ -378,6 +378,12 @@ Lowering lower_backward_weight(const LowerContext& ctx) {
       split_position("k", plane, d.ow, "oh", "ow") + split_tap(d, "n", "c") + read_input(d, "X");
   g.c_store = "  DW_st((g * " + ulit(d.og()) + " + m) * " + ulit(g.n) + " + n, v);\n";
   g.split_k = true;
+  // The portable kernel's gather of taps is slow over a long K, and packing once pays for
+  // narrower products than the forward's: measured on the H100 (docs/perf.md, ResNet-50's
+  // layers at batch 32), the packed path won to 1/M + 1/N = 0.022 with taps (the stem,
+  // 64-channel 3×3 layers: 1.33 → 0.69, 0.86 → 0.39 ms) and to 0.0098 for 1×1 layers
+  // (128 × 512: 0.22 → 0.15 ms), and lost at 0.0195 for 1×1 layers (64 × 256: 0.22 → 0.28).
+  g.coop_max_pack_per_mac = d.khw() > 1 ? 0.025 : 0.012;
   return lower_implicit_gemm(g, ctx.device);
 }
 

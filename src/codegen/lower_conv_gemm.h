@@ -34,6 +34,10 @@ struct ImplicitGemm {
   // K may be split across workgroups (partial tiles summed by a second deterministic launch) when
   // the M×N tiles alone cannot fill the device.
   bool split_k = false;
+  // The largest 1/M + 1/N (packed operand elements per multiply-add) at which the packed
+  // tensor-core path (codegen/lower_conv_gemm_coop.h) still beats this GEMM's portable kernel;
+  // 0: that path's default, measured on forward convolutions.
+  double coop_max_pack_per_mac = 0;
 };
 
 Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& device);

@@ -71,9 +71,12 @@ std::optional<Lowering> lower_implicit_gemm_coop(const ImplicitGemm& spec, const
   // round trip through the f32 tile scratch. Measured on an H200 (docs/perf.md, ResNet-50 at
   // batch 32, 48 GEMMs against the f32 implicit GEMM): the tensor cores won where
   // 1/M + 1/N < 9e-3 and K >= 512, and lost up to 2.9x elsewhere (64-channel layers over
-  // 100k pixels, short-K 1x1 layers, long-K weight gradients of narrow layers).
+  // 100k pixels, short-K 1x1 layers). Since the pack converts 16 elements a thread (2026-12-06,
+  // H100), long-K weight gradients of narrow layers win too: their specs raise the bound.
+  const double max_pack_per_mac =
+      spec.coop_max_pack_per_mac > 0 ? spec.coop_max_pack_per_mac : kMaxPackPerMac;
   if (spec.k < kMinK ||
-      1.0 / static_cast<double>(spec.m) + 1.0 / static_cast<double>(spec.n) >= kMaxPackPerMac) {
+      1.0 / static_cast<double>(spec.m) + 1.0 / static_cast<double>(spec.n) >= max_pack_per_mac) {
     return std::nullopt;
   }
   // Bindings: the spec's, then the product's two packed operands and the tile scratch.

@@ -30,8 +30,9 @@ PackSource pack_source(const ImplicitGemm& spec, const std::string& fn, const st
                        const Packed& p, const std::string& source, int64_t source_count);
 
 // nullopt where the portable implicit GEMM runs instead: no workgroup-scope tile on the
-// device, fewer than 2^24 multiply-adds, K below 512 or 1/M + 1/N at least 9e-3 (measured:
-// the packing then costs more than the tensor cores save), or MN_CONV_COOP=0.
+// device, fewer than 2^24 multiply-adds, K below 512 or 1/M + 1/N at least the spec's
+// coop_max_pack_per_mac (9e-3 unless set; measured: the packing then costs more than the
+// tensor cores save), or MN_CONV_COOP=0.
 std::optional<Lowering> lower_implicit_gemm_coop(const ImplicitGemm& spec, const DeviceTraits& d);
 
 }  // namespace mn::codegen

@@ -144,6 +144,37 @@ TEST(ConvCoop, SmallOrNarrowGemmsKeepThePortableKernel) {
   EXPECT_FALSE(named(conv(4, 256, 16, 16, 256)->lower(none), "_coop"));
 }
 
+// The weight gradient of a taps×taps convolution (padding taps / 2) from c to o channels over n
+// images of h×h.
+Lowering weight_gradient_of(const DeviceTraits& t, int64_t n, int64_t c, int64_t h, int64_t o,
+                            int64_t taps) {
+  Graph g;
+  Tensor x = g.input("x", {n, c, h, h});
+  Tensor gy = g.input("gy", {n, o, h, h});
+  Conv2dAttrs a;
+  a.pad_h = a.pad_w = taps / 2;
+  Tensor dw = conv2d_backward_weight(x, gy, a, taps, taps);
+  g.output("dw", dw);
+  const std::vector<TensorType> types{g.node(x.id()).type, g.node(gy.id()).type};
+  return (*find_lowering("conv2d_backward_weight"))(LowerContext{g.node(dw.id()), types, t});
+}
+
+// Weight gradients pack for narrower products than forward convolutions do (their long K makes
+// the portable kernel's gather slow): with taps up to 1/M + 1/N < 0.025, 1×1 to 0.012.
+TEST(ConvCoop, NarrowWeightGradientsTakeTheTensorCores) {
+  const DeviceTraits t = wg_traits();
+  // 3×3 over 64 channels (ResNet's first stage): M = 64, N = 576, 1/M + 1/N = 0.0174.
+  EXPECT_TRUE(named(weight_gradient_of(t, 4, 64, 56, 64, 3), "_coop_w"));
+  // Its forward keeps the portable kernel (M = 12544 pixels, N = 64: 0.0157 > 9e-3).
+  EXPECT_FALSE(named(conv(4, 64, 56, 56, 64)->lower(t), "_coop"));
+  // 1×1 from 128 to 512 channels: M = 512, N = 128, 0.0098.
+  EXPECT_TRUE(named(weight_gradient_of(t, 4, 128, 28, 512, 1), "_coop_w"));
+  // 1×1 from 64 to 256 channels: M = 256, N = 64, 0.0195 (measured slower packed).
+  EXPECT_FALSE(named(weight_gradient_of(t, 4, 64, 56, 256, 1), "_coop"));
+  // 3×3 from 16 to 16 channels: 0.069, beyond even the weight gradients' bound.
+  EXPECT_FALSE(named(weight_gradient_of(t, 64, 16, 56, 16, 3), "_coop"));
+}
+
 // The packed im2col operand of a forward convolution with stride 2, dilation 2 and padding,
 // run here: every element equals x under its tap scaled by 2^e (zero in the padding and past
 // M and K), and e follows x's largest magnitude.
