@@ -6,7 +6,9 @@
 //  - with --latency, the floor of a dependent window as a decoding step has them: chains of
 //    dispatches of 1 to 528 workgroups of 256 invocations, each reading what the previous one
 //    wrote and, in the cold variant, a stream of its own that no earlier dispatch touched (a
-//    GEMV's weights: one memory latency from DRAM), GPU time per dispatch.
+//    GEMV's weights: one memory latency from DRAM), GPU time per dispatch; and the same chains
+//    without barriers, each dispatch waiting in the kernel for a counter the previous one's
+//    workgroups increment (its cold loads issued before the wait or after it).
 // PyTorch counterpart: bench/vulkan_dispatch.py.
 #include <algorithm>
 #include <bit>
@@ -81,6 +83,53 @@ void main() {
   uint acc = 0u;
   for (uint j = 0; j < COLD; ++j) acc += c[j].x ^ c[j].y ^ c[j].z ^ c[j].w;
   x[i] = v * 3u + params.step + acc;
+}
+)";
+
+// The same window ordered by the kernels instead of a barrier: dispatch s (1-based) issues its
+// cold loads, then one invocation waits until every workgroup of dispatch s - 1 has counted
+// itself done (a device-scope acquire), the workgroup reads x, writes it back and counts itself
+// done (a device-scope release). The recording leaves the barriers out; a fill zeroes the
+// counters at the start of each submission. Lets workgroups of the next window start, and load
+// what does not depend on the previous one, while that one runs.
+constexpr const char* kLatencyFlags = R"(#version 450
+#extension GL_KHR_memory_scope_semantics : require
+layout(local_size_x_id = 0) in;
+layout(constant_id = 3) const uint COLD = 0;
+layout(constant_id = 4) const bool EARLY = true;  // the cold loads before the wait
+layout(set = 0, binding = 0) coherent buffer X { uint x[]; };
+layout(set = 0, binding = 1) readonly buffer W { uvec4 w[]; };
+layout(set = 0, binding = 2) coherent buffer F { uint done[]; };
+layout(push_constant) uniform Params { uint step; } params;
+uint cold_sum(uint threads, uint i) {
+  uvec4 c[COLD > 0 ? COLD : 1];
+  for (uint j = 0; j < COLD; ++j) c[j] = w[j * threads + i];
+  uint acc = 0u;
+  for (uint j = 0; j < COLD; ++j) acc += c[j].x ^ c[j].y ^ c[j].z ^ c[j].w;
+  return acc;
+}
+void main() {
+  uint threads = gl_NumWorkGroups.x * gl_WorkGroupSize.x;
+  uint i = gl_WorkGroupID.x * gl_WorkGroupSize.x + gl_LocalInvocationID.x;
+  uint acc = EARLY ? cold_sum(threads, i) : 0u;
+  if (params.step > 1u) {
+    if (gl_LocalInvocationIndex == 0u) {
+      while (atomicLoad(done[params.step - 2u], gl_ScopeDevice, gl_StorageSemanticsBuffer,
+                        gl_SemanticsAcquire) < gl_NumWorkGroups.x) {
+      }
+    }
+    controlBarrier(gl_ScopeWorkgroup, gl_ScopeDevice, gl_StorageSemanticsBuffer,
+                   gl_SemanticsAcquireRelease);
+  }
+  if (!EARLY) acc = cold_sum(threads, i);
+  uint v = x[i];
+  x[i] = v * 3u + params.step + acc;
+  controlBarrier(gl_ScopeWorkgroup, gl_ScopeDevice, gl_StorageSemanticsBuffer,
+                 gl_SemanticsAcquireRelease);
+  if (gl_LocalInvocationIndex == 0u) {
+    atomicAdd(done[params.step - 1u], 1u, gl_ScopeDevice, gl_StorageSemanticsBuffer,
+              gl_SemanticsRelease);
+  }
 }
 )";
 
@@ -283,64 +332,83 @@ Json bench_latency(vk::Device& device, codegen::ShaderCache& shaders, int chain,
   options.name = "latency";
   options.target = codegen::target_env_for(device.capabilities().api_version);
   const auto spirv = shaders.get(kLatency, options);
+  options.name = "latency_flags";
+  const auto flags_spirv = shaders.get(kLatencyFlags, options);
+  vk::Arena flags(device, 4 * static_cast<uint64_t>(chain),
+                  vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0});
   Json rows = Json::array();
   bool ok = true;
-  for (uint32_t per : {0u, 4u}) {
-    vk::KernelInterface k;
-    k.buffer_count = 2;
-    k.push_constant_bytes = 4;
-    k.workgroup_size = {kThreads, 1, 1};
-    k.specialization = {{3, per}};
-    vk::Pipeline pipeline(device, spirv, k, "latency");
-    for (uint32_t groups : {1u, 16u, 132u, 528u}) {
-      const uint64_t n = uint64_t{groups} * kThreads;
-      // Each dispatch's region: a power of two, so that none straddles a chunk of the arena.
-      const uint64_t region = std::bit_ceil(std::max<uint64_t>(16, n * 16 * per));
-      const uint64_t regions = std::min<uint64_t>(kColdBytes, cold.chunk_bytes()) / region *
-                               std::max<uint64_t>(1, kColdBytes / cold.chunk_bytes());
-      vk::Arena xs(device, n * 4, vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0});
-      std::vector<uint32_t> x = random_words(n, groups + per);
-      xs.write(0, std::as_bytes(std::span(x)));
-      vk::Recording rec(device, vk::RecordingOptions{false, "latency", true});
-      for (int s = 0; s < chain; ++s) {
-        vk::Dispatch d;
-        d.pipeline = &pipeline;
-        d.buffers = {{xs.range(0, n * 4), vk::Access::read_write},
-                     {cold.range((s % regions) * region, region), vk::Access::read}};
-        d.set_push_constants(static_cast<uint32_t>(s + 1));
-        d.groups = {groups, 1, 1};
-        rec.dispatch(std::move(d));
-      }
-      std::vector<double> us;
-      for (int r = 0; r < 1 + submits; ++r) {
-        rec.run();
-        if (r > 0) us.push_back(rec.total_ms() * 1e3 / chain);
-      }
-      for (int r = 0; r < 1 + submits; ++r) {
+  // 0: barriers; 1: counters, cold loads before the wait; 2: counters, cold loads after it.
+  for (int order : {0, 1, 2})
+    for (uint32_t per : {0u, 4u}) {
+      const bool flagged = order > 0;
+      if (order == 2 && per == 0) continue;
+      vk::KernelInterface k;
+      k.buffer_count = flagged ? 3 : 2;
+      k.push_constant_bytes = 4;
+      k.workgroup_size = {kThreads, 1, 1};
+      k.specialization = {{3, per}};
+      if (flagged) k.specialization.push_back({4, order == 1 ? 1u : 0u});
+      vk::Pipeline pipeline(device, flagged ? flags_spirv : spirv, k, "latency");
+      for (uint32_t groups : {1u, 16u, 132u, 528u}) {
+        const uint64_t n = uint64_t{groups} * kThreads;
+        // Each dispatch's region: a power of two, so that none straddles a chunk of the arena.
+        const uint64_t region = std::bit_ceil(std::max<uint64_t>(16, n * 16 * per));
+        const uint64_t regions = std::min<uint64_t>(kColdBytes, cold.chunk_bytes()) / region *
+                                 std::max<uint64_t>(1, kColdBytes / cold.chunk_bytes());
+        vk::Arena xs(device, n * 4, vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0});
+        std::vector<uint32_t> x = random_words(n, groups + per);
+        xs.write(0, std::as_bytes(std::span(x)));
+        vk::Recording rec(device, vk::RecordingOptions{false, "latency", true});
+        if (flagged) rec.fill(flags.range(0, 4 * static_cast<uint64_t>(chain)), 0u);
         for (int s = 0; s < chain; ++s) {
-          const uint64_t base = (s % regions) * region / 4;
-          for (uint64_t i = 0; i < n; ++i) {
-            uint32_t acc = 0;
-            for (uint32_t j = 0; j < per; ++j) {
-              const uint32_t* c = &cold_words[base + (j * n + i) * 4];
-              acc += c[0] ^ c[1] ^ c[2] ^ c[3];
+          vk::Dispatch d;
+          d.pipeline = &pipeline;
+          // Flagged: the kernels order their accesses to x and the counters themselves, so the
+          // recorder is told they only read them (no barriers between the dispatches).
+          d.buffers = {{xs.range(0, n * 4), flagged ? vk::Access::read : vk::Access::read_write},
+                       {cold.range((s % regions) * region, region), vk::Access::read}};
+          if (flagged)
+            d.buffers.push_back(
+                {flags.range(0, 4 * static_cast<uint64_t>(chain)), vk::Access::read});
+          d.set_push_constants(static_cast<uint32_t>(s + 1));
+          d.groups = {groups, 1, 1};
+          rec.dispatch(std::move(d));
+        }
+        std::vector<double> us;
+        for (int r = 0; r < 1 + submits; ++r) {
+          rec.run();
+          if (r > 0) us.push_back(rec.total_ms() * 1e3 / chain);
+        }
+        for (int r = 0; r < 1 + submits; ++r) {
+          for (int s = 0; s < chain; ++s) {
+            const uint64_t base = (s % regions) * region / 4;
+            for (uint64_t i = 0; i < n; ++i) {
+              uint32_t acc = 0;
+              for (uint32_t j = 0; j < per; ++j) {
+                const uint32_t* c = &cold_words[base + (j * n + i) * 4];
+                acc += c[0] ^ c[1] ^ c[2] ^ c[3];
+              }
+              x[i] = x[i] * 3u + static_cast<uint32_t>(s + 1) + acc;
             }
-            x[i] = x[i] * 3u + static_cast<uint32_t>(s + 1) + acc;
           }
         }
+        std::vector<uint32_t> back(n);
+        xs.read(0, std::as_writable_bytes(std::span(back)));
+        const bool correct = back == x;
+        ok = ok && correct;
+        rows.push_back({{"ordered_by", order == 0   ? "barriers"
+                                       : order == 1 ? "counters, cold loads first"
+                                                    : "counters"},
+                        {"barriers", rec.barrier_count()},
+                        {"workgroups", groups},
+                        {"invocations", kThreads},
+                        {"cold_bytes_per_dispatch", n * 16 * per},
+                        {"us_per_dispatch_median", median(us)},
+                        {"us_per_dispatch_min", *std::min_element(us.begin(), us.end())},
+                        {"correct", correct}});
       }
-      std::vector<uint32_t> back(n);
-      xs.read(0, std::as_writable_bytes(std::span(back)));
-      const bool correct = back == x;
-      ok = ok && correct;
-      rows.push_back({{"workgroups", groups},
-                      {"invocations", kThreads},
-                      {"cold_bytes_per_dispatch", n * 16 * per},
-                      {"us_per_dispatch_median", median(us)},
-                      {"us_per_dispatch_min", *std::min_element(us.begin(), us.end())},
-                      {"correct", correct}});
     }
-  }
   return {{"chain", chain}, {"cases", rows}, {"correct", ok}};
 }
 
