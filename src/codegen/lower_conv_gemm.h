@@ -38,6 +38,10 @@ struct ImplicitGemm {
   // tensor-core path (codegen/lower_conv_gemm_coop.h) still beats this GEMM's portable kernel;
   // 0: that path's default, measured on forward convolutions.
   double coop_max_pack_per_mac = 0;
+  // Where the packed path declines, the staged kernel (codegen/lower_conv_gemm_staged.h) runs
+  // this GEMM even unasked (MN_CONV_STAGED): set where it was measured faster than the portable
+  // kernel (1×1 convolutions' wide GEMMs, docs/perf.md).
+  bool staged_when_unpacked = false;
 };
 
 Lowering lower_implicit_gemm(const ImplicitGemm& spec, const DeviceTraits& device);

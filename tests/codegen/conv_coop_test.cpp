@@ -306,6 +306,39 @@ TEST(ConvStaged, ForwardInputAndWeightGradientsStageTheirOperands) {
   expect_compiles(khr);
 }
 
+// Wide 1×1 GEMMs that the packed path declines (short K, narrow products) take the staged kernel
+// unasked, where it was measured faster than the portable one; narrow ones keep the portable.
+TEST(ConvStaged, WideOneByOneGemmsTakeItUnasked) {
+  const DeviceTraits t = testing::h200_wg_traits();
+  ASSERT_FALSE(t.conv_staged);
+  // Forward from 64 to 256 channels (K = 64): staged; from 256 to 64: portable.
+  EXPECT_TRUE(named(conv(4, 64, 56, 56, 256, 1)->lower(t), "conv2d_staged_"));
+  const Lowering narrow = conv(4, 256, 56, 56, 64, 1)->lower(t);
+  EXPECT_FALSE(named(narrow, "_staged_") || named(narrow, "_coop"));
+  // Input gradients: back from 64 output channels to 256 inputs, staged; from 256 to 1024
+  // (K = 256), portable.
+  Graph g;
+  Conv2dAttrs a;
+  auto input_gradient = [&](int64_t o, int64_t c, int64_t h) {
+    Tensor gy = g.input("gy" + std::to_string(o), {4, o, h, h});
+    Tensor w = g.input("w" + std::to_string(o), {o, c, 1, 1});
+    Tensor dx = conv2d_backward_input(gy, w, a, h, h);
+    const std::vector<TensorType> types{g.node(gy.id()).type, g.node(w.id()).type};
+    return (*find_lowering("conv2d_backward_input"))(LowerContext{g.node(dx.id()), types, t});
+  };
+  EXPECT_TRUE(named(input_gradient(64, 256, 56), "conv2d_backward_input_staged_"));
+  EXPECT_FALSE(named(input_gradient(256, 1024, 14), "_staged_"));
+  // Weight gradients from 64 to 256 channels (packing measured slower): staged; 64 to 64:
+  // portable.
+  EXPECT_TRUE(named(weight_gradient_of(t, 4, 64, 56, 256, 1), "conv2d_backward_weight_staged_"));
+  const Lowering small = weight_gradient_of(t, 4, 64, 56, 64, 1);
+  EXPECT_FALSE(named(small, "_staged_") || named(small, "_coop"));
+  // Tensor cores turned off (MN_CONV_COOP=0): the portable kernel.
+  DeviceTraits off = t;
+  off.conv_coop = false;
+  EXPECT_FALSE(named(conv(4, 64, 56, 56, 256, 1)->lower(off), "_staged_"));
+}
+
 TEST(ConvStaged, SmallGemmsAndOtherDevicesKeepTheirKernels) {
   const DeviceTraits t = staged_traits();
   // Not asked for: the packed path.

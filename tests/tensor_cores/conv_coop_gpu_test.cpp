@@ -261,6 +261,38 @@ TEST(ConvStagedGpu, StridedInputGradientPhasesAndWeightGradient) {
   EXPECT_TRUE(w.fits) << w.kernels;
 }
 
+// Wide 1×1 GEMMs take the staged kernel unasked where the packed path declines them: the
+// forward from 64 to 256 channels, its input gradient, and its weight gradient.
+TEST(ConvStagedGpu, OneByOneLayersUnasked) {
+  MN_REQUIRE_COOP_PATH(CoopPath::nv);
+  Conv2dAttrs unit;
+  const ConvProblem forward{"forward",
+                            {4, 64, 24, 24},
+                            {256, 64, 1, 1},
+                            [](Tensor x, Tensor w, Tensor b) { return conv2d(x, w, b); },
+                            64,
+                            true};
+  const ConvProblem input{
+      "input gradient",
+      {4, 64, 24, 24},
+      {64, 256, 1, 1},
+      [unit](Tensor gy, Tensor w, Tensor) { return conv2d_backward_input(gy, w, unit, 24, 24); },
+      64};
+  const ConvProblem weight{
+      "weight gradient",
+      {8, 64, 24, 24},
+      {8, 256, 24, 24},
+      [unit](Tensor x, Tensor gy, Tensor) { return conv2d_backward_weight(x, gy, unit, 1, 1); },
+      8 * 24 * 24};
+  uint64_t seed = 45;
+  for (const ConvProblem* p : {&forward, &input, &weight}) {
+    SCOPED_TRACE(p->tag);
+    const Outcome o = run(*p, coop_trial_traits(CoopPath::nv), seed++);
+    EXPECT_EQ(count_products(o.kernels, "_staged_"), 1) << o.kernels;
+    EXPECT_TRUE(o.fits) << o.kernels;
+  }
+}
+
 TEST(ConvStagedGpu, ThroughTheKhrRewrite) {
   MN_REQUIRE_COOP_PATH(CoopPath::khr);
   const ConvProblem p{
