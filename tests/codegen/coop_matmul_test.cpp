@@ -198,6 +198,13 @@ TEST(CoopMatmul, UsedOnlyWhenEnabledAndWorthwhile) {
   EXPECT_EQ(reason(*long_k, t), "");
   auto head = matmul_node({256, 576}, {576, 49152}, false, false);
   EXPECT_EQ(reason(*head, t), "");
+  // The output counts over the batch: 8 sequences of 512 rows by one 576 × 576 weight are one
+  // product of 4096 rows (2.4M outputs), on tensor cores; one sequence of 256 is not.
+  auto batched = matmul_node({8, 512, 576}, {576, 576}, false, false);
+  EXPECT_EQ(coop_rejection(batched->ctx(t), geometry(batched->ctx(t)), 8), "");
+  EXPECT_NE((*fn)(batched->ctx(t)).launches.back().name.find("matmul_coop"), std::string::npos);
+  auto one = matmul_node({1, 256, 576}, {576, 576}, false, false);
+  EXPECT_EQ(coop_rejection(one->ctx(t), geometry(one->ctx(t)), 1), "short K on a medium output");
 }
 
 }  // namespace
