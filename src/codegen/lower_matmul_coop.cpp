@@ -374,8 +374,8 @@ std::string coop_rejection(const LowerContext& ctx, const MatmulGeometry& g, int
   // TFLOP/s against the scalar kernel's 7.1, while K=1536 (N=576) and M·N = 12.6M (N=49152)
   // won 2× and 1.6×. The output counts over the batch: a batch of rows by one weight is one
   // product of batch·M rows (SmolLM2's f32 step at 8 × 512, whose 4096 × 576 projections of
-  // K = 576 took the scalar kernel by their 512 rows a sequence: 120.3 → 108.6 ms a step on
-  // the H100 with them on tensor cores).
+  // K = 576 took the scalar kernel by their 512 rows a sequence: 120.0-120.3 → 108.8-108.9 ms a
+  // step on the H100 with them on tensor cores).
   if (g.k < kCoopShortK && g.m * g.n * batch < kCoopShortKMinOutputs) {
     return "short K on a medium output";
   }

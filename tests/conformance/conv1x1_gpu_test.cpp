@@ -169,7 +169,9 @@ TEST(Conv1x1Gpu, LongKWeightGradientKeepsImplicitGemm) {
 }
 
 // On a tensor-core device (an H200's traits) ResNet-50's 1×1 convolutions at batch 32 keep the
-// implicit GEMM (measured faster there than the cooperative path); with MN_CONV_COOP_1X1=1
+// implicit GEMM (measured faster there than the cooperative path): the portable kernel, or the
+// staged tensor-core one for the wide GEMMs (ImplicitGemm::staged_when_unpacked; these traits
+// have no workgroup-scope matrices to pack for); with MN_CONV_COOP_1X1=1
 // (DeviceTraits::conv_coop_1x1) they
 // lower to the cooperative-matrix matmul, forward (with a bias epilogue) and both gradients
 // (but for layer4's weight gradient, whose per-image partials would outweigh its operands),
@@ -192,13 +194,20 @@ TEST(Conv1x1Gpu, TensorCoreKernelsOnNvidiaTraits) {
     nodes.push_back(conv2d_backward_weight(x, y, Conv2dAttrs{}, 1, 1));
     if (hw == 7) partials_outweigh = nodes.back();
   }
+  // The implicit GEMM's kernel for each node above: layer1's forward (to 64 channels) portable,
+  // its gradients (to 256 input channels from 64, 64 × 256 weights) staged; layer4's forward and
+  // weight gradient staged, its input gradient (from 512 channels) portable.
+  const std::vector<std::string> implicit = {"_gemm_",   "_gemm_",   "_staged_", "_staged_",
+                                             "_staged_", "_staged_", "_gemm_",   "_staged_"};
+  ASSERT_EQ(nodes.size(), implicit.size());
   for (const bool forced : {false, true}) {
     codegen::DeviceTraits t = h200;
     t.conv_coop_1x1 = forced;  // MN_CONV_COOP_1X1=1
-    for (Tensor n : nodes) {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const Tensor n = nodes[i];
       const Node& node = g.node(n.id());
       std::vector<TensorType> types;
-      for (NodeId i : node.inputs) types.push_back(g.node(i).type);
+      for (NodeId in : node.inputs) types.push_back(g.node(in).type);
       const codegen::LowerFn* lower = codegen::find_lowering(node.op_name());
       ASSERT_NE(lower, nullptr);
       const codegen::Lowering l = (*lower)({node, types, t});
@@ -209,7 +218,7 @@ TEST(Conv1x1Gpu, TensorCoreKernelsOnNvidiaTraits) {
       // GEMM, which sums inside its tiles, whatever the route.
       if (!forced || n.id() == partials_outweigh.id()) {
         EXPECT_EQ(count(names, "coop"), 0) << joined(names);
-        EXPECT_GE(count(names, "_gemm_"), 1) << joined(names);
+        EXPECT_GE(count(names, implicit[i]), 1) << joined(names);
         continue;
       }
       EXPECT_GE(count(names, "coop"), 1) << joined(names);
