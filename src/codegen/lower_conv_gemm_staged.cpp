@@ -276,7 +276,7 @@ std::string kernel(const Plan& p, const ImplicitGemm& spec, uint64_t parts_a, ui
 
 std::optional<Lowering> lower_implicit_gemm_staged(const ImplicitGemm& spec,
                                                    const DeviceTraits& d) {
-  if (!d.conv_staged || !d.coop || d.subgroup_size != 32) return std::nullopt;
+  if (!d.coop || d.subgroup_size != 32) return std::nullopt;
   if (spec.m < kMinExtent || spec.n < kMinExtent) return std::nullopt;
   if (spec.m * spec.n * spec.k * spec.groups < kCoopMinMacs) return std::nullopt;
   const auto nb = static_cast<uint32_t>(spec.bindings.size());

@@ -13,9 +13,10 @@
 
 namespace mn::codegen {
 
-// nullopt where another kernel runs: DeviceTraits::conv_staged unset (MN_CONV_STAGED=1 sets
-// it), no subgroup tile on the device (coop, coop_tiles, a subgroup of 32), fewer than 2^24
-// multiply-adds, M or N below 16, or too many bindings for the device.
+// nullopt where the kernel cannot run this GEMM: no subgroup tile on the device (coop,
+// coop_tiles, a subgroup of 32), fewer than 2^24 multiply-adds, M or N below 16, or too many
+// bindings for the device. Whether it should is lower_implicit_gemm's choice
+// (DeviceTraits::conv_staged, ImplicitGemm::staged_when_unpacked).
 std::optional<Lowering> lower_implicit_gemm_staged(const ImplicitGemm& spec, const DeviceTraits& d);
 
 }  // namespace mn::codegen
