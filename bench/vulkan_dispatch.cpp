@@ -319,96 +319,132 @@ Json bench_dispatch(vk::Device& device, codegen::ShaderCache& shaders, int chain
       {"correct", back == expected}};
 }
 
-// Chains of `chain` dependent dispatches of `groups` workgroups, each reading `cold` uvec4 an
-// invocation from a region of its own (regions cycle through a buffer larger than the caches),
-// GPU time per dispatch; checked against the same arithmetic on the host.
+// How a chain's dispatches are ordered: by barriers, or by counters in the kernels
+// (kLatencyFlags) with the cold loads issued before the wait or after it.
+enum class Order { barriers, counters_loads_first, counters };
+
+const char* order_name(Order o) {
+  switch (o) {
+    case Order::barriers:
+      return "barriers";
+    case Order::counters_loads_first:
+      return "counters, cold loads first";
+    case Order::counters:
+      return "counters";
+  }
+  return "";
+}
+
+constexpr uint32_t kLatencyThreads = 256;
+
+// The cold stream the chains read: a buffer larger than the caches, random words.
+struct ColdStream {
+  static constexpr uint64_t kBytes = 512ull << 20;
+  explicit ColdStream(vk::Device& device)
+      : arena(device, kBytes, vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0}),
+        words(random_words(kBytes / 4, 11)) {
+    arena.write(0, std::as_bytes(std::span(words)));
+  }
+  vk::Arena arena;
+  std::vector<uint32_t> words;
+};
+
+// One chain of `chain` dependent dispatches of `groups` workgroups through `pipeline`, each
+// reading `per` uvec4 an invocation from a region of `cold` of its own (regions cycle through
+// it), ordered as `order` says (`counters`: the kernels' counters, zeroed at the start of each
+// submission); GPU time per dispatch, checked against the same arithmetic on the host.
+Json latency_case(vk::Device& device, const vk::Pipeline& pipeline, const ColdStream& cold,
+                  vk::Arena& counters, Order order, uint32_t groups, uint32_t per, int chain,
+                  int submits) {
+  const bool by_counters = order != Order::barriers;
+  const uint64_t n = uint64_t{groups} * kLatencyThreads;
+  // Each dispatch's region: a power of two, so that none straddles a chunk of the arena.
+  const uint64_t region = std::bit_ceil(std::max<uint64_t>(16, n * 16 * per));
+  const uint64_t regions = std::min<uint64_t>(ColdStream::kBytes, cold.arena.chunk_bytes()) /
+                           region *
+                           std::max<uint64_t>(1, ColdStream::kBytes / cold.arena.chunk_bytes());
+  vk::Arena xs(device, n * 4, vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0});
+  std::vector<uint32_t> x = random_words(n, groups + per);
+  xs.write(0, std::as_bytes(std::span(x)));
+  const vk::Range counter_words = counters.range(0, 4 * static_cast<uint64_t>(chain));
+  vk::Recording rec(device, vk::RecordingOptions{false, "latency", true});
+  if (by_counters) rec.fill(counter_words, 0u);
+  for (int s = 0; s < chain; ++s) {
+    vk::Dispatch d;
+    d.pipeline = &pipeline;
+    // By counters: the kernels order their accesses to x and the counters themselves, so the
+    // recorder is told they only read them (no barriers between the dispatches).
+    d.buffers = {{xs.range(0, n * 4), by_counters ? vk::Access::read : vk::Access::read_write},
+                 {cold.arena.range((s % regions) * region, region), vk::Access::read}};
+    if (by_counters) d.buffers.push_back({counter_words, vk::Access::read});
+    d.set_push_constants(static_cast<uint32_t>(s + 1));
+    d.groups = {groups, 1, 1};
+    rec.dispatch(std::move(d));
+  }
+  std::vector<double> us;
+  for (int r = 0; r < 1 + submits; ++r) {
+    rec.run();
+    if (r > 0) us.push_back(rec.total_ms() * 1e3 / chain);
+  }
+  for (int r = 0; r < 1 + submits; ++r) {
+    for (int s = 0; s < chain; ++s) {
+      const uint64_t base = (s % regions) * region / 4;
+      for (uint64_t i = 0; i < n; ++i) {
+        uint32_t acc = 0;
+        for (uint32_t j = 0; j < per; ++j) {
+          const uint32_t* c = &cold.words[base + (j * n + i) * 4];
+          acc += c[0] ^ c[1] ^ c[2] ^ c[3];
+        }
+        x[i] = x[i] * 3u + static_cast<uint32_t>(s + 1) + acc;
+      }
+    }
+  }
+  std::vector<uint32_t> back(n);
+  xs.read(0, std::as_writable_bytes(std::span(back)));
+  return {{"ordered_by", order_name(order)},
+          {"barriers", rec.barrier_count()},
+          {"workgroups", groups},
+          {"invocations", kLatencyThreads},
+          {"cold_bytes_per_dispatch", n * 16 * per},
+          {"us_per_dispatch_median", median(us)},
+          {"us_per_dispatch_min", *std::min_element(us.begin(), us.end())},
+          {"correct", back == x}};
+}
+
+// Chains of dependent dispatches of 1 to 528 workgroups, with and without cold reads, ordered by
+// barriers and by counters (latency_case).
 Json bench_latency(vk::Device& device, codegen::ShaderCache& shaders, int chain, int submits) {
-  constexpr uint32_t kThreads = 256;
-  constexpr uint64_t kColdBytes = 512ull << 20;
-  vk::Arena cold(device, kColdBytes, vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0});
-  const std::vector<uint32_t> cold_words = random_words(kColdBytes / 4, 11);
-  cold.write(0, std::as_bytes(std::span(cold_words)));
+  const ColdStream cold(device);
+  vk::Arena counters(device, 4 * static_cast<uint64_t>(chain),
+                     vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0});
   codegen::CompileOptions options;
   options.name = "latency";
   options.target = codegen::target_env_for(device.capabilities().api_version);
   const auto spirv = shaders.get(kLatency, options);
   options.name = "latency_flags";
-  const auto flags_spirv = shaders.get(kLatencyFlags, options);
-  vk::Arena flags(device, 4 * static_cast<uint64_t>(chain),
-                  vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0});
+  const auto counters_spirv = shaders.get(kLatencyFlags, options);
   Json rows = Json::array();
   bool ok = true;
-  // 0: barriers; 1: counters, cold loads before the wait; 2: counters, cold loads after it.
-  for (int order : {0, 1, 2})
+  for (Order order : {Order::barriers, Order::counters_loads_first, Order::counters}) {
     for (uint32_t per : {0u, 4u}) {
-      const bool flagged = order > 0;
-      if (order == 2 && per == 0) continue;
+      // Without cold loads, the counters' two orders are one.
+      if (order == Order::counters && per == 0) continue;
+      const bool by_counters = order != Order::barriers;
       vk::KernelInterface k;
-      k.buffer_count = flagged ? 3 : 2;
+      k.buffer_count = by_counters ? 3 : 2;
       k.push_constant_bytes = 4;
-      k.workgroup_size = {kThreads, 1, 1};
+      k.workgroup_size = {kLatencyThreads, 1, 1};
       k.specialization = {{3, per}};
-      if (flagged) k.specialization.push_back({4, order == 1 ? 1u : 0u});
-      vk::Pipeline pipeline(device, flagged ? flags_spirv : spirv, k, "latency");
+      if (by_counters) k.specialization.push_back({4, order == Order::counters ? 0u : 1u});
+      const vk::Pipeline pipeline(device, by_counters ? counters_spirv : spirv, k, "latency");
       for (uint32_t groups : {1u, 16u, 132u, 528u}) {
-        const uint64_t n = uint64_t{groups} * kThreads;
-        // Each dispatch's region: a power of two, so that none straddles a chunk of the arena.
-        const uint64_t region = std::bit_ceil(std::max<uint64_t>(16, n * 16 * per));
-        const uint64_t regions = std::min<uint64_t>(kColdBytes, cold.chunk_bytes()) / region *
-                                 std::max<uint64_t>(1, kColdBytes / cold.chunk_bytes());
-        vk::Arena xs(device, n * 4, vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0});
-        std::vector<uint32_t> x = random_words(n, groups + per);
-        xs.write(0, std::as_bytes(std::span(x)));
-        vk::Recording rec(device, vk::RecordingOptions{false, "latency", true});
-        if (flagged) rec.fill(flags.range(0, 4 * static_cast<uint64_t>(chain)), 0u);
-        for (int s = 0; s < chain; ++s) {
-          vk::Dispatch d;
-          d.pipeline = &pipeline;
-          // Flagged: the kernels order their accesses to x and the counters themselves, so the
-          // recorder is told they only read them (no barriers between the dispatches).
-          d.buffers = {{xs.range(0, n * 4), flagged ? vk::Access::read : vk::Access::read_write},
-                       {cold.range((s % regions) * region, region), vk::Access::read}};
-          if (flagged)
-            d.buffers.push_back(
-                {flags.range(0, 4 * static_cast<uint64_t>(chain)), vk::Access::read});
-          d.set_push_constants(static_cast<uint32_t>(s + 1));
-          d.groups = {groups, 1, 1};
-          rec.dispatch(std::move(d));
-        }
-        std::vector<double> us;
-        for (int r = 0; r < 1 + submits; ++r) {
-          rec.run();
-          if (r > 0) us.push_back(rec.total_ms() * 1e3 / chain);
-        }
-        for (int r = 0; r < 1 + submits; ++r) {
-          for (int s = 0; s < chain; ++s) {
-            const uint64_t base = (s % regions) * region / 4;
-            for (uint64_t i = 0; i < n; ++i) {
-              uint32_t acc = 0;
-              for (uint32_t j = 0; j < per; ++j) {
-                const uint32_t* c = &cold_words[base + (j * n + i) * 4];
-                acc += c[0] ^ c[1] ^ c[2] ^ c[3];
-              }
-              x[i] = x[i] * 3u + static_cast<uint32_t>(s + 1) + acc;
-            }
-          }
-        }
-        std::vector<uint32_t> back(n);
-        xs.read(0, std::as_writable_bytes(std::span(back)));
-        const bool correct = back == x;
-        ok = ok && correct;
-        rows.push_back({{"ordered_by", order == 0   ? "barriers"
-                                       : order == 1 ? "counters, cold loads first"
-                                                    : "counters"},
-                        {"barriers", rec.barrier_count()},
-                        {"workgroups", groups},
-                        {"invocations", kThreads},
-                        {"cold_bytes_per_dispatch", n * 16 * per},
-                        {"us_per_dispatch_median", median(us)},
-                        {"us_per_dispatch_min", *std::min_element(us.begin(), us.end())},
-                        {"correct", correct}});
+        Json row =
+            latency_case(device, pipeline, cold, counters, order, groups, per, chain, submits);
+        ok = ok && row["correct"].get<bool>();
+        rows.push_back(std::move(row));
       }
     }
+  }
   return {{"chain", chain}, {"cases", rows}, {"correct", ok}};
 }
 
