@@ -1,12 +1,20 @@
 // Whisper's encoder on the GPU: inference over a batch of 30-second log-mel windows (random
 // features), and a training step (loss sum(y · w), SGD) at openai/whisper-tiny and -base sizes
 // with random weights. One JSON line per (size, batch, mode). PyTorch counterpart:
-// bench/whisper_encoder.py (transformers' WhisperEncoder, same sizes).
+// bench/whisper_encoder.py (transformers' WhisperEncoder, same sizes), whose hidden states stay
+// on the GPU: so do ours (no readback in the timed steps; read once after them, and
+// "finite" says whether every value was), unless --read-back times the copy to the host in
+// every step as well. "gpu_ms_median" is the step's GPU time, first dispatch to last.
 //
 // Usage: bench_whisper_encoder [--sizes tiny,base] [--batch 1,8] [--steps 20] [--profile]
-//                              [--device D] [--plan-device default|h200]
+//                              [--modes inference,train] [--read-back] [--device D]
+//                              [--plan-device default|h200]
+//                              [--plan-order]
 // --plan-device plans each step for that device instead of running it (no device needed) and
-// prints its arena and launches by kernel name.
+// prints its arena and launches by kernel name; --plan-order also lists the launches in
+// dispatch order with the nodes each covers.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -34,8 +42,8 @@ using mn::bench::random_array;
 using mn::bench::split;
 
 nlohmann::json run(const std::string& size, int64_t batch, bool training, int steps,
-                   const std::string& device, bool profile,
-                   const std::optional<mn::plan::PlanOptions>& planned) {
+                   const std::string& device, bool profile, bool read_back,
+                   const std::optional<mn::plan::PlanOptions>& planned, bool plan_order) {
   const mn::speech::WhisperEncoderConfig c = mn::speech::whisper_encoder_config(size);
   auto enc = mn::speech::whisper_encoder(c);
   enc->train(training);
@@ -53,46 +61,64 @@ nlohmann::json run(const std::string& size, int64_t batch, bool training, int st
                       {"batch", batch},
                       {"mode", training ? "train" : "inference"}};
   if (planned) {
-    j.update(mn::bench::plan_summary(g, *planned));
+    const mn::plan::StepPlan plan = mn::plan::make_step_plan(g, *planned);
+    j.update(mn::bench::plan_summary(plan));
+    if (plan_order) j["order"] = mn::bench::launch_order(plan);
     return j;
   }
   mn::SessionOptions so;
   so.device = device;
   so.profile = profile;
+  so.time_steps = !profile;
   const auto t0 = std::chrono::steady_clock::now();
-  auto s = mn::build_session(g, so);
+  mn::SessionProgram program{"step", &g, {}};
+  if (!read_back) program.read_back = std::vector<std::string>{};
+  auto s = mn::build_session({program}, so);
   const double build_ms = ms_since(t0);
   s->set("x", random_array(x_shape, 1));
   if (training) {
     s->set("w", random_array(y.shape(), 2));
     s->set_scalar(mn::StepInputs::lr, 1e-6);
   }
-  std::vector<double> ms;
+  std::vector<double> ms, gpu_ms;
   for (int i = 0; i < steps + 3; ++i) {
     if (training) s->set_scalar(mn::StepInputs::step, static_cast<double>(i + 1));
     const auto t = std::chrono::steady_clock::now();
     s->step();
-    (void)s->get("y");
-    if (i >= 3) ms.push_back(ms_since(t));
+    if (read_back) (void)s->get("y");
+    if (i < 3) continue;
+    ms.push_back(ms_since(t));
+    if (!profile) gpu_ms.push_back(s->step_gpu_ms("step"));
   }
+  const mn::Array y_host = s->get("y");
+  j["finite"] = std::all_of(y_host.data.begin(), y_host.data.end(),
+                            [](double v) { return std::isfinite(v); });
+  j["read_back"] = read_back;
   j["build_ms"] = build_ms;
   j.update(mn::bench::step_fields(*s, ms, profile));
+  if (!profile) j["gpu_ms_median"] = mn::bench::median(gpu_ms);
   return j;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) try {
-  std::string sizes = "tiny,base", batches = "1,8", device, plan_device;
+  std::string sizes = "tiny,base", batches = "1,8", modes = "inference,train", device, plan_device;
   int steps = 20;
-  bool profile = false;
+  bool profile = false, read_back = false, plan_order = false;
   for (int i = 1; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
     if (!std::strcmp(argv[i], "--sizes")) sizes = next();
     else if (!std::strcmp(argv[i], "--batch")) batches = next();
+    else if (!std::strcmp(argv[i], "--modes"))
+      modes = next();
     else if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(next().c_str());
     else if (!std::strcmp(argv[i], "--device")) device = next();
     else if (!std::strcmp(argv[i], "--profile")) profile = true;
+    else if (!std::strcmp(argv[i], "--read-back"))
+      read_back = true;
+    else if (!std::strcmp(argv[i], "--plan-order"))
+      plan_order = true;
     else if (!std::strcmp(argv[i], "--plan-device"))
       plan_device = next();
     else throw mn::Error(std::string("bench_whisper_encoder: unknown option ") + argv[i]);
@@ -103,8 +129,14 @@ int main(int argc, char** argv) try {
   }
   for (const std::string& size : split(sizes)) {
     for (const std::string& b : split(batches)) {
-      for (bool training : {false, true}) {
-        std::cout << run(size, std::stoll(b), training, steps, device, profile, planned).dump()
+      for (const std::string& mode : split(modes)) {
+        if (mode != "inference" && mode != "train") {
+          throw mn::Error("--modes takes inference and/or train, got '" + mode + "'");
+        }
+        const bool training = mode == "train";
+        std::cout << run(size, std::stoll(b), training, steps, device, profile, read_back, planned,
+                         plan_order)
+                         .dump()
                   << std::endl;
       }
     }
