@@ -5,9 +5,10 @@
 // bench/smolvla.py (the re-implementation of lerobot's expert in tests/fixtures/smolvla).
 //
 // Usage: bench_smolvla [--batch 1,8] [--prefix 241] [--steps 20] [--modes sample,train]
-//                      [--profile] [--device D] [--plan-device default|h200]
+//                      [--profile] [--device D] [--plan-device default|h200] [--plan-order]
 // --plan-device plans each step for that device instead of running it and prints its arena and
-// launches by kernel name.
+// launches by kernel name; --plan-order also lists the launches in dispatch order with the
+// nodes each covers.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +39,7 @@ struct Options {
   int steps = 20;
   bool profile = false;
   std::string device;
+  bool plan_order = false;                       // --plan-order: and list the launches
   std::optional<mn::plan::PlanOptions> planned;  // --plan-device: plan, do not run
 };
 
@@ -70,7 +72,9 @@ nlohmann::json run(const std::string& mode, int64_t batch, const Options& o) {
                       {"batch", batch},          {"prefix", o.prefix},       {"chunk", c.chunk},
                       {"num_steps", c.num_steps}};
   if (o.planned) {
-    j.update(mn::bench::plan_summary(g, *o.planned));
+    const mn::plan::StepPlan plan = mn::plan::make_step_plan(g, *o.planned);
+    j.update(mn::bench::plan_summary(plan));
+    if (o.plan_order) j["order"] = mn::bench::launch_order(plan);
     return j;
   }
   mn::SessionOptions so;
@@ -120,6 +124,8 @@ int main(int argc, char** argv) try {
       modes = next();
     else if (!std::strcmp(argv[i], "--profile"))
       o.profile = true;
+    else if (!std::strcmp(argv[i], "--plan-order"))
+      o.plan_order = true;
     else if (!std::strcmp(argv[i], "--device"))
       o.device = next();
     else if (!std::strcmp(argv[i], "--plan-device")) {
