@@ -23,6 +23,7 @@
 #include "codegen/lower_matmul_coop_wg.h"
 #include "codegen/lower_matmul_tensor.h"
 #include "codegen/matmul_epilogue.h"
+#include "codegen/store_rewrites.h"
 #include "ir/ops/matmul.h"
 
 namespace mn::codegen {
@@ -349,14 +350,24 @@ Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
   const MatmulGeometry g = geometry(ctx);
   const int64_t batch = numel(g.out_batch);
   check_elements(g, batch);
-  if (ctx.stored_perm && (extras || !tensor_permuted_row_stride(ctx))) {
+  if (ctx.stored_perm && (extras || !matmul_stores_permuted(ctx))) {
     throw Error("matmul: this product's kernel cannot store it permuted");
   }
   if (extras && !gemv_takes_extras(ctx) && !tensor_takes_extras(ctx, *extras)) {
     throw Error("matmul: this product's kernel cannot take a norm or a sibling product");
   }
+  const bool tensor = tensor_matmul_rejection(ctx, g, batch).empty();
+  if (ctx.stored_perm && !tensor) {
+    // Stored as it is, then every C_st of the kernels rewritten to the permuted offset.
+    LowerContext plain = ctx;
+    plain.stored_shape = nullptr;
+    plain.stored_perm = nullptr;
+    Lowering l = lower_matmul_fused(plain, e, nullptr);
+    add_permuted_store(l, *ctx.stored_shape, *ctx.stored_perm, {0, "C"});
+    return l;
+  }
   if (g.m == 1 || g.n == 1) return lower_gemv(ctx, g, batch, e, extras);
-  if (tensor_matmul_rejection(ctx, g, batch).empty()) {
+  if (tensor) {
     const bool sibling = extras && extras->sibling_input >= 0;
     const TensorTile& t =
         tensor_tiles()[static_cast<size_t>(*choose_tensor_tile(ctx, g, batch, sibling))];
@@ -372,6 +383,14 @@ Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
     return lower_matmul_coop(ctx, g, batch, t, coop_options_for(t, g, ctx.device), e);
   }
   return lower_tiled(ctx, g, batch, e);
+}
+
+bool matmul_stores_permuted(const LowerContext& ctx) {
+  if (!ctx.stored_shape || !ctx.stored_perm) return false;
+  const MatmulGeometry g = geometry(ctx);
+  if (numel(*ctx.stored_shape) != numel(g.out_batch) * g.m * g.n) return false;
+  if (!tensor_matmul_rejection(ctx, g, numel(g.out_batch)).empty()) return true;
+  return tensor_permuted_row_stride(ctx).has_value();
 }
 
 namespace {

@@ -107,8 +107,15 @@ Lowering lower_gemv(const LowerContext& ctx, const MatmulGeometry& g, int64_t ba
 
 // The matmul node's kernels with `e` (may be null) applied to every stored value. Bindings:
 // A = input(0), B = input(1), C = output(), then e->extra at bindings 3, 4, ...
-// `extras` (may be null) only where gemv_takes_extras(ctx).
+// `extras` (may be null) only where gemv_takes_extras(ctx). With ctx.stored_perm only where
+// matmul_stores_permuted(ctx), without extras.
 Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
                             const GemvExtras* extras = nullptr);
+
+// Whether the kernel chosen for this product can store it reshaped to *ctx.stored_shape and
+// permuted by *ctx.stored_perm: the tensor-addressed kernel through its tiles' strides
+// (tensor_permuted_row_stride), every other kernel (scalar, cooperative, GEMV) element by
+// element through its C_st, which the permuted store rewrites (codegen/store_rewrites.h).
+bool matmul_stores_permuted(const LowerContext& ctx);
 
 }  // namespace mn::codegen

@@ -202,18 +202,21 @@ void add_permuted_twin_store(Lowering& l, DType twin, const Shape& shape,
   }
 }
 
-void add_permuted_store(Lowering& l, const Shape& shape, const std::vector<int64_t>& perm) {
+void add_permuted_store(Lowering& l, const Shape& shape, const std::vector<int64_t>& perm,
+                        const KernelOutput& of) {
   const std::string fn = permuted_offset_function(shape, perm, "mn_permuted");
-  for (KernelLaunch* k : output_writers(l, "permuted store")) {
-    if (called(k->glsl, "out_stb") || called(k->glsl, "out_sti") || called(k->glsl, "out_ld") ||
-        called(k->glsl, "out_ldb")) {
+  const std::string& o = of.name;
+  for (KernelLaunch* k : output_writers(l, "permuted store", of)) {
+    if (called(k->glsl, o + "_stb") || called(k->glsl, o + "_sti") || called(k->glsl, o + "_ld") ||
+        called(k->glsl, o + "_ldb")) {
       throw Error("codegen: kernel '" + k->name +
                   "' stores raw or integer values or reads its output back; cannot add a "
                   "permuted store");
     }
-    wrap_helper(k->glsl, "out_st",
-                fn + "void out_st(uint i, float v) { mn_own_out_st(mn_permuted(i), v); }\n",
-                k->name);
+    wrap_helper(
+        k->glsl, o + "_st",
+        fn + "void " + o + "_st(uint i, float v) { mn_own_" + o + "_st(mn_permuted(i), v); }\n",
+        k->name);
     k->name += "+store[" + permute_label(perm) + "]";
   }
 }

@@ -35,8 +35,10 @@ void add_twin_store(Lowering& l, DType own, DType twin, int twin_output = 1,
 
 // Permuted: a kernel whose result only a permute reads stores it in the permute's layout, so
 // the permute needs no launch: element i of the result (row-major in `shape`) goes where
-// permute(result, perm) holds it. Throws as add_twin_store does.
-void add_permuted_store(Lowering& l, const Shape& shape, const std::vector<int64_t>& perm);
+// permute(result, perm) holds it. `of` names the output's store helper (a product's kernels
+// store through C_st). Throws as add_twin_store does.
+void add_permuted_store(Lowering& l, const Shape& shape, const std::vector<int64_t>& perm,
+                        const KernelOutput& of = {});
 
 // Permuted twin: a kernel whose result a permute reads beside other readers stores it as it is
 // and, through a second binding ArgRef::output(twin_output), in the permute's layout cast to

@@ -165,11 +165,22 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
   // A conv's own value may be an output too (fusion.h): the accumulator, stored as it is.
   KernelSegment steps = seg;
   std::erase(steps.outputs, m);
-  codegen::FusedSegment f = fused_segment(g, steps, inputs, group.outputs);
+  // Stored permuted (permuted_stores.h), the group's output is the permute of (a reshape of) the
+  // value the segment computes: the segment stores that value, the kernel moves it.
+  std::vector<NodeId> outputs = group.outputs;
+  Shape permuted_shape;
+  if (!group.stored_permuted.empty()) {
+    const Node& permute = g.node(outputs.front());
+    permuted_shape = g.node(permute.inputs.front()).type.shape;
+    NodeId value = permute.inputs.front();
+    if (g.node(value).op_name() == "reshape") value = g.node(value).inputs.front();
+    outputs.front() = value;
+  }
+  codegen::FusedSegment f = fused_segment(g, steps, inputs, outputs);
   std::vector<std::pair<int, std::string>> stores;
   for (const auto& [out, step] : f.stores) stores.emplace_back(out, "ep_" + std::to_string(step));
-  const auto own = std::find(group.outputs.begin(), group.outputs.end(), m);
-  if (own != group.outputs.end()) stores.emplace_back(own - group.outputs.begin(), "acc");
+  const auto own = std::find(outputs.begin(), outputs.end(), m);
+  if (own != outputs.end()) stores.emplace_back(own - outputs.begin(), "acc");
   // The group's own operands: a 16-bit tensor where the matmul reads it widened
   // (schedule/widened_loads.h).
   std::vector<TensorType> in_types;
@@ -177,7 +188,11 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
   // Typed as the kernel stores: the epilogue's first value (f32, fusion.cpp).
   Node stored = mm;
   stored.type.dtype = g.node(group.outputs.front()).type.dtype;
-  const codegen::LowerContext ctx{stored, in_types, device};
+  codegen::LowerContext ctx{stored, in_types, device};
+  if (!group.stored_permuted.empty()) {
+    ctx.stored_shape = &permuted_shape;
+    ctx.stored_perm = &group.stored_permuted;
+  }
   const bool conv = mm.op_name() == "conv2d";
   // Element (b, m, n) of the product is element b·M·N + m·N + n of its (row-major) shape; a
   // conv's output [N, O, OH, OW] is the product [N, O, OH·OW] (codegen/matmul_epilogue.h).

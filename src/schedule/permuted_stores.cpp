@@ -49,24 +49,36 @@ std::map<NodeId, size_t> lone_permutes(const Graph& g, const std::vector<KernelG
   return permute_of;
 }
 
-// A single product with nothing beside it, whose kernel may store it permuted.
+// A product with nothing beside it but, maybe, an epilogue storing one value, whose kernel may
+// store it permuted.
 bool lone_product(const Graph& g, const KernelGroup& k) {
-  return k.kind == KernelGroup::Kind::single && k.nodes.size() == 1 && k.outputs.size() == 1 &&
-         k.stored_permuted.empty() && without_extras(k) &&
-         g.node(k.nodes.front()).op_name() == "matmul";
+  const bool single = k.kind == KernelGroup::Kind::single && k.nodes.size() == 1;
+  const bool epilogue = k.kind == KernelGroup::Kind::matmul_epilogue;
+  return (single || epilogue) && k.outputs.size() == 1 && k.stored_permuted.empty() &&
+         without_extras(k) && g.node(k.nodes.front()).op_name() == "matmul";
 }
 
-// Whether the product's kernel stores it reshaped to `shape` and permuted by `perm`.
+// Whether the product's kernel stores it reshaped to `shape` and permuted by `perm`: any kernel
+// of a lone product; with an epilogue, the kernels that store element by element (not the
+// tensor-addressed tiles, whose strided stores take no epilogue).
 bool product_stores_permuted(const Graph& g, const KernelGroup& k, const Shape& shape,
                              const std::vector<int64_t>& perm,
                              const codegen::DeviceTraits& device) {
-  const Node node = stored_node(g, k);
+  // The product's operands as its kernel reads them (a widened 16-bit tensor as it is stored):
+  // the group's first inputs.
+  const size_t operands = g.node(k.nodes.front()).inputs.size();
   std::vector<TensorType> types;
-  for (NodeId in : k.inputs) types.push_back(g.node(in).type);
-  codegen::LowerContext ctx{node, types, device};
+  for (size_t i = 0; i < operands && i < k.inputs.size(); ++i) {
+    types.push_back(g.node(k.inputs[i]).type);
+  }
+  codegen::LowerContext ctx{stored_node(g, k), types, device};
   ctx.stored_shape = &shape;
   ctx.stored_perm = &perm;
-  return codegen::tensor_permuted_row_stride(ctx).has_value();
+  if (k.kind == KernelGroup::Kind::matmul_epilogue) {
+    const codegen::MatmulGeometry geo = codegen::geometry(ctx);
+    if (codegen::tensor_matmul_rejection(ctx, geo, numel(geo.out_batch)).empty()) return false;
+  }
+  return codegen::matmul_stores_permuted(ctx);
 }
 
 }  // namespace

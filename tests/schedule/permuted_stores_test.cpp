@@ -3,7 +3,8 @@
 // sum over groups read through a reshape; the values are the unfused kernels' bit for bit and
 // the reference's, with no permute launch (a plain reduction too); a result read elsewhere too
 // stores the permute's value as a second output (a permuted twin), narrowed where the permute
-// narrows; one read through a reshape by its permute keeps the permute.
+// narrows; one read through a reshape by its permute keeps the permute. Products store theirs
+// through their tiles (tensor-addressed) or element by element (every other kernel).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -92,11 +93,54 @@ TEST(PermutedStoresGpu, ResultsStoredInTheirPermutesLayout) {
   EXPECT_EQ(reductions, 2);
 }
 
+// Products on the kernels that store element by element (scalar tiles, K split over
+// workgroups, the GEMV), alone or with an epilogue, store their result in the permute's layout
+// through their C_st: the same bits as the unfused kernels, the reference's values, no permute
+// launch.
+TEST(PermutedStoresGpu, ProductsStoredPermutedElementByElement) {
+  Graph g;
+  reference::Feeds feeds;
+  testing::RandomInputs input{g, feeds, testing::rng_for("permuted-products")};
+  Tensor x = input("x", {2, 24, 40});
+  Tensor w = input("w", {48, 40});
+  Tensor b = input("b", {48});
+  Tensor xl = input("xl", {1, 16, 4096});
+  Tensor wl = input("wl", {4096, 32});
+  Tensor xv = input("xv", {1, 1, 64});
+  Tensor wv = input("wv", {96, 64});
+  const std::vector<int64_t> heads{0, 2, 1, 3};
+  g.output("lone", permute(reshape(matmul(x, w, false, true), {2, 24, 6, 8}), heads) * 2.0);
+  g.output("biased", permute(reshape(matmul(x * 0.5, w, false, true) + b, {2, 24, 6, 8}), heads));
+  g.output("long_k", permute(reshape(matmul(xl, wl), {1, 16, 4, 8}), heads) + 1.0);
+  // One row: its heads' permute moves an axis of one, a view; their transpose is not.
+  g.output("vector",
+           permute(reshape(matmul(xv, wv, false, true), {1, 1, 12, 8}), {0, 1, 3, 2}) * 3.0);
+
+  const auto [fused, fused_dispatches, unfused, unfused_dispatches] =
+      testing::run_fused_and_unfused(g, feeds);
+  const auto ref = reference::evaluate(g, feeds);
+  for (const auto& [name, expected] : ref) {
+    EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
+    EXPECT_TRUE(testing::elementwise_near(fused.at(name), expected, 1e-4)) << name;
+  }
+  std::map<std::string, int> stored;
+  int permutes = 0;
+  for (const plan::PlannedLaunch& l : plan::make_step_plan(g, {}).launches) {
+    if (l.kernel.name == "permute") ++permutes;
+    if (l.kernel.name.find("+store[permute(") != std::string::npos) {
+      ++stored[l.kernel.name.find("+epilogue[") != std::string::npos ? "epilogue" : "lone"];
+    }
+  }
+  EXPECT_EQ(permutes, 0);
+  EXPECT_EQ(stored["lone"], 3);
+  EXPECT_EQ(stored["epilogue"], 1);
+}
+
 // On a device with tensor-addressed matrices (the H200's traits, bf16 products), products whose
 // result a permute alone reads store it permuted through their tiles: a gradient split into
 // heads through a reshape, a batched product's heads merged back. The permute launches are
-// gone; a product read twice keeps its permute; on a device without tensor addressing every
-// permute stays.
+// gone; a product read twice keeps its permute; on a device without tensor addressing the
+// products' own kernels store them permuted element by element (the test above).
 TEST(PermutedStores, ProductsStoreThroughTheirTilesOnTensorAddressedDevices) {
   Graph g;
   Tensor x = g.input("x", {1, 256, 576});
@@ -117,9 +161,8 @@ TEST(PermutedStores, ProductsStoreThroughTheirTilesOnTensorAddressedDevices) {
   auto count = [&](const plan::PlanOptions& o) {
     std::map<std::string, int> n;
     for (const plan::PlannedLaunch& l : plan::make_step_plan(g, o).launches) {
-      if (l.kernel.name.rfind("matmul_tensor_", 0) == 0 &&
-          l.kernel.name.find("+store[permute(0,2,1,3)]") != std::string::npos) {
-        ++n["stored"];
+      if (l.kernel.name.find("+store[permute(0,2,1,3)]") != std::string::npos) {
+        ++n[l.kernel.name.rfind("matmul_tensor_", 0) == 0 ? "stored" : "stored elsewhere"];
       }
       if (l.kernel.name == "permute") ++n["permutes"];
     }
@@ -133,7 +176,8 @@ TEST(PermutedStores, ProductsStoreThroughTheirTilesOnTensorAddressedDevices) {
   plain.precision = DType::bf16;
   n = count(plain);
   EXPECT_EQ(n["stored"], 0);
-  EXPECT_EQ(n["permutes"], 3);
+  EXPECT_EQ(n["stored elsewhere"], 2);
+  EXPECT_EQ(n["permutes"], 1);
 }
 
 }  // namespace
