@@ -103,8 +103,9 @@ std::string slab_coords(const MatmulGeometry& g, const TiledConfig& c, int64_t e
 }
 
 // Loads the slab at K offset `kn` into the registers ra, rb (issued before the previous slab's
-// products, so their latency hides behind them).
-std::string slab_loads(const MatmulGeometry& g, const TiledConfig& c) {
+// products, so their latency hides behind them). `gamma`: A's elements scaled by G[k] as they
+// load (a norm's gain, the rows' scale applied as the products are stored).
+std::string slab_loads(const MatmulGeometry& g, const TiledConfig& c, bool gamma = false) {
   const std::string M = ulit(g.m), N = ulit(g.n), K = ulit(g.k);
   // Past the edges: loaded at the clamped element, then selected away, so that a thread's
   // loads are issued together (a load inside a branch may wait out its latency first).
@@ -114,8 +115,9 @@ std::string slab_loads(const MatmulGeometry& g, const TiledConfig& c) {
   const std::string am = clamp(c.check_m, "gm", M), ak = clamp(c.check_k, "gk", K);
   const std::string a_off = g.ta ? ak + " * " + M + " + " + am : am + " * " + K + " + " + ak;
   const std::string a_guard = guard({{c.check_m, "gm < " + M}, {c.check_k, "gk < " + K}});
-  const std::string a_load =
+  std::string a_load =
       a_guard.empty() ? "A_ld(abase + " + a_off + ")" : "(" + a_guard + ") ? ld_a : 0.0";
+  if (gamma) a_load = "(" + a_load + ") * G_ld(" + ak + ")";
   const std::string bn = clamp(c.check_n, "gn", N), bk = clamp(c.check_k, "gkb", K);
   const std::string b_off = g.tb ? bn + " * " + K + " + " + bk : bk + " * " + N + " + " + bn;
   const std::string b_guard = guard({{c.check_n, "gn < " + N}, {c.check_k, "gkb < " + K}});
@@ -242,8 +244,39 @@ std::string combine_splits(const TiledConfig& c, const MatmulGeometry& g, int64_
   return s;
 }
 
+// GLSL statements of a norm's prologue (GemvExtras::norm): the reciprocal RMS of each of the
+// tile's rows of A over K, into shared rstd_sh[TILE]. A row's threads read it strided (four
+// loads in flight each), their squares meet in shared ss_sh[256]. A split-K workgroup reads its
+// rows whole too: the scale needs all of K, and the rows are few where K is split.
+std::string norm_prologue(const MatmulGeometry& g, const TiledConfig& c, double eps) {
+  const int64_t per_row = 256 / c.tile;
+  const std::string K = ulit(g.k), PR = ulit(per_row);
+  std::string s = "  {\n    uint r = lid / " + PR + ", t = lid % " + PR + ";\n";
+  s += "    uint gm = min(row0 + r, " + ulit(g.m) + " - 1u);\n";
+  s += "    float s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;\n";
+  s += "    uint k = t;\n";
+  s += "    for (; k + 3u * " + PR + " < " + K + "; k += 4u * " + PR + ") {\n";
+  s += "      float v0 = A_ld(abase + gm * " + K + " + k), v1 = A_ld(abase + gm * " + K +
+       " + k + " + PR + ");\n";
+  s += "      float v2 = A_ld(abase + gm * " + K + " + k + 2u * " + PR +
+       "), v3 = A_ld(abase + gm * " + K + " + k + 3u * " + PR + ");\n";
+  s += "      s0 += v0 * v0; s1 += v1 * v1; s2 += v2 * v2; s3 += v3 * v3;\n    }\n";
+  s += "    for (; k < " + K + "; k += " + PR + ") { float v = A_ld(abase + gm * " + K +
+       " + k); s0 += v * v; }\n";
+  s += "    ss_sh[lid] = (s0 + s1) + (s2 + s3);\n  }\n  barrier();\n";
+  s += "  if (lid < " + ulit(c.tile) + ") {\n    float ss = 0.0;\n";
+  s += "    for (uint t = 0u; t < " + PR + "; ++t) ss += ss_sh[lid * " + PR + " + t];\n";
+  s += "    rstd_sh[lid] = inversesqrt(ss / " + glsl::float_literal(static_cast<double>(g.k)) +
+       " + " + glsl::float_literal(eps) + ");\n  }\n  barrier();\n";
+  return s;
+}
+
 Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
-                     const MatmulEpilogue* e) {
+                     const MatmulEpilogue* e, const GemvExtras* x = nullptr) {
+  if (x && !tiled_takes_extras(ctx, *x)) {
+    throw Error("matmul (tiled): takes a norm of A's rows only, over K, with A not transposed");
+  }
+  const bool norm = x != nullptr, gamma = norm && x->gamma_input >= 0;
   const TiledConfig c(g);
   const std::string K = ulit(g.k), TILE = ulit(c.tile);
   const std::string KS = ulit(c.ks), PT = ulit(c.per_thread);
@@ -276,7 +309,10 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
 
   std::string s = glsl::header() + operand_buffers(ctx);
   if (e) s += e->declarations;
-  const size_t extra = e ? e->extra.size() : 0;
+  // Bound after the epilogue's operands: gamma, then the split's partial sums and counters.
+  const size_t extra = (e ? e->extra.size() : 0) + (gamma ? 1 : 0);
+  if (gamma) s += glsl::buffer(static_cast<uint32_t>(2 + extra), x->gamma_dtype, "G", true);
+  if (norm) s += "shared float ss_sh[256];\nshared float rstd_sh[" + TILE + "];\n";
   if (splits > 1) {
     // Coherent: the last workgroup of a tile reads what the others stored.
     std::string part = glsl::buffer(static_cast<uint32_t>(3 + extra), DType::f32, "P", false);
@@ -306,23 +342,28 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
                 : "  float acc[1][1];\n  acc[0][0] = 0.0;\n";
   // The next slab is in flight while this one's products run: one slab of registers, two
   // barriers a slab (staged, then consumed).
+  if (norm) s += norm_prologue(g, c, x->eps);
   s += "  float ra[" + PT + "], rb[" + PT + "];\n  uint kn = kbegin;\n";
-  s += slab_loads(g, c);
+  s += slab_loads(g, c, gamma);
   s += "  for (uint k0 = kbegin; k0 < kend; k0 += " + KS + ") {\n";
   s += slab_stores(g, c);
   s += "    barrier();\n    kn = k0 + " + KS + ";\n    if (kn < kend) {\n";
-  s += slab_loads(g, c);
+  s += slab_loads(g, c, gamma);
   s += "    }\n";
   s += slab_products(c);
   s += "    barrier();\n  }\n";
   if (splits > 1) s += combine_splits(c, g, batch, splits);
   s += "  uint cbase = bz * " + ulit(g.m * g.n) + ";\n";
-  s += per_output(c, g, "C_st(cbase + gm * " + ulit(g.n) + " + gn, mm_epilogue(@acc, bz, gm, gn));");
+  // Under a norm, the row's scale multiplies the sum of its (gamma-scaled) products.
+  const std::string value = norm ? "@acc * rstd_sh[gm - row0]" : "@acc";
+  s += per_output(
+      c, g, "C_st(cbase + gm * " + ulit(g.n) + " + gn, mm_epilogue(" + value + ", bz, gm, gn));");
   s += "}\n";
 
   KernelLaunch k;
   k.name = "matmul_" + std::to_string(c.tile) + "x" + std::to_string(c.tile) +
-           (splits > 1 ? "_split" + std::to_string(splits) : std::string());
+           (splits > 1 ? "_split" + std::to_string(splits) : std::string()) +
+           (norm ? "+prologue[rms_norm]" : "");
   k.glsl = std::move(s);
   k.workgroup = {256, 1, 1};
   k.groups = {static_cast<uint32_t>(col_tiles), static_cast<uint32_t>(gy),
@@ -331,6 +372,7 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   if (e) {
     for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
   }
+  if (gamma) k.bindings.push_back({ArgRef::input(x->gamma_input), false});
   Lowering l;
   if (splits > 1) {
     k.bindings.push_back({ArgRef::scratch(0), true});
@@ -353,7 +395,8 @@ Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
   if (ctx.stored_perm && (extras || !matmul_stores_permuted(ctx))) {
     throw Error("matmul: this product's kernel cannot store it permuted");
   }
-  if (extras && !gemv_takes_extras(ctx) && !tensor_takes_extras(ctx, *extras)) {
+  if (extras && !gemv_takes_extras(ctx) && !tensor_takes_extras(ctx, *extras) &&
+      !tiled_takes_extras(ctx, *extras)) {
     throw Error("matmul: this product's kernel cannot take a norm or a sibling product");
   }
   const bool tensor = tensor_matmul_rejection(ctx, g, batch).empty();
@@ -382,7 +425,15 @@ Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
     const CoopTile& t = coop_tiles()[static_cast<size_t>(*choose_coop_tile(g, batch, ctx.device))];
     return lower_matmul_coop(ctx, g, batch, t, coop_options_for(t, g, ctx.device), e);
   }
-  return lower_tiled(ctx, g, batch, e);
+  return lower_tiled(ctx, g, batch, e, extras);
+}
+
+bool tiled_takes_extras(const LowerContext& ctx, const GemvExtras& x) {
+  if (!x.norm || x.sibling_input >= 0 || !x.stacked.empty() || x.chain) return false;
+  const MatmulGeometry g = geometry(ctx);
+  const int64_t batch = numel(g.out_batch);
+  if (g.m == 1 || g.n == 1 || g.ta || ctx.device.max_workgroup_invocations < 256) return false;
+  return !tensor_matmul_rejection(ctx, g, batch).empty() && !coop_rejection(ctx, g, batch).empty();
 }
 
 bool matmul_stores_permuted(const LowerContext& ctx) {

@@ -22,6 +22,13 @@ const Node* row_norm(const Graph& g, NodeId id) {
   return &n;
 }
 
+// The rms_norm over the last axis (of any number of rows), or nullptr.
+const Node* rows_norm(const Graph& g, NodeId id) {
+  const Node& n = g.node(id);
+  if (n.op_name() != "rms_norm" || n.type.dtype != DType::f32) return nullptr;
+  return n.attrs.as<RmsNormAttrs>().normalized_dims == 1 ? &n : nullptr;
+}
+
 // The matmul of a single or epilogue group, or -1.
 NodeId product_of(const Graph& g, const KernelGroup& group) {
   NodeId m = -1;
@@ -48,13 +55,20 @@ bool takes_extras(const Graph& g, const KernelGroup& group, NodeId m,
   return codegen::gemv_takes_extras(codegen::LowerContext{mm, types, device});
 }
 
+// Whether the group's product reads norm `v` as its A and can read the norm's input instead:
+// the epilogue would read the normalized value under input 0's binding.
+bool reads_norm_as_a(const Graph& g, const KernelGroup& group, NodeId v) {
+  const NodeId m = product_of(g, group);
+  return m >= 0 && group.gemv.norm < 0 && group.inputs[0] == v && group.inputs[1] != v &&
+         !epilogue_reads(g, group, v);
+}
+
 void take_norm(const Graph& g, KernelGroup& group, const codegen::DeviceTraits& device) {
   const NodeId m = product_of(g, group);
   if (m < 0 || group.gemv.norm >= 0) return;
   const NodeId v = group.inputs[0];
   const Node* norm = row_norm(g, v);
-  // The epilogue would read the normalized value under input 0's binding.
-  if (!norm || group.inputs[1] == v || epilogue_reads(g, group, v)) return;
+  if (!norm || !reads_norm_as_a(g, group, v)) return;
   if (!takes_extras(g, group, m, device)) return;
   group.gemv.norm = v;
   group.inputs[0] = norm->inputs[0];
@@ -63,6 +77,56 @@ void take_norm(const Graph& g, KernelGroup& group, const codegen::DeviceTraits& 
     const NodeId gamma = norm->inputs[1], narrow = widened_source(g, gamma);
     group.gemv.gamma_input = static_cast<int>(group.inputs.size());
     group.inputs.push_back(narrow >= 0 && device.storage_16bit ? narrow : gamma);
+  }
+}
+
+// The scalar tiled kernel of the group's product takes norm `v` of A's rows
+// (codegen::tiled_takes_extras), typed as the group will be lowered.
+bool tiled_takes_norm(const Graph& g, const KernelGroup& group, NodeId v,
+                      const codegen::DeviceTraits& device) {
+  const Node& mm = g.node(product_of(g, group));
+  Node stored = mm;
+  stored.type.dtype = g.node(group.outputs.front()).type.dtype;
+  std::vector<TensorType> types;
+  for (size_t i = 0; i < mm.inputs.size(); ++i) types.push_back(g.node(group.inputs[i]).type);
+  codegen::GemvExtras x;
+  x.norm = true;
+  x.eps = g.node(v).attrs.as<RmsNormAttrs>().eps;
+  return codegen::tiled_takes_extras(codegen::LowerContext{stored, types, device}, x);
+}
+
+// Norms of many rows whose every reader is a product on the tiled kernel reading it as its A:
+// each product takes the norm (its kernel finds the rows' scale itself) and the norm's kernel
+// and barrier go. A norm read by anything else stays whole for all of its readers: a product
+// taking it would pass over its rows again for nothing.
+void take_norms_of_rows(const Graph& g, std::vector<KernelGroup>& groups,
+                        const codegen::DeviceTraits& device) {
+  std::map<NodeId, std::vector<size_t>> readers;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    std::set<NodeId> seen;
+    for (NodeId in : groups[i].inputs) {
+      if (rows_norm(g, in) && seen.insert(in).second) readers[in].push_back(i);
+    }
+  }
+  const std::set<NodeId> sinks = kept_values(g);
+  for (const auto& [v, of] : readers) {
+    if (sinks.count(v) || row_norm(g, v)) continue;  // one row: the GEMV's (take_norm)
+    const bool all = std::all_of(of.begin(), of.end(), [&](size_t i) {
+      return reads_norm_as_a(g, groups[i], v) && tiled_takes_norm(g, groups[i], v, device);
+    });
+    if (!all) continue;
+    const Node& norm = g.node(v);
+    for (size_t i : of) {
+      KernelGroup& group = groups[i];
+      group.gemv.norm = v;
+      group.inputs[0] = norm.inputs[0];
+      if (norm.attrs.as<RmsNormAttrs>().has_gamma) {
+        // As take_norm: a stored 16-bit gamma is read as it is.
+        const NodeId gamma = norm.inputs[1], narrow = widened_source(g, gamma);
+        group.gemv.gamma_input = static_cast<int>(group.inputs.size());
+        group.inputs.push_back(narrow >= 0 && device.storage_16bit ? narrow : gamma);
+      }
+    }
   }
 }
 
@@ -262,7 +326,8 @@ void chain_products(const Graph& g, std::vector<KernelGroup>& groups,
 void fuse_gemv_neighbours(const Graph& g, std::vector<KernelGroup>& groups,
                           const codegen::DeviceTraits& device) {
   for (KernelGroup& group : groups) take_norm(g, group, device);
-  drop_unread_groups(g, groups, [&](NodeId v) { return row_norm(g, v) != nullptr; });
+  take_norms_of_rows(g, groups, device);
+  drop_unread_groups(g, groups, [&](NodeId v) { return rows_norm(g, v) != nullptr; });
   take_siblings(g, groups, device);
   drop_unread_groups(g, groups, [&](NodeId v) { return g.node(v).op_name() == "matmul"; });
   stack_products(g, groups, device);

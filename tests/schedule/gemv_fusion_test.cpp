@@ -209,12 +209,71 @@ TEST(GemvFusion, WithoutSubgroupArithmeticTheNeighboursStay) {
   EXPECT_EQ(count_prefix(names, "cast"), 0u) << ::testing::PrintToString(names);
 }
 
-TEST(GemvFusion, SeveralRowsKeepTheNormKernel) {
+// Several rows: the products on the scalar tiled kernel (gate, up) take the norm of their rows
+// instead of the GEMV, and its kernel goes; read by anything else, the norm keeps its kernel
+// and the products read its value.
+TEST(GemvFusion, SeveralRowsTakeTheNormInTheTiledKernel) {
   MlpGraph m(DType::f32, /*rows=*/3);
   plan::PlanOptions po;
   po.device = subgroup_device();
-  const std::vector<std::string> names = launch_names(plan::make_step_plan(m.g, po));
-  EXPECT_EQ(count_prefix(names, "rms_norm"), 1u) << ::testing::PrintToString(names);
+  std::vector<std::string> names = launch_names(plan::make_step_plan(m.g, po));
+  const std::string all = ::testing::PrintToString(names);
+  EXPECT_EQ(count_prefix(names, "rms_norm"), 0u) << all;
+  EXPECT_EQ(std::count_if(names.begin(), names.end(),
+                          [](const std::string& n) {
+                            return n.find("+prologue[rms_norm]") != std::string::npos;
+                          }),
+            2)
+      << all;
+  m.g.output("x", rms_norm(m.g.input("h2", {1, 3, kHidden}), {}, 1e-5) * 2.0);
+  Tensor read_twice = rms_norm(m.g.input("h3", {1, 3, kHidden}), {}, 1e-5);
+  m.g.output("twice", matmul(read_twice, m.g.input("w3", {8, kHidden}), false, true));
+  m.g.output("also", read_twice + 1.0);
+  names = launch_names(plan::make_step_plan(m.g, po));
+  EXPECT_EQ(count_prefix(names, "rms_norm"), 2u) << ::testing::PrintToString(names);
+}
+
+// On the device: products taking the norm of their rows on the tiled kernel, with and without
+// a gain, with an epilogue, a batch, K split over workgroups, ragged tiles; against the float64
+// reference and the unfused kernels.
+TEST(GemvFusion, RowsNormedInTheTiledKernelMatchTheReference) {
+  Graph g;
+  Tensor h = g.input("h", {2, 37, kHidden});
+  Tensor gain = g.parameter("gain", {kHidden}, Init::zeros());
+  Tensor x = rms_norm(h, gain, 1e-5);
+  g.output("q", matmul(x, g.parameter("wq", {72, kHidden}, Init::zeros()), false, true));
+  g.output("biased", matmul(x, g.parameter("wk", {40, kHidden}, Init::zeros()), false, true) +
+                         g.parameter("bk", {40}, Init::zeros()));
+  Tensor plain = rms_norm(g.input("p", {5, 2000}), {}, 1e-6);
+  g.output("long_k", matmul(plain, g.parameter("wl", {2000, 24}, Init::zeros())));
+  const reference::Feeds feeds = random_feeds(g, "tiled_norm");
+  const auto expected = reference::evaluate(g, feeds);
+  for (const char* split : {"0", "3"}) {
+    testing::ScopedEnv splits("MN_MATMUL_SPLIT_K", split);
+    auto run = [&] {
+      auto s = build_session(g);
+      for (const auto& [name, value] : feeds) s->set(name, value);
+      s->step();
+      std::map<std::string, Array> out;
+      for (const auto& [name, value] : expected) out[name] = s->get(name);
+      return std::make_pair(out, s->memory().dispatches);
+    };
+    const auto [fused, fused_dispatches] = run();
+    testing::ScopedEnv off("MN_FUSION", "0");
+    const auto [unfused, unfused_dispatches] = run();
+    for (const auto& [name, want] : expected) {
+      EXPECT_LE(testing::scaled_error(fused.at(name), want), 2e-5) << name << ", splits " << split;
+      EXPECT_LE(testing::scaled_error(fused.at(name), unfused.at(name)), 2e-5) << name;
+    }
+    EXPECT_LT(fused_dispatches, unfused_dispatches);
+  }
+  plan::PlanOptions po;
+  std::vector<std::string> names = launch_names(plan::make_step_plan(g, po));
+  EXPECT_EQ(count_prefix(names, "rms_norm"), 0u) << ::testing::PrintToString(names);
+  po.device.matmul_split_k = 3;  // as MN_MATMUL_SPLIT_K=3 sets it
+  names = launch_names(plan::make_step_plan(g, po));
+  EXPECT_EQ(std::count(names.begin(), names.end(), "matmul_16x16_split3+prologue[rms_norm]"), 1)
+      << ::testing::PrintToString(names);
 }
 
 // On the device (lavapipe in CI): fused values against the float64 reference and against the
