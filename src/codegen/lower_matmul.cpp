@@ -392,7 +392,8 @@ Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
   const MatmulGeometry g = geometry(ctx);
   const int64_t batch = numel(g.out_batch);
   check_elements(g, batch);
-  if (ctx.stored_perm && (extras || !matmul_stores_permuted(ctx))) {
+  if (ctx.stored_perm &&
+      ((extras && !tiled_takes_extras(ctx, *extras)) || !matmul_stores_permuted(ctx))) {
     throw Error("matmul: this product's kernel cannot store it permuted");
   }
   if (extras && !gemv_takes_extras(ctx) && !tensor_takes_extras(ctx, *extras) &&
@@ -405,7 +406,7 @@ Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
     LowerContext plain = ctx;
     plain.stored_shape = nullptr;
     plain.stored_perm = nullptr;
-    Lowering l = lower_matmul_fused(plain, e, nullptr);
+    Lowering l = lower_matmul_fused(plain, e, extras);
     add_permuted_store(l, *ctx.stored_shape, *ctx.stored_perm, {0, "C"});
     return l;
   }

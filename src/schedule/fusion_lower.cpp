@@ -398,8 +398,15 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
   for (NodeId in : group.inputs) in_types.push_back(g.node(in).type);
   if (const std::optional<codegen::GemvExtras> x = gemv_extras(g, group)) {
     in_types.resize(node.inputs.size());  // gamma and a sibling are bound by the extras
-    return codegen::lower_matmul_fused(
-        codegen::LowerContext{node, in_types, device, false, check_indices}, nullptr, &*x);
+    codegen::LowerContext ctx{node, in_types, device, false, check_indices};
+    // A product taking its rows' norm may store itself permuted too (permuted_stores.h).
+    Shape stored_shape;
+    if (!group.stored_permuted.empty()) {
+      stored_shape = g.node(g.node(group.outputs.at(0)).inputs.front()).type.shape;
+      ctx.stored_shape = &stored_shape;
+      ctx.stored_perm = &group.stored_permuted;
+    }
+    return codegen::lower_matmul_fused(ctx, nullptr, &*x);
   }
   std::optional<codegen::RopeLoad> rope, k_rope;
   if (group.rope.node >= 0) {

@@ -54,8 +54,12 @@ std::map<NodeId, size_t> lone_permutes(const Graph& g, const std::vector<KernelG
 bool lone_product(const Graph& g, const KernelGroup& k) {
   const bool single = k.kind == KernelGroup::Kind::single && k.nodes.size() == 1;
   const bool epilogue = k.kind == KernelGroup::Kind::matmul_epilogue;
+  // A norm of its rows (gemv_fusion.h) goes with the tiled kernel's element-wise stores.
+  KernelGroup bare = k;
+  if (!k.gemv.stacked.empty() || k.gemv.sibling >= 0 || k.gemv.then >= 0) return false;
+  bare.gemv.norm = -1;
   return (single || epilogue) && k.outputs.size() == 1 && k.stored_permuted.empty() &&
-         without_extras(k) && g.node(k.nodes.front()).op_name() == "matmul";
+         without_extras(bare) && g.node(k.nodes.front()).op_name() == "matmul";
 }
 
 // Whether the product's kernel stores it reshaped to `shape` and permuted by `perm`: any kernel
@@ -74,6 +78,11 @@ bool product_stores_permuted(const Graph& g, const KernelGroup& k, const Shape& 
   codegen::LowerContext ctx{stored_node(g, k), types, device};
   ctx.stored_shape = &shape;
   ctx.stored_perm = &perm;
+  if (k.gemv.norm >= 0) {
+    codegen::GemvExtras x;
+    x.norm = true;
+    if (!codegen::tiled_takes_extras(ctx, x)) return false;  // the GEMV's stores stay whole
+  }
   if (k.kind == KernelGroup::Kind::matmul_epilogue) {
     const codegen::MatmulGeometry geo = codegen::geometry(ctx);
     if (codegen::tensor_matmul_rejection(ctx, geo, numel(geo.out_batch)).empty()) return false;

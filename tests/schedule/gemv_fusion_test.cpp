@@ -234,8 +234,8 @@ TEST(GemvFusion, SeveralRowsTakeTheNormInTheTiledKernel) {
 }
 
 // On the device: products taking the norm of their rows on the tiled kernel, with and without
-// a gain, with an epilogue, a batch, K split over workgroups, ragged tiles; against the float64
-// reference and the unfused kernels.
+// a gain, with an epilogue, stored permuted, a batch, K split over workgroups, ragged tiles;
+// against the float64 reference and the unfused kernels.
 TEST(GemvFusion, RowsNormedInTheTiledKernelMatchTheReference) {
   Graph g;
   Tensor h = g.input("h", {2, 37, kHidden});
@@ -244,6 +244,12 @@ TEST(GemvFusion, RowsNormedInTheTiledKernelMatchTheReference) {
   g.output("q", matmul(x, g.parameter("wq", {72, kHidden}, Init::zeros()), false, true));
   g.output("biased", matmul(x, g.parameter("wk", {40, kHidden}, Init::zeros()), false, true) +
                          g.parameter("bk", {40}, Init::zeros()));
+  // Split into heads: stored permuted by the same kernel.
+  g.output("heads",
+           permute(reshape(matmul(x, g.parameter("wv", {40, kHidden}, Init::zeros()), false, true),
+                           {2, 37, 5, 8}),
+                   {0, 2, 1, 3}) *
+               2.0);
   Tensor plain = rms_norm(g.input("p", {5, 2000}), {}, 1e-6);
   g.output("long_k", matmul(plain, g.parameter("wl", {2000, 24}, Init::zeros())));
   const reference::Feeds feeds = random_feeds(g, "tiled_norm");
@@ -270,6 +276,7 @@ TEST(GemvFusion, RowsNormedInTheTiledKernelMatchTheReference) {
   plan::PlanOptions po;
   std::vector<std::string> names = launch_names(plan::make_step_plan(g, po));
   EXPECT_EQ(count_prefix(names, "rms_norm"), 0u) << ::testing::PrintToString(names);
+  EXPECT_EQ(count_prefix(names, "permute"), 0u) << ::testing::PrintToString(names);
   po.device.matmul_split_k = 3;  // as MN_MATMUL_SPLIT_K=3 sets it
   names = launch_names(plan::make_step_plan(g, po));
   EXPECT_EQ(std::count(names.begin(), names.end(), "matmul_16x16_split3+prologue[rms_norm]"), 1)
