@@ -105,7 +105,8 @@ std::string slab_coords(const MatmulGeometry& g, const TiledConfig& c, int64_t e
 // Loads the slab at K offset `kn` into the registers ra, rb (issued before the previous slab's
 // products, so their latency hides behind them). `gamma`: A's elements scaled by G[k] as they
 // load (a norm's gain, the rows' scale applied as the products are stored).
-std::string slab_loads(const MatmulGeometry& g, const TiledConfig& c, bool gamma = false) {
+std::string slab_loads(const MatmulGeometry& g, const TiledConfig& c, bool gamma = false,
+                       bool sibling = false) {
   const std::string M = ulit(g.m), N = ulit(g.n), K = ulit(g.k);
   // Past the edges: loaded at the clamped element, then selected away, so that a thread's
   // loads are issued together (a load inside a branch may wait out its latency first).
@@ -131,19 +132,37 @@ std::string slab_loads(const MatmulGeometry& g, const TiledConfig& c, bool gamma
     s += "      uint gm = row0 + mm, gk = kn + kk, gn = col0 + nn, gkb = kn + kb;\n";
     if (!a_guard.empty()) s += "      float ld_a = A_ld(abase + " + a_off + ");\n";
     if (!b_guard.empty()) s += "      float ld_b = B_ld(bbase + " + b_off + ");\n";
-    s += "      ra[" + E + "] = " + a_load + ";\n      rb[" + E + "] = " + b_load + ";\n    }\n";
+    s += "      ra[" + E + "] = " + a_load + ";\n      rb[" + E + "] = " + b_load + ";\n";
+    if (sibling) {
+      // The sibling's matrix has B's shape and layout: the same element, from S.
+      std::string s_load = b_load;
+      for (size_t at = s_load.find("B_ld"); at != std::string::npos; at = s_load.find("B_ld")) {
+        s_load.replace(at, 4, "S_ld");
+      }
+      if (!b_guard.empty()) s += "      float ld_b_s = S_ld(bbase + " + b_off + ");\n";
+      for (size_t at = s_load.find("ld_b"); at != std::string::npos;
+           at = s_load.find("ld_b", at + 6)) {
+        s_load.replace(at, 4, "ld_b_s");
+      }
+      s += "      rs[" + E + "] = " + s_load + ";\n";
+    }
+    s += "    }\n";
   }
   return s;
 }
 
 // Stores the registers into the shared slabs.
-std::string slab_stores(const MatmulGeometry& g, const TiledConfig& c) {
+std::string slab_stores(const MatmulGeometry& g, const TiledConfig& c, bool sibling = false) {
   std::string s;
   for (int64_t e = 0; e < c.per_thread; ++e) {
     const std::string E = std::to_string(e);
     s += "    {\n" + slab_coords(g, c, e);
     s += c.t == 4 ? "      As4[kk][mm >> 2][mm & 3u] = ra[" + E + "];\n      Bs4[kb][nn >> 2][nn & 3u] = rb[" + E + "];\n"
                   : "      As[kk][mm] = ra[" + E + "];\n      Bs[kb][nn] = rb[" + E + "];\n";
+    if (sibling) {
+      s += c.t == 4 ? "      Ss4[kb][nn >> 2][nn & 3u] = rs[" + E + "];\n"
+                    : "      Ss[kb][nn] = rs[" + E + "];\n";
+    }
     s += "    }\n";
   }
   return s;
@@ -152,13 +171,19 @@ std::string slab_stores(const MatmulGeometry& g, const TiledConfig& c) {
 // The products of one staged slab. With T = 4 a thread owns 4 consecutive rows and columns and
 // reads each slab row as one vec4 per operand (3 shared wavefronts per 16 FMAs instead of 8);
 // with T = 1 thread (tx, ty) owns row ty and column tx.
-std::string slab_products(const TiledConfig& c) {
+std::string slab_products(const TiledConfig& c, bool sibling = false) {
   std::string s = "    for (uint kk = 0u; kk < " + ulit(c.ks) + "; ++kk) {\n";
   if (c.t == 4) {
     s += "      vec4 a = As4[kk][ty], b = Bs4[kk][tx];\n";
     s += "      acc[0] += a.x * b; acc[1] += a.y * b; acc[2] += a.z * b; acc[3] += a.w * b;\n";
+    if (sibling) {
+      s += "      vec4 sb = Ss4[kk][tx];\n";
+      s +=
+          "      sib[0] += a.x * sb; sib[1] += a.y * sb; sib[2] += a.z * sb; sib[3] += a.w * sb;\n";
+    }
   } else {
     s += "      acc[0][0] += As[kk][ty] * Bs[kk][tx];\n";
+    if (sibling) s += "      sib[0][0] += As[kk][ty] * Ss[kk][tx];\n";
   }
   s += "    }\n";
   return s;
@@ -215,6 +240,9 @@ std::string per_output(const TiledConfig& c, const MatmulGeometry& g, const std:
       for (size_t at = b.find("@acc"); at != std::string::npos; at = b.find("@acc")) {
         b.replace(at, 4, "acc[" + I + "][" + J + "]");
       }
+      for (size_t at = b.find("@sib"); at != std::string::npos; at = b.find("@sib")) {
+        b.replace(at, 4, "sib[" + I + "][" + J + "]");
+      }
       s += "  {\n";
       s += c.t == 4 ? "    uint gm = row0 + ty * 4u + " + I + "u, gn = col0 + tx * 4u + " + J + "u;\n"
                     : "    uint gm = row0 + ty, gn = col0 + tx;\n";
@@ -229,10 +257,17 @@ std::string per_output(const TiledConfig& c, const MatmulGeometry& g, const std:
 // finished last, so that a step gives the same bits every run (exact resume), and leaves the
 // tile's counter zero for the next run; the others return.
 std::string combine_splits(const TiledConfig& c, const MatmulGeometry& g, int64_t batch,
-                           int64_t splits) {
+                           int64_t splits, bool sibling = false) {
   const std::string MN = ulit(g.m * g.n), N = ulit(g.n);
+  // A sibling's partials follow the product's.
+  const std::string SIB = ulit(splits * batch * g.m * g.n);
   std::string s = per_output(c, g, "P_st((split * " + ulit(batch) + " + bz) * " + MN +
                                        " + gm * " + N + " + gn, @acc);");
+  if (sibling) {
+    s += per_output(c, g,
+                    "P_st(" + SIB + " + (split * " + ulit(batch) + " + bz) * " + MN + " + gm * " +
+                        N + " + gn, @sib);");
+  }
   s += "  memoryBarrierBuffer();\n  barrier();\n";
   s += "  if (lid == 0u) {\n    last_sh = atomicAdd(done[tile_id], 1u) == " + ulit(splits - 1) +
        ";\n    if (last_sh) done[tile_id] = 0u;\n  }\n";
@@ -241,6 +276,12 @@ std::string combine_splits(const TiledConfig& c, const MatmulGeometry& g, int64_
                   "{ float own = @acc; @acc = 0.0; for (uint sp = 0u; sp < " + ulit(splits) +
                       "; ++sp) @acc += sp == split ? own : P_ld((sp * " + ulit(batch) +
                       " + bz) * " + MN + " + gm * " + N + " + gn); }");
+  if (sibling) {
+    s += per_output(c, g,
+                    "{ float own = @sib; @sib = 0.0; for (uint sp = 0u; sp < " + ulit(splits) +
+                        "; ++sp) @sib += sp == split ? own : P_ld(" + SIB + " + (sp * " +
+                        ulit(batch) + " + bz) * " + MN + " + gm * " + N + " + gn); }");
+  }
   return s;
 }
 
@@ -274,9 +315,12 @@ std::string norm_prologue(const MatmulGeometry& g, const TiledConfig& c, double 
 Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t batch,
                      const MatmulEpilogue* e, const GemvExtras* x = nullptr) {
   if (x && !tiled_takes_extras(ctx, *x)) {
-    throw Error("matmul (tiled): takes a norm of A's rows only, over K, with A not transposed");
+    throw Error(
+        "matmul (tiled): takes a norm of A's rows over K (A not transposed) and a sibling "
+        "product of B's shape, nothing else");
   }
-  const bool norm = x != nullptr, gamma = norm && x->gamma_input >= 0;
+  const bool norm = x && x->norm, gamma = norm && x->gamma_input >= 0;
+  const bool sibling = x && x->sibling_input >= 0;
   const TiledConfig c(g);
   const std::string K = ulit(g.k), TILE = ulit(c.tile);
   const std::string KS = ulit(c.ks), PT = ulit(c.per_thread);
@@ -309,9 +353,16 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
 
   std::string s = glsl::header() + operand_buffers(ctx);
   if (e) s += e->declarations;
-  // Bound after the epilogue's operands: gamma, then the split's partial sums and counters.
-  const size_t extra = (e ? e->extra.size() : 0) + (gamma ? 1 : 0);
-  if (gamma) s += glsl::buffer(static_cast<uint32_t>(2 + extra), x->gamma_dtype, "G", true);
+  // Bound after the epilogue's operands: gamma, the sibling's matrix, then the split's partial
+  // sums and counters.
+  const size_t own_extra = e ? e->extra.size() : 0;
+  const size_t extra = own_extra + (gamma ? 1 : 0) + (sibling ? 1 : 0);
+  if (gamma) s += glsl::buffer(static_cast<uint32_t>(3 + own_extra), x->gamma_dtype, "G", true);
+  if (sibling) {
+    s += glsl::buffer(static_cast<uint32_t>(3 + own_extra + (gamma ? 1 : 0)), x->sibling_dtype, "S",
+                      true);
+    s += "float mm_sibling;\n";
+  }
   if (norm) s += "shared float ss_sh[256];\nshared float rstd_sh[" + TILE + "];\n";
   if (splits > 1) {
     // Coherent: the last workgroup of a tile reads what the others stored.
@@ -325,6 +376,7 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   // One vec4 of pad per slab row keeps the staging stores mostly conflict-free.
   s += c.t == 4 ? "shared vec4 As4[" + KS + "][17];\nshared vec4 Bs4[" + KS + "][17];\n"
                 : "shared float As[16][17];\nshared float Bs[16][17];\n";
+  if (sibling) s += c.t == 4 ? "shared vec4 Ss4[" + KS + "][17];\n" : "shared float Ss[16][17];\n";
   s += "void main() {\n";
   s += "  uint lid = gl_LocalInvocationID.x, tx = lid % 16u, ty = lid / 16u;\n";
   s += "  uint yz = gl_WorkGroupID.z * gl_NumWorkGroups.y + gl_WorkGroupID.y;\n";
@@ -340,30 +392,36 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   s += batch_bases(g);
   s += c.t == 4 ? "  vec4 acc[4];\n  for (uint i = 0u; i < 4u; ++i) acc[i] = vec4(0.0);\n"
                 : "  float acc[1][1];\n  acc[0][0] = 0.0;\n";
+  if (sibling) {
+    s += c.t == 4 ? "  vec4 sib[4];\n  for (uint i = 0u; i < 4u; ++i) sib[i] = vec4(0.0);\n"
+                  : "  float sib[1][1];\n  sib[0][0] = 0.0;\n";
+  }
   // The next slab is in flight while this one's products run: one slab of registers, two
   // barriers a slab (staged, then consumed).
   if (norm) s += norm_prologue(g, c, x->eps);
-  s += "  float ra[" + PT + "], rb[" + PT + "];\n  uint kn = kbegin;\n";
-  s += slab_loads(g, c, gamma);
+  s += "  float ra[" + PT + "], rb[" + PT + "]" + (sibling ? ", rs[" + PT + "]" : "") +
+       ";\n  uint kn = kbegin;\n";
+  s += slab_loads(g, c, gamma, sibling);
   s += "  for (uint k0 = kbegin; k0 < kend; k0 += " + KS + ") {\n";
-  s += slab_stores(g, c);
+  s += slab_stores(g, c, sibling);
   s += "    barrier();\n    kn = k0 + " + KS + ";\n    if (kn < kend) {\n";
-  s += slab_loads(g, c, gamma);
+  s += slab_loads(g, c, gamma, sibling);
   s += "    }\n";
-  s += slab_products(c);
+  s += slab_products(c, sibling);
   s += "    barrier();\n  }\n";
-  if (splits > 1) s += combine_splits(c, g, batch, splits);
+  if (splits > 1) s += combine_splits(c, g, batch, splits, sibling);
   s += "  uint cbase = bz * " + ulit(g.m * g.n) + ";\n";
   // Under a norm, the row's scale multiplies the sum of its (gamma-scaled) products.
-  const std::string value = norm ? "@acc * rstd_sh[gm - row0]" : "@acc";
-  s += per_output(
-      c, g, "C_st(cbase + gm * " + ulit(g.n) + " + gn, mm_epilogue(" + value + ", bz, gm, gn));");
+  const std::string scale = norm ? " * rstd_sh[gm - row0]" : "";
+  const std::string store =
+      "C_st(cbase + gm * " + ulit(g.n) + " + gn, mm_epilogue(@acc" + scale + ", bz, gm, gn));";
+  s += per_output(c, g, sibling ? "{ mm_sibling = @sib" + scale + "; " + store + " }" : store);
   s += "}\n";
 
   KernelLaunch k;
   k.name = "matmul_" + std::to_string(c.tile) + "x" + std::to_string(c.tile) +
            (splits > 1 ? "_split" + std::to_string(splits) : std::string()) +
-           (norm ? "+prologue[rms_norm]" : "");
+           (norm ? "+prologue[rms_norm]" : "") + (sibling ? "+sibling" : "");
   k.glsl = std::move(s);
   k.workgroup = {256, 1, 1};
   k.groups = {static_cast<uint32_t>(col_tiles), static_cast<uint32_t>(gy),
@@ -373,11 +431,13 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
     for (const ArgRef& a : e->extra) k.bindings.push_back({a, false});
   }
   if (gamma) k.bindings.push_back({ArgRef::input(x->gamma_input), false});
+  if (sibling) k.bindings.push_back({ArgRef::input(x->sibling_input), false});
   Lowering l;
   if (splits > 1) {
     k.bindings.push_back({ArgRef::scratch(0), true});
     k.bindings.push_back({ArgRef::counters(0), true});
-    l.scratch_bytes.push_back(static_cast<uint64_t>(splits * batch * g.m * g.n) * sizeof(float));
+    l.scratch_bytes.push_back(static_cast<uint64_t>(splits * batch * g.m * g.n) *
+                              (sibling ? 2 : 1) * sizeof(float));
     l.counter_bytes.push_back(static_cast<uint64_t>(tiles) * sizeof(uint32_t));
   }
   l.launches.push_back(std::move(k));
@@ -430,7 +490,12 @@ Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
 }
 
 bool tiled_takes_extras(const LowerContext& ctx, const GemvExtras& x) {
-  if (!x.norm || x.sibling_input >= 0 || !x.stacked.empty() || x.chain) return false;
+  if ((!x.norm && x.sibling_input < 0) || !x.stacked.empty() || x.chain) return false;
+  // The sibling's matrix is staged as B's is; its product is stored in f32 (the epilogue's).
+  if (x.sibling_input >= 0 &&
+      (x.sibling_dtype != ctx.inputs[1].dtype || x.sibling_product_dtype != DType::f32)) {
+    return false;
+  }
   const MatmulGeometry g = geometry(ctx);
   const int64_t batch = numel(g.out_batch);
   if (g.m == 1 || g.n == 1 || g.ta || ctx.device.max_workgroup_invocations < 256) return false;

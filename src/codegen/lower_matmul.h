@@ -101,11 +101,12 @@ uint32_t gemv_chain_threads(const DeviceTraits& device, int64_t p, int64_t outs)
 // (x·Wᵀ), its matrix contiguous along K, on the subgroup kernel.
 bool gemv_takes_extras(const LowerContext& ctx);
 
-// The scalar tiled kernel of this product takes these extras: a norm of A's rows over K and
-// nothing else (a prompt's or a denoising step's q/k/v and gate/up read the normalized hidden
-// state): every workgroup finds its rows' scale in a pass over them, the gain scales A as it is
-// staged and the scale each stored sum. Where no other kernel (GEMV, tensor-addressed,
-// cooperative) takes the product and A is not transposed.
+// The scalar tiled kernel of this product takes these extras: a norm of A's rows over K (a
+// prompt's or a denoising step's q/k/v and gate/up read the normalized hidden state): every
+// workgroup finds its rows' scale in a pass over them, the gain scales A as it is staged and the
+// scale each stored sum; and a sibling (gate and up: a second matrix of B's shape, layout and
+// dtype, staged beside B, its f32 product `mm_sibling` in the epilogue). Nothing else, where no
+// other kernel (GEMV, tensor-addressed, cooperative) takes the product and A is not transposed.
 bool tiled_takes_extras(const LowerContext& ctx, const GemvExtras& x);
 
 // M = 1 or N = 1 (codegen/lower_gemv.cpp): out[bz, p] = sum_k vec[k] · mat[p, k].

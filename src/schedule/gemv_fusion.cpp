@@ -164,6 +164,23 @@ bool tensor_takes_sibling(const Graph& g, const KernelGroup& group, NodeId m,
   return codegen::tensor_takes_extras(codegen::LowerContext{stored, types, device}, x);
 }
 
+// The scalar tiled kernel of the epilogue group's product takes the single product `other` as
+// its sibling (codegen::tiled_takes_extras), with the norm of their rows both took, if any.
+bool tiled_takes_sibling(const Graph& g, const KernelGroup& group, NodeId m,
+                         const KernelGroup& other, const codegen::DeviceTraits& device) {
+  const Node& mm = g.node(m);
+  Node stored = mm;
+  stored.type.dtype = g.node(group.outputs.front()).type.dtype;
+  std::vector<TensorType> types;
+  for (size_t i = 0; i < mm.inputs.size(); ++i) types.push_back(g.node(group.inputs[i]).type);
+  codegen::GemvExtras x;
+  x.norm = group.gemv.norm >= 0;
+  x.sibling_input = static_cast<int>(group.inputs.size());
+  x.sibling_dtype = g.node(other.inputs[1]).type.dtype;
+  x.sibling_product_dtype = g.node(other.nodes.front()).type.dtype;
+  return codegen::tiled_takes_extras(codegen::LowerContext{stored, types, device}, x);
+}
+
 void take_siblings(const Graph& g, std::vector<KernelGroup>& groups,
                    const codegen::DeviceTraits& device) {
   std::map<NodeId, size_t> single_product;  // matmul node -> its single group
@@ -184,7 +201,10 @@ void take_siblings(const Graph& g, std::vector<KernelGroup>& groups,
       const auto it = single_product.find(u);
       if (it == single_product.end() || readers[u] != 1 || sinks.count(u)) continue;
       const KernelGroup& other = groups[it->second];
-      if (!gemv && !tensor_takes_sibling(g, group, m, other, device)) continue;
+      if (!gemv && !tensor_takes_sibling(g, group, m, other, device) &&
+          !tiled_takes_sibling(g, group, m, other, device)) {
+        continue;
+      }
       if (take_sibling(g, group, other)) break;
     }
   }

@@ -210,8 +210,8 @@ TEST(GemvFusion, WithoutSubgroupArithmeticTheNeighboursStay) {
 }
 
 // Several rows: the products on the scalar tiled kernel (gate, up) take the norm of their rows
-// instead of the GEMV, and its kernel goes; read by anything else, the norm keeps its kernel
-// and the products read its value.
+// instead of the GEMV, and its kernel goes, and gate and up are one kernel (the sibling); read
+// by anything else, the norm keeps its kernel and the products read its value.
 TEST(GemvFusion, SeveralRowsTakeTheNormInTheTiledKernel) {
   MlpGraph m(DType::f32, /*rows=*/3);
   plan::PlanOptions po;
@@ -219,12 +219,11 @@ TEST(GemvFusion, SeveralRowsTakeTheNormInTheTiledKernel) {
   std::vector<std::string> names = launch_names(plan::make_step_plan(m.g, po));
   const std::string all = ::testing::PrintToString(names);
   EXPECT_EQ(count_prefix(names, "rms_norm"), 0u) << all;
-  EXPECT_EQ(std::count_if(names.begin(), names.end(),
-                          [](const std::string& n) {
-                            return n.find("+prologue[rms_norm]") != std::string::npos;
-                          }),
-            2)
+  EXPECT_EQ(std::count(names.begin(), names.end(),
+                       "matmul_16x16+prologue[rms_norm]+sibling+epilogue[silu,mul]"),
+            1)
       << all;
+  EXPECT_EQ(names.size(), 2u) << all;  // and the down projection with the residual
   m.g.output("x", rms_norm(m.g.input("h2", {1, 3, kHidden}), {}, 1e-5) * 2.0);
   Tensor read_twice = rms_norm(m.g.input("h3", {1, 3, kHidden}), {}, 1e-5);
   m.g.output("twice", matmul(read_twice, m.g.input("w3", {8, kHidden}), false, true));
@@ -302,6 +301,46 @@ TEST(GemvFusion, ValuesMatchTheReference) {
     EXPECT_LE(testing::scaled_error(fused, expected), 2e-5) << dtype_name(dtype);
     EXPECT_LE(testing::scaled_error(fused, unfused), 2e-5) << dtype_name(dtype);
     EXPECT_LT(fused_dispatches, unfused_dispatches) << dtype_name(dtype);
+  }
+}
+
+// On the device: the MLP of several rows on the tiled kernel, gate and up as one product with
+// the norm inside, with its K whole and split, 16×16 and 64×64 tiles (3 and 40 rows), weights
+// stored in f32 and bf16; against the reference and the unfused kernels.
+TEST(GemvFusion, TiledSiblingsMatchTheReference) {
+  for (int64_t rows : {3, 40}) {
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      MlpGraph m(dtype, rows);
+      const std::string what = std::to_string(rows) + " rows, " + dtype_name(dtype);
+      const reference::Feeds feeds = random_feeds(m.g, "tiled_sibling_" + what);
+      const Array expected = reference::evaluate(m.g, feeds).at("y");
+      for (const char* split : {"0", "2"}) {
+        testing::ScopedEnv splits("MN_MATMUL_SPLIT_K", split);
+        auto run = [&] {
+          auto s = build_session(m.g);
+          for (const auto& [name, value] : feeds) s->set(name, value);
+          s->step();
+          return s->get("y");
+        };
+        const Array fused = run();
+        testing::ScopedEnv off("MN_FUSION", "0");
+        const Array unfused = run();
+        EXPECT_LE(testing::scaled_error(fused, expected), 2e-5) << what << ", splits " << split;
+        EXPECT_LE(testing::scaled_error(fused, unfused), 2e-5) << what << ", splits " << split;
+      }
+    }
+    plan::PlanOptions po;
+    po.device.storage_16bit = true;
+    po.device.matmul_split_k = 2;
+    const std::vector<std::string> names =
+        launch_names(plan::make_step_plan(MlpGraph(DType::bf16, rows).g, po));
+    EXPECT_EQ(std::count_if(names.begin(), names.end(),
+                            [](const std::string& n) {
+                              return n.find("_split2+prologue[rms_norm]+sibling") !=
+                                     std::string::npos;
+                            }),
+              1)
+        << ::testing::PrintToString(names);
   }
 }
 
