@@ -490,6 +490,7 @@ Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
 }
 
 bool tiled_takes_extras(const LowerContext& ctx, const GemvExtras& x) {
+  if (!ctx.device.tiled_extras) return false;
   if ((!x.norm && x.sibling_input < 0) || !x.stacked.empty() || x.chain) return false;
   // The sibling's matrix is staged as B's is; its product is stored in f32 (the epilogue's).
   if (x.sibling_input >= 0 &&
