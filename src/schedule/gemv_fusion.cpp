@@ -147,38 +147,39 @@ bool take_sibling(const Graph& g, KernelGroup& group, const KernelGroup& other) 
   return true;
 }
 
-// The tensor-addressed kernel of the epilogue group's product takes the single product `other`
-// as its sibling (codegen::tensor_takes_extras), typed as lower_epilogue will lower it: the
-// product stores the epilogue's first value.
-bool tensor_takes_sibling(const Graph& g, const KernelGroup& group, NodeId m,
-                          const KernelGroup& other, const codegen::DeviceTraits& device) {
-  const Node& mm = g.node(m);
-  Node stored = mm;
-  stored.type.dtype = g.node(group.outputs.front()).type.dtype;
+// The sibling extras of the epilogue group's product with the single product `other`, and the
+// product's context typed as lower_epilogue will lower it (it stores the epilogue's first value).
+struct SiblingTrial {
+  Node stored;
   std::vector<TensorType> types;
-  for (size_t i = 0; i < mm.inputs.size(); ++i) types.push_back(g.node(group.inputs[i]).type);
   codegen::GemvExtras x;
-  x.sibling_input = static_cast<int>(group.inputs.size());
-  x.sibling_dtype = g.node(other.inputs[1]).type.dtype;
-  x.sibling_product_dtype = g.node(other.nodes.front()).type.dtype;
-  return codegen::tensor_takes_extras(codegen::LowerContext{stored, types, device}, x);
+  codegen::LowerContext context(const codegen::DeviceTraits& device) const {
+    return codegen::LowerContext{stored, types, device};
+  }
+};
+
+SiblingTrial sibling_trial(const Graph& g, const KernelGroup& group, NodeId m,
+                           const KernelGroup& other) {
+  const Node& mm = g.node(m);
+  SiblingTrial t{mm, {}, {}};
+  t.stored.type.dtype = g.node(group.outputs.front()).type.dtype;
+  for (size_t i = 0; i < mm.inputs.size(); ++i) t.types.push_back(g.node(group.inputs[i]).type);
+  t.x.norm = group.gemv.norm >= 0;
+  t.x.sibling_input = static_cast<int>(group.inputs.size());
+  t.x.sibling_dtype = g.node(other.inputs[1]).type.dtype;
+  t.x.sibling_product_dtype = g.node(other.nodes.front()).type.dtype;
+  return t;
 }
 
-// The scalar tiled kernel of the epilogue group's product takes the single product `other` as
-// its sibling (codegen::tiled_takes_extras), with the norm of their rows both took, if any.
-bool tiled_takes_sibling(const Graph& g, const KernelGroup& group, NodeId m,
-                         const KernelGroup& other, const codegen::DeviceTraits& device) {
-  const Node& mm = g.node(m);
-  Node stored = mm;
-  stored.type.dtype = g.node(group.outputs.front()).type.dtype;
-  std::vector<TensorType> types;
-  for (size_t i = 0; i < mm.inputs.size(); ++i) types.push_back(g.node(group.inputs[i]).type);
-  codegen::GemvExtras x;
-  x.norm = group.gemv.norm >= 0;
-  x.sibling_input = static_cast<int>(group.inputs.size());
-  x.sibling_dtype = g.node(other.inputs[1]).type.dtype;
-  x.sibling_product_dtype = g.node(other.nodes.front()).type.dtype;
-  return codegen::tiled_takes_extras(codegen::LowerContext{stored, types, device}, x);
+// The tensor-addressed kernel (codegen::tensor_takes_extras: no norm) or the scalar tiled one
+// (codegen::tiled_takes_extras, with the norm of their rows both took, if any) of the epilogue
+// group's product takes `other` as its sibling.
+bool kernel_takes_sibling(const Graph& g, const KernelGroup& group, NodeId m,
+                          const KernelGroup& other, const codegen::DeviceTraits& device) {
+  const SiblingTrial t = sibling_trial(g, group, m, other);
+  if (codegen::tiled_takes_extras(t.context(device), t.x)) return true;
+  if (t.x.norm) return false;
+  return codegen::tensor_takes_extras(t.context(device), t.x);
 }
 
 void take_siblings(const Graph& g, std::vector<KernelGroup>& groups,
@@ -201,10 +202,7 @@ void take_siblings(const Graph& g, std::vector<KernelGroup>& groups,
       const auto it = single_product.find(u);
       if (it == single_product.end() || readers[u] != 1 || sinks.count(u)) continue;
       const KernelGroup& other = groups[it->second];
-      if (!gemv && !tensor_takes_sibling(g, group, m, other, device) &&
-          !tiled_takes_sibling(g, group, m, other, device)) {
-        continue;
-      }
+      if (!gemv && !kernel_takes_sibling(g, group, m, other, device)) continue;
       if (take_sibling(g, group, other)) break;
     }
   }
