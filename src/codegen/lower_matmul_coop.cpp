@@ -366,7 +366,11 @@ std::string coop_rejection(const LowerContext& ctx, const MatmulGeometry& g, int
   // Measured on an H200 (docs/perf.md): with M = 16 three quarters of the 64-row tile idle
   // and the scalar kernel is faster; from 32 on the cooperative kernel wins or ties.
   if (g.m < 32 || g.n < 32) return "M or N below 32";
-  if (g.m * g.n * g.k < kCoopMinMacs || g.m * g.n < kCoopMinOutputs) {
+  // A batch of rows by one weight (B unbatched, A's rows contiguous across the batch) is one
+  // product of batch·M rows: SmolVLA's 8 chunks of 50 actions by a 2048 × 720 projection.
+  const bool shared_weight = numel(g.b_batch) == 1 && !g.ta;
+  const int64_t rows = shared_weight ? g.m * batch : g.m;
+  if (rows * g.n * g.k < kCoopMinMacs || rows * g.n < kCoopMinOutputs) {
     return "below the size threshold";
   }
   // Short K on a medium output: the operands' f16 conversion launches cost more than the

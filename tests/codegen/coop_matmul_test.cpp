@@ -205,6 +205,14 @@ TEST(CoopMatmul, UsedOnlyWhenEnabledAndWorthwhile) {
   EXPECT_NE((*fn)(batched->ctx(t)).launches.back().name.find("matmul_coop"), std::string::npos);
   auto one = matmul_node({1, 256, 576}, {576, 576}, false, false);
   EXPECT_EQ(coop_rejection(one->ctx(t), geometry(one->ctx(t)), 1), "short K on a medium output");
+  // So does the size threshold: 8 chunks of 50 rows by a 2048 × 720 weight are 288000 outputs,
+  // one chunk's 36000 is below it, and so are 8 heads' own 50 × 720 products.
+  auto chunks = matmul_node({8, 50, 2048}, {2048, 720}, false, false);
+  EXPECT_EQ(coop_rejection(chunks->ctx(t), geometry(chunks->ctx(t)), 8), "");
+  auto chunk = matmul_node({1, 50, 2048}, {2048, 720}, false, false);
+  EXPECT_EQ(coop_rejection(chunk->ctx(t), geometry(chunk->ctx(t)), 1), "below the size threshold");
+  auto heads = matmul_node({8, 50, 2048}, {8, 2048, 720}, false, false);
+  EXPECT_EQ(coop_rejection(heads->ctx(t), geometry(heads->ctx(t)), 8), "below the size threshold");
 }
 
 }  // namespace
