@@ -79,10 +79,12 @@ struct DeviceTraits {
   // up projections, schedule/gemv_fusion.h). Sessions set it (runtime::apply_environment) unless
   // MN_TENSOR_SIBLING=0 (measured: docs/perf.md).
   bool tensor_sibling = false;
-  // Products on the scalar tiled kernel take the norm of their rows and a sibling product
-  // (codegen::tiled_takes_extras, schedule/gemv_fusion.h). MN_TILED_EXTRAS=0 keeps them apart
-  // (for measurements; runtime::apply_environment).
-  bool tiled_extras = true;
+  // Products on the scalar tiled kernel take the norm of their rows (tiled_norm) and a sibling
+  // product (tiled_sibling) (codegen::tiled_takes_extras, schedule/gemv_fusion.h).
+  // MN_TILED_NORM=0 and MN_TILED_SIBLING=0 keep them apart (for measurements;
+  // runtime::apply_environment).
+  bool tiled_norm = true;
+  bool tiled_sibling = true;
   // A decoding MLP's down projection computed in the gate·up GEMV's kernel (GemvExtras::chain,
   // schedule/gemv_fusion.h): one barrier window fewer a layer, but its 48 large workgroups
   // were slower than the two kernels on the H100 (docs/perf.md). Off unless MN_GEMV_CHAIN=1

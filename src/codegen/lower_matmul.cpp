@@ -103,8 +103,9 @@ std::string slab_coords(const MatmulGeometry& g, const TiledConfig& c, int64_t e
 }
 
 // Loads the slab at K offset `kn` into the registers ra, rb (issued before the previous slab's
-// products, so their latency hides behind them). `gamma`: A's elements scaled by G[k] as they
-// load (a norm's gain, the rows' scale applied as the products are stored).
+// products, so their latency hides behind them). `gamma`: B's (and the sibling's) elements
+// scaled by G[k] as they load (a norm's gain; A stays as it is, its staged values giving the
+// rows' squares, and the rows' scale multiplies the stored sums).
 std::string slab_loads(const MatmulGeometry& g, const TiledConfig& c, bool gamma = false,
                        bool sibling = false) {
   const std::string M = ulit(g.m), N = ulit(g.n), K = ulit(g.k);
@@ -116,14 +117,14 @@ std::string slab_loads(const MatmulGeometry& g, const TiledConfig& c, bool gamma
   const std::string am = clamp(c.check_m, "gm", M), ak = clamp(c.check_k, "gk", K);
   const std::string a_off = g.ta ? ak + " * " + M + " + " + am : am + " * " + K + " + " + ak;
   const std::string a_guard = guard({{c.check_m, "gm < " + M}, {c.check_k, "gk < " + K}});
-  std::string a_load =
+  const std::string a_load =
       a_guard.empty() ? "A_ld(abase + " + a_off + ")" : "(" + a_guard + ") ? ld_a : 0.0";
-  if (gamma) a_load = "(" + a_load + ") * G_ld(" + ak + ")";
   const std::string bn = clamp(c.check_n, "gn", N), bk = clamp(c.check_k, "gkb", K);
   const std::string b_off = g.tb ? bn + " * " + K + " + " + bk : bk + " * " + N + " + " + bn;
   const std::string b_guard = guard({{c.check_n, "gn < " + N}, {c.check_k, "gkb < " + K}});
-  const std::string b_load =
+  std::string b_load =
       b_guard.empty() ? "B_ld(bbase + " + b_off + ")" : "(" + b_guard + ") ? ld_b : 0.0";
+  if (gamma) b_load = "(" + b_load + ") * G_ld(" + bk + ")";
   // Unrolled here: registers indexed by a literal stay registers.
   std::string s;
   for (int64_t e = 0; e < c.per_thread; ++e) {
@@ -171,11 +172,12 @@ std::string slab_stores(const MatmulGeometry& g, const TiledConfig& c, bool sibl
 // The products of one staged slab. With T = 4 a thread owns 4 consecutive rows and columns and
 // reads each slab row as one vec4 per operand (3 shared wavefronts per 16 FMAs instead of 8);
 // with T = 1 thread (tx, ty) owns row ty and column tx.
-std::string slab_products(const TiledConfig& c, bool sibling = false) {
+std::string slab_products(const TiledConfig& c, bool sibling = false, bool norm = false) {
   std::string s = "    for (uint kk = 0u; kk < " + ulit(c.ks) + "; ++kk) {\n";
   if (c.t == 4) {
     s += "      vec4 a = As4[kk][ty], b = Bs4[kk][tx];\n";
     s += "      acc[0] += a.x * b; acc[1] += a.y * b; acc[2] += a.z * b; acc[3] += a.w * b;\n";
+    if (norm) s += "      ssq += a * a;\n";
     if (sibling) {
       s += "      vec4 sb = Ss4[kk][tx];\n";
       s +=
@@ -184,6 +186,7 @@ std::string slab_products(const TiledConfig& c, bool sibling = false) {
   } else {
     s += "      acc[0][0] += As[kk][ty] * Bs[kk][tx];\n";
     if (sibling) s += "      sib[0][0] += As[kk][ty] * Ss[kk][tx];\n";
+    if (norm) s += "      ssq.x += As[kk][ty] * As[kk][ty];\n";
   }
   s += "    }\n";
   return s;
@@ -243,6 +246,9 @@ std::string per_output(const TiledConfig& c, const MatmulGeometry& g, const std:
       for (size_t at = b.find("@sib"); at != std::string::npos; at = b.find("@sib")) {
         b.replace(at, 4, "sib[" + I + "][" + J + "]");
       }
+      for (size_t at = b.find("@rs"); at != std::string::npos; at = b.find("@rs")) {
+        b.replace(at, 3, "rscale[" + I + "]");
+      }
       s += "  {\n";
       s += c.t == 4 ? "    uint gm = row0 + ty * 4u + " + I + "u, gn = col0 + tx * 4u + " + J + "u;\n"
                     : "    uint gm = row0 + ty, gn = col0 + tx;\n";
@@ -257,16 +263,27 @@ std::string per_output(const TiledConfig& c, const MatmulGeometry& g, const std:
 // finished last, so that a step gives the same bits every run (exact resume), and leaves the
 // tile's counter zero for the next run; the others return.
 std::string combine_splits(const TiledConfig& c, const MatmulGeometry& g, int64_t batch,
-                           int64_t splits, bool sibling = false) {
-  const std::string MN = ulit(g.m * g.n), N = ulit(g.n);
-  // A sibling's partials follow the product's.
+                           int64_t splits, bool sibling = false, bool norm = false) {
+  const std::string MN = ulit(g.m * g.n), N = ulit(g.n), M = ulit(g.m), B = ulit(batch);
+  // A sibling's partials follow the product's, and the rows' partial squares follow both.
   const std::string SIB = ulit(splits * batch * g.m * g.n);
-  std::string s = per_output(c, g, "P_st((split * " + ulit(batch) + " + bz) * " + MN +
-                                       " + gm * " + N + " + gn, @acc);");
+  const std::string SSQ = ulit(splits * batch * g.m * g.n * (sibling ? 2 : 1));
+  std::string s =
+      per_output(c, g, "P_st((split * " + B + " + bz) * " + MN + " + gm * " + N + " + gn, @acc);");
   if (sibling) {
-    s += per_output(c, g,
-                    "P_st(" + SIB + " + (split * " + ulit(batch) + " + bz) * " + MN + " + gm * " +
-                        N + " + gn, @sib);");
+    s += per_output(
+        c, g,
+        "P_st(" + SIB + " + (split * " + B + " + bz) * " + MN + " + gm * " + N + " + gn, @sib);");
+  }
+  if (norm) {
+    // Each row's squares, stored by the thread of the tile's first column holding it.
+    s += "  if (tx == 0u) {\n";
+    for (int64_t i = 0; i < c.t; ++i) {
+      const std::string I = std::to_string(i);
+      s += "    { uint gm = row0 + ty * " + ulit(c.t) + " + " + I + "u;\n      if (gm < " + M +
+           ") P_st(" + SSQ + " + (split * " + B + " + bz) * " + M + " + gm, ssq[" + I + "]); }\n";
+    }
+    s += "  }\n";
   }
   s += "  memoryBarrierBuffer();\n  barrier();\n";
   s += "  if (lid == 0u) {\n    last_sh = atomicAdd(done[tile_id], 1u) == " + ulit(splits - 1) +
@@ -274,41 +291,25 @@ std::string combine_splits(const TiledConfig& c, const MatmulGeometry& g, int64_
   s += "  barrier();\n  if (!last_sh) return;\n  memoryBarrierBuffer();\n";
   s += per_output(c, g,
                   "{ float own = @acc; @acc = 0.0; for (uint sp = 0u; sp < " + ulit(splits) +
-                      "; ++sp) @acc += sp == split ? own : P_ld((sp * " + ulit(batch) +
-                      " + bz) * " + MN + " + gm * " + N + " + gn); }");
+                      "; ++sp) @acc += sp == split ? own : P_ld((sp * " + B + " + bz) * " + MN +
+                      " + gm * " + N + " + gn); }");
   if (sibling) {
     s += per_output(c, g,
                     "{ float own = @sib; @sib = 0.0; for (uint sp = 0u; sp < " + ulit(splits) +
-                        "; ++sp) @sib += sp == split ? own : P_ld(" + SIB + " + (sp * " +
-                        ulit(batch) + " + bz) * " + MN + " + gm * " + N + " + gn); }");
+                        "; ++sp) @sib += sp == split ? own : P_ld(" + SIB + " + (sp * " + B +
+                        " + bz) * " + MN + " + gm * " + N + " + gn); }");
   }
-  return s;
-}
-
-// GLSL statements of a norm's prologue (GemvExtras::norm): the reciprocal RMS of each of the
-// tile's rows of A over K, into shared rstd_sh[TILE]. A row's threads read it strided (four
-// loads in flight each), their squares meet in shared ss_sh[256]. A split-K workgroup reads its
-// rows whole too: the scale needs all of K, and the rows are few where K is split.
-std::string norm_prologue(const MatmulGeometry& g, const TiledConfig& c, double eps) {
-  const int64_t per_row = 256 / c.tile;
-  const std::string K = ulit(g.k), PR = ulit(per_row);
-  std::string s = "  {\n    uint r = lid / " + PR + ", t = lid % " + PR + ";\n";
-  s += "    uint gm = min(row0 + r, " + ulit(g.m) + " - 1u);\n";
-  s += "    float s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;\n";
-  s += "    uint k = t;\n";
-  s += "    for (; k + 3u * " + PR + " < " + K + "; k += 4u * " + PR + ") {\n";
-  s += "      float v0 = A_ld(abase + gm * " + K + " + k), v1 = A_ld(abase + gm * " + K +
-       " + k + " + PR + ");\n";
-  s += "      float v2 = A_ld(abase + gm * " + K + " + k + 2u * " + PR +
-       "), v3 = A_ld(abase + gm * " + K + " + k + 3u * " + PR + ");\n";
-  s += "      s0 += v0 * v0; s1 += v1 * v1; s2 += v2 * v2; s3 += v3 * v3;\n    }\n";
-  s += "    for (; k < " + K + "; k += " + PR + ") { float v = A_ld(abase + gm * " + K +
-       " + k); s0 += v * v; }\n";
-  s += "    ss_sh[lid] = (s0 + s1) + (s2 + s3);\n  }\n  barrier();\n";
-  s += "  if (lid < " + ulit(c.tile) + ") {\n    float ss = 0.0;\n";
-  s += "    for (uint t = 0u; t < " + PR + "; ++t) ss += ss_sh[lid * " + PR + " + t];\n";
-  s += "    rstd_sh[lid] = inversesqrt(ss / " + glsl::float_literal(static_cast<double>(g.k)) +
-       " + " + glsl::float_literal(eps) + ");\n  }\n  barrier();\n";
+  if (norm) {
+    // Every thread of a row adds the row's partial squares, in split order.
+    for (int64_t i = 0; i < c.t; ++i) {
+      const std::string I = std::to_string(i);
+      s += "  { uint gm = min(row0 + ty * " + ulit(c.t) + " + " + I + "u, " + M + " - 1u);\n";
+      s += "    float own = ssq[" + I + "]; ssq[" + I + "] = 0.0;\n";
+      s += "    for (uint sp = 0u; sp < " + ulit(splits) + "; ++sp) ssq[" + I +
+           "] += sp == split ? own : P_ld(" + SSQ + " + (sp * " + B + " + bz) * " + M +
+           " + gm); }\n";
+    }
+  }
   return s;
 }
 
@@ -363,7 +364,6 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
                       true);
     s += "float mm_sibling;\n";
   }
-  if (norm) s += "shared float ss_sh[256];\nshared float rstd_sh[" + TILE + "];\n";
   if (splits > 1) {
     // Coherent: the last workgroup of a tile reads what the others stored.
     std::string part = glsl::buffer(static_cast<uint32_t>(3 + extra), DType::f32, "P", false);
@@ -398,7 +398,8 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   }
   // The next slab is in flight while this one's products run: one slab of registers, two
   // barriers a slab (staged, then consumed).
-  if (norm) s += norm_prologue(g, c, x->eps);
+  // Under a norm, the squares of the thread's rows of A, summed as the products read them.
+  if (norm) s += "  vec4 ssq = vec4(0.0);\n";
   s += "  float ra[" + PT + "], rb[" + PT + "]" + (sibling ? ", rs[" + PT + "]" : "") +
        ";\n  uint kn = kbegin;\n";
   s += slab_loads(g, c, gamma, sibling);
@@ -407,12 +408,21 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   s += "    barrier();\n    kn = k0 + " + KS + ";\n    if (kn < kend) {\n";
   s += slab_loads(g, c, gamma, sibling);
   s += "    }\n";
-  s += slab_products(c, sibling);
+  s += slab_products(c, sibling, norm);
   s += "    barrier();\n  }\n";
-  if (splits > 1) s += combine_splits(c, g, batch, splits, sibling);
+  if (splits > 1) s += combine_splits(c, g, batch, splits, sibling, norm);
   s += "  uint cbase = bz * " + ulit(g.m * g.n) + ";\n";
-  // Under a norm, the row's scale multiplies the sum of its (gamma-scaled) products.
-  const std::string scale = norm ? " * rstd_sh[gm - row0]" : "";
+  // Under a norm, each row's scale multiplies the sums of its (gamma-scaled) products.
+  if (norm) {
+    s += "  float rscale[4];\n";
+    for (int64_t i = 0; i < c.t; ++i) {
+      const std::string I = std::to_string(i);
+      s += "  rscale[" + I + "] = inversesqrt(ssq[" + I + "] / " +
+           glsl::float_literal(static_cast<double>(g.k)) + " + " + glsl::float_literal(x->eps) +
+           ");\n";
+    }
+  }
+  const std::string scale = norm ? " * @rs" : "";
   const std::string store =
       "C_st(cbase + gm * " + ulit(g.n) + " + gn, mm_epilogue(@acc" + scale + ", bz, gm, gn));";
   s += per_output(c, g, sibling ? "{ mm_sibling = @sib" + scale + "; " + store + " }" : store);
@@ -436,8 +446,9 @@ Lowering lower_tiled(const LowerContext& ctx, const MatmulGeometry& g, int64_t b
   if (splits > 1) {
     k.bindings.push_back({ArgRef::scratch(0), true});
     k.bindings.push_back({ArgRef::counters(0), true});
-    l.scratch_bytes.push_back(static_cast<uint64_t>(splits * batch * g.m * g.n) *
-                              (sibling ? 2 : 1) * sizeof(float));
+    l.scratch_bytes.push_back(
+        static_cast<uint64_t>(splits * batch * g.m * (g.n * (sibling ? 2 : 1) + (norm ? 1 : 0))) *
+        sizeof(float));
     l.counter_bytes.push_back(static_cast<uint64_t>(tiles) * sizeof(uint32_t));
   }
   l.launches.push_back(std::move(k));
@@ -490,7 +501,9 @@ Lowering lower_matmul_fused(const LowerContext& ctx, const MatmulEpilogue* e,
 }
 
 bool tiled_takes_extras(const LowerContext& ctx, const GemvExtras& x) {
-  if (!ctx.device.tiled_extras) return false;
+  if ((x.norm && !ctx.device.tiled_norm) || (x.sibling_input >= 0 && !ctx.device.tiled_sibling)) {
+    return false;
+  }
   if ((!x.norm && x.sibling_input < 0) || !x.stacked.empty() || x.chain) return false;
   // The sibling's matrix is staged as B's is; its product is stored in f32 (the epilogue's).
   if (x.sibling_input >= 0 &&

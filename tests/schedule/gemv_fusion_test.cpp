@@ -225,8 +225,13 @@ TEST(GemvFusion, SeveralRowsTakeTheNormInTheTiledKernel) {
       << all;
   EXPECT_EQ(names.size(), 2u) << all;  // and the down projection with the residual
   plan::PlanOptions apart = po;
-  apart.device.tiled_extras = false;  // MN_TILED_EXTRAS=0
-  EXPECT_EQ(count_prefix(launch_names(plan::make_step_plan(m.g, apart)), "rms_norm"), 1u);
+  apart.device.tiled_norm = false;  // MN_TILED_NORM=0
+  names = launch_names(plan::make_step_plan(m.g, apart));
+  EXPECT_EQ(count_prefix(names, "rms_norm"), 1u) << ::testing::PrintToString(names);
+  EXPECT_EQ(std::count(names.begin(), names.end(), "matmul_16x16+sibling+epilogue[silu,mul]"), 1)
+      << ::testing::PrintToString(names);
+  apart.device.tiled_sibling = false;  // MN_TILED_SIBLING=0
+  EXPECT_EQ(launch_names(plan::make_step_plan(m.g, apart)).size(), 4u);
   m.g.output("x", rms_norm(m.g.input("h2", {1, 3, kHidden}), {}, 1e-5) * 2.0);
   Tensor read_twice = rms_norm(m.g.input("h3", {1, 3, kHidden}), {}, 1e-5);
   m.g.output("twice", matmul(read_twice, m.g.input("w3", {8, kHidden}), false, true));
