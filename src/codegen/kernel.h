@@ -79,11 +79,12 @@ struct DeviceTraits {
   // up projections, schedule/gemv_fusion.h). Sessions set it (runtime::apply_environment) unless
   // MN_TENSOR_SIBLING=0 (measured: docs/perf.md).
   bool tensor_sibling = false;
-  // Products on the scalar tiled kernel take the norm of their rows (tiled_norm) and a sibling
-  // product (tiled_sibling) (codegen::tiled_takes_extras, schedule/gemv_fusion.h).
-  // MN_TILED_NORM=0 and MN_TILED_SIBLING=0 keep them apart (for measurements;
-  // runtime::apply_environment).
-  bool tiled_norm = true;
+  // Products on the scalar tiled kernel take a sibling product (tiled_sibling: a prompt's or a
+  // denoising step's gate and up as one kernel) and the norm of their rows (tiled_norm)
+  // (codegen::tiled_takes_extras, schedule/gemv_fusion.h). Sessions take the sibling unless
+  // MN_TILED_SIBLING=0 and the norm only with MN_TILED_NORM=1: its squares in the product loop
+  // cost more than its launch and barrier (H100, docs/perf.md). runtime::apply_environment.
+  bool tiled_norm = false;
   bool tiled_sibling = true;
   // A decoding MLP's down projection computed in the gate·up GEMV's kernel (GemvExtras::chain,
   // schedule/gemv_fusion.h): one barrier window fewer a layer, but its 48 large workgroups

@@ -132,7 +132,7 @@ void apply_environment(codegen::DeviceTraits& t) {
       tile_name("MN_TENSOR_ATTENTION_GRAD_TILE", codegen::attention_tensor_tiles());
   t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);
   t.tensor_sibling = support::env_switch("MN_TENSOR_SIBLING", true);
-  t.tiled_norm = support::env_switch("MN_TILED_NORM", true);
+  t.tiled_norm = support::env_switch("MN_TILED_NORM", false);
   t.tiled_sibling = support::env_switch("MN_TILED_SIBLING", true);
   // Off since measured slower on the H100 (docs/perf.md, 2026-12-06): =1 chains the products.
   t.gemv_chain = support::env_switch("MN_GEMV_CHAIN", false);

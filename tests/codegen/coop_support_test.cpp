@@ -226,7 +226,7 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
         Switch{"MN_CONV_COOP", &DeviceTraits::conv_coop, true},
         Switch{"MN_CONV_COOP_1X1", &DeviceTraits::conv_coop_1x1, false},
         Switch{"MN_TENSOR_SIBLING", &DeviceTraits::tensor_sibling, true},
-        Switch{"MN_TILED_NORM", &DeviceTraits::tiled_norm, true},
+        Switch{"MN_TILED_NORM", &DeviceTraits::tiled_norm, false},
         Switch{"MN_TILED_SIBLING", &DeviceTraits::tiled_sibling, true},
         Switch{"MN_ATTENTION_DECODE_GROUPS", &DeviceTraits::decode_attention_groups, false}}) {
     for (const auto& [value, want] :

@@ -209,13 +209,15 @@ TEST(GemvFusion, WithoutSubgroupArithmeticTheNeighboursStay) {
   EXPECT_EQ(count_prefix(names, "cast"), 0u) << ::testing::PrintToString(names);
 }
 
-// Several rows: the products on the scalar tiled kernel (gate, up) take the norm of their rows
-// instead of the GEMV, and its kernel goes, and gate and up are one kernel (the sibling); read
-// by anything else, the norm keeps its kernel and the products read its value.
+// Several rows: gate and up are one kernel on the scalar tiled kernel (the sibling), and with
+// MN_TILED_NORM=1 they take the norm of their rows instead of the GEMV, and its kernel goes;
+// read by anything else, the norm keeps its kernel and the products read its value.
 TEST(GemvFusion, SeveralRowsTakeTheNormInTheTiledKernel) {
   MlpGraph m(DType::f32, /*rows=*/3);
   plan::PlanOptions po;
   po.device = subgroup_device();
+  EXPECT_FALSE(po.device.tiled_norm);  // off unless asked for
+  po.device.tiled_norm = true;         // MN_TILED_NORM=1
   std::vector<std::string> names = launch_names(plan::make_step_plan(m.g, po));
   const std::string all = ::testing::PrintToString(names);
   EXPECT_EQ(count_prefix(names, "rms_norm"), 0u) << all;
@@ -225,7 +227,7 @@ TEST(GemvFusion, SeveralRowsTakeTheNormInTheTiledKernel) {
       << all;
   EXPECT_EQ(names.size(), 2u) << all;  // and the down projection with the residual
   plan::PlanOptions apart = po;
-  apart.device.tiled_norm = false;  // MN_TILED_NORM=0
+  apart.device.tiled_norm = false;  // as sessions have it unless MN_TILED_NORM=1
   names = launch_names(plan::make_step_plan(m.g, apart));
   EXPECT_EQ(count_prefix(names, "rms_norm"), 1u) << ::testing::PrintToString(names);
   EXPECT_EQ(std::count(names.begin(), names.end(), "matmul_16x16+sibling+epilogue[silu,mul]"), 1)
@@ -261,6 +263,7 @@ TEST(GemvFusion, RowsNormedInTheTiledKernelMatchTheReference) {
   g.output("long_k", matmul(plain, g.parameter("wl", {2000, 24}, Init::zeros())));
   const reference::Feeds feeds = random_feeds(g, "tiled_norm");
   const auto expected = reference::evaluate(g, feeds);
+  testing::ScopedEnv norm("MN_TILED_NORM", "1");
   for (const char* split : {"0", "3"}) {
     testing::ScopedEnv splits("MN_MATMUL_SPLIT_K", split);
     auto run = [&] {
@@ -281,6 +284,7 @@ TEST(GemvFusion, RowsNormedInTheTiledKernelMatchTheReference) {
     EXPECT_LT(fused_dispatches, unfused_dispatches);
   }
   plan::PlanOptions po;
+  po.device.tiled_norm = true;
   std::vector<std::string> names = launch_names(plan::make_step_plan(g, po));
   EXPECT_EQ(count_prefix(names, "rms_norm"), 0u) << ::testing::PrintToString(names);
   EXPECT_EQ(count_prefix(names, "permute"), 0u) << ::testing::PrintToString(names);
@@ -313,8 +317,8 @@ TEST(GemvFusion, ValuesMatchTheReference) {
 }
 
 // On the device: the MLP of several rows on the tiled kernel, gate and up as one product with
-// the norm inside, with its K whole and split, 16×16 and 64×64 tiles (3 and 40 rows), weights
-// stored in f32 and bf16; against the reference and the unfused kernels.
+// and without the norm inside, with its K whole and split, 16×16 and 64×64 tiles (3 and 40
+// rows), weights stored in f32 and bf16; against the reference and the unfused kernels.
 TEST(GemvFusion, TiledSiblingsMatchTheReference) {
   for (int64_t rows : {3, 40}) {
     for (DType dtype : {DType::f32, DType::bf16}) {
@@ -322,24 +326,29 @@ TEST(GemvFusion, TiledSiblingsMatchTheReference) {
       const std::string what = std::to_string(rows) + " rows, " + dtype_name(dtype);
       const reference::Feeds feeds = random_feeds(m.g, "tiled_sibling_" + what);
       const Array expected = reference::evaluate(m.g, feeds).at("y");
-      for (const char* split : {"0", "2"}) {
-        testing::ScopedEnv splits("MN_MATMUL_SPLIT_K", split);
-        auto run = [&] {
-          auto s = build_session(m.g);
-          for (const auto& [name, value] : feeds) s->set(name, value);
-          s->step();
-          return s->get("y");
-        };
-        const Array fused = run();
-        testing::ScopedEnv off("MN_FUSION", "0");
-        const Array unfused = run();
-        EXPECT_LE(testing::scaled_error(fused, expected), 2e-5) << what << ", splits " << split;
-        EXPECT_LE(testing::scaled_error(fused, unfused), 2e-5) << what << ", splits " << split;
-      }
+      for (const char* split : {"0", "2"})
+        for (const char* norm : {"0", "1"}) {
+          testing::ScopedEnv splits("MN_MATMUL_SPLIT_K", split);
+          testing::ScopedEnv norms("MN_TILED_NORM", norm);
+          auto run = [&] {
+            auto s = build_session(m.g);
+            for (const auto& [name, value] : feeds) s->set(name, value);
+            s->step();
+            return s->get("y");
+          };
+          const Array fused = run();
+          testing::ScopedEnv off("MN_FUSION", "0");
+          const Array unfused = run();
+          EXPECT_LE(testing::scaled_error(fused, expected), 2e-5)
+              << what << ", splits " << split << ", norm " << norm;
+          EXPECT_LE(testing::scaled_error(fused, unfused), 2e-5)
+              << what << ", splits " << split << ", norm " << norm;
+        }
     }
     plan::PlanOptions po;
     po.device.storage_16bit = true;
     po.device.matmul_split_k = 2;
+    po.device.tiled_norm = true;
     const std::vector<std::string> names =
         launch_names(plan::make_step_plan(MlpGraph(DType::bf16, rows).g, po));
     EXPECT_EQ(std::count_if(names.begin(), names.end(),
