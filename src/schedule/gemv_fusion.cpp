@@ -109,7 +109,9 @@ void take_norms_of_rows(const Graph& g, std::vector<KernelGroup>& groups,
     }
   }
   const std::set<NodeId> sinks = kept_values(g);
-  for (const auto& [v, of] : readers) {
+  for (const auto& [norm_id, readers_of] : readers) {
+    const NodeId v = norm_id;  // named: lambdas capture no structured bindings before C++20's
+    const std::vector<size_t>& of = readers_of;
     if (sinks.count(v) || row_norm(g, v)) continue;  // one row: the GEMV's (take_norm)
     const bool all = std::all_of(of.begin(), of.end(), [&](size_t i) {
       return reads_norm_as_a(g, groups[i], v) && tiled_takes_norm(g, groups[i], v, device);

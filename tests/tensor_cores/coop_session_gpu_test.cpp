@@ -197,5 +197,47 @@ TEST(CoopSessionGpu, AttentionOutputWithAPermutedTwin) {
   EXPECT_NE(names.find("attention_tensor+twin[bf16,permute(0,2,1,3)]"), std::string::npos) << names;
 }
 
+// f32 products on the cooperative kernels (workgroup- and subgroup-scope tiles) stored split
+// into heads element by element through C_st (schedule/permuted_stores.h), alone and with a
+// bias: the same values as the unfused kernels (the product, the add, a permute kernel).
+TEST(CoopSessionGpu, ProductsStoredPermutedElementByElement) {
+  MN_REQUIRE_COOP_PATH(CoopPath::workgroup);
+  Graph g;
+  Tensor x = g.input("x", {4, 1500, 384});  // Whisper's q, k and v at batch 4
+  Tensor w = g.input("w", {384, 384});
+  Tensor b = g.input("b", {384});
+  Tensor x2 = g.input("x2", {1, 256, 1536});  // K of 1536: the subgroup tiles
+  Tensor w2 = g.input("w2", {576, 1536});
+  const std::vector<int64_t> heads{0, 2, 1, 3};
+  g.output("lone", permute(reshape(matmul(x, w, false, true), {4, 1500, 6, 64}), heads) * 2.0);
+  g.output("biased",
+           permute(reshape(matmul(x * 0.5, w, false, true) + b, {4, 1500, 6, 64}), heads));
+  g.output("long_k", permute(reshape(matmul(x2, w2, false, true), {1, 256, 9, 64}), heads) + 1.0);
+  std::mt19937_64 rng = rng_for("coop_products_permuted");
+  reference::Feeds feeds;
+  for (NodeId id : g.inputs()) feeds[g.node(id).name] = random_array(rng, g.node(id).type);
+  auto run = [&](std::string* kernels) {
+    SessionOptions so;
+    so.profile = true;
+    auto s = build_session(g, so);
+    for (const auto& [name, value] : feeds) s->set(name, value);
+    s->step();
+    if (kernels) *kernels = kernels_of(*s);
+    std::map<std::string, Array> out;
+    for (const std::string& name : s->output_names()) out[name] = s->get(name);
+    return out;
+  };
+  std::string k;
+  const auto fused = run(&k);
+  ScopedEnv off("MN_FUSION", "0");
+  const auto unfused = run(nullptr);
+  for (const auto& [name, value] : fused) {
+    EXPECT_LE(scaled_error(value, unfused.at(name)), 1e-6) << name;
+  }
+  EXPECT_GE(occurrences(k, "+store[permute(0,2,1,3)]"), 3u) << k;
+  EXPECT_GE(occurrences(k, "matmul_coop"), 3u) << k;
+  EXPECT_EQ((" " + k).find(" permute "), std::string::npos) << k;  // no permute kernel
+}
+
 }  // namespace
 }  // namespace mn::testing
