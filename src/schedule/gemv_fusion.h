@@ -15,9 +15,9 @@
 //    (codegen::DeviceTraits::gemv_chain; off by default: measured slower) and the sizes fit
 //    (codegen::gemv_chain_threads).
 // Products of many rows on the scalar tiled kernel (a denoising step's 50 action tokens, a
-// prompt's rows where no tensor core takes them) take the norm and the sibling too
-// (codegen::tiled_takes_extras): a norm of many rows only where every one of its readers is
-// such a product, so that its kernel and barrier go.
+// prompt's rows where no tensor core takes them) take the sibling and, with MN_TILED_NORM=1,
+// the norm too (codegen::tiled_takes_extras): a norm of many rows only where every one of its
+// readers is such a product, so that its kernel and barrier go.
 // A node's kernel is dropped only when nothing reads it any more. See codegen::GemvExtras.
 #include <vector>
 
