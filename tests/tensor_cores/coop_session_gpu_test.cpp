@@ -101,37 +101,45 @@ TEST(CoopSessionGpu, ConvolutionWithBias) {
   EXPECT_TRUE(fits_f16_model(s->get("y").data, m)) << k;
 }
 
-// Every output of `g` (random inputs from `seed`) from a session with bf16 products, fused and
-// with MN_FUSION=0 (one kernel per node): within 1e-2 of each other and within 3e-2 of float64,
-// relative to each output's scale. Returns the fused session's kernel names.
-std::string expect_bf16_fused_matches(const Graph& g, const std::string& seed) {
-  std::mt19937_64 rng = rng_for(seed);
+// Every output of `g` on random inputs from `seed`, from sessions of `precision`, fused and
+// with MN_FUSION=0 (one kernel per node), and the fused session's kernel names.
+struct FusedAndUnfused {
   reference::Feeds feeds;
-  for (NodeId id : g.inputs()) feeds[g.node(id).name] = random_array(rng, g.node(id).type);
+  std::map<std::string, Array> fused, unfused;
+  std::string kernels;
+};
+
+FusedAndUnfused run_fused_and_unfused(const Graph& g, const std::string& seed, DType precision) {
+  FusedAndUnfused r;
+  std::mt19937_64 rng = rng_for(seed);
+  for (NodeId id : g.inputs()) r.feeds[g.node(id).name] = random_array(rng, g.node(id).type);
   auto run = [&](std::string* kernels) {
     SessionOptions so;
-    so.precision = DType::bf16;
+    so.precision = precision;
     so.profile = true;
     auto s = build_session(g, so);
-    for (const auto& [name, value] : feeds) s->set(name, value);
+    for (const auto& [name, value] : r.feeds) s->set(name, value);
     s->step();
     if (kernels) *kernels = kernels_of(*s);
     std::map<std::string, Array> out;
     for (const std::string& name : s->output_names()) out[name] = s->get(name);
     return out;
   };
-  std::string kernels;
-  const auto fused = run(&kernels);
-  std::map<std::string, Array> unfused;
-  {
-    ScopedEnv off("MN_FUSION", "0");
-    unfused = run(nullptr);
+  r.fused = run(&r.kernels);
+  ScopedEnv off("MN_FUSION", "0");
+  r.unfused = run(nullptr);
+  return r;
+}
+
+// run_fused_and_unfused with bf16 products: the two within 1e-2 of each other and within 3e-2 of
+// float64, relative to each output's scale. Returns the fused session's kernel names.
+std::string expect_bf16_fused_matches(const Graph& g, const std::string& seed) {
+  const FusedAndUnfused r = run_fused_and_unfused(g, seed, DType::bf16);
+  for (const auto& [name, want] : reference::evaluate(g, r.feeds)) {
+    EXPECT_LE(scaled_error(r.fused.at(name), r.unfused.at(name)), 1e-2) << seed << ": " << name;
+    EXPECT_LE(scaled_error(r.fused.at(name), want), 3e-2) << seed << ": " << name;
   }
-  for (const auto& [name, want] : reference::evaluate(g, feeds)) {
-    EXPECT_LE(scaled_error(fused.at(name), unfused.at(name)), 1e-2) << seed << ": " << name;
-    EXPECT_LE(scaled_error(fused.at(name), want), 3e-2) << seed << ": " << name;
-  }
-  return kernels;
+  return r.kernels;
 }
 
 size_t occurrences(const std::string& text, const std::string& what) {
@@ -213,27 +221,11 @@ TEST(CoopSessionGpu, ProductsStoredPermutedElementByElement) {
   g.output("biased",
            permute(reshape(matmul(x * 0.5, w, false, true) + b, {4, 1500, 6, 64}), heads));
   g.output("long_k", permute(reshape(matmul(x2, w2, false, true), {1, 256, 9, 64}), heads) + 1.0);
-  std::mt19937_64 rng = rng_for("coop_products_permuted");
-  reference::Feeds feeds;
-  for (NodeId id : g.inputs()) feeds[g.node(id).name] = random_array(rng, g.node(id).type);
-  auto run = [&](std::string* kernels) {
-    SessionOptions so;
-    so.profile = true;
-    auto s = build_session(g, so);
-    for (const auto& [name, value] : feeds) s->set(name, value);
-    s->step();
-    if (kernels) *kernels = kernels_of(*s);
-    std::map<std::string, Array> out;
-    for (const std::string& name : s->output_names()) out[name] = s->get(name);
-    return out;
-  };
-  std::string k;
-  const auto fused = run(&k);
-  ScopedEnv off("MN_FUSION", "0");
-  const auto unfused = run(nullptr);
-  for (const auto& [name, value] : fused) {
-    EXPECT_LE(scaled_error(value, unfused.at(name)), 1e-6) << name;
+  const FusedAndUnfused r = run_fused_and_unfused(g, "coop_products_permuted", DType::f32);
+  for (const auto& [name, value] : r.fused) {
+    EXPECT_LE(scaled_error(value, r.unfused.at(name)), 1e-6) << name;
   }
+  const std::string& k = r.kernels;
   EXPECT_GE(occurrences(k, "+store[permute(0,2,1,3)]"), 3u) << k;
   EXPECT_GE(occurrences(k, "matmul_coop"), 3u) << k;
   EXPECT_EQ((" " + k).find(" permute "), std::string::npos) << k;  // no permute kernel
