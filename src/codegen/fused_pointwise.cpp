@@ -8,14 +8,8 @@ namespace mn::codegen {
 
 namespace {
 
+using glsl::replace_all;
 using glsl::ulit;
-
-std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
-    s.replace(at, from.size(), to);
-  }
-  return s;
-}
 
 }  // namespace
 

@@ -195,6 +195,13 @@ std::string broadcast_offset(std::span<const int64_t> in, std::span<const int64_
   return s.empty() ? "0u" : "(" + s + ")";
 }
 
+std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
+    s.replace(at, from.size(), to);
+  }
+  return s;
+}
+
 std::string float_literal(double v) {
   float f = static_cast<float>(v);
   if (std::isnan(f)) return "uintBitsToFloat(0x7fc00000u)";

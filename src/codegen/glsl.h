@@ -65,6 +65,9 @@ std::string broadcast_offset(std::span<const int64_t> in, std::span<const int64_
 // A GLSL float literal that round-trips the double's f32 value ("1.0", "-3.5e-08", "(1.0/0.0)").
 std::string float_literal(double v);
 
+// `s` with every `from` replaced by `to` (a kernel text's placeholders filled in).
+std::string replace_all(std::string s, const std::string& from, const std::string& to);
+
 // The complete source of a 1-D elementwise kernel: `body` runs for index `i` < n.
 std::string elementwise_kernel(const std::string& declarations, const std::string& body,
                                uint64_t n);

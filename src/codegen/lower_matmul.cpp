@@ -122,9 +122,12 @@ std::string slab_loads(const MatmulGeometry& g, const TiledConfig& c, bool gamma
   const std::string bn = clamp(c.check_n, "gn", N), bk = clamp(c.check_k, "gkb", K);
   const std::string b_off = g.tb ? bn + " * " + K + " + " + bk : bk + " * " + N + " + " + bn;
   const std::string b_guard = guard({{c.check_n, "gn < " + N}, {c.check_k, "gkb < " + K}});
-  std::string b_load =
-      b_guard.empty() ? "B_ld(bbase + " + b_off + ")" : "(" + b_guard + ") ? ld_b : 0.0";
-  if (gamma) b_load = "(" + b_load + ") * G_ld(" + bk + ")";
+  // B's element, or the sibling's (S: B's shape and layout), held in `held` where guarded.
+  auto b_like = [&](const std::string& matrix, const std::string& held) {
+    const std::string v = b_guard.empty() ? matrix + "_ld(bbase + " + b_off + ")"
+                                          : "(" + b_guard + ") ? " + held + " : 0.0";
+    return gamma ? "(" + v + ") * G_ld(" + bk + ")" : v;
+  };
   // Unrolled here: registers indexed by a literal stay registers.
   std::string s;
   for (int64_t e = 0; e < c.per_thread; ++e) {
@@ -133,20 +136,10 @@ std::string slab_loads(const MatmulGeometry& g, const TiledConfig& c, bool gamma
     s += "      uint gm = row0 + mm, gk = kn + kk, gn = col0 + nn, gkb = kn + kb;\n";
     if (!a_guard.empty()) s += "      float ld_a = A_ld(abase + " + a_off + ");\n";
     if (!b_guard.empty()) s += "      float ld_b = B_ld(bbase + " + b_off + ");\n";
-    s += "      ra[" + E + "] = " + a_load + ";\n      rb[" + E + "] = " + b_load + ";\n";
-    if (sibling) {
-      // The sibling's matrix has B's shape and layout: the same element, from S.
-      std::string s_load = b_load;
-      for (size_t at = s_load.find("B_ld"); at != std::string::npos; at = s_load.find("B_ld")) {
-        s_load.replace(at, 4, "S_ld");
-      }
-      if (!b_guard.empty()) s += "      float ld_b_s = S_ld(bbase + " + b_off + ");\n";
-      for (size_t at = s_load.find("ld_b"); at != std::string::npos;
-           at = s_load.find("ld_b", at + 6)) {
-        s_load.replace(at, 4, "ld_b_s");
-      }
-      s += "      rs[" + E + "] = " + s_load + ";\n";
-    }
+    if (!b_guard.empty() && sibling) s += "      float ld_s = S_ld(bbase + " + b_off + ");\n";
+    s += "      ra[" + E + "] = " + a_load + ";\n      rb[" + E + "] = " + b_like("B", "ld_b") +
+         ";\n";
+    if (sibling) s += "      rs[" + E + "] = " + b_like("S", "ld_s") + ";\n";
     s += "    }\n";
   }
   return s;
@@ -239,16 +232,9 @@ std::string per_output(const TiledConfig& c, const MatmulGeometry& g, const std:
   for (int64_t i = 0; i < c.t; ++i) {
     for (int64_t j = 0; j < c.t; ++j) {
       const std::string I = std::to_string(i), J = std::to_string(j);
-      std::string b = body;
-      for (size_t at = b.find("@acc"); at != std::string::npos; at = b.find("@acc")) {
-        b.replace(at, 4, "acc[" + I + "][" + J + "]");
-      }
-      for (size_t at = b.find("@sib"); at != std::string::npos; at = b.find("@sib")) {
-        b.replace(at, 4, "sib[" + I + "][" + J + "]");
-      }
-      for (size_t at = b.find("@rs"); at != std::string::npos; at = b.find("@rs")) {
-        b.replace(at, 3, "rscale[" + I + "]");
-      }
+      std::string b = glsl::replace_all(body, "@acc", "acc[" + I + "][" + J + "]");
+      b = glsl::replace_all(b, "@sib", "sib[" + I + "][" + J + "]");
+      b = glsl::replace_all(b, "@rs", "rscale[" + I + "]");
       s += "  {\n";
       s += c.t == 4 ? "    uint gm = row0 + ty * 4u + " + I + "u, gn = col0 + tx * 4u + " + J + "u;\n"
                     : "    uint gm = row0 + ty, gn = col0 + tx;\n";

@@ -58,9 +58,13 @@ std::vector<TensorType> node_input_types(const Graph& g, const Node& n) {
   return types;
 }
 
+bool without_extras_but_a_norm(const KernelGroup& k) {
+  return k.gemv.sibling < 0 && k.gemv.stacked.empty() && k.gemv.then < 0 && k.rope.node < 0 &&
+         k.append.k_write < 0;
+}
+
 bool without_extras(const KernelGroup& k) {
-  return k.gemv.norm < 0 && k.gemv.sibling < 0 && k.gemv.stacked.empty() && k.gemv.then < 0 &&
-         k.rope.node < 0 && k.append.k_write < 0;
+  return k.gemv.norm < 0 && without_extras_but_a_norm(k);
 }
 
 std::set<NodeId> kept_values(const Graph& g) {

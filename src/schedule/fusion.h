@@ -186,6 +186,8 @@ std::map<NodeId, int> group_producers(std::span<const KernelGroup> groups);
 // GEMV (norm, sibling, stacked products), no rotation applied as an operand loads, no cache
 // slot read from a write's update.
 bool without_extras(const KernelGroup& k);
+// The same but for a norm a product takes of its rows (KernelGroup::Gemv::norm).
+bool without_extras_but_a_norm(const KernelGroup& k);
 
 // The types of node `n`'s inputs, as a lowering context of the node takes them.
 std::vector<TensorType> node_input_types(const Graph& g, const Node& n);

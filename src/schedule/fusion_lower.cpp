@@ -107,6 +107,22 @@ std::optional<codegen::GemvExtras> gemv_extras(const Graph& g, const KernelGroup
   return x;
 }
 
+// A group stored permuted (permuted_stores.h) has the permute as its output: its result has the
+// shape of the permute's operand (a reshape of the computed value, or that value itself).
+Shape unpermuted_shape(const Graph& g, const KernelGroup& group) {
+  return g.node(g.node(group.outputs.at(0)).inputs.front()).type.shape;
+}
+
+// A product stored permuted lowers with the stored shape and permutation in its context (its
+// kernel stores through them); `shape` holds the shape the context points at.
+void store_product_permuted(const Graph& g, const KernelGroup& group, Shape& shape,
+                            codegen::LowerContext& ctx) {
+  if (group.stored_permuted.empty()) return;
+  shape = unpermuted_shape(g, group);
+  ctx.stored_shape = &shape;
+  ctx.stored_perm = &group.stored_permuted;
+}
+
 codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
                                  const codegen::DeviceTraits& device) {
   const NodeId m = group.nodes.front();
@@ -168,11 +184,8 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
   // Stored permuted (permuted_stores.h), the group's output is the permute of (a reshape of) the
   // value the segment computes: the segment stores that value, the kernel moves it.
   std::vector<NodeId> outputs = group.outputs;
-  Shape permuted_shape;
   if (!group.stored_permuted.empty()) {
-    const Node& permute = g.node(outputs.front());
-    permuted_shape = g.node(permute.inputs.front()).type.shape;
-    NodeId value = permute.inputs.front();
+    NodeId value = g.node(outputs.front()).inputs.front();
     if (g.node(value).op_name() == "reshape") value = g.node(value).inputs.front();
     outputs.front() = value;
   }
@@ -189,10 +202,8 @@ codegen::Lowering lower_epilogue(const Graph& g, const KernelGroup& group,
   Node stored = mm;
   stored.type.dtype = g.node(group.outputs.front()).type.dtype;
   codegen::LowerContext ctx{stored, in_types, device};
-  if (!group.stored_permuted.empty()) {
-    ctx.stored_shape = &permuted_shape;
-    ctx.stored_perm = &group.stored_permuted;
-  }
+  Shape permuted_shape;
+  store_product_permuted(g, group, permuted_shape, ctx);
   const bool conv = mm.op_name() == "conv2d";
   // Element (b, m, n) of the product is element b·M·N + m·N + n of its (row-major) shape; a
   // conv's output [N, O, OH, OW] is the product [N, O, OH·OW] (codegen/matmul_epilogue.h).
@@ -357,8 +368,7 @@ namespace {
 // (schedule/permuted_stores.h): its output is the permute's value.
 void store_permuted(const Graph& g, const KernelGroup& group, codegen::Lowering& l) {
   if (group.stored_permuted.empty()) return;
-  const Node& permute = g.node(group.outputs.at(0));
-  codegen::add_permuted_store(l, g.node(permute.inputs.front()).type.shape, group.stored_permuted);
+  codegen::add_permuted_store(l, unpermuted_shape(g, group), group.stored_permuted);
 }
 
 }  // namespace
@@ -401,11 +411,7 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
     codegen::LowerContext ctx{node, in_types, device, false, check_indices};
     // A product taking its rows' norm may store itself permuted too (permuted_stores.h).
     Shape stored_shape;
-    if (!group.stored_permuted.empty()) {
-      stored_shape = g.node(g.node(group.outputs.at(0)).inputs.front()).type.shape;
-      ctx.stored_shape = &stored_shape;
-      ctx.stored_perm = &group.stored_permuted;
-    }
+    store_product_permuted(g, group, stored_shape, ctx);
     return codegen::lower_matmul_fused(ctx, nullptr, &*x);
   }
   std::optional<codegen::RopeLoad> rope, k_rope;
@@ -446,11 +452,7 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
   // other kernels' stores are rewritten after lowering.
   const bool product_permuted = !group.stored_permuted.empty() && node.op_name() == "matmul";
   Shape stored_shape;
-  if (product_permuted) {
-    stored_shape = g.node(g.node(group.outputs.at(0)).inputs.front()).type.shape;
-    ctx.stored_shape = &stored_shape;
-    ctx.stored_perm = &group.stored_permuted;
-  }
+  if (product_permuted) store_product_permuted(g, group, stored_shape, ctx);
   codegen::Lowering l = (*lower)(ctx);
   // A second output: the cast the kernel stores beside its value (schedule/narrowed_stores.h).
   for (const auto& [own, twin] : twin_outputs(g, group)) {

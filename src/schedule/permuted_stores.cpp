@@ -55,11 +55,8 @@ bool lone_product(const Graph& g, const KernelGroup& k) {
   const bool single = k.kind == KernelGroup::Kind::single && k.nodes.size() == 1;
   const bool epilogue = k.kind == KernelGroup::Kind::matmul_epilogue;
   // A norm of its rows (gemv_fusion.h) goes with the tiled kernel's element-wise stores.
-  KernelGroup bare = k;
-  if (!k.gemv.stacked.empty() || k.gemv.sibling >= 0 || k.gemv.then >= 0) return false;
-  bare.gemv.norm = -1;
   return (single || epilogue) && k.outputs.size() == 1 && k.stored_permuted.empty() &&
-         without_extras(bare) && g.node(k.nodes.front()).op_name() == "matmul";
+         without_extras_but_a_norm(k) && g.node(k.nodes.front()).op_name() == "matmul";
 }
 
 // Whether the product's kernel stores it reshaped to `shape` and permuted by `perm`: any kernel
