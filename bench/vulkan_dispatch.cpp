@@ -6,7 +6,8 @@
 //  - with --latency, the floor of a dependent window as a decoding step has them: chains of
 //    dispatches of 1 to 528 workgroups of 256 invocations, each reading what the previous one
 //    wrote and, in the cold variant, a stream of its own that no earlier dispatch touched (a
-//    GEMV's weights: one memory latency from DRAM), GPU time per dispatch; and the same chains
+//    GEMV's weights: one memory latency from DRAM), or in the cached variant the same region for
+//    every dispatch (in L2 after the first), GPU time per dispatch; and the same chains
 //    without barriers, each dispatch waiting in the kernel for a counter the previous one's
 //    workgroups increment (its cold loads issued before the wait or after it).
 // PyTorch counterpart: bench/vulkan_dispatch.py.
@@ -354,15 +355,17 @@ struct ColdStream {
 // it), ordered as `order` says (`counters`: the kernels' counters, zeroed at the start of each
 // submission); GPU time per dispatch, checked against the same arithmetic on the host.
 Json latency_case(vk::Device& device, const vk::Pipeline& pipeline, const ColdStream& cold,
-                  vk::Arena& counters, Order order, uint32_t groups, uint32_t per, int chain,
-                  int submits) {
+                  vk::Arena& counters, Order order, uint32_t groups, uint32_t per, bool warm,
+                  int chain, int submits) {
   const bool by_counters = order != Order::barriers;
   const uint64_t n = uint64_t{groups} * kLatencyThreads;
   // Each dispatch's region: a power of two, so that none straddles a chunk of the arena.
   const uint64_t region = std::bit_ceil(std::max<uint64_t>(16, n * 16 * per));
-  const uint64_t regions = std::min<uint64_t>(ColdStream::kBytes, cold.arena.chunk_bytes()) /
-                           region *
-                           std::max<uint64_t>(1, ColdStream::kBytes / cold.arena.chunk_bytes());
+  // Warm: every dispatch reads the same region, in the cache after the first.
+  const uint64_t regions =
+      warm ? 1
+           : std::min<uint64_t>(ColdStream::kBytes, cold.arena.chunk_bytes()) / region *
+                 std::max<uint64_t>(1, ColdStream::kBytes / cold.arena.chunk_bytes());
   vk::Arena xs(device, n * 4, vk::ArenaOptions{vk::ArenaOptions::HostAccess::never, 0});
   std::vector<uint32_t> x = random_words(n, groups + per);
   xs.write(0, std::as_bytes(std::span(x)));
@@ -406,6 +409,7 @@ Json latency_case(vk::Device& device, const vk::Pipeline& pipeline, const ColdSt
           {"workgroups", groups},
           {"invocations", kLatencyThreads},
           {"cold_bytes_per_dispatch", n * 16 * per},
+          {"reads", per == 0 ? "none" : (warm ? "cached" : "cold")},
           {"us_per_dispatch_median", median(us)},
           {"us_per_dispatch_min", *std::min_element(us.begin(), us.end())},
           {"correct", back == x}};
@@ -438,10 +442,15 @@ Json bench_latency(vk::Device& device, codegen::ShaderCache& shaders, int chain,
       if (by_counters) k.specialization.push_back({4, order == Order::counters ? 0u : 1u});
       const vk::Pipeline pipeline(device, by_counters ? counters_spirv : spirv, k, "latency");
       for (uint32_t groups : {1u, 16u, 132u, 528u}) {
-        Json row =
-            latency_case(device, pipeline, cold, counters, order, groups, per, chain, submits);
-        ok = ok && row["correct"].get<bool>();
-        rows.push_back(std::move(row));
+        // The same reads from the cache (one region for every dispatch): what a window's
+        // weights cost when an earlier window has brought them into L2.
+        for (bool warm : {false, true}) {
+          if (warm && (per == 0 || order != Order::barriers)) continue;
+          Json row = latency_case(device, pipeline, cold, counters, order, groups, per, warm, chain,
+                                  submits);
+          ok = ok && row["correct"].get<bool>();
+          rows.push_back(std::move(row));
+        }
       }
     }
   }
