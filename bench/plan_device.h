@@ -43,6 +43,7 @@ inline std::optional<plan::PlanOptions> plan_device(const std::string& name) {
   t.float_atomics = true;
   t.max_storage_buffers = std::numeric_limits<uint32_t>::max();
   t.multiprocessors = 132;
+  t.cache_prefetch = true;
   t.coop = true;
   t.coop_bf16 = true;
   t.coop_wg_granularity = {{{16, 16, 16}, {16, 16, 16}, {32, 16, 16}, {32, 32, 16}}};

@@ -137,6 +137,11 @@ struct DeviceTraits {
   // The granularities of workgroup-scope bf16·bf16+f32 matrices, as coop_wg_granularity's
   // (zeros: not offered; VK_KHR_shader_bfloat16's cooperative matrices are needed too).
   std::array<std::array<uint32_t, 3>, 4> coop_wg_bf16_granularity{};
+  // A kernel at the end of each barrier window reads the weights the next window's kernels read,
+  // so that they find them in the GPU's cache (plan/cache_prefetch.h). Set for discrete GPUs
+  // (runtime::device_traits), whose memory latency a decoding step's short windows wait on;
+  // MN_CACHE_PREFETCH=0|1 overrides (runtime::apply_environment).
+  bool cache_prefetch = false;
   uint32_t multiprocessors = 0;  // 0: unknown
   // Workgroups that give every multiprocessor one (a large GPU's count when unknown): the grid
   // size below which tile choices prefer smaller tiles or split K.

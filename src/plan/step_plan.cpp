@@ -7,10 +7,12 @@
 #include <string_view>
 
 #include "codegen/index_check.h"
+#include "codegen/lower_cache_prefetch.h"
 #include "ir/graph_rewrite.h"
 #include "ir/op_def.h"
 #include "optimize/mixed_precision.h"
 #include "plan/barrier_windows.h"
+#include "plan/cache_prefetch.h"
 #include "plan/in_place.h"
 #include "schedule/cache_append.h"
 #include "schedule/fusion.h"
@@ -194,6 +196,34 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
       for (size_t k = 0; k < launch.buffers.size(); ++k) {
         if (launch.kernel.bindings[k].arg.kind == codegen::ArgRef::Kind::index_errors)
           launch.buffers[k] = p.index_region.buffer;
+      }
+    }
+  }
+
+  // Cache prefetches (plan/cache_prefetch.h), for programs that do not train: a training step's
+  // windows are long and its weights are written by the step itself.
+  const bool trains =
+      std::any_of(g.assignments().begin(), g.assignments().end(),
+                  [&](const auto& a) { return g.node(a.first).op_name() == "parameter"; });
+  if (options.device.cache_prefetch && !trains) {
+    std::vector<char> assigned(p.buffers.size(), 0);
+    for (const auto& [target, value] : g.assignments()) {
+      assigned[static_cast<size_t>(p.node_buffer[target])] = 1;
+    }
+    const std::vector<CachePrefetch> prefetches =
+        plan_cache_prefetches(p.launches, p.buffers, assigned);
+    if (!prefetches.empty()) {
+      const int sink = new_buffer(codegen::kCachePrefetchSinkBytes, true, -1);
+      const std::vector<int> moved =
+          insert_cache_prefetches(p.launches, p.buffers, prefetches, sink, options.device);
+      for (size_t b = 0; b < first_use.size(); ++b) {
+        if (first_use[b] >= 0) first_use[b] = moved[static_cast<size_t>(first_use[b])];
+        if (last_use[b] >= 0) last_use[b] = moved[static_cast<size_t>(last_use[b])];
+      }
+      for (IndexCheckSlot& c : p.index_checks) c.launch = moved[static_cast<size_t>(c.launch)];
+      for (size_t i = 0; i < p.launches.size(); ++i) {
+        if (p.launches[i].kernel.name != "cache_prefetch") continue;
+        for (int b : p.launches[i].buffers) touch(b, static_cast<int>(i));
       }
     }
   }

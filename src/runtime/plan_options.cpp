@@ -79,6 +79,7 @@ codegen::DeviceTraits device_traits(const vk::DeviceCapabilities& c) {
   }
   t.max_shared_optin_bytes = c.compute.shared_memory_optin_bytes;
   t.multiprocessors = c.compute.multiprocessors;
+  t.cache_prefetch = c.device_type == VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
   const auto& cm = c.cooperative_matrix;
   if (cm.khr_feature && c.types.bfloat16_cooperative_matrix && c.types.int16) {
     for (const auto& m : cm.khr_configs) {
@@ -165,6 +166,7 @@ void apply_environment(codegen::DeviceTraits& t) {
   t.conv_coop = support::env_switch("MN_CONV_COOP", true);
   t.conv_matmul = !support::env_switch("MN_CONV_NO_MATMUL", false);
   t.conv_coop_1x1 = support::env_switch("MN_CONV_COOP_1X1", false);
+  t.cache_prefetch = support::env_switch("MN_CACHE_PREFETCH", t.cache_prefetch);
 }
 
 plan::PlanOptions plan_options(const vk::Device& device) {

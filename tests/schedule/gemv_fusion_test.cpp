@@ -176,7 +176,10 @@ TEST(GemvFusion, ChainedValuesMatchTheReference) {
           EXPECT_LE(testing::scaled_error(ys.back(), reference::evaluate(g, feeds).at("y")), 2e-5)
               << what << ", step " << step;
           names.clear();
-          for (const KernelTime& k : s->profile()) names.push_back(k.name);
+          // Cache prefetches (a discrete GPU's, plan/cache_prefetch.h) follow the windows.
+          for (const KernelTime& k : s->profile()) {
+            if (k.name != "cache_prefetch") names.push_back(k.name);
+          }
         }
         return std::make_pair(ys, names);
       };
