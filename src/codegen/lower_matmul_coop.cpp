@@ -380,7 +380,12 @@ std::string coop_rejection(const LowerContext& ctx, const MatmulGeometry& g, int
   // product of batch·M rows (SmolLM2's f32 step at 8 × 512, whose 4096 × 576 projections of
   // K = 576 took the scalar kernel by their 512 rows a sequence: 120.0-120.3 → 108.8-108.9 ms a
   // step on the H100 with them on tensor cores).
-  if (g.k < kCoopShortK && g.m * g.n * batch < kCoopShortKMinOutputs) {
+  // Or enough multiply-adds: SmolVLA's gate and up projections at batch 8 (400 rows by
+  // 2048 × 720, 819200 outputs, 590M multiply-adds) took the loop from 57.5 to 52.5 ms on the
+  // H100 on tensor cores, where Whisper-tiny's 1500 × 384 × 384 projections (576000 outputs,
+  // 221M) were slower there (1.64 → 1.83 ms).
+  const int64_t outputs = g.m * g.n * batch;
+  if (g.k < kCoopShortK && outputs < kCoopShortKMinOutputs && outputs * g.k < kCoopShortKMinMacs) {
     return "short K on a medium output";
   }
   if (!choose_coop_tile(g, batch, d)) return "no tile configuration fits the device";

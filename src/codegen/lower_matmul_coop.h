@@ -138,8 +138,10 @@ CoopMagnitude absmax_coop_operand(const LowerContext& ctx, int i, Lowering& l, i
 // workgroup of work and runs faster on the scalar kernel).
 inline constexpr int64_t kCoopMinMacs = int64_t{1} << 24;
 inline constexpr int64_t kCoopMinOutputs = int64_t{1} << 16;
-// Below this K, the cooperative kernel needs at least this many outputs to win.
+// Below this K, the cooperative kernel needs at least this many outputs, or multiply-adds, to
+// win.
 inline constexpr int64_t kCoopShortK = 1024;
 inline constexpr int64_t kCoopShortKMinOutputs = int64_t{1} << 20;
+inline constexpr int64_t kCoopShortKMinMacs = int64_t{1} << 29;
 
 }  // namespace mn::codegen
