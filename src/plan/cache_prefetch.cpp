@@ -56,20 +56,12 @@ std::vector<CachePrefetch> plan_cache_prefetches(const std::vector<PlannedLaunch
   for (size_t w = 1; w < windows.size(); ++w) {
     const std::vector<int> before = reads_of(launches, windows[w - 1].first, windows[w - 1].second);
     const std::set<int> read_before(before.begin(), before.end());
-    std::set<int> written_before;
-    for (int i = windows[w - 1].first; i <= windows[w - 1].second; ++i) {
-      const PlannedLaunch& l = launches[static_cast<size_t>(i)];
-      for (size_t k = 0; k < l.buffers.size(); ++k) {
-        if (l.kernel.bindings[k].written) written_before.insert(l.buffers[k]);
-      }
-    }
+
     CachePrefetch p{windows[w - 1].second, {}};
     uint64_t bytes = 0;
     for (int b : reads_of(launches, windows[w].first, windows[w].second)) {
       const PlannedBuffer& buf = buffers[static_cast<size_t>(b)];
-      const bool written = options.written_states ? written_before.count(b) > 0
-                                                  : ever_written[static_cast<size_t>(b)] != 0;
-      if (!buf.persistent || written || read_before.count(b) ||
+      if (!buf.persistent || ever_written[static_cast<size_t>(b)] || read_before.count(b) ||
           buf.bytes < options.min_buffer_bytes) {
         continue;
       }

@@ -136,43 +136,6 @@ TEST(CachePrefetch, NoneWhereNothingIsWorthIt) {
   }
 }
 
-// A state a kernel updates (a KV cache) is read ahead only when asked, and then only by a window
-// that does not write it.
-TEST(CachePrefetch, WrittenStatesWhenAsked) {
-  Graph g;
-  Tensor x = g.input("x", {1, kWidth});
-  Tensor s = g.state("s", {kWidth, kWidth});
-  Tensor h = relu(matmul(x, g.parameter("w", {kWidth, kWidth}, Init::zeros()), false, true));
-  g.output("y", matmul(h, s, false, true));
-  g.assign(s, s * 0.5);
-  const plan::StepPlan p = plan::make_step_plan(g, prefetching(false));
-  const int state = p.node_buffer[static_cast<size_t>(p.persistents.at("s"))];
-  auto prefetched = [&](const std::vector<plan::CachePrefetch>& all) {
-    std::vector<int> afters;
-    for (const plan::CachePrefetch& f : all) {
-      if (std::count(f.buffers.begin(), f.buffers.end(), state)) afters.push_back(f.after);
-    }
-    return afters;
-  };
-  // Written by the kernel updating it or by the assignment's copy after the step.
-  std::vector<char> copied(p.buffers.size(), 0);
-  for (const auto& [from, to] : p.assignment_copies) copied[static_cast<size_t>(to)] = 1;
-  EXPECT_TRUE(prefetched(plan::plan_cache_prefetches(p.launches, p.buffers, copied)).empty());
-  plan::CachePrefetchOptions states;
-  states.written_states = true;
-  const std::vector<int> afters =
-      prefetched(plan::plan_cache_prefetches(p.launches, p.buffers, copied, states));
-  ASSERT_EQ(afters.size(), 1u);
-  const std::vector<int> ends = plan::barrier_run_ends(p.launches, true);
-  for (int i = afters[0]; i >= 0 && ends[static_cast<size_t>(i)] == afters[0]; --i) {
-    const plan::PlannedLaunch& l = p.launches[static_cast<size_t>(i)];
-    for (size_t k = 0; k < l.buffers.size(); ++k) {
-      EXPECT_FALSE(l.buffers[k] == state && l.kernel.bindings[k].written)
-          << "the window before writes the state it reads ahead";
-    }
-  }
-}
-
 TEST(CachePrefetch, SessionsComputeTheSameBits) {
   const Graph g = layer_chain();
   std::mt19937_64 rng = testing::rng_for("cache_prefetch");
