@@ -210,8 +210,10 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     for (const auto& [target, value] : g.assignments()) {
       assigned[static_cast<size_t>(p.node_buffer[target])] = 1;
     }
+    CachePrefetchOptions cpo;
+    cpo.max_bindings = std::min(cpo.max_bindings, options.device.max_storage_buffers);
     const std::vector<CachePrefetch> prefetches =
-        plan_cache_prefetches(p.launches, p.buffers, assigned);
+        plan_cache_prefetches(p.launches, p.buffers, assigned, cpo);
     if (!prefetches.empty()) {
       const int sink = new_buffer(codegen::kCachePrefetchSinkBytes, true, -1);
       const std::vector<int> moved =

@@ -118,6 +118,32 @@ TEST(CachePrefetch, NoneWhereNothingIsWorthIt) {
   plan::CachePrefetchOptions capped;
   capped.max_window_bytes = kWidth * kWidth * 4 - 1;
   EXPECT_TRUE(plan::plan_cache_prefetches(without_prefetches(p), p.buffers, {}, capped).empty());
+  // A prefetch binds no more buffers than the device takes, its sink included.
+  plan::CachePrefetchOptions one_binding;
+  one_binding.max_bindings = 1;
+  EXPECT_TRUE(
+      plan::plan_cache_prefetches(without_prefetches(p), p.buffers, {}, one_binding).empty());
+  {
+    // The window after the first reads two weights.
+    Graph two_weights;
+    Tensor x = two_weights.input("x", {1, kWidth});
+    Tensor h = relu(matmul(x, two_weights.parameter("w0", {kWidth, kWidth}, Init::zeros()),
+                           false, true));
+    for (const char* name : {"w1", "w2"}) {
+      two_weights.output(std::string("y") + name,
+                         matmul(h, two_weights.parameter(name, {kWidth, kWidth}, Init::zeros()),
+                                false, true));
+    }
+    for (uint32_t bindings : {16u, 2u}) {
+      plan::PlanOptions po = prefetching(true);
+      po.device.max_storage_buffers = bindings;
+      std::vector<size_t> bound;
+      for (const auto& l : plan::make_step_plan(two_weights, po).launches) {
+        if (is_prefetch(l)) bound.push_back(l.buffers.size());
+      }
+      EXPECT_EQ(bound, std::vector<size_t>{bindings == 2 ? 2u : 3u}) << bindings << " bindings";
+    }
+  }
   // A buffer written outside the launches (an assignment's copy) is not read ahead either.
   std::vector<char> assigned(p.buffers.size(), 1);
   EXPECT_TRUE(plan::plan_cache_prefetches(without_prefetches(p), p.buffers, assigned).empty());
