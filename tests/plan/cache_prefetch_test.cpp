@@ -127,12 +127,12 @@ TEST(CachePrefetch, NoneWhereNothingIsWorthIt) {
     // The window after the first reads two weights.
     Graph two_weights;
     Tensor x = two_weights.input("x", {1, kWidth});
-    Tensor h = relu(matmul(x, two_weights.parameter("w0", {kWidth, kWidth}, Init::zeros()),
-                           false, true));
+    Tensor h =
+        relu(matmul(x, two_weights.parameter("w0", {kWidth, kWidth}, Init::zeros()), false, true));
     for (const char* name : {"w1", "w2"}) {
-      two_weights.output(std::string("y") + name,
-                         matmul(h, two_weights.parameter(name, {kWidth, kWidth}, Init::zeros()),
-                                false, true));
+      two_weights.output(
+          std::string("y") + name,
+          matmul(h, two_weights.parameter(name, {kWidth, kWidth}, Init::zeros()), false, true));
     }
     for (uint32_t bindings : {16u, 2u}) {
       plan::PlanOptions po = prefetching(true);
