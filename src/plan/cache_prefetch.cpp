@@ -56,7 +56,6 @@ std::vector<CachePrefetch> plan_cache_prefetches(const std::vector<PlannedLaunch
   for (size_t w = 1; w < windows.size(); ++w) {
     const std::vector<int> before = reads_of(launches, windows[w - 1].first, windows[w - 1].second);
     const std::set<int> read_before(before.begin(), before.end());
-
     CachePrefetch p{windows[w - 1].second, {}};
     uint64_t bytes = 0;
     for (int b : reads_of(launches, windows[w].first, windows[w].second)) {
