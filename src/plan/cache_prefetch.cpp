@@ -53,12 +53,14 @@ std::vector<CachePrefetch> plan_cache_prefetches(const std::vector<PlannedLaunch
     windows.emplace_back(i, ends[static_cast<size_t>(i)]);
   }
   std::vector<CachePrefetch> prefetches;
+  if (windows.empty()) return prefetches;
+  std::vector<int> reads_before = reads_of(launches, windows[0].first, windows[0].second);
   for (size_t w = 1; w < windows.size(); ++w) {
-    const std::vector<int> before = reads_of(launches, windows[w - 1].first, windows[w - 1].second);
-    const std::set<int> read_before(before.begin(), before.end());
+    const std::set<int> read_before(reads_before.begin(), reads_before.end());
+    std::vector<int> reads = reads_of(launches, windows[w].first, windows[w].second);
     CachePrefetch p{windows[w - 1].second, {}};
     uint64_t bytes = 0;
-    for (int b : reads_of(launches, windows[w].first, windows[w].second)) {
+    for (int b : reads) {
       const PlannedBuffer& buf = buffers[static_cast<size_t>(b)];
       if (!buf.persistent || ever_written[static_cast<size_t>(b)] || read_before.count(b) ||
           buf.bytes < options.min_buffer_bytes) {
@@ -70,6 +72,7 @@ std::vector<CachePrefetch> plan_cache_prefetches(const std::vector<PlannedLaunch
       p.buffers.push_back(b);
     }
     if (!p.buffers.empty()) prefetches.push_back(std::move(p));
+    reads_before = std::move(reads);
   }
   return prefetches;
 }

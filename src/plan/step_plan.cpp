@@ -223,9 +223,10 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
         if (last_use[b] >= 0) last_use[b] = moved[static_cast<size_t>(last_use[b])];
       }
       for (IndexCheckSlot& c : p.index_checks) c.launch = moved[static_cast<size_t>(c.launch)];
-      for (size_t i = 0; i < p.launches.size(); ++i) {
-        if (p.launches[i].kernel.name != "cache_prefetch") continue;
-        for (int b : p.launches[i].buffers) touch(b, static_cast<int>(i));
+      // Each prefetch launches right after the last launch of its window.
+      for (const CachePrefetch& f : prefetches) {
+        const int at = moved[static_cast<size_t>(f.after)] + 1;
+        for (int b : p.launches[static_cast<size_t>(at)].buffers) touch(b, at);
       }
     }
   }

@@ -37,6 +37,7 @@ vk::DeviceCapabilities nvidia() {
   c.vendor_id = 0x10de;
   c.device_id = 0x2335;
   c.driver_version = "570.1";
+  c.device_type = VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU;
   c.types.float16 = true;
   c.vulkan_memory_model = true;
   c.cooperative_matrix.nv_feature = c.cooperative_matrix.khr_feature = true;
@@ -228,7 +229,8 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
         Switch{"MN_TENSOR_SIBLING", &DeviceTraits::tensor_sibling, true},
         Switch{"MN_TILED_NORM", &DeviceTraits::tiled_norm, false},
         Switch{"MN_TILED_SIBLING", &DeviceTraits::tiled_sibling, true},
-        Switch{"MN_ATTENTION_DECODE_GROUPS", &DeviceTraits::decode_attention_groups, false}}) {
+        Switch{"MN_ATTENTION_DECODE_GROUPS", &DeviceTraits::decode_attention_groups, false},
+        Switch{"MN_CACHE_PREFETCH", &DeviceTraits::cache_prefetch, true}}) {
     for (const auto& [value, want] :
          {std::pair<const char*, bool>{nullptr, s.unset}, {"0", false}, {"1", true}}) {
       testing::ScopedEnv e(s.name, value);
@@ -239,6 +241,14 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
       testing::ScopedEnv e(s.name, bad);
       mn::expect_error<Error>([&] { runtime::device_traits(c); }, {s.name, bad});
     }
+  }
+  // Cache prefetches default to on for discrete GPUs only (lavapipe and integrated GPUs: off).
+  for (const auto type : {VK_PHYSICAL_DEVICE_TYPE_CPU, VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU}) {
+    vk::DeviceCapabilities other = c;
+    other.device_type = type;
+    EXPECT_FALSE(runtime::device_traits(other).cache_prefetch) << vk::device_type_name(type);
+    testing::ScopedEnv on("MN_CACHE_PREFETCH", "1");
+    EXPECT_TRUE(runtime::device_traits(other).cache_prefetch) << vk::device_type_name(type);
   }
   // MN_CONV_NO_MATMUL=1 clears conv_matmul.
   for (const auto& [value, want] :
