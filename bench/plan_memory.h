@@ -39,6 +39,10 @@ inline nlohmann::json launch_order(const plan::StepPlan& plan) {
       const Node& node = plan.graph.node(n);
       line += " " + std::string(node.op_name()) + "(" + node.type.str() + ")";
     }
+    if (l.group < 0) {  // a launch of no kernel group (a cache prefetch): it computes nothing
+      order.push_back(std::move(line));
+      continue;
+    }
     line += " <-";
     for (NodeId n : plan.groups[static_cast<size_t>(l.group)].inputs) {
       line += " " + plan.graph.node(n).type.str();
