@@ -14,6 +14,7 @@
 #include "plan/barrier_windows.h"
 #include "plan/cache_prefetch.h"
 #include "plan/in_place.h"
+#include "plan/launch_levels.h"
 #include "schedule/cache_append.h"
 #include "schedule/fusion.h"
 #include "schedule/gemv_fusion.h"
@@ -125,6 +126,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     };
     codegen::Lowering l =
         schedule::lower_group(g, group, options.device, in_place[gi], options.check_indices);
+    order_by_dependency_level(l);
     if (l.alias_input0) {
       p.node_buffer[group.outputs.at(0)] = buffer_of(group.inputs.at(0));
       continue;
@@ -200,11 +202,11 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     }
   }
 
-  // Cache prefetches (plan/cache_prefetch.h), for programs that do not train: a training step's
-  // windows are long and its weights are written by the step itself.
   const bool trains =
       std::any_of(g.assignments().begin(), g.assignments().end(),
                   [&](const auto& a) { return g.node(a.first).op_name() == "parameter"; });
+  // Cache prefetches (plan/cache_prefetch.h), for programs that do not train: a training step's
+  // windows are long and its weights are written by the step itself.
   if (options.device.cache_prefetch && !trains) {
     std::vector<char> assigned(p.buffers.size(), 0);
     for (const auto& [target, value] : g.assignments()) {
