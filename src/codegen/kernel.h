@@ -142,6 +142,9 @@ struct DeviceTraits {
   // (runtime::device_traits), whose memory latency a decoding step's short windows wait on;
   // MN_CACHE_PREFETCH=0|1 overrides (runtime::apply_environment).
   bool cache_prefetch = false;
+  // A launch repeating an earlier one of its program (an f32 weight packed for tensor cores in
+  // every step of a loop) runs once (plan/shared_launches.h); MN_SHARED_LAUNCHES=0 turns it off.
+  bool shared_launches = true;
   uint32_t multiprocessors = 0;  // 0: unknown
   // Workgroups that give every multiprocessor one (a large GPU's count when unknown): the grid
   // size below which tile choices prefer smaller tiles or split K.

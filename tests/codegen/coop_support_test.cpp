@@ -230,7 +230,8 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
         Switch{"MN_TILED_NORM", &DeviceTraits::tiled_norm, false},
         Switch{"MN_TILED_SIBLING", &DeviceTraits::tiled_sibling, true},
         Switch{"MN_ATTENTION_DECODE_GROUPS", &DeviceTraits::decode_attention_groups, false},
-        Switch{"MN_CACHE_PREFETCH", &DeviceTraits::cache_prefetch, true}}) {
+        Switch{"MN_CACHE_PREFETCH", &DeviceTraits::cache_prefetch, true},
+        Switch{"MN_SHARED_LAUNCHES", &DeviceTraits::shared_launches, true}}) {
     for (const auto& [value, want] :
          {std::pair<const char*, bool>{nullptr, s.unset}, {"0", false}, {"1", true}}) {
       testing::ScopedEnv e(s.name, value);

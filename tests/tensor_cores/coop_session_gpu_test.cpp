@@ -4,6 +4,7 @@
 // implicit GEMM of a convolution with its bias), and the step's results fit the f16-operand
 // model against float64.
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -229,6 +230,43 @@ TEST(CoopSessionGpu, ProductsStoredPermutedElementByElement) {
   EXPECT_GE(occurrences(k, "+store[permute(0,2,1,3)]"), 3u) << k;
   EXPECT_GE(occurrences(k, "matmul_coop"), 3u) << k;
   EXPECT_EQ((" " + k).find(" permute "), std::string::npos) << k;  // no permute kernel
+}
+
+// Three steps of a loop through one f32 weight, and two products of one activation (gate and
+// up): the repeated measures and packs run once (plan/shared_launches.h), and the outputs are
+// the same bits as with every pack of its own (MN_SHARED_LAUNCHES=0).
+TEST(CoopSessionGpu, RepeatedPacksRunOnce) {
+  MN_REQUIRE_COOP_PATH(CoopPath::nv);
+  Graph g;
+  Tensor x = g.input("x", {512, 1024});
+  Tensor w = g.input("w", {1024, 1024});
+  for (int i = 0; i < 3; ++i) x = relu(matmul(x, w)) * 0.03125;
+  Tensor wg = g.input("wg", {1024, 1024});
+  Tensor wu = g.input("wu", {1024, 1024});
+  g.output("y", silu(matmul(x, wg)) * matmul(x, wu));
+  std::mt19937_64 rng = rng_for("repeated_packs");
+  reference::Feeds feeds;
+  for (NodeId id : g.inputs()) feeds[g.node(id).name] = random_array(rng, g.node(id).type);
+  auto run = [&](const char* shared, std::string& kernels) {
+    ScopedEnv e("MN_SHARED_LAUNCHES", shared);
+    SessionOptions so;
+    so.profile = true;
+    auto s = build_session(g, so);
+    for (const auto& [name, value] : feeds) s->set(name, value);
+    s->step();
+    kernels = kernels_of(*s);
+    return s->get("y");
+  };
+  std::string once, each;
+  const Array y = run("1", once), y_each = run("0", each);
+  ASSERT_EQ(y.data.size(), y_each.data.size());
+  for (size_t i = 0; i < y.data.size(); ++i) {
+    ASSERT_EQ(y.data[i], y_each.data[i]) << "element " << i;
+  }
+  // Each pass packs its activation, the weight once; gate and up share their activation's pack.
+  EXPECT_GE(occurrences(each, "_pack "), 10u) << each;
+  EXPECT_LE(occurrences(once, "_pack ") + 3, occurrences(each, "_pack ")) << once;
+  EXPECT_LE(scaled_error(y, reference::evaluate(g, feeds).at("y")), 2e-2);
 }
 
 }  // namespace

@@ -1,0 +1,207 @@
+// Repeated launches run once (plan/shared_launches.h), and a lowering's independent launches
+// share barrier windows (plan/launch_levels.h): planned for an H200, a loop's products pack
+// their common weight once and a product of two f32 operands measures and packs them in three
+// windows; launches are never shared across a write of what they read, nor when they write
+// anything but their own scratch, nor far apart in a training step.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+
+#include "codegen/coop_fixture.h"
+#include "plan/barrier_windows.h"
+#include "plan/launch_levels.h"
+#include "plan/shared_launches.h"
+#include "plan/step_plan.h"
+
+namespace mn {
+namespace {
+
+using codegen::ArgRef;
+
+plan::PlanOptions h200(bool shared) {
+  plan::PlanOptions po;
+  po.device = codegen::testing::h200_traits();
+  po.device.shared_launches = shared;
+  return po;
+}
+
+size_t count_named(const plan::StepPlan& p, const std::string& suffix) {
+  size_t n = 0;
+  for (const plan::PlannedLaunch& l : p.launches) {
+    const std::string& name = l.kernel.name;
+    n += name.size() >= suffix.size() &&
+         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  }
+  return n;
+}
+
+// Three steps of x = relu(x·w) with one weight, on the cooperative kernels: each step packs its
+// own x, and w once.
+Graph weight_loop() {
+  Graph g;
+  Tensor x = g.input("x", {512, 1024});
+  Tensor w = g.parameter("w", {1024, 1024}, Init::zeros());
+  for (int i = 0; i < 3; ++i) x = relu(matmul(x, w));
+  g.output("y", x);
+  return g;
+}
+
+TEST(SharedLaunches, ALoopPacksItsWeightOnce) {
+  const Graph g = weight_loop();
+  const plan::StepPlan off = plan::make_step_plan(g, h200(false));
+  const plan::StepPlan on = plan::make_step_plan(g, h200(true));
+  ASSERT_EQ(count_named(off, "_pack"), 6u) << "the loop's products are not packed as expected";
+  EXPECT_EQ(count_named(on, "_pack"), 4u);
+  EXPECT_EQ(count_named(on, "_absmax"), 4u);
+  EXPECT_EQ(on.launches.size(), off.launches.size() - 4);
+  EXPECT_LE(plan::barrier_windows(on.launches), plan::barrier_windows(off.launches));
+  // Every product reads the one packed weight: its B binding is the first pack's scratch.
+  std::set<int> packed_weights;
+  int products = 0;
+  for (const plan::PlannedLaunch& l : on.launches) {
+    if (l.kernel.name.find("matmul_coop") == std::string::npos ||
+        l.kernel.name.find("_pack") != std::string::npos ||
+        l.kernel.name.find("_absmax") != std::string::npos) {
+      continue;
+    }
+    ++products;
+    ASSERT_GE(l.buffers.size(), 2u);
+    packed_weights.insert(l.buffers[1]);
+    EXPECT_LT(on.buffers[static_cast<size_t>(l.buffers[1])].node, 0) << "B is not a pack";
+  }
+  EXPECT_EQ(products, 3);
+  EXPECT_EQ(packed_weights.size(), 1u);
+  // The weight's pack stays live until the last product reads it.
+  const int b = *packed_weights.begin();
+  int last_reader = -1;
+  for (size_t i = 0; i < on.launches.size(); ++i) {
+    for (int x : on.launches[i].buffers) {
+      if (x == b) last_reader = static_cast<int>(i);
+    }
+  }
+  EXPECT_GE(on.buffers[static_cast<size_t>(b)].last_use, last_reader);
+}
+
+// A product of two f32 operands measures both, packs both, then multiplies: three windows.
+TEST(LaunchLevels, BothOperandsMeasuredAndPackedSideBySide) {
+  Graph g;
+  Tensor x = g.input("x", {512, 1024});
+  Tensor w = g.input("w", {1024, 1024});
+  g.output("y", matmul(x, w));
+  const plan::StepPlan p = plan::make_step_plan(g, h200(true));
+  std::vector<std::string> names;
+  for (const plan::PlannedLaunch& l : p.launches) names.push_back(l.kernel.name);
+  ASSERT_EQ(names.size(), 5u);
+  EXPECT_EQ(names[0], "matmul_coop_absmax");
+  EXPECT_EQ(names[1], "matmul_coop_absmax");
+  EXPECT_EQ(names[2], "matmul_coop_pack");
+  EXPECT_EQ(names[3], "matmul_coop_pack");
+  EXPECT_EQ(plan::barrier_windows(p.launches), 3u);
+}
+
+codegen::KernelLaunch kernel(const std::string& glsl, std::vector<codegen::KernelBinding> b) {
+  codegen::KernelLaunch k;
+  k.name = glsl;
+  k.glsl = glsl;
+  k.bindings = std::move(b);
+  return k;
+}
+
+TEST(LaunchLevels, DependentLaunchesKeepTheirOrder) {
+  codegen::Lowering l;
+  const codegen::KernelBinding in{ArgRef::input(0), false};
+  l.launches.push_back(kernel("a", {in, {ArgRef::scratch(0), true}}));
+  l.launches.push_back(kernel("b", {{ArgRef::scratch(0), false}, {ArgRef::scratch(1), true}}));
+  l.launches.push_back(kernel("c", {in, {ArgRef::scratch(2), true}}));
+  l.launches.push_back(kernel("d", {{ArgRef::scratch(1), false}, {ArgRef::output(0), false}}));
+  l.launches.push_back(kernel("e", {{ArgRef::output(0), false}, {ArgRef::counters(0), false}}));
+  plan::order_by_dependency_level(l);
+  std::string order;
+  for (const auto& k : l.launches) order += k.name;
+  // Levels: a 0, b 1, c 0, d 2, e 3 (it reads the output d writes).
+  EXPECT_EQ(order, "acbde");
+}
+
+// Launches over buffers 0..: buffer 0 an input, 1 a node's output, the rest scratch.
+struct Program {
+  std::vector<plan::PlannedBuffer> buffers;
+  std::vector<plan::PlannedLaunch> launches;
+  int scratch() {
+    buffers.push_back({256, 0, false, -1});
+    return static_cast<int>(buffers.size() - 1);
+  }
+  Program() {
+    buffers.push_back({256, 0, true, 0});
+    buffers.push_back({256, 0, false, 1});
+  }
+  // A launch of `glsl` reading `reads` and writing a new scratch (or `writes`); returns the
+  // written buffer.
+  int add(const std::string& glsl, std::vector<int> reads, int writes = -1,
+          ArgRef::Kind kind = ArgRef::Kind::scratch) {
+    plan::PlannedLaunch l;
+    for (int r : reads) {
+      l.kernel.bindings.push_back({ArgRef::input(0), false});
+      l.buffers.push_back(r);
+    }
+    const int w = writes >= 0 ? writes : scratch();
+    l.kernel.bindings.push_back({{kind, 0}, true});
+    l.buffers.push_back(w);
+    l.kernel.name = l.kernel.glsl = glsl;
+    launches.push_back(std::move(l));
+    return w;
+  }
+};
+
+TEST(SharedLaunches, RepeatsReadTheFirstOnesScratch) {
+  Program p;
+  const int s = p.add("pack", {0});
+  p.add("use", {s}, 1, ArgRef::Kind::output);
+  const int t = p.add("pack", {0});
+  p.add("use2", {t});
+  const std::vector<int> moved = plan::share_repeated_launches(p.launches, p.buffers, {});
+  EXPECT_EQ(moved, (std::vector<int>{0, 1, -1, 2}));
+  ASSERT_EQ(p.launches.size(), 3u);
+  EXPECT_EQ(p.launches[2].buffers[0], s);
+}
+
+TEST(SharedLaunches, NotAcrossAWriteOfWhatTheyRead) {
+  Program p;
+  p.add("pack", {1});
+  p.add("compute", {0}, 1, ArgRef::Kind::output);  // buffer 1 changes
+  p.add("pack", {1});
+  EXPECT_EQ(plan::share_repeated_launches(p.launches, p.buffers, {}), (std::vector<int>{0, 1, 2}));
+}
+
+TEST(SharedLaunches, OnlyLaunchesWritingTheirOwnScratch) {
+  Program p;
+  p.add("node", {0}, 1, ArgRef::Kind::output);  // writes a node's value
+  p.add("node", {0}, 1, ArgRef::Kind::output);
+  p.add("count", {0}, -1, ArgRef::Kind::counters);
+  p.add("count", {0}, -1, ArgRef::Kind::counters);
+  const int shared = p.scratch();  // one scratch written twice
+  p.add("twice", {0}, shared);
+  p.add("twice", {0}, shared);
+  EXPECT_EQ(plan::share_repeated_launches(p.launches, p.buffers, {}),
+            (std::vector<int>{0, 1, 2, 3, 4, 5}));
+}
+
+TEST(SharedLaunches, TrainingStepsShareOnlyNearby) {
+  for (const bool trains : {false, true}) {
+    Program p;
+    p.add("pack", {0});
+    for (int i = 0; i < 20; ++i) p.add("other" + std::to_string(i), {0});
+    p.add("pack", {0});
+    plan::SharedLaunchOptions o;
+    o.trains = trains;
+    const std::vector<int> moved = plan::share_repeated_launches(p.launches, p.buffers, o);
+    EXPECT_EQ(moved.back() < 0, !trains) << "trains " << trains;
+  }
+}
+
+}  // namespace
+}  // namespace mn
