@@ -2,11 +2,12 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 
 namespace mn::plan {
 namespace {
 
-bool writes(const codegen::KernelBinding& b) {
+bool writes_binding(const codegen::KernelBinding& b) {
   return b.written || b.arg.kind == codegen::ArgRef::Kind::output ||
          b.arg.kind == codegen::ArgRef::Kind::counters;
 }
@@ -15,10 +16,55 @@ bool depends(const codegen::KernelLaunch& later, const codegen::KernelLaunch& ea
   for (const codegen::KernelBinding& a : later.bindings) {
     if (a.arg.kind == codegen::ArgRef::Kind::index_errors) continue;
     for (const codegen::KernelBinding& b : earlier.bindings) {
-      if (a.arg == b.arg && (writes(a) || writes(b))) return true;
+      if (a.arg == b.arg && (writes_binding(a) || writes_binding(b))) return true;
     }
   }
   return false;
+}
+
+// The buffers a planned launch reads and writes (its own index slot neither: slots are
+// separate, see barrier_windows.h).
+struct Touches {
+  std::set<int> reads, writes;
+};
+
+Touches touches_of(const PlannedLaunch& l) {
+  Touches t;
+  for (size_t k = 0; k < l.buffers.size(); ++k) {
+    if (l.buffers[k] < 0) continue;
+    (l.kernel.bindings[k].written ? t.writes : t.reads).insert(l.buffers[k]);
+  }
+  return t;
+}
+
+bool conflict(const Touches& a, const Touches& b) {
+  for (int x : a.writes) {
+    if (b.reads.count(x) || b.writes.count(x)) return true;
+  }
+  for (int x : a.reads) {
+    if (b.writes.count(x)) return true;
+  }
+  return false;
+}
+
+bool writes_only_own_scratch(const PlannedLaunch& l, const std::vector<PlannedBuffer>& buffers,
+                             const std::vector<int>& writers) {
+  bool writes = false;
+  for (size_t k = 0; k < l.buffers.size(); ++k) {
+    const codegen::KernelBinding& b = l.kernel.bindings[k];
+    if (b.arg.kind == codegen::ArgRef::Kind::counters ||
+        b.arg.kind == codegen::ArgRef::Kind::index_errors) {
+      return false;
+    }
+    if (!writes_binding(b)) continue;
+    const PlannedBuffer& pb = buffers[static_cast<size_t>(l.buffers[k])];
+    if (b.arg.kind != codegen::ArgRef::Kind::scratch || pb.persistent || pb.node >= 0 ||
+        writers[static_cast<size_t>(l.buffers[k])] != 1) {
+      return false;
+    }
+    writes = true;
+  }
+  return writes;
 }
 
 }  // namespace
@@ -40,6 +86,42 @@ void order_by_dependency_level(codegen::Lowering& l) {
   sorted.reserve(n);
   for (size_t i : order) sorted.push_back(std::move(l.launches[i]));
   l.launches = std::move(sorted);
+}
+
+std::vector<int> hoist_scratch_launches(std::vector<PlannedLaunch>& launches,
+                                        const std::vector<PlannedBuffer>& buffers,
+                                        int max_windows) {
+  std::vector<int> writers(buffers.size(), 0);
+  std::vector<Touches> touches;
+  for (const PlannedLaunch& l : launches) {
+    touches.push_back(touches_of(l));
+    for (int b : touches.back().writes) ++writers[static_cast<size_t>(b)];
+  }
+  std::vector<std::vector<int>> windows;  // launch indices, as barrier_run_ends would cut them
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const Touches& t = touches[i];
+    auto clashes = [&](const std::vector<int>& window) {
+      return std::any_of(window.begin(), window.end(),
+                         [&](int j) { return conflict(t, touches[static_cast<size_t>(j)]); });
+    };
+    if (windows.empty() || clashes(windows.back())) windows.emplace_back();
+    size_t at = windows.size() - 1;
+    if (writes_only_own_scratch(launches[i], buffers, writers)) {
+      for (int back = 0; back < max_windows && at > 0 && !clashes(windows[at - 1]); ++back) --at;
+    }
+    windows[at].push_back(static_cast<int>(i));
+  }
+  std::vector<int> moved(launches.size(), -1);
+  std::vector<PlannedLaunch> order;
+  order.reserve(launches.size());
+  for (const std::vector<int>& window : windows) {
+    for (int i : window) {
+      moved[static_cast<size_t>(i)] = static_cast<int>(order.size());
+      order.push_back(std::move(launches[static_cast<size_t>(i)]));
+    }
+  }
+  launches = std::move(order);
+  return moved;
 }
 
 }  // namespace mn::plan

@@ -1,5 +1,5 @@
 #pragma once
-// A lowering's launches as early as their operands allow.
+// Launches as early as their operands allow.
 //
 // A lowering lists its launches in the order its code builds them: a tensor-core product of two
 // f32 operands measures and packs A, then measures and packs B, then multiplies. Run in that
@@ -7,7 +7,15 @@
 // absmax B | pack B | product, four windows where three suffice. Each launch moved to the
 // earliest position its dependencies allow (a stable order by dependency level) lets the
 // independent ones share a window: absmax A, absmax B | pack A, pack B | product.
+//
+// Across lowerings the kernel groups keep their order (it bounds what is live at once), but a
+// launch that writes only scratch of its own (a weight's measure and pack, ready long before
+// its product) may join a window up to a few earlier, where nothing between reads or writes what
+// it touches: the up projection's weight packed beside the gate's, not in a window of its own.
+#include <vector>
+
 #include "codegen/kernel.h"
+#include "plan/step_plan.h"
 
 namespace mn::plan {
 
@@ -15,5 +23,14 @@ namespace mn::plan {
 // depends on an earlier launch i where they bind the same operand and either writes it (an
 // output or a counter is always written); index-error slots, updated atomically, order nothing.
 void order_by_dependency_level(codegen::Lowering& l);
+
+// Moves each launch of `launches` that writes only transient scratch no other launch writes,
+// and binds no counters or index slot, to the end of the earliest of the `max_windows` barrier
+// windows before its own that it can join: none of the launches from there to it reads what it
+// writes or writes what it reads or writes. The windows are barrier_run_ends'. Returns, per
+// launch index before the move, its index after it.
+std::vector<int> hoist_scratch_launches(std::vector<PlannedLaunch>& launches,
+                                        const std::vector<PlannedBuffer>& buffers,
+                                        int max_windows = 2);
 
 }  // namespace mn::plan

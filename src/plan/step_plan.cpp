@@ -206,33 +206,36 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
   const bool trains =
       std::any_of(g.assignments().begin(), g.assignments().end(),
                   [&](const auto& a) { return g.node(a.first).op_name() == "parameter"; });
+  // Launches removed or moved: their buffers' uses counted again, the index checks' launches
+  // followed (a removed one's group goes on with its next launch).
+  auto relaunched = [&](const std::vector<int>& moved) {
+    for (IndexCheckSlot& c : p.index_checks) {
+      size_t j = static_cast<size_t>(c.launch);
+      while (moved[j] < 0) ++j;
+      c.launch = moved[j];
+    }
+    first_use.assign(p.buffers.size(), -1);
+    last_use.assign(p.buffers.size(), -1);
+    for (size_t b = 0; b < p.buffers.size(); ++b) {
+      if (p.buffers[b].persistent && p.buffers[b].node >= 0) touch(static_cast<int>(b), 0);
+    }
+    for (size_t i = 0; i < p.launches.size(); ++i) {
+      for (int b : p.launches[i].buffers) {
+        if (b >= 0) touch(b, static_cast<int>(i));
+      }
+    }
+    // A removed launch's scratch is bound by nothing now: it takes no memory.
+    for (size_t b = 0; b < p.buffers.size(); ++b) {
+      if (first_use[b] < 0 && !p.buffers[b].persistent) p.buffers[b].bytes = 0;
+    }
+  };
   if (options.device.shared_launches) {
     SharedLaunchOptions so;
     so.trains = trains;
     const std::vector<int> moved = share_repeated_launches(p.launches, p.buffers, so);
-    if (p.launches.size() < moved.size()) {
-      // An index check's first launch, if removed, is its group's next one.
-      for (IndexCheckSlot& c : p.index_checks) {
-        size_t j = static_cast<size_t>(c.launch);
-        while (moved[j] < 0) ++j;
-        c.launch = moved[j];
-      }
-      first_use.assign(p.buffers.size(), -1);
-      last_use.assign(p.buffers.size(), -1);
-      for (size_t b = 0; b < p.buffers.size(); ++b) {
-        if (p.buffers[b].persistent && p.buffers[b].node >= 0) touch(static_cast<int>(b), 0);
-      }
-      for (size_t i = 0; i < p.launches.size(); ++i) {
-        for (int b : p.launches[i].buffers) {
-          if (b >= 0) touch(b, static_cast<int>(i));
-        }
-      }
-      // The removed launches' scratch is bound by nothing now: it takes no memory.
-      for (size_t b = 0; b < p.buffers.size(); ++b) {
-        if (first_use[b] < 0 && !p.buffers[b].persistent) p.buffers[b].bytes = 0;
-      }
-    }
+    if (p.launches.size() < moved.size()) relaunched(moved);
   }
+  if (fuse) relaunched(hoist_scratch_launches(p.launches, p.buffers));
 
   // Cache prefetches (plan/cache_prefetch.h), for programs that do not train: a training step's
   // windows are long and its weights are written by the step itself.

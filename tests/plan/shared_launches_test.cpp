@@ -1,8 +1,6 @@
-// Repeated launches run once (plan/shared_launches.h), and a lowering's independent launches
-// share barrier windows (plan/launch_levels.h): planned for an H200, a loop's products pack
-// their common weight once and a product of two f32 operands measures and packs them in three
-// windows; launches are never shared across a write of what they read, nor when they write
-// anything but their own scratch, nor far apart in a training step.
+// Repeated launches run once (plan/shared_launches.h): planned for an H200, a loop's products
+// pack their common weight once; launches are never shared across a write of what they read,
+// nor when they write anything but their own scratch, nor far apart in a training step.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -14,14 +12,15 @@
 
 #include "codegen/coop_fixture.h"
 #include "plan/barrier_windows.h"
-#include "plan/launch_levels.h"
 #include "plan/shared_launches.h"
 #include "plan/step_plan.h"
+#include "plan/synthetic_launches.h"
 
 namespace mn {
 namespace {
 
 using codegen::ArgRef;
+using testing::Program;
 
 plan::PlanOptions h200(bool shared) {
   plan::PlanOptions po;
@@ -86,76 +85,6 @@ TEST(SharedLaunches, ALoopPacksItsWeightOnce) {
   }
   EXPECT_GE(on.buffers[static_cast<size_t>(b)].last_use, last_reader);
 }
-
-// A product of two f32 operands measures both, packs both, then multiplies: three windows.
-TEST(LaunchLevels, BothOperandsMeasuredAndPackedSideBySide) {
-  Graph g;
-  Tensor x = g.input("x", {512, 1024});
-  Tensor w = g.input("w", {1024, 1024});
-  g.output("y", matmul(x, w));
-  const plan::StepPlan p = plan::make_step_plan(g, h200(true));
-  std::vector<std::string> names;
-  for (const plan::PlannedLaunch& l : p.launches) names.push_back(l.kernel.name);
-  ASSERT_EQ(names.size(), 5u);
-  EXPECT_EQ(names[0], "matmul_coop_absmax");
-  EXPECT_EQ(names[1], "matmul_coop_absmax");
-  EXPECT_EQ(names[2], "matmul_coop_pack");
-  EXPECT_EQ(names[3], "matmul_coop_pack");
-  EXPECT_EQ(plan::barrier_windows(p.launches), 3u);
-}
-
-codegen::KernelLaunch kernel(const std::string& glsl, std::vector<codegen::KernelBinding> b) {
-  codegen::KernelLaunch k;
-  k.name = glsl;
-  k.glsl = glsl;
-  k.bindings = std::move(b);
-  return k;
-}
-
-TEST(LaunchLevels, DependentLaunchesKeepTheirOrder) {
-  codegen::Lowering l;
-  const codegen::KernelBinding in{ArgRef::input(0), false};
-  l.launches.push_back(kernel("a", {in, {ArgRef::scratch(0), true}}));
-  l.launches.push_back(kernel("b", {{ArgRef::scratch(0), false}, {ArgRef::scratch(1), true}}));
-  l.launches.push_back(kernel("c", {in, {ArgRef::scratch(2), true}}));
-  l.launches.push_back(kernel("d", {{ArgRef::scratch(1), false}, {ArgRef::output(0), false}}));
-  l.launches.push_back(kernel("e", {{ArgRef::output(0), false}, {ArgRef::counters(0), false}}));
-  plan::order_by_dependency_level(l);
-  std::string order;
-  for (const auto& k : l.launches) order += k.name;
-  // Levels: a 0, b 1, c 0, d 2, e 3 (it reads the output d writes).
-  EXPECT_EQ(order, "acbde");
-}
-
-// Launches over buffers 0..: buffer 0 an input, 1 a node's output, the rest scratch.
-struct Program {
-  std::vector<plan::PlannedBuffer> buffers;
-  std::vector<plan::PlannedLaunch> launches;
-  int scratch() {
-    buffers.push_back({256, 0, false, -1});
-    return static_cast<int>(buffers.size() - 1);
-  }
-  Program() {
-    buffers.push_back({256, 0, true, 0});
-    buffers.push_back({256, 0, false, 1});
-  }
-  // A launch of `glsl` reading `reads` and writing a new scratch (or `writes`); returns the
-  // written buffer.
-  int add(const std::string& glsl, std::vector<int> reads, int writes = -1,
-          ArgRef::Kind kind = ArgRef::Kind::scratch) {
-    plan::PlannedLaunch l;
-    for (int r : reads) {
-      l.kernel.bindings.push_back({ArgRef::input(0), false});
-      l.buffers.push_back(r);
-    }
-    const int w = writes >= 0 ? writes : scratch();
-    l.kernel.bindings.push_back({{kind, 0}, true});
-    l.buffers.push_back(w);
-    l.kernel.name = l.kernel.glsl = glsl;
-    launches.push_back(std::move(l));
-    return w;
-  }
-};
 
 TEST(SharedLaunches, RepeatsReadTheFirstOnesScratch) {
   Program p;
