@@ -181,7 +181,9 @@ TEST(Rematerialize, CausalLmStepPlansLessMemoryAndKeepsBackwardAfterTheLoss) {
   CausalLm lm = training_step(4, 8, 512);
   const auto [p, q] = plans_of(*lm.graph);
   EXPECT_LT(p.arena_bytes, q.arena_bytes * 0.85);
-  // Every launch computing only backward values comes after the launch of the loss.
+  // Every launch computing only backward values comes after the launch of the loss (a launch
+  // writing only scratch, a count or a pack, may run a window or two before the group it serves:
+  // plan/launch_levels.h).
   const std::vector<char> forward = schedule::forward_nodes(p.graph);
   NodeId loss = -1;
   for (const auto& [name, id] : p.graph.outputs()) {
@@ -197,7 +199,14 @@ TEST(Rematerialize, CausalLmStepPlansLessMemoryAndKeepsBackwardAfterTheLoss) {
     const auto& nodes = p.launches[i].nodes;
     const bool backward_only = std::none_of(nodes.begin(), nodes.end(),
                                             [&](NodeId v) { return forward[v] != 0; });
-    if (backward_only) EXPECT_GT(static_cast<int>(i), loss_launch) << p.launches[i].kernel.name;
+    bool writes_a_value = false;
+    for (size_t k = 0; k < p.launches[i].buffers.size(); ++k) {
+      const int b = p.launches[i].buffers[k];
+      writes_a_value = writes_a_value || (p.launches[i].kernel.bindings[k].written && b >= 0 &&
+                                          p.buffers[static_cast<size_t>(b)].node >= 0);
+    }
+    if (backward_only && writes_a_value)
+      EXPECT_GT(static_cast<int>(i), loss_launch) << p.launches[i].kernel.name;
   }
 }
 
