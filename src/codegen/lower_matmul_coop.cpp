@@ -382,9 +382,8 @@ std::string coop_rejection(const LowerContext& ctx, const MatmulGeometry& g, int
   // step on the H100 with them on tensor cores).
   // Or enough multiply-adds: SmolVLA's gate and up projections at batch 8 (400 rows by
   // 2048 × 720, 819200 outputs, 590M multiply-adds) took the loop from 57.5 to 52.5 ms on the
-  // H100 on tensor cores, and its q and o (400 × 720 × 960, 276M) from 46.9 to 42.8 ms once
-  // the loop packed each weight once (plan/shared_launches.h), where Whisper-tiny's 1500 × 384
-  // × 384 projections (576000 outputs, 221M) were slower there (1.64 → 1.83 ms).
+  // H100 on tensor cores, where Whisper-tiny's 1500 × 384 × 384 projections (576000 outputs,
+  // 221M) were slower there (1.64 → 1.83 ms).
   const int64_t outputs = g.m * g.n * batch;
   if (g.k < kCoopShortK && outputs < kCoopShortKMinOutputs && outputs * g.k < kCoopShortKMinMacs) {
     return "short K on a medium output";

@@ -142,6 +142,6 @@ inline constexpr int64_t kCoopMinOutputs = int64_t{1} << 16;
 // win.
 inline constexpr int64_t kCoopShortK = 1024;
 inline constexpr int64_t kCoopShortKMinOutputs = int64_t{1} << 20;
-inline constexpr int64_t kCoopShortKMinMacs = int64_t{1} << 28;
+inline constexpr int64_t kCoopShortKMinMacs = int64_t{1} << 29;
 
 }  // namespace mn::codegen
