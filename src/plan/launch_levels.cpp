@@ -47,6 +47,20 @@ bool conflict(const Touches& a, const Touches& b) {
   return false;
 }
 
+}  // namespace
+
+std::vector<int> writers_of(const std::vector<PlannedLaunch>& launches, size_t buffers) {
+  std::vector<int> writers(buffers, 0);
+  for (const PlannedLaunch& l : launches) {
+    for (size_t k = 0; k < l.buffers.size(); ++k) {
+      if (l.buffers[k] >= 0 && writes_binding(l.kernel.bindings[k])) {
+        ++writers[static_cast<size_t>(l.buffers[k])];
+      }
+    }
+  }
+  return writers;
+}
+
 bool writes_only_own_scratch(const PlannedLaunch& l, const std::vector<PlannedBuffer>& buffers,
                              const std::vector<int>& writers) {
   bool writes = false;
@@ -66,8 +80,6 @@ bool writes_only_own_scratch(const PlannedLaunch& l, const std::vector<PlannedBu
   }
   return writes;
 }
-
-}  // namespace
 
 void order_by_dependency_level(codegen::Lowering& l) {
   const size_t n = l.launches.size();
@@ -91,12 +103,9 @@ void order_by_dependency_level(codegen::Lowering& l) {
 std::vector<int> hoist_scratch_launches(std::vector<PlannedLaunch>& launches,
                                         const std::vector<PlannedBuffer>& buffers,
                                         int max_windows) {
-  std::vector<int> writers(buffers.size(), 0);
+  const std::vector<int> writers = writers_of(launches, buffers.size());
   std::vector<Touches> touches;
-  for (const PlannedLaunch& l : launches) {
-    touches.push_back(touches_of(l));
-    for (int b : touches.back().writes) ++writers[static_cast<size_t>(b)];
-  }
+  for (const PlannedLaunch& l : launches) touches.push_back(touches_of(l));
   std::vector<std::vector<int>> windows;  // launch indices, as barrier_run_ends would cut them
   for (size_t i = 0; i < launches.size(); ++i) {
     const Touches& t = touches[i];

@@ -24,11 +24,20 @@ namespace mn::plan {
 // output or a counter is always written); index-error slots, updated atomically, order nothing.
 void order_by_dependency_level(codegen::Lowering& l);
 
-// Moves each launch of `launches` that writes only transient scratch no other launch writes,
-// and binds no counters or index slot, to the end of the earliest of the `max_windows` barrier
-// windows before its own that it can join: none of the launches from there to it reads what it
-// writes or writes what it reads or writes. The windows are barrier_run_ends'. Returns, per
-// launch index before the move, its index after it.
+// Per buffer, how many of `launches` write it (an output or a counter binding always writes).
+std::vector<int> writers_of(const std::vector<PlannedLaunch>& launches, size_t buffers);
+
+// Whether `l` writes something and only transient scratch (no node's value, nothing
+// persistent) that no other launch writes (`writers`: writers_of), binding no counters or index
+// slot (their state is shared between workgroups or launches): what it computes is its own,
+// so it may run elsewhere or be replaced by a launch computing the same.
+bool writes_only_own_scratch(const PlannedLaunch& l, const std::vector<PlannedBuffer>& buffers,
+                             const std::vector<int>& writers);
+
+// Moves each launch of `launches` that writes only its own scratch to the end of the earliest of
+// the `max_windows` barrier windows before its own that it can join: none of the launches from
+// there to it reads what it writes or writes what it reads or writes. The windows are
+// barrier_run_ends'. Returns, per launch index before the move, its index after it.
 std::vector<int> hoist_scratch_launches(std::vector<PlannedLaunch>& launches,
                                         const std::vector<PlannedBuffer>& buffers,
                                         int max_windows = 2);

@@ -3,32 +3,12 @@
 #include <map>
 #include <string>
 
+#include "plan/launch_levels.h"
+
 namespace mn::plan {
 namespace {
 
 using codegen::ArgRef;
-
-// Whether `l` may be matched: it writes only transient buffers no other launch writes, and
-// binds no counters or index slot (their state is shared between workgroups or launches).
-bool matchable(const PlannedLaunch& l, const std::vector<PlannedBuffer>& buffers,
-               const std::vector<int>& writers) {
-  bool writes = false;
-  for (size_t k = 0; k < l.buffers.size(); ++k) {
-    const codegen::KernelBinding& b = l.kernel.bindings[k];
-    if (b.arg.kind == ArgRef::Kind::counters || b.arg.kind == ArgRef::Kind::index_errors) {
-      return false;
-    }
-    if (!b.written && b.arg.kind != ArgRef::Kind::output) continue;
-    const int buf = l.buffers[k];
-    const PlannedBuffer& pb = buffers[static_cast<size_t>(buf)];
-    if (b.arg.kind != ArgRef::Kind::scratch || pb.persistent || pb.node >= 0 ||
-        writers[static_cast<size_t>(buf)] != 1) {
-      return false;
-    }
-    writes = true;
-  }
-  return writes;
-}
 
 // The launch's identity: its shader, grid and flags, and per binding the buffer it reads or
 // the mark of a write (written scratch differs between repeats by construction).
@@ -51,15 +31,7 @@ std::string signature(const PlannedLaunch& l) {
 std::vector<int> share_repeated_launches(std::vector<PlannedLaunch>& launches,
                                          const std::vector<PlannedBuffer>& buffers,
                                          const SharedLaunchOptions& options) {
-  std::vector<int> writers(buffers.size(), 0);
-  for (const PlannedLaunch& l : launches) {
-    for (size_t k = 0; k < l.buffers.size(); ++k) {
-      const codegen::KernelBinding& b = l.kernel.bindings[k];
-      if (l.buffers[k] >= 0 && (b.written || b.arg.kind == ArgRef::Kind::output)) {
-        ++writers[static_cast<size_t>(l.buffers[k])];
-      }
-    }
-  }
+  const std::vector<int> writers = writers_of(launches, buffers.size());
   std::vector<int> redirect(buffers.size());
   for (size_t b = 0; b < buffers.size(); ++b) redirect[b] = static_cast<int>(b);
   std::vector<int> last_write(buffers.size(), -1);  // the last launch so far writing each buffer
@@ -71,7 +43,7 @@ std::vector<int> share_repeated_launches(std::vector<PlannedLaunch>& launches,
     for (int& b : l.buffers) {
       if (b >= 0) b = redirect[static_cast<size_t>(b)];
     }
-    if (matchable(l, buffers, writers)) {
+    if (writes_only_own_scratch(l, buffers, writers)) {
       const std::string key = signature(l);
       const auto found = seen.find(key);
       if (found != seen.end()) {

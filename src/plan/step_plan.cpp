@@ -206,8 +206,8 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
   const bool trains =
       std::any_of(g.assignments().begin(), g.assignments().end(),
                   [&](const auto& a) { return g.node(a.first).op_name() == "parameter"; });
-  // Launches removed or moved: their buffers' uses counted again, the index checks' launches
-  // followed (a removed one's group goes on with its next launch).
+  // Launches removed, moved or inserted: their buffers' uses counted again, the index checks'
+  // launches followed (a removed one's group goes on with its next launch).
   auto relaunched = [&](const std::vector<int>& moved) {
     for (IndexCheckSlot& c : p.index_checks) {
       size_t j = static_cast<size_t>(c.launch);
@@ -250,18 +250,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
         plan_cache_prefetches(p.launches, p.buffers, assigned, cpo);
     if (!prefetches.empty()) {
       const int sink = new_buffer(codegen::kCachePrefetchSinkBytes, true, -1);
-      const std::vector<int> moved =
-          insert_cache_prefetches(p.launches, p.buffers, prefetches, sink, options.device);
-      for (size_t b = 0; b < first_use.size(); ++b) {
-        if (first_use[b] >= 0) first_use[b] = moved[static_cast<size_t>(first_use[b])];
-        if (last_use[b] >= 0) last_use[b] = moved[static_cast<size_t>(last_use[b])];
-      }
-      for (IndexCheckSlot& c : p.index_checks) c.launch = moved[static_cast<size_t>(c.launch)];
-      // Each prefetch launches right after the last launch of its window.
-      for (const CachePrefetch& f : prefetches) {
-        const int at = moved[static_cast<size_t>(f.after)] + 1;
-        for (int b : p.launches[static_cast<size_t>(at)].buffers) touch(b, at);
-      }
+      relaunched(insert_cache_prefetches(p.launches, p.buffers, prefetches, sink, options.device));
     }
   }
 
