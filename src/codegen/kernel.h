@@ -145,6 +145,10 @@ struct DeviceTraits {
   // A launch repeating an earlier one of its program (an f32 weight packed for tensor cores in
   // every step of a loop) runs once (plan/shared_launches.h); MN_SHARED_LAUNCHES=0 turns it off.
   bool shared_launches = true;
+  // A training step's optimizer updates launch as their gradients become ready, beside the
+  // backward pass, instead of all at its end (schedule::FusionOptions::spread_updates);
+  // MN_SPREAD_UPDATES=0|1 overrides.
+  bool spread_updates = false;
   uint32_t multiprocessors = 0;  // 0: unknown
   // Workgroups that give every multiprocessor one (a large GPU's count when unknown): the grid
   // size below which tile choices prefer smaller tiles or split K.

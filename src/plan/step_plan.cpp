@@ -65,6 +65,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
   }
   fo.deferred = std::move(recomputed);
   fo.eager_gradients = eager_gradients;
+  fo.spread_updates = options.device.spread_updates;
   p.groups = fuse ? schedule::fuse(g, fo) : schedule::unfused_groups(g);
   if (fuse) {
     // Narrowing casts into the stores of their operands' kernels, then the remaining casts

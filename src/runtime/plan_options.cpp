@@ -168,6 +168,7 @@ void apply_environment(codegen::DeviceTraits& t) {
   t.conv_coop_1x1 = support::env_switch("MN_CONV_COOP_1X1", false);
   t.cache_prefetch = support::env_switch("MN_CACHE_PREFETCH", t.cache_prefetch);
   t.shared_launches = support::env_switch("MN_SHARED_LAUNCHES", true);
+  t.spread_updates = support::env_switch("MN_SPREAD_UPDATES", t.spread_updates);
 }
 
 plan::PlanOptions plan_options(const vk::Device& device) {

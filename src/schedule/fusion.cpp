@@ -869,15 +869,32 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
   std::vector<KernelGroup> out, body;
   std::vector<int> hoisted;
   std::map<int, std::vector<int>, std::greater<>> levels;
+  // With spread_updates, the tail groups the order lists together (those that became ready at
+  // one level: it puts them after the level's other groups) launch as one, in place.
+  std::vector<int> ready_updates;
+  auto launch_updates = [&] {
+    merge_into(ready_updates, body);
+    ready_updates.clear();
+  };
   for (int x : order) {
-    if (height[x] >= 0) {
+    const bool tail = height[x] >= 0;
+    if (tail && !options.spread_updates) {
       levels[height[x]].push_back(x);
     } else if (hoistable(x)) {
       hoisted.push_back(x);
+    } else if (tail) {
+      // One reading another's value (a shared bias correction) starts a launch of its own.
+      if (std::any_of(ready_updates.begin(), ready_updates.end(),
+                      [&](int y) { return succ[y].count(x) != 0; })) {
+        launch_updates();
+      }
+      ready_updates.push_back(x);
     } else {
+      launch_updates();
       body.push_back(b.finish(x));
     }
   }
+  launch_updates();
   merge_into(hoisted, out);
   out.insert(out.end(), std::make_move_iterator(body.begin()), std::make_move_iterator(body.end()));
   for (const auto& [h, members] : levels) merge_into(members, out);

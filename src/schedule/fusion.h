@@ -21,7 +21,8 @@
 //  - pointwise, several segments (horizontal fusion): independent pointwise groups at the end
 //    of the step — the optimizer update of every parameter, whose values only feed assignments,
 //    outputs and other such groups — merge into one launch per level over concatenated index
-//    ranges, as far as the device's binding limit allows.
+//    ranges, as far as the device's binding limit allows. With spread_updates they launch
+//    where they become ready instead, the updates ready together in one launch.
 //    Small pointwise groups reading only sources (bias corrections of the step count, rotary
 //    tables) likewise share one launch, at the start of the step.
 //  - matmul_epilogue: a matmul (not itself needed outside) all of whose consumers are in one
@@ -72,6 +73,11 @@ struct FusionOptions {
   // model (ResNet's gradients are smaller than the activations they read, a small batch's
   // transformer gradients larger): plan/step_plan.cpp plans both.
   bool eager_gradients = false;
+  // The optimizer's updates (the tail groups) launch where they become ready instead of all at
+  // the end of the step: consecutive ready updates share one launch, and each runs beside the
+  // backward kernels of the next level, which at small batches leave the memory bus idle; a
+  // gradient's buffer is free once its update has run.
+  bool spread_updates = false;
 };
 
 struct KernelSegment {
