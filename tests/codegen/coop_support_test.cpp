@@ -231,7 +231,8 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
         Switch{"MN_TILED_SIBLING", &DeviceTraits::tiled_sibling, true},
         Switch{"MN_ATTENTION_DECODE_GROUPS", &DeviceTraits::decode_attention_groups, false},
         Switch{"MN_CACHE_PREFETCH", &DeviceTraits::cache_prefetch, true},
-        Switch{"MN_SHARED_LAUNCHES", &DeviceTraits::shared_launches, true}}) {
+        Switch{"MN_SHARED_LAUNCHES", &DeviceTraits::shared_launches, true},
+        Switch{"MN_SPREAD_UPDATES", &DeviceTraits::spread_updates, false}}) {
     for (const auto& [value, want] :
          {std::pair<const char*, bool>{nullptr, s.unset}, {"0", false}, {"1", true}}) {
       testing::ScopedEnv e(s.name, value);
