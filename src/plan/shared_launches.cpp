@@ -26,6 +26,17 @@ std::string signature(const PlannedLaunch& l) {
   return s;
 }
 
+// The bytes of the scratch buffers `l` writes.
+uint64_t written_bytes(const PlannedLaunch& l, const std::vector<PlannedBuffer>& buffers) {
+  uint64_t bytes = 0;
+  for (size_t k = 0; k < l.buffers.size(); ++k) {
+    if (l.kernel.bindings[k].written && l.buffers[k] >= 0) {
+      bytes += buffers[static_cast<size_t>(l.buffers[k])].bytes;
+    }
+  }
+  return bytes;
+}
+
 }  // namespace
 
 std::vector<int> share_repeated_launches(std::vector<PlannedLaunch>& launches,
@@ -56,8 +67,9 @@ std::vector<int> share_repeated_launches(std::vector<PlannedLaunch>& launches,
             unchanged = false;
           }
         }
-        const bool near =
-            !options.trains || static_cast<int>(i) - e <= options.max_training_distance;
+        const bool near = !options.trains ||
+                          static_cast<int>(i) - e <= options.max_training_distance ||
+                          written_bytes(l, buffers) <= options.small_scratch_bytes;
         if (unchanged && near) {
           for (size_t k = 0; k < l.buffers.size(); ++k) {
             if (l.kernel.bindings[k].written) {

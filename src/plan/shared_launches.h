@@ -11,8 +11,9 @@
 //
 // The earlier scratch then lives until the last of those readers. In a program that trains,
 // where memory is what bounds the batch, that extension is allowed over at most
-// `max_training_distance` launches (a layer's products side by side); elsewhere without limit
-// (a denoising loop keeps its packed weights, half their f32 size, for the whole loop).
+// `max_training_distance` launches (a layer's products side by side), or at any distance where
+// the launch writes little (`small_scratch_bytes`: a measure's partials); elsewhere without
+// limit (a denoising loop keeps its packed weights, half their f32 size, for the whole loop).
 #include <vector>
 
 #include "plan/step_plan.h"
@@ -22,6 +23,10 @@ namespace mn::plan {
 struct SharedLaunchOptions {
   bool trains = false;
   int max_training_distance = 16;
+  // Scratch of at most this many bytes (a measure's partial maxima) is shared at any distance
+  // in a training step too: an activation measured for its forward product and again for its
+  // weight gradient's is measured once.
+  uint64_t small_scratch_bytes = 64 * 1024;
 };
 
 // Removes repeated launches from `launches` and rebinds their scratch's readers to the earlier

@@ -1,6 +1,7 @@
 // Repeated launches run once (plan/shared_launches.h): planned for an H200, a loop's products
 // pack their common weight once; launches are never shared across a write of what they read,
-// nor when they write anything but their own scratch, nor far apart in a training step.
+// nor when they write anything but their own scratch, nor far apart in a training step unless
+// what they write is small.
 #include <gtest/gtest.h>
 
 #include <set>
@@ -9,6 +10,7 @@
 
 #include <meganeura/graph.h>
 #include <meganeura/ops.h>
+#include <meganeura/optimizer.h>
 
 #include "codegen/coop_fixture.h"
 #include "plan/barrier_windows.h"
@@ -86,6 +88,33 @@ TEST(SharedLaunches, ALoopPacksItsWeightOnce) {
   EXPECT_GE(on.buffers[static_cast<size_t>(b)].last_use, last_reader);
 }
 
+// A training step of six f32 layers on tensor cores: each activation and weight is measured
+// once, for its forward product and for its gradients' (the measures' partials are small
+// enough to keep across the step), however far apart those products are.
+TEST(SharedLaunches, ATrainingStepMeasuresEachOperandOnce) {
+  Graph g;
+  Tensor x = g.input("x", {512, 1024});
+  for (int i = 0; i < 6; ++i) {
+    x = relu(matmul(x, g.parameter("w" + std::to_string(i), {1024, 1024}, Init::zeros())));
+  }
+  add_training_step(sum(x * x), Optimizer::sgd({}));
+  const plan::StepPlan off = plan::make_step_plan(g, h200(false));
+  const plan::StepPlan on = plan::make_step_plan(g, h200(true));
+  ASSERT_GT(count_named(off, "_absmax"), count_named(on, "_absmax"));
+  std::set<std::string> measured;
+  size_t measures = 0;
+  for (const plan::PlannedLaunch& l : on.launches) {
+    if (!l.kernel.name.ends_with("_absmax")) continue;
+    ++measures;
+    std::string key = l.kernel.glsl;
+    for (size_t k = 0; k < l.buffers.size(); ++k) {
+      if (!l.kernel.bindings[k].written) key += "|" + std::to_string(l.buffers[k]);
+    }
+    EXPECT_TRUE(measured.insert(key).second) << "a buffer measured twice";
+  }
+  EXPECT_GT(measures, 6u);
+}
+
 TEST(SharedLaunches, RepeatsReadTheFirstOnesScratch) {
   Program p;
   const int s = p.add("pack", {0});
@@ -119,16 +148,22 @@ TEST(SharedLaunches, OnlyLaunchesWritingTheirOwnScratch) {
             (std::vector<int>{0, 1, 2, 3, 4, 5}));
 }
 
-TEST(SharedLaunches, TrainingStepsShareOnlyNearby) {
+// In a training step a repeat far from the first is shared only where it writes little (a
+// measure's partial maxima: an activation measured for its forward product and again for its
+// weight gradient's); a pack's copy is not kept alive over the step.
+TEST(SharedLaunches, TrainingStepsShareLargeScratchOnlyNearby) {
   for (const bool trains : {false, true}) {
-    Program p;
-    p.add("pack", {0});
-    for (int i = 0; i < 20; ++i) p.add("other" + std::to_string(i), {0});
-    p.add("pack", {0});
-    plan::SharedLaunchOptions o;
-    o.trains = trains;
-    const std::vector<int> moved = plan::share_repeated_launches(p.launches, p.buffers, o);
-    EXPECT_EQ(moved.back() < 0, !trains) << "trains " << trains;
+    for (const uint64_t bytes : {uint64_t{1} << 10, uint64_t{1} << 20}) {
+      Program p;
+      p.buffers[static_cast<size_t>(p.add("pack", {0}))].bytes = bytes;
+      for (int i = 0; i < 20; ++i) p.add("other" + std::to_string(i), {0});
+      p.buffers[static_cast<size_t>(p.add("pack", {0}))].bytes = bytes;
+      plan::SharedLaunchOptions o;
+      o.trains = trains;
+      const std::vector<int> moved = plan::share_repeated_launches(p.launches, p.buffers, o);
+      EXPECT_EQ(moved.back() < 0, !trains || bytes <= o.small_scratch_bytes)
+          << "trains " << trains << ", " << bytes << " bytes";
+    }
   }
 }
 
