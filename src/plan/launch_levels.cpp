@@ -133,4 +133,50 @@ std::vector<int> hoist_scratch_launches(std::vector<PlannedLaunch>& launches,
   return moved;
 }
 
+std::vector<int> defer_tail_launches(std::vector<PlannedLaunch>& launches,
+                                     const std::vector<schedule::KernelGroup>& groups) {
+  std::vector<Touches> touches;
+  for (const PlannedLaunch& l : launches) touches.push_back(touches_of(l));
+  auto clashes = [&](size_t i, const std::vector<size_t>& with) {
+    return std::any_of(with.begin(), with.end(),
+                       [&](size_t j) { return conflict(touches[i], touches[j]); });
+  };
+  std::vector<size_t> order, window, pending;  // window: the launches of the last window
+  auto place = [&](size_t i) {                 // as barrier_run_ends cuts the windows
+    if (clashes(i, window)) window.clear();
+    window.push_back(i);
+    order.push_back(i);
+  };
+  auto place_pending = [&] {
+    for (size_t p : pending) place(p);
+    pending.clear();
+  };
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const int group = launches[i].group;
+    const bool tail = group >= 0 && groups[static_cast<size_t>(group)].tail;
+    if (tail) {
+      if (clashes(i, window) || clashes(i, pending)) {
+        pending.push_back(i);
+      } else {
+        place(i);  // it joins the open window
+      }
+      continue;
+    }
+    // The deferred launches open the window this one opens, or go before it where it touches
+    // what they touch.
+    if (clashes(i, window) || clashes(i, pending)) place_pending();
+    place(i);
+  }
+  place_pending();
+  std::vector<int> moved(launches.size(), -1);
+  std::vector<PlannedLaunch> reordered;
+  reordered.reserve(launches.size());
+  for (size_t i : order) {
+    moved[i] = static_cast<int>(reordered.size());
+    reordered.push_back(std::move(launches[i]));
+  }
+  launches = std::move(reordered);
+  return moved;
+}
+
 }  // namespace mn::plan

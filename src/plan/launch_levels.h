@@ -42,4 +42,13 @@ std::vector<int> hoist_scratch_launches(std::vector<PlannedLaunch>& launches,
                                         const std::vector<PlannedBuffer>& buffers,
                                         int max_windows = 2);
 
+// Moves each launch of an end-of-step kernel group (schedule::KernelGroup::tail: an optimizer
+// update spread over the backward pass) that would open a barrier window of its own to the next
+// window that opens anyway: launched right after the kernel of the gradient it reads, it would
+// wait for it behind a barrier and push every launch after it into its window. A deferred launch
+// never passes one that touches what it touches. Returns, per launch index before the move, its
+// index after it.
+std::vector<int> defer_tail_launches(std::vector<PlannedLaunch>& launches,
+                                     const std::vector<schedule::KernelGroup>& groups);
+
 }  // namespace mn::plan

@@ -237,6 +237,9 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     if (p.launches.size() < moved.size()) relaunched(moved);
   }
   if (fuse) relaunched(hoist_scratch_launches(p.launches, p.buffers));
+  if (fuse && trains && options.device.spread_updates) {
+    relaunched(defer_tail_launches(p.launches, p.groups));
+  }
 
   // Cache prefetches (plan/cache_prefetch.h), for programs that do not train: a training step's
   // windows are long and its weights are written by the step itself.

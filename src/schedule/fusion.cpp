@@ -838,6 +838,7 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
         inputs = k.inputs;
       }
       merged.kind = KernelGroup::Kind::pointwise;
+      merged.tail = merged.tail || gg.tail[x] != 0;
       merged.inputs = std::move(inputs);
       merged.nodes.insert(merged.nodes.end(), k.nodes.begin(), k.nodes.end());
       merged.outputs.insert(merged.outputs.end(), k.outputs.begin(), k.outputs.end());
@@ -870,7 +871,8 @@ std::vector<KernelGroup> fuse(const Graph& g, const FusionOptions& options) {
   std::vector<int> hoisted;
   std::map<int, std::vector<int>, std::greater<>> levels;
   // With spread_updates, the tail groups the order lists together (those that became ready at
-  // one level: it puts them after the level's other groups) launch as one, in place.
+  // one level: it puts them after the level's other groups) launch as one, in place; the plan
+  // then moves each to the next barrier window that opens anyway (plan/launch_levels.h).
   std::vector<int> ready_updates;
   auto launch_updates = [&] {
     merge_into(ready_updates, body);

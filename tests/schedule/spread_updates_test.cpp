@@ -13,7 +13,10 @@
 #include <meganeura/optimizer.h>
 #include <meganeura/session.h>
 
+#include "plan/barrier_windows.h"
+#include "plan/launch_levels.h"
 #include "plan/step_plan.h"
+#include "plan/synthetic_launches.h"
 #include "schedule/fusion.h"
 #include "support/scoped_env.h"
 #include "tiny_causal_lm.h"
@@ -48,9 +51,13 @@ Updates updates_of(const plan::StepPlan& p) {
   return u;
 }
 
+// The step's gradient kernels in the graph's order (PlanOptions::eager_gradients off: each
+// layer's weight gradients in its backward pass), so that the updates have somewhere to go
+// before the end.
 plan::StepPlan plan_step(const Graph& g, bool spread, DType precision = DType::f32) {
   plan::PlanOptions po;
   po.device.spread_updates = spread;
+  po.eager_gradients = false;
   po.precision = precision;
   if (precision != DType::f32) po.device.storage_16bit = true;
   return plan::make_step_plan(g, po);
@@ -78,7 +85,34 @@ TEST(SpreadUpdates, UpdatesLaunchWhereTheirGradientsAreReady) {
     size_t followed = 0;
     for (size_t k = 0; k + 1 < s.at.size(); ++k) followed += s.at[k + 1] > s.at[k] + 1 ? 1 : 0;
     EXPECT_GE(followed * 2, s.at.size()) << dtype_name(precision);
+    // In windows that open anyway (plan::defer_tail_launches): the end's windows, less the
+    // updates' own at the end.
+    EXPECT_LE(plan::barrier_windows(spread.launches), plan::barrier_windows(end.launches))
+        << dtype_name(precision);
   }
+}
+
+// An update ready right after its gradient's kernel waits for the next window that opens
+// anyway, and never passes a launch touching what it touches.
+TEST(SpreadUpdates, DeferredToTheNextWindow) {
+  testing::Program p;
+  const int grad = p.add("gradient", {0});
+  schedule::KernelGroup update;
+  update.tail = true;
+  std::vector<schedule::KernelGroup> groups(3);
+  groups[1] = update;
+  p.add("update", {grad}, 1, codegen::ArgRef::Kind::output);  // launch 1 reads the gradient
+  const int x = p.add("beside", {0});                         // independent of both
+  p.add("next", {x});                                         // opens a window
+  for (size_t i = 0; i < p.launches.size(); ++i) p.launches[i].group = i == 1 ? 1 : 0;
+  std::vector<plan::PlannedLaunch> launches = p.launches;
+  EXPECT_EQ(plan::defer_tail_launches(launches, groups), (std::vector<int>{0, 2, 1, 3}));
+  EXPECT_EQ(plan::barrier_windows(launches), 2u);  // {gradient, beside} {update, next}
+  EXPECT_EQ(plan::barrier_windows(p.launches), 3u);
+  // A launch reading what the update writes keeps its place after it.
+  p.launches[2].buffers[0] = 1;
+  launches = p.launches;
+  EXPECT_EQ(plan::defer_tail_launches(launches, groups), (std::vector<int>{0, 1, 2, 3}));
 }
 
 // Each update launch comes after every launch storing a value it reads.
