@@ -97,8 +97,8 @@ struct KernelGroup {
   // (domain: the operand's shape) and the epilogue (the reduced shape), either maybe empty.
   std::vector<KernelSegment> segments;
   NodeId anchor = -1;  // matmul_epilogue: the matmul or conv2d; reduction: the reduction
-  // pointwise: end-of-step work, whose values feed only assignments, outputs and other such
-  // groups (the optimizer's updates): nothing of the step waits for it.
+  // End-of-step work: a pointwise group whose values feed only assignments, outputs and other
+  // such groups (the optimizer's updates; fuse sets it): nothing of the step waits for it.
   bool tail = false;
   // Matrix-vector products (single or matmul_epilogue) only, see schedule/gemv_fusion.h.
   struct Gemv {

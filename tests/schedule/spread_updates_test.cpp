@@ -153,10 +153,11 @@ TEST(SpreadUpdates, SessionsComputeTheSameBits) {
       losses.push_back(s->get("loss").data[0]);
     }
     return std::tuple{losses, s->get("model.layers.0.self_attn.q_proj.weight").data,
-                      s->get("model.layers.1.mlp.down_proj.weight").data};
+                      s->get("model.layers.1.mlp.down_proj.weight").data, s->memory().dispatches};
   };
-  const auto [losses, q, down] = train(true);
-  const auto [end_losses, end_q, end_down] = train(false);
+  const auto [losses, q, down, dispatches] = train(true);
+  const auto [end_losses, end_q, end_down, end_dispatches] = train(false);
+  EXPECT_GT(dispatches, end_dispatches) << "the updates were not spread";
   EXPECT_EQ(losses, end_losses);
   EXPECT_EQ(q, end_q);
   EXPECT_EQ(down, end_down);
