@@ -47,6 +47,26 @@ bool conflict(const Touches& a, const Touches& b) {
   return false;
 }
 
+std::vector<Touches> touches_of(const std::vector<PlannedLaunch>& launches) {
+  std::vector<Touches> touches;
+  touches.reserve(launches.size());
+  for (const PlannedLaunch& l : launches) touches.push_back(touches_of(l));
+  return touches;
+}
+
+// `launches` in `order` (indices into it, each once); returns, per index before, its index after.
+std::vector<int> reorder(std::vector<PlannedLaunch>& launches, const std::vector<size_t>& order) {
+  std::vector<int> moved(launches.size(), -1);
+  std::vector<PlannedLaunch> reordered;
+  reordered.reserve(launches.size());
+  for (size_t i : order) {
+    moved[i] = static_cast<int>(reordered.size());
+    reordered.push_back(std::move(launches[i]));
+  }
+  launches = std::move(reordered);
+  return moved;
+}
+
 }  // namespace
 
 std::vector<int> writers_of(const std::vector<PlannedLaunch>& launches, size_t buffers) {
@@ -104,8 +124,7 @@ std::vector<int> hoist_scratch_launches(std::vector<PlannedLaunch>& launches,
                                         const std::vector<PlannedBuffer>& buffers,
                                         int max_windows) {
   const std::vector<int> writers = writers_of(launches, buffers.size());
-  std::vector<Touches> touches;
-  for (const PlannedLaunch& l : launches) touches.push_back(touches_of(l));
+  const std::vector<Touches> touches = touches_of(launches);
   std::vector<std::vector<int>> windows;  // launch indices, as barrier_run_ends would cut them
   for (size_t i = 0; i < launches.size(); ++i) {
     const Touches& t = touches[i];
@@ -120,23 +139,15 @@ std::vector<int> hoist_scratch_launches(std::vector<PlannedLaunch>& launches,
     }
     windows[at].push_back(static_cast<int>(i));
   }
-  std::vector<int> moved(launches.size(), -1);
-  std::vector<PlannedLaunch> order;
-  order.reserve(launches.size());
-  for (const std::vector<int>& window : windows) {
-    for (int i : window) {
-      moved[static_cast<size_t>(i)] = static_cast<int>(order.size());
-      order.push_back(std::move(launches[static_cast<size_t>(i)]));
-    }
-  }
-  launches = std::move(order);
-  return moved;
+  std::vector<size_t> order;
+  for (const std::vector<int>& window : windows)
+    order.insert(order.end(), window.begin(), window.end());
+  return reorder(launches, order);
 }
 
 std::vector<int> defer_tail_launches(std::vector<PlannedLaunch>& launches,
                                      const std::vector<schedule::KernelGroup>& groups) {
-  std::vector<Touches> touches;
-  for (const PlannedLaunch& l : launches) touches.push_back(touches_of(l));
+  const std::vector<Touches> touches = touches_of(launches);
   auto clashes = [&](size_t i, const std::vector<size_t>& with) {
     return std::any_of(with.begin(), with.end(),
                        [&](size_t j) { return conflict(touches[i], touches[j]); });
@@ -168,15 +179,7 @@ std::vector<int> defer_tail_launches(std::vector<PlannedLaunch>& launches,
     place(i);
   }
   place_pending();
-  std::vector<int> moved(launches.size(), -1);
-  std::vector<PlannedLaunch> reordered;
-  reordered.reserve(launches.size());
-  for (size_t i : order) {
-    moved[i] = static_cast<int>(reordered.size());
-    reordered.push_back(std::move(launches[i]));
-  }
-  launches = std::move(reordered);
-  return moved;
+  return reorder(launches, order);
 }
 
 }  // namespace mn::plan

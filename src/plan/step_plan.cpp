@@ -50,6 +50,9 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
   const size_t n = g.size();
 
   const std::vector<char> needed = schedule::needed_nodes(g);
+  const bool trains =
+      std::any_of(g.assignments().begin(), g.assignments().end(),
+                  [&](const auto& a) { return g.node(a.first).op_name() == "parameter"; });
   // MN_FUSION=0: one kernel per node (the fusion's tests and measurements).
   const bool fuse = options.fuse && !off && support::env_switch("MN_FUSION", true);
   schedule::FusionOptions fo;
@@ -65,7 +68,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
   }
   fo.deferred = std::move(recomputed);
   fo.eager_gradients = eager_gradients;
-  fo.spread_updates = options.device.spread_updates;
+  fo.spread_updates = options.device.spread_updates && trains;
   p.groups = fuse ? schedule::fuse(g, fo) : schedule::unfused_groups(g);
   if (fuse) {
     // Narrowing casts into the stores of their operands' kernels, then the remaining casts
@@ -204,9 +207,6 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     }
   }
 
-  const bool trains =
-      std::any_of(g.assignments().begin(), g.assignments().end(),
-                  [&](const auto& a) { return g.node(a.first).op_name() == "parameter"; });
   // Launches removed, moved or inserted: their buffers' uses counted again, the index checks'
   // launches followed (a removed one's group goes on with its next launch).
   auto relaunched = [&](const std::vector<int>& moved) {
@@ -237,9 +237,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     if (p.launches.size() < moved.size()) relaunched(moved);
   }
   if (fuse) relaunched(hoist_scratch_launches(p.launches, p.buffers));
-  if (fuse && trains && options.device.spread_updates) {
-    relaunched(defer_tail_launches(p.launches, p.groups));
-  }
+  if (fuse && fo.spread_updates) relaunched(defer_tail_launches(p.launches, p.groups));
 
   // Cache prefetches (plan/cache_prefetch.h), for programs that do not train: a training step's
   // windows are long and its weights are written by the step itself.
