@@ -9,19 +9,13 @@
 //
 // Two bindings follow the kernel's own: its record (words: own counter, error counter, wait
 // count, then a counter and its target per wait, written by the recording) and the counters
-// (zeroed by each submission; the word after the error counter is a sink). A wait that spins
-// kFlowSpinLimit times gives up and sets the error counter, so that a driver which never runs
-// the producer beside its waiting consumer cannot hang the device: the step is then reported as
-// an error.
+// (zeroed by each submission). A wait that spins kFlowSpinLimit times gives up and sets the
+// error counter, so that a driver which never runs the producer beside its waiting consumer
+// cannot hang the device: the step is then reported as an error.
 //
 // Buffers the program writes are declared coherent: a launch may read what one running beside
 // it wrote, and without a barrier no cache between them is flushed. Buffers it only reads keep
-// their declarations, and those of FlowOptions::prefetch are read ahead while the workgroup
-// waits: each invocation loads a word of a few 32-byte sectors (the grid covers the buffer,
-// up to kFlowPrefetchLoads a lane) and keeps them in registers to the end, where a sink is
-// written only on an impossible XOR of them, so the loads stay without being waited for: the
-// weights reach the GPU's cache while the producers run (what cache prefetch launches do between
-// barrier windows, plan/cache_prefetch.h).
+// their declarations.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -33,23 +27,11 @@ namespace mn::codegen {
 inline constexpr uint32_t kFlowSpinLimit = 1u << 22;
 // Words of a record before its waits: own counter, error counter, number of waits.
 inline constexpr uint32_t kFlowRecordHeader = 3;
-inline constexpr uint32_t kFlowPrefetchLoads = 8;
 
-struct FlowPrefetch {
-  uint32_t binding = 0;
-  uint64_t bytes = 0;  // of the buffer bound there
-};
-
-struct FlowOptions {
-  uint32_t bindings = 0;       // the kernel's own: 0 .. bindings - 1
-  std::vector<char> coherent;  // per binding: declared coherent
-  std::vector<FlowPrefetch> prefetch;
-  uint64_t invocations = 0;  // of the launch's whole grid (prefetches spread over them)
-};
-
-// The flow form of `glsl`. nullopt where the text has no single `void main()` or declares a
-// binding the recording could not see. A prefetch of a binding declared as an array is left
-// out.
-std::optional<std::string> flow_kernel(std::string_view glsl, const FlowOptions& options);
+// The flow form of `glsl`, a kernel with `bindings` bindings (0 .. bindings - 1); binding i is
+// declared coherent where coherent[i] is set. nullopt where the text has no single `void main()`
+// or declares a binding the recording could not see.
+std::optional<std::string> flow_kernel(std::string_view glsl, uint32_t bindings,
+                                       const std::vector<char>& coherent);
 
 }  // namespace mn::codegen

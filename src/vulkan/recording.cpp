@@ -411,7 +411,7 @@ void Recording::finish() {
   if (flow_error_) {  // the word a wait that gave up set, for complete()
     memory_barrier(cmd_, kWorkStages, kWrites, VK_PIPELINE_STAGE_TRANSFER_BIT,
                    VK_ACCESS_TRANSFER_READ_BIT);
-    const VkBufferCopy word{ops_.size() * 4, 0, 4};
+    const VkBufferCopy word{flow_counters_->size() - 4, 0, 4};
     vkCmdCopyBuffer(cmd_, flow_counters_->handle(), flow_error_->handle(), 1, &word);
   }
   // The host reads staging buffers and mapped arenas after the fence.
@@ -479,7 +479,7 @@ std::vector<uint64_t> Recording::make_flow_buffers(
   if (flow.empty()) return offsets;
   const uint64_t align =
       std::max<uint64_t>(device_.capabilities().buffers.min_storage_buffer_offset_alignment, 16);
-  // Counter i is operation i's; then the error word and the sink (codegen/flow_kernel.h).
+  // Counter i is operation i's; the last word is the error word.
   const auto error_slot = static_cast<uint32_t>(ops_.size());
   std::vector<uint32_t> words;
   for (size_t i : flow) {
@@ -509,7 +509,7 @@ std::vector<uint64_t> Recording::make_flow_buffers(
         },
         "uploading the flow launches' records of recording '" + options_.label + "'");
   }
-  flow_counters_ = std::make_unique<Buffer>(device_, (ops_.size() + 2) * 4,  // error word, sink
+  flow_counters_ = std::make_unique<Buffer>(device_, (ops_.size() + 1) * 4,
                                             VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
                                                 VK_BUFFER_USAGE_TRANSFER_DST_BIT |
                                                 VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
