@@ -58,9 +58,6 @@ inline nlohmann::json plan_summary(const plan::StepPlan& p, bool kernels = true)
                    {"dispatches", p.launches.size()},
                    {"barrier_windows", plan::barrier_windows(p.launches)},
                    {"dependency_depth", plan::dependency_depth(p.launches)}};
-  const auto flow = std::count_if(p.launches.begin(), p.launches.end(),
-                                  [](const plan::PlannedLaunch& l) { return l.kernel.flow; });
-  if (flow > 0) j["flow_launches"] = flow;
   if (kernels) j["kernels"] = kernel_counts(p);
   return j;
 }

@@ -149,9 +149,6 @@ struct DeviceTraits {
   // backward pass, instead of all at its end (schedule::FusionOptions::spread_updates);
   // MN_SPREAD_UPDATES=0|1 overrides.
   bool spread_updates = false;
-  // Programs that do not train order their launches through counters instead of barriers
-  // (plan/flow_launches.h); MN_FLOW=0|1, off by default until measured faster.
-  bool flow_launches = false;
   uint32_t multiprocessors = 0;  // 0: unknown
   // Workgroups that give every multiprocessor one (a large GPU's count when unknown): the grid
   // size below which tile choices prefer smaller tiles or split K.
@@ -190,9 +187,6 @@ struct KernelLaunch {
   // Compile with the current glslang (shader/current_glslang.h): the kernel uses
   // GL_NV_cooperative_matrix2's tensor addressing, which the linked glslang 12 cannot compile.
   bool current_compiler = false;
-  // A flow kernel (codegen/flow_kernel.h): bindings.size() and the next binding hold its record
-  // and the counters, which the recording binds; no barrier orders it after its producers.
-  bool flow = false;
 };
 
 // What a node's index check compares: values of node input `input` must lie in [0, bound).

@@ -13,7 +13,6 @@
 #include "optimize/mixed_precision.h"
 #include "plan/barrier_windows.h"
 #include "plan/cache_prefetch.h"
-#include "plan/flow_launches.h"
 #include "plan/in_place.h"
 #include "plan/launch_levels.h"
 #include "plan/shared_launches.h"
@@ -241,10 +240,8 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
   if (fuse && fo.spread_updates) relaunched(defer_tail_launches(p.launches, p.groups));
 
   // Cache prefetches (plan/cache_prefetch.h), for programs that do not train: a training step's
-  // windows are long and its weights are written by the step itself. Nor for flow launches,
-  // which have no windows for a prefetch to follow.
-  const bool flow = options.device.flow_launches && !trains;
-  if (options.device.cache_prefetch && !trains && !flow) {
+  // windows are long and its weights are written by the step itself.
+  if (options.device.cache_prefetch && !trains) {
     std::vector<char> assigned(p.buffers.size(), 0);
     for (const auto& [target, value] : g.assignments()) {
       assigned[static_cast<size_t>(p.node_buffer[target])] = 1;
@@ -290,7 +287,6 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
   }
   p.arena_bytes = p.memory.arena_bytes;
   p.report.dispatches_after = p.launches.size();
-  if (flow) make_flow_launches(p.launches, p.buffers);
 }
 
 }  // namespace

@@ -169,7 +169,6 @@ void apply_environment(codegen::DeviceTraits& t) {
   t.cache_prefetch = support::env_switch("MN_CACHE_PREFETCH", t.cache_prefetch);
   t.shared_launches = support::env_switch("MN_SHARED_LAUNCHES", true);
   t.spread_updates = support::env_switch("MN_SPREAD_UPDATES", t.spread_updates);
-  t.flow_launches = support::env_switch("MN_FLOW", t.flow_launches);
 }
 
 plan::PlanOptions plan_options(const vk::Device& device) {

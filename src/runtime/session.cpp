@@ -228,9 +228,7 @@ void build_pipelines(Session::Impl& impl, const plan::PlanOptions& po) {
   std::vector<std::unique_ptr<vk::Pipeline>> made(kernels.size());
   support::parallel_for(kernels.size(), 0, [&](size_t i) {
     vk::KernelInterface ki;
-    // A flow kernel's record and counters follow its own bindings (codegen/flow_kernel.h).
-    ki.buffer_count =
-        static_cast<uint32_t>(kernels[i]->bindings.size()) + (kernels[i]->flow ? 2 : 0);
+    ki.buffer_count = static_cast<uint32_t>(kernels[i]->bindings.size());
     ki.workgroup_size = kernels[i]->workgroup;
     made[i] = std::make_unique<vk::Pipeline>(*impl.device, spirv[i], ki, kernels[i]->name);
   });
@@ -350,7 +348,6 @@ void record_step(Session::Impl& impl, Program& prog, const SessionOptions& optio
     }
     d.groups = l.kernel.groups;
     d.label = l.kernel.name;
-    d.flow = l.kernel.flow;
     rec.dispatch(std::move(d));
     if (prog.numerics) {  // copied before a later kernel may reuse the bytes
       for (const runtime::NumericsProbe& probe : prog.numerics->probes) {

@@ -215,10 +215,8 @@ VkMemoryPropertyFlags Device::memory_type_flags(uint32_t type) const {
   return type < memory_.memoryTypeCount ? memory_.memoryTypes[type].propertyFlags : 0;
 }
 
-void Device::check_validation(std::string_view where, bool sync_hazards_expected) {
-  if (instance_->validation_enabled()) {
-    instance_->validation_log().check(where, sync_hazards_expected);
-  }
+void Device::check_validation(std::string_view where) {
+  if (instance_->validation_enabled()) instance_->validation_log().check(where);
 }
 
 void Device::submit(const VkSubmitInfo& info, VkFence fence, std::string_view what) {

@@ -79,7 +79,7 @@ class Device {
   }
   // With validation on, throws mn::DeviceError if the layer reported anything since the last
   // check; `where` names the operation in the message.
-  void check_validation(std::string_view where, bool sync_hazards_expected = false);
+  void check_validation(std::string_view where);
 
   // vkQueueSubmit, serialized: a VkQueue must not be used from two threads at once.
   void submit(const VkSubmitInfo& info, VkFence fence, std::string_view what);

@@ -89,18 +89,13 @@ std::vector<std::string> ValidationLog::messages() const {
   return messages_;
 }
 
-void ValidationLog::check(std::string_view where, bool sync_hazards_expected) {
+void ValidationLog::check(std::string_view where) {
   std::lock_guard lock(mutex_);
-  std::vector<const std::string*> reported;
-  for (size_t i = checked_; i < messages_.size(); ++i) {
-    if (sync_hazards_expected && messages_[i].find("SYNC-HAZARD-") != std::string::npos) continue;
-    reported.push_back(&messages_[i]);
-  }
-  checked_ = messages_.size();
-  if (reported.empty()) return;
-  std::string text = "Vulkan validation reported " + std::to_string(reported.size()) +
+  if (checked_ == messages_.size()) return;
+  std::string text = "Vulkan validation reported " + std::to_string(messages_.size() - checked_) +
                      " message(s) during " + std::string(where) + ":";
-  for (const std::string* m : reported) text += "\n  " + *m;
+  for (size_t i = checked_; i < messages_.size(); ++i) text += "\n  " + messages_[i];
+  checked_ = messages_.size();
   throw DeviceError(text);
 }
 

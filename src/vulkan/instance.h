@@ -17,11 +17,8 @@ class ValidationLog {
   void add(std::string message);
   size_t count() const;
   std::vector<std::string> messages() const;
-  // Throws mn::DeviceError listing the messages that arrived since the previous check. With
-  // `sync_hazards_expected`, synchronization validation's hazard reports are left out: flow
-  // launches (codegen/flow_kernel.h) order themselves in their shaders, which the layer cannot
-  // see, so it reports every dependency between two of them.
-  void check(std::string_view where, bool sync_hazards_expected = false);
+  // Throws mn::DeviceError listing the messages that arrived since the previous check.
+  void check(std::string_view where);
 
  private:
   mutable std::mutex mutex_;

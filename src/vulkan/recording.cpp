@@ -1,8 +1,8 @@
 #include "vulkan/recording.h"
 
-#include <algorithm>
 #include <chrono>
-#include <span>
+
+#include <algorithm>
 
 #include <meganeura/error.h>
 
@@ -114,18 +114,9 @@ void Recording::dispatch(Dispatch d) {
   const KernelInterface& k = p.interface();
   if (d.label.empty()) d.label = p.name();
   const std::string where = "dispatch '" + d.label + "'";
-  // A flow kernel's last two bindings are the recording's (its record and the counters).
-  const uint32_t own =
-      d.flow ? k.buffer_count - std::min<uint32_t>(k.buffer_count, 2) : k.buffer_count;
-  if (d.flow && k.buffer_count < 2) {
-    throw Error(where +
-                ": a flow dispatch's kernel needs its record and counter bindings, it has " +
-                std::to_string(k.buffer_count) + " bindings");
-  }
-  if (d.buffers.size() != own) {
+  if (d.buffers.size() != k.buffer_count) {
     throw Error(where + ": " + std::to_string(d.buffers.size()) +
-                " buffers bound, the kernel has " + std::to_string(own) + " bindings" +
-                (d.flow ? " besides its flow record and counters" : ""));
+                " buffers bound, the kernel has " + std::to_string(k.buffer_count) + " bindings");
   }
   if (d.push_constants.size() != k.push_constant_bytes) {
     throw Error(where + ": " + std::to_string(d.push_constants.size()) +
@@ -242,8 +233,7 @@ void Recording::fill(const Range& destination, uint32_t value) {
   add(std::move(op));
 }
 
-void Recording::record_dispatch(VkCommandBuffer cmd, const Op& op, VkDescriptorSet set,
-                                uint64_t flow_record_offset) {
+void Recording::record_dispatch(VkCommandBuffer cmd, const Op& op, VkDescriptorSet set) {
   const Dispatch& d = op.dispatch;
   const Pipeline& p = *d.pipeline;
   const KernelInterface& k = p.interface();
@@ -252,20 +242,7 @@ void Recording::record_dispatch(VkCommandBuffer cmd, const Op& op, VkDescriptorS
   uint32_t total = 0;
   for (uint32_t b = 0; b < k.buffer_count; ++b) total += k.array_size(b);
   infos.reserve(total);
-  const auto own = static_cast<uint32_t>(d.buffers.size());
-  for (uint32_t b = own; b < k.buffer_count; ++b) {  // a flow kernel's record and counters
-    const bool record = b == own;
-    infos.push_back({record ? flow_records_->handle() : flow_counters_->handle(),
-                     record ? flow_record_offset : 0, VK_WHOLE_SIZE});
-    VkWriteDescriptorSet w{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
-    w.dstSet = set;
-    w.dstBinding = b;
-    w.descriptorCount = 1;
-    w.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-    w.pBufferInfo = &infos.back();
-    writes.push_back(w);
-  }
-  for (uint32_t b = 0; b < own; ++b) {
+  for (uint32_t b = 0; b < k.buffer_count; ++b) {
     const Range& r = d.buffers[b].range;
     const std::vector<RangePiece> pieces = r.arena->pieces(r);
     const size_t first = infos.size();
@@ -327,15 +304,6 @@ void Recording::finish() {
       check(vkAllocateDescriptorSets(dev, &alloc, &sets[i]), "vkAllocateDescriptorSets");
     }
   }
-  // Where barriers go, and what flow launches wait for.
-  std::vector<OrderedOperation> ordered;
-  ordered.reserve(ops_.size());
-  for (const Op& op : ops_) {
-    ordered.push_back({op.accesses, op.kind == Op::Kind::dispatch && op.dispatch.flow});
-  }
-  const Ordering ordering = order_operations(ordered);
-  const std::vector<uint64_t> record_offsets = make_flow_buffers(ordering.waits);
-
   const bool timed = options_.timestamps || options_.total_time;
   const bool per_op = options_.timestamps;
   const uint32_t query_count = per_op ? static_cast<uint32_t>(ops_.size()) + 1 : 2;
@@ -358,27 +326,26 @@ void Recording::finish() {
     later[i] = later[i + 1] | stage_of(ops_[i].kind == Op::Kind::dispatch);
   }
   if (timed) vkCmdResetQueryPool(cmd_, query_pool_, 0, query_count);
-  // The flow counters start at zero; the barrier below orders the fill before every launch.
-  if (flow_counters_) vkCmdFillBuffer(cmd_, flow_counters_->handle(), 0, VK_WHOLE_SIZE, 0);
   // Earlier submissions (this one's previous run, uploads, other recordings) may have written
   // what the first operations touch.
   if (!ops_.empty()) memory_barrier(cmd_, kWorkStages, kWrites, later[0], accesses_of(later[0]));
   if (timed) vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, query_pool_, 0);
+  HazardTracker hazards;
   VkPipeline bound = VK_NULL_HANDLE;
   barrier_count_ = 0;
-  flow_wait_count_ = 0;
   VkPipelineStageFlags window_stages = 0;
   VkAccessFlags window_writes = 0;
   for (size_t i = 0; i < ops_.size(); ++i) {
     const Op& op = ops_[i];
     const bool is_dispatch = op.kind == Op::Kind::dispatch;
-    if (ordering.barrier_before[i]) {
+    if (hazards.conflicts(op.accesses)) {
       memory_barrier(cmd_, window_stages, window_writes, later[i], accesses_of(later[i]));
+      hazards.clear();
       window_stages = 0;
       window_writes = 0;
       ++barrier_count_;
     }
-    flow_wait_count_ += ordering.waits[i].size();
+    hazards.add(op.accesses);
     window_stages |= stage_of(is_dispatch);
     if (std::any_of(op.accesses.begin(), op.accesses.end(),
                     [](const MemoryAccess& a) { return a.write; })) {
@@ -390,7 +357,7 @@ void Recording::finish() {
           bound = op.dispatch.pipeline->handle();
           vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, bound);
         }
-        record_dispatch(cmd_, op, sets[i], record_offsets[i]);
+        record_dispatch(cmd_, op, sets[i]);
         break;
       case Op::Kind::copy:
         for (const Copy& c : op.copies)
@@ -408,17 +375,11 @@ void Recording::finish() {
   if (timed && !per_op) {
     vkCmdWriteTimestamp(cmd_, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, query_pool_, 1);
   }
-  if (flow_error_) {  // the word a wait that gave up set, for complete()
-    memory_barrier(cmd_, kWorkStages, kWrites, VK_PIPELINE_STAGE_TRANSFER_BIT,
-                   VK_ACCESS_TRANSFER_READ_BIT);
-    const VkBufferCopy word{flow_counters_->size() - 4, 0, 4};
-    vkCmdCopyBuffer(cmd_, flow_counters_->handle(), flow_error_->handle(), 1, &word);
-  }
   // The host reads staging buffers and mapped arenas after the fence.
   memory_barrier(cmd_, kWorkStages, kWrites, VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
   check(vkEndCommandBuffer(cmd_), "vkEndCommandBuffer");
   finished_ = true;
-  device_.check_validation("recording '" + options_.label + "'", flow_records_ != nullptr);
+  device_.check_validation("recording '" + options_.label + "'");
 }
 
 void Recording::submit() {
@@ -469,68 +430,8 @@ std::future<void> Recording::wait_async() {
   return std::async(std::launch::async, [this] { wait(); });
 }
 
-std::vector<uint64_t> Recording::make_flow_buffers(
-    const std::vector<std::vector<uint32_t>>& waits) {
-  std::vector<uint64_t> offsets(ops_.size(), 0);
-  std::vector<size_t> flow;
-  for (size_t i = 0; i < ops_.size(); ++i) {
-    if (ops_[i].kind == Op::Kind::dispatch && ops_[i].dispatch.flow) flow.push_back(i);
-  }
-  if (flow.empty()) return offsets;
-  const uint64_t align =
-      std::max<uint64_t>(device_.capabilities().buffers.min_storage_buffer_offset_alignment, 16);
-  // Counter i is operation i's; the last word is the error word.
-  const auto error_slot = static_cast<uint32_t>(ops_.size());
-  std::vector<uint32_t> words;
-  for (size_t i : flow) {
-    while (words.size() * 4 % align != 0) words.push_back(0);
-    offsets[i] = words.size() * 4;
-    words.push_back(static_cast<uint32_t>(i));
-    words.push_back(error_slot);
-    words.push_back(static_cast<uint32_t>(waits[i].size()));
-    for (uint32_t j : waits[i]) {
-      const auto& g = ops_[j].dispatch.groups;
-      words.push_back(j);
-      words.push_back(g[0] * g[1] * g[2]);  // every workgroup of j adds one
-    }
-  }
-  const uint64_t bytes = words.size() * 4;
-  // In device memory: every workgroup of a flow launch reads its record before it starts.
-  flow_records_ = std::make_unique<Buffer>(
-      device_, bytes, VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
-      MemoryKind::device_local);
-  {
-    StagingBuffer staging(device_, bytes);
-    staging.write(0, std::as_bytes(std::span(words)));
-    device_.run_commands(
-        [&](VkCommandBuffer cmd) {
-          const VkBufferCopy all{0, 0, bytes};
-          vkCmdCopyBuffer(cmd, staging.handle(), flow_records_->handle(), 1, &all);
-        },
-        "uploading the flow launches' records of recording '" + options_.label + "'");
-  }
-  flow_counters_ = std::make_unique<Buffer>(device_, (ops_.size() + 1) * 4,
-                                            VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
-                                                VK_BUFFER_USAGE_TRANSFER_DST_BIT |
-                                                VK_BUFFER_USAGE_TRANSFER_SRC_BIT,
-                                            MemoryKind::device_local);
-  flow_error_ =
-      std::make_unique<Buffer>(device_, 4, VK_BUFFER_USAGE_TRANSFER_DST_BIT, MemoryKind::readback);
-  return offsets;
-}
-
 void Recording::complete() {
   pending_ = false;
-  if (flow_error_) {
-    uint32_t gave_up = 0;
-    flow_error_->read(0, std::as_writable_bytes(std::span(&gave_up, 1)));
-    if (gave_up != 0) {
-      throw DeviceError("recording '" + options_.label +
-                        "': a flow launch gave up waiting for the launches before it, so the "
-                        "step's results may be wrong: this driver does not run a launch beside "
-                        "the ones it waits for (turn flow launches off: MN_FLOW=0)");
-    }
-  }
   if (options_.timestamps || options_.total_time) {
     const bool per_op = options_.timestamps;
     const uint32_t count = per_op ? static_cast<uint32_t>(ops_.size()) + 1 : 2;
@@ -555,8 +456,7 @@ void Recording::complete() {
     }
     total_ms_ = ms(ticks.front(), ticks.back());
   }
-  device_.check_validation("execution of recording '" + options_.label + "'",
-                           flow_records_ != nullptr);
+  device_.check_validation("execution of recording '" + options_.label + "'");
 }
 
 }  // namespace mn::vk

@@ -7,17 +7,12 @@
 // operation only if it reads what an operation since the last barrier wrote, or writes what
 // one read or wrote. Every submission also starts with one barrier (ordering it after the
 // previous submission's writes) and ends with one that makes its writes visible to the host.
-// Flow launches (Dispatch::flow) wait for the flow launches they conflict with through
-// counters instead (vulkan/hazards.h, order_operations); their records, the counters and the
-// word a wait that gave up sets live in buffers of the recording, and a submission whose wait
-// gave up is reported by wait() as an mn::DeviceError.
 #include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <future>
-#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -25,7 +20,6 @@
 #include <vulkan/vulkan.h>
 
 #include "vulkan/arena.h"
-#include "vulkan/buffer.h"
 #include "vulkan/hazards.h"
 
 namespace mn::vk {
@@ -46,10 +40,6 @@ struct Dispatch {
   std::vector<std::byte> push_constants;
   std::array<uint32_t, 3> groups{1, 1, 1};
   std::string label;  // names the dispatch in timings and errors; default: the kernel's name
-  // A flow kernel (codegen/flow_kernel.h): the pipeline has two bindings past `buffers`, its
-  // record and the counters, which the recording binds. It waits for the flow launches it
-  // depends on itself: no barrier is placed between two flow launches.
-  bool flow = false;
 
   template <class T>
   void set_push_constants(const T& value) {
@@ -112,8 +102,6 @@ class Recording {
   size_t dispatch_count() const { return dispatch_count_; }
   // Barriers between operations (not counting the one at each end); valid after finish().
   size_t barrier_count() const { return barrier_count_; }
-  // Waits of flow launches for others (Dispatch::flow); valid after finish().
-  size_t flow_wait_count() const { return flow_wait_count_; }
   bool finished() const { return finished_; }
   // GPU times of the last completed submission: per operation (timestamps) and in total
   // (timestamps or total_time; 0 without either).
@@ -140,11 +128,7 @@ class Recording {
   };
 
   void add(Op op);
-  void record_dispatch(VkCommandBuffer cmd, const Op& op, VkDescriptorSet set,
-                       uint64_t flow_record_offset);
-  // The flow launches' records (after order_operations' waits), counters and error word; returns
-  // each operation's record offset.
-  std::vector<uint64_t> make_flow_buffers(const std::vector<std::vector<uint32_t>>& waits);
+  void record_dispatch(VkCommandBuffer cmd, const Op& op, VkDescriptorSet set);
   void complete();  // after the fence signalled: timings, validation
 
   Device& device_;
@@ -152,10 +136,6 @@ class Recording {
   std::vector<Op> ops_;
   size_t dispatch_count_ = 0;
   size_t barrier_count_ = 0;
-  size_t flow_wait_count_ = 0;
-  // Flow launches: records (host-written), counters (zeroed by each submission; the last word
-  // is set where a wait gave up) and the host's copy of that word.
-  std::unique_ptr<Buffer> flow_records_, flow_counters_, flow_error_;
   bool finished_ = false;
   bool pending_ = false;
   // Taken from the device (Device::acquire_command_slot), given back reset when destroyed.

@@ -14,7 +14,6 @@
 #include <meganeura/session.h>
 #include <meganeura/tokenizer.h>
 
-#include "support/scoped_env.h"
 #include "support/tensor_cores.h"
 
 namespace mn {
@@ -84,18 +83,6 @@ TEST_P(LmGenerate, PromptsOfDifferentLengthsInOneBatch) {
   auto runner = runner_for(model, 2, 16);
   const std::vector<Case> cases = cases_of(GetParam());
   ASSERT_NE(cases[0].prompt.size(), cases[1].prompt.size());
-  const auto out = generate(*runner, {cases[0].prompt, cases[1].prompt}, {}, stop_for(model));
-  EXPECT_EQ(out[0].tokens, cases[0].continuation);
-  EXPECT_EQ(out[1].tokens, cases[1].continuation);
-}
-
-// Flow launches (plan/flow_launches.h): the prompt and decoding kernels ordered by counters
-// instead of barriers continue the prompts as transformers did, batched over blocks.
-TEST_P(LmGenerate, FlowLaunchesContinueThePromptsAlike) {
-  testing::ScopedEnv flow("MN_FLOW", "1");
-  const HfModel model = load_hf_model(kLm / "models" / GetParam());
-  auto runner = runner_for(model, 2, 8);
-  const std::vector<Case> cases = cases_of(GetParam());
   const auto out =
       generate(*runner, {cases[0].prompt, cases[1].prompt}, {}, stop_for(model));
   EXPECT_EQ(out[0].tokens, cases[0].continuation);
