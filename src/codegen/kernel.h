@@ -75,10 +75,6 @@ struct DeviceTraits {
   // MN_COOP_TENSOR_SPLIT_K: K splits of tensor-addressed matmuls whose tiles do not fill the
   // device; 0 chooses (codegen/lower_matmul_tensor.h), 1 never splits, n forces n where K allows.
   int coop_tensor_split_k = 0;
-  // MN_COOP_TENSOR_UNROLL: K steps per loop iteration of the tensor-addressed tiles of at most
-  // 64 × 64 outputs, each iteration loading all its steps' matrices before its first product
-  // (short K loops of small tiles wait on every step's loads); 0: the tiles' own, one step.
-  int coop_tensor_unroll = 0;
   // The tensor-addressed matmul computes a sibling product beside its own (a prompt's gate and
   // up projections, schedule/gemv_fusion.h). Sessions set it (runtime::apply_environment) unless
   // MN_TENSOR_SIBLING=0 (measured: docs/perf.md).

@@ -233,9 +233,6 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
     }
   }
   const bool bf16 = in_a == DType::bf16;
-  // DeviceTraits::coop_tensor_unroll: small tiles' steps unrolled with their loads first.
-  const bool loads_first = ctx.device.coop_tensor_unroll > 0 && t.bm * t.bn <= 64 * 64;
-  const int unroll = loads_first ? ctx.device.coop_tensor_unroll : t.unroll;
   const std::string elem = bf16 ? "bfloat16_t" : "float16_t";
   const int64_t a_size = g.m * g.k, b_size = g.k * g.n;
   const int64_t row_tiles = (g.m + t.bm - 1) / t.bm, col_tiles = (g.n + t.bn - 1) / t.bn;
@@ -265,8 +262,7 @@ Lowering lower_matmul_tensor(const LowerContext& ctx, const MatmulGeometry& g, i
       {"TB", g.tb ? "1" : "0"},
       {"EPILOGUE", e ? "1" : "0"},
       {"ROUND_BF16", out == DType::bf16 ? "1" : "0"},
-      {"UNROLL", std::to_string(unroll)},
-      {"LOADS_FIRST", loads_first ? "1" : "0"},
+      {"UNROLL", std::to_string(t.unroll)},
       {"C_TYPE", out == DType::f32 ? "float" : elem},
       {"M", std::to_string(g.m)},
       {"N", std::to_string(g.n)},

@@ -96,36 +96,6 @@ TEST(TensorMatmul, EveryTileLayoutAndStoreCompilesAndValidates) {
   }
 }
 
-// DeviceTraits::coop_tensor_unroll: the tiles of at most 64 × 64 outputs unroll 2 to 4 K steps
-// with every step's loads before the products, K a multiple of the unrolled steps or not (the
-// remainder in the one-step loop), and compile to valid SPIR-V; larger tiles keep their own loop.
-TEST(TensorMatmul, UnrolledSmallTilesCompileAndValidate) {
-  REQUIRE_CURRENT_TOOLCHAIN();
-  DeviceTraits t = tensor_traits();
-  for (const int unroll : {2, 3, 4}) {
-    t.coop_tensor_unroll = unroll;
-    for (const TensorTile& tile : tensor_tiles()) {
-      const bool small = tile.bm * tile.bn <= 64 * 64;
-      for (const int64_t k : {int64_t{576}, int64_t{200}}) {
-        SCOPED_TRACE(std::string(tile.name) + " unroll " + std::to_string(unroll) + " k " +
-                     std::to_string(k));
-        auto mm = matmul_node({256, k}, {192, k}, false, true, DType::bf16);
-        const auto ctx = mm->ctx(t);
-        const Lowering l = lower_matmul_tensor(ctx, geometry(ctx), 1, tile, nullptr);
-        const KernelLaunch& kl = l.launches.back();
-        EXPECT_NE(kl.glsl.find(std::string("#define LOADS_FIRST ") + (small ? "1" : "0")),
-                  std::string::npos);
-        EXPECT_NE(
-            kl.glsl.find("#define UNROLL_STEPS " + std::to_string(small ? unroll : tile.unroll)),
-            std::string::npos);
-        if (!small) continue;
-        const auto spirv = compile_current(kl.glsl, kl.name);
-        EXPECT_EQ(test::spirv_val_errors(spirv), "");
-      }
-    }
-  }
-}
-
 // Products stored reshaped and permuted (LowerContext::stored_shape/stored_perm,
 // schedule/permuted_stores.h): attention's output gradient [1, 256, 576] split into 9 heads of
 // 64 as [1, 9, 256, 64], and a value gradient [1, 3, 256, 64] merged back as [1, 256, 3, 64]

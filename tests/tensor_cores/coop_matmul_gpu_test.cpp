@@ -182,35 +182,6 @@ TEST(CoopMatmulGpu, TensorAddressedTiles) {
     }
 }
 
-// The small tiles with 2 to 4 K steps unrolled, their loads first (DeviceTraits::
-// coop_tensor_unroll), whole and split K, ragged shapes included.
-TEST(CoopMatmulGpu, UnrolledSmallTensorTiles) {
-  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
-  codegen::DeviceTraits t = coop_trial_traits(CoopPath::tensor);
-  uint64_t seed = 400;
-  for (const int unroll : {2, 3, 4})
-    for (const int splits : {1, 3})
-      for (const codegen::TensorTile& tile : codegen::tensor_tiles()) {
-        if (tile.bm * tile.bn > 64 * 64) continue;
-        t.coop_tensor_unroll = unroll;
-        t.coop_tensor_split_k = splits;
-        for (MatmulProblem p : problems_for(tile.bm, tile.bn, tile.bk, false)) {
-          if (p.a_scale != 1 || p.b_scale != 1) continue;
-          p.dtype = t.coop_wg_bf16_granularity[2][0] == 0 ? DType::f16 : DType::bf16;
-          SCOPED_TRACE(std::string(tile.name) + " " + p.describe() + " unroll " +
-                       std::to_string(unroll) + " splits " + std::to_string(splits));
-          if (!f16_runs(p)) continue;
-          const MatmulRun r = prepare(p, seed++);
-          const auto ctx = context(r, t);
-          const auto e = epilogue_for(p);
-          const codegen::Lowering l =
-              codegen::lower_matmul_tensor(ctx, codegen::geometry(ctx), p.batch(), tile, e.get());
-          EXPECT_NE(l.launches.back().glsl.find("#define LOADS_FIRST 1"), std::string::npos);
-          EXPECT_TRUE(fits_f16_model(run_on_device(l, r, false), r.model));
-        }
-      }
-}
-
 // Mutations the bounds must catch on the device: operands staged without their power-of-two
 // scale (values of 2^-30 flush to zero in f16; staged with it, they fit as packed ones do), and
 // a product stored without its epilogue.

@@ -39,10 +39,6 @@ const uint C_ROW_STRIDE = @C_ROW_STRIDE@u;
 const uint M = @M@u, N = @N@u, K = @K@u;
 const uint LDA = @LDA@u, LDB = @LDB@u;
 const uint BM = @BM@u, BN = @BN@u, BK = @BK@u, UNROLL = @UNROLL@u;
-// Each iteration's UNROLL steps load all their matrices before the first product (else each
-// step loads and multiplies in turn, the driver issuing what it can ahead).
-#define LOADS_FIRST @LOADS_FIRST@
-#define UNROLL_STEPS @UNROLL@
 const uint ROW_TILES = @ROW_TILES@u, COL_TILES = @COL_TILES@u, BATCHES = @BATCHES@u;
 #define SPLIT_K @SPLITS@  // K splits (1: none)
 const uint SPLITS = @SPLITS@u, KS = @KS@u;  // and the K range of each
@@ -170,34 +166,6 @@ void main() {
   if (row0 + BM <= M && col0 + BN <= N && K % BK == 0) {
     // UNROLL steps per iteration give the driver loads to issue ahead of the products.
     uint k = k_begin;
-#if LOADS_FIRST
-    for (; k + UNROLL * BK <= k_end; k += UNROLL * BK) {
-      DECLARE_STEP(a0, b0, s0);
-      LOAD_STEP(a0, b0, s0, la, lb, k);
-#if UNROLL_STEPS > 1
-      DECLARE_STEP(a1, b1, s1);
-      LOAD_STEP(a1, b1, s1, la, lb, k + BK);
-#endif
-#if UNROLL_STEPS > 2
-      DECLARE_STEP(a2, b2, s2);
-      LOAD_STEP(a2, b2, s2, la, lb, k + 2u * BK);
-#endif
-#if UNROLL_STEPS > 3
-      DECLARE_STEP(a3, b3, s3);
-      LOAD_STEP(a3, b3, s3, la, lb, k + 3u * BK);
-#endif
-      MUL_STEP(a0, b0, s0);
-#if UNROLL_STEPS > 1
-      MUL_STEP(a1, b1, s1);
-#endif
-#if UNROLL_STEPS > 2
-      MUL_STEP(a2, b2, s2);
-#endif
-#if UNROLL_STEPS > 3
-      MUL_STEP(a3, b3, s3);
-#endif
-    }
-#endif
     for (; k + UNROLL * BK <= k_end; k += UNROLL * BK) {
       [[unroll]] for (uint j = 0; j < UNROLL; ++j) {
         DECLARE_STEP(a, b, s);
