@@ -69,6 +69,14 @@ inline nlohmann::json step_fields(const Session& s, const std::vector<double>& s
     }
     j["gpu_ms"] = gpu;
     j["kernels"] = kernels;
+    // The 40 largest by kernel and operands: which products of one kernel name take the time.
+    nlohmann::json by_operands = nlohmann::json::array();
+    for (const KernelTotal& k : kernel_totals(s.profile(), true)) {
+      if (by_operands.size() == 40) break;
+      by_operands.push_back(
+          {{"name", k.name}, {"operands", k.operands}, {"ms", k.ms}, {"count", k.count}});
+    }
+    j["kernels_by_operands"] = by_operands;
   }
   return j;
 }

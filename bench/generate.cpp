@@ -8,7 +8,8 @@
 //                       [--new-tokens 64] [--prefill-tokens 512] [--device D] [--profile]
 //                       [--step-time] [--host-split]
 //                       [--plan|--plan-order [--plan-device default|h200]]
-// --profile adds the GPU time of the last decode and prefill steps' kernels, summed by name.
+// --profile adds the GPU time of the last decode and prefill steps' kernels, summed by name, and
+// the largest sums by name and operands (what each launch computes).
 // --step-time adds the medians of 32 decode steps' GPU time (timestamps at the step's two ends)
 // and of their wall time as LmRunner::run sees it: the difference is the host's share.
 // --host-split times the pieces of 64 decode steps on a decode-only session of the same model:
@@ -264,6 +265,13 @@ int main(int argc, char** argv) try {
         j[std::string(program) + "_kernels"].push_back(row);
       }
       j[std::string(program) + "_gpu_ms"] = total;
+      // The 25 largest by kernel and what each launch computes (KernelTime::operands).
+      nlohmann::json& by_operands = j[std::string(program) + "_kernels_by_operands"];
+      by_operands = nlohmann::json::array();
+      for (const mn::KernelTotal& k : mn::kernel_totals(runner->profile(program), true)) {
+        if (by_operands.size() == 25) break;
+        by_operands.push_back({k.name, k.operands, k.ms, k.count});
+      }
     }
   }
   if (split) {

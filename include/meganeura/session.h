@@ -114,16 +114,24 @@ struct KernelTime {
   // What the driver reports of the kernel ("Register Count 128, ..."), where the device was
   // created with pipeline statistics (MN_PIPELINE_STATISTICS=1); empty otherwise.
   std::string statistics;
+  // What the launch computes: the first value it writes and its kernel's inputs (the first
+  // six), as "matmul(bf16[1, 256, 576]) <- bf16[1, 256, 576] bf16[576, 576]"; empty for copies,
+  // fills and launches that compute no value (cache prefetches). Tells apart the launches of one
+  // kernel name (every small product is a matmul_tensor_t32x32k64).
+  std::string operands;
 };
 
-// A profile summed by kernel name, largest total first: where a step's GPU time goes.
+// A profile summed by kernel name (and with `by_operands`, by KernelTime::operands too),
+// largest total first: where a step's GPU time goes.
 struct KernelTotal {
   std::string name;
   double ms = 0;
   int count = 0;
   std::string statistics;  // KernelTime::statistics of the first kernel of this name
+  std::string operands;    // with by_operands; empty otherwise
 };
-std::vector<KernelTotal> kernel_totals(std::span<const KernelTime> profile);
+std::vector<KernelTotal> kernel_totals(std::span<const KernelTime> profile,
+                                       bool by_operands = false);
 
 class Session {
  public:

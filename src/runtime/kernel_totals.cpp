@@ -1,16 +1,18 @@
-// A profile's summary: kernel times summed by name, largest first.
+// A profile's summary: kernel times summed by name (and operands), largest first.
 #include <meganeura/session.h>
 
 #include <algorithm>
 #include <map>
+#include <utility>
 
 namespace mn {
 
-std::vector<KernelTotal> kernel_totals(std::span<const KernelTime> profile) {
-  std::map<std::string, KernelTotal> by_name;
+std::vector<KernelTotal> kernel_totals(std::span<const KernelTime> profile, bool by_operands) {
+  std::map<std::pair<std::string, std::string>, KernelTotal> by_name;
   for (const KernelTime& k : profile) {
-    KernelTotal& t = by_name[k.name];
+    KernelTotal& t = by_name[{k.name, by_operands ? k.operands : std::string()}];
     t.name = k.name;
+    if (by_operands) t.operands = k.operands;
     if (t.count == 0) t.statistics = k.statistics;
     t.ms += k.ms;
     ++t.count;

@@ -42,6 +42,8 @@ struct Program {
   bool stepped = false;  // outputs hold nothing before the first submission
   std::optional<runtime::NumericsCheck> numerics;  // SessionOptions::check_numerics
   std::optional<runtime::IndexSlots> index_slots;  // when its kernels read indices
+  // KernelTime::operands of each operation of the recording (by its index; empty for copies).
+  std::vector<std::string> op_operands;
 
   const plan::PlannedBuffer& buffer_of(NodeId id) const {
     return plan.buffers[static_cast<size_t>(plan.node_buffer[id])];
@@ -298,6 +300,20 @@ void write_initial_values(vk::Arena& arena, const Program& p, const SessionOptio
   }
 }
 
+// What launch `l` computes, for profiles (KernelTime::operands).
+std::string launch_operands(const plan::StepPlan& p, const plan::PlannedLaunch& l) {
+  if (l.node < 0 || l.group < 0) return {};
+  const Node& n = p.graph.node(l.node);
+  std::string s = std::string(n.op_name()) + "(" + n.type.str() + ") <-";
+  const std::vector<NodeId>& inputs = p.groups[static_cast<size_t>(l.group)].inputs;
+  constexpr size_t kShown = 6;  // a fused optimizer update reads dozens
+  for (size_t i = 0; i < std::min(inputs.size(), kShown); ++i) {
+    s += " " + p.graph.node(inputs[i]).type.str();
+  }
+  if (inputs.size() > kShown) s += " and " + std::to_string(inputs.size() - kShown) + " more";
+  return s;
+}
+
 // The step: uploads, kernels, assignment copies, readbacks.
 void record_step(Session::Impl& impl, Program& prog, const SessionOptions& options) {
   const plan::StepPlan& p = prog.plan;
@@ -348,6 +364,8 @@ void record_step(Session::Impl& impl, Program& prog, const SessionOptions& optio
     }
     d.groups = l.kernel.groups;
     d.label = l.kernel.name;
+    prog.op_operands.resize(rec.operation_count() + 1);
+    prog.op_operands.back() = launch_operands(p, l);
     rec.dispatch(std::move(d));
     if (prog.numerics) {  // copied before a later kernel may reuse the bytes
       for (const runtime::NumericsProbe& probe : prog.numerics->probes) {
@@ -725,21 +743,29 @@ MemorySummary Session::memory() const {
   return m;
 }
 
+namespace {
+// Program p's last step's timings, each with what its launch computes.
+void profile_of(const Program& p, std::vector<KernelTime>& out) {
+  const std::vector<vk::OpTiming>& timings = p.recording->timings();
+  for (size_t i = 0; i < timings.size(); ++i) {
+    const vk::OpTiming& t = timings[i];
+    out.push_back(
+        {t.label, t.ms, t.statistics, i < p.op_operands.size() ? p.op_operands[i] : std::string()});
+  }
+}
+}  // namespace
+
 std::vector<KernelTime> Session::profile() const {
   impl_->finish_pending();
   std::vector<KernelTime> out;
-  for (const Program& p : impl_->programs) {
-    for (const auto& t : p.recording->timings()) out.push_back({t.label, t.ms, t.statistics});
-  }
+  for (const Program& p : impl_->programs) profile_of(p, out);
   return out;
 }
 
 std::vector<KernelTime> Session::profile(std::string_view program) const {
   impl_->finish_pending();
   std::vector<KernelTime> out;
-  for (const auto& t : impl_->program(program, "Session::profile").recording->timings()) {
-    out.push_back({t.label, t.ms, t.statistics});
-  }
+  profile_of(impl_->program(program, "Session::profile"), out);
   return out;
 }
 

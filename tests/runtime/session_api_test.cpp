@@ -1,7 +1,8 @@
 // The parts of the Session interface the other tests do not reach: a step started with submit()
 // and finished by wait() (or by the next set() or get(), which wait first), the names and types
-// a session reports, device selection by option and by MN_DEVICE, and MN_NO_OPTIMIZE=1, which
-// compiles the graph as written, one kernel per op, with the same results.
+// a session reports, device selection by option and by MN_DEVICE, MN_NO_OPTIMIZE=1, which
+// compiles the graph as written, one kernel per op, with the same results, and what a profile
+// says each launch computes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -144,6 +145,43 @@ TEST(SessionApi, NoOptimizeRunsEveryOpAsWritten) {
   EXPECT_EQ(as_written, optimized + 4);
   ASSERT_EQ(a.size(), b.size());
   for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-6f) << i;
+}
+
+// A profile names what each launch computes (KernelTime::operands): two products of one shape
+// sum together by name and operands, the third of another shape apart; copies name nothing.
+TEST(SessionApi, ProfilesNameWhatEachLaunchComputes) {
+  Graph g;
+  Tensor x = g.input("x", {8, 16});
+  Tensor w1 = g.parameter("w1", {16, 16}, Init::uniform(-1, 1, 4));
+  Tensor w2 = g.parameter("w2", {16, 16}, Init::uniform(-1, 1, 5));
+  Tensor w3 = g.parameter("w3", {16, 4}, Init::uniform(-1, 1, 6));
+  g.output("y", matmul(tanh(matmul(tanh(matmul(x, w1)), w2)), w3));
+  SessionOptions so;
+  so.profile = true;
+  auto s = build_session(g, so);
+  s->set("x", std::vector<float>(8 * 16, 0.25f));
+  s->step();
+  const std::vector<KernelTime> profile = s->profile();
+  int named = 0;
+  for (const KernelTime& k : profile) {
+    if (k.name == "upload" || k.name == "download") {
+      EXPECT_EQ(k.operands, "") << k.name;
+      continue;
+    }
+    ++named;
+    EXPECT_NE(k.operands.find(") <- f32["), std::string::npos) << k.name << ": " << k.operands;
+  }
+  EXPECT_GE(named, 3);
+  const auto totals = kernel_totals(profile, true);
+  auto count_of = [&](const std::string& operands) {
+    for (const KernelTotal& t : totals) {
+      if (t.operands.find(operands) != std::string::npos) return t.count;
+    }
+    return 0;
+  };
+  EXPECT_EQ(count_of("(f32[8, 16]) <- f32[8, 16] f32[16, 16]"), 2) << "x·w1 and tanh(..)·w2";
+  EXPECT_EQ(count_of("(f32[8, 4]) <- f32[8, 16] f32[16, 4]"), 1);
+  for (const KernelTotal& t : kernel_totals(profile)) EXPECT_EQ(t.operands, "");
 }
 
 }  // namespace
