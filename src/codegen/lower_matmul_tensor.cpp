@@ -60,9 +60,15 @@ bool tile_supported(const TensorTile& t, const DeviceTraits& d, DType operands) 
 
 // K splits for a grid of `groups` tiles that fills at most half the device: enough workgroups
 // to fill it, each split at least kMinSplitSteps K steps long (shorter ones spend more on the
-// partials than they save), at most kMaxSplits. DeviceTraits::coop_tensor_split_k overrides
-// the count.
+// partials than they save), at most kMaxSplits. With DeviceTraits::coop_tensor_long_split, a
+// grid that fills the device but walks a long K loop (at least twice kLongSplitSteps steps) is
+// split too, into splits of at least
+// kLongSplitSteps steps while the grid stays within kLongSplitFills fills of the device: a
+// workgroup's steps each wait on their loads, and the 1 × 256 training step's products of
+// K = 1536 (144 workgroups of 32 × 32, 24 steps) took 27.6 µs each against 15 for K = 576
+// (docs/perf.md). DeviceTraits::coop_tensor_split_k overrides the count.
 constexpr int64_t kMinSplitSteps = 4, kMaxSplits = 16;
+constexpr int64_t kLongSplitSteps = 8, kLongSplitFills = 4;
 // K from which a product with few outputs still fills the device, split.
 constexpr int64_t kLongK = 512;
 
@@ -72,8 +78,14 @@ int split_count(const MatmulGeometry& g, const TensorTile& t, int64_t groups,
   int64_t s = d.coop_tensor_split_k;
   if (s == 0) {
     const int64_t want = d.groups_to_fill();
-    if (groups * 2 > want) return 1;
-    s = std::min({(want + groups - 1) / groups, steps / kMinSplitSteps, kMaxSplits});
+    if (groups * 2 <= want) {
+      s = std::min({(want + groups - 1) / groups, steps / kMinSplitSteps, kMaxSplits});
+    } else if (d.coop_tensor_long_split && steps >= 2 * kLongSplitSteps &&
+               groups < kLongSplitFills * want) {
+      s = std::min({kLongSplitFills * want / groups, steps / kLongSplitSteps, kMaxSplits});
+    } else {
+      return 1;
+    }
   }
   s = std::clamp<int64_t>(s, 1, std::max<int64_t>(steps, 1));
   const int64_t per = (steps + s - 1) / s;  // K steps per split

@@ -132,6 +132,7 @@ void apply_environment(codegen::DeviceTraits& t) {
   t.tensor_attention_grad_tile =
       tile_name("MN_TENSOR_ATTENTION_GRAD_TILE", codegen::attention_tensor_tiles());
   t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);
+  t.coop_tensor_long_split = support::env_switch("MN_COOP_TENSOR_LONG_SPLIT", false);
   t.tensor_sibling = support::env_switch("MN_TENSOR_SIBLING", true);
   t.tiled_norm = support::env_switch("MN_TILED_NORM", false);
   t.tiled_sibling = support::env_switch("MN_TILED_SIBLING", true);

@@ -232,7 +232,8 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
         Switch{"MN_ATTENTION_DECODE_GROUPS", &DeviceTraits::decode_attention_groups, false},
         Switch{"MN_CACHE_PREFETCH", &DeviceTraits::cache_prefetch, true},
         Switch{"MN_SHARED_LAUNCHES", &DeviceTraits::shared_launches, true},
-        Switch{"MN_SPREAD_UPDATES", &DeviceTraits::spread_updates, false}}) {
+        Switch{"MN_SPREAD_UPDATES", &DeviceTraits::spread_updates, false},
+        Switch{"MN_COOP_TENSOR_LONG_SPLIT", &DeviceTraits::coop_tensor_long_split, false}}) {
     for (const auto& [value, want] :
          {std::pair<const char*, bool>{nullptr, s.unset}, {"0", false}, {"1", true}}) {
       testing::ScopedEnv e(s.name, value);

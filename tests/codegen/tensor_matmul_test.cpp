@@ -272,6 +272,22 @@ TEST(TensorMatmul, SmallGridsSplitK) {
   DeviceTraits never = t;
   never.coop_tensor_split_k = 1;
   EXPECT_EQ(kv->lower(never).launches.back().name, "matmul_tensor_t32x32k64");
+  // With coop_tensor_long_split, a grid that fills the device over a long K: the down
+  // projection's input gradient (256 × 576, K = 1536: 144 workgroups, 24 steps of 64) in 3
+  // splits of 8 steps (within 4 fills), the LM head's (K = 49152) in 3 too; K = 576 (9 steps)
+  // stays whole, and without the switch so does K = 1536.
+  DeviceTraits long_split = t;
+  long_split.coop_tensor_long_split = true;
+  auto down = matmul_node({256, 1536}, {1536, 576}, false, false, DType::bf16);
+  EXPECT_EQ(down->lower(long_split).launches.back().name, "matmul_tensor_t32x32k64_split3");
+  EXPECT_EQ(down->lower(t).launches.back().name, "matmul_tensor_t32x32k64");
+  auto head = matmul_node({256, 49152}, {49152, 576}, false, false, DType::bf16);
+  EXPECT_EQ(head->lower(long_split).launches.back().name, "matmul_tensor_t32x32k64_split3");
+  EXPECT_EQ(qo->lower(long_split).launches.back().name, "matmul_tensor_t32x32k64");
+  // Four fills or more: whole.
+  auto big = matmul_node({8192, 1536}, {1536, 4096}, false, false, DType::bf16);
+  EXPECT_EQ(big->lower(long_split).launches.back().name.find("_split"), std::string::npos)
+      << big->lower(long_split).launches.back().name;
 }
 
 TEST(TensorMatmul, ChosenOnlyWithTensorAddressingForF16Operands) {
