@@ -182,6 +182,30 @@ TEST(CoopMatmulGpu, TensorAddressedTiles) {
     }
 }
 
+// A product whose K is split gives the same bits every run: the last workgroup of a tile adds
+// every split's partial in split order, whichever finished last (exact resume of training).
+TEST(CoopMatmulGpu, SplitTensorProductsGiveTheSameBitsEveryRun) {
+  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  codegen::DeviceTraits t = coop_trial_traits(CoopPath::tensor);
+  t.coop_tensor_split_k = 3;
+  const codegen::TensorTile* tile = nullptr;
+  for (const codegen::TensorTile& c : codegen::tensor_tiles()) {
+    if (std::string(c.name) == "t32x32k64") tile = &c;
+  }
+  ASSERT_NE(tile, nullptr);
+  // f16 storage, 49152 outputs of 1536-term sums: a different order of the three partials
+  // changes the rounding of some of them.
+  MatmulProblem p{.tag = "split", .m = 256, .n = 192, .k = 1536, .dtype = DType::f16};
+  const MatmulRun r = prepare(p, 77);
+  const auto ctx = context(r, t);
+  const codegen::Lowering l =
+      codegen::lower_matmul_tensor(ctx, codegen::geometry(ctx), 1, *tile, nullptr);
+  ASSERT_NE(l.launches.back().name.find("_split3"), std::string::npos);
+  const std::vector<double> first = run_on_device(l, r, false);
+  EXPECT_TRUE(fits_f16_model(first, r.model));
+  for (int run = 0; run < 7; ++run) EXPECT_EQ(run_on_device(l, r, false), first) << "run " << run;
+}
+
 // Mutations the bounds must catch on the device: operands staged without their power-of-two
 // scale (values of 2^-30 flush to zero in f16; staged with it, they fit as packed ones do), and
 // a product stored without its epilogue.

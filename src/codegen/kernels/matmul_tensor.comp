@@ -9,8 +9,8 @@
 // written by the matrix store in C's dtype (f32 or f16), clamped at the edges.
 // Split K (SPLIT_K > 1, for grids too small to fill the device): SPLITS workgroups share a tile,
 // each over KS of K; each stores its f32 partial into P, and the last to finish (counted in
-// done[], which it sets back to zero for the next run) adds the others' partials to its own and
-// finishes the tile. One launch, no second pass.
+// done[], which it sets back to zero for the next run) adds every split's partial in split order
+// (its own from registers) and finishes the tile. One launch, no second pass.
 // Permuted store (PERMUTED_STORE, schedule/permuted_stores.h): C reshaped and permuted, as a
 // permute of it alone reads it (attention's gradients split into heads), each tile stored
 // through a layout of its own rows' stride.
@@ -202,13 +202,20 @@ void main() {
   barrier();
   if (!last_sh) return;
   memoryBarrierBuffer();
+  // Every split's partial added in split order, whichever finished last (0 + x is exact): a
+  // step gives the same bits every run, as the scalar kernel's splits do (exact resume).
+  MAT_C total = MAT_C(0.0);
   for (uint s = 0u; s < SPLITS; ++s) {
-    if (s == split) continue;
+    if (s == split) {
+      total += acc;
+      continue;
+    }
     MAT_C part;
     coopMatLoadTensorNV(part, P, (s * BATCHES + bz) * (M * N),
                         sliceTensorLayoutNV(lc, row0, BM, col0, BN));
-    acc += part;
+    total += part;
   }
+  acc = total;
 #endif
 #if SIBLING
   // The epilogue reads the sibling's product at its element (mm_sibling) from shared memory.
