@@ -62,7 +62,8 @@ inline nlohmann::json step_fields(const Session& s, const std::vector<double>& s
   if (profile) {
     double gpu = 0;
     nlohmann::json kernels = nlohmann::json::array();
-    for (const KernelTotal& k : kernel_totals(s.profile())) {
+    const std::vector<KernelTime> kernel_times = s.profile();
+    for (const KernelTotal& k : kernel_totals(kernel_times)) {
       gpu += k.ms;
       kernels.push_back({{"name", k.name}, {"ms", k.ms}, {"count", k.count}});
       if (!k.statistics.empty()) kernels.back()["statistics"] = k.statistics;
@@ -71,7 +72,7 @@ inline nlohmann::json step_fields(const Session& s, const std::vector<double>& s
     j["kernels"] = kernels;
     // The 40 largest by kernel and operands: which products of one kernel name take the time.
     nlohmann::json by_operands = nlohmann::json::array();
-    for (const KernelTotal& k : kernel_totals(s.profile(), true)) {
+    for (const KernelTotal& k : kernel_totals(kernel_times, true)) {
       if (by_operands.size() == 40) break;
       by_operands.push_back(
           {{"name", k.name}, {"operands", k.operands}, {"ms", k.ms}, {"count", k.count}});

@@ -258,7 +258,8 @@ int main(int argc, char** argv) try {
     // by name, largest total first.
     for (const char* program : {"decode", "prefill"}) {
       double total = 0;
-      for (const mn::KernelTotal& k : mn::kernel_totals(runner->profile(program))) {
+      const std::vector<mn::KernelTime> kernel_times = runner->profile(program);
+      for (const mn::KernelTotal& k : mn::kernel_totals(kernel_times)) {
         total += k.ms;
         nlohmann::json row = {k.name, k.ms, k.count};
         if (!k.statistics.empty()) row.push_back(k.statistics);
@@ -268,7 +269,7 @@ int main(int argc, char** argv) try {
       // The 25 largest by kernel and what each launch computes (KernelTime::operands).
       nlohmann::json& by_operands = j[std::string(program) + "_kernels_by_operands"];
       by_operands = nlohmann::json::array();
-      for (const mn::KernelTotal& k : mn::kernel_totals(runner->profile(program), true)) {
+      for (const mn::KernelTotal& k : mn::kernel_totals(kernel_times, true)) {
         if (by_operands.size() == 25) break;
         by_operands.push_back({k.name, k.operands, k.ms, k.count});
       }

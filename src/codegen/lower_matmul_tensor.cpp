@@ -62,11 +62,10 @@ bool tile_supported(const TensorTile& t, const DeviceTraits& d, DType operands) 
 // to fill it, each split at least kMinSplitSteps K steps long (shorter ones spend more on the
 // partials than they save), at most kMaxSplits. With DeviceTraits::coop_tensor_long_split, a
 // grid that fills the device but walks a long K loop (at least twice kLongSplitSteps steps) is
-// split too, into splits of at least
-// kLongSplitSteps steps while the grid stays within kLongSplitFills fills of the device: a
-// workgroup's steps each wait on their loads, and the 1 × 256 training step's products of
-// K = 1536 (144 workgroups of 32 × 32, 24 steps) took 27.6 µs each against 15 for K = 576
-// (docs/perf.md). DeviceTraits::coop_tensor_split_k overrides the count.
+// split too, into splits of at least kLongSplitSteps steps while the grid stays within
+// kLongSplitFills fills of the device: a workgroup's steps each wait on their loads, and the 1 ×
+// 256 training step's products of K = 1536 (144 workgroups of 32 × 32, 24 steps) took 27.6 µs each
+// against 15 for K = 576 (docs/perf.md). DeviceTraits::coop_tensor_split_k overrides the count.
 constexpr int64_t kMinSplitSteps = 4, kMaxSplits = 16;
 constexpr int64_t kLongSplitSteps = 8, kLongSplitFills = 4;
 // K from which a product with few outputs still fills the device, split.

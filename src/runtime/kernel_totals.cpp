@@ -8,9 +8,9 @@
 namespace mn {
 
 std::vector<KernelTotal> kernel_totals(std::span<const KernelTime> profile, bool by_operands) {
-  std::map<std::pair<std::string, std::string>, KernelTotal> by_name;
+  std::map<std::pair<std::string, std::string>, KernelTotal> sums;
   for (const KernelTime& k : profile) {
-    KernelTotal& t = by_name[{k.name, by_operands ? k.operands : std::string()}];
+    KernelTotal& t = sums[{k.name, by_operands ? k.operands : std::string()}];
     t.name = k.name;
     if (by_operands) t.operands = k.operands;
     if (t.count == 0) t.statistics = k.statistics;
@@ -18,8 +18,8 @@ std::vector<KernelTotal> kernel_totals(std::span<const KernelTime> profile, bool
     ++t.count;
   }
   std::vector<KernelTotal> out;
-  out.reserve(by_name.size());
-  for (auto& [name, t] : by_name) out.push_back(std::move(t));
+  out.reserve(sums.size());
+  for (auto& [key, t] : sums) out.push_back(std::move(t));
   std::stable_sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.ms > b.ms; });
   return out;
 }

@@ -42,7 +42,8 @@ struct Program {
   bool stepped = false;  // outputs hold nothing before the first submission
   std::optional<runtime::NumericsCheck> numerics;  // SessionOptions::check_numerics
   std::optional<runtime::IndexSlots> index_slots;  // when its kernels read indices
-  // KernelTime::operands of each operation of the recording (by its index; empty for copies).
+  // KernelTime::operands of each operation of a profiled recording (by its index; empty for
+  // copies).
   std::vector<std::string> op_operands;
 
   const plan::PlannedBuffer& buffer_of(NodeId id) const {
@@ -364,8 +365,10 @@ void record_step(Session::Impl& impl, Program& prog, const SessionOptions& optio
     }
     d.groups = l.kernel.groups;
     d.label = l.kernel.name;
-    prog.op_operands.resize(rec.operation_count() + 1);
-    prog.op_operands.back() = launch_operands(p, l);
+    if (options.profile) {  // only a profile reads them
+      prog.op_operands.resize(rec.operation_count() + 1);
+      prog.op_operands.back() = launch_operands(p, l);
+    }
     rec.dispatch(std::move(d));
     if (prog.numerics) {  // copied before a later kernel may reuse the bytes
       for (const runtime::NumericsProbe& probe : prog.numerics->probes) {
