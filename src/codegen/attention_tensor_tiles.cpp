@@ -85,6 +85,22 @@ AttentionTensorTile training_attention_tile(const DeviceTraits& device, uint64_t
   });
 }
 
+BlockSplit split_tile_blocks(const DeviceTraits& device, std::span<const uint64_t> blocks,
+                             uint64_t heads, uint32_t fills) {
+  uint64_t total = 0, longest = 0;
+  for (const uint64_t b : blocks) {
+    total += b * heads;
+    longest = std::max(longest, b);
+  }
+  const BlockSplit whole{std::max<uint64_t>(longest, 1), 1};
+  if (fills == 0 || longest < 2 * kMinSegmentBlocks) return whole;
+  const uint64_t want =
+      static_cast<uint64_t>(fills) * static_cast<uint64_t>(device.groups_to_fill());
+  const uint64_t segment = std::max(kMinSegmentBlocks, (total + want - 1) / want);
+  if (segment >= longest) return whole;
+  return {segment, (longest + segment - 1) / segment};
+}
+
 uint32_t tensor_attention_invocations(uint64_t d, uint64_t dv) {
   return std::max(d, dv) > 64 ? 256u : 128u;
 }

@@ -56,4 +56,21 @@ bool forward_attention_fits(const AttentionTensorTile& t, uint64_t d, uint64_t d
                             const std::array<std::array<uint32_t, 3>, 4>& granularity,
                             const DeviceTraits& device);
 
+// How the blocks of the other side that a kernel's tiles walk are shared among workgroups:
+// segments of `segment` blocks, up to `splits` of them a tile (1: each tile's workgroup walks all
+// of its blocks). The tiles' workgroups wait on each block's loads one after another, so a grid
+// too small for the device (a causal 8 × 512 step's dK and dV: 192 tiles, the first walking 24
+// blocks, the last 3) is bound by its longest tiles; split, every segment's result is stored and
+// the tile's last workgroup combines them in segment order.
+struct BlockSplit {
+  uint64_t segment = 0, splits = 1;
+};
+inline constexpr uint64_t kMinSegmentBlocks = 2;
+
+// The split of tiles walking blocks[t] blocks (t: the tile of a head; every one of `heads` heads
+// alike): segments enough for `fills` fills of the device, none shorter than kMinSegmentBlocks;
+// fills 0, or segments as long as the longest tile's blocks, split nothing.
+BlockSplit split_tile_blocks(const DeviceTraits& device, std::span<const uint64_t> blocks,
+                             uint64_t heads, uint32_t fills);
+
 }  // namespace mn::codegen

@@ -71,6 +71,11 @@ struct DeviceTraits {
   // MN_TENSOR_ATTENTION_TILE and MN_TENSOR_ATTENTION_GRAD_TILE: the forward's and the gradient
   // kernels' tiles (codegen/attention_tensor_tiles.h); empty: the default.
   std::string tensor_attention_tile, tensor_attention_grad_tile;
+  // Attention's tensor-addressed forward and gradient kernels on grids too small for the device
+  // share each tile's blocks among workgroups, aiming at this many fills of the device
+  // (codegen/attention_tensor_tiles.h, split_tile_blocks); MN_TENSOR_ATTENTION_FILLS and
+  // MN_TENSOR_ATTENTION_GRAD_FILLS set them, 0 never splits.
+  uint32_t tensor_attention_fills = 4, tensor_attention_grad_fills = 4;
   std::string coop_tensor_tile;  // MN_COOP_TENSOR_TILE: force this tile where it fits
   // MN_COOP_TENSOR_SPLIT_K: K splits of tensor-addressed matmuls whose tiles do not fill the
   // device; 0 chooses (codegen/lower_matmul_tensor.h), 1 never splits, n forces n where K allows.

@@ -1123,8 +1123,7 @@ Lowering lower_attention(const LowerContext& ctx) {
 Lowering lower_attention_kernels(const LowerContext& ctx, const AttentionShape& g) {
   Lowering low;
   if (attention_lowering::takes_tensor_forward(ctx, g)) {
-    low.launches.push_back(attention_lowering::tensor_attention_kernel(ctx, g));
-    return low;
+    return attention_lowering::tensor_attention_kernel(ctx, g);
   }
   if (takes_coop(g, ctx.device)) {
     low.launches.push_back(attention_lowering::coop_attention_kernel(ctx, g));

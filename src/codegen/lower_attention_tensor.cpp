@@ -3,7 +3,9 @@
 // codegen/tensor_loads.h.
 #include "codegen/lower_attention_tensor.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "codegen/attention_tensor_tiles.h"
 #include "codegen/glsl.h"
@@ -21,6 +23,23 @@ DType matrix_type(const LowerContext& ctx) {
   const bool bf16 = ctx.inputs[0].dtype == DType::bf16 && ctx.inputs[1].dtype == DType::bf16 &&
                     ctx.inputs[2].dtype == DType::bf16;
   return bf16 || ctx.saved_lse ? DType::bf16 : DType::f16;
+}
+
+// How the tiles share their key blocks among workgroups (split_tile_blocks, for
+// DeviceTraits::tensor_attention_fills fills of the device); at positions, where the blocks a
+// tile walks are known only on the device, none.
+BlockSplit forward_split(const DeviceTraits& d, const AttentionShape& g,
+                         const AttentionTensorTile& t) {
+  if (g.has_positions) return {};
+  const uint64_t tiles = (g.lq + t.rows - 1) / t.rows;
+  std::vector<uint64_t> blocks(tiles);
+  for (uint64_t i = 0; i < tiles; ++i) {
+    // The keys the tile reaches, as the kernel's reach (attention_shape.h's tile_reach).
+    const uint64_t reach =
+        g.attrs.causal ? std::min(g.lk, std::min(i * t.rows + t.rows, g.lq)) : g.lk;
+    blocks[i] = (reach + t.cols - 1) / t.cols;
+  }
+  return split_tile_blocks(d, blocks, g.heads(), d.tensor_attention_fills);
 }
 
 }  // namespace
@@ -50,7 +69,7 @@ bool takes_tensor_forward(const LowerContext& ctx, const AttentionShape& g) {
          forward_attention_fits(t, g.d, g.dv, d.coop_wg_bf16_granularity, d);
 }
 
-KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionShape& g) {
+Lowering tensor_attention_kernel(const LowerContext& ctx, const AttentionShape& g) {
   if (!takes_tensor_forward(ctx, g)) {
     throw Error("attention lowering: this attention does not suit the tensor-addressed kernel");
   }
@@ -75,6 +94,17 @@ KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionSha
   const uint64_t mask_key_stride = a.has_mask && g.mask[R - 1] != 1 ? 1 : 0;
   const AttentionTensorTile tile = forward_attention_tile(ctx.device, g.d, g.dv, g.heads(), g.lq);
   const uint64_t tiles = (g.lq + tile.rows - 1) / tile.rows;
+  const BlockSplit split = forward_split(ctx.device, g, tile);
+  Lowering low;
+  const auto partials_binding = static_cast<uint32_t>(k.bindings.size());
+  if (split.splits > 1) {
+    // Each tile's segments' O, M and L (BR × (DV + 2 BC) floats each), and the tiles' counters.
+    k.bindings.push_back({ArgRef::scratch(0), true});
+    k.bindings.push_back({ArgRef::counters(0), true});
+    low.scratch_bytes.push_back(split.splits * g.heads() * tiles * tile.rows *
+                                (g.dv + 2 * tile.cols) * sizeof(float));
+    low.counter_bytes.push_back(g.heads() * tiles * sizeof(uint32_t));
+  }
   const TemplateFields fields{
       {"DECLARATIONS", decl},
       {"OPERAND_LOADS", loads},
@@ -89,6 +119,10 @@ KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionSha
       {"DV_IS_BC", g.dv == tile.cols ? "1" : "0"},
       {"TILES", std::to_string(tiles)},
       {"HEADS", std::to_string(g.heads())},
+      {"SPLITS", std::to_string(split.splits)},
+      {"SEGMENT", std::to_string(split.segment)},
+      {"P_BINDING", std::to_string(partials_binding)},
+      {"DONE_BINDING", std::to_string(partials_binding + 1)},
       {"MASK_ROW_STRIDE", std::to_string(mask_row_stride)},
       {"MASK_KEY_STRIDE", std::to_string(mask_key_stride)},
       {"HEAD_OFFSETS", head_offsets(g, a.has_mask, "0u")},
@@ -96,12 +130,14 @@ KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionSha
       {"ROUND_P", matrix == DType::bf16 ? "    coopMatPerElementNV(p, p, to_bf16);" : ""},
   };
   k.name = "attention_tensor";
+  if (split.splits > 1) k.name += "_split" + std::to_string(split.splits);
   k.glsl = fill_kernel_template("attention_tensor.comp", fields);
   const uint32_t lanes = tile.invocations;
   k.workgroup = {lanes, 1, 1};
-  k.groups = glsl::linear_grid(g.heads() * tiles * lanes, ctx.device, lanes).groups;
+  k.groups = glsl::linear_grid(g.heads() * tiles * split.splits * lanes, ctx.device, lanes).groups;
   k.current_compiler = true;
-  return k;
+  low.launches.push_back(std::move(k));
+  return low;
 }
 
 }  // namespace mn::codegen::attention_lowering

@@ -19,6 +19,6 @@ namespace mn::codegen::attention_lowering {
 bool takes_tensor_forward(const LowerContext& ctx, const AttentionShape& g);
 
 // The kernel; stores the log-sum-exp too where ctx.saved_lse asks.
-KernelLaunch tensor_attention_kernel(const LowerContext& ctx, const AttentionShape& g);
+Lowering tensor_attention_kernel(const LowerContext& ctx, const AttentionShape& g);
 
 }  // namespace mn::codegen::attention_lowering

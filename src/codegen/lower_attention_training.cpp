@@ -288,10 +288,7 @@ Lowering lower_training(const LowerContext& ctx, Form form) {
   if (ctx.node.type.numel() == 0) return {};
   const TrainingShape g(ctx, form);
   Lowering low;
-  if (auto tensor = attention_training::tensor_training_kernel(ctx, g)) {
-    low.launches.push_back(std::move(*tensor));
-    return low;
-  }
+  if (auto tensor = attention_training::tensor_training_kernel(ctx, g)) return std::move(*tensor);
   if (auto coop = attention_training::coop_training_kernel(ctx, g)) {
     low.launches.push_back(std::move(*coop));
     return low;

@@ -6,6 +6,7 @@
 // (lower_attention_training_coop.h) take every score through shared memory.
 #include <optional>
 
+#include "codegen/attention_tensor_tiles.h"
 #include "codegen/attention_training_shape.h"
 #include "codegen/kernel.h"
 
@@ -16,7 +17,12 @@ namespace mn::codegen::attention_training {
 // conversions of bf16 workgroup matrices, a gradient form (attention_lse keeps its kernel), heads
 // 16 to 128 wide in steps of 16, and operands the subgroup-matrix kernels would take (16-bit, or
 // bf16 products, or MN_COOP_ATTENTION=1); nullopt otherwise.
-std::optional<KernelLaunch> tensor_training_kernel(const LowerContext& ctx, const TrainingShape& g);
+std::optional<Lowering> tensor_training_kernel(const LowerContext& ctx, const TrainingShape& g);
+
+// How the form's tiles share their blocks among workgroups (split_tile_blocks, for
+// DeviceTraits::tensor_attention_grad_fills fills of the device).
+BlockSplit split_blocks(const DeviceTraits& device, const TrainingShape& g,
+                        const AttentionTensorTile& tile);
 
 // Whether that kernel serves this node of form `f`.
 bool takes_tensor_training(const LowerContext& ctx, Form f);

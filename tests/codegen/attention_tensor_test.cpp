@@ -31,6 +31,7 @@ DeviceTraits tensor_traits() {
   t.coop_bf16 = true;
   t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = true;
   t.tensor_attention = t.tensor_prompt_attention = true;
+  t.tensor_attention_fills = 0;  // one workgroup a tile (splits: SmallGridsSplitTheirKeyBlocks)
   return t;
 }
 
@@ -150,6 +151,63 @@ TEST(AttentionTensor, EveryTileCompilesWhereItFits) {
   DeviceTraits t = tensor_traits();
   t.tensor_attention_tile = "r128c64w256";
   EXPECT_NE(kernel_name(kCases[2], t), "attention_tensor");
+}
+
+// Grids too small for the device share each tile's key blocks among workgroups: segments enough
+// for DeviceTraits::tensor_attention_fills fills of its 132 multiprocessors, none shorter than two
+// blocks, each segment's O, M and L stored in the scratch and combined by the tile's last
+// workgroup (counted per tile). A prompt at positions, whose blocks only the device knows, keeps
+// one workgroup a tile. Every form compiles and validates split.
+TEST(AttentionTensor, SmallGridsSplitTheirKeyBlocks) {
+  REQUIRE_CURRENT_TOOLCHAIN();
+  // SmolLM2's causal heads at 512: 9 heads × 8 tiles of 64 rows, walking 1 to 8 blocks of 64
+  // keys (324 in all). 4 fills: 528 segments wanted, segments of 2 blocks; 1 fill: 132, of 3.
+  const Case step = kCases[0];
+  for (const auto& [fills, splits] : {std::pair<uint32_t, uint64_t>{4, 4}, {1, 3}, {0, 1}}) {
+    SCOPED_TRACE(fills);
+    DeviceTraits t = tensor_traits();
+    t.tensor_attention_fills = fills;
+    auto n = attention_node(step);
+    LowerContext ctx = n->ctx(t);
+    const Lowering l = (*find_lowering("scaled_dot_product_attention"))(ctx);
+    ASSERT_EQ(l.launches.size(), 1u);
+    const KernelLaunch& k = l.launches[0];
+    if (splits == 1) {
+      EXPECT_EQ(k.name, "attention_tensor");
+      EXPECT_TRUE(l.scratch_bytes.empty() && l.counter_bytes.empty());
+      continue;
+    }
+    EXPECT_EQ(k.name, "attention_tensor_split" + std::to_string(splits));
+    ASSERT_EQ(l.scratch_bytes.size(), 1u);
+    EXPECT_EQ(l.scratch_bytes[0], splits * 72 * 64 * (64 + 2 * 64) * sizeof(float));
+    ASSERT_EQ(l.counter_bytes.size(), 1u);
+    EXPECT_EQ(l.counter_bytes[0], 72 * sizeof(uint32_t));
+    EXPECT_EQ(k.bindings[k.bindings.size() - 2].arg, ArgRef::scratch(0));
+    EXPECT_EQ(k.bindings.back().arg, ArgRef::counters(0));
+    EXPECT_GE(static_cast<uint64_t>(k.groups[0]) * k.groups[1] * k.groups[2], splits * 72);
+  }
+  DeviceTraits many = tensor_traits();
+  many.tensor_attention_fills = 9999;  // segments of two blocks wherever a tile walks four
+  for (const Case& c : kCases) {
+    for (const bool lse : {false, true}) {
+      if (lse && c.positions) continue;
+      SCOPED_TRACE(c.tag + (lse ? " saving the log-sum-exp" : ""));
+      auto n = attention_node(c);
+      LowerContext ctx = n->ctx(many);
+      if (lse) ctx.saved_lse = DType::f32;
+      const Lowering l = (*find_lowering("scaled_dot_product_attention"))(ctx);
+      ASSERT_EQ(l.launches.size(), 1u);
+      const KernelLaunch& k = l.launches[0];
+      // At least four blocks of 64 keys in the longest tile: every case but the short ones.
+      const int64_t keys = c.k[c.k.size() - 2];
+      const bool split = !c.positions && keys >= 4 * 64;
+      EXPECT_EQ(k.name.find("_split") != std::string::npos, split) << k.name;
+      if (lse) EXPECT_TRUE(k.name.ends_with("+lse")) << k.name;
+      const auto [errors, dis] = testing::validate_current(k);
+      EXPECT_EQ(errors, "");
+      if (split) EXPECT_NE(dis.find("OpAtomicIAdd"), std::string::npos);
+    }
+  }
 }
 
 TEST(AttentionTensor, TakenOnlyWhereAskedForAndTheDeviceHasEverything) {

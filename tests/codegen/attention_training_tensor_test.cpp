@@ -35,6 +35,11 @@ DeviceTraits tensor_traits() {
   return t;
 }
 
+// The node lowered to a tensor-addressed kernel (split or not).
+bool on_tensor_kernel(const Lowering& l) {
+  return l.launches.at(0).name.find("_tensor") != std::string::npos;
+}
+
 TEST(AttentionTrainingTensor, EveryGradientFormCompilesToWorkgroupMatricesAndValidates) {
   REQUIRE_CURRENT_TOOLCHAIN();
   DeviceTraits t = tensor_traits();
@@ -51,12 +56,14 @@ TEST(AttentionTrainingTensor, EveryGradientFormCompilesToWorkgroupMatricesAndVal
         EXPECT_EQ(k.name, "attention_lse_coop");
         continue;
       }
-      EXPECT_EQ(k.name, op + "_tensor");
+      EXPECT_TRUE(k.name.starts_with(op + "_tensor")) << k.name;
       EXPECT_TRUE(k.current_compiler);
       EXPECT_EQ(k.workgroup[0], std::max(c.d, c.dv) > 64 ? 256u : 128u);
       if (op == "attention_grad_kv") {
-        EXPECT_EQ(k.bindings.back().arg, ArgRef::output(1));
-        EXPECT_EQ(k.bindings[k.bindings.size() - 2].arg, ArgRef::output(0));
+        // dV beside dK, before the split's partials and counters where it has them.
+        const size_t outputs = k.bindings.size() - (l.scratch_bytes.empty() ? 0 : 2);
+        EXPECT_EQ(k.bindings[outputs - 1].arg, ArgRef::output(1));
+        EXPECT_EQ(k.bindings[outputs - 2].arg, ArgRef::output(0));
       }
       const auto [errors, dis] = testing::validate_current(k);
       EXPECT_EQ(errors, "");
@@ -86,10 +93,10 @@ TEST(AttentionTrainingTensor, EveryTileCompilesWhereItFits) {
         ASSERT_EQ(l.launches.size(), 1u);
         const KernelLaunch& k = l.launches[0];
         if (!fits) {
-          EXPECT_NE(k.name, op + "_tensor");
+          EXPECT_FALSE(k.name.starts_with(op + "_tensor")) << k.name;
           continue;
         }
-        ASSERT_EQ(k.name, op + "_tensor");
+        ASSERT_TRUE(k.name.starts_with(op + "_tensor")) << k.name;
         EXPECT_EQ(k.workgroup[0], resolved.invocations);
         const auto [errors, dis] = testing::validate_current(k);
         EXPECT_EQ(errors, "");
@@ -98,10 +105,70 @@ TEST(AttentionTrainingTensor, EveryTileCompilesWhereItFits) {
   }
 }
 
+// Grids too small for the device share each tile's blocks among workgroups: segments enough for
+// DeviceTraits::tensor_attention_grad_fills fills of its 132 multiprocessors, none shorter than
+// two blocks, each segment's result stored in the scratch and added by the tile's last workgroup
+// (counted per tile). Two batch entries of SmolLM2's causal heads (9 over 3) at 512: dK and dV on
+// 64-row tiles, 6 heads × 8 tiles (blocks of 64 query rows of 3 query heads: 24 for the first
+// tile, 3 for the last, 648 in all); dQ 18 heads × 8 tiles (1 to 8 blocks of keys, 648 in all).
+TEST(AttentionTrainingTensor, SmallGridsSplitTheirTilesBlocks) {
+  REQUIRE_CURRENT_TOOLCHAIN();
+  const Case step{"smollm2-512", 9, 3, 512, 512, 64, 64, true, false, DType::bf16};
+  struct Want {
+    uint32_t fills;
+    uint64_t kv_splits, q_splits;
+  };
+  // 4 fills: 528 segments wanted, segments of 2 blocks; 1 fill: 132, segments of 5 blocks;
+  // 0: none.
+  for (const Want& w : {Want{4, 12, 4}, Want{1, 5, 2}, Want{0, 1, 1}}) {
+    SCOPED_TRACE(w.fills);
+    DeviceTraits t = tensor_traits();
+    t.tensor_attention_grad_fills = w.fills;
+    for (const auto& [op, l] : lower_training_nodes(step, t, true)) {
+      if (op != "attention_grad_kv" && op != "attention_grad_q") continue;
+      SCOPED_TRACE(op);
+      ASSERT_EQ(l.launches.size(), 1u);
+      const KernelLaunch& k = l.launches[0];
+      const bool kv = op == "attention_grad_kv";
+      const uint64_t splits = kv ? w.kv_splits : w.q_splits, tiles = kv ? 48 : 144;
+      const uint64_t width = kv ? 128 : 64;  // dK and dV, or dQ
+      if (splits == 1) {
+        EXPECT_EQ(k.name, op + "_tensor");
+        EXPECT_TRUE(l.scratch_bytes.empty());
+        EXPECT_TRUE(l.counter_bytes.empty());
+        continue;
+      }
+      EXPECT_EQ(k.name, op + "_tensor_split" + std::to_string(splits));
+      ASSERT_EQ(l.scratch_bytes.size(), 1u);
+      EXPECT_EQ(l.scratch_bytes[0], splits * tiles * 64 * width * sizeof(float));
+      ASSERT_EQ(l.counter_bytes.size(), 1u);
+      EXPECT_EQ(l.counter_bytes[0], tiles * sizeof(uint32_t));
+      EXPECT_EQ(k.bindings[k.bindings.size() - 2].arg, ArgRef::scratch(0));
+      EXPECT_EQ(k.bindings.back().arg, ArgRef::counters(0));
+      EXPECT_GE(static_cast<uint64_t>(k.groups[0]) * k.groups[1] * k.groups[2], splits * tiles);
+      const auto [errors, dis] = testing::validate_current(k);
+      EXPECT_EQ(errors, "");
+      EXPECT_NE(dis.find("OpAtomicIAdd"), std::string::npos);
+    }
+  }
+  // At 8192 the tiles take 128 rows and blocks of 32: dQ's 1152 tiles (4 to 256 blocks, 149760
+  // in all) fill the device many times over and keep one workgroup a tile; dK and dV's 384 tiles
+  // (12 to 768 blocks, 149760) take segments of 284 blocks, 3 for the first tiles.
+  const Case long_rows{"smollm2-8192", 9, 3, 8192, 8192, 64, 64, true, false, DType::bf16};
+  for (const auto& [op, l] : lower_training_nodes(long_rows, tensor_traits(), true)) {
+    if (op == "attention_grad_q") EXPECT_EQ(l.launches.at(0).name, "attention_grad_q_tensor");
+    if (op == "attention_grad_kv") {
+      EXPECT_EQ(l.launches.at(0).name, "attention_grad_kv_tensor_split3");
+    }
+  }
+}
+
 TEST(AttentionTrainingTensor, TakenOnlyWhereAskedForAndTheDeviceHasEverything) {
   const Case bf16 = testing::kTrainingCases[0];
   for (const auto& [op, l] : lower_training_nodes(bf16, tensor_traits(), true)) {
-    EXPECT_EQ(l.launches.at(0).name, op + (op == "attention_lse" ? "_coop" : "_tensor"));
+    EXPECT_TRUE(
+        l.launches.at(0).name.starts_with(op + (op == "attention_lse" ? "_coop" : "_tensor")))
+        << l.launches.at(0).name;
   }
   const std::pair<const char*, std::function<void(DeviceTraits&)>> others[] = {
       {"MN_TENSOR_ATTENTION=0", [](DeviceTraits& d) { d.tensor_attention = false; }},
@@ -115,26 +182,26 @@ TEST(AttentionTrainingTensor, TakenOnlyWhereAskedForAndTheDeviceHasEverything) {
     DeviceTraits d = tensor_traits();
     change(d);
     for (const auto& [op, l] : lower_training_nodes(bf16, d)) {
-      EXPECT_FALSE(l.launches.at(0).name.ends_with("_tensor")) << what << ": " << op;
+      EXPECT_FALSE(on_tensor_kernel(l)) << what << ": " << op;
     }
   }
   // f32 operands: only with bf16 products or when asked, as the subgroup-matrix kernels.
   Case f32 = bf16;
   f32.dtype = DType::f32;
   for (const auto& [op, l] : lower_training_nodes(f32, tensor_traits())) {
-    EXPECT_FALSE(l.launches.at(0).name.ends_with("_tensor")) << op;
+    EXPECT_FALSE(on_tensor_kernel(l)) << op;
   }
   DeviceTraits products = tensor_traits();
   products.bf16_products = true;
   for (const auto& [op, l] : lower_training_nodes(f32, products, true)) {
-    EXPECT_EQ(l.launches.at(0).name.ends_with("_tensor"), op != "attention_lse") << op;
+    EXPECT_EQ(on_tensor_kernel(l), op != "attention_lse") << op;
   }
   // Heads must be multiples of 16 up to 128.
   for (int64_t d : {8, 24, 144}) {
     Case c = bf16;
     c.d = c.dv = d;
     for (const auto& [op, l] : lower_training_nodes(c, tensor_traits())) {
-      EXPECT_FALSE(l.launches.at(0).name.ends_with("_tensor")) << d << ": " << op;
+      EXPECT_FALSE(on_tensor_kernel(l)) << d << ": " << op;
     }
   }
 }

@@ -346,6 +346,25 @@ TEST(CoopTraits, SubgroupSizesAndDecodeAttentionSwitches) {
   }
 }
 
+// The fills attention's tensor-addressed kernels split their tiles' blocks for: 4 unset, a count
+// as given (0: no split), anything else an error naming the variable and the value.
+TEST(CoopTraits, AttentionSplitFillsFromTheEnvironment) {
+  const vk::DeviceCapabilities c = runtime::nvidia();
+  for (const auto& [name, field] :
+       {std::pair{"MN_TENSOR_ATTENTION_FILLS", &DeviceTraits::tensor_attention_fills},
+        std::pair{"MN_TENSOR_ATTENTION_GRAD_FILLS", &DeviceTraits::tensor_attention_grad_fills}}) {
+    for (const auto& [value, want] :
+         {std::pair<const char*, uint32_t>{nullptr, 4}, {"0", 0}, {"2", 2}, {"16", 16}}) {
+      testing::ScopedEnv e(name, value);
+      EXPECT_EQ(runtime::device_traits(c).*field, want) << name << "=" << (value ? value : "unset");
+    }
+    for (const char* bad : {"-1", "many", "4.5", "100000"}) {
+      testing::ScopedEnv e(name, bad);
+      mn::expect_error<Error>([&] { runtime::device_traits(c); }, {name, bad});
+    }
+  }
+}
+
 TEST(CoopTraits, WorkgroupScopeGranularitiesFromFlexibleDimensions) {
   vk::DeviceCapabilities c = runtime::nvidia();
   c.compute.max_workgroup_invocations = 1024;

@@ -12,6 +12,7 @@
 // scale, head or block is off by far more).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <ostream>
 #include <set>
 #include <string>
@@ -60,10 +61,20 @@ void check_gradients(const Case& c, bool fused, const std::string& kind) {
       fused ? std::vector<std::string>{"attention_grad_q", "attention_grad_kv"}
             : std::vector<std::string>{"attention_grad_q", "attention_grad_k", "attention_grad_v"};
   for (const std::string& kernel : kernels_run) {
-    EXPECT_TRUE(ran.contains(kernel + kind)) << kernel + kind << " did not run";
+    // The tensor-addressed kernels may split their tiles' blocks ("_tensor_split3").
+    const bool found =
+        ran.contains(kernel + kind) ||
+        (kind == "_tensor" && std::any_of(ran.begin(), ran.end(), [&](const auto& n) {
+           return n.starts_with(kernel + kind + "_split");
+         }));
+    EXPECT_TRUE(found) << kernel + kind << " did not run";
   }
   // The log-sum-exp: its own kernel, or stored by the forward (tensor-core or f32 tiles).
-  const bool saved = ran.contains("attention_coop+lse") || ran.contains("attention_tensor+lse") ||
+  const bool saved = ran.contains("attention_coop+lse") ||
+                     std::any_of(ran.begin(), ran.end(),
+                                 [](const std::string& n) {
+                                   return n.starts_with("attention_tensor") && n.ends_with("+lse");
+                                 }) ||
                      ran.contains("attention_tiled_registers+lse") ||
                      ran.contains("attention_tiled+lse");
   EXPECT_TRUE(saved || ran.contains("attention_lse_coop")) << "no log-sum-exp kernel ran";
@@ -110,6 +121,43 @@ TEST_P(AttentionTrainingCoopGpu, EveryTensorAddressedTile) {
     testing::ScopedEnv grad("MN_TENSOR_ATTENTION_GRAD_TILE", named.name);
     testing::ScopedEnv forward("MN_TENSOR_ATTENTION_TILE", named.name);
     check_gradients(c, true, "_tensor");
+  }
+}
+
+// The gradient kernels with every tile's blocks split into segments of two (the tile's last
+// workgroup adding the segments' results) and without splits: both match the reference, the
+// split kernels ran, and the split step gives the same bits every run (the segments' results
+// added in segment order whichever workgroup finishes last).
+TEST_P(AttentionTrainingCoopGpu, SplitTensorAddressedGradients) {
+  MN_REQUIRE_COOP_PATH(testing::CoopPath::bf16);
+  MN_REQUIRE_COOP_PATH(testing::CoopPath::tensor);
+  for (const char* fills : {"0", "9999"}) {
+    SCOPED_TRACE(std::string("MN_TENSOR_ATTENTION_GRAD_FILLS=") + fills);
+    testing::ScopedEnv split("MN_TENSOR_ATTENTION_GRAD_FILLS", fills);
+    check_gradients(GetParam(), true, "_tensor");
+  }
+  testing::ScopedEnv split("MN_TENSOR_ATTENTION_GRAD_FILLS", "9999");
+  testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
+  testing::ScopedEnv tensor("MN_TENSOR_ATTENTION", "1");
+  testing::ScopedEnv coop("MN_COOP_ATTENTION", GetParam().dtype == DType::f32 ? "1" : nullptr);
+  testing::AttentionProblem p = testing::attention_problem(GetParam(), "attention-split-gpu/");
+  SessionOptions so;
+  so.profile = true;
+  auto session = build_session(p.graph, so);
+  for (const auto& [name, value] : p.feeds) session->set(name, value);
+  session->step();
+  bool split_ran = false;
+  for (const KernelTime& t : session->profile())
+    split_ran |= t.name.find("_split") != std::string::npos;
+  EXPECT_TRUE(split_ran) << "no split gradient kernel ran";
+  std::vector<std::vector<float>> first;
+  for (const char* name : {"dq", "dk", "dv"}) first.push_back(session->get(name).to_f32());
+  for (int run = 0; run < 4; ++run) {
+    session->step();
+    int i = 0;
+    for (const char* name : {"dq", "dk", "dv"}) {
+      EXPECT_EQ(session->get(name).to_f32(), first[i++]) << name << ", run " << run;
+    }
   }
 }
 

@@ -95,8 +95,9 @@ std::string kernels_of(const Session& s) {
 Array check(const Case& c, const reference::Feeds& feeds, Graph& g, const Tensor& out,
             const Tensor& terms, const reference::Feeds& device_feeds, const Expected& e = {}) {
   const ScopedEnv always("MN_COOP_ATTENTION", "1");
-  const ScopedEnv tensor("MN_TENSOR_ATTENTION", e.kernel == "attention_tensor" ? "1" : "0");
-  const ScopedEnv prompts("MN_TENSOR_PROMPT_ATTENTION", e.kernel == "attention_tensor" ? "1" : "0");
+  const bool on_tensor = e.kernel.starts_with("attention_tensor");  // split or not
+  const ScopedEnv tensor("MN_TENSOR_ATTENTION", on_tensor ? "1" : "0");
+  const ScopedEnv prompts("MN_TENSOR_PROMPT_ATTENTION", on_tensor ? "1" : "0");
   g.output("out", out);
   g.output("terms", terms);
   const auto want = reference::evaluate(g, feeds);
@@ -235,6 +236,40 @@ TEST(CoopAttentionGpu, ScoresGrowingAcrossBlocks) {
 TEST(CoopAttentionGpu, ScoresGrowingAcrossBlocksOnTheTensorAddressedKernel) {
   MN_REQUIRE_COOP_PATH(CoopPath::tensor);
   check_growing_scores(tensor_kernel(DType::f32));
+}
+
+// Every tile's key blocks split into segments of two (MN_TENSOR_ATTENTION_FILLS=9999; tiles of
+// fewer than four blocks keep one workgroup): the segments' O, M and L combined by the tile's
+// last workgroup match the reference, growing scores moving the maximum between segments too,
+// and a split step gives the same bits every run.
+TEST(CoopAttentionGpu, SplitTensorAddressedKernelMatchesFloat64) {
+  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  MN_REQUIRE_COOP_PATH(CoopPath::f16_storage);
+  const ScopedEnv split("MN_TENSOR_ATTENTION_FILLS", "9999");
+  for (const Case& c : kPrompts) check_case(c, tensor_kernel(c.dtype));
+  for (const Case& c : kSixteenBit) check_case(c, tensor_kernel(c.dtype));
+  check_growing_scores({"attention_tensor_split", 11});  // 512 keys: 4 segments a tile
+  const ScopedEnv always("MN_COOP_ATTENTION", "1");
+  const ScopedEnv tensor("MN_TENSOR_ATTENTION", "1");
+  const Case& vision = kPrompts[4];
+  ASSERT_EQ(vision.tag, "vision-1024");
+  auto rng = rng_for("coop-attention/split-bits");
+  Graph g;
+  Tensor q = g.input("q", vision.q), k = g.input("k", vision.k), v = g.input("v", vision.v);
+  g.output("out", scaled_dot_product_attention(q, k, v, {}, true));
+  SessionOptions so;
+  so.profile = true;
+  auto s = build_session(g, so);
+  s->set("q", f16_values(rng, vision.q, DType::f32));
+  s->set("k", f16_values(rng, vision.k, DType::f32));
+  s->set("v", f16_values(rng, vision.v, DType::f32));
+  s->step();
+  EXPECT_NE(kernels_of(*s).find("attention_tensor_split"), std::string::npos) << kernels_of(*s);
+  const std::vector<float> first = s->get("out").to_f32();
+  for (int run = 0; run < 4; ++run) {
+    s->step();
+    EXPECT_EQ(s->get("out").to_f32(), first) << "run " << run;
+  }
 }
 
 // Rows whose every key is masked give NaN, as the reference's 0 / 0; the others are unaffected.

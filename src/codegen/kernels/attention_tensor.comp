@@ -23,6 +23,12 @@
 //   over DV columns by a row reduction where DV is not BC).
 // At the end O / L is stored per element (rows past the head's skipped), and with SAVES_LSE
 // (a training step's attention_lse, schedule/saved_lse.h) each row's M + log(L) through out1.
+// Split (SPLITS > 1, for grids too small to fill the device; not at positions, whose reach the
+// host does not know): a tile's key blocks are walked in segments of SEGMENT blocks by up to
+// SPLITS workgroups (those past the tile's blocks return at once); each stores its O, M and L into
+// P, and the last to finish (counted in done[], which it sets back to zero for the next run)
+// combines the segments in segment order (M the largest, O and L each scaled by exp(M_s - M),
+// its own from registers: the same bits every run) and finishes the tile.
 // The matrices' operands are ELEM: bf16 where the operands are bf16 or the log-sum-exp is saved
 // (f32 operands rounded to nearest bf16, so that the scores are those the bf16 training kernels
 // recompute), f16 otherwise.
@@ -35,6 +41,8 @@
 const uint BR = @BR@u, BC = @BC@u;
 #define DV_IS_BC @DV_IS_BC@  // O and the block's matrices share their shape
 const uint TILES = @TILES@u, HEADS = @HEADS@u;
+#define SPLITS @SPLITS@
+const uint SEGMENT = @SEGMENT@u;  // key blocks a workgroup walks where SPLITS > 1
 // The mask's elements from one query row to the next and from one key to the next.
 const uint MASK_ROW_STRIDE = @MASK_ROW_STRIDE@u, MASK_KEY_STRIDE = @MASK_KEY_STRIDE@u;
 
@@ -101,9 +109,75 @@ float store_lse(const in uint32_t r, const in uint32_t c, const in float m, cons
 }
 #endif
 
+#if SPLITS > 1
+layout(std430, set = 0, binding = @P_BINDING@) coherent buffer BufferP { float P[]; };
+layout(std430, set = 0, binding = @DONE_BINDING@) buffer Counters { uint done[]; };
+shared bool last_sh;
+
+// A segment's O, M and L at P: BR × DV, then BR × BC twice, row-major.
+const uint SEGMENT_FLOATS = BR * (DV + 2u * BC);
+UNCLAMPED partial_layout(uint width) { return inner_rows_layout(BR, width); }
+
+// Stores this segment's o, m and l, counts it, and returns whether this workgroup is the tile's
+// last: then o, m and l are every segment's combined.
+bool combine_segments(inout ACC(BR, DV) o, inout ACC(BR, BC) m, inout ACC(BR, BC) l, uint wg,
+                      uint split, uint segments) {
+  const uint own = (split * HEADS * TILES + wg) * SEGMENT_FLOATS;
+  coopMatStoreTensorNV(o, P, own, partial_layout(DV));
+  coopMatStoreTensorNV(m, P, own + BR * DV, partial_layout(BC));
+  coopMatStoreTensorNV(l, P, own + BR * (DV + BC), partial_layout(BC));
+  memoryBarrierBuffer();
+  barrier();
+  if (gl_LocalInvocationIndex == 0u) {
+    last_sh = atomicAdd(done[wg], 1u) == segments - 1u;
+    if (last_sh) done[wg] = 0u;
+  }
+  barrier();
+  if (!last_sh) return false;
+  memoryBarrierBuffer();
+  ACC(BR, DV) o_all = ACC(BR, DV)(0.0);
+  ACC(BR, BC) m_all = ACC(BR, BC)(-mn_inf());
+  ACC(BR, BC) l_all = ACC(BR, BC)(0.0);
+  for (uint s = 0u; s < segments; ++s) {
+    ACC(BR, DV) os;
+    ACC(BR, BC) ms, ls;
+    if (s == split) {
+      os = o;
+      ms = m;
+      ls = l;
+    } else {
+      const uint at = (s * HEADS * TILES + wg) * SEGMENT_FLOATS;
+      coopMatLoadTensorNV(os, P, at, partial_layout(DV));
+      coopMatLoadTensorNV(ms, P, at + BR * DV, partial_layout(BC));
+      coopMatLoadTensorNV(ls, P, at + BR * (DV + BC), partial_layout(BC));
+    }
+    ACC(BR, BC) m_new, shrink, grow;
+    coopMatPerElementNV(m_new, ms, larger_of, m_all);
+    coopMatPerElementNV(shrink, m_all, shifted_exp, m_new);
+    coopMatPerElementNV(grow, ms, shifted_exp, m_new);
+    m_all = m_new;
+    l_all = l_all * shrink + ls * grow;
+#if DV_IS_BC
+    o_all = o_all * shrink + os * grow;
+#else
+    ACC(BR, DV) shrink_rows, grow_rows;
+    coopMatReduceNV(shrink_rows, shrink, gl_CooperativeMatrixReduceRowNV, either);
+    coopMatReduceNV(grow_rows, grow, gl_CooperativeMatrixReduceRowNV, either);
+    o_all = o_all * shrink_rows + os * grow_rows;
+#endif
+  }
+  o = o_all;
+  m = m_all;
+  l = l_all;
+  return true;
+}
+#endif
+
 void main() {
   uint wg = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-  if (wg >= HEADS * TILES) return;
+  if (wg >= HEADS * TILES * SPLITS) return;
+  uint split = wg / (HEADS * TILES);
+  wg %= HEADS * TILES;
   uint bh = wg / TILES, tile = wg % TILES;
 #if CAUSAL != 0
   tile = TILES - 1u - tile;  // the query tiles that see the most keys start first
@@ -117,6 +191,16 @@ void main() {
   // The keys the tile reaches, and those every row of it sees (key_rows: what the layouts read,
   // zeros past them).
 @REACH@
+  uint blocks = (reach + BC - 1u) / BC;
+#if SPLITS > 1
+  // This workgroup's segment of the tile's key blocks; the tile's first runs even where it has
+  // none.
+  uint segments = max(1u, (blocks + SEGMENT - 1u) / SEGMENT);
+  if (split >= segments) return;
+  uint first_block = split * SEGMENT, end_block = min(blocks, first_block + SEGMENT);
+#else
+  uint first_block = 0u, end_block = blocks;
+#endif
 #if HAS_POSITIONS
   uint seen_by_all = LK;
   for (uint r = 0u; r < BR; ++r) seen_by_all = min(seen_by_all, reach_sh[r]);
@@ -137,8 +221,7 @@ void main() {
   ACC(BR, BC) m = ACC(BR, BC)(-mn_inf());
   ACC(BR, BC) l = ACC(BR, BC)(0.0);
   MAT_B(BC, BC) ones = MAT_B(BC, BC)(ELEM(1.0));  // the rows' sums of P as a product
-  uint blocks = (reach + BC - 1u) / BC;
-  for (uint n = 0u; n < blocks; ++n) {
+  for (uint n = first_block; n < end_block; ++n) {
     uint j0 = n * BC;
     bool keys_inside = j0 + BC <= key_rows;
     // Every row of the block sees every key of it, unmasked.
@@ -182,6 +265,9 @@ void main() {
     o = coopMatMulAdd(pa, vm, o);
   }
 
+#if SPLITS > 1
+  if (segments > 1u && !combine_segments(o, m, l, wg, split, segments)) return;
+#endif
 #if DV_IS_BC
   coopMatPerElementNV(o, o, normalized, l);
 #else

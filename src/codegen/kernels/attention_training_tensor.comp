@@ -19,6 +19,12 @@
 // same P and stores it as output 1. Results are stored per element (the output's dtype, rows
 // past the head's skipped). No shared memory but the block's lse and delta: the matrices'
 // softmax runs where the products leave their results.
+// Split (SPLITS > 1, for grids too small to fill the device): a tile's blocks are walked in
+// segments of SEGMENT blocks by up to SPLITS workgroups (those past the tile's blocks return at
+// once); each stores its f32 result into P, and the last to finish (counted in done[], which it
+// sets back to zero for the next run) adds every segment's result in segment order (its own from
+// registers, the same bits every run) and finishes the tile, as the split matmul does
+// (kernels/matmul_tensor.comp).
 // Operands of other dtypes than bf16 load as f32 matrices rounded to nearest bf16 as they are
 // converted, as the subgroup-matrix kernels round them (kernels/attention_training_coop.comp):
 // both compute the same scores, so either may use the other's log-sum-exp.
@@ -37,6 +43,15 @@ const uint R = @R@u, BK = @BK@u, WG = @WG@u;
 const uint W = @W@u;  // result columns
 const uint OWN_ROWS = @OWN_ROWS@u, OWN_HEADS = @OWN_HEADS@u, TILES = @TILES@u;
 const uint GROUPS = @GROUPS@u;
+#define SPLITS @SPLITS@
+const uint SEGMENT = @SEGMENT@u;  // blocks a workgroup walks
+
+#if SPLITS > 1
+// Coherent: the last workgroup of a tile reads the results the others stored.
+layout(std430, set = 0, binding = @P_BINDING@) coherent buffer BufferP { float P[]; };
+layout(std430, set = 0, binding = @DONE_BINDING@) buffer Counters { uint done[]; };
+shared bool last_sh;
+#endif
 
 // The lse and delta of the rows the scores' rows (own queries) or columns (a block's queries)
 // belong to.
@@ -99,15 +114,79 @@ float store_dv(const in uint32_t r, const in uint32_t c, const in float v, const
 }
 #endif
 
+#if SPLITS > 1
+// The tile's result in row-major matrices: its R × W result, then (WITH_DV) its R × DV values'.
+UNCLAMPED partial_layout(uint width) { return inner_rows_layout(R, width); }
+
+// Stores this segment's result at P, counts it, and returns whether this workgroup is the tile's
+// last: then acc (and acc_v) hold the sum of every segment's result in segment order.
+#if WITH_DV
+#define SEGMENT_WIDTH (W + DV)
+bool sum_segments(inout ACC(R, W) acc, inout ACC(R, DV) acc_v, uint g, uint split,
+                  uint segments) {
+#else
+#define SEGMENT_WIDTH W
+bool sum_segments(inout ACC(R, W) acc, uint g, uint split, uint segments) {
+#endif
+  const uint stride = R * SEGMENT_WIDTH;
+  coopMatStoreTensorNV(acc, P, (split * GROUPS + g) * stride, partial_layout(W));
+#if WITH_DV
+  coopMatStoreTensorNV(acc_v, P, (split * GROUPS + g) * stride + R * W, partial_layout(DV));
+#endif
+  memoryBarrierBuffer();
+  barrier();
+  if (gl_LocalInvocationIndex == 0u) {
+    last_sh = atomicAdd(done[g], 1u) == segments - 1u;
+    if (last_sh) done[g] = 0u;
+  }
+  barrier();
+  if (!last_sh) return false;
+  memoryBarrierBuffer();
+  ACC(R, W) total = ACC(R, W)(0.0);
+#if WITH_DV
+  ACC(R, DV) total_v = ACC(R, DV)(0.0);
+#endif
+  for (uint s = 0u; s < segments; ++s) {
+    if (s == split) {
+      total += acc;
+#if WITH_DV
+      total_v += acc_v;
+#endif
+      continue;
+    }
+    ACC(R, W) part;
+    coopMatLoadTensorNV(part, P, (s * GROUPS + g) * stride, partial_layout(W));
+    total += part;
+#if WITH_DV
+    ACC(R, DV) part_v;
+    coopMatLoadTensorNV(part_v, P, (s * GROUPS + g) * stride + R * W, partial_layout(DV));
+    total_v += part_v;
+#endif
+  }
+  acc = total;
+#if WITH_DV
+  acc_v = total_v;
+#endif
+  return true;
+}
+#endif
+
 void main() {
-  uint g = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
-  if (g >= GROUPS) return;
+  uint wid = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;
+  if (wid >= GROUPS * SPLITS) return;
+  uint g = wid % GROUPS, split = wid / GROUPS;
   uint tid = gl_LocalInvocationIndex;
   uint head = g / TILES, tile = g % TILES;
 #if CAUSAL != 0 && QUERY_OWN
   tile = TILES - 1u - tile;  // the query tiles that see the most keys start first
 #endif
   uint t0 = tile * R;
+  // This workgroup's segment of the tile's blocks; the tile's first segment runs even where it
+  // has no block (its rows' results are zeros).
+  uint blocks = block_count(t0);
+  uint segments = max(1u, (blocks + SEGMENT - 1u) / SEGMENT);
+  if (split >= segments) return;
+  uint first_block = split * SEGMENT, end_block = min(blocks, first_block + SEGMENT);
   uint b = head / OWN_HEADS, hh = head % OWN_HEADS;
   uint own_base = head * OWN_ROWS;
 #if HAS_MASK
@@ -144,8 +223,7 @@ void main() {
 #define DV_ACC acc
 #endif
 
-  uint blocks = block_count(t0);
-  for (uint n = 0u; n < blocks; ++n) {
+  for (uint n = first_block; n < end_block; ++n) {
     Block cur = block_of(n, b, hh, t0);
     uint row0 = cur.base + cur.first;
     CLAMPED a_rows = rows_layout(cur.base + cur.limit, D);
@@ -195,6 +273,13 @@ void main() {
 #endif
   }
 
+#if SPLITS > 1
+#if WITH_DV
+  if (segments > 1u && !sum_segments(acc, acc_v, g, split, segments)) return;
+#else
+  if (segments > 1u && !sum_segments(acc, g, split, segments)) return;
+#endif
+#endif
 #if FORM != GRAD_V
   coopMatPerElementNV(acc, acc, scale_result);
 #endif
