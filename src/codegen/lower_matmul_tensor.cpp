@@ -65,9 +65,11 @@ bool tile_supported(const TensorTile& t, const DeviceTraits& d, DType operands) 
 // split too, into splits of at least kLongSplitSteps steps while the grid stays within
 // kLongSplitFills fills of the device: a workgroup's steps each wait on their loads, and the 1 ×
 // 256 training step's products of K = 1536 (144 workgroups of 32 × 32, 24 steps) took 27.6 µs each
-// against 15 for K = 576 (docs/perf.md). DeviceTraits::coop_tensor_split_k overrides the count.
+// against 15 for K = 576 (docs/perf.md). Only tiles of at most kLongSplitArea outputs split so:
+// with the 128-row tiles split too, the 8 × 512 step took 85.5 ms against 63.1 (H100).
+// DeviceTraits::coop_tensor_split_k overrides the count.
 constexpr int64_t kMinSplitSteps = 4, kMaxSplits = 16;
-constexpr int64_t kLongSplitSteps = 8, kLongSplitFills = 4;
+constexpr int64_t kLongSplitSteps = 8, kLongSplitFills = 4, kLongSplitArea = 64 * 64;
 // K from which a product with few outputs still fills the device, split.
 constexpr int64_t kLongK = 512;
 
@@ -80,7 +82,7 @@ int split_count(const MatmulGeometry& g, const TensorTile& t, int64_t groups,
     if (groups * 2 <= want) {
       s = std::min({(want + groups - 1) / groups, steps / kMinSplitSteps, kMaxSplits});
     } else if (d.coop_tensor_long_split && steps >= 2 * kLongSplitSteps &&
-               groups < kLongSplitFills * want) {
+               groups < kLongSplitFills * want && int64_t{t.bm} * t.bn <= kLongSplitArea) {
       s = std::min({kLongSplitFills * want / groups, steps / kLongSplitSteps, kMaxSplits});
     } else {
       return 1;

@@ -288,6 +288,15 @@ TEST(TensorMatmul, SmallGridsSplitK) {
   auto big = matmul_node({8192, 1536}, {1536, 4096}, false, false, DType::bf16);
   EXPECT_EQ(big->lower(long_split).launches.back().name.find("_split"), std::string::npos)
       << big->lower(long_split).launches.back().name;
+  // Tiles larger than 64 × 64 stay whole: the 8 × 512 step's down projection input gradient
+  // (4096 × 576, K = 1536: 160 workgroups of 128 × 128, 48 steps) ...
+  auto step_down = matmul_node({4096, 1536}, {1536, 576}, false, false, DType::bf16);
+  EXPECT_EQ(step_down->lower(long_split).launches.back().name, "matmul_tensor_t128x128k32");
+  // ... while its weight gradients on small tiles split (576 × 576 over K = 4096: 162
+  // workgroups of 32 × 64, 64 steps, 3 splits within 4 fills).
+  auto step_dw = matmul_node({576, 4096}, {4096, 576}, false, false, DType::bf16);
+  EXPECT_EQ(step_dw->lower(long_split).launches.back().name, "matmul_tensor_t32x64k64_split3");
+  EXPECT_EQ(step_dw->lower(t).launches.back().name, "matmul_tensor_t32x64k64");
 }
 
 TEST(TensorMatmul, ChosenOnlyWithTensorAddressingForF16Operands) {

@@ -124,39 +124,46 @@ TEST_P(AttentionTrainingCoopGpu, EveryTensorAddressedTile) {
   }
 }
 
-// The gradient kernels with every tile's blocks split into segments of two (the tile's last
+// The gradient kernels with every tile's blocks split into segments of four (the tile's last
 // workgroup adding the segments' results) and without splits: both match the reference, the
 // split kernels ran, and the split step gives the same bits every run (the segments' results
-// added in segment order whichever workgroup finishes last).
-TEST_P(AttentionTrainingCoopGpu, SplitTensorAddressedGradients) {
+// added in segment order whichever workgroup finishes last). Cases long enough to split: causal
+// grouped heads at 600 (dK and dV: 30 blocks for the first tile, 8 segments; dQ: up to 10
+// blocks), values of 128 with a mask over 520 keys in bf16.
+TEST(AttentionTrainingSplitGpu, SplitTensorAddressedGradients) {
   MN_REQUIRE_COOP_PATH(testing::CoopPath::bf16);
   MN_REQUIRE_COOP_PATH(testing::CoopPath::tensor);
-  for (const char* fills : {"0", "9999"}) {
-    SCOPED_TRACE(std::string("MN_TENSOR_ATTENTION_GRAD_FILLS=") + fills);
-    testing::ScopedEnv split("MN_TENSOR_ATTENTION_GRAD_FILLS", fills);
-    check_gradients(GetParam(), true, "_tensor");
-  }
-  testing::ScopedEnv split("MN_TENSOR_ATTENTION_GRAD_FILLS", "9999");
-  testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
-  testing::ScopedEnv tensor("MN_TENSOR_ATTENTION", "1");
-  testing::ScopedEnv coop("MN_COOP_ATTENTION", GetParam().dtype == DType::f32 ? "1" : nullptr);
-  testing::AttentionProblem p = testing::attention_problem(GetParam(), "attention-split-gpu/");
-  SessionOptions so;
-  so.profile = true;
-  auto session = build_session(p.graph, so);
-  for (const auto& [name, value] : p.feeds) session->set(name, value);
-  session->step();
-  bool split_ran = false;
-  for (const KernelTime& t : session->profile())
-    split_ran |= t.name.find("_split") != std::string::npos;
-  EXPECT_TRUE(split_ran) << "no split gradient kernel ran";
-  std::vector<std::vector<float>> first;
-  for (const char* name : {"dq", "dk", "dv"}) first.push_back(session->get(name).to_f32());
-  for (int run = 0; run < 4; ++run) {
+  for (const Case& c :
+       {Case{"d64_causal_gqa_600", 1, 9, 3, 600, 600, 64, 64, true, false},
+        Case{"d64_dv128_mask_bf16", 1, 2, 1, 300, 520, 64, 128, false, true, DType::bf16}}) {
+    SCOPED_TRACE(c.label);
+    for (const char* fills : {"0", "9999"}) {
+      SCOPED_TRACE(std::string("MN_TENSOR_ATTENTION_GRAD_FILLS=") + fills);
+      testing::ScopedEnv split("MN_TENSOR_ATTENTION_GRAD_FILLS", fills);
+      check_gradients(c, true, "_tensor");
+    }
+    testing::ScopedEnv split("MN_TENSOR_ATTENTION_GRAD_FILLS", "9999");
+    testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
+    testing::ScopedEnv tensor("MN_TENSOR_ATTENTION", "1");
+    testing::ScopedEnv coop("MN_COOP_ATTENTION", c.dtype == DType::f32 ? "1" : nullptr);
+    testing::AttentionProblem p = testing::attention_problem(c, "attention-split-gpu/");
+    SessionOptions so;
+    so.profile = true;
+    auto session = build_session(p.graph, so);
+    for (const auto& [name, value] : p.feeds) session->set(name, value);
     session->step();
-    int i = 0;
-    for (const char* name : {"dq", "dk", "dv"}) {
-      EXPECT_EQ(session->get(name).to_f32(), first[i++]) << name << ", run " << run;
+    std::string ran;
+    for (const KernelTime& t : session->profile()) ran += t.name + " ";
+    EXPECT_NE(ran.find("attention_grad_kv_tensor_split"), std::string::npos) << ran;
+    EXPECT_NE(ran.find("attention_grad_q_tensor_split"), std::string::npos) << ran;
+    std::vector<std::vector<float>> first;
+    for (const char* name : {"dq", "dk", "dv"}) first.push_back(session->get(name).to_f32());
+    for (int run = 0; run < 4; ++run) {
+      session->step();
+      int i = 0;
+      for (const char* name : {"dq", "dk", "dv"}) {
+        EXPECT_EQ(session->get(name).to_f32(), first[i++]) << name << ", run " << run;
+      }
     }
   }
 }
