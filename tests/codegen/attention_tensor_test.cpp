@@ -54,17 +54,22 @@ const Case kCases[] = {
      DType::bf16},
 };
 
+// The case's attention lowered for `t`, saving the log-sum-exp with `lse`.
+Lowering lower_case(const Case& c, const DeviceTraits& t, bool lse) {
+  auto n = attention_node(c);
+  LowerContext ctx = n->ctx(t);
+  if (lse) ctx.saved_lse = DType::f32;
+  return (*find_lowering("scaled_dot_product_attention"))(ctx);
+}
+
 TEST(AttentionTensor, EveryFormCompilesAndValidates) {
   REQUIRE_CURRENT_TOOLCHAIN();
-  const DeviceTraits t = tensor_traits();  // the contexts below refer to it
+  const DeviceTraits t = tensor_traits();
   for (const Case& c : kCases) {
     for (const bool lse : {false, true}) {
       if (lse && c.positions) continue;  // no log-sum-exp at positions
       SCOPED_TRACE(c.tag + (lse ? " saving the log-sum-exp" : ""));
-      auto n = attention_node(c);
-      LowerContext ctx = n->ctx(t);
-      if (lse) ctx.saved_lse = DType::f32;
-      const Lowering l = (*find_lowering("scaled_dot_product_attention"))(ctx);
+      const Lowering l = lower_case(c, t, lse);
       ASSERT_EQ(l.launches.size(), 1u);
       const KernelLaunch& k = l.launches[0];
       EXPECT_EQ(k.name, lse ? "attention_tensor+lse" : "attention_tensor");
@@ -192,10 +197,7 @@ TEST(AttentionTensor, SmallGridsSplitTheirKeyBlocks) {
     for (const bool lse : {false, true}) {
       if (lse && c.positions) continue;
       SCOPED_TRACE(c.tag + (lse ? " saving the log-sum-exp" : ""));
-      auto n = attention_node(c);
-      LowerContext ctx = n->ctx(many);
-      if (lse) ctx.saved_lse = DType::f32;
-      const Lowering l = (*find_lowering("scaled_dot_product_attention"))(ctx);
+      const Lowering l = lower_case(c, many, lse);
       ASSERT_EQ(l.launches.size(), 1u);
       const KernelLaunch& k = l.launches[0];
       // At least eight blocks of 64 keys in the longest tile: the causal heads at 512.
