@@ -44,6 +44,9 @@ bool always_reads_widened(const Node& node, int input) {
   // A normalization's gamma and beta (lower_nn_rows.cpp, the GEMV's norm prologue): loaded
   // through their loaders. Not x, whose dtype rounds eps.
   if (op == "rms_norm" || op == "layer_norm") return input >= 1;
+  // A cross-entropy's logits (lower_loss_class.cpp): loaded through zs_ld, computed in f32; a
+  // bf16 step's LM head then has no f32 copy of its logits for the loss and its gradient.
+  if (op == "cross_entropy" || op == "cross_entropy_backward") return input == 0;
   // Not attention: its kernels load 16-bit operands through their loaders too, but its training
   // kernels measured up to 1.5x slower so (docs/perf.md), so they keep reading f32 copies.
   return converting_copy(node) && input == 0;
@@ -58,7 +61,7 @@ bool converting_copy(const Node& node) {
 bool stores_narrowed_result(const Node& node) {
   const std::string_view op = node.op_name();
   return op == "rope_positions" || op == "rope_positions_backward" || op == "rms_norm" ||
-         op == "layer_norm" || converting_copy(node);
+         op == "layer_norm" || op == "cross_entropy_backward" || converting_copy(node);
 }
 
 }  // namespace mn::codegen

@@ -20,9 +20,10 @@ namespace mn::codegen {
 bool reads_widened_operand(const LowerContext& ctx, int input, DType narrow);
 
 // Whether input `input` of `node` is read widened by every lowering of the node, whatever the
-// device (rotations, embedding tables, converting copies, a normalization's gamma and beta; not
-// products, whose tensor-core paths load some dtypes only). Fusion keeps a widening cast read only
-// by such inputs out of pointwise kernels, so that its readers bind the 16-bit tensor instead.
+// device (rotations, embedding tables, converting copies, a normalization's gamma and beta, a
+// cross-entropy's logits; not products, whose tensor-core paths load some dtypes only). Fusion
+// keeps a widening cast read only by such inputs out of pointwise kernels, so that its readers bind
+// the 16-bit tensor instead.
 bool always_reads_widened(const Node& node, int input);
 
 // Whether the node's lowering is a copy that loads operand 0 through the dtype-generic loader
@@ -33,7 +34,8 @@ bool converting_copy(const Node& node);
 
 // Whether the node's lowering stores its result through the generic store, so that a single
 // narrowing cast reading it can be stored by the node's own kernel instead (the value rounded
-// as the cast rounds it): rotary embeddings, RMSNorm and LayerNorm, the converting copies.
+// as the cast rounds it): rotary embeddings, RMSNorm and LayerNorm, a cross-entropy's gradient,
+// the converting copies.
 bool stores_narrowed_result(const Node& node);
 
 }  // namespace mn::codegen

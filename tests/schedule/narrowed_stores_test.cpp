@@ -15,6 +15,7 @@
 #include <set>
 #include <string>
 
+#include <meganeura/autodiff.h>
 #include <meganeura/causal_lm.h>
 #include <meganeura/graph.h>
 #include <meganeura/hf.h>
@@ -74,6 +75,54 @@ TEST(NarrowedStoresGpu, CastsInsideCopiesRotationsAndReductions) {
   // The casts of x·2 and of the pointwise tail stay fused; the other four casts ride in the
   // rotation, the two permutes and the sum.
   EXPECT_LE(fused_dispatches + 4, unfused_dispatches);
+}
+
+// A cross-entropy over a bf16 product's logits (an LM head with mixed precision): the loss and
+// its gradient read the bf16 logits widened, with no f32 copy, and the gradient's kernel stores
+// the bf16 value the product's backward reads. The same bits as the unfused kernels, the
+// reference's within bf16's rounding, and no cast launch of the logits' shape.
+TEST(NarrowedStoresGpu, CrossEntropyReadsBf16LogitsAndStoresABf16Gradient) {
+  auto rng = testing::rng_for("narrowed-cross-entropy");
+  Graph g;
+  reference::Feeds feeds;
+  Tensor h = g.input("h", {6, 16});
+  Tensor w = g.input("w", {40, 16});
+  Tensor targets = g.input("targets", {6}, DType::i32);
+  feeds["h"] = testing::random_array(rng, h.type());
+  feeds["w"] = testing::random_array(rng, w.type());
+  feeds["targets"] = Array({6}, DType::i32, {3, 0, 39, 17, 8, 25});
+  Tensor logits = matmul(cast(h, DType::bf16), cast(w, DType::bf16), false, true);  // bf16 [6, 40]
+  Tensor loss = cross_entropy(cast(logits, DType::f32), targets);
+  const std::vector<Tensor> grads = gradients(loss, {h, w});
+  g.output("loss", loss);
+  g.output("dh", grads[0]);
+  g.output("dw", grads[1]);
+
+  const auto [fused, fused_dispatches, unfused, unfused_dispatches] =
+      run_fused_and_unfused(g, feeds);
+  const auto ref = reference::evaluate(g, feeds);
+  for (const auto& [name, expected] : ref) {
+    EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
+    EXPECT_TRUE(testing::elementwise_near(fused.at(name), expected, 2e-2)) << name;
+  }
+  EXPECT_LT(fused_dispatches, unfused_dispatches);
+
+  plan::PlanOptions po;
+  po.device.storage_16bit = true;
+  const plan::StepPlan p = plan::make_step_plan(g, po);
+  bool narrowed_gradient = false;
+  for (const plan::PlannedLaunch& l : p.launches) {
+    const Node& n = p.graph.node(l.nodes.front());
+    const bool logits_shape = n.type.shape == Shape{6, 40};
+    EXPECT_FALSE(n.op_name() == "cast" && l.nodes.size() == 1 && logits_shape)
+        << "the logits' cast from " << p.graph.node(n.inputs[0]).op_name() << " on its own";
+    if (n.op_name() == "cross_entropy_backward") {
+      ASSERT_EQ(l.nodes.size(), 2u) << l.kernel.name;  // {cross_entropy_backward, cast}
+      EXPECT_EQ(p.graph.node(l.nodes.back()).type.dtype, DType::bf16);
+      narrowed_gradient = true;
+    }
+  }
+  EXPECT_TRUE(narrowed_gradient);
 }
 
 // Values read both in f32 and through a cast (a softmax's probabilities, a rotation, attention's
