@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -37,6 +38,21 @@ namespace {
 
 using testing::run_fused_and_unfused;
 
+// The step of `g` with fusion and without: the same bits, the reference's within
+// tolerance(name) (the device computes in f32, the reference in f64: roundings to bf16 may differ
+// by one unit). Returns the fused and the unfused step's dispatches.
+std::pair<size_t, size_t> expect_fused_matches(
+    const Graph& g, const reference::Feeds& feeds,
+    const std::function<double(const std::string&)>& tolerance) {
+  const auto [fused, fused_dispatches, unfused, unfused_dispatches] =
+      run_fused_and_unfused(g, feeds);
+  for (const auto& [name, expected] : reference::evaluate(g, feeds)) {
+    EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
+    EXPECT_TRUE(testing::elementwise_near(fused.at(name), expected, tolerance(name))) << name;
+  }
+  return {fused_dispatches, unfused_dispatches};
+}
+
 TEST(NarrowedStoresGpu, CastsInsideCopiesRotationsAndReductions) {
   auto rng = testing::rng_for("narrowed-stores");
   Graph g;
@@ -62,16 +78,11 @@ TEST(NarrowedStoresGpu, CastsInsideCopiesRotationsAndReductions) {
   g.output("summed_bf16", cast(sum_to(heads * heads, {2, 1, 16, 8}), DType::bf16));
   g.output("heads", heads + 0.0);
 
-  const auto [fused, fused_dispatches, unfused, unfused_dispatches] =
-      run_fused_and_unfused(g, feeds);
-  const auto ref = reference::evaluate(g, feeds);
-  for (const auto& [name, expected] : ref) {
-    EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
-    // The rotation and the sum compute in f32 on the device, in f64 in the reference: the
-    // roundings to bf16 may then differ by one unit.
-    const double tol = name == "rotated_bf16" || name == "summed_bf16" ? 1e-2 : 0.0;
-    EXPECT_TRUE(testing::elementwise_near(fused.at(name), expected, tol)) << name;
-  }
+  // The rotation and the sum round to bf16; the copies are exact.
+  const auto [fused_dispatches, unfused_dispatches] =
+      expect_fused_matches(g, feeds, [](const std::string& name) {
+        return name == "rotated_bf16" || name == "summed_bf16" ? 1e-2 : 0.0;
+      });
   // The casts of x·2 and of the pointwise tail stay fused; the other four casts ride in the
   // rotation, the two permutes and the sum.
   EXPECT_LE(fused_dispatches + 4, unfused_dispatches);
@@ -98,13 +109,8 @@ TEST(NarrowedStoresGpu, CrossEntropyReadsBf16LogitsAndStoresABf16Gradient) {
   g.output("dh", grads[0]);
   g.output("dw", grads[1]);
 
-  const auto [fused, fused_dispatches, unfused, unfused_dispatches] =
-      run_fused_and_unfused(g, feeds);
-  const auto ref = reference::evaluate(g, feeds);
-  for (const auto& [name, expected] : ref) {
-    EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
-    EXPECT_TRUE(testing::elementwise_near(fused.at(name), expected, 2e-2)) << name;
-  }
+  const auto [fused_dispatches, unfused_dispatches] =
+      expect_fused_matches(g, feeds, [](const std::string&) { return 2e-2; });
   EXPECT_LT(fused_dispatches, unfused_dispatches);
 
   plan::PlanOptions po;
@@ -159,14 +165,8 @@ TEST(NarrowedStoresGpu, TwinStoresOfValuesReadInTwoDtypes) {
   g.output("o_product", product(cast(attended, DType::bf16)));
   g.output("o", attended * 3.0);
 
-  const auto [fused, fused_dispatches, unfused, unfused_dispatches] =
-      run_fused_and_unfused(g, feeds);
-  const auto ref = reference::evaluate(g, feeds);
-  for (const auto& [name, expected] : ref) {
-    EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
-    // The device computes in f32, the reference in f64: bf16 roundings may differ by a unit.
-    EXPECT_TRUE(testing::elementwise_near(fused.at(name), expected, 2e-2)) << name;
-  }
+  const auto [fused_dispatches, unfused_dispatches] =
+      expect_fused_matches(g, feeds, [](const std::string&) { return 2e-2; });
   plan::PlanOptions po;
   po.device.storage_16bit = true;
   const plan::StepPlan plan = plan::make_step_plan(g, po);
@@ -213,16 +213,9 @@ TEST(NarrowedStoresGpu, NormalizationsAndWideningCopies) {
   for (size_t i = 0; i < at.data.size(); ++i) at.data[i] = static_cast<double>(i % 16 + 4);
   g.output("cache_out", cache_write(cache, cast(heads, DType::f32), g.constant(at)) + 0.0);
 
-  const auto [fused, fused_dispatches, unfused, unfused_dispatches] =
-      run_fused_and_unfused(g, feeds);
-  const auto ref = reference::evaluate(g, feeds);
-  for (const auto& [name, expected] : ref) {
-    EXPECT_EQ(fused.at(name).data, unfused.at(name).data) << name;
-    // The norms compute in f32 on the device, in f64 in the reference: their roundings to
-    // bf16 may differ by one unit.
-    const double tol = name == "cache_out" ? 0.0 : 1e-2;
-    EXPECT_TRUE(testing::elementwise_near(fused.at(name), expected, tol)) << name;
-  }
+  // The norms round to bf16; the cache's copy is exact.
+  const auto [fused_dispatches, unfused_dispatches] = expect_fused_matches(
+      g, feeds, [](const std::string& name) { return name == "cache_out" ? 0.0 : 1e-2; });
   // Gone: two gamma casts and a beta cast, the norms' two narrowings, the widening of the heads.
   EXPECT_LE(fused_dispatches + 6, unfused_dispatches);
 }
