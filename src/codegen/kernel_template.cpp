@@ -50,4 +50,10 @@ std::string fill_kernel_template(std::string_view file, const TemplateFields& fi
   return out;
 }
 
+std::string split_parts_declarations(uint32_t partials_binding) {
+  return fill_kernel_template("split_parts.comp",
+                              {{"P_BINDING", std::to_string(partials_binding)},
+                               {"DONE_BINDING", std::to_string(partials_binding + 1)}});
+}
+
 }  // namespace mn::codegen

@@ -115,8 +115,8 @@ std::optional<Lowering> tensor_training_kernel(const LowerContext& ctx, const Tr
       {"GROUPS", std::to_string(groups)},
       {"SPLITS", std::to_string(split.splits)},
       {"SEGMENT", std::to_string(split.segment)},
-      {"P_BINDING", std::to_string(partials_binding)},
-      {"DONE_BINDING", std::to_string(partials_binding + 1)},
+      {"SPLIT_PARTS",
+       split.splits > 1 ? split_parts_declarations(partials_binding) : std::string()},
   };
   fields.merge(role_fields(g, ""));
   k.name = dv_too ? "attention_grad_kv_tensor" : names[static_cast<int>(f)];

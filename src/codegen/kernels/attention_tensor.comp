@@ -110,9 +110,7 @@ float store_lse(const in uint32_t r, const in uint32_t c, const in float m, cons
 #endif
 
 #if SPLITS > 1
-layout(std430, set = 0, binding = @P_BINDING@) coherent buffer BufferP { float P[]; };
-layout(std430, set = 0, binding = @DONE_BINDING@) buffer Counters { uint done[]; };
-shared bool last_sh;
+@SPLIT_PARTS@
 
 // A segment's O, M and L at P: BR × DV, then BR × BC twice, row-major.
 const uint SEGMENT_FLOATS = BR * (DV + 2u * BC);
@@ -126,15 +124,7 @@ bool combine_segments(inout ACC(BR, DV) o, inout ACC(BR, BC) m, inout ACC(BR, BC
   coopMatStoreTensorNV(o, P, own, partial_layout(DV));
   coopMatStoreTensorNV(m, P, own + BR * DV, partial_layout(BC));
   coopMatStoreTensorNV(l, P, own + BR * (DV + BC), partial_layout(BC));
-  memoryBarrierBuffer();
-  barrier();
-  if (gl_LocalInvocationIndex == 0u) {
-    last_sh = atomicAdd(done[wg], 1u) == segments - 1u;
-    if (last_sh) done[wg] = 0u;
-  }
-  barrier();
-  if (!last_sh) return false;
-  memoryBarrierBuffer();
+  if (!last_to_finish(wg, segments)) return false;
   ACC(BR, DV) o_all = ACC(BR, DV)(0.0);
   ACC(BR, BC) m_all = ACC(BR, BC)(-mn_inf());
   ACC(BR, BC) l_all = ACC(BR, BC)(0.0);

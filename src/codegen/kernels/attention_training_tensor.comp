@@ -46,12 +46,7 @@ const uint GROUPS = @GROUPS@u;
 #define SPLITS @SPLITS@
 const uint SEGMENT = @SEGMENT@u;  // blocks a workgroup walks
 
-#if SPLITS > 1
-// Coherent: the last workgroup of a tile reads the results the others stored.
-layout(std430, set = 0, binding = @P_BINDING@) coherent buffer BufferP { float P[]; };
-layout(std430, set = 0, binding = @DONE_BINDING@) buffer Counters { uint done[]; };
-shared bool last_sh;
-#endif
+@SPLIT_PARTS@
 
 // The lse and delta of the rows the scores' rows (own queries) or columns (a block's queries)
 // belong to.
@@ -133,15 +128,7 @@ bool sum_segments(inout ACC(R, W) acc, uint g, uint split, uint segments) {
 #if WITH_DV
   coopMatStoreTensorNV(acc_v, P, (split * GROUPS + g) * stride + R * W, partial_layout(DV));
 #endif
-  memoryBarrierBuffer();
-  barrier();
-  if (gl_LocalInvocationIndex == 0u) {
-    last_sh = atomicAdd(done[g], 1u) == segments - 1u;
-    if (last_sh) done[g] = 0u;
-  }
-  barrier();
-  if (!last_sh) return false;
-  memoryBarrierBuffer();
+  if (!last_to_finish(g, segments)) return false;
   ACC(R, W) total = ACC(R, W)(0.0);
 #if WITH_DV
   ACC(R, DV) total_v = ACC(R, DV)(0.0);

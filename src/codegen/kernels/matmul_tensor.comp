@@ -57,12 +57,7 @@ float sibling_value(const float v) { return @SIBLING_VALUE@; }
 #endif
 @EPILOGUE_DECLARATIONS@
 @C_STORED@
-#if SPLIT_K > 1
-// Coherent: the last workgroup of a tile reads the partials the others stored.
-layout(std430, set = 0, binding = @P_BINDING@) coherent buffer BufferP { float P[]; };
-layout(std430, set = 0, binding = @DONE_BINDING@) buffer Counters { uint done[]; };
-shared bool last_sh;
-#endif
+@SPLIT_PARTS@
 
 #define MAT_A coopmat<@MAT_TYPE@, gl_ScopeWorkgroup, BM, BK, gl_MatrixUseA>
 #define MAT_B coopmat<@MAT_TYPE@, gl_ScopeWorkgroup, BK, BN, gl_MatrixUseB>
@@ -193,15 +188,7 @@ void main() {
   // Partial s of batch entry bz at P[(s * BATCHES + bz) * M * N], laid out as C.
   coopMatStoreTensorNV(acc, P, (split * BATCHES + bz) * (M * N),
                        sliceTensorLayoutNV(lc, row0, BM, col0, BN));
-  memoryBarrierBuffer();
-  barrier();
-  if (gl_LocalInvocationIndex == 0u) {
-    last_sh = atomicAdd(done[tile_id], 1u) == SPLITS - 1u;
-    if (last_sh) done[tile_id] = 0u;
-  }
-  barrier();
-  if (!last_sh) return;
-  memoryBarrierBuffer();
+  if (!last_to_finish(tile_id, SPLITS)) return;
   // Every split's partial added in split order, whichever finished last (0 + x is exact): a
   // step gives the same bits every run, as the scalar kernel's splits do (exact resume).
   MAT_C total = MAT_C(0.0);
