@@ -65,6 +65,10 @@ struct DeviceTraits {
   // (codegen/lower_attention_tensor.h, lower_attention_training_tensor.h). Sessions set it
   // (runtime::apply_environment) unless MN_TENSOR_ATTENTION=0.
   bool tensor_attention = false;
+  // A bf16 training step's attention reads its q, k, v and dout rounded to bf16 where the
+  // tensor-addressed kernels serve it (codegen::attention_reads_bf16_operands). Sessions keep it
+  // unless MN_BF16_ATTENTION_OPERANDS=0 (runtime::apply_environment).
+  bool bf16_attention_operands = true;
   // A prompt's cached_attention at positions on the same forward kernel. Sessions set it
   // (runtime::apply_environment) unless MN_TENSOR_PROMPT_ATTENTION=0 (measured: docs/perf.md).
   bool tensor_prompt_attention = false;

@@ -17,10 +17,11 @@ namespace {
 
 constexpr uint64_t kMinPromptRows = 32;
 
-// The matrices' component type: bf16 where the operands are bf16 or the log-sum-exp is saved
-// for the bf16 training kernels, whose scores these then are; f16 otherwise.
+// The matrices' component type: bf16 where an operand is bf16 (loaded as it is; f16 matrices
+// would round it) or the log-sum-exp is saved for the bf16 training kernels, whose scores these
+// then are; f16 otherwise.
 DType matrix_type(const LowerContext& ctx) {
-  const bool bf16 = ctx.inputs[0].dtype == DType::bf16 && ctx.inputs[1].dtype == DType::bf16 &&
+  const bool bf16 = ctx.inputs[0].dtype == DType::bf16 || ctx.inputs[1].dtype == DType::bf16 ||
                     ctx.inputs[2].dtype == DType::bf16;
   return bf16 || ctx.saved_lse ? DType::bf16 : DType::f16;
 }

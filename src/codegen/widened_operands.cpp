@@ -1,6 +1,13 @@
 #include "codegen/widened_operands.h"
 
+#include <algorithm>
 #include <string_view>
+#include <vector>
+
+#include "codegen/attention_shape.h"
+#include "codegen/lower_attention_tensor.h"
+#include "codegen/lower_attention_training_coop.h"
+#include "codegen/lower_attention_training_tensor.h"
 
 #include "codegen/lower_matmul.h"
 #include "codegen/lower_matmul_coop.h"
@@ -23,7 +30,45 @@ bool matmul_reads_widened(const LowerContext& ctx, int input, DType narrow) {
   return coop_rejection(n, g, batch).empty();
 }
 
+// Attention's tensor-addressed kernels (lower_attention_tensor.h,
+// lower_attention_training_tensor.h) load a bf16 q, k, v or dout into their bf16 matrices as it is,
+// where an f32 one is loaded as an accumulator, rounded and converted per block; a bf16 operand
+// makes the forward's matrices bf16 (kernels/attention_tensor.comp), the gradients' always are. The
+// other attention kernels keep their f32 copies: their training kernels measured slower on 16-bit
+// operands.
+bool attention_reads_widened(const LowerContext& ctx, int input, DType narrow) {
+  if (narrow != DType::bf16 || !attention_reads_bf16_operands(ctx.device)) return false;
+  const std::string_view op = ctx.node.op_name();
+  if (op == "scaled_dot_product_attention") {
+    return input < 3 &&
+           attention_lowering::takes_tensor_forward(ctx, attention_lowering::AttentionShape(ctx));
+  }
+  using attention_training::Form;
+  const Form f = op == "attention_grad_q"   ? Form::grad_q
+                 : op == "attention_grad_k" ? Form::grad_k
+                 : op == "attention_grad_v" ? Form::grad_v
+                                            : Form::lse;
+  if (input >= (f == Form::lse ? 2 : f == Form::grad_v ? 3 : 4)) return false;
+  std::vector<TensorType> narrowed(ctx.inputs.begin(), ctx.inputs.end());
+  narrowed[static_cast<size_t>(input)].dtype = narrow;
+  const LowerContext n{ctx.node, narrowed, ctx.device, ctx.in_place};
+  // The log-sum-exp's own kernel (where the forward does not store it) is the subgroup-matrix
+  // one, which loads bf16 operands as they are and rounds f32 ones to bf16 alike.
+  const auto takes = f == Form::lse ? attention_training::takes_coop_training
+                                    : attention_training::takes_tensor_training;
+  return takes(ctx, f) && takes(n, f);
+}
+
 }  // namespace
+
+bool attention_reads_bf16_operands(const DeviceTraits& d) {
+  const bool bf16_matrices =
+      std::any_of(d.coop_wg_bf16_granularity.begin(), d.coop_wg_bf16_granularity.end(),
+                  [](const auto& g) { return g[0] != 0; });
+  return d.bf16_attention_operands && d.tensor_attention && d.coop_tensor &&
+         d.coop_tensor_conversions && d.coop_tensor_reductions &&
+         d.coop_attention != DeviceTraits::Choice::never && d.storage_16bit && bf16_matrices;
+}
 
 bool reads_widened_operand(const LowerContext& ctx, int input, DType narrow) {
   if (narrow != DType::f16 && narrow != DType::bf16) return false;
@@ -32,6 +77,10 @@ bool reads_widened_operand(const LowerContext& ctx, int input, DType narrow) {
   }
   const std::string_view op = ctx.node.op_name();
   if (op == "matmul") return input < 2 && matmul_reads_widened(ctx, input, narrow);
+  if (op == "scaled_dot_product_attention" || op == "attention_lse" ||
+      op.starts_with("attention_grad_")) {
+    return attention_reads_widened(ctx, input, narrow);
+  }
   return always_reads_widened(ctx.node, input);
 }
 
@@ -47,8 +96,9 @@ bool always_reads_widened(const Node& node, int input) {
   // A cross-entropy's logits (lower_loss_class.cpp): loaded through zs_ld, computed in f32; a
   // bf16 step's LM head then has no f32 copy of its logits for the loss and its gradient.
   if (op == "cross_entropy" || op == "cross_entropy_backward") return input == 0;
-  // Not attention: its kernels load 16-bit operands through their loaders too, but its training
-  // kernels measured up to 1.5x slower so (docs/perf.md), so they keep reading f32 copies.
+  // Not attention: its kernels load 16-bit operands through their loaders too, but its
+  // register-tiled training kernels measured up to 1.5x slower so (docs/perf.md); only the
+  // tensor-addressed ones bind them (attention_reads_widened).
   return converting_copy(node) && input == 0;
 }
 

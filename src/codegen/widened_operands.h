@@ -19,6 +19,12 @@ namespace mn::codegen {
 // only where that path loads the narrow type itself).
 bool reads_widened_operand(const LowerContext& ctx, int input, DType narrow);
 
+// Whether a bf16 training step's attention reads its q, k, v and dout rounded to bf16
+// (optimize::MixedPrecisionOptions::attention_operands) on this device: where its forward and
+// gradient ops take the tensor-addressed kernels, whose bf16 matrices load bf16 tensors as they
+// are (reads_widened_operand then binds them) and round f32 ones as they load them.
+bool attention_reads_bf16_operands(const DeviceTraits& device);
+
 // Whether input `input` of `node` is read widened by every lowering of the node, whatever the
 // device (rotations, embedding tables, converting copies, a normalization's gamma and beta, a
 // cross-entropy's logits; not products, whose tensor-core paths load some dtypes only). Fusion

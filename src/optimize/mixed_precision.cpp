@@ -1,6 +1,9 @@
 #include "optimize/mixed_precision.h"
 
+#include <algorithm>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <meganeura/ops.h>
 
@@ -48,9 +51,34 @@ bool large_enough(const TensorType& product) {
   return rows >= kMinExtent && cols >= kMinExtent;
 }
 
+// How many leading operands of an attention op are matrix operands (q, k, v, and a gradient op's
+// dout: attention_training_vjp's order), 0 for other ops. Masks, log-sum-exps and deltas stay f32.
+size_t attention_matrix_operands(std::string_view op) {
+  if (op == "scaled_dot_product_attention" || op == "attention_grad_v") return 3;
+  if (op == "attention_grad_q" || op == "attention_grad_k") return 4;
+  if (op == "attention_lse") return 2;
+  return 0;
+}
+
+// The attention node `n` with its f32 matrix operands read rounded to `precision`; an invalid
+// tensor where it has none.
+Tensor with_rounded_operands(Graph& out, const Node& n, std::span<const Tensor> operands,
+                             DType precision) {
+  const size_t rounded = std::min(attention_matrix_operands(n.op_name()), operands.size());
+  if (rounded == 0 || n.type.dtype != DType::f32) return Tensor{};
+  std::vector<Tensor> in(operands.begin(), operands.end());
+  bool any = false;
+  for (size_t i = 0; i < rounded; ++i) {
+    if (in[i].dtype() != DType::f32) continue;
+    in[i] = cast(narrowed(out, in[i], precision), DType::f32);
+    any = true;
+  }
+  return any ? out.apply(n.op_name(), n.attrs, in) : Tensor{};
+}
+
 }  // namespace
 
-Graph with_mixed_precision(const Graph& g, DType precision) {
+Graph with_mixed_precision(const Graph& g, DType precision, const MixedPrecisionOptions& o) {
   if (precision == DType::f32) return copy_graph(g);
   if (precision != DType::bf16 && precision != DType::f16) {
     throw Error(std::string("mixed precision must be f32, bf16 or f16, got ") +
@@ -62,6 +90,9 @@ Graph with_mixed_precision(const Graph& g, DType precision) {
     if (n.op_name() == "reshape") {
       const Tensor product = widened_product(out, operands[0], precision);
       return product.valid() ? cast(reshape(product, n.type.shape), DType::f32) : Tensor{};
+    }
+    if (o.attention_operands) {
+      if (const Tensor a = with_rounded_operands(out, n, operands, precision); a.valid()) return a;
     }
     if (n.op_name() != "matmul" || n.type.dtype != DType::f32 ||
         operands[0].dtype() != DType::f32 || operands[1].dtype() != DType::f32 ||

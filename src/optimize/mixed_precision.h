@@ -7,9 +7,9 @@
 // and its consumers read it widened back to f32. Everything else (norms, softmax, losses,
 // reductions, the optimizer's master weights and states) stays in f32. Applied to a training
 // graph after differentiation, the backward products are 16-bit too. (Attention stays on f32
-// operands: its register-tiled training kernels read 16-bit ones slower, docs/perf.md; with bf16
-// products, devices with bf16 matrices round them to bf16 inside attention's training kernels,
-// codegen/lower_attention_training_coop.h.)
+// operands unless MixedPrecisionOptions::attention_operands: its register-tiled training kernels
+// read 16-bit ones slower, docs/perf.md; with bf16 products, devices with bf16 matrices round
+// them to bf16 inside attention's training kernels, codegen/lower_attention_training_coop.h.)
 //
 // An operand that is already a widening of a p tensor (a bf16 weight read as f32) is used as it
 // is, so a model stored in p is not rounded twice. Runs before the e-graph (plan::make_step_plan),
@@ -19,9 +19,19 @@
 
 namespace mn::optimize {
 
+struct MixedPrecisionOptions {
+  // Attention's q, k and v (and a gradient op's dout) read rounded to the precision too, as
+  // autocast runs attention: cast(cast(x, p), f32), whose narrowing the producer's kernel
+  // stores (a rotation's result, a product's 16-bit value) and whose widening the attention
+  // kernel reads itself. For devices whose attention kernels take 16-bit tensor-addressed
+  // matrices (codegen::attention_reads_16bit_operands), where they load the 16-bit tensors with
+  // no conversion and no f32 copy exists; elsewhere attention keeps its f32 operands.
+  bool attention_operands = false;
+};
+
 // The rewritten graph (same inputs, parameters, states, outputs and assignments). `precision`
 // f32 copies the graph; bf16 and f16 rewrite it; any other dtype is an mn::Error.
-Graph with_mixed_precision(const Graph& g, DType precision);
+Graph with_mixed_precision(const Graph& g, DType precision, const MixedPrecisionOptions& o = {});
 
 // Casts between f32 and 16-bit formats moved across the data-movement ops next to them (reshape,
 // permute, transpose, squeeze, unsqueeze, broadcast_to, slice), which commute with them exactly:

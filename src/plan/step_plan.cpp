@@ -8,6 +8,7 @@
 
 #include "codegen/index_check.h"
 #include "codegen/lower_cache_prefetch.h"
+#include "codegen/widened_operands.h"
 #include "ir/graph_rewrite.h"
 #include "ir/op_def.h"
 #include "optimize/mixed_precision.h"
@@ -69,12 +70,13 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
   fo.deferred = std::move(recomputed);
   fo.eager_gradients = eager_gradients;
   fo.spread_updates = options.device.spread_updates && trains;
+  fo.device = &options.device;
   p.groups = fuse ? schedule::fuse(g, fo) : schedule::unfused_groups(g);
   if (fuse) {
     // Narrowing casts into the stores of their operands' kernels, then the remaining casts
     // into their readers' loads, so that a sibling product's matrix is already its stored
     // tensor; again after, for the norms' gamma casts the GEMVs left unread.
-    schedule::narrow_stores(g, p.groups);
+    schedule::narrow_stores(g, p.groups, &options.device);
     schedule::absorb_widening_casts(g, p.groups, options.device);
     schedule::fuse_gemv_neighbours(g, p.groups, options.device);
     schedule::absorb_widening_casts(g, p.groups, options.device);
@@ -82,7 +84,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     schedule::read_past_cache_writes(g, p.groups, options.device);
     schedule::fold_permutes_into_rotations(g, p.groups);
     schedule::stack_rotations(g, p.groups);
-    schedule::twin_stores(g, p.groups);
+    schedule::twin_stores(g, p.groups, &options.device);
     schedule::fuse_row_tails(g, p.groups, options.device, fo.max_bindings);
     schedule::fold_permutes_into_stores(g, p.groups, options.device);
     schedule::save_lse_in_forward(g, p.groups, options.device);
@@ -300,7 +302,10 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& given) {
   oo.enabled = oo.enabled && !off;
   std::optional<Graph> mixed;
   if (options.precision != DType::f32) {
-    mixed.emplace(optimize::with_mixed_precision(original, options.precision));
+    optimize::MixedPrecisionOptions mo;
+    mo.attention_operands =
+        options.precision == DType::bf16 && codegen::attention_reads_bf16_operands(options.device);
+    mixed.emplace(optimize::with_mixed_precision(original, options.precision, mo));
   }
   optimize::OptimizeResult optimized = optimize::optimize(mixed ? *mixed : original, oo);
   p.report = std::move(optimized.report);

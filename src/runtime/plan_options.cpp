@@ -123,6 +123,7 @@ void apply_environment(codegen::DeviceTraits& t) {
   t.fused_attention_outputs = support::env_switch("MN_FUSED_ATTENTION_OUTPUTS", true);
   t.tensor_attention = support::env_switch("MN_TENSOR_ATTENTION", true);
   t.tensor_prompt_attention = support::env_switch("MN_TENSOR_PROMPT_ATTENTION", true);
+  t.bf16_attention_operands = support::env_switch("MN_BF16_ATTENTION_OPERANDS", true);
   if (!support::env_switch("MN_COOP_TENSOR", true)) {
     t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = false;
   }

@@ -74,12 +74,18 @@ std::set<NodeId> kept_values(const Graph& g) {
   return kept;
 }
 
-bool read_widened_by_all(const Graph& g, NodeId value, std::span<const NodeId> readers) {
+bool read_widened_by_all(const Graph& g, NodeId value, std::span<const NodeId> readers,
+                         const codegen::DeviceTraits* device) {
+  const NodeId source = g.node(value).inputs.empty() ? -1 : g.node(value).inputs.front();
   return std::all_of(readers.begin(), readers.end(), [&](NodeId r) {
     const Node& reader = g.node(r);
     for (size_t i = 0; i < reader.inputs.size(); ++i) {
-      if (reader.inputs[i] == value &&
-          !codegen::always_reads_widened(reader, static_cast<int>(i))) {
+      if (reader.inputs[i] != value) continue;
+      if (codegen::always_reads_widened(reader, static_cast<int>(i))) continue;
+      if (!device || source < 0) return false;
+      const std::vector<TensorType> types = node_input_types(g, reader);
+      const codegen::LowerContext ctx{reader, types, *device};
+      if (!codegen::reads_widened_operand(ctx, static_cast<int>(i), g.node(source).type.dtype)) {
         return false;
       }
     }
@@ -129,7 +135,7 @@ struct Builder {
   // (codegen::always_reads_widened): it stays single, to be dropped by widened_loads.h.
   bool absorbed_widening(NodeId id) const {
     if (widened_source(g, id) < 0 || sink[id] || consumers[id].empty()) return false;
-    return read_widened_by_all(g, id, consumers[id]);
+    return read_widened_by_all(g, id, consumers[id], options.device);
   }
 
   int new_group(KernelGroup::Kind kind, NodeId id) {

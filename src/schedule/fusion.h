@@ -78,6 +78,10 @@ struct FusionOptions {
   // backward kernels of the next level, which at small batches leave the memory bus idle; a
   // gradient's buffer is free once its update has run.
   bool spread_updates = false;
+  // The device the kernels are for: its readers that load a widened 16-bit operand themselves
+  // only on some devices (codegen::reads_widened_operand: attention's tensor-addressed kernels)
+  // then count as reading it widened too. nullptr: only codegen::always_reads_widened's.
+  const codegen::DeviceTraits* device = nullptr;
 };
 
 struct KernelSegment {
@@ -205,8 +209,10 @@ std::vector<TensorType> node_input_types(const Graph& g, const Node& n);
 std::set<NodeId> kept_values(const Graph& g);
 
 // Whether every one of `readers` loads `value` through a widening loader wherever it reads it
-// (codegen::always_reads_widened): a 16-bit tensor would do for all of them.
-bool read_widened_by_all(const Graph& g, NodeId value, std::span<const NodeId> readers);
+// (codegen::always_reads_widened; with a device, codegen::reads_widened_operand too): a 16-bit
+// tensor would do for all of them.
+bool read_widened_by_all(const Graph& g, NodeId value, std::span<const NodeId> readers,
+                         const codegen::DeviceTraits* device = nullptr);
 
 // A pointwise node that fusion puts in pointwise kernels (codegen::fusable_pointwise), not a
 // widening cast of a stored 16-bit tensor (read widened by its readers, widened_loads.h).

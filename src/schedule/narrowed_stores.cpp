@@ -22,16 +22,18 @@ bool plain_single(const KernelGroup& k) {
 // themselves (a rotation reads the 16-bit copy, and may then read through the copy too; where
 // all can, schedule/widened_loads.h binds the 16-bit tensor for them instead).
 bool stores_cast(const Graph& g, const Node& node, NodeId cast,
-                 const std::vector<std::vector<NodeId>>& consumers) {
+                 const std::vector<std::vector<NodeId>>& consumers,
+                 const codegen::DeviceTraits* device) {
   const DType from = node.type.dtype, to = g.node(cast).type.dtype;
   if (from == DType::f32 && is_half_float(to)) return true;
   return codegen::converting_copy(node) && is_half_float(from) && to == DType::f32 &&
-         !read_widened_by_all(g, cast, consumers[static_cast<size_t>(cast)]);
+         !read_widened_by_all(g, cast, consumers[static_cast<size_t>(cast)], device);
 }
 
 }  // namespace
 
-void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups) {
+void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups,
+                   const codegen::DeviceTraits* device) {
   const std::vector<char> needed = needed_nodes(g);
   const std::vector<std::vector<NodeId>> consumers = needed_consumers(g, needed);
   const std::set<NodeId> kept = kept_values(g);
@@ -52,7 +54,7 @@ void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups) {
     const Node& cast = g.node(c);
     const int cg = group_of[static_cast<size_t>(c)];
     if (cast.op_name() != "cast" || cg < 0 || dropped[static_cast<size_t>(cg)] ||
-        !stores_cast(g, node, c, consumers)) {
+        !stores_cast(g, node, c, consumers, device)) {
       continue;
     }
     k.nodes.push_back(c);
@@ -63,7 +65,8 @@ void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups) {
   std::erase_if(groups, [&](const KernelGroup&) { return dropped[i++] != 0; });
 }
 
-void twin_stores(const Graph& g, std::vector<KernelGroup>& groups) {
+void twin_stores(const Graph& g, std::vector<KernelGroup>& groups,
+                 const codegen::DeviceTraits* device) {
   const std::vector<char> needed = needed_nodes(g);
   const std::vector<std::vector<NodeId>> consumers = needed_consumers(g, needed);
   std::vector<int> cast_group(g.size(), -1);
@@ -100,7 +103,7 @@ void twin_stores(const Graph& g, std::vector<KernelGroup>& groups) {
         const bool narrowing = from == DType::f32 && is_half_float(to);
         const bool widening = codegen::converting_copy(node) && is_half_float(from) &&
                               g.node(k.inputs.front()).type.dtype == from && to == DType::f32 &&
-                              !read_widened_by_all(g, c, consumers[static_cast<size_t>(c)]);
+                              !read_widened_by_all(g, c, consumers[static_cast<size_t>(c)], device);
         if (!narrowing && !widening) continue;
         k.nodes.push_back(c);
         k.outputs.push_back(c);

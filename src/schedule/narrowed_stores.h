@@ -16,7 +16,10 @@ namespace mn::schedule {
 
 // Gives every such single group the cast (its nodes become {node, cast}, its output the cast)
 // and drops the cast's group; the order of the remaining groups is kept.
-void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups);
+// `device` (maybe nullptr) tells which readers load a 16-bit value widened themselves
+// (read_widened_by_all): a copy's widening is stored only for readers that cannot.
+void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups,
+                   const codegen::DeviceTraits* device = nullptr);
 
 // A kernel whose result a cast reads beside other readers stores the cast's value too, through a
 // second output (codegen/store_rewrites.h): a softmax's probabilities in f32 for its backward and
@@ -27,7 +30,8 @@ void narrow_stores(const Graph& g, std::vector<KernelGroup>& groups);
 // over single groups (which take one output) but for the stacking of rotations, whose two values
 // may each take one: the group's nodes gain the cast, its outputs the cast's value, and the
 // cast's group is dropped.
-void twin_stores(const Graph& g, std::vector<KernelGroup>& groups);
+void twin_stores(const Graph& g, std::vector<KernelGroup>& groups,
+                 const codegen::DeviceTraits* device = nullptr);
 
 // A single group's twins: (output i, output j) where output j is a cast of output i.
 std::vector<std::pair<int, int>> twin_outputs(const Graph& g, const KernelGroup& group);

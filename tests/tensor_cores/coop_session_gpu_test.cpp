@@ -11,8 +11,11 @@
 
 #include <gtest/gtest.h>
 
+#include <meganeura/causal_lm.h>
 #include <meganeura/graph.h>
+#include <meganeura/models.h>
 #include <meganeura/ops.h>
+#include <meganeura/optimizer.h>
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
@@ -270,6 +273,57 @@ TEST(CoopSessionGpu, RepeatedPacksRunOnce) {
   EXPECT_GE(occurrences(each, "_pack "), 10u) << each;
   EXPECT_LE(occurrences(once, "_pack ") + 3, occurrences(each, "_pack ")) << once;
   EXPECT_LE(scaled_error(y, reference::evaluate(g, feeds).at("y")), 2e-2);
+}
+
+// A bf16 training step's attention on the tensor-addressed kernels reads its q, k, v and dout
+// as bf16 tensors (codegen::attention_reads_bf16_operands; MN_BF16_ATTENTION_OPERANDS=0 keeps
+// the f32 copies): the kernels rounded the f32 copies to nearest bf16 as they loaded them, so
+// three AdamW steps of a causal LM (heads of 64, 4 over 2, 128 tokens, batch 2) end at the same
+// losses and weights, bit for bit, in fewer launches.
+TEST(CoopSessionGpu, AttentionReadsBf16OperandsWithTheSameBits) {
+  MN_REQUIRE_COOP_PATH(CoopPath::tensor);
+  ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
+  struct Run {
+    std::vector<double> losses, weights;
+    size_t launches = 0;
+  };
+  auto run = [](const char* bf16_operands) {
+    ScopedEnv e("MN_BF16_ATTENTION_OPERANDS", bf16_operands);
+    TransformerSpec spec;
+    spec.layers = 2, spec.hidden = 256, spec.heads = 4, spec.kv_heads = 2, spec.ffn = 384;
+    spec.vocab = 96, spec.sequence = 128, spec.batch = 2;
+    CausalLmOptions o;
+    o.batch = spec.batch;
+    o.sequence = spec.sequence;
+    o.with_loss = true;
+    o.logits_output = false;
+    o.seed = 5;
+    CausalLm m = build_causal_lm(llama_config(spec), o);
+    const Optimizer opt = Optimizer::adamw({.lr = 1e-3});
+    add_training_step(m.loss, opt);
+    SessionOptions so;
+    so.precision = DType::bf16;
+    so.profile = true;
+    auto s = build_session(*m.graph, so);
+    std::mt19937 rng(11);
+    std::vector<int32_t> ids(static_cast<size_t>(spec.batch * spec.sequence));
+    for (int32_t& t : ids) t = static_cast<int32_t>(rng() % 96);
+    s->set("input_ids", ids);
+    s->set("labels", ids);
+    Run r;
+    for (int step = 1; step <= 3; ++step) {
+      for (const auto& [n, v] : step_scalars(opt, 1e-3, step)) s->set_scalar(n, v);
+      s->step();
+      r.losses.push_back(s->get("loss").data.at(0));
+    }
+    r.launches = s->profile().size();
+    r.weights = s->get("model.layers.1.self_attn.q_proj.weight").data;
+    return r;
+  };
+  const Run bf16 = run("1"), f32 = run("0");
+  EXPECT_EQ(bf16.losses, f32.losses);
+  EXPECT_TRUE(bf16.weights == f32.weights) << "q_proj's weights differ after three steps";
+  EXPECT_LT(bf16.launches, f32.launches);
 }
 
 }  // namespace

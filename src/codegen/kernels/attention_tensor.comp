@@ -29,7 +29,7 @@
 // P, and the last to finish (counted in done[], which it sets back to zero for the next run)
 // combines the segments in segment order (M the largest, O and L each scaled by exp(M_s - M),
 // its own from registers: the same bits every run) and finishes the tile.
-// The matrices' operands are ELEM: bf16 where the operands are bf16 or the log-sum-exp is saved
+// The matrices' operands are ELEM: bf16 where an operand is bf16 or the log-sum-exp is saved
 // (f32 operands rounded to nearest bf16, so that the scores are those the bf16 training kernels
 // recompute), f16 otherwise.
 

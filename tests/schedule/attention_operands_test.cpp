@@ -1,0 +1,146 @@
+// A bf16 training step's attention reading its operands in bf16 (optimize::MixedPrecisionOptions::
+// attention_operands, codegen::attention_reads_bf16_operands): on a device whose tensor-addressed
+// kernels serve attention, q, k, v and dout are rounded to bf16 in the graph, the rotations store
+// the rounded value and the attention kernels bind the bf16 tensors themselves, so no f32 copy of
+// them remains; elsewhere, with the switch off or in f32, attention's operands stay f32. (The
+// kernels' values are checked on a GPU: tests/tensor_cores/coop_session_gpu_test.cpp.)
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <meganeura/graph.h>
+
+#include "codegen/kernel.h"
+#include "codegen/widened_operands.h"
+#include "optimize/mixed_precision.h"
+#include "plan/step_plan.h"
+#include "support/scoped_env.h"
+#include "tiny_causal_lm.h"
+
+namespace mn {
+namespace {
+
+// A device with tensor-addressed workgroup matrices, bf16 among them, and the tensor-core
+// attention kernels (as an H200's traits).
+codegen::DeviceTraits tensor_device() {
+  codegen::DeviceTraits t;
+  t.max_shared_bytes = t.max_shared_optin_bytes = 49152;
+  t.max_workgroup_invocations = 1024;
+  t.coop = t.coop_bf16 = t.subgroup_vote = t.storage_16bit = true;
+  t.subgroup_size = 32;
+  t.coop_wg_granularity = {{{16, 16, 16}, {16, 16, 16}, {32, 16, 16}, {32, 32, 16}}};
+  t.coop_wg_bf16_granularity = t.coop_wg_granularity;
+  t.coop_wg_max_dimension = 1024;
+  t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = true;
+  t.tensor_attention = t.fused_attention_outputs = true;
+  return t;
+}
+
+struct AttentionLaunches {
+  int kernels = 0;        // launches of attention's forward and gradient ops
+  int f32_operands = 0;   // their matrix operands bound as f32 tensors
+  int bf16_operands = 0;  // ... as bf16 tensors
+  size_t launches = 0;    // of the whole step
+};
+
+// The step's attention launches and the dtypes their q, k, v and dout bindings have.
+AttentionLaunches attention_launches(const Graph& g, const codegen::DeviceTraits& device,
+                                     DType precision) {
+  plan::PlanOptions po;
+  po.device = device;
+  po.precision = precision;
+  const plan::StepPlan p = plan::make_step_plan(g, po);
+  AttentionLaunches a;
+  a.launches = p.launches.size();
+  for (const plan::PlannedLaunch& l : p.launches) {
+    const std::string op(p.graph.node(l.nodes.front()).op_name());
+    const size_t operands = op == "scaled_dot_product_attention" ? 3
+                            : op == "attention_grad_v"           ? 3
+                            : op.starts_with("attention_grad_")  ? 4
+                                                                 : 0;
+    if (operands == 0) continue;
+    ++a.kernels;
+    const std::vector<NodeId>& inputs = p.groups[static_cast<size_t>(l.group)].inputs;
+    for (size_t i = 0; i < operands; ++i) {
+      const DType d = p.graph.node(inputs.at(i)).type.dtype;
+      a.f32_operands += d == DType::f32;
+      a.bf16_operands += d == DType::bf16;
+    }
+  }
+  return a;
+}
+
+TEST(Bf16AttentionOperands, TensorKernelsBindBf16Tensors) {
+  testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
+  const CausalLm m = testing::tiny_causal_lm_step(2);
+  const codegen::DeviceTraits device = tensor_device();
+  ASSERT_TRUE(codegen::attention_reads_bf16_operands(device));
+  // Per layer: the forward (q, k, v), dQ and dK with dV (q, k, v, dout each).
+  const AttentionLaunches bf16 = attention_launches(*m.graph, device, DType::bf16);
+  EXPECT_EQ(bf16.kernels, 6);
+  EXPECT_EQ(bf16.f32_operands, 0);
+  EXPECT_EQ(bf16.bf16_operands, 22);
+
+  // Off: the values' and dout's bf16 products are read as they are (widened exactly), the
+  // rotations' f32 results stay f32 (rounded by the kernels as they load them).
+  codegen::DeviceTraits off = device;
+  off.bf16_attention_operands = false;
+  EXPECT_FALSE(codegen::attention_reads_bf16_operands(off));
+  const AttentionLaunches kept = attention_launches(*m.graph, off, DType::bf16);
+  EXPECT_EQ(kept.kernels, 6);
+  EXPECT_EQ(kept.bf16_operands, 0);
+  EXPECT_EQ(kept.f32_operands, 22);
+  // The f32 copies (the values' twin, dout's widening) were launches or outputs of their own.
+  EXPECT_LT(bf16.launches, kept.launches);
+
+  // An f32 step, and a device without the tensor-addressed kernels, keep f32 operands.
+  EXPECT_EQ(attention_launches(*m.graph, device, DType::f32).bf16_operands, 0);
+  codegen::DeviceTraits no_tensor = device;
+  no_tensor.tensor_attention = false;
+  EXPECT_FALSE(codegen::attention_reads_bf16_operands(no_tensor));
+  EXPECT_EQ(attention_launches(*m.graph, no_tensor, DType::bf16).bf16_operands, 0);
+}
+
+// The rewrite itself: attention's q, k, v (and a gradient op's dout) read as cast(cast(x, bf16),
+// f32), masks and statistics left alone; nothing changes without the option.
+TEST(Bf16AttentionOperands, MixedPrecisionRoundsAttentionsMatrixOperands) {
+  testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");
+  const CausalLm m = testing::tiny_causal_lm_step(1);
+  optimize::MixedPrecisionOptions o;
+  o.attention_operands = true;
+  for (const bool on : {false, true}) {
+    SCOPED_TRACE(on);
+    const Graph r = optimize::with_mixed_precision(*m.graph, DType::bf16,
+                                                   on ? o : optimize::MixedPrecisionOptions{});
+    int attention = 0, rounded = 0, other = 0;
+    for (NodeId id = 0; id < static_cast<NodeId>(r.size()); ++id) {
+      const Node& n = r.node(id);
+      const std::string op(n.op_name());
+      const size_t operands = op == "scaled_dot_product_attention" || op == "attention_grad_v" ? 3
+                              : op == "attention_grad_q" || op == "attention_grad_k"           ? 4
+                              : op == "attention_lse"                                          ? 2
+                                                                                               : 0;
+      if (operands == 0) continue;
+      ++attention;
+      for (size_t i = 0; i < n.inputs.size(); ++i) {
+        const Node& in = r.node(n.inputs[i]);
+        const bool pair = in.op_name() == "cast" && in.type.dtype == DType::f32 &&
+                          r.node(in.inputs[0]).type.dtype == DType::bf16;
+        (i < operands ? rounded : other) += pair;
+      }
+    }
+    EXPECT_EQ(attention, 5);  // sdpa, attention_lse, dQ, dK, dV
+    EXPECT_EQ(other, 0);
+    // Off, only the values (a bf16 product widened) and dout arrive as widenings of bf16
+    // products; on, every one of the 16 matrix operands does.
+    if (on) {
+      EXPECT_EQ(rounded, 16);
+    } else {
+      EXPECT_LT(rounded, 16);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mn
