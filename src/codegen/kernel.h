@@ -65,6 +65,14 @@ struct DeviceTraits {
   // (codegen/lower_attention_tensor.h, lower_attention_training_tensor.h). Sessions set it
   // (runtime::apply_environment) unless MN_TENSOR_ATTENTION=0.
   bool tensor_attention = false;
+  // A training step's plan: of the two orders of its gradient kernels, the one of fewer barrier
+  // windows where its arena is within this fraction of the smallest (plan/step_plan.cpp; 0: the
+  // smallest arena; recomputation is kept where it gives the smallest arena either way). The
+  // gradient kernels' two orders can differ by a few percent of arena and by a sixth of the
+  // windows (SmolLM2's 1 x 256 bf16 step: 2138 MiB in 643 windows, 2208 in 553, the second
+  // 5 % faster on an H100, docs/perf.md). MN_PLAN_ARENA_SLACK (a percentage) sets it
+  // (runtime::apply_environment).
+  double plan_arena_slack = 0.10;
   // A bf16 training step's attention reads its q, k, v and dout rounded to bf16 where the
   // tensor-addressed kernels serve it (codegen::attention_reads_bf16_operands). Sessions keep it
   // unless MN_BF16_ATTENTION_OPERANDS=0 (runtime::apply_environment).

@@ -5,6 +5,8 @@
 #include <optional>
 #include <set>
 #include <string_view>
+#include <tuple>
+#include <vector>
 
 #include "codegen/index_check.h"
 #include "codegen/lower_cache_prefetch.h"
@@ -291,6 +293,37 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
   p.report.dispatches_after = p.launches.size();
 }
 
+// The candidate plans of one step: with and without recomputed activations, each in both orders
+// of the gradient kernels. Recomputation is kept where it gives the smallest arena (the first
+// planned on ties); between the two orders of that graph, the smaller arena wins unless the other
+// is within the device's arena slack (DeviceTraits::plan_arena_slack) and has fewer barrier
+// windows (then fewer launches).
+struct Candidate {
+  StepPlan plan;
+  int graph = 0;  // 0: as optimized, 1: with recomputed activations
+};
+
+size_t chosen_candidate(const std::vector<Candidate>& c, double slack) {
+  size_t smallest = 0;
+  for (size_t i = 1; i < c.size(); ++i) {
+    if (c[i].plan.arena_bytes < c[smallest].plan.arena_bytes) smallest = i;
+  }
+  if (slack <= 0.0) return smallest;
+  const double limit = static_cast<double>(c[smallest].plan.arena_bytes) * (1.0 + slack);
+  auto key = [&](size_t i) {
+    const StepPlan& p = c[i].plan;
+    return std::tuple(barrier_windows(p.launches), p.launches.size(), p.arena_bytes);
+  };
+  size_t best = smallest;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (c[i].graph == c[smallest].graph && static_cast<double>(c[i].plan.arena_bytes) <= limit &&
+        key(i) < key(best)) {
+      best = i;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 StepPlan make_step_plan(const Graph& original, const PlanOptions& given) {
@@ -325,8 +358,9 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& given) {
   // (a deep model's activations), not where the backward pass's own working set is the peak
   // and the copies only add to it (a model of two layers). A training step is also planned in
   // both orders of its gradient kernels (schedule::FusionOptions::eager_gradients); the
-  // smallest arena wins, the first planned (no copies, graph order) on ties.
-  std::optional<StepPlan> best;
+  // smallest arena wins, the first planned (no copies, graph order) on ties, unless the other
+  // order is within the device's arena slack and has fewer barrier windows (chosen_candidate).
+  std::vector<Candidate> candidates;
   auto consider = [&](const Graph& graph, const std::vector<char>& copies) {
     const bool training = !graph.assignments().empty();
     for (bool eager : {false, true}) {
@@ -336,7 +370,7 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& given) {
       c.report = p.report;
       c.graph = copy_graph(graph);
       schedule_and_place(c, options, off, copies, eager);
-      if (!best || c.arena_bytes < best->arena_bytes) best = std::move(c);
+      candidates.push_back({std::move(c), copies.empty() ? 0 : 1});
     }
   };
   consider(p.graph, {});
@@ -345,7 +379,7 @@ StepPlan make_step_plan(const Graph& original, const PlanOptions& given) {
       consider(r->graph, r->copies);
     }
   }
-  return std::move(*best);
+  return std::move(candidates[chosen_candidate(candidates, options.device.plan_arena_slack)].plan);
 }
 
 }  // namespace mn::plan

@@ -124,6 +124,7 @@ void apply_environment(codegen::DeviceTraits& t) {
   t.tensor_attention = support::env_switch("MN_TENSOR_ATTENTION", true);
   t.tensor_prompt_attention = support::env_switch("MN_TENSOR_PROMPT_ATTENTION", true);
   t.bf16_attention_operands = support::env_switch("MN_BF16_ATTENTION_OPERANDS", true);
+  t.plan_arena_slack = env_count("MN_PLAN_ARENA_SLACK", 10) / 100.0;
   if (!support::env_switch("MN_COOP_TENSOR", true)) {
     t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = false;
   }
