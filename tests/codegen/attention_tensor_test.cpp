@@ -62,29 +62,37 @@ Lowering lower_case(const Case& c, const DeviceTraits& t, bool lse) {
   return (*find_lowering("scaled_dot_product_attention"))(ctx);
 }
 
+// Every form, with each block's loads where they are used and all at the block's start
+// (DeviceTraits::tensor_attention_early_loads).
 TEST(AttentionTensor, EveryFormCompilesAndValidates) {
   REQUIRE_CURRENT_TOOLCHAIN();
-  const DeviceTraits t = tensor_traits();
-  for (const Case& c : kCases) {
-    for (const bool lse : {false, true}) {
-      if (lse && c.positions) continue;  // no log-sum-exp at positions
-      SCOPED_TRACE(c.tag + (lse ? " saving the log-sum-exp" : ""));
-      const Lowering l = lower_case(c, t, lse);
-      ASSERT_EQ(l.launches.size(), 1u);
-      const KernelLaunch& k = l.launches[0];
-      EXPECT_EQ(k.name, lse ? "attention_tensor+lse" : "attention_tensor");
-      EXPECT_TRUE(k.current_compiler);
-      EXPECT_EQ(k.workgroup[0], c.q.back() > 64 || c.v.back() > 64 ? 256u : 128u);
-      if (lse) EXPECT_EQ(k.bindings.back().arg, ArgRef::output(1));
-      // bf16 matrices where the operands are bf16 or the log-sum-exp is saved, f16 otherwise.
-      const bool bf16 = lse || c.dtype == DType::bf16;
-      EXPECT_NE(k.glsl.find(bf16 ? "#define ELEM bfloat16_t" : "#define ELEM float16_t"),
-                std::string::npos);
-      const auto [errors, dis] = testing::validate_current(k);
-      EXPECT_EQ(errors, "");
-      EXPECT_NE(dis.find("OpCooperativeMatrixLoadTensorNV"), std::string::npos);
-      EXPECT_NE(dis.find("OpCooperativeMatrixReduceNV"), std::string::npos);
-      EXPECT_NE(dis.find("OpCooperativeMatrixPerElementOpNV"), std::string::npos);
+  for (const bool early : {false, true}) {
+    DeviceTraits t = tensor_traits();
+    t.tensor_attention_early_loads = early;
+    for (const Case& c : kCases) {
+      for (const bool lse : {false, true}) {
+        if (lse && c.positions) continue;  // no log-sum-exp at positions
+        SCOPED_TRACE(c.tag + (lse ? " saving the log-sum-exp" : "") +
+                     (early ? ", early loads" : ""));
+        const Lowering l = lower_case(c, t, lse);
+        ASSERT_EQ(l.launches.size(), 1u);
+        const KernelLaunch& k = l.launches[0];
+        EXPECT_EQ(k.name, lse ? "attention_tensor+lse" : "attention_tensor");
+        EXPECT_TRUE(k.current_compiler);
+        EXPECT_EQ(k.workgroup[0], c.q.back() > 64 || c.v.back() > 64 ? 256u : 128u);
+        if (lse) EXPECT_EQ(k.bindings.back().arg, ArgRef::output(1));
+        // bf16 matrices where the operands are bf16 or the log-sum-exp is saved, f16 otherwise.
+        const bool bf16 = lse || c.dtype == DType::bf16;
+        EXPECT_NE(k.glsl.find(bf16 ? "#define ELEM bfloat16_t" : "#define ELEM float16_t"),
+                  std::string::npos);
+        EXPECT_NE(k.glsl.find(early ? "#define EARLY_LOADS 1" : "#define EARLY_LOADS 0"),
+                  std::string::npos);
+        const auto [errors, dis] = testing::validate_current(k);
+        EXPECT_EQ(errors, "");
+        EXPECT_NE(dis.find("OpCooperativeMatrixLoadTensorNV"), std::string::npos);
+        EXPECT_NE(dis.find("OpCooperativeMatrixReduceNV"), std::string::npos);
+        EXPECT_NE(dis.find("OpCooperativeMatrixPerElementOpNV"), std::string::npos);
+      }
     }
   }
 }

@@ -40,36 +40,45 @@ bool on_tensor_kernel(const Lowering& l) {
   return l.launches.at(0).name.find("_tensor") != std::string::npos;
 }
 
+// Every form, with each block's loads where they are used and all at the block's start
+// (DeviceTraits::tensor_attention_early_loads).
 TEST(AttentionTrainingTensor, EveryGradientFormCompilesToWorkgroupMatricesAndValidates) {
   REQUIRE_CURRENT_TOOLCHAIN();
-  DeviceTraits t = tensor_traits();
-  t.coop_attention = DeviceTraits::Choice::always;  // f32 operands too
-  for (const Case& c : testing::kTrainingCases) {
-    SCOPED_TRACE(c.tag);
-    const auto lowered = lower_training_nodes(c, t, true);
-    ASSERT_EQ(lowered.size(), 5u);
-    for (const auto& [op, l] : lowered) {
-      SCOPED_TRACE(op);
-      ASSERT_EQ(l.launches.size(), 1u);
-      const KernelLaunch& k = l.launches[0];
-      if (op == "attention_lse") {  // keeps the subgroup-matrix kernel
-        EXPECT_EQ(k.name, "attention_lse_coop");
-        continue;
+  for (const bool early : {false, true}) {
+    DeviceTraits t = tensor_traits();
+    t.coop_attention = DeviceTraits::Choice::always;  // f32 operands too
+    t.tensor_attention_early_loads = early;
+    for (const Case& c : testing::kTrainingCases) {
+      SCOPED_TRACE(c.tag + (early ? ", early loads" : ""));
+      const auto lowered = lower_training_nodes(c, t, true);
+      ASSERT_EQ(lowered.size(), 5u);
+      for (const auto& [op, l] : lowered) {
+        SCOPED_TRACE(op);
+        ASSERT_EQ(l.launches.size(), 1u);
+        const KernelLaunch& k = l.launches[0];
+        if (op == "attention_lse") {  // keeps the subgroup-matrix kernel
+          EXPECT_EQ(k.name, "attention_lse_coop");
+          continue;
+        }
+        EXPECT_TRUE(k.name.starts_with(op + "_tensor")) << k.name;
+        EXPECT_TRUE(k.current_compiler);
+        EXPECT_EQ(k.workgroup[0], std::max(c.d, c.dv) > 64 ? 256u : 128u);
+        if (op == "attention_grad_kv") {
+          // dV beside dK, before the split's partials and counters where it has them.
+          const size_t outputs = k.bindings.size() - (l.scratch_bytes.empty() ? 0 : 2);
+          EXPECT_EQ(k.bindings[outputs - 1].arg, ArgRef::output(1));
+          EXPECT_EQ(k.bindings[outputs - 2].arg, ArgRef::output(0));
+        }
+        const auto [errors, dis] = testing::validate_current(k);
+        EXPECT_EQ(errors, "");
+        EXPECT_NE(dis.find("OpCooperativeMatrixLoadTensorNV"), std::string::npos);
+        EXPECT_NE(dis.find("OpCooperativeMatrixPerElementOpNV"), std::string::npos);
+        EXPECT_NE(dis.find("BFloat16"), std::string::npos);
+        if (op != "attention_lse") {
+          EXPECT_NE(k.glsl.find(early ? "#define EARLY_LOADS 1" : "#define EARLY_LOADS 0"),
+                    std::string::npos);
+        }
       }
-      EXPECT_TRUE(k.name.starts_with(op + "_tensor")) << k.name;
-      EXPECT_TRUE(k.current_compiler);
-      EXPECT_EQ(k.workgroup[0], std::max(c.d, c.dv) > 64 ? 256u : 128u);
-      if (op == "attention_grad_kv") {
-        // dV beside dK, before the split's partials and counters where it has them.
-        const size_t outputs = k.bindings.size() - (l.scratch_bytes.empty() ? 0 : 2);
-        EXPECT_EQ(k.bindings[outputs - 1].arg, ArgRef::output(1));
-        EXPECT_EQ(k.bindings[outputs - 2].arg, ArgRef::output(0));
-      }
-      const auto [errors, dis] = testing::validate_current(k);
-      EXPECT_EQ(errors, "");
-      EXPECT_NE(dis.find("OpCooperativeMatrixLoadTensorNV"), std::string::npos);
-      EXPECT_NE(dis.find("OpCooperativeMatrixPerElementOpNV"), std::string::npos);
-      EXPECT_NE(dis.find("BFloat16"), std::string::npos);
     }
   }
 }

@@ -37,6 +37,8 @@
 #define CAUSAL @CAUSAL@
 #define SAVES_LSE @SAVES_LSE@
 #define HAS_POSITIONS @HAS_POSITIONS@
+// A block's every load issued at its start (DeviceTraits::tensor_attention_early_loads).
+#define EARLY_LOADS @EARLY_LOADS@
 
 const uint BR = @BR@u, BC = @BC@u;
 #define DV_IS_BC @DV_IS_BC@  // O and the block's matrices share their shape
@@ -222,6 +224,15 @@ void main() {
     } else {
       LOAD_T_k(kt, gl_MatrixUseB, D, BC, kb, sliceTensorLayoutNV(k_rows, j0, BC, 0, D));
     }
+#if EARLY_LOADS
+    // The values' block loads while the scores and their softmax are computed.
+    MAT_B(BC, DV) vm;
+    if (keys_inside) {
+      LOAD_v(vm, gl_MatrixUseB, BC, DV, vb, sliceTensorLayoutNV(v_inner, j0, BC, 0, DV));
+    } else {
+      LOAD_v(vm, gl_MatrixUseB, BC, DV, vb, sliceTensorLayoutNV(v_rows, j0, BC, 0, DV));
+    }
+#endif
     ACC(BR, BC) s = coopMatMulAdd(q, kt, ACC(BR, BC)(0.0));
     if (unmasked) {
       coopMatPerElementNV(s, s, scaled_score);
@@ -246,12 +257,14 @@ void main() {
 @ROUND_P@
     MAT_A(BR, BC) pa = MAT_A(BR, BC)(p);
     l = coopMatMulAdd(pa, ones, shrink * l);
+#if !EARLY_LOADS
     MAT_B(BC, DV) vm;
     if (keys_inside) {
       LOAD_v(vm, gl_MatrixUseB, BC, DV, vb, sliceTensorLayoutNV(v_inner, j0, BC, 0, DV));
     } else {
       LOAD_v(vm, gl_MatrixUseB, BC, DV, vb, sliceTensorLayoutNV(v_rows, j0, BC, 0, DV));
     }
+#endif
     o = coopMatMulAdd(pa, vm, o);
   }
 

@@ -38,6 +38,8 @@
 #define CAUSAL @CAUSAL@
 #define HAS_MASK @HAS_MASK@
 #define WITH_DV @WITH_DV@  // attention_grad_k storing attention_grad_v as output 1
+// A block's every load issued at its start (DeviceTraits::tensor_attention_early_loads).
+#define EARLY_LOADS @EARLY_LOADS@
 
 const uint R = @R@u, BK = @BK@u, WG = @WG@u;
 const uint W = @W@u;  // result columns
@@ -229,34 +231,58 @@ void main() {
     MAT_B(D, BK) other_at;
     LOAD_T_@OTHER_A@(other_at, gl_MatrixUseB, D, BK, 0u,
                      sliceTensorLayoutNV(a_rows, row0, BK, 0, D));
+    CLAMPED b_rows = rows_layout(cur.base + cur.limit, DV);
+#if WITH_DV || FORM == GRAD_V
+    MAT_B(BK, DV) dv_b;
+#endif
+#if HAS_OWN_B
+    MAT_B(DV, BK) other_bt;
+    MAT_B(BK, D) other_a;
+#endif
+#if EARLY_LOADS
+    // The block's other operands load while P is computed.
+#if WITH_DV || FORM == GRAD_V
+    LOAD_@OTHER_B@(dv_b, gl_MatrixUseB, BK, DV, 0u, sliceTensorLayoutNV(b_rows, row0, BK, 0, DV));
+#endif
+#if HAS_OWN_B
+    LOAD_T_@OTHER_B@(other_bt, gl_MatrixUseB, DV, BK, 0u,
+                     sliceTensorLayoutNV(b_rows, row0, BK, 0, DV));
+    LOAD_@OTHER_A@(other_a, gl_MatrixUseB, BK, D, 0u,
+                   sliceTensorLayoutNV(a_rows, row0, BK, 0, D));
+#endif
+#endif
     ACC(R, BK) p = coopMatMulAdd(own_a, other_at, ACC(R, BK)(0.0));
     coopMatPerElementNV(p, p, probability, t0, cur.first, cur.limit, cur.h, mbatch);
 
-    CLAMPED b_rows = rows_layout(cur.base + cur.limit, DV);
 #if WITH_DV || FORM == GRAD_V
     // dV += P · dout.
     {
       ACC(R, BK) pr;
       coopMatPerElementNV(pr, p, to_bf16);
       MAT_A(R, BK) weights = MAT_A(R, BK)(pr);
-      MAT_B(BK, DV) c;
-      LOAD_@OTHER_B@(c, gl_MatrixUseB, BK, DV, 0u, sliceTensorLayoutNV(b_rows, row0, BK, 0, DV));
-      DV_ACC = coopMatMulAdd(weights, c, DV_ACC);
+#if !EARLY_LOADS
+      LOAD_@OTHER_B@(dv_b, gl_MatrixUseB, BK, DV, 0u,
+                     sliceTensorLayoutNV(b_rows, row0, BK, 0, DV));
+#endif
+      DV_ACC = coopMatMulAdd(weights, dv_b, DV_ACC);
     }
 #endif
 #if HAS_OWN_B
     // dS = P · (dP - delta), dP = own_b · other_bᵀ; result += dS · C, C the block's a rows.
-    MAT_B(DV, BK) other_bt;
+#if !EARLY_LOADS
     LOAD_T_@OTHER_B@(other_bt, gl_MatrixUseB, DV, BK, 0u,
                      sliceTensorLayoutNV(b_rows, row0, BK, 0, DV));
+#endif
     ACC(R, BK) dp = coopMatMulAdd(own_b, other_bt, ACC(R, BK)(0.0));
     coopMatPerElementNV(dp, dp, minus_delta);
     ACC(R, BK) ds = p * dp;
     coopMatPerElementNV(ds, ds, to_bf16);
     MAT_A(R, BK) weights = MAT_A(R, BK)(ds);
-    MAT_B(BK, D) c;
-    LOAD_@OTHER_A@(c, gl_MatrixUseB, BK, D, 0u, sliceTensorLayoutNV(a_rows, row0, BK, 0, D));
-    acc = coopMatMulAdd(weights, c, acc);
+#if !EARLY_LOADS
+    LOAD_@OTHER_A@(other_a, gl_MatrixUseB, BK, D, 0u,
+                   sliceTensorLayoutNV(a_rows, row0, BK, 0, D));
+#endif
+    acc = coopMatMulAdd(weights, other_a, acc);
 #endif
   }
 
