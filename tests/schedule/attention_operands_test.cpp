@@ -15,27 +15,14 @@
 #include "codegen/widened_operands.h"
 #include "optimize/mixed_precision.h"
 #include "plan/step_plan.h"
+#include "schedule/tensor_device.h"
+#include "schedule/tiny_causal_lm.h"
 #include "support/scoped_env.h"
-#include "tiny_causal_lm.h"
 
 namespace mn {
 namespace {
 
-// A device with tensor-addressed workgroup matrices, bf16 among them, and the tensor-core
-// attention kernels (as an H200's traits).
-codegen::DeviceTraits tensor_device() {
-  codegen::DeviceTraits t;
-  t.max_shared_bytes = t.max_shared_optin_bytes = 49152;
-  t.max_workgroup_invocations = 1024;
-  t.coop = t.coop_bf16 = t.subgroup_vote = t.storage_16bit = true;
-  t.subgroup_size = 32;
-  t.coop_wg_granularity = {{{16, 16, 16}, {16, 16, 16}, {32, 16, 16}, {32, 32, 16}}};
-  t.coop_wg_bf16_granularity = t.coop_wg_granularity;
-  t.coop_wg_max_dimension = 1024;
-  t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = true;
-  t.tensor_attention = t.fused_attention_outputs = true;
-  return t;
-}
+using testing::tensor_device;
 
 struct AttentionLaunches {
   int kernels = 0;        // launches of attention's forward and gradient ops

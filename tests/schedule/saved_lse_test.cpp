@@ -16,6 +16,7 @@
 #include "codegen/kernel.h"
 #include "ir/ops/attention.h"
 #include "plan/step_plan.h"
+#include "schedule/tensor_device.h"
 #include "support/attention_problem.h"
 #include "support/elementwise_error.h"
 #include "support/scoped_env.h"
@@ -54,20 +55,7 @@ codegen::DeviceTraits with_shared(uint32_t bytes) {
   return t;
 }
 
-// A device with tensor-addressed workgroup matrices, bf16 among them, asked for the tensor-core
-// attention kernels and their fused outputs.
-codegen::DeviceTraits tensor_device() {
-  codegen::DeviceTraits t = with_shared(49152);
-  t.coop = t.coop_bf16 = t.subgroup_vote = t.storage_16bit = true;
-  t.subgroup_size = 32;
-  t.coop_wg_granularity = {{{16, 16, 16}, {16, 16, 16}, {32, 16, 16}, {32, 32, 16}}};
-  t.coop_wg_bf16_granularity = t.coop_wg_granularity;
-  t.coop_wg_max_dimension = 1024;
-  t.coop_tensor = t.coop_tensor_conversions = t.coop_tensor_reductions = true;
-  t.tensor_attention = t.fused_attention_outputs = true;
-  t.coop_attention = codegen::DeviceTraits::Choice::always;
-  return t;
-}
+using testing::tensor_device;
 
 TEST(SavedLse, TheForwardKernelStoresTheLogSumExp) {
   testing::ScopedEnv kernels("MN_ATTENTION_BACKWARD", "kernels");

@@ -19,6 +19,7 @@
 #include <meganeura/reference.h>
 #include <meganeura/session.h>
 
+#include "schedule/tiny_causal_lm.h"
 #include "support/random_fill.h"
 #include "support/scoped_env.h"
 #include "support/tensor_cores.h"
@@ -292,15 +293,8 @@ TEST(CoopSessionGpu, AttentionReadsBf16OperandsWithTheSameBits) {
     TransformerSpec spec;
     spec.layers = 2, spec.hidden = 256, spec.heads = 4, spec.kv_heads = 2, spec.ffn = 384;
     spec.vocab = 96, spec.sequence = 128, spec.batch = 2;
-    CausalLmOptions o;
-    o.batch = spec.batch;
-    o.sequence = spec.sequence;
-    o.with_loss = true;
-    o.logits_output = false;
-    o.seed = 5;
-    CausalLm m = build_causal_lm(llama_config(spec), o);
     const Optimizer opt = Optimizer::adamw({.lr = 1e-3});
-    add_training_step(m.loss, opt);
+    CausalLm m = causal_lm_step(spec, opt, 5);
     SessionOptions so;
     so.precision = DType::bf16;
     so.profile = true;
