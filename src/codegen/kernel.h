@@ -88,11 +88,13 @@ struct DeviceTraits {
   // (codegen/attention_tensor_tiles.h, split_tile_blocks); MN_TENSOR_ATTENTION_FILLS and
   // MN_TENSOR_ATTENTION_GRAD_FILLS set them, 0 never splits.
   uint32_t tensor_attention_fills = 4, tensor_attention_grad_fills = 4;
-  // Those kernels issue each block's loads at its start (the values' block before the scores;
-  // the gradients' three other operands before P), so their latencies overlap the block's
-  // products and softmax instead of each waiting in turn. MN_TENSOR_ATTENTION_EARLY_LOADS=1
-  // (runtime::apply_environment); off until measured.
-  bool tensor_attention_early_loads = false;
+  // Those kernels, where a tile's blocks are not split, issue each block's loads at its start
+  // (the values' block before the scores; the gradients' three other operands before P), so
+  // their latencies overlap the block's products and softmax instead of each waiting in turn.
+  // Measured on an H100 (docs/perf.md): unsplit kernels faster (dQ at L 8192 -15 %), split ones
+  // slower (L 512 +12 %), hence only unsplit. MN_TENSOR_ATTENTION_EARLY_LOADS=0 turns it off
+  // (runtime::apply_environment).
+  bool tensor_attention_early_loads = true;
   std::string coop_tensor_tile;  // MN_COOP_TENSOR_TILE: force this tile where it fits
   // MN_COOP_TENSOR_SPLIT_K: K splits of tensor-addressed matmuls whose tiles do not fill the
   // device; 0 chooses (codegen/lower_matmul_tensor.h), 1 never splits, n forces n where K allows.

@@ -104,7 +104,7 @@ std::optional<Lowering> tensor_training_kernel(const LowerContext& ctx, const Tr
       {"CAUSAL", g.attrs.causal ? "1" : "0"},
       {"HAS_MASK", g.attrs.has_mask ? "1" : "0"},
       {"WITH_DV", dv_too ? "1" : "0"},
-      {"EARLY_LOADS", ctx.device.tensor_attention_early_loads ? "1" : "0"},
+      {"EARLY_LOADS", ctx.device.tensor_attention_early_loads && split.splits == 1 ? "1" : "0"},
       {"W", std::to_string(f == Form::grad_v ? g.dv : g.d)},
       {"OWN_ROWS", std::to_string(own_rows)},
       {"OWN_HEADS", std::to_string(own_heads)},

@@ -62,8 +62,8 @@ Lowering lower_case(const Case& c, const DeviceTraits& t, bool lse) {
   return (*find_lowering("scaled_dot_product_attention"))(ctx);
 }
 
-// Every form, with each block's loads where they are used and all at the block's start
-// (DeviceTraits::tensor_attention_early_loads).
+// Every form (none split here), with each block's loads where they are used and all at the
+// block's start (DeviceTraits::tensor_attention_early_loads).
 TEST(AttentionTensor, EveryFormCompilesAndValidates) {
   REQUIRE_CURRENT_TOOLCHAIN();
   for (const bool early : {false, true}) {

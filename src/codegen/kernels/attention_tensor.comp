@@ -37,7 +37,8 @@
 #define CAUSAL @CAUSAL@
 #define SAVES_LSE @SAVES_LSE@
 #define HAS_POSITIONS @HAS_POSITIONS@
-// A block's every load issued at its start (DeviceTraits::tensor_attention_early_loads).
+// A block's every load issued at its start (DeviceTraits::tensor_attention_early_loads; unsplit
+// kernels only).
 #define EARLY_LOADS @EARLY_LOADS@
 
 const uint BR = @BR@u, BC = @BC@u;

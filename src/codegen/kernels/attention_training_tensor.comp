@@ -38,7 +38,8 @@
 #define CAUSAL @CAUSAL@
 #define HAS_MASK @HAS_MASK@
 #define WITH_DV @WITH_DV@  // attention_grad_k storing attention_grad_v as output 1
-// A block's every load issued at its start (DeviceTraits::tensor_attention_early_loads).
+// A block's every load issued at its start (DeviceTraits::tensor_attention_early_loads; unsplit
+// kernels only).
 #define EARLY_LOADS @EARLY_LOADS@
 
 const uint R = @R@u, BK = @BK@u, WG = @WG@u;
