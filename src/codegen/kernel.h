@@ -88,7 +88,8 @@ struct DeviceTraits {
   // (codegen/attention_tensor_tiles.h, split_tile_blocks); MN_TENSOR_ATTENTION_FILLS and
   // MN_TENSOR_ATTENTION_GRAD_FILLS set them, 0 never splits.
   uint32_t tensor_attention_fills = 4, tensor_attention_grad_fills = 4;
-  // Those kernels, where a tile's blocks are not split, issue each block's loads at its start
+  // Those kernels, where a tile's blocks are not split (and not over a prompt at positions, not
+  // yet measured), issue each block's loads at its start
   // (the values' block before the scores; the gradients' three other operands before P), so
   // their latencies overlap the block's products and softmax instead of each waiting in turn.
   // Measured on an H100 (docs/perf.md): unsplit kernels faster (dQ at L 8192 -15 %), split ones
