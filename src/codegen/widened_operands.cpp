@@ -77,8 +77,8 @@ bool reads_widened_operand(const LowerContext& ctx, int input, DType narrow) {
   }
   const std::string_view op = ctx.node.op_name();
   if (op == "matmul") return input < 2 && matmul_reads_widened(ctx, input, narrow);
-  if (op == "scaled_dot_product_attention" || op == "attention_lse" ||
-      op.starts_with("attention_grad_")) {
+  if (op == "scaled_dot_product_attention" || op == "attention_lse" || op == "attention_grad_q" ||
+      op == "attention_grad_k" || op == "attention_grad_v") {
     return attention_reads_widened(ctx, input, narrow);
   }
   return always_reads_widened(ctx.node, input);
