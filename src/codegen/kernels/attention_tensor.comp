@@ -225,14 +225,16 @@ void main() {
     } else {
       LOAD_T_k(kt, gl_MatrixUseB, D, BC, kb, sliceTensorLayoutNV(k_rows, j0, BC, 0, D));
     }
-#if EARLY_LOADS
-    // The values' block loads while the scores and their softmax are computed.
+    // The values' block, unclamped where it lies inside the keys.
+#define LOAD_VALUES(vm)                                                                   \
+  if (keys_inside) {                                                                      \
+    LOAD_v(vm, gl_MatrixUseB, BC, DV, vb, sliceTensorLayoutNV(v_inner, j0, BC, 0, DV));   \
+  } else {                                                                                \
+    LOAD_v(vm, gl_MatrixUseB, BC, DV, vb, sliceTensorLayoutNV(v_rows, j0, BC, 0, DV));    \
+  }
     MAT_B(BC, DV) vm;
-    if (keys_inside) {
-      LOAD_v(vm, gl_MatrixUseB, BC, DV, vb, sliceTensorLayoutNV(v_inner, j0, BC, 0, DV));
-    } else {
-      LOAD_v(vm, gl_MatrixUseB, BC, DV, vb, sliceTensorLayoutNV(v_rows, j0, BC, 0, DV));
-    }
+#if EARLY_LOADS
+    LOAD_VALUES(vm);  // while the scores and their softmax are computed
 #endif
     ACC(BR, BC) s = coopMatMulAdd(q, kt, ACC(BR, BC)(0.0));
     if (unmasked) {
@@ -259,12 +261,7 @@ void main() {
     MAT_A(BR, BC) pa = MAT_A(BR, BC)(p);
     l = coopMatMulAdd(pa, ones, shrink * l);
 #if !EARLY_LOADS
-    MAT_B(BC, DV) vm;
-    if (keys_inside) {
-      LOAD_v(vm, gl_MatrixUseB, BC, DV, vb, sliceTensorLayoutNV(v_inner, j0, BC, 0, DV));
-    } else {
-      LOAD_v(vm, gl_MatrixUseB, BC, DV, vb, sliceTensorLayoutNV(v_rows, j0, BC, 0, DV));
-    }
+    LOAD_VALUES(vm);
 #endif
     o = coopMatMulAdd(pa, vm, o);
   }

@@ -233,6 +233,15 @@ void main() {
     LOAD_T_@OTHER_A@(other_at, gl_MatrixUseB, D, BK, 0u,
                      sliceTensorLayoutNV(a_rows, row0, BK, 0, D));
     CLAMPED b_rows = rows_layout(cur.base + cur.limit, DV);
+    // The block's other operands: its b rows for dV, its b rows transposed for dP and its a rows
+    // for the result's product.
+#define LOAD_DV_B() \
+  LOAD_@OTHER_B@(dv_b, gl_MatrixUseB, BK, DV, 0u, sliceTensorLayoutNV(b_rows, row0, BK, 0, DV))
+#define LOAD_OTHER_BT()                             \
+  LOAD_T_@OTHER_B@(other_bt, gl_MatrixUseB, DV, BK, 0u, \
+                   sliceTensorLayoutNV(b_rows, row0, BK, 0, DV))
+#define LOAD_OTHER_A() \
+  LOAD_@OTHER_A@(other_a, gl_MatrixUseB, BK, D, 0u, sliceTensorLayoutNV(a_rows, row0, BK, 0, D))
 #if WITH_DV || FORM == GRAD_V
     MAT_B(BK, DV) dv_b;
 #endif
@@ -241,15 +250,13 @@ void main() {
     MAT_B(BK, D) other_a;
 #endif
 #if EARLY_LOADS
-    // The block's other operands load while P is computed.
+    // They load while P is computed.
 #if WITH_DV || FORM == GRAD_V
-    LOAD_@OTHER_B@(dv_b, gl_MatrixUseB, BK, DV, 0u, sliceTensorLayoutNV(b_rows, row0, BK, 0, DV));
+    LOAD_DV_B();
 #endif
 #if HAS_OWN_B
-    LOAD_T_@OTHER_B@(other_bt, gl_MatrixUseB, DV, BK, 0u,
-                     sliceTensorLayoutNV(b_rows, row0, BK, 0, DV));
-    LOAD_@OTHER_A@(other_a, gl_MatrixUseB, BK, D, 0u,
-                   sliceTensorLayoutNV(a_rows, row0, BK, 0, D));
+    LOAD_OTHER_BT();
+    LOAD_OTHER_A();
 #endif
 #endif
     ACC(R, BK) p = coopMatMulAdd(own_a, other_at, ACC(R, BK)(0.0));
@@ -262,8 +269,7 @@ void main() {
       coopMatPerElementNV(pr, p, to_bf16);
       MAT_A(R, BK) weights = MAT_A(R, BK)(pr);
 #if !EARLY_LOADS
-      LOAD_@OTHER_B@(dv_b, gl_MatrixUseB, BK, DV, 0u,
-                     sliceTensorLayoutNV(b_rows, row0, BK, 0, DV));
+      LOAD_DV_B();
 #endif
       DV_ACC = coopMatMulAdd(weights, dv_b, DV_ACC);
     }
@@ -271,8 +277,7 @@ void main() {
 #if HAS_OWN_B
     // dS = P · (dP - delta), dP = own_b · other_bᵀ; result += dS · C, C the block's a rows.
 #if !EARLY_LOADS
-    LOAD_T_@OTHER_B@(other_bt, gl_MatrixUseB, DV, BK, 0u,
-                     sliceTensorLayoutNV(b_rows, row0, BK, 0, DV));
+    LOAD_OTHER_BT();
 #endif
     ACC(R, BK) dp = coopMatMulAdd(own_b, other_bt, ACC(R, BK)(0.0));
     coopMatPerElementNV(dp, dp, minus_delta);
@@ -280,8 +285,7 @@ void main() {
     coopMatPerElementNV(ds, ds, to_bf16);
     MAT_A(R, BK) weights = MAT_A(R, BK)(ds);
 #if !EARLY_LOADS
-    LOAD_@OTHER_A@(other_a, gl_MatrixUseB, BK, D, 0u,
-                   sliceTensorLayoutNV(a_rows, row0, BK, 0, D));
+    LOAD_OTHER_A();
 #endif
     acc = coopMatMulAdd(weights, other_a, acc);
 #endif
