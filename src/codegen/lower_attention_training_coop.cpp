@@ -47,7 +47,7 @@ std::optional<uint64_t> block_rows(const LowerContext& ctx, const TrainingShape&
     return std::nullopt;
   }
   if (g.d % 16 != 0 || g.dv % 16 != 0 || g.d > kMaxHead || g.dv > kMaxHead) return std::nullopt;
-  if (!bf16_operands_chosen(ctx, g)) return std::nullopt;
+  if (!bf16_operands_chosen(ctx)) return std::nullopt;
   for (uint64_t block : {64u, 32u, 16u}) {
     if (shared_bytes(g, block) <= d.max_shared_bytes) return block;
   }
@@ -80,8 +80,8 @@ std::string unit_view(uint32_t binding, DType dtype, const std::string& name) {
 }
 
 // Whether the operands the matrices read are all 16-bit.
-bool operands_16bit(const LowerContext& ctx, const TrainingShape& g) {
-  const size_t n = g.form == Form::lse ? 2 : g.form == Form::grad_v ? 3 : 4;
+bool operands_16bit(const LowerContext& ctx) {
+  const size_t n = ops::attention_matrix_operands(ctx.node.op_name());
   for (size_t i = 0; i < n; ++i) {
     if (ctx.inputs[i].dtype != DType::bf16 && ctx.inputs[i].dtype != DType::f16) return false;
   }
@@ -90,11 +90,10 @@ bool operands_16bit(const LowerContext& ctx, const TrainingShape& g) {
 
 }  // namespace
 
-bool bf16_operands_chosen(const LowerContext& ctx, const TrainingShape& g) {
+bool bf16_operands_chosen(const LowerContext& ctx) {
   const DeviceTraits& d = ctx.device;
   if (d.coop_attention == DeviceTraits::Choice::never) return false;
-  return d.coop_attention == DeviceTraits::Choice::always || d.bf16_products ||
-         operands_16bit(ctx, g);
+  return d.coop_attention == DeviceTraits::Choice::always || d.bf16_products || operands_16bit(ctx);
 }
 
 bool takes_coop_training(const LowerContext& ctx, Form f) {
@@ -131,7 +130,7 @@ std::optional<KernelLaunch> coop_training_kernel(const LowerContext& ctx, const 
   }
   // The matrices' operands: q and k, then v or dout (grad_v), then dout (grad_q, grad_k).
   static const char* const operand_names[] = {"q", "k", "v", "dout"};
-  const size_t operands = f == Form::lse ? 2 : f == Form::grad_v ? 3 : 4;
+  const size_t operands = ops::attention_matrix_operands(ctx.node.op_name());
   for (size_t i = 0; i < operands; ++i) {
     const std::string name = f == Form::grad_v && i == 2 ? "dout" : operand_names[i];
     decl += unit_view(static_cast<uint32_t>(i), ctx.inputs[i].dtype, name);

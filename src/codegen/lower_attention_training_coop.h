@@ -20,7 +20,7 @@ std::optional<KernelLaunch> coop_training_kernel(const LowerContext& ctx, const 
 // little the step has not lost already), the step's products are bf16
 // (DeviceTraits::bf16_products) or MN_COOP_ATTENTION=1 asks for it; never with
 // MN_COOP_ATTENTION=0.
-bool bf16_operands_chosen(const LowerContext& ctx, const TrainingShape& g);
+bool bf16_operands_chosen(const LowerContext& ctx);
 
 // Whether that kernel serves this node of form `f`.
 bool takes_coop_training(const LowerContext& ctx, Form f);

@@ -52,7 +52,7 @@ bool serves(const LowerContext& ctx, const TrainingShape& g) {
   if (!d.tensor_attention || !d.coop_tensor || !d.coop_tensor_conversions) return false;
   if (g.form == Form::lse) return false;
   return training_attention_fits(own_tile(d, g), g.d, g.dv, d.coop_wg_bf16_granularity, d) &&
-         bf16_operands_chosen(ctx, g);
+         bf16_operands_chosen(ctx);
 }
 
 }  // namespace
@@ -91,7 +91,7 @@ std::optional<Lowering> tensor_training_kernel(const LowerContext& ctx, const Tr
   }
   // The matrices' operands: q and k, then v or dout (grad_v), then dout (grad_q, grad_k).
   static const char* const operand_names[] = {"q", "k", "v", "dout"};
-  const size_t operands = f == Form::grad_v ? 3 : 4;
+  const size_t operands = ops::attention_matrix_operands(ctx.node.op_name());
   std::string loads;
   for (size_t i = 0; i < operands; ++i) {
     const std::string name = f == Form::grad_v && i == 2 ? "dout" : operand_names[i];

@@ -11,6 +11,7 @@
 
 #include "codegen/lower_matmul.h"
 #include "codegen/lower_matmul_coop.h"
+#include "ir/ops/attention.h"
 
 namespace mn::codegen {
 
@@ -37,18 +38,19 @@ bool matmul_reads_widened(const LowerContext& ctx, int input, DType narrow) {
 // other attention kernels keep their f32 copies: their training kernels measured slower on 16-bit
 // operands.
 bool attention_reads_widened(const LowerContext& ctx, int input, DType narrow) {
-  if (narrow != DType::bf16 || !attention_reads_bf16_operands(ctx.device)) return false;
   const std::string_view op = ctx.node.op_name();
+  if (narrow != DType::bf16 || !attention_reads_bf16_operands(ctx.device) ||
+      static_cast<size_t>(input) >= ops::attention_matrix_operands(op)) {
+    return false;
+  }
   if (op == "scaled_dot_product_attention") {
-    return input < 3 &&
-           attention_lowering::takes_tensor_forward(ctx, attention_lowering::AttentionShape(ctx));
+    return attention_lowering::takes_tensor_forward(ctx, attention_lowering::AttentionShape(ctx));
   }
   using attention_training::Form;
   const Form f = op == "attention_grad_q"   ? Form::grad_q
                  : op == "attention_grad_k" ? Form::grad_k
                  : op == "attention_grad_v" ? Form::grad_v
                                             : Form::lse;
-  if (input >= (f == Form::lse ? 2 : f == Form::grad_v ? 3 : 4)) return false;
   std::vector<TensorType> narrowed(ctx.inputs.begin(), ctx.inputs.end());
   narrowed[static_cast<size_t>(input)].dtype = narrow;
   const LowerContext n{ctx.node, narrowed, ctx.device, ctx.in_place};
@@ -77,10 +79,7 @@ bool reads_widened_operand(const LowerContext& ctx, int input, DType narrow) {
   }
   const std::string_view op = ctx.node.op_name();
   if (op == "matmul") return input < 2 && matmul_reads_widened(ctx, input, narrow);
-  if (op == "scaled_dot_product_attention" || op == "attention_lse" || op == "attention_grad_q" ||
-      op == "attention_grad_k" || op == "attention_grad_v") {
-    return attention_reads_widened(ctx, input, narrow);
-  }
+  if (ops::attention_matrix_operands(op) > 0) return attention_reads_widened(ctx, input, narrow);
   return always_reads_widened(ctx.node, input);
 }
 

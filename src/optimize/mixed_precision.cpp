@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <meganeura/ops.h>
 
 #include "ir/graph_rewrite.h"
 #include "ir/op_def.h"
+#include "ir/ops/attention.h"
 #include "ir/ops/matmul.h"
 
 namespace mn::optimize {
@@ -51,20 +51,12 @@ bool large_enough(const TensorType& product) {
   return rows >= kMinExtent && cols >= kMinExtent;
 }
 
-// How many leading operands of an attention op are matrix operands (q, k, v, and a gradient op's
-// dout: attention_training_vjp's order), 0 for other ops. Masks, log-sum-exps and deltas stay f32.
-size_t attention_matrix_operands(std::string_view op) {
-  if (op == "scaled_dot_product_attention" || op == "attention_grad_v") return 3;
-  if (op == "attention_grad_q" || op == "attention_grad_k") return 4;
-  if (op == "attention_lse") return 2;
-  return 0;
-}
-
-// The attention node `n` with its f32 matrix operands read rounded to `precision`; an invalid
-// tensor where it has none.
+// The attention node `n` with its f32 matrix operands (ops::attention_matrix_operands; masks,
+// log-sum-exps and deltas stay f32) read rounded to `precision`; an invalid tensor where it has
+// none.
 Tensor with_rounded_operands(Graph& out, const Node& n, std::span<const Tensor> operands,
                              DType precision) {
-  const size_t rounded = std::min(attention_matrix_operands(n.op_name()), operands.size());
+  const size_t rounded = std::min(ops::attention_matrix_operands(n.op_name()), operands.size());
   if (rounded == 0 || n.type.dtype != DType::f32) return Tensor{};
   std::vector<Tensor> in(operands.begin(), operands.end());
   bool any = false;

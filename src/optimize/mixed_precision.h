@@ -24,7 +24,7 @@ struct MixedPrecisionOptions {
   // autocast runs attention: cast(cast(x, p), f32), whose narrowing the producer's kernel
   // stores (a rotation's result, a product's 16-bit value) and whose widening the attention
   // kernel reads itself. For devices whose attention kernels take 16-bit tensor-addressed
-  // matrices (codegen::attention_reads_16bit_operands), where they load the 16-bit tensors with
+  // matrices (codegen::attention_reads_bf16_operands), where they load the 16-bit tensors with
   // no conversion and no f32 copy exists; elsewhere attention keeps its f32 operands.
   bool attention_operands = false;
 };

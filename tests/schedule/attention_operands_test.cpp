@@ -13,6 +13,7 @@
 
 #include "codegen/kernel.h"
 #include "codegen/widened_operands.h"
+#include "ir/ops/attention.h"
 #include "optimize/mixed_precision.h"
 #include "plan/step_plan.h"
 #include "schedule/tensor_device.h"
@@ -41,11 +42,7 @@ AttentionLaunches attention_launches(const Graph& g, const codegen::DeviceTraits
   AttentionLaunches a;
   a.launches = p.launches.size();
   for (const plan::PlannedLaunch& l : p.launches) {
-    const std::string op(p.graph.node(l.nodes.front()).op_name());
-    const size_t operands = op == "scaled_dot_product_attention" ? 3
-                            : op == "attention_grad_v"           ? 3
-                            : op.starts_with("attention_grad_")  ? 4
-                                                                 : 0;
+    const size_t operands = ops::attention_matrix_operands(p.graph.node(l.nodes.front()).op_name());
     if (operands == 0) continue;
     ++a.kernels;
     const std::vector<NodeId>& inputs = p.groups[static_cast<size_t>(l.group)].inputs;
@@ -103,11 +100,7 @@ TEST(Bf16AttentionOperands, MixedPrecisionRoundsAttentionsMatrixOperands) {
     int attention = 0, rounded = 0, other = 0;
     for (NodeId id = 0; id < static_cast<NodeId>(r.size()); ++id) {
       const Node& n = r.node(id);
-      const std::string op(n.op_name());
-      const size_t operands = op == "scaled_dot_product_attention" || op == "attention_grad_v" ? 3
-                              : op == "attention_grad_q" || op == "attention_grad_k"           ? 4
-                              : op == "attention_lse"                                          ? 2
-                                                                                               : 0;
+      const size_t operands = ops::attention_matrix_operands(n.op_name());
       if (operands == 0) continue;
       ++attention;
       for (size_t i = 0; i < n.inputs.size(); ++i) {

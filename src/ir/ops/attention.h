@@ -1,7 +1,9 @@
 #pragma once
 // Attributes of the attention family: scaled_dot_product_attention and rotary embeddings.
 #include <array>
+#include <cstddef>
 #include <cstdint>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -72,6 +74,12 @@ struct CachedAttentionAttrs {
 };
 
 namespace ops {
+// How many leading operands of an attention op are its matrices: q and k, then v or a gradient
+// op's dout (scaled_dot_product_attention, attention_grad_v: 3), or v and dout (attention_grad_q
+// and _k: 4), q and k alone for attention_lse (2); 0 for any other op. Masks, log-sum-exps and
+// deltas follow them.
+size_t attention_matrix_operands(std::string_view op);
+
 // The inverse frequencies inv_freq_i, i < dim / 2, of rope_positions (shared by the reference
 // and the GPU lowering, so both turn by the same angles).
 std::vector<double> rope_inv_freq(const RopePositionsAttrs& a, int64_t dim);

@@ -15,6 +15,7 @@
 //
 // Their decompositions are the same formulas in graph ops (the e-graph holds both forms and the
 // cost model chooses), and their backward passes differentiate those decompositions.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -384,6 +385,16 @@ OpDef grad_def(Form form) {
 }
 
 }  // namespace
+
+size_t attention_matrix_operands(std::string_view op) {
+  if (op == "scaled_dot_product_attention") return 3;
+  for (const Form f : {Form::lse, Form::grad_q, Form::grad_k, Form::grad_v}) {
+    if (op != op_name(f)) continue;
+    const Operands o = operands_of(f);
+    return static_cast<size_t>(std::max({o.v, o.dout, 1}) + 1);
+  }
+  return 0;
+}
 
 bool attention_training_applies(const AttentionGeometry& g) {
   return leading(g.q) == g.batch && leading(g.k) == g.batch && leading(g.v) == g.batch;
