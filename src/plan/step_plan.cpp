@@ -310,14 +310,15 @@ size_t chosen_candidate(const std::vector<Candidate>& c, double slack) {
   }
   if (slack <= 0.0) return smallest;
   const double limit = static_cast<double>(c[smallest].plan.arena_bytes) * (1.0 + slack);
-  auto key = [&](size_t i) {
-    const StepPlan& p = c[i].plan;
-    return std::tuple(barrier_windows(p.launches), p.launches.size(), p.arena_bytes);
-  };
+  using Key = std::tuple<size_t, size_t, uint64_t>;  // windows, launches, arena
+  std::vector<Key> keys;
+  for (const Candidate& k : c) {
+    keys.emplace_back(barrier_windows(k.plan.launches), k.plan.launches.size(), k.plan.arena_bytes);
+  }
   size_t best = smallest;
   for (size_t i = 0; i < c.size(); ++i) {
     if (c[i].graph == c[smallest].graph && static_cast<double>(c[i].plan.arena_bytes) <= limit &&
-        key(i) < key(best)) {
+        keys[i] < keys[best]) {
       best = i;
     }
   }
