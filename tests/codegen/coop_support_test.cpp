@@ -365,6 +365,36 @@ TEST(CoopTraits, AttentionSplitFillsFromTheEnvironment) {
   }
 }
 
+// The plan's arena slack (a percentage, default 10) and the bf16 attention operands and early
+// loads (switches, on by default) from the environment; other values are errors naming the
+// variable and the value.
+TEST(CoopTraits, ArenaSlackAndAttentionSwitchesFromTheEnvironment) {
+  const vk::DeviceCapabilities c = runtime::nvidia();
+  for (const auto& [value, want] :
+       {std::pair<const char*, double>{nullptr, 0.10}, {"0", 0.0}, {"25", 0.25}}) {
+    testing::ScopedEnv e("MN_PLAN_ARENA_SLACK", value);
+    EXPECT_DOUBLE_EQ(runtime::device_traits(c).plan_arena_slack, want);
+  }
+  for (const char* bad : {"-5", "ten", "2.5", "100000"}) {
+    testing::ScopedEnv e("MN_PLAN_ARENA_SLACK", bad);
+    mn::expect_error<Error>([&] { runtime::device_traits(c); }, {"MN_PLAN_ARENA_SLACK", bad});
+  }
+  for (const auto& [name, field] :
+       {std::pair{"MN_BF16_ATTENTION_OPERANDS", &DeviceTraits::bf16_attention_operands},
+        std::pair{"MN_TENSOR_ATTENTION_EARLY_LOADS",
+                  &DeviceTraits::tensor_attention_early_loads}}) {
+    for (const auto& [value, want] :
+         {std::pair<const char*, bool>{nullptr, true}, {"0", false}, {"1", true}}) {
+      testing::ScopedEnv e(name, value);
+      EXPECT_EQ(runtime::device_traits(c).*field, want) << name << "=" << (value ? value : "unset");
+    }
+    for (const char* bad : {"yes", "2", "on"}) {
+      testing::ScopedEnv e(name, bad);
+      mn::expect_error<Error>([&] { runtime::device_traits(c); }, {name, bad});
+    }
+  }
+}
+
 TEST(CoopTraits, WorkgroupScopeGranularitiesFromFlexibleDimensions) {
   vk::DeviceCapabilities c = runtime::nvidia();
   c.compute.max_workgroup_invocations = 1024;
