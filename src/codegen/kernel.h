@@ -100,8 +100,9 @@ struct DeviceTraits {
   // MN_COOP_TENSOR_SPLIT_K: K splits of tensor-addressed matmuls whose tiles do not fill the
   // device; 0 chooses (codegen/lower_matmul_tensor.h), 1 never splits, n forces n where K allows.
   int coop_tensor_split_k = 0;
-  // MN_COOP_TENSOR_LONG_SPLIT=1: grids that fill the device but walk a long K loop are split
-  // too (codegen/lower_matmul_tensor.cpp); off until measured on a GPU.
+  // Grids that fill the device but walk a long K loop are split too
+  // (codegen/lower_matmul_tensor.cpp). Sessions set it (runtime::apply_environment) unless
+  // MN_COOP_TENSOR_LONG_SPLIT=0 (measured: docs/perf.md).
   bool coop_tensor_long_split = false;
   // The tensor-addressed matmul computes a sibling product beside its own (a prompt's gate and
   // up projections, schedule/gemv_fusion.h). Sessions set it (runtime::apply_environment) unless

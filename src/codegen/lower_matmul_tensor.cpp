@@ -66,10 +66,12 @@ bool tile_supported(const TensorTile& t, const DeviceTraits& d, DType operands) 
 // kLongSplitFills fills of the device: a workgroup's steps each wait on their loads, and the 1 ×
 // 256 training step's products of K = 1536 (144 workgroups of 32 × 32, 24 steps) took 27.6 µs each
 // against 15 for K = 576 (docs/perf.md). Only tiles of at most kLongSplitArea outputs split so:
-// with the 128-row tiles split too, the 8 × 512 step took 85.5 ms against 63.1 (H100).
+// with the 128-row tiles split too, the 8 × 512 step took 85.5 ms against 63.1 (H100); with the
+// 64 × 64 tiles of its weight gradients split in two, 57.0-57.2 against 56.3-56.5 with 32 × 64
+// and 56.8-56.9 unsplit, while the 1 × 256 step's 32 × 32 tiles gain 2 % split.
 // DeviceTraits::coop_tensor_split_k overrides the count.
 constexpr int64_t kMinSplitSteps = 4, kMaxSplits = 16;
-constexpr int64_t kLongSplitSteps = 8, kLongSplitFills = 4, kLongSplitArea = 64 * 64;
+constexpr int64_t kLongSplitSteps = 8, kLongSplitFills = 4, kLongSplitArea = 32 * 64;
 // K from which a product with few outputs still fills the device, split.
 constexpr int64_t kLongK = 512;
 

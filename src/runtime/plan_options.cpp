@@ -138,7 +138,7 @@ void apply_environment(codegen::DeviceTraits& t) {
       static_cast<uint32_t>(env_count("MN_TENSOR_ATTENTION_GRAD_FILLS", 4));
   t.tensor_attention_early_loads = support::env_switch("MN_TENSOR_ATTENTION_EARLY_LOADS", true);
   t.coop_tensor_split_k = env_count("MN_COOP_TENSOR_SPLIT_K", 0);
-  t.coop_tensor_long_split = support::env_switch("MN_COOP_TENSOR_LONG_SPLIT", false);
+  t.coop_tensor_long_split = support::env_switch("MN_COOP_TENSOR_LONG_SPLIT", true);
   t.tensor_sibling = support::env_switch("MN_TENSOR_SIBLING", true);
   t.tiled_norm = support::env_switch("MN_TILED_NORM", false);
   t.tiled_sibling = support::env_switch("MN_TILED_SIBLING", true);

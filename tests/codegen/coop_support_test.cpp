@@ -233,7 +233,7 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
         Switch{"MN_CACHE_PREFETCH", &DeviceTraits::cache_prefetch, true},
         Switch{"MN_SHARED_LAUNCHES", &DeviceTraits::shared_launches, true},
         Switch{"MN_SPREAD_UPDATES", &DeviceTraits::spread_updates, false},
-        Switch{"MN_COOP_TENSOR_LONG_SPLIT", &DeviceTraits::coop_tensor_long_split, false}}) {
+        Switch{"MN_COOP_TENSOR_LONG_SPLIT", &DeviceTraits::coop_tensor_long_split, true}}) {
     for (const auto& [value, want] :
          {std::pair<const char*, bool>{nullptr, s.unset}, {"0", false}, {"1", true}}) {
       testing::ScopedEnv e(s.name, value);

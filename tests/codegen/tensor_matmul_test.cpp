@@ -288,7 +288,7 @@ TEST(TensorMatmul, SmallGridsSplitK) {
   auto big = matmul_node({8192, 1536}, {1536, 4096}, false, false, DType::bf16);
   EXPECT_EQ(big->lower(long_split).launches.back().name.find("_split"), std::string::npos)
       << big->lower(long_split).launches.back().name;
-  // Tiles larger than 64 × 64 stay whole: the 8 × 512 step's down projection input gradient
+  // Tiles larger than 32 × 64 stay whole: the 8 × 512 step's down projection input gradient
   // (4096 × 576, K = 1536: 160 workgroups of 128 × 128, 48 steps) ...
   auto step_down = matmul_node({4096, 1536}, {1536, 576}, false, false, DType::bf16);
   EXPECT_EQ(step_down->lower(long_split).launches.back().name, "matmul_tensor_t128x128k32");
@@ -297,6 +297,10 @@ TEST(TensorMatmul, SmallGridsSplitK) {
   auto step_dw = matmul_node({576, 4096}, {4096, 576}, false, false, DType::bf16);
   EXPECT_EQ(step_dw->lower(long_split).launches.back().name, "matmul_tensor_t32x64k64_split3");
   EXPECT_EQ(step_dw->lower(t).launches.back().name, "matmul_tensor_t32x64k64");
+  // 64 × 64 tiles stay whole: the gate's weight gradient (1536 × 576 over K = 4096, 216
+  // workgroups) measured slower split in two.
+  auto gate_dw = matmul_node({1536, 4096}, {4096, 576}, false, false, DType::bf16);
+  EXPECT_EQ(gate_dw->lower(long_split).launches.back().name, "matmul_tensor_t64x64k64");
 }
 
 TEST(TensorMatmul, ChosenOnlyWithTensorAddressingForF16Operands) {
