@@ -63,7 +63,11 @@ std::string declarations(const LowerContext& ctx, const AttentionShape& g, bool 
     s += glsl::buffer(i, ctx.inputs[i].dtype, names[i], true);
     bindings.push_back({ArgRef::input(static_cast<int>(i)), false});
   }
-  if (partials) {
+  if (partials && ctx.attention_partials) {
+    // The partials are the output: the product reading it combines them.
+    s += glsl::buffer(operands, DType::f32, "part", false);
+    bindings.push_back({ArgRef::output(), true});
+  } else if (partials) {
     // Coherent: the last workgroup of a row reads what the others stored (row_kernel).
     std::string part = glsl::buffer(operands, DType::f32, "part", false);
     part.insert(part.find("buffer Buffer"), "coherent ");

@@ -27,7 +27,8 @@ struct AttentionShape {
 };
 
 // Buffers, sizes and helpers the kernels share; sets `bindings` to the operands and the output,
-// or with `partials`, scratch buffer 0 as the f32 buffer `part` in the output's place.
+// or with `partials`, scratch buffer 0 as the f32 buffer `part` beside it (and the counters), or
+// with ctx.attention_partials too, the output as `part` alone.
 std::string declarations(const LowerContext& ctx, const AttentionShape& g, bool has_mask,
                          std::vector<KernelBinding>& bindings, bool partials = false);
 // Statements locating head (b, h) of the scores given `b` and `h`: qb, kb, vb, the bases of its

@@ -129,6 +129,11 @@ struct DeviceTraits {
   // over 4096 cached keys from 148 to 108 µs but was slower at shorter contexts and at batch 1
   // (fewer workgroups pulling the same bytes, docs/perf.md).
   bool decode_attention_groups = false;
+  // A decoding attention's key ranges combined by the product that reads its output (the output
+  // projection) as it loads its vector, instead of by the attention's last workgroup of each row
+  // after a count across workgroups (schedule/attention_partials.h). Sessions set it
+  // (runtime::apply_environment) unless MN_ATTENTION_PARTIALS_IN_PRODUCTS=0.
+  bool attention_partials_in_products = false;
   // Keys each lane of a stream takes per block: 0 takes 8 quads of keys and of values a lane;
   // MN_ATTENTION_DECODE_LANE_KEYS (1, 2, 4, 8 or 16) sets it, up to 16 quads a lane.
   uint32_t decode_attention_lane_keys = 0;
@@ -240,6 +245,10 @@ struct Lowering {
   std::optional<IndexCheck> index_check;
   // The output is input 0's memory reinterpreted (reshape of contiguous data): no launch.
   bool alias_input0 = false;
+  // Per output, bytes its buffer holds at least, where the kernel stores more than the node's
+  // value (a decoding attention's partials, LowerContext::attention_partials); empty or 0: the
+  // node's type.
+  std::vector<uint64_t> output_bytes;
 };
 
 // A second rotation a rotation's kernel computes beside its own (same positions, frequencies and
@@ -293,6 +302,10 @@ struct LowerContext {
   // (codegen/lower_matmul_tensor.h); null: as it is.
   const Shape* stored_shape = nullptr;
   const std::vector<int64_t>* stored_perm = nullptr;
+  // cached_attention only (schedule/attention_partials.h): the split row kernel stores every
+  // key range's partial state as its output (attention_lowering::partials_of says where) and
+  // combines nothing: the product reading the output combines them as it loads its vector.
+  bool attention_partials = false;
 };
 
 using LowerFn = std::function<Lowering(const LowerContext&)>;

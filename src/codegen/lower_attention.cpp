@@ -640,7 +640,7 @@ std::string row_start(const AttentionShape& g, const KeySplit& ks, uint64_t rows
 // stored as this range's partial and combined by the workgroup row's last workgroup, or divided
 // by l and stored.
 std::string row_end(const AttentionShape& g, const KeySplit& ks, const std::string& lanes,
-                    const std::string& cols, const RowSet& rows) {
+                    const std::string& cols, const RowSet& rows, bool combine = true) {
   std::string s;
   if (ks.splits > 1) {
     for (uint64_t j = 0; j < rows.count; ++j) {
@@ -652,7 +652,7 @@ std::string row_end(const AttentionShape& g, const KeySplit& ks, const std::stri
       s += "      uint e = lane + t * " + lanes + ";\n      if (e < DV) part_st(base + 2u + e, " +
            rows.value(j, "t") + ");\n    }\n  }\n";
     }
-    return s + last_workgroup_combines(g, ks, lanes, cols, rows) + "}\n";
+    return s + (combine ? last_workgroup_combines(g, ks, lanes, cols, rows) : "") + "}\n";
   }
   for (uint64_t j = 0; j < rows.count; ++j) {
     s += "  for (uint t = 0u; t < " + cols + "; ++t) {\n";
@@ -1015,6 +1015,18 @@ std::string combine_streams(const Streams& r, uint64_t cols) {
   return s + "    m[j] = mj;\n    l[j] = lj;\n  }\n";
 }
 
+// Statements storing an idle workgroup's partials where they are the output
+// (LowerContext::attention_partials): each of its rows' range holds no key, max -inf, sum 0 and
+// zero values, which the product combining them weighs 0 (PartialsLayout).
+std::string empty_partials(const AttentionShape& g, const KeySplit& ks, const Streams& r) {
+  std::string s = "    for (uint j = 0u; j < " + ulit(r.group) + "; ++j) {\n";
+  s += "      uint base = ((g + j * LQ) * " + ulit(ks.splits) + " + part_index) * " +
+       ulit(partial_floats(g)) + ";\n";
+  s += "      for (uint e = lane; e < " + ulit(partial_floats(g)) + "; e += " + ulit(r.lanes) +
+       ") part_st(base + e, e == 0u ? -mn_inf() : 0.0);\n";
+  return s + "    }\n";
+}
+
 // Whether the stream kernel issues its first block's loads before the visible length is known
 // (one memory latency instead of two): a small grid does, a workgroup that finds itself idle
 // dropping them; a large one (many rows over a long cache) would read the whole cache for
@@ -1029,7 +1041,8 @@ bool stream_speculates(const DeviceTraits& dev, const KeySplit& ks, uint64_t row
 // one takes `per` blocks of the visible keys: one, unless the row has more blocks than the grid
 // has workgroups (past 1024 blocks). Walking several blocks a workgroup to leave fewer partials
 // measured slower for a batch over a long cache (docs/perf.md).
-std::string stream_range(const Streams& r, const KeySplit& ks, bool speculate) {
+std::string stream_range(const AttentionShape& g, const Streams& r, const KeySplit& ks,
+                         bool speculate, bool partials_out) {
   const std::string KEYS = ulit(r.keys()), SPLITS = ulit(ks.splits);
   // One workgroup a row always speculates (stream_speculates): its first block is at 0.
   if (ks.splits == 1) return "  uint jb = 0u, je = visible;\n";
@@ -1037,7 +1050,9 @@ std::string stream_range(const Streams& r, const KeySplit& ks, bool speculate) {
   s += "  uint per = max((blocks + " + ulit(ks.splits - 1) + ") / " + SPLITS +
        ", 1u), chunk = per * " + KEYS + ";\n";
   s += "  uint busy = max((visible + chunk - 1u) / chunk, 1u);\n";
-  s += "  if (part_index >= busy) return;\n";
+  s += partials_out
+           ? "  if (part_index >= busy) {\n" + empty_partials(g, ks, r) + "    return;\n  }\n"
+           : "  if (part_index >= busy) return;\n";
   s += "  uint jb = part_index * chunk, je = min(visible, jb + chunk);\n";
   s += speculate ? "  if (per != 1u) {\n" : "  {\n";
   return s + stream_loads(r, "jb") + "  }\n";
@@ -1073,7 +1088,7 @@ KernelLaunch stream_row_kernel(const LowerContext& ctx, const AttentionShape& g,
   s += "  vec4 kq[" + ulit(r.per_lane * r.kp) + "], vq[" + ulit(r.per_lane * r.vp) + "];\n";
   if (speculate) s += "  {\n" + stream_loads(r, "part_index * " + ulit(r.keys())) + "  }\n";
   s += stream_query(ctx, g, r) + append_row(ctx, g, r);
-  s += stream_range(r, ks, speculate);
+  s += stream_range(g, r, ks, speculate, ctx.attention_partials);
   const std::string G = ulit(r.group);
   s += "  float m[" + G + "], l[" + G + "];\n";
   s += "  for (uint j = 0u; j < " + G + "; ++j) {\n    m[j] = -mn_inf();\n    l[j] = 0.0;\n  }\n";
@@ -1092,11 +1107,11 @@ KernelLaunch stream_row_kernel(const LowerContext& ctx, const AttentionShape& g,
   heads.value = [cols](uint64_t j, const std::string& t) {
     return "o[" + ulit(j * cols) + " + " + t + "]";
   };
-  s += row_end(g, ks, L, ulit(cols), heads);
+  s += row_end(g, ks, L, ulit(cols), heads, !ctx.attention_partials);
   k.name = std::string(split ? "attention_split" : "attention") +
            (ctx.rope ? "+prologue[rope_positions]" : "") + "+streams" +
            (r.group > 1 ? "+heads[" + std::to_string(r.group) + "]" : "") +
-           (ctx.append ? "+reads_new_slots" : "");
+           (ctx.append ? "+reads_new_slots" : "") + (ctx.attention_partials ? "+partials" : "");
   k.glsl = std::move(s);
   k.workgroup = {r.lanes, 1, 1};
   k.groups = glsl::linear_grid(rows / r.group * ks.splits * r.lanes, ctx.device, r.lanes).groups;
@@ -1142,6 +1157,14 @@ Lowering lower_attention_kernels(const LowerContext& ctx, const AttentionShape& 
   }
   const std::optional<Streams> streams = streams_for(g, ctx.device);
   const KeySplit ks = key_split(g, streams ? streams->keys() : 64);
+  if (ctx.attention_partials) {
+    if (!streams || ks.splits == 1) {
+      throw Error("attention lowering: this cached_attention's kernel cannot store its partials");
+    }
+    low.launches.push_back(stream_row_kernel(ctx, g, ks, *streams));
+    low.output_bytes.push_back(g.heads() * g.lq * ks.splits * partial_floats(g) * sizeof(float));
+    return low;
+  }
   low.launches.push_back(streams ? stream_row_kernel(ctx, g, ks, *streams)
                                  : row_kernel(ctx, g, ks));
   if (ks.splits > 1) {
@@ -1194,6 +1217,17 @@ bool row_kernel_reads_rope(const LowerContext& ctx) {
   const AttentionShape g(ctx);
   return g.d % 2 == 0 && ctx.inputs[0].dtype == DType::f32 &&
          !tiled(g, ctx.device) && row_q_shared(g, ctx.device);
+}
+
+std::optional<PartialsLayout> partials_of(const LowerContext& ctx) {
+  if (ctx.node.op_name() != "cached_attention") return std::nullopt;
+  const AttentionShape g(ctx);
+  if (g.lq != 1 || tiled(g, ctx.device)) return std::nullopt;
+  const std::optional<Streams> streams = streams_for(g, ctx.device);
+  if (!streams) return std::nullopt;
+  const KeySplit ks = key_split(g, streams->keys());
+  if (ks.splits == 1) return std::nullopt;
+  return PartialsLayout{g.heads(), ks.splits, g.dv};
 }
 
 bool takes_cache_append(const LowerContext& ctx) {

@@ -1,5 +1,6 @@
 #pragma once
 // Pieces of the attention-family lowerings split across files.
+#include <optional>
 #include <string>
 
 #include "codegen/kernel.h"
@@ -31,6 +32,18 @@ std::string workgroup_reductions(const std::string& lanes);
 // Whether cached_attention's row kernel takes ctx.rope (its query rotated as it is loaded):
 // the kernel is not tiled and keeps the query row in shared memory (lower_attention.cpp).
 bool row_kernel_reads_rope(const LowerContext& ctx);
+// Where a decoding cached_attention's split row kernel stores its partials as its output
+// (LowerContext::attention_partials): query row r's key range p at (r · splits + p) · (2 + dv)
+// floats, its maximum score, its sum of exp(score - maximum) and its dv values weighted by those
+// exponentials, unnormalised; a range holding no visible key has maximum -inf, sum 0 and zero
+// values. The output is then head h's values combined over its ranges, row r = h of one query.
+struct PartialsLayout {
+  uint64_t rows = 0, splits = 0, dv = 0;
+  uint64_t floats() const { return 2 + dv; }
+};
+// The layout for ctx where its kernel is the split row kernel of one query per row (decoding);
+// nullopt otherwise (one workgroup a row, tiled or tensor-core kernels).
+std::optional<PartialsLayout> partials_of(const LowerContext& ctx);
 // Whether cached_attention's lowering takes ctx.append: its quad kernel runs (decoding), and a
 // rotated key update shares the query's rotation where the query is rotated too.
 bool takes_cache_append(const LowerContext& ctx);

@@ -133,6 +133,44 @@ std::string chain_finish(const GemvExtras::Chain& c, int64_t p, uint32_t threads
   return s + "  if (lid == 0u) done[0] = 0u;\n";
 }
 
+// ---- the vector combined from an attention's partials (GemvExtras::combine) ----
+
+// GLSL: x_sh, the vector of K elements, and combine_vector(), which every invocation of the
+// workgroup calls once: each computes its elements from their head's partials in A (all of its
+// loads issued at once: the ranges' maxima, sums and values), then a barrier. A head whose
+// ranges hold no key (all weights 0) gives zeros, as the attention's own combine does.
+std::string combine_declarations(const GemvExtras::Combine& c, int64_t k, uint32_t threads) {
+  const std::string K = ulit(k), P = ulit(2 + c.dv), SPLITS = ulit(c.splits);
+  const int64_t per_lane = (k + threads - 1) / threads;
+  std::string s = "shared float x_sh[" + K + "];\n";
+  s += "float combine_inf() { return uintBitsToFloat(0x7f800000u); }\n";
+  s += "void combine_vector() {\n  uint t = gl_LocalInvocationIndex;\n";
+  s += "  float pm[" + ulit(per_lane * c.splits) + "], pl[" + ulit(per_lane * c.splits) + "], pv[" +
+       ulit(per_lane * c.splits) + "];\n";
+  s += "  for (uint u = 0u; u < " + ulit(per_lane) + "; ++u) {\n";
+  // Clamped: a lane past K loads the last element and stores nothing.
+  s += "    uint x = min(t + u * " + ulit(threads) + ", " + ulit(k - 1) + ");\n";
+  s += "    uint base = (x / " + ulit(c.dv) + ") * " + SPLITS + " * " + P + ", e = x % " +
+       ulit(c.dv) + ";\n";
+  s += "    for (uint p = 0u; p < " + SPLITS + "; ++p) {\n";
+  s += "      pm[u * " + SPLITS + " + p] = A_ld(base + p * " + P + ");\n";
+  s += "      pl[u * " + SPLITS + " + p] = A_ld(base + p * " + P + " + 1u);\n";
+  s += "      pv[u * " + SPLITS + " + p] = A_ld(base + p * " + P + " + 2u + e);\n";
+  s += "    }\n  }\n";
+  s += "  for (uint u = 0u; u < " + ulit(per_lane) + "; ++u) {\n";
+  s += "    float mx = -combine_inf();\n";
+  s += "    for (uint p = 0u; p < " + SPLITS + "; ++p) mx = max(mx, pm[u * " + SPLITS + " + p]);\n";
+  s += "    float lsum = 0.0, o = 0.0;\n";
+  s += "    for (uint p = 0u; p < " + SPLITS + "; ++p) {\n";
+  s += "      float m = pm[u * " + SPLITS + " + p];\n";
+  s += "      float w = m == -combine_inf() ? 0.0 : exp(m - mx);\n";
+  s += "      lsum += w * pl[u * " + SPLITS + " + p];\n";
+  s += "      o += w == 0.0 ? 0.0 : w * pv[u * " + SPLITS + " + p];\n    }\n";
+  s += "    uint x = t + u * " + ulit(threads) + ";\n";
+  s += "    if (x < " + K + ") x_sh[x] = lsum == 0.0 ? 0.0 : o / lsum;\n  }\n";
+  return s + "  barrier();\n}\n";
+}
+
 // One subgroup per output. The subgroup size is read at run time (a device may run compute
 // shaders at another width than it reports), so any width is correct; the reported one sizes
 // the workgroup. With K a multiple of 4, lanes read four elements at a time. The K loop keeps
@@ -147,6 +185,11 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
             : std::min<uint32_t>(256, std::bit_floor(ctx.device.max_workgroup_invocations));
   if (chain && (threads == 0 || batch != 1 || !l.left || (x && !x->stacked.empty()))) {
     throw Error("matmul: this GEMV cannot chain a second product");
+  }
+  const std::optional<GemvExtras::Combine> combine = x ? x->combine : std::nullopt;
+  if (combine &&
+      (batch != 1 || !l.left || x->norm || chain || combine->dv <= 0 || g.k % combine->dv != 0)) {
+    throw Error("matmul: this GEMV cannot combine an attention's partials into its vector");
   }
   const uint32_t width = std::clamp<uint32_t>(ctx.device.subgroup_size, 1, threads);
   const int64_t rows = threads / width;  // outputs per workgroup
@@ -192,6 +235,7 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   }
   const uint32_t chain_binding = stacked_binding + 2 * static_cast<uint32_t>(stacked.size());
   if (chain) s += chain_declarations(*chain, chain_binding, rows);
+  if (combine) s += combine_declarations(*combine, g.k, threads);
   s += epilogue_function(e);
 
   // Loads of element (or quad) `i` of the vector, gamma and the matrices; `dot` combines two.
@@ -200,6 +244,11 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   const std::string vbase = l.left ? "abase" : "bbase", mbase = l.left ? "bbase" : "abase";
   const std::string unit = quads ? " / 4u" : "";
   auto load = [&](const std::string& name, const std::string& base, const std::string& i) {
+    if (combine && name == vec_name) {  // the combined vector, in shared memory (batch 1)
+      return quads ? "vec4(x_sh[4u * " + i + "], x_sh[4u * " + i + " + 1u], x_sh[4u * " + i +
+                         " + 2u], x_sh[4u * " + i + " + 3u])"
+                   : "x_sh[" + i + "]";
+    }
     return name + q + "_ld(" + (base.empty() ? i : base + unit + " + " + i) + ")";
   };
   auto dot = [&](const std::string& a, const std::string& b) {
@@ -272,6 +321,7 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   s += "  uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
   s += "  uint S = gl_SubgroupSize, lane = gl_SubgroupInvocationID;\n";
   if (chain) s += chain_loads(*chain, l.p_count, threads, rows, groups_all);
+  if (combine) s += "  combine_vector();\n";
   s += "  for (uint r = gl_SubgroupID; r < " + ulit(rows) + "; r += gl_NumSubgroups) {\n";
   s += "    uint o = group * " + ulit(rows) + " + r;\n";
   // Uniform in the subgroup; a chain's missing outputs of h multiply nothing.
@@ -302,7 +352,7 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   KernelLaunch k;
   k.name =
       std::string("matmul_gemv") + (norm ? "+prologue[rms_norm]" : "") +
-      (sibling ? "+sibling" : "") +
+      (combine ? "+prologue[attention_combine]" : "") + (sibling ? "+sibling" : "") +
       (stacked.empty() ? "" : "+stacked[" + std::to_string(stacked.size()) + "]") +
       (chain ? std::string("+then[matmul") + (chain->residual_input >= 0 ? ",add]" : "]") : "");
   k.glsl = std::move(s);

@@ -65,6 +65,11 @@ std::string batch_bases(const MatmulGeometry& g);
 //    starts, into a partial of y in scratch; the last workgroup to finish (counted in a
 //    counter it sets back to zero) adds the partials in workgroup order, then the residual.
 //    Only with the workgroup size gemv_chain_threads gives.
+//  - combine: input 0 holds a decoding attention's partials (attention_lowering::PartialsLayout:
+//    `splits` key ranges per head of `dv` values, heads·dv = K), not the vector: every
+//    workgroup first combines them into the vector in shared memory (each element's ranges
+//    weighted by exp(max - the head's max), divided by the weighted sums), the attention's own
+//    last workgroup, its count across workgroups and its second round trip through memory gone.
 struct GemvExtras {
   bool norm = false;
   double eps = 1e-6;
@@ -89,6 +94,10 @@ struct GemvExtras {
     DType out_dtype = DType::f32;
   };
   std::optional<Chain> chain;
+  struct Combine {
+    int64_t splits = 0, dv = 0;
+  };
+  std::optional<Combine> combine;
 };
 
 // The workgroup size of a GEMV kernel with `p` outputs chaining a product of `outs` outputs

@@ -19,6 +19,7 @@
 #include "plan/in_place.h"
 #include "plan/launch_levels.h"
 #include "plan/shared_launches.h"
+#include "schedule/attention_partials.h"
 #include "schedule/cache_append.h"
 #include "schedule/fusion.h"
 #include "schedule/gemv_fusion.h"
@@ -92,6 +93,7 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
     schedule::save_lse_in_forward(g, p.groups, options.device);
     schedule::compute_grad_v_with_grad_k(g, p.groups, options.device);
     schedule::fold_permutes_into_twin_stores(g, p.groups);
+    schedule::read_attention_partials(g, p.groups, options.device);
   }
   const std::vector<std::vector<int>> in_place = plan_in_place(g, p.groups);
 
@@ -145,8 +147,11 @@ void schedule_and_place(StepPlan& p, const PlanOptions& options, bool off,
       // In place: the output is an input's buffer, and its assignment needs no copy.
       const NodeId o = group.outputs[j];
       const int in = in_place[gi].at(j);
+      // A kernel may store more than the node's value (Lowering::output_bytes).
+      const uint64_t bytes = std::max<uint64_t>(device_bytes(g.node(o).type),
+                                                j < l.output_bytes.size() ? l.output_bytes[j] : 0);
       outs.push_back(in >= 0 ? buffer_of(group.inputs.at(static_cast<size_t>(in)))
-                             : new_buffer(device_bytes(g.node(o).type), false, o));
+                             : new_buffer(bytes, false, o));
       p.node_buffer[o] = outs.back();
     }
     std::vector<int> scratch;

@@ -146,6 +146,7 @@ void apply_environment(codegen::DeviceTraits& t) {
   t.gemv_chain = support::env_switch("MN_GEMV_CHAIN", false);
   // Off since measured slower but for long contexts at large batches (docs/perf.md, 2026-12-06).
   t.decode_attention_groups = support::env_switch("MN_ATTENTION_DECODE_GROUPS", false);
+  t.attention_partials_in_products = support::env_switch("MN_ATTENTION_PARTIALS_IN_PRODUCTS", true);
   t.decode_attention_keys = static_cast<uint32_t>(env_count("MN_ATTENTION_DECODE_KEYS", 0));
   if (t.decode_attention_keys != 0 &&
       (!std::has_single_bit(t.decode_attention_keys) || t.decode_attention_keys < 16 ||

@@ -59,8 +59,9 @@ std::vector<TensorType> node_input_types(const Graph& g, const Node& n) {
 }
 
 bool without_extras_but_a_norm(const KernelGroup& k) {
-  return k.gemv.sibling < 0 && k.gemv.stacked.empty() && k.gemv.then < 0 && k.rope.node < 0 &&
-         k.append.k_write < 0;
+  return k.gemv.sibling < 0 && k.gemv.stacked.empty() && k.gemv.then < 0 &&
+         k.gemv.combine_splits == 0 && k.rope.node < 0 && k.append.k_write < 0 &&
+         !k.attention_partials;
 }
 
 bool without_extras(const KernelGroup& k) {

@@ -124,6 +124,10 @@ struct KernelGroup {
     // residual as input `then_residual`.
     NodeId then = -1, then_add = -1;
     int then_input = -1, then_residual = -1;
+    // Input 0 holds a decoding attention's partials, `combine_splits` key ranges of
+    // `combine_dv` values per head, which the kernel combines into its vector
+    // (schedule/attention_partials.h, codegen::GemvExtras::combine); 0: none.
+    int64_t combine_splits = 0, combine_dv = 0;
   };
   Gemv gemv;
   // Single cache_write and cached_attention groups only, see schedule/rope_fusion.h: the
@@ -162,6 +166,10 @@ struct KernelGroup {
     std::vector<int64_t> load_perm, store_perm;
   };
   StackedRotation stacked_rotation;
+  // Single cached_attention groups only, see schedule/attention_partials.h: the kernel stores its
+  // key ranges' partials as its output (codegen::LowerContext::attention_partials), which the
+  // one product reading it combines.
+  bool attention_partials = false;
   // Single scaled_dot_product_attention groups only, see schedule/saved_lse.h: output 1 is the
   // attention_lse of the same operands, which the forward kernel stores as it finishes a row.
   bool saves_lse = false;

@@ -77,7 +77,9 @@ std::string op_list(const Graph& g, const std::vector<NodeId>& nodes) {
 // What a GEMV group's kernel does beside its product (KernelGroup::gemv).
 std::optional<codegen::GemvExtras> gemv_extras(const Graph& g, const KernelGroup& group) {
   const KernelGroup::Gemv& v = group.gemv;
-  if (v.norm < 0 && v.sibling < 0 && v.stacked.empty() && v.then < 0) return std::nullopt;
+  if (v.norm < 0 && v.sibling < 0 && v.stacked.empty() && v.then < 0 && v.combine_splits == 0) {
+    return std::nullopt;
+  }
   codegen::GemvExtras x;
   if (v.norm >= 0) {
     x.norm = true;
@@ -104,6 +106,8 @@ std::optional<codegen::GemvExtras> gemv_extras(const Graph& g, const KernelGroup
     c.out_dtype = g.node(v.then_add >= 0 ? v.then_add : v.then).type.dtype;
     x.chain = c;
   }
+  if (v.combine_splits > 0)
+    x.combine = codegen::GemvExtras::Combine{v.combine_splits, v.combine_dv};
   return x;
 }
 
@@ -447,6 +451,7 @@ codegen::Lowering lower_group(const Graph& g, const KernelGroup& group,
                             group.store_perm.empty() ? nullptr : &group.store_perm};
   ctx.stacked_rotation = stacked ? &*stacked : nullptr;
   if (group.saves_lse) ctx.saved_lse = g.node(group.outputs.at(1)).type.dtype;
+  ctx.attention_partials = group.attention_partials;
   if (group.computes_grad_v) ctx.grad_v_output = g.node(group.outputs.at(1)).type.dtype;
   // A product stores itself permuted through its kernel's tile layouts (permuted_stores.h);
   // other kernels' stores are rewritten after lowering.

@@ -230,6 +230,8 @@ TEST(CoopTraits, SwitchesFromTheEnvironment) {
         Switch{"MN_TILED_NORM", &DeviceTraits::tiled_norm, false},
         Switch{"MN_TILED_SIBLING", &DeviceTraits::tiled_sibling, true},
         Switch{"MN_ATTENTION_DECODE_GROUPS", &DeviceTraits::decode_attention_groups, false},
+        Switch{"MN_ATTENTION_PARTIALS_IN_PRODUCTS", &DeviceTraits::attention_partials_in_products,
+               true},
         Switch{"MN_CACHE_PREFETCH", &DeviceTraits::cache_prefetch, true},
         Switch{"MN_SHARED_LAUNCHES", &DeviceTraits::shared_launches, true},
         Switch{"MN_SPREAD_UPDATES", &DeviceTraits::spread_updates, false},

@@ -1,0 +1,165 @@
+// A decoding attention's key ranges combined by the output projection that reads it
+// (schedule/attention_partials.h): the attention stores its partials, the GEMV combines them as
+// it loads its vector. The plan names both; the values stay the reference's at positions that
+// leave ranges idle, fill every range or see no key, with the caches read as they are and with
+// a decoding step's rotations and cache writes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include <meganeura/graph.h>
+#include <meganeura/ops.h>
+#include <meganeura/reference.h>
+#include <meganeura/session.h>
+
+#include "plan/step_plan.h"
+#include "support/random_fill.h"
+#include "support/scoped_env.h"
+
+namespace mn {
+namespace {
+
+// 200 slots split a query's keys over four workgroups of 64 keys (heads of 16).
+constexpr int64_t kHeads = 4, kKvHeads = 2, kDim = 16, kSlots = 200, kOut = 40;
+
+// One query a head attends over caches of kSlots slots up to its position, its heads' outputs
+// projected by W with a residual: y = reshape(attention) · Wᵀ + r. With `append`, the step
+// rotates q and k by the position and writes k and v into the caches first, as a decoding layer
+// does; otherwise the caches are inputs read as they are.
+struct DecodeProjection {
+  Graph g;
+  explicit DecodeProjection(bool append) {
+    Tensor positions = g.input("positions", {1, 1}, DType::i32);
+    Tensor rows = unsqueeze(positions, 1);
+    Tensor q = g.input("q", {1, kHeads, 1, kDim});
+    Tensor keys, values;
+    if (append) {
+      q = rope_positions(q, rows);
+      auto write = [&](const char* name, Tensor x) {
+        Tensor state = g.state(name, {1, kKvHeads, kSlots, kDim}, Init::zeros());
+        Tensor updated = cache_write(state, x, positions);
+        g.assign(state, updated);
+        return updated;
+      };
+      keys = write("k_cache", rope_positions(g.input("k", {1, kKvHeads, 1, kDim}), rows));
+      values = write("v_cache", g.input("v", {1, kKvHeads, 1, kDim}));
+    } else {
+      keys = g.input("keys", {1, kKvHeads, kSlots, kDim});
+      values = g.input("values", {1, kKvHeads, kSlots, kDim});
+    }
+    Tensor o = reshape(cached_attention(q, keys, values, rows), {1, 1, kHeads * kDim});
+    Tensor w = g.parameter("w", {kOut, kHeads * kDim}, Init::zeros());
+    g.output("y", matmul(o, w, false, true) + g.input("r", {1, 1, kOut}));
+  }
+};
+
+codegen::DeviceTraits subgroup_device(bool partials) {
+  codegen::DeviceTraits d;
+  d.subgroup_add = true;
+  d.subgroup_vote = true;
+  d.subgroup_shuffle = true;
+  d.attention_partials_in_products = partials;
+  return d;
+}
+
+std::vector<std::string> launch_names(const Graph& g, bool partials) {
+  plan::PlanOptions po;
+  po.device = subgroup_device(partials);
+  std::vector<std::string> names;
+  for (const auto& l : plan::make_step_plan(g, po).launches) names.push_back(l.kernel.name);
+  return names;
+}
+
+size_t count_containing(const std::vector<std::string>& names, std::string_view part) {
+  return static_cast<size_t>(std::count_if(names.begin(), names.end(), [&](const std::string& n) {
+    return n.find(part) != std::string::npos;
+  }));
+}
+
+TEST(AttentionPartials, TheProjectionCombinesThem) {
+  for (bool append : {false, true}) {
+    DecodeProjection step(append);
+    const std::vector<std::string> names = launch_names(step.g, true);
+    const std::string all = ::testing::PrintToString(names);
+    EXPECT_EQ(count_containing(names, "attention_split"), 1u) << all;
+    EXPECT_EQ(count_containing(names, "+partials"), 1u) << all;
+    EXPECT_EQ(count_containing(names, "matmul_gemv+prologue[attention_combine]+epilogue[add]"), 1u)
+        << all;
+    // Without the switch the attention combines its own ranges.
+    const std::vector<std::string> off = launch_names(step.g, false);
+    EXPECT_EQ(count_containing(off, "attention_split"), 1u) << ::testing::PrintToString(off);
+    EXPECT_EQ(count_containing(off, "+partials"), 0u) << ::testing::PrintToString(off);
+    EXPECT_EQ(count_containing(off, "attention_combine"), 0u) << ::testing::PrintToString(off);
+  }
+}
+
+// The attention's output read by another kernel too, or kept as an output: it stays whole.
+TEST(AttentionPartials, OnlyWhereTheProjectionIsTheOneReader) {
+  DecodeProjection kept(false);
+  const NodeId y = *kept.g.find_output("y");
+  // The attention: the reshape's operand, the matmul's input 0.
+  const NodeId mm = kept.g.node(kept.g.node(y).inputs.at(0)).op_name() == "matmul"
+                        ? kept.g.node(y).inputs.at(0)
+                        : kept.g.node(y).inputs.at(1);
+  const NodeId attention = kept.g.node(kept.g.node(mm).inputs.at(0)).inputs.at(0);
+  ASSERT_EQ(kept.g.node(attention).op_name(), "cached_attention");
+  kept.g.output("attention", Tensor(&kept.g, attention));
+  std::vector<std::string> names = launch_names(kept.g, true);
+  EXPECT_EQ(count_containing(names, "+partials"), 0u) << ::testing::PrintToString(names);
+
+  DecodeProjection twice(false);
+  const NodeId o = twice.g.node(*twice.g.find_output("y")).inputs.at(0);
+  twice.g.output("sum", sum(Tensor(&twice.g, twice.g.node(o).inputs.at(0))));
+  names = launch_names(twice.g, true);
+  EXPECT_EQ(count_containing(names, "+partials"), 0u) << ::testing::PrintToString(names);
+}
+
+// Steps on the device (lavapipe in CI) against reference::run_step, with the switch on (the
+// default) and off: positions leaving three of four ranges idle, two, none, and (caches read as
+// they are) a query seeing no key, whose output is zeros.
+void expect_reference_steps(bool append, const std::vector<int32_t>& positions) {
+  for (const char* partials : {"1", "0"}) {
+    testing::ScopedEnv env("MN_ATTENTION_PARTIALS_IN_PRODUCTS", partials);
+    DecodeProjection step(append);
+    std::mt19937_64 rng =
+        testing::rng_for(std::string("attention_partials_") + (append ? "append" : "caches"));
+    reference::Feeds persistent;
+    for (NodeId id : step.g.states()) {
+      persistent[step.g.node(id).name] = testing::random_array(rng, step.g.node(id).type);
+    }
+    for (NodeId id : step.g.parameters()) {
+      persistent[step.g.node(id).name] = testing::random_array(rng, step.g.node(id).type);
+    }
+    SessionOptions so;
+    so.profile = true;
+    auto session = build_session(step.g, so);
+    for (const auto& [name, value] : persistent) session->set(name, value);
+    for (int32_t position : positions) {
+      reference::Feeds inputs;
+      for (NodeId id : step.g.inputs()) {
+        const Node& n = step.g.node(id);
+        if (n.name != "positions") inputs[n.name] = testing::random_array(rng, n.type);
+      }
+      inputs["positions"] = Array({1, 1}, DType::i32, {static_cast<double>(position)});
+      const Array expected = reference::run_step(step.g, inputs, persistent).at("y");
+      for (const auto& [name, value] : inputs) session->set(name, value);
+      session->step();
+      EXPECT_LE(testing::scaled_error(session->get("y"), expected), 2e-5)
+          << (append ? "append" : "caches") << ", position " << position << ", switch " << partials;
+    }
+    // The device's kernels are the ones the switch asks for.
+    std::vector<std::string> names;
+    for (const KernelTime& k : session->profile()) names.push_back(k.name);
+    EXPECT_EQ(count_containing(names, "prologue[attention_combine]"),
+              std::string_view(partials) == "1" ? 1u : 0u)
+        << ::testing::PrintToString(names);
+  }
+}
+
+TEST(AttentionPartials, ValuesMatchTheReference) {
+  expect_reference_steps(false, {3, 150, 199, -1});
+  expect_reference_steps(true, {3, 4, 150, 199});
+}
+
+}  // namespace
+}  // namespace mn
