@@ -260,14 +260,15 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   // instead and adds exactly nothing (a select of the products, whatever the loads hold): every
   // tail step's loads are then issued with the others, where a load inside a branch would wait
   // out its latency before the next one.
+  // `held`: the matrix's value at this step, loaded earlier (combine_preload); empty: load it.
   auto step = [&](const std::string& matrix, int u, const std::string& i,
-                  const std::string& valid = "") {
+                  const std::string& valid = "", const std::string& held = "") {
     const std::string U = std::to_string(u);
     auto add = [&](const std::string& to, const std::string& term) {
       return " " + to + " += " + (valid.empty() ? term : valid + " ? " + term + " : 0.0") + ";";
     };
     std::string t = "      { " + T + " v = " + load(vec_name, vbase, i) +
-                    ", w = " + load(matrix, mbase, row + i) + ";";
+                    ", w = " + (held.empty() ? load(matrix, mbase, row + i) : held) + ";";
     if (sibling) t += " " + T + " sv = " + load("S", mbase, row + i) + ";";
     if (norm) t += add("ss" + U, dot("v", "v"));
     if (gamma) t += " v *= " + load("G", "", i) + ";";
@@ -276,24 +277,31 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
     return t + " }\n";
   };
   // One output p of `matrix`: the dot product over K, then `store` (statements using acc).
-  auto product = [&](const std::string& matrix, const std::string& store) {
+  const std::string N = ulit(count);
+  const std::string last = ulit(std::max<int64_t>(count - 1, 0));
+  // Loads of a row of at most 16 a lane (at the reported width), all in flight at once.
+  const bool whole_rows = count <= 16 * static_cast<int64_t>(width);
+  const int64_t row_loads = (count + width - 1) / width;
+  // With the vector combined from partials (combine_vector, a barrier), the matrix's loads of
+  // the subgroup's first row are issued before it, in flight beside the partials' loads.
+  const bool preload = combine && whole_rows;
+  // `preloaded`: the row's first loads are in wpre[] (preload).
+  auto product = [&](const std::string& matrix, const std::string& store, bool preloaded = false) {
     std::string t = "    float a0 = 0.0, a1 = 0.0, a2 = 0.0, a3 = 0.0;\n";
     if (norm) t += "    float ss0 = 0.0, ss1 = 0.0, ss2 = 0.0, ss3 = 0.0;\n";
     if (sibling) t += "    float b0 = 0.0, b1 = 0.0, b2 = 0.0, b3 = 0.0;\n";
-    const std::string N = ulit(count);
-    const std::string last = ulit(std::max<int64_t>(count - 1, 0));
     auto masked = [&](int u, const std::string& at) {
-      return step(matrix, u % 4, "min(" + at + ", " + last + ")", at + " < " + N);
+      return step(matrix, u % 4, "min(" + at + ", " + last + ")", at + " < " + N,
+                  preloaded ? "wpre[" + std::to_string(u) + "]" : "");
     };
     t += "    uint i = lane;\n";
-    if (count <= 16 * static_cast<int64_t>(width)) {
-      // A row of at most 16 loads a lane at the reported width: all of them in flight at once,
-      // then whatever a narrower subgroup than reported leaves.
-      const int64_t per_lane = (count + width - 1) / width;
-      for (int64_t u = 0; u < per_lane; ++u) {
+    if (whole_rows) {
+      // All of the row's loads in flight at once, then whatever a narrower subgroup than
+      // reported leaves.
+      for (int64_t u = 0; u < row_loads; ++u) {
         t += masked(static_cast<int>(u), "(i + " + ulit(u) + " * S)");
       }
-      t += "    for (i += " + ulit(per_lane) + " * S; i < " + N + "; i += S)\n" +
+      t += "    for (i += " + ulit(row_loads) + " * S; i < " + N + "; i += S)\n" +
            step(matrix, 0, "i");
     } else {
       // Eight loads in flight per lane, and the rest (fewer than eight per lane) all at once.
@@ -321,6 +329,18 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   s += "  uint group = gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x;\n";
   s += "  uint S = gl_SubgroupSize, lane = gl_SubgroupInvocationID;\n";
   if (chain) s += chain_loads(*chain, l.p_count, threads, rows, groups_all);
+  if (preload) {
+    // The subgroup's first row (batch 1: its output p), clamped into the matrix: a subgroup
+    // past the outputs leaves the loop without using them.
+    s += "  " + T + " wpre[" + ulit(row_loads) + "];\n  {\n";
+    s += "    uint p = min(group * " + ulit(rows) + " + gl_SubgroupID, " + ulit(outputs - 1) +
+         "), i = lane;\n";
+    for (int64_t u = 0; u < row_loads; ++u) {
+      s += "    wpre[" + ulit(u) +
+           "] = " + load(mat_name, "", row + "min(i + " + ulit(u) + " * S, " + last + ")") + ";\n";
+    }
+    s += "  }\n";
+  }
   if (combine) s += "  combine_vector();\n";
   s += "  for (uint r = gl_SubgroupID; r < " + ulit(rows) + "; r += gl_NumSubgroups) {\n";
   s += "    uint o = group * " + ulit(rows) + " + r;\n";
@@ -344,7 +364,12 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   const std::string store = chain ? "{ float hv = mm_epilogue(acc, bz, 0u, p); C_st(bz * " +
                                         ulit(l.p_count) + " + p, hv); h_sh[r] = hv; }"
                                   : epilogue_store(l);
-  s += product(mat_name, store);
+  if (preload) {
+    s += "    if (r == gl_SubgroupID) {\n" + product(mat_name, store, true) + "    } else {\n" +
+         product(mat_name, store) + "    }\n";
+  } else {
+    s += product(mat_name, store);
+  }
   s += "  }\n";
   if (chain) s += chain_finish(*chain, l.p_count, threads, rows, groups_all);
   s += "}\n";
