@@ -20,35 +20,40 @@ namespace mn {
 namespace {
 
 // 200 slots split a query's keys over four workgroups of 64 keys (heads of 16).
-constexpr int64_t kHeads = 4, kKvHeads = 2, kDim = 16, kSlots = 200, kOut = 40;
+constexpr int64_t kHeads = 4, kKvHeads = 2, kSlots = 200, kOut = 40;
 
 // One query a head attends over caches of kSlots slots up to its position, its heads' outputs
 // projected by W with a residual: y = reshape(attention) · Wᵀ + r. With `append`, the step
 // rotates q and k by the position and writes k and v into the caches first, as a decoding layer
 // does; otherwise the caches are inputs read as they are.
+// Heads of `dim`, caches of `cache` (read widened, as a decoding step with 16-bit caches does).
 struct DecodeProjection {
   Graph g;
-  explicit DecodeProjection(bool append) {
+  explicit DecodeProjection(bool append, int64_t dim = 16, DType cache = DType::f32) {
     Tensor positions = g.input("positions", {1, 1}, DType::i32);
     Tensor rows = unsqueeze(positions, 1);
-    Tensor q = g.input("q", {1, kHeads, 1, kDim});
+    Tensor q = g.input("q", {1, kHeads, 1, dim});
     Tensor keys, values;
     if (append) {
       q = rope_positions(q, rows);
       auto write = [&](const char* name, Tensor x) {
-        Tensor state = g.state(name, {1, kKvHeads, kSlots, kDim}, Init::zeros());
-        Tensor updated = cache_write(state, x, positions);
+        Tensor state = g.state(name, {1, kKvHeads, kSlots, dim}, Init::zeros(), cache);
+        Tensor updated = cache_write(state, cache == DType::f32 ? x : cast(x, cache), positions);
         g.assign(state, updated);
         return updated;
       };
-      keys = write("k_cache", rope_positions(g.input("k", {1, kKvHeads, 1, kDim}), rows));
-      values = write("v_cache", g.input("v", {1, kKvHeads, 1, kDim}));
+      keys = write("k_cache", rope_positions(g.input("k", {1, kKvHeads, 1, dim}), rows));
+      values = write("v_cache", g.input("v", {1, kKvHeads, 1, dim}));
     } else {
-      keys = g.input("keys", {1, kKvHeads, kSlots, kDim});
-      values = g.input("values", {1, kKvHeads, kSlots, kDim});
+      keys = g.input("keys", {1, kKvHeads, kSlots, dim}, cache);
+      values = g.input("values", {1, kKvHeads, kSlots, dim}, cache);
     }
-    Tensor o = reshape(cached_attention(q, keys, values, rows), {1, 1, kHeads * kDim});
-    Tensor w = g.parameter("w", {kOut, kHeads * kDim}, Init::zeros());
+    if (cache != DType::f32) {
+      keys = cast(keys, DType::f32);
+      values = cast(values, DType::f32);
+    }
+    Tensor o = reshape(cached_attention(q, keys, values, rows), {1, 1, kHeads * dim});
+    Tensor w = g.parameter("w", {kOut, kHeads * dim}, Init::zeros());
     g.output("y", matmul(o, w, false, true) + g.input("r", {1, 1, kOut}));
   }
 };
@@ -117,12 +122,14 @@ TEST(AttentionPartials, OnlyWhereTheProjectionIsTheOneReader) {
 // Steps on the device (lavapipe in CI) against reference::run_step, with the switch on (the
 // default) and off: positions leaving three of four ranges idle, two, none, and (caches read as
 // they are) a query seeing no key, whose output is zeros.
-void expect_reference_steps(bool append, const std::vector<int32_t>& positions) {
+void expect_reference_steps(bool append, const std::vector<int32_t>& positions, int64_t dim = 16,
+                            DType cache = DType::f32, double tolerance = 2e-5) {
+  const std::string what = std::string(append ? "append" : "caches") + "_d" + std::to_string(dim) +
+                           "_" + std::string(dtype_name(cache));
   for (const char* partials : {"1", "0"}) {
     testing::ScopedEnv env("MN_ATTENTION_PARTIALS_IN_PRODUCTS", partials);
-    DecodeProjection step(append);
-    std::mt19937_64 rng =
-        testing::rng_for(std::string("attention_partials_") + (append ? "append" : "caches"));
+    DecodeProjection step(append, dim, cache);
+    std::mt19937_64 rng = testing::rng_for("attention_partials_" + what);
     reference::Feeds persistent;
     for (NodeId id : step.g.states()) {
       persistent[step.g.node(id).name] = testing::random_array(rng, step.g.node(id).type);
@@ -144,8 +151,8 @@ void expect_reference_steps(bool append, const std::vector<int32_t>& positions) 
       const Array expected = reference::run_step(step.g, inputs, persistent).at("y");
       for (const auto& [name, value] : inputs) session->set(name, value);
       session->step();
-      EXPECT_LE(testing::scaled_error(session->get("y"), expected), 2e-5)
-          << (append ? "append" : "caches") << ", position " << position << ", switch " << partials;
+      EXPECT_LE(testing::scaled_error(session->get("y"), expected), tolerance)
+          << what << ", position " << position << ", switch " << partials;
     }
     // The device's kernels are the ones the switch asks for.
     std::vector<std::string> names;
@@ -159,6 +166,18 @@ void expect_reference_steps(bool append, const std::vector<int32_t>& positions) 
 TEST(AttentionPartials, ValuesMatchTheReference) {
   expect_reference_steps(false, {3, 150, 199, -1});
   expect_reference_steps(true, {3, 4, 150, 199});
+}
+
+// Heads of 128 (a lane's two quads of keys and values), 16-bit caches, and a key/value head's
+// group of query heads in one workgroup (MN_ATTENTION_DECODE_GROUPS=1: each workgroup stores
+// two rows' partials, idle ones two empty partials).
+TEST(AttentionPartials, WideHeadsSixteenBitCachesAndGroupsOfHeads) {
+  expect_reference_steps(false, {5, 199, -1}, 128);
+  expect_reference_steps(true, {3, 150}, 16, DType::bf16, 1e-2);
+  expect_reference_steps(false, {3, 150}, 16, DType::f16, 2e-3);
+  testing::ScopedEnv groups("MN_ATTENTION_DECODE_GROUPS", "1");
+  expect_reference_steps(false, {3, 150, 199, -1});
+  expect_reference_steps(true, {3, 4, 199});
 }
 
 }  // namespace
