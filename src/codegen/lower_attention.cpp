@@ -1050,6 +1050,13 @@ std::string stream_range(const AttentionShape& g, const Streams& r, const KeySpl
   s += "  uint per = max((blocks + " + ulit(ks.splits - 1) + ") / " + SPLITS +
        ", 1u), chunk = per * " + KEYS + ";\n";
   s += "  uint busy = max((visible + chunk - 1u) / chunk, 1u);\n";
+  if (partials_out) {
+    // The count of ranges holding keys, after every row's ranges: the reader combines those.
+    s += "  if (part_index == 0u && lane == 0u) {\n";
+    s += "    for (uint j = 0u; j < " + ulit(r.group) + "; ++j) part_st(" +
+         ulit(g.heads() * g.lq * ks.splits * partial_floats(g)) + " + g + j * LQ, float(busy));\n";
+    s += "  }\n";
+  }
   s += partials_out
            ? "  if (part_index >= busy) {\n" + empty_partials(g, ks, r) + "    return;\n  }\n"
            : "  if (part_index >= busy) return;\n";
@@ -1162,7 +1169,9 @@ Lowering lower_attention_kernels(const LowerContext& ctx, const AttentionShape& 
       throw Error("attention lowering: this cached_attention's kernel cannot store its partials");
     }
     low.launches.push_back(stream_row_kernel(ctx, g, ks, *streams));
-    low.output_bytes.push_back(g.heads() * g.lq * ks.splits * partial_floats(g) * sizeof(float));
+    // Every row's ranges, then every row's count of ranges holding keys.
+    low.output_bytes.push_back(g.heads() * g.lq * (ks.splits * partial_floats(g) + 1) *
+                               sizeof(float));
     return low;
   }
   low.launches.push_back(streams ? stream_row_kernel(ctx, g, ks, *streams)

@@ -36,7 +36,9 @@ bool row_kernel_reads_rope(const LowerContext& ctx);
 // (LowerContext::attention_partials): query row r's key range p at (r · splits + p) · (2 + dv)
 // floats, its maximum score, its sum of exp(score - maximum) and its dv values weighted by those
 // exponentials, unnormalised; a range holding no visible key has maximum -inf, sum 0 and zero
-// values. The output is then head h's values combined over its ranges, row r = h of one query.
+// values. After every row's ranges, at rows · splits · (2 + dv) + r, row r's count of ranges
+// holding keys (a float; the first ranges, at least one): a reader combines only those, however
+// long the cache. The output is head h's values combined over its ranges, row r = h.
 struct PartialsLayout {
   uint64_t rows = 0, splits = 0, dv = 0;
   uint64_t floats() const { return 2 + dv; }

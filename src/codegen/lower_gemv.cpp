@@ -136,36 +136,67 @@ std::string chain_finish(const GemvExtras::Chain& c, int64_t p, uint32_t threads
 // ---- the vector combined from an attention's partials (GemvExtras::combine) ----
 
 // GLSL: x_sh, the vector of K elements, and combine_vector(), which every invocation of the
-// workgroup calls once: each computes its elements from their head's partials in A (all of its
-// loads issued at once: the ranges' maxima, sums and values), then a barrier. A head whose
-// ranges hold no key (all weights 0) gives zeros, as the attention's own combine does.
+// workgroup calls once: each computes its elements from their head's ranges, as many as the
+// attention found keys for (the count after the partials, PartialsLayout), then a barrier. The
+// count and the first eight ranges' maxima, sums and values are loaded at once (one memory
+// latency for a decoding step's short cache); a longer cache's further ranges eight at a time,
+// merged into the running maximum. A head whose ranges hold no key (all weights 0) gives zeros,
+// as the attention's own combine does.
 std::string combine_declarations(const GemvExtras::Combine& c, int64_t k, uint32_t threads) {
   const std::string K = ulit(k), P = ulit(2 + c.dv), SPLITS = ulit(c.splits);
-  const int64_t per_lane = (k + threads - 1) / threads;
+  const int64_t per_lane = (k + threads - 1) / threads, first = std::min<int64_t>(8, c.splits);
+  const std::string F = ulit(first), PF = ulit(per_lane * first);
+  // Where the counts start: after every head's ranges.
+  const std::string COUNTS = ulit(k / c.dv * c.splits * (2 + c.dv));
   std::string s = "shared float x_sh[" + K + "];\n";
   s += "float combine_inf() { return uintBitsToFloat(0x7f800000u); }\n";
+  // Range p's weight against the maximum mx: 0 for a range without keys.
+  s += "float combine_weight(float m, float mx) { return m == -combine_inf() ? 0.0 : exp(m - mx); "
+       "}\n";
   s += "void combine_vector() {\n  uint t = gl_LocalInvocationIndex;\n";
-  s += "  float pm[" + ulit(per_lane * c.splits) + "], pl[" + ulit(per_lane * c.splits) + "], pv[" +
-       ulit(per_lane * c.splits) + "];\n";
+  s += "  float pm[" + PF + "], pl[" + PF + "], pv[" + PF + "];\n";
+  s += "  uint busy[" + ulit(per_lane) + "], base[" + ulit(per_lane) + "];\n";
   s += "  for (uint u = 0u; u < " + ulit(per_lane) + "; ++u) {\n";
-  // Clamped: a lane past K loads the last element and stores nothing.
+  // Clamped: a lane past K loads the last element's and stores nothing.
   s += "    uint x = min(t + u * " + ulit(threads) + ", " + ulit(k - 1) + ");\n";
-  s += "    uint base = (x / " + ulit(c.dv) + ") * " + SPLITS + " * " + P + ", e = x % " +
-       ulit(c.dv) + ";\n";
-  s += "    for (uint p = 0u; p < " + SPLITS + "; ++p) {\n";
-  s += "      pm[u * " + SPLITS + " + p] = A_ld(base + p * " + P + ");\n";
-  s += "      pl[u * " + SPLITS + " + p] = A_ld(base + p * " + P + " + 1u);\n";
-  s += "      pv[u * " + SPLITS + " + p] = A_ld(base + p * " + P + " + 2u + e);\n";
+  s += "    uint h = x / " + ulit(c.dv) + ";\n";
+  s += "    base[u] = h * " + SPLITS + " * " + P + " + 2u + x % " + ulit(c.dv) + ";\n";
+  s += "    busy[u] = min(uint(A_ld(" + COUNTS + " + h)), " + SPLITS + ");\n";
+  s += "    for (uint p = 0u; p < " + F + "; ++p) {\n";
+  s += "      uint at = h * " + SPLITS + " * " + P + " + p * " + P + ";\n";
+  s += "      pm[u * " + F + " + p] = A_ld(at);\n";
+  s += "      pl[u * " + F + " + p] = A_ld(at + 1u);\n";
+  s += "      pv[u * " + F + " + p] = A_ld(base[u] + p * " + P + ");\n";
   s += "    }\n  }\n";
   s += "  for (uint u = 0u; u < " + ulit(per_lane) + "; ++u) {\n";
-  s += "    float mx = -combine_inf();\n";
-  s += "    for (uint p = 0u; p < " + SPLITS + "; ++p) mx = max(mx, pm[u * " + SPLITS + " + p]);\n";
+  s += "    uint n = busy[u];\n    float mx = -combine_inf();\n";
+  s += "    for (uint p = 0u; p < " + F + "; ++p) {\n";
+  s += "      if (p < n) mx = max(mx, pm[u * " + F + " + p]);\n    }\n";
   s += "    float lsum = 0.0, o = 0.0;\n";
-  s += "    for (uint p = 0u; p < " + SPLITS + "; ++p) {\n";
-  s += "      float m = pm[u * " + SPLITS + " + p];\n";
-  s += "      float w = m == -combine_inf() ? 0.0 : exp(m - mx);\n";
-  s += "      lsum += w * pl[u * " + SPLITS + " + p];\n";
-  s += "      o += w == 0.0 ? 0.0 : w * pv[u * " + SPLITS + " + p];\n    }\n";
+  s += "    for (uint p = 0u; p < " + F + "; ++p) {\n";
+  s += "      float w = p < n ? combine_weight(pm[u * " + F + " + p], mx) : 0.0;\n";
+  s += "      lsum += w * pl[u * " + F + " + p];\n";
+  s += "      o += w == 0.0 ? 0.0 : w * pv[u * " + F + " + p];\n    }\n";
+  if (c.splits > first) {
+    const std::string LAST = ulit(c.splits - 1);
+    s += "    uint head = min(t + u * " + ulit(threads) + ", " + ulit(k - 1) + ") / " + ulit(c.dv) +
+         ";\n";
+    s += "    for (uint p0 = " + F + "; p0 < n; p0 += 8u) {\n";
+    s += "      float qm[8], ql[8], qv[8];\n";
+    s += "      for (uint y = 0u; y < 8u; ++y) {\n";
+    s += "        uint p = min(p0 + y, " + LAST + "), at = head * " + SPLITS + " * " + P +
+         " + p * " + P + ";\n";
+    s += "        qm[y] = A_ld(at);\n        ql[y] = A_ld(at + 1u);\n";
+    s += "        qv[y] = A_ld(base[u] + p * " + P + ");\n      }\n";
+    s += "      float nm = mx;\n";
+    s += "      for (uint y = 0u; y < 8u; ++y) {\n        if (p0 + y < n) nm = max(nm, qm[y]);\n   "
+         "   }\n";
+    s += "      float a = combine_weight(mx, nm);\n      lsum *= a;\n      o *= a;\n      mx = "
+         "nm;\n";
+    s += "      for (uint y = 0u; y < 8u; ++y) {\n";
+    s += "        float w = p0 + y < n ? combine_weight(qm[y], mx) : 0.0;\n";
+    s += "        lsum += w * ql[y];\n        o += w == 0.0 ? 0.0 : w * qv[y];\n      }\n    }\n";
+  }
   s += "    uint x = t + u * " + ulit(threads) + ";\n";
   s += "    if (x < " + K + ") x_sh[x] = lsum == 0.0 ? 0.0 : o / lsum;\n  }\n";
   return s + "  barrier();\n}\n";

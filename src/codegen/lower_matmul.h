@@ -66,10 +66,12 @@ std::string batch_bases(const MatmulGeometry& g);
 //    counter it sets back to zero) adds the partials in workgroup order, then the residual.
 //    Only with the workgroup size gemv_chain_threads gives.
 //  - combine: input 0 holds a decoding attention's partials (attention_lowering::PartialsLayout:
-//    `splits` key ranges per head of `dv` values, heads·dv = K), not the vector: every
-//    workgroup first combines them into the vector in shared memory (each element's ranges
-//    weighted by exp(max - the head's max), divided by the weighted sums), the attention's own
-//    last workgroup, its count across workgroups and its second round trip through memory gone.
+//    `splits` key ranges per head of `dv` values, heads·dv = K, then each head's count of
+//    ranges holding keys), not the vector: every workgroup first combines the counted ranges
+//    into the vector in shared memory (each element's ranges weighted by exp(max - the head's
+//    max), divided by the weighted sums), the attention's own last workgroup, its count across
+//    workgroups and its second round trip through memory gone. The subgroup's first row of the
+//    matrix is loaded before, in flight beside the partials.
 struct GemvExtras {
   bool norm = false;
   double eps = 1e-6;

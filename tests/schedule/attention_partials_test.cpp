@@ -19,8 +19,8 @@
 namespace mn {
 namespace {
 
-// 200 slots split a query's keys over four workgroups of 64 keys (heads of 16).
-constexpr int64_t kHeads = 4, kKvHeads = 2, kSlots = 200, kOut = 40;
+// Caches of 200 slots unless a test asks for more: a query's keys split over workgroups.
+constexpr int64_t kHeads = 4, kKvHeads = 2, kOut = 40;
 
 // One query a head attends over caches of kSlots slots up to its position, its heads' outputs
 // projected by W with a residual: y = reshape(attention) · Wᵀ + r. With `append`, the step
@@ -29,7 +29,8 @@ constexpr int64_t kHeads = 4, kKvHeads = 2, kSlots = 200, kOut = 40;
 // Heads of `dim`, caches of `cache` (read widened, as a decoding step with 16-bit caches does).
 struct DecodeProjection {
   Graph g;
-  explicit DecodeProjection(bool append, int64_t dim = 16, DType cache = DType::f32) {
+  explicit DecodeProjection(bool append, int64_t dim = 16, DType cache = DType::f32,
+                            int64_t slots = 200) {
     Tensor positions = g.input("positions", {1, 1}, DType::i32);
     Tensor rows = unsqueeze(positions, 1);
     Tensor q = g.input("q", {1, kHeads, 1, dim});
@@ -37,7 +38,7 @@ struct DecodeProjection {
     if (append) {
       q = rope_positions(q, rows);
       auto write = [&](const char* name, Tensor x) {
-        Tensor state = g.state(name, {1, kKvHeads, kSlots, dim}, Init::zeros(), cache);
+        Tensor state = g.state(name, {1, kKvHeads, slots, dim}, Init::zeros(), cache);
         Tensor updated = cache_write(state, cache == DType::f32 ? x : cast(x, cache), positions);
         g.assign(state, updated);
         return updated;
@@ -45,8 +46,8 @@ struct DecodeProjection {
       keys = write("k_cache", rope_positions(g.input("k", {1, kKvHeads, 1, dim}), rows));
       values = write("v_cache", g.input("v", {1, kKvHeads, 1, dim}));
     } else {
-      keys = g.input("keys", {1, kKvHeads, kSlots, dim}, cache);
-      values = g.input("values", {1, kKvHeads, kSlots, dim}, cache);
+      keys = g.input("keys", {1, kKvHeads, slots, dim}, cache);
+      values = g.input("values", {1, kKvHeads, slots, dim}, cache);
     }
     if (cache != DType::f32) {
       keys = cast(keys, DType::f32);
@@ -123,12 +124,13 @@ TEST(AttentionPartials, OnlyWhereTheProjectionIsTheOneReader) {
 // default) and off: positions leaving three of four ranges idle, two, none, and (caches read as
 // they are) a query seeing no key, whose output is zeros.
 void expect_reference_steps(bool append, const std::vector<int32_t>& positions, int64_t dim = 16,
-                            DType cache = DType::f32, double tolerance = 2e-5) {
+                            DType cache = DType::f32, double tolerance = 2e-5,
+                            int64_t slots = 200) {
   const std::string what = std::string(append ? "append" : "caches") + "_d" + std::to_string(dim) +
-                           "_" + std::string(dtype_name(cache));
+                           "_" + std::string(dtype_name(cache)) + "_" + std::to_string(slots);
   for (const char* partials : {"1", "0"}) {
     testing::ScopedEnv env("MN_ATTENTION_PARTIALS_IN_PRODUCTS", partials);
-    DecodeProjection step(append, dim, cache);
+    DecodeProjection step(append, dim, cache, slots);
     std::mt19937_64 rng = testing::rng_for("attention_partials_" + what);
     reference::Feeds persistent;
     for (NodeId id : step.g.states()) {
@@ -168,13 +170,16 @@ TEST(AttentionPartials, ValuesMatchTheReference) {
   expect_reference_steps(true, {3, 4, 150, 199});
 }
 
-// Heads of 128 (a lane's two quads of keys and values), 16-bit caches, and a key/value head's
+// Heads of 128 (a lane's two quads of keys and values), 16-bit caches, a long cache (past eight
+// ranges the projection combines the further ones eight at a time), and a key/value head's
 // group of query heads in one workgroup (MN_ATTENTION_DECODE_GROUPS=1: each workgroup stores
 // two rows' partials, idle ones two empty partials).
-TEST(AttentionPartials, WideHeadsSixteenBitCachesAndGroupsOfHeads) {
+TEST(AttentionPartials, WideHeadsSixteenBitAndLongCachesAndGroupsOfHeads) {
   expect_reference_steps(false, {5, 199, -1}, 128);
   expect_reference_steps(true, {3, 150}, 16, DType::bf16, 1e-2);
   expect_reference_steps(false, {3, 150}, 16, DType::f16, 2e-3);
+  expect_reference_steps(false, {5, 1100, 2099, -1}, 16, DType::f32, 2e-5, 2100);
+  expect_reference_steps(true, {2, 1500}, 16, DType::f32, 2e-5, 2100);
   testing::ScopedEnv groups("MN_ATTENTION_DECODE_GROUPS", "1");
   expect_reference_steps(false, {3, 150, 199, -1});
   expect_reference_steps(true, {3, 4, 199});
