@@ -13,6 +13,7 @@
 #include <meganeura/session.h>
 
 #include "plan/step_plan.h"
+#include "schedule/decode_plans.h"
 #include "support/random_fill.h"
 #include "support/scoped_env.h"
 
@@ -59,27 +60,12 @@ struct DecodeProjection {
   }
 };
 
-codegen::DeviceTraits subgroup_device(bool partials) {
-  codegen::DeviceTraits d;
-  d.subgroup_add = true;
-  d.subgroup_vote = true;
-  d.subgroup_shuffle = true;
-  d.attention_partials_in_products = partials;
-  return d;
-}
+using testing::count_containing;
 
 std::vector<std::string> launch_names(const Graph& g, bool partials) {
-  plan::PlanOptions po;
-  po.device = subgroup_device(partials);
-  std::vector<std::string> names;
-  for (const auto& l : plan::make_step_plan(g, po).launches) names.push_back(l.kernel.name);
-  return names;
-}
-
-size_t count_containing(const std::vector<std::string>& names, std::string_view part) {
-  return static_cast<size_t>(std::count_if(names.begin(), names.end(), [&](const std::string& n) {
-    return n.find(part) != std::string::npos;
-  }));
+  codegen::DeviceTraits d = testing::decode_device();
+  d.attention_partials_in_products = partials;
+  return testing::launch_names(g, d);
 }
 
 TEST(AttentionPartials, TheProjectionCombinesThem) {
