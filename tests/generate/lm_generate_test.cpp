@@ -14,6 +14,7 @@
 #include <meganeura/session.h>
 #include <meganeura/tokenizer.h>
 
+#include "support/scoped_env.h"
 #include "support/tensor_cores.h"
 
 namespace mn {
@@ -75,6 +76,31 @@ TEST_P(LmGenerate, GreedyMatchesTransformersTokenForToken) {
   for (const Case& c : cases_of(GetParam())) {
     const auto out = generate(*runner, {c.prompt}, {}, stop_for(model));
     EXPECT_EQ(out[0].tokens, c.continuation) << c.text;
+  }
+}
+
+// A cache of 1024 slots splits a decoding query's keys over several workgroups, whose partials
+// the output projection combines (schedule/attention_partials.h) in the two-program session
+// (prefill and decode sharing one arena); with the switch off the attention combines them. Both
+// continue as transformers did.
+TEST_P(LmGenerate, GreedyMatchesTransformersOverALongCache) {
+  const HfModel model = load_hf_model(kLm / "models" / GetParam());
+  for (const char* partials : {"1", "0"}) {
+    testing::ScopedEnv env("MN_ATTENTION_PARTIALS_IN_PRODUCTS", partials);
+    LmRunnerOptions o;
+    o.max_context = 1024;
+    o.prefill_block = 8;
+    o.profile = true;
+    auto runner = LmRunner::create(model, o);
+    for (const Case& c : cases_of(GetParam())) {
+      const auto out = generate(*runner, {c.prompt}, {}, stop_for(model));
+      EXPECT_EQ(out[0].tokens, c.continuation) << c.text << ", switch " << partials;
+    }
+    size_t combined = 0;
+    for (const KernelTime& k : runner->profile("decode")) {
+      combined += k.name.find("prologue[attention_combine]") != std::string::npos;
+    }
+    EXPECT_EQ(combined > 0, std::string_view(partials) == "1") << "switch " << partials;
   }
 }
 
