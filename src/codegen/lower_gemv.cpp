@@ -205,6 +205,70 @@ std::string combine_declarations(const GemvExtras::Combine& c, int64_t k, uint32
   return s + "  barrier();\n}\n";
 }
 
+// The subgroup kernel's buffers, in binding order: A, B, C, the epilogue's, then the extras'
+// (gamma, the sibling matrix, each stacked product's matrix and output, the chain's), their
+// quad views, the combine's vector and the epilogue function.
+std::string gemv_declarations(const LowerContext& ctx, const MatmulGeometry& g,
+                              const MatmulEpilogue* e, const GemvExtras* x, uint32_t threads,
+                              int64_t rows) {
+  const bool gamma = x && x->norm && x->gamma_input >= 0, sibling = x && x->sibling_input >= 0;
+  const std::vector<GemvExtras::Stacked> stacked =
+      x ? x->stacked : std::vector<GemvExtras::Stacked>{};
+  std::string s =
+      glsl::header({"GL_KHR_shader_subgroup_basic", "GL_KHR_shader_subgroup_arithmetic"});
+  s += glsl::buffer(0, ctx.inputs[0].dtype, "A", true) +
+       glsl::buffer(1, ctx.inputs[1].dtype, "B", true) +
+       glsl::buffer(2, ctx.node.type.dtype, "C", false);
+  if (e) s += e->declarations;
+  const uint32_t binding = 3 + static_cast<uint32_t>(e ? e->extra.size() : 0);
+  const uint32_t gamma_binding = binding, sibling_binding = binding + (gamma ? 1 : 0);
+  // Stacked product j: its matrix "M<j>" and its output "C<j>", after gamma.
+  const uint32_t stacked_binding = binding + (gamma ? 1 : 0) + (sibling ? 1 : 0);
+  if (gamma) s += glsl::buffer(gamma_binding, x->gamma_dtype, "G", true);
+  if (sibling) {
+    s += glsl::buffer(sibling_binding, x->sibling_dtype, "S", true);
+    s += "float mm_sibling;\n";
+  }
+  for (size_t j = 0; j < stacked.size(); ++j) {
+    const auto at = stacked_binding + 2 * static_cast<uint32_t>(j);
+    s += glsl::buffer(at, stacked[j].matrix_dtype, "M" + std::to_string(j), true);
+    s += glsl::buffer(at + 1, stacked[j].out_dtype, "C" + std::to_string(j), false);
+  }
+  if (g.k % 4 == 0) {
+    s +=
+        glsl::quad_view(0, ctx.inputs[0].dtype, "A") + glsl::quad_view(1, ctx.inputs[1].dtype, "B");
+    if (gamma) s += glsl::quad_view(gamma_binding, x->gamma_dtype, "G");
+    if (sibling) s += glsl::quad_view(sibling_binding, x->sibling_dtype, "S");
+    for (size_t j = 0; j < stacked.size(); ++j) {
+      s += glsl::quad_view(stacked_binding + 2 * static_cast<uint32_t>(j), stacked[j].matrix_dtype,
+                           "M" + std::to_string(j));
+    }
+  }
+  const uint32_t chain_binding = stacked_binding + 2 * static_cast<uint32_t>(stacked.size());
+  if (x && x->chain) s += chain_declarations(*x->chain, chain_binding, rows);
+  if (x && x->combine) s += combine_declarations(*x->combine, g.k, threads);
+  return s + epilogue_function(e);
+}
+
+// The subgroup kernel's bindings, in gemv_declarations' order.
+void bind_gemv(KernelLaunch& k, const MatmulEpilogue* e, const GemvExtras* x) {
+  bind_epilogue(k, e);
+  if (!x) return;
+  if (x->norm && x->gamma_input >= 0) k.bindings.push_back({ArgRef::input(x->gamma_input), false});
+  if (x->sibling_input >= 0) k.bindings.push_back({ArgRef::input(x->sibling_input), false});
+  for (size_t j = 0; j < x->stacked.size(); ++j) {
+    k.bindings.push_back({ArgRef::input(x->stacked[j].matrix_input), false});
+    k.bindings.push_back({ArgRef::output(static_cast<int>(j + 1)), true});
+  }
+  if (const std::optional<GemvExtras::Chain>& c = x->chain) {
+    k.bindings.push_back({ArgRef::input(c->matrix_input), false});
+    if (c->residual_input >= 0) k.bindings.push_back({ArgRef::input(c->residual_input), false});
+    k.bindings.push_back({ArgRef::output(1), true});
+    k.bindings.push_back({ArgRef::scratch(0), true});
+    k.bindings.push_back({ArgRef::counters(0), true});
+  }
+}
+
 // One subgroup per output. The subgroup size is read at run time (a device may run compute
 // shaders at another width than it reports), so any width is correct; the reported one sizes
 // the workgroup. With K a multiple of 4, lanes read four elements at a time. The K loop keeps
@@ -231,12 +295,6 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   const bool quads = g.k % 4 == 0;
   const std::string vec_name = l.left ? "A" : "B", mat_name = l.left ? "B" : "A";
 
-  std::string s =
-      glsl::header({"GL_KHR_shader_subgroup_basic", "GL_KHR_shader_subgroup_arithmetic"});
-  s += glsl::buffer(0, ctx.inputs[0].dtype, "A", true) +
-       glsl::buffer(1, ctx.inputs[1].dtype, "B", true) +
-       glsl::buffer(2, ctx.node.type.dtype, "C", false);
-  if (e) s += e->declarations;
   const bool norm = x && x->norm, gamma = norm && x->gamma_input >= 0;
   const bool sibling = x && x->sibling_input >= 0;
   const std::vector<GemvExtras::Stacked> stacked =
@@ -244,33 +302,7 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   if (!stacked.empty() && (e || sibling || batch != 1 || !l.left)) {
     throw Error("matmul: stacked GEMV products take no epilogue, sibling or batch");
   }
-  uint32_t binding = 3 + static_cast<uint32_t>(e ? e->extra.size() : 0);
-  const uint32_t gamma_binding = binding, sibling_binding = binding + (gamma ? 1 : 0);
-  // Stacked product j: its matrix "M<j>" and its output "C<j>", after gamma.
-  const uint32_t stacked_binding = binding + (gamma ? 1 : 0) + (sibling ? 1 : 0);
-  if (gamma) s += glsl::buffer(gamma_binding, x->gamma_dtype, "G", true);
-  if (sibling) {
-    s += glsl::buffer(sibling_binding, x->sibling_dtype, "S", true);
-    s += "float mm_sibling;\n";
-  }
-  for (size_t j = 0; j < stacked.size(); ++j) {
-    const auto at = stacked_binding + 2 * static_cast<uint32_t>(j);
-    s += glsl::buffer(at, stacked[j].matrix_dtype, "M" + std::to_string(j), true);
-    s += glsl::buffer(at + 1, stacked[j].out_dtype, "C" + std::to_string(j), false);
-  }
-  if (quads) {
-    s += glsl::quad_view(0, ctx.inputs[0].dtype, "A") + glsl::quad_view(1, ctx.inputs[1].dtype, "B");
-    if (gamma) s += glsl::quad_view(gamma_binding, x->gamma_dtype, "G");
-    if (sibling) s += glsl::quad_view(sibling_binding, x->sibling_dtype, "S");
-    for (size_t j = 0; j < stacked.size(); ++j) {
-      s += glsl::quad_view(stacked_binding + 2 * static_cast<uint32_t>(j), stacked[j].matrix_dtype,
-                           "M" + std::to_string(j));
-    }
-  }
-  const uint32_t chain_binding = stacked_binding + 2 * static_cast<uint32_t>(stacked.size());
-  if (chain) s += chain_declarations(*chain, chain_binding, rows);
-  if (combine) s += combine_declarations(*combine, g.k, threads);
-  s += epilogue_function(e);
+  std::string s = gemv_declarations(ctx, g, e, x, threads, rows);
 
   // Loads of element (or quad) `i` of the vector, gamma and the matrices; `dot` combines two.
   const std::string T = quads ? "vec4" : "float", q = quads ? "4" : "";
@@ -418,21 +450,7 @@ Lowering gemv_subgroups(const LowerContext& ctx, const MatmulGeometry& g, const 
   k.workgroup = {threads, 1, 1};
   k.groups =
       glsl::linear_grid(static_cast<uint64_t>(groups_all) * threads, ctx.device, threads).groups;
-  bind_epilogue(k, e);
-  if (gamma) k.bindings.push_back({ArgRef::input(x->gamma_input), false});
-  if (sibling) k.bindings.push_back({ArgRef::input(x->sibling_input), false});
-  for (size_t j = 0; j < stacked.size(); ++j) {
-    k.bindings.push_back({ArgRef::input(stacked[j].matrix_input), false});
-    k.bindings.push_back({ArgRef::output(static_cast<int>(j + 1)), true});
-  }
-  if (chain) {
-    k.bindings.push_back({ArgRef::input(chain->matrix_input), false});
-    if (chain->residual_input >= 0)
-      k.bindings.push_back({ArgRef::input(chain->residual_input), false});
-    k.bindings.push_back({ArgRef::output(1), true});
-    k.bindings.push_back({ArgRef::scratch(0), true});
-    k.bindings.push_back({ArgRef::counters(0), true});
-  }
+  bind_gemv(k, e, x);
   Lowering out;
   out.launches.push_back(std::move(k));
   if (chain) {
