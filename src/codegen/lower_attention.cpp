@@ -468,6 +468,12 @@ KeySplit key_split(const AttentionShape& g, uint64_t block_keys) {
 // Floats of one partial: max, sum, then DV weighted values.
 uint64_t partial_floats(const AttentionShape& g) { return 2 + g.dv; }
 
+// Where a split row kernel storing its partials as its output puts them
+// (LowerContext::attention_partials).
+attention_lowering::PartialsLayout partials_layout(const AttentionShape& g, const KeySplit& ks) {
+  return {g.heads() * g.lq, ks.splits, g.dv};
+}
+
 // Lanes of a row kernel's workgroup: one key per lane per block; wide value rows take more
 // lanes so that each keeps at most 8 output columns in registers.
 uint32_t row_lanes(const AttentionShape& g, const DeviceTraits& dev) {
@@ -1054,7 +1060,7 @@ std::string stream_range(const AttentionShape& g, const Streams& r, const KeySpl
     // The count of ranges holding keys, after every row's ranges: the reader combines those.
     s += "  if (part_index == 0u && lane == 0u) {\n";
     s += "    for (uint j = 0u; j < " + ulit(r.group) + "; ++j) part_st(" +
-         ulit(g.heads() * g.lq * ks.splits * partial_floats(g)) + " + g + j * LQ, float(busy));\n";
+         ulit(partials_layout(g, ks).counts_offset()) + " + g + j * LQ, float(busy));\n";
     s += "  }\n";
   }
   s += partials_out
@@ -1169,9 +1175,7 @@ Lowering lower_attention_kernels(const LowerContext& ctx, const AttentionShape& 
       throw Error("attention lowering: this cached_attention's kernel cannot store its partials");
     }
     low.launches.push_back(stream_row_kernel(ctx, g, ks, *streams));
-    // Every row's ranges, then every row's count of ranges holding keys.
-    low.output_bytes.push_back(g.heads() * g.lq * (ks.splits * partial_floats(g) + 1) *
-                               sizeof(float));
+    low.output_bytes.push_back(partials_layout(g, ks).bytes());
     return low;
   }
   low.launches.push_back(streams ? stream_row_kernel(ctx, g, ks, *streams)
@@ -1236,7 +1240,7 @@ std::optional<PartialsLayout> partials_of(const LowerContext& ctx) {
   if (!streams) return std::nullopt;
   const KeySplit ks = key_split(g, streams->keys());
   if (ks.splits == 1) return std::nullopt;
-  return PartialsLayout{g.heads(), ks.splits, g.dv};
+  return partials_layout(g, ks);
 }
 
 bool takes_cache_append(const LowerContext& ctx) {

@@ -41,7 +41,9 @@ bool row_kernel_reads_rope(const LowerContext& ctx);
 // long the cache. The output is head h's values combined over its ranges, row r = h.
 struct PartialsLayout {
   uint64_t rows = 0, splits = 0, dv = 0;
-  uint64_t floats() const { return 2 + dv; }
+  uint64_t floats() const { return 2 + dv; }                           // of one range's partial
+  uint64_t counts_offset() const { return rows * splits * floats(); }  // in floats
+  uint64_t bytes() const { return (counts_offset() + rows) * sizeof(float); }
 };
 // The layout for ctx where its kernel is the split row kernel of one query per row (decoding);
 // nullopt otherwise (one workgroup a row, tiled or tensor-core kernels).

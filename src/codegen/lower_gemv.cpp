@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "codegen/glsl.h"
+#include "codegen/lower_attention.h"
 #include "codegen/lower_matmul.h"
 #include "codegen/matmul_epilogue.h"
 
@@ -149,7 +150,10 @@ std::string combine_declarations(const GemvExtras::Combine& c, int64_t k, uint32
   const int64_t per_lane = (k + threads - 1) / threads, first = std::min<int64_t>(8, c.splits);
   const std::string F = ulit(first), PF = ulit(per_lane * first);
   // Where the counts start: after every head's ranges.
-  const std::string COUNTS = ulit(k / c.dv * c.splits * (2 + c.dv));
+  const attention_lowering::PartialsLayout layout{static_cast<uint64_t>(k / c.dv),
+                                                  static_cast<uint64_t>(c.splits),
+                                                  static_cast<uint64_t>(c.dv)};
+  const std::string COUNTS = ulit(layout.counts_offset());
   std::string s = "shared float x_sh[" + K + "];\n";
   s += "float combine_inf() { return uintBitsToFloat(0x7f800000u); }\n";
   // Range p's weight against the maximum mx: 0 for a range without keys.
