@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <meganeura/array.h>
@@ -71,6 +72,20 @@ struct SessionOptions {
   bool exportable_memory = false;
 };
 
+// Several runs of a program recorded back to back into one submission, each run's inputs
+// taken from the run before's outputs or from values given per run: a decoding loop of `runs`
+// tokens with no trip to the host between them (Session::step_chain).
+struct ProgramChain {
+  int64_t runs = 0;  // runs per submission; 0: the program has no chain
+  // Inputs given one value per run (Session::set_runs): a decoding step's position and counter.
+  std::vector<std::string> per_run;
+  // {output, input}: the output of each run copied into the input of the next (same dtype and
+  // size): a sampled token fed to the next step.
+  std::vector<std::pair<std::string, std::string>> feed;
+  // Outputs kept from every run (Session::get_runs).
+  std::vector<std::string> collect;
+};
+
 // One program of a multi-program session.
 struct SessionProgram {
   std::string name;
@@ -79,6 +94,7 @@ struct SessionProgram {
   // host-visible (unset: all). get() of another output copies it from device memory on demand,
   // so a large output read only now and then costs no readback per step.
   std::optional<std::vector<std::string>> read_back;
+  ProgramChain chain;
 };
 
 struct ProgramMemory {
@@ -175,6 +191,17 @@ class Session {
                std::span<const std::byte> bytes);
   Array get(std::string_view program, std::string_view name) const;
   std::vector<std::string> program_names() const;
+  // Chains (SessionProgram::chain). set_runs: one value per run of an input named in
+  // ProgramChain::per_run, shaped [runs, ...the input's shape]. step_chain: the chain's runs in
+  // one submission, then the wait; the other inputs are those set(), a fed input's for the first
+  // run only; afterwards the fed and per-run inputs count as never set for step() and the next
+  // chain (set them again). get_runs: a collected output of every run of the last chain,
+  // [runs, ...its shape]; get() of an output reads the last run's. mn::Error for a program
+  // without a chain, a name the chain does not list, a wrong shape, or inputs never set.
+  void set_runs(std::string_view program, std::string_view input, const Array& values);
+  void step_chain(std::string_view program);
+  Array get_runs(std::string_view program, std::string_view output) const;
+  int64_t chain_runs(std::string_view program) const;  // 0 without a chain
   std::vector<std::string> input_names(std::string_view program) const;
   std::vector<std::string> output_names(std::string_view program) const;
 
@@ -193,6 +220,8 @@ class Session {
   // GPU milliseconds of the last step of `program`, first dispatch to last (with
   // SessionOptions::time_steps or profile; 0 otherwise).
   double step_gpu_ms(std::string_view program) const;
+  // The same for the last chain of `program` (all its runs).
+  double chain_gpu_ms(std::string_view program) const;
   // The graph as compiled (composites decomposed for the GPU).
   const Graph& compiled_graph() const;
 

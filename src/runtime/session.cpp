@@ -20,7 +20,10 @@
 #include "runtime/index_check.h"
 #include "runtime/numerics_check.h"
 #include "runtime/plan_options.h"
+#include "runtime/program_chain.h"
+#include "runtime/record_step.h"
 #include "runtime/session_access.h"
+#include "runtime/session_impl.h"
 #include "support/parallel_for.h"
 #include "vulkan/arena.h"
 #include "vulkan/buffer.h"
@@ -30,79 +33,13 @@
 
 namespace mn {
 
-// One compiled graph of the session: its plan (offsets in the shared arena), its recorded
-// step, and its staging buffers when the host does not map the arena.
-struct Program {
-  std::string name;
-  plan::StepPlan plan;
-  std::unique_ptr<vk::StagingBuffer> upload, readback;
-  std::map<std::string, uint64_t, std::less<>> upload_offset, readback_offset;  // by name
-  std::unique_ptr<vk::Recording> recording;
-  std::map<std::string, bool, std::less<>> input_set;
-  bool stepped = false;  // outputs hold nothing before the first submission
-  std::optional<runtime::NumericsCheck> numerics;  // SessionOptions::check_numerics
-  std::optional<runtime::IndexSlots> index_slots;  // when its kernels read indices
-  // KernelTime::operands of each operation of a profiled recording (by its index; empty for
-  // copies).
-  std::vector<std::string> op_operands;
-
-  const plan::PlannedBuffer& buffer_of(NodeId id) const {
-    return plan.buffers[static_cast<size_t>(plan.node_buffer[id])];
-  }
-  const Node* find(std::string_view name) const {
-    for (const auto* m : {&plan.inputs, &plan.persistents, &plan.outputs}) {
-      auto it = m->find(name);
-      if (it != m->end()) return &plan.graph.node(it->second);
-    }
-    return nullptr;
-  }
-  NodeId id_of(std::string_view name) const {
-    for (const auto* m : {&plan.outputs, &plan.persistents, &plan.inputs}) {
-      auto it = m->find(name);
-      if (it != m->end()) return it->second;
-    }
-    throw Error("Session: program '" + this->name + "' has no tensor '" + std::string(name) + "'");
-  }
-};
-
-struct Session::Impl {
-  std::shared_ptr<vk::Device> device;
-  std::unique_ptr<vk::Arena> arena;
-  std::map<std::string, std::unique_ptr<vk::Pipeline>> pipelines;  // by GLSL source
-  std::vector<Program> programs;
-  plan::ProgramsLayout layout;
-  int pending = -1;  // the program whose submission may still run
-
-  Program& program(std::string_view name, const char* what);
-  // The program owning `name`: any one that has it for a shared parameter or state, the only
-  // one that has it otherwise.
-  Program& owner(std::string_view name, const char* what);
-  const Node& node_named(std::string_view name, const char* what) {
-    return *owner(name, what).find(name);
-  }
-  void write_tensor(Program& p, std::string_view name, std::span<const std::byte> bytes);
-  std::vector<std::byte> read_bytes(const Program& p, std::string_view name);
-  Array read_tensor(const Program& p, std::string_view name);
-  void finish_pending() {
-    if (pending >= 0) {
-      const int p = pending;
-      pending = -1;
-      Program& prog = programs[static_cast<size_t>(p)];
-      prog.recording->wait();
-      // A bad index comes first: with the check off, it may be what made a NaN.
-      if (prog.index_slots) prog.index_slots->check(prog.plan, prog.name);
-      if (prog.numerics) runtime::check_numerics(*prog.numerics, prog.plan, prog.name);
-    }
-  }
-};
-
-namespace {
-
 std::vector<std::byte> host_bytes(const Array& a, DType dtype) {
   std::vector<std::byte> bytes(a.data.size() * dtype_size(dtype));
   runtime::encode(std::span<const double>(a.data), dtype, bytes);
   return bytes;
 }
+
+namespace {
 
 std::string known_names(const Program& p) {
   std::string known;
@@ -189,19 +126,14 @@ Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Session::~Session() {
   if (impl_ && impl_->pending >= 0) {
     try {
-      impl_->programs[static_cast<size_t>(impl_->pending)].recording->wait();
+      Program& p = impl_->programs[static_cast<size_t>(impl_->pending)];
+      (impl_->pending_chain ? p.chain->recording : p.recording)->wait();
     } catch (...) {  // NOLINT(bugprone-empty-catch): destructors must not throw
     }
   }
 }
 
 namespace {
-
-// An input binding the kernel also writes is an in-place update: it reads the old value first.
-vk::Access access_of(const codegen::KernelBinding& b) {
-  if (!b.written) return vk::Access::read;
-  return b.arg.kind == codegen::ArgRef::Kind::input ? vk::Access::read_write : vk::Access::write;
-}
 
 // Compiles every distinct shader of every program that has no pipeline yet and creates its
 // pipeline, both on several threads (shaders cached on disk): drivers compile a pipeline as it
@@ -299,94 +231,6 @@ void write_initial_values(vk::Arena& arena, const Program& p, const SessionOptio
       arena.write(buffer.offset, host_bytes(initialize(init, n.type.shape, n.type.dtype), n.type.dtype));
     }
   }
-}
-
-// What launch `l` computes, for profiles (KernelTime::operands).
-std::string launch_operands(const plan::StepPlan& p, const plan::PlannedLaunch& l) {
-  if (l.node < 0 || l.group < 0) return {};
-  const Node& n = p.graph.node(l.node);
-  std::string s = std::string(n.op_name()) + "(" + n.type.str() + ") <-";
-  const std::vector<NodeId>& inputs = p.groups[static_cast<size_t>(l.group)].inputs;
-  constexpr size_t kShown = 6;  // a fused optimizer update reads dozens
-  for (size_t i = 0; i < std::min(inputs.size(), kShown); ++i) {
-    s += " " + p.graph.node(inputs[i]).type.str();
-  }
-  if (inputs.size() > kShown) s += " and " + std::to_string(inputs.size() - kShown) + " more";
-  return s;
-}
-
-// The step: uploads, kernels, assignment copies, readbacks.
-void record_step(Session::Impl& impl, Program& prog, const SessionOptions& options) {
-  const plan::StepPlan& p = prog.plan;
-  vk::Arena& arena = *impl.arena;
-  vk::RecordingOptions ro;
-  ro.timestamps = options.profile;
-  ro.total_time = options.time_steps;
-  // MN_FENCE_SPIN_US: how long the wait for a step polls before blocking (0: blocks at once).
-  if (const char* spin = std::getenv("MN_FENCE_SPIN_US")) {
-    char* end = nullptr;
-    const unsigned long us = std::strtoul(spin, &end, 10);
-    if (!*spin || *end || us > 1000000) {
-      throw Error(std::string("MN_FENCE_SPIN_US must be a whole number of microseconds up to ") +
-                  "1000000, got '" + spin + "'");
-    }
-    ro.spin_wait_us = static_cast<uint32_t>(us);
-  }
-  ro.label = prog.name;
-  prog.recording = std::make_unique<vk::Recording>(*impl.device, ro);
-  vk::Recording& rec = *prog.recording;
-  auto range_of = [&](int buffer) {
-    const plan::PlannedBuffer& b = p.buffers[static_cast<size_t>(buffer)];
-    return arena.range(b.offset, b.bytes);
-  };
-  for (const auto& [name, offset] : prog.upload_offset) {
-    rec.upload(*prog.upload, offset, range_of(p.node_buffer[p.inputs.find(name)->second]));
-  }
-  // Intermediates whose last reader is launch i, for poisoning.
-  std::vector<std::vector<int>> dead_after(p.launches.size());
-  if (options.poison_freed) {
-    for (size_t b = 0; b < p.buffers.size(); ++b) {
-      const auto& buf = p.buffers[b];
-      if (!buf.persistent && buf.last_use < static_cast<int>(p.launches.size())) {
-        dead_after[static_cast<size_t>(buf.last_use)].push_back(static_cast<int>(b));
-      }
-    }
-  }
-  for (size_t li = 0; li < p.launches.size(); ++li) {
-    const auto& l = p.launches[li];
-    vk::Dispatch d;
-    d.pipeline = impl.pipelines[l.kernel.glsl].get();
-    for (size_t k = 0; k < l.buffers.size(); ++k) {
-      const bool slot = l.kernel.bindings[k].arg.kind == codegen::ArgRef::Kind::index_errors;
-      d.buffers.push_back({slot ? arena.range(p.index_region.slot_offset(p.buffers, l.index_slot),
-                                              codegen::kIndexSlotBytes)
-                                : range_of(l.buffers[k]),
-                           access_of(l.kernel.bindings[k])});
-    }
-    d.groups = l.kernel.groups;
-    d.label = l.kernel.name;
-    if (options.profile) {  // only a profile reads them
-      prog.op_operands.resize(rec.operation_count() + 1);
-      prog.op_operands.back() = launch_operands(p, l);
-    }
-    rec.dispatch(std::move(d));
-    if (prog.numerics) {  // copied before a later kernel may reuse the bytes
-      for (const runtime::NumericsProbe& probe : prog.numerics->probes) {
-        if (probe.launch != li) continue;
-        rec.download(range_of(probe.buffer), *prog.numerics->staging, probe.staging_offset);
-      }
-    }
-    for (int b : dead_after[li]) {
-      const plan::PlannedBuffer& buf = p.buffers[static_cast<size_t>(b)];
-      rec.fill(arena.range(buf.offset, (buf.bytes + 3) / 4 * 4), 0x7fc00000u);  // quiet NaN
-    }
-  }
-  for (const auto& [from, to] : p.assignment_copies) rec.copy(range_of(from), range_of(to));
-  for (const auto& [name, offset] : prog.readback_offset) {
-    rec.download(range_of(p.node_buffer[p.outputs.find(name)->second]), *prog.readback, offset);
-  }
-  if (prog.index_slots) prog.index_slots->record_downloads(rec, p);
-  rec.finish();
 }
 
 void check_programs(const std::vector<SessionProgram>& specs) {
@@ -499,7 +343,9 @@ std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& specs,
       impl->arena->write(buf.offset, std::vector<std::byte>(buf.bytes));
     }
     if (!p.plan.index_checks.empty()) p.index_slots.emplace(dev, *impl->arena, p.plan);
-    record_step(*impl, p, options);
+    runtime::build_chain(dev, p, specs[i].chain);
+    runtime::record_step(*impl, p, options);
+    if (p.chain) runtime::record_chain(*impl, p, options);
   }
   dev.check_validation("building the session");
   return std::make_unique<Session>(std::move(impl));
@@ -635,6 +481,7 @@ void Session::submit(std::string_view program) {
   p.recording->submit();
   p.stepped = true;
   impl_->pending = static_cast<int>(&p - impl_->programs.data());
+  impl_->pending_chain = false;
 }
 
 namespace {
