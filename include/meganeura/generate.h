@@ -49,6 +49,16 @@ class TokenModel {
                                    std::span<const int32_t> positions,
                                    std::span<const int32_t> last, const SamplingOptions& sampling,
                                    uint64_t counter) = 0;
+  // Decode steps that one call of run_chain takes; 0: the model offers no chains.
+  virtual int64_t chain_length() const { return 0; }
+  // chain_length() decode steps in one call, the same as that many run() calls of one token per
+  // sequence: the first as given, each later one taking the tokens the step before sampled, at
+  // the next positions, with the next counter. Returns the sampled tokens, step by step
+  // ([chain_length(), batch] row-major).
+  virtual std::vector<int32_t> run_chain(std::span<const int32_t> tokens,
+                                         std::span<const int32_t> positions,
+                                         std::span<const int32_t> last,
+                                         const SamplingOptions& sampling, uint64_t counter);
 };
 
 enum class FinishReason : uint8_t { stop_token, stop_string, length };
@@ -99,6 +109,10 @@ struct LmRunnerOptions {
   std::string device;         // as SessionOptions::device
   bool profile = false;       // GPU timestamps around every kernel (LmRunner::profile)
   bool time_steps = false;    // GPU timestamps at the ends of every step (LmRunner::step_gpu_ms)
+  // Decode steps recorded into one submission (TokenModel::run_chain), each fed the token the
+  // one before sampled on the device: generate() runs them wherever every sequence has that
+  // many tokens still to come. 0: 8; 1: every decode step its own submission.
+  int64_t decode_chain = 0;
   // A PEFT LoRA adapter directory merged into the weights after loading (merge_lora_adapter in
   // meganeura/finetune.h); empty: none.
   std::filesystem::path adapter;
@@ -122,6 +136,8 @@ class LmRunner : public TokenModel {
   virtual std::vector<KernelTime> profile(std::string_view program = "decode") const = 0;
   // With LmRunnerOptions::time_steps or profile, the GPU time of the last step of `program`.
   virtual double step_gpu_ms(std::string_view program = "decode") const = 0;
+  // The same for the last chain of decode steps (all its steps).
+  virtual double chain_gpu_ms() const = 0;
 };
 
 }  // namespace mn

@@ -23,6 +23,14 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
+std::vector<int32_t> TokenModel::run_chain(std::span<const int32_t>, std::span<const int32_t>,
+                                           std::span<const int32_t>, const SamplingOptions&,
+                                           uint64_t) {
+  throw Error(chain_length() == 0 ? "TokenModel::run_chain: this model offers no decode chains"
+                                  : "TokenModel::run_chain: takes one token per sequence (" +
+                                        std::to_string(batch()) + ")");
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -132,6 +140,21 @@ void prefill(TokenModel& model, std::vector<Sequence>& seqs, const SamplingOptio
   }
 }
 
+// The decode steps of the next call: the model's chain where every sequence is still running
+// and has at least that many tokens to come (a chain's later steps feed each sequence its own
+// sampled token, which a finished sequence must not get), else one. A sequence that stops inside
+// the chain has its later tokens dropped; the cache rows they wrote lie past its end, within the
+// context (its remaining tokens fit there).
+int64_t chain_steps(const TokenModel& model, const std::vector<Sequence>& seqs,
+                    const StopOptions& stop) {
+  const int64_t chain = model.chain_length();
+  if (chain < 2) return 1;
+  for (const Sequence& s : seqs) {
+    if (s.done || stop.max_new_tokens - static_cast<int64_t>(s.out.tokens.size()) < chain) return 1;
+  }
+  return chain;
+}
+
 }  // namespace
 
 std::vector<GeneratedSequence> generate(TokenModel& model,
@@ -158,7 +181,7 @@ std::vector<GeneratedSequence> generate(TokenModel& model,
   // The random stream of decode step k never meets a prefill block's (counters start past them).
   const uint64_t first_counter = static_cast<uint64_t>(model.max_context());
   t0 = Clock::now();
-  for (uint64_t step = 0;; ++step) {
+  for (uint64_t step = 0;;) {
     bool any = false;
     for (size_t b = 0; b < seqs.size(); ++b) {
       if (seqs[b].done) continue;
@@ -167,11 +190,16 @@ std::vector<GeneratedSequence> generate(TokenModel& model,
       positions[b] = static_cast<int32_t>(seqs[b].next_position());
     }
     if (!any) break;
+    const int64_t chain = chain_steps(model, seqs, stop);
     const std::vector<int32_t> next =
-        model.run(tokens, positions, last, sampling, first_counter + step);
-    ++st.decode_steps;
-    for (size_t b = 0; b < seqs.size(); ++b) {
-      if (!seqs[b].done) accept(seqs[b], static_cast<int64_t>(b), next[b], stop, cb);
+        chain > 1 ? model.run_chain(tokens, positions, last, sampling, first_counter + step)
+                  : model.run(tokens, positions, last, sampling, first_counter + step);
+    step += static_cast<uint64_t>(chain);
+    st.decode_steps += chain;
+    for (int64_t r = 0; r < chain; ++r) {
+      for (size_t b = 0; b < seqs.size(); ++b) {
+        if (!seqs[b].done) accept(seqs[b], static_cast<int64_t>(b), next[r * batch + b], stop, cb);
+      }
     }
   }
   st.decode_ms = ms_since(t0);

@@ -21,6 +21,7 @@ class SessionLmRunner : public LmRunner {
     batch_ = shape.batch;
     context_ = shape.context;
     block_ = shape.block;
+    chain_ = shape.chain;
     SessionOptions so;
     so.device = o.device;
     so.profile = o.profile;
@@ -40,6 +41,7 @@ class SessionLmRunner : public LmRunner {
       s.cache_dtype = o.cache_dtype;
       graphs.push_back(build_lm_step(model.config, s));
       programs.push_back({name, graphs.back().graph.get(), std::vector<std::string>{"next"}});
+      if (block == 1 && chain_ > 0) programs.back().chain = gen::decode_chain(chain_);
     }
     times_.graphs = laps.lap();
     session_ = build_session(programs, so);
@@ -61,6 +63,10 @@ class SessionLmRunner : public LmRunner {
   double step_gpu_ms(std::string_view program) const override {
     return session_->step_gpu_ms(program);
   }
+  double chain_gpu_ms() const override {
+    return chain_ > 0 ? session_->chain_gpu_ms("decode") : 0.0;
+  }
+  int64_t chain_length() const override { return chain_; }
 
   std::vector<int32_t> run(std::span<const int32_t> tokens, std::span<const int32_t> positions,
                            std::span<const int32_t> last, const SamplingOptions& sampling,
@@ -70,8 +76,18 @@ class SessionLmRunner : public LmRunner {
                                counter);
   }
 
+  std::vector<int32_t> run_chain(std::span<const int32_t> tokens,
+                                 std::span<const int32_t> positions, std::span<const int32_t> last,
+                                 const SamplingOptions& sampling, uint64_t counter) override {
+    if (chain_length() == 0 || static_cast<int64_t>(tokens.size()) != batch_) {
+      return TokenModel::run_chain(tokens, positions, last, sampling, counter);  // the error
+    }
+    return gen::run_token_chain(*session_, "decode", batch_, chain_, tokens, positions, last,
+                                sampling, counter);
+  }
+
  private:
-  int64_t batch_ = 1, context_ = 0, block_ = 0;
+  int64_t batch_ = 1, context_ = 0, block_ = 0, chain_ = 0;
   std::unique_ptr<Session> session_;
   BuildTimes times_;
 };

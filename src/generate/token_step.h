@@ -15,11 +15,12 @@
 
 namespace mn::gen {
 
-// Sequences, cache rows and prefill block of a runner from its options (0: the defaults, the
-// context min(max_position_embeddings, 2048), the block min(128, context)); mn::Error naming
-// `who` for bad values.
+// Sequences, cache rows, prefill block and decode chain of a runner from its options (0: the
+// defaults, the context min(max_position_embeddings, 2048), the block min(128, context), chains
+// of 8 steps); mn::Error naming `who` for bad values.
+// `chain`: decode steps per chain (LmRunnerOptions::decode_chain; 0 or 1: none).
 struct RunnerShape {
-  int64_t batch = 1, context = 0, block = 0;
+  int64_t batch = 1, context = 0, block = 0, chain = 0;
 };
 RunnerShape runner_shape(const char* who, const LmRunnerOptions& options, const LmConfig& config);
 
@@ -49,5 +50,17 @@ std::vector<int32_t> run_token_step(Session& s, std::string_view program, int64_
                                     std::span<const int32_t> positions,
                                     std::span<const int32_t> last, const SamplingOptions& sampling,
                                     uint64_t counter);
+
+// A decode chain of `runs` steps: the tokens, positions and counter of the first; the sampled
+// tokens of every step, step by step.
+std::vector<int32_t> run_token_chain(Session& s, std::string_view program, int64_t batch,
+                                     int64_t runs, std::span<const int32_t> tokens,
+                                     std::span<const int32_t> positions,
+                                     std::span<const int32_t> last, const SamplingOptions& sampling,
+                                     uint64_t counter);
+
+// The chain of a decode program of `runs` steps: positions and counters given per step, the
+// sampled token fed to the next step and collected from every step.
+ProgramChain decode_chain(int64_t runs);
 
 }  // namespace mn::gen

@@ -33,6 +33,7 @@ class SessionVlmRunner : public VlmRunner {
     batch_ = shape.batch;
     context_ = shape.context;
     block_ = shape.block;
+    chain_ = shape.chain;
     if (o.frames_per_call < 1) {
       throw Error("VlmRunner: frames_per_call must be at least 1 (got " +
                   std::to_string(o.frames_per_call) + ")");
@@ -62,7 +63,8 @@ class SessionVlmRunner : public VlmRunner {
     times_.graphs = laps.lap();
     session_ = build_session({{"vision", &vision, std::vector<std::string>{}},
                               {"prefill", prefill.graph.get(), std::vector<std::string>{"next"}},
-                              {"decode", decode.graph.get(), std::vector<std::string>{"next"}}},
+                              {"decode", decode.graph.get(), std::vector<std::string>{"next"},
+                               chain_ > 0 ? gen::decode_chain(chain_) : ProgramChain{}}},
                              so);
     times_.session = laps.lap();
     load_weights(*session_, model.files);
@@ -145,6 +147,17 @@ class SessionVlmRunner : public VlmRunner {
                                counter);
   }
 
+  int64_t chain_length() const override { return chain_; }
+  std::vector<int32_t> run_chain(std::span<const int32_t> tokens,
+                                 std::span<const int32_t> positions, std::span<const int32_t> last,
+                                 const SamplingOptions& sampling, uint64_t counter) override {
+    if (chain_ == 0 || static_cast<int64_t>(tokens.size()) != batch_) {
+      return TokenModel::run_chain(tokens, positions, last, sampling, counter);  // the error
+    }
+    return gen::run_token_chain(*session_, "decode", batch_, chain_, tokens, positions, last,
+                                sampling, counter);
+  }
+
  private:
   // The features row of each token of a prefill block: the next unused row of its sequence's
   // image for an <image> token, a scratch row (never read: the token's own embedding is kept)
@@ -205,7 +218,7 @@ class SessionVlmRunner : public VlmRunner {
   }
 
   SmolVlmConfig config_;
-  int64_t batch_ = 1, context_ = 0, block_ = 0;
+  int64_t batch_ = 1, context_ = 0, block_ = 0, chain_ = 0;
   int64_t seq_ = 0, frames_per_call_ = 1, per_sequence_ = 0, scratch_ = 0, capacity_ = 0;
   std::vector<int64_t> encoded_, used_;  // image tokens set and consumed, per sequence
   std::unique_ptr<Session> session_;

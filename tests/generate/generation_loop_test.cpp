@@ -26,7 +26,8 @@ class HostModel : public TokenModel {
     const int64_t block = static_cast<int64_t>(tokens.size()) / batch_;
     ++calls;
     for (int64_t b = 0; b < batch_; ++b)
-      for (int64_t i = 0; i < block; ++i) cache_[b][positions[b * block + i]] = tokens[b * block + i];
+      for (int64_t i = 0; i < block; ++i)
+        cache_[b].at(positions[b * block + i]) = tokens[b * block + i];
     std::vector<int32_t> next(batch_);
     for (int64_t b = 0; b < batch_; ++b) {
       const int32_t pos = positions[b * block + last[b]];
@@ -45,6 +46,32 @@ class HostModel : public TokenModel {
   int64_t batch_, context_, block_;
   int32_t vocab_;
   std::vector<std::vector<int32_t>> cache_;
+};
+
+// A model offering chains of `chain` decode steps, run as a device runs them: every sequence
+// (finished or padding ones too) fed its own sampled token at the next position.
+class ChainedHostModel : public HostModel {
+ public:
+  ChainedHostModel(int64_t batch, int64_t context, int64_t block, int32_t vocab, int64_t chain)
+      : HostModel(batch, context, block, vocab), chain_(chain) {}
+  int64_t chain_length() const override { return chain_; }
+  std::vector<int32_t> run_chain(std::span<const int32_t> tokens,
+                                 std::span<const int32_t> positions, std::span<const int32_t> last,
+                                 const SamplingOptions& sampling, uint64_t counter) override {
+    ++chains;
+    std::vector<int32_t> t(tokens.begin(), tokens.end()), p(positions.begin(), positions.end());
+    std::vector<int32_t> out;
+    for (int64_t r = 0; r < chain_; ++r) {
+      t = run(t, p, last, sampling, counter + static_cast<uint64_t>(r));
+      out.insert(out.end(), t.begin(), t.end());
+      for (int32_t& x : p) ++x;
+    }
+    return out;
+  }
+  int chains = 0;
+
+ private:
+  int64_t chain_;
 };
 
 // What full recomputation gives: each token from the whole sequence before it.
@@ -124,6 +151,46 @@ TEST(GenerationLoop, StopStringCutsTheTextAndStreamsOnlyFinalText) {
   EXPECT_EQ(out[0].finish, FinishReason::stop_string);
   EXPECT_EQ(out[0].text, letters.substr(0, cut));
   EXPECT_EQ(streamed, out[0].text);
+}
+
+// Chains where every sequence runs and has that many tokens to come, single steps after; the
+// tokens those give, token for token.
+TEST(GenerationLoop, ChainsOfDecodeStepsGiveTheSameTokens) {
+  ChainedHostModel m(3, 64, 4, 97, 3);
+  std::vector<std::vector<int32_t>> prompts = {{5, 6, 7, 8, 9, 10, 11}, {3}, {1, 2, 3, 4}};
+  StopOptions stop;
+  stop.max_new_tokens = 9;
+  GenerateStats stats;
+  auto out = generate(m, prompts, {}, stop, {}, {}, &stats);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(out[i].tokens, recompute(prompts[i], 9, 97)) << "sequence " << i;
+  }
+  EXPECT_EQ(stats.decode_steps, 8);
+  EXPECT_EQ(m.chains, 2);             // 8 decode steps: 3 + 3, then 1 + 1
+  EXPECT_EQ(m.calls, 2 + 2 * 3 + 2);  // prefill blocks, the chains' steps, single steps
+}
+
+// A sequence stopping inside a chain drops the chain's later tokens; the others go on in single
+// steps, as without chains, and no position passes the context (a full one here).
+TEST(GenerationLoop, AStopInsideAChainEndsOnlyThatSequence) {
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {7, 8}};
+  const auto expected = recompute(prompts[0], 12, 97);
+  StopOptions stop;
+  stop.max_new_tokens = 12;
+  stop.stop_ids = {expected[2]};  // the third token: the first chain's second
+  HostModel plain(2, 14, 4, 97);
+  ChainedHostModel chained(2, 14, 4, 97, 4);
+  const auto want = generate(plain, prompts, {}, stop);
+  const auto got = generate(chained, prompts, {}, stop);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "sequence " << i;
+    EXPECT_EQ(got[i].finish, want[i].finish) << "sequence " << i;
+  }
+  EXPECT_EQ(got[0].finish, FinishReason::stop_token);
+  EXPECT_EQ(got[0].tokens.size(), 3u);
+  EXPECT_EQ(got[1].finish, FinishReason::length);
+  EXPECT_EQ(chained.chains, 1);
 }
 
 TEST(GenerationLoop, RejectsWhatDoesNotFit) {

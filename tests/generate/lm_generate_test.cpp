@@ -276,6 +276,40 @@ TEST(LmRunner, RejectsBadOptions) {
   expect_error({.dtype = DType::i32}, "dtype");
   expect_error({.cache_dtype = DType::u32}, "KV cache's dtype must be f32, f16 or bf16");
   expect_error({.precision = DType::i32}, "precision must be f32, bf16 or f16");
+  expect_error({.decode_chain = -2}, "decode_chain must be at least 0 (got -2)");
+}
+
+// Decode steps chained into one submission (LmRunnerOptions::decode_chain) give the tokens of
+// single steps, greedy and sampled, for a batch of two prompts whose chains end at different
+// points (a chain of 3 leaves single steps at the end; the default of 8 runs two chains).
+TEST(LmDecodeChain, GivesTheTokensOfSingleSteps) {
+  const HfModel model = load_hf_model(kLm / "models" / "qwen3_tiny");
+  const std::vector<Case> cases = cases_of("qwen3_tiny");
+  const std::vector<std::vector<int32_t>> prompts = {cases[0].prompt, cases[1].prompt};
+  StopOptions stop;
+  stop.max_new_tokens = 20;
+  const SamplingOptions hot{.temperature = 1.3, .top_k = 40, .top_p = 0.95, .seed = 11};
+  std::vector<std::vector<GeneratedSequence>> outs;
+  for (int64_t chain : {1, 3, 0}) {
+    LmRunnerOptions o;
+    o.batch = 2;
+    o.max_context = 64;
+    o.prefill_block = 16;
+    o.decode_chain = chain;
+    o.time_steps = true;
+    auto runner = LmRunner::create(model, o);
+    EXPECT_EQ(runner->chain_length(), chain == 1 ? 0 : chain == 0 ? 8 : chain);
+    for (const SamplingOptions& s : {SamplingOptions{}, hot}) {
+      outs.push_back(generate(*runner, prompts, s, stop));
+    }
+    EXPECT_EQ(runner->chain_gpu_ms() > 0, chain != 1) << "chain " << chain;
+  }
+  for (size_t i = 2; i < outs.size(); ++i) {
+    for (size_t b = 0; b < 2; ++b) {
+      EXPECT_EQ(outs[i][b].tokens, outs[i % 2][b].tokens) << "run " << i << ", sequence " << b;
+    }
+  }
+  EXPECT_NE(outs[0][0].tokens, outs[1][0].tokens);  // sampling changed something
 }
 
 // A prompt's logits with the products in bf16 (SessionOptions::precision) stay within bf16's
