@@ -6,12 +6,15 @@
 //                       [--kv-dtype f32|f16|bf16]
 //                       [--prompt-tokens 256]
 //                       [--new-tokens 64] [--prefill-tokens 512] [--device D] [--profile]
-//                       [--step-time] [--host-split]
+//                       [--step-time] [--host-split] [--decode-chain N]
 //                       [--plan|--plan-order [--plan-device default|h200]]
 // --profile adds the GPU time of the last decode and prefill steps' kernels, summed by name, and
 // the largest sums by name and operands (what each launch computes).
 // --step-time adds the medians of 32 decode steps' GPU time (timestamps at the step's two ends)
 // and of their wall time as LmRunner::run sees it: the difference is the host's share.
+// With chains of decode steps in one submission (--decode-chain: LmRunnerOptions::decode_chain,
+// 0 the runner's default, 1 none), --step-time also gives the medians of 8 chains' GPU and wall
+// time, per step.
 // --host-split times the pieces of 64 decode steps on a decode-only session of the same model:
 // setting the eight inputs, the submission, the wait for the fence and the read of the sampled
 // id (medians, ms), beside the step's GPU time: where the host's share goes.
@@ -133,7 +136,7 @@ int main(int argc, char** argv) try {
   }
   std::string dir = argv[1], dtype = "f32", kv_dtype = "f32", precision = "f32", device,
               plan_device = "default";
-  int64_t prompt_tokens = 256, new_tokens = 64, prefill_tokens = 512;
+  int64_t prompt_tokens = 256, new_tokens = 64, prefill_tokens = 512, decode_chain = 0;
   bool profile = false, step_time = false, split = false, plan_only = false, plan_order = false;
   for (int i = 2; i < argc; ++i) {
     auto next = [&] { return i + 1 < argc ? argv[++i] : ""; };
@@ -151,6 +154,8 @@ int main(int argc, char** argv) try {
       prefill_tokens = std::atoll(next());
     else if (!std::strcmp(argv[i], "--device"))
       device = next();
+    else if (!std::strcmp(argv[i], "--decode-chain"))
+      decode_chain = std::atoll(next());
     else if (!std::strcmp(argv[i], "--profile"))
       profile = true;
     else if (!std::strcmp(argv[i], "--step-time"))
@@ -166,9 +171,9 @@ int main(int argc, char** argv) try {
     else
       throw mn::Error(std::string("bench_generate: unknown option ") + argv[i]);
   }
-  // --step-time decodes 32 more tokens after the generated ones.
+  // --step-time decodes 32 more tokens after the generated ones, then 8 chains of at most 16.
   const int64_t context =
-      std::max(prefill_tokens, prompt_tokens + new_tokens + (step_time ? 32 : 0));
+      std::max(prefill_tokens, prompt_tokens + new_tokens + (step_time ? 32 + 8 * 16 : 0));
   if (plan_only) {
     const std::optional<mn::plan::PlanOptions> d = mn::bench::plan_device(plan_device);
     if (!d) {
@@ -195,6 +200,7 @@ int main(int argc, char** argv) try {
   o.time_steps = step_time;
   o.max_context = context;
   o.prefill_block = prefill_tokens;
+  o.decode_chain = decode_chain;
   const auto t0 = std::chrono::steady_clock::now();
   auto runner = mn::LmRunner::create(model, o);
   const double build_ms = ms_since(t0);
@@ -227,6 +233,7 @@ int main(int argc, char** argv) try {
                       {"prefill_tokens", prefill_tokens},
                       {"prefill_ms", mn::bench::median(prefill_ms)},
                       {"ms_per_token", per_token},
+                      {"decode_chain", runner->chain_length()},
                       {"tokens_per_second", 1e3 / per_token},
                       {"build_ms", build_ms},
                       {"arena_mib", static_cast<double>(runner->memory().arena_bytes) / (1 << 20)},
@@ -252,6 +259,24 @@ int main(int argc, char** argv) try {
     j["decode_step_gpu_ms"] = mn::bench::median(gpu);
     j["decode_step_wall_ms"] = mn::bench::median(wall);
     j["prefill_step_gpu_ms"] = mn::bench::median(prefill_gpu_ms);
+    // Chains after those steps, per step.
+    const int64_t runs = runner->chain_length();
+    if (runs > 0 && runs <= 16) {
+      std::vector<double> chain_gpu, chain_wall;
+      for (int64_t c = 0; c < 8; ++c) {
+        const int32_t position = static_cast<int32_t>(prompt_tokens + new_tokens + 32 + c * runs);
+        const int32_t last = 0;
+        const auto t = std::chrono::steady_clock::now();
+        token = runner
+                    ->run_chain({&token, 1}, {&position, 1}, {&last, 1}, greedy,
+                                static_cast<uint64_t>(32 + c * runs))
+                    .back();
+        chain_wall.push_back(ms_since(t) / static_cast<double>(runs));
+        chain_gpu.push_back(runner->chain_gpu_ms() / static_cast<double>(runs));
+      }
+      j["chain_step_gpu_ms"] = mn::bench::median(chain_gpu);
+      j["chain_step_wall_ms"] = mn::bench::median(chain_wall);
+    }
   }
   if (profile) {
     // The last step of each program (the prompt's prefill block, the last token): its kernels

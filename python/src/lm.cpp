@@ -186,7 +186,8 @@ void bind_language_model(py::module_& lm) {
                             "device, with a KV cache for `batch` sequences.")
       .def(py::init([](const std::filesystem::path& dir, const py::object& dtype,
                        const py::object& precision, const std::string& device, int64_t batch,
-                       int64_t max_context, const std::optional<std::filesystem::path>& adapter) {
+                       int64_t max_context, const std::optional<std::filesystem::path>& adapter,
+                       int64_t decode_chain) {
              LmRunnerOptions o;
              o.dtype = to_dtype(dtype, "LanguageModel dtype");
              o.precision = to_dtype(precision, "LanguageModel precision");
@@ -197,6 +198,7 @@ void bind_language_model(py::module_& lm) {
              if (max_context < 0) throw Error("LanguageModel: max_context must be >= 0");
              o.batch = batch;
              o.max_context = max_context;
+             o.decode_chain = decode_chain;  // the runner rejects a negative one
              o.device = device;
              o.adapter = adapter.value_or(std::filesystem::path());
              auto m = std::make_unique<LanguageModel>(
@@ -207,9 +209,10 @@ void bind_language_model(py::module_& lm) {
            }),
            py::arg("dir"), py::kw_only(), py::arg("dtype") = DType::f32,
            py::arg("precision") = DType::f32, py::arg("device") = "", py::arg("batch") = 1,
-           py::arg("max_context") = 0, py::arg("adapter") = py::none(),
+           py::arg("max_context") = 0, py::arg("adapter") = py::none(), py::arg("decode_chain") = 0,
            "max_context 0: the model's, at most 2048; adapter: a PEFT LoRA directory merged "
-           "into the weights.")
+           "into the weights; decode_chain: decode steps in one GPU submission (0: 8, 1: one "
+           "a token).")
       .def("generate", &generate_texts, py::arg("prompts"), py::kw_only(),
            py::arg("max_new_tokens") = 0, py::arg("temperature") = py::none(),
            py::arg("top_k") = py::none(), py::arg("top_p") = py::none(), py::arg("seed") = 0,
@@ -226,10 +229,9 @@ void bind_language_model(py::module_& lm) {
       .def_property_readonly("batch", [](const LanguageModel& m) { return m.runner->batch(); })
       .def_property_readonly("max_context",
                              [](const LanguageModel& m) { return m.runner->max_context(); })
-      .def_property_readonly("architecture",
-                             [](const LanguageModel& m) {
-                               return architecture_name(m.model.config.architecture);
-                             })
+      .def_property_readonly(
+          "architecture",
+          [](const LanguageModel& m) { return architecture_name(m.model.config.architecture); })
       .def_property_readonly("last_stats", [](const LanguageModel& m) {
         py::dict d;
         d["prompt_tokens"] = m.last.prompt_tokens;

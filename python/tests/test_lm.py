@@ -97,6 +97,17 @@ def test_streaming_stop_texts_and_sampling():
         model.generate("")
 
 
+def test_decode_chains_give_the_tokens_of_single_steps():
+    chained = mn.lm.LanguageModel(LM / "models" / "qwen3_tiny", max_context=64, decode_chain=3)
+    single = mn.lm.LanguageModel(LM / "models" / "qwen3_tiny", max_context=64, decode_chain=1)
+    for options in ({"temperature": 0}, {"temperature": 1.2, "top_k": 30, "seed": 4}):
+        a = chained.generate("The Zen of Python, by", max_new_tokens=14, **options)
+        b = single.generate("The Zen of Python, by", max_new_tokens=14, **options)
+        assert a["tokens"] == b["tokens"]
+    with pytest.raises(mn.Error, match="decode_chain must be at least 0"):
+        mn.lm.LanguageModel(LM / "models" / "qwen3_tiny", decode_chain=-1)
+
+
 def test_chat_keeps_the_cache():
     model = mn.lm.LanguageModel(LM / "models" / "qwen3_tiny", max_context=128)
     chat = mn.lm.Conversation(model, system="Be brief.")

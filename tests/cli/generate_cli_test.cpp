@@ -39,6 +39,20 @@ TEST(GenerateCli, PrintsTransformersGreedyContinuationAndJson) {
     EXPECT_TRUE(j.contains(key)) << key;
 }
 
+// Decode steps chained into one submission (the default 8, or --decode-chain 3) print the text
+// that one submission a token prints.
+TEST(GenerateCli, DecodeChainsPrintTheSameText) {
+  const std::string run = "generate " + kModels + "qwen3_tiny --prompt 'The Zen of Python, by' " +
+                          "--max-tokens 20 --temperature 0.8 --top-k 30 --seed 5";
+  auto single = test::run_mn(run + " --decode-chain 1");
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  for (const char* chain : {"", " --decode-chain 3"}) {
+    auto chained = test::run_mn(run + chain);
+    ASSERT_EQ(chained.exit_code, 0) << chained.err;
+    EXPECT_EQ(chained.out, single.out) << chain;
+  }
+}
+
 // A 16-bit KV cache (--kv-dtype bf16): the session's arena is smaller by half the f32 caches,
 // and the model still generates what it is asked for.
 TEST(GenerateCli, SixteenBitKvCache) {
@@ -158,6 +172,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"generate " + kModels + "llama_tied --prompt hi --kv-dtype int8", "--kv-dtype"},
         BadInput{"generate " + kModels + "llama_tied --prompt hi --precision f64", "--precision"},
         BadInput{"generate " + kModels + "llama_tied --prompt hi --stop ''", "--stop"},
+        BadInput{"generate " + kModels + "llama_tied --prompt hi --decode-chain 0",
+                 "--decode-chain"},
         BadInput{"generate " + kModels + "llama_tied --prompt ''", "empty"},
         BadInput{"generate " + kModels +
                      "llama_tied --prompt hi --max-context 8 "

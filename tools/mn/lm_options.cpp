@@ -20,6 +20,9 @@ void add_lm_options(CLI::App& cmd, LmArgs& a) {
                  "device index or name substring (default: $MN_DEVICE or the best)");
   cmd.add_option("--max-context", a.max_context,
                  "tokens of context per sequence (default: the model's, at most 2048)");
+  cmd.add_option("--decode-chain", a.decode_chain,
+                 "decode steps in one GPU submission, each fed the token the one before sampled "
+                 "(default 8; 1: one submission a token, text shown token by token)");
   cmd.add_option("--max-tokens", a.max_tokens,
                  "tokens to generate at most (default: generation_config.json's, else 256)");
   cmd.add_option("--temperature", a.temperature, "0 is greedy (default: generation_config.json)");
@@ -80,6 +83,10 @@ LmRunnerOptions runner_options(const LmArgs& a, int64_t batch) {
     throw Error("--max-context must be positive (got " + std::to_string(a.max_context) + ")");
   }
   o.max_context = a.max_context;
+  if (a.decode_chain && *a.decode_chain < 1) {
+    throw Error("--decode-chain must be at least 1 (got " + std::to_string(*a.decode_chain) + ")");
+  }
+  o.decode_chain = a.decode_chain.value_or(0);
   o.device = a.device;
   o.adapter = a.adapter;
   return o;

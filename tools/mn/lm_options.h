@@ -21,6 +21,7 @@ struct LmArgs {
   std::string precision = "f32";
   std::string device;
   int64_t max_context = 0;
+  std::optional<int64_t> decode_chain;  // unset: the runner's default
   int64_t max_tokens = 0;  // 0: generation_config's max_new_tokens, else 256
   std::optional<double> temperature, top_p;
   std::optional<int64_t> top_k;

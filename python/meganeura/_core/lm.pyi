@@ -31,9 +31,9 @@ class LanguageModel:
     """
     A Hugging Face causal LM (Llama, Qwen2, Qwen3 directories) on a device, with a KV cache for `batch` sequences.
     """
-    def __init__(self, dir: os.PathLike, *, dtype: typing.Any = meganeura._core.DType.f32, precision: typing.Any = meganeura._core.DType.f32, device: str = '', batch: int = 1, max_context: int = 0, adapter: os.PathLike | None = None) -> None:
+    def __init__(self, dir: os.PathLike, *, dtype: typing.Any = meganeura._core.DType.f32, precision: typing.Any = meganeura._core.DType.f32, device: str = '', batch: int = 1, max_context: int = 0, adapter: os.PathLike | None = None, decode_chain: int = 0) -> None:
         """
-        max_context 0: the model's, at most 2048; adapter: a PEFT LoRA directory merged into the weights.
+        max_context 0: the model's, at most 2048; adapter: a PEFT LoRA directory merged into the weights; decode_chain: decode steps in one GPU submission (0: 8, 1: one a token).
         """
     def generate(self, prompts: typing.Any, *, max_new_tokens: int = 0, temperature: float | None = None, top_k: int | None = None, top_p: float | None = None, seed: int = 0, stop: list[str] = [], chat: bool = False, system: str | None = None, on_text: typing.Any = None) -> typing.Any:
         """
