@@ -99,7 +99,8 @@ TEST(SmolVlm, ImageFeaturesMatchTransformers) {
 }
 
 // The prompt's last logits and the greedy continuation, with the prompt prefilled in one block
-// or in several (the image tokens' features then come over several calls).
+// or in several (the image tokens' features then come over several calls), decoded in chains
+// or one step at a time.
 TEST(SmolVlm, PrefillLogitsAndGreedyMatchTransformers) {
   const SmolVlmModel model = load_smolvlm(fixture("model"));
   const SmolVlmImage im = smolvlm_preprocess(read_image(fixture("wide.png")), model.processor);
@@ -110,11 +111,16 @@ TEST(SmolVlm, PrefillLogitsAndGreedyMatchTransformers) {
   const int64_t vocab = logits.shape[2], p = static_cast<int64_t>(prompt.size());
   Array last({1, vocab}, DType::f32);
   std::copy_n(logits.data.begin() + (p - 1) * vocab, vocab, last.data.begin());
-  for (const int64_t block : {p, int64_t{16}}) {
-    SCOPED_TRACE("prefill block " + std::to_string(block));
+  // Decoding in chains of 2 steps for one block (the 8 tokens of the continuation leave 7
+  // decode steps, fewer than the default chain's 8), one step at a time for the other.
+  for (const auto& [block, chain] :
+       {std::pair{p, int64_t{2}}, std::pair{int64_t{16}, int64_t{1}}}) {
+    SCOPED_TRACE("prefill block " + std::to_string(block) + ", decode chain " +
+                 std::to_string(chain));
     VlmRunnerOptions o;
     o.lm.max_context = 128;
     o.lm.prefill_block = block;
+    o.lm.decode_chain = chain;
     o.frames_per_call = 3;  // 7 frames: two full calls and one with padding frames
     auto runner = VlmRunner::create(model, o);
     runner->set_image(0, im);
@@ -122,6 +128,7 @@ TEST(SmolVlm, PrefillLogitsAndGreedyMatchTransformers) {
     stop.max_new_tokens = static_cast<int64_t>(want.size());
     const auto out = generate(*runner, {prompt}, SamplingOptions{}, stop);
     EXPECT_EQ(out[0].tokens, want);
+    EXPECT_EQ(runner->chain_length(), chain == 1 ? 0 : chain);
     // On tensor cores the prompt's attention multiplies f16 operands (docs/tensor-cores.md):
     // 8.1e-4 measured on an H200.
     const double tol = testing::sessions_use_tensor_cores() ? 2e-3 : 1e-4;
