@@ -12,7 +12,26 @@
 
 namespace mn::runtime {
 
-void build_chain(vk::Device& dev, Program& p, const ProgramChain& spec) {
+namespace {
+// Where the host maps the arena (resizable BAR, unified memory), the per-run values and the
+// collected outputs live in device memory it maps too, so that the chain's copies between runs
+// stay on the device rather than crossing the bus at every run; host memory otherwise, or where
+// that memory is used up.
+std::unique_ptr<vk::Buffer> chain_buffer(vk::Device& dev, uint64_t bytes, bool readback,
+                                         bool device_memory) {
+  if (device_memory) {
+    try {
+      return std::make_unique<vk::Buffer>(
+          dev, bytes, VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+          vk::MemoryKind::device_local_mappable);
+    } catch (const DeviceError&) {  // NOLINT(bugprone-empty-catch): host memory below
+    }
+  }
+  return std::make_unique<vk::StagingBuffer>(dev, bytes, readback);
+}
+}  // namespace
+
+void build_chain(vk::Device& dev, Program& p, const ProgramChain& spec, bool device_memory) {
   if (spec.runs == 0 && spec.per_run.empty() && spec.feed.empty() && spec.collect.empty()) return;
   const std::string who = "build_session: program '" + p.name + "''s chain";
   if (spec.runs < 1) {
@@ -56,8 +75,8 @@ void build_chain(vk::Device& dev, Program& p, const ProgramChain& spec) {
     down +=
         (runs * static_cast<uint64_t>(n.type.numel()) * dtype_size(n.type.dtype) + 15) / 16 * 16;
   }
-  c.per_run = std::make_unique<vk::StagingBuffer>(dev, std::max<uint64_t>(up, 16), false);
-  c.collected = std::make_unique<vk::StagingBuffer>(dev, std::max<uint64_t>(down, 16), true);
+  c.per_run = chain_buffer(dev, std::max<uint64_t>(up, 16), false, device_memory);
+  c.collected = chain_buffer(dev, std::max<uint64_t>(down, 16), true, device_memory);
   p.chain = std::move(c);
 }
 

@@ -6,9 +6,10 @@
 
 namespace mn::runtime {
 
-// A chain's names checked against the program, and its host buffers (Program::chain); nothing
-// for a program without one.
-void build_chain(vk::Device& dev, Program& p, const ProgramChain& spec);
+// A chain's names checked against the program, and its buffers (Program::chain): in memory the
+// device reads fastest where `device_memory` (the host maps the arena), host memory otherwise;
+// nothing for a program without one.
+void build_chain(vk::Device& dev, Program& p, const ProgramChain& spec, bool device_memory);
 // Program::chain's recording.
 void record_chain(Session::Impl& impl, Program& prog, const SessionOptions& options);
 

@@ -343,7 +343,7 @@ std::unique_ptr<Session> build_session(const std::vector<SessionProgram>& specs,
       impl->arena->write(buf.offset, std::vector<std::byte>(buf.bytes));
     }
     if (!p.plan.index_checks.empty()) p.index_slots.emplace(dev, *impl->arena, p.plan);
-    runtime::build_chain(dev, p, specs[i].chain);
+    runtime::build_chain(dev, p, specs[i].chain, impl->arena->host_mapped());
     runtime::record_step(*impl, p, options);
     if (p.chain) runtime::record_chain(*impl, p, options);
   }

@@ -43,7 +43,7 @@ struct Program {
   struct Chain {
     ProgramChain spec;
     std::unique_ptr<vk::Recording> recording;
-    std::unique_ptr<vk::StagingBuffer> per_run, collected;
+    std::unique_ptr<vk::Buffer> per_run, collected;
     std::map<std::string, uint64_t, std::less<>> per_run_offset, collect_offset;  // run 0's
     std::map<std::string, bool, std::less<>> per_run_set;
     bool ran = false;
