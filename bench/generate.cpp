@@ -9,7 +9,8 @@
 //                       [--step-time] [--host-split] [--decode-chain N]
 //                       [--plan|--plan-order [--plan-device default|h200]]
 // --profile adds the GPU time of the last decode and prefill steps' kernels, summed by name, and
-// the largest sums by name and operands (what each launch computes).
+// the largest sums by name and operands (what each launch computes); it decodes one step per
+// submission unless --decode-chain is given (then the decode profile is the last chain's).
 // --step-time adds the medians of 32 decode steps' GPU time (timestamps at the step's two ends)
 // and of their wall time as LmRunner::run sees it: the difference is the host's share.
 // With chains of decode steps in one submission (--decode-chain: LmRunnerOptions::decode_chain,
@@ -200,7 +201,8 @@ int main(int argc, char** argv) try {
   o.time_steps = step_time;
   o.max_context = context;
   o.prefill_block = prefill_tokens;
-  o.decode_chain = decode_chain;
+  // A profile's decode kernels are one step's unless a chain is asked for.
+  o.decode_chain = profile && decode_chain == 0 ? 1 : decode_chain;
   const auto t0 = std::chrono::steady_clock::now();
   auto runner = mn::LmRunner::create(model, o);
   const double build_ms = ms_since(t0);

@@ -215,7 +215,7 @@ class Session {
   MemorySummary memory() const;
   // Per-kernel GPU times of the last step (SessionOptions::profile).
   std::vector<KernelTime> profile() const;
-  // The same for one program's last run.
+  // The same for one program's last run (its chain's runs when the chain ran last).
   std::vector<KernelTime> profile(std::string_view program) const;
   // GPU milliseconds of the last step of `program`, first dispatch to last (with
   // SessionOptions::time_steps or profile; 0 otherwise).

@@ -177,7 +177,7 @@ void Session::step_chain(std::string_view program) {
   // the arena, the host's values where it uploads them: either way they are set again first.
   for (const auto& [out, in] : c.spec.feed) p.input_set[in] = false;
   for (const auto& [name, offset] : c.per_run_offset) p.input_set[name] = false;
-  p.stepped = c.ran = true;
+  p.stepped = c.ran = c.ran_last = true;
   impl_->pending = static_cast<int>(&p - impl_->programs.data());
   impl_->pending_chain = true;
   impl_->finish_pending();

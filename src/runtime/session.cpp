@@ -480,6 +480,7 @@ void Session::submit(std::string_view program) {
   if (!missing.empty()) throw Error("Session::step: inputs never set: " + missing);
   p.recording->submit();
   p.stepped = true;
+  if (p.chain) p.chain->ran_last = false;
   impl_->pending = static_cast<int>(&p - impl_->programs.data());
   impl_->pending_chain = false;
 }
@@ -595,12 +596,14 @@ MemorySummary Session::memory() const {
 
 namespace {
 // Program p's last step's timings, each with what its launch computes.
+// After a chain, the chain's: every run's kernels (without operands, which name the step's).
 void profile_of(const Program& p, std::vector<KernelTime>& out) {
-  const std::vector<vk::OpTiming>& timings = p.recording->timings();
+  const bool chain = p.chain && p.chain->ran_last;
+  const std::vector<vk::OpTiming>& timings = (chain ? p.chain->recording : p.recording)->timings();
   for (size_t i = 0; i < timings.size(); ++i) {
     const vk::OpTiming& t = timings[i];
-    out.push_back(
-        {t.label, t.ms, t.statistics, i < p.op_operands.size() ? p.op_operands[i] : std::string()});
+    const bool operands = !chain && i < p.op_operands.size();
+    out.push_back({t.label, t.ms, t.statistics, operands ? p.op_operands[i] : std::string()});
   }
 }
 }  // namespace

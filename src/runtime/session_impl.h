@@ -47,6 +47,7 @@ struct Program {
     std::map<std::string, uint64_t, std::less<>> per_run_offset, collect_offset;  // run 0's
     std::map<std::string, bool, std::less<>> per_run_set;
     bool ran = false;
+    bool ran_last = false;  // the program's last submission was the chain's
   };
   std::optional<Chain> chain;
 

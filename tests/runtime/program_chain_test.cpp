@@ -103,6 +103,30 @@ TEST(ProgramChain, RunsAsStepsOneAtATime) {
   }
 }
 
+// A profile after a chain holds every run's kernels; after a step, the step's.
+TEST(ProgramChain, ProfilesTheLastSubmission) {
+  Decoder d;
+  SessionOptions o;
+  o.profile = true;
+  auto s = build_session({{"decode", &d.g, std::nullopt, decoder_chain(kRuns)}}, o);
+  s->set("x", kX0);
+  s->set("pos", Array({1}, DType::i32, {1}));
+  s->set("t", Array::scalar(0.0));
+  s->step("decode");
+  const size_t step_ops = s->profile("decode").size();
+  ASSERT_GT(step_ops, 0u);
+  s->set("x", kX0);
+  set_runs(*s, kRuns);
+  s->step_chain("decode");
+  EXPECT_GT(s->profile("decode").size(), kRuns * step_ops - kRuns);  // the copies between runs
+  EXPECT_GT(s->chain_gpu_ms("decode"), 0.0);
+  s->set("x", kX0);
+  s->set("pos", Array({1}, DType::i32, {2}));
+  s->set("t", Array::scalar(0.0));
+  s->step("decode");
+  EXPECT_EQ(s->profile("decode").size(), step_ops);
+}
+
 // A second chain goes on from the state the first left; its first x is the host's again.
 TEST(ProgramChain, ChainsFollowEachOtherAndSteps) {
   Decoder d;
