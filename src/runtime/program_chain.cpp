@@ -49,12 +49,16 @@ void build_chain(vk::Device& dev, Program& p, const ProgramChain& spec, bool dev
   Program::Chain c;
   c.spec = spec;
   uint64_t up = 0, down = 0;
-  const auto runs = static_cast<uint64_t>(spec.runs);
+  // Each tensor's block of `runs` values at the next 16-byte boundary of its buffer.
+  auto place = [runs = static_cast<uint64_t>(spec.runs)](const Node& n, uint64_t& end) {
+    const uint64_t at = end;
+    end += (runs * static_cast<uint64_t>(n.type.numel()) * dtype_size(n.type.dtype) + 15) / 16 * 16;
+    return at;
+  };
   for (const std::string& name : spec.per_run) {
     const Node& n = node(name, true, "per run");
     if (c.per_run_offset.count(name)) throw Error(who + " names '" + name + "' per run twice");
-    c.per_run_offset[name] = up;
-    up += (runs * static_cast<uint64_t>(n.type.numel()) * dtype_size(n.type.dtype) + 15) / 16 * 16;
+    c.per_run_offset[name] = place(n, up);
   }
   std::set<std::string, std::less<>> fed;
   for (const auto& [out, in] : spec.feed) {
@@ -71,9 +75,7 @@ void build_chain(vk::Device& dev, Program& p, const ProgramChain& spec, bool dev
   for (const std::string& name : spec.collect) {
     const Node& n = node(name, false, "as collected");
     if (c.collect_offset.count(name)) throw Error(who + " collects '" + name + "' twice");
-    c.collect_offset[name] = down;
-    down +=
-        (runs * static_cast<uint64_t>(n.type.numel()) * dtype_size(n.type.dtype) + 15) / 16 * 16;
+    c.collect_offset[name] = place(n, down);
   }
   c.per_run = chain_buffer(dev, std::max<uint64_t>(up, 16), false, device_memory);
   c.collected = chain_buffer(dev, std::max<uint64_t>(down, 16), true, device_memory);
@@ -113,13 +115,14 @@ void record_chain(Session::Impl& impl, Program& prog, const SessionOptions& opti
 namespace mn {
 
 namespace {
-Program::Chain& chain_of(Session::Impl& impl, std::string_view program, const char* what) {
+// A program that has a chain; mn::Error (starting with `what`) otherwise.
+Program& chained_program(Session::Impl& impl, std::string_view program, const char* what) {
   Program& p = impl.program(program, what);
   if (!p.chain) {
     throw Error(std::string(what) + ": program '" + p.name +
                 "' has no chain (SessionProgram::chain)");
   }
-  return *p.chain;
+  return p;
 }
 
 // A per-run input's or collected output's node, by the chain's list it must be in.
@@ -143,8 +146,8 @@ Shape with_runs(int64_t runs, const Shape& shape) {
 
 void Session::set_runs(std::string_view program, std::string_view input, const Array& values) {
   const char* what = "Session::set_runs";
-  Program::Chain& c = chain_of(*impl_, program, what);
-  Program& p = impl_->program(program, what);
+  Program& p = chained_program(*impl_, program, what);
+  Program::Chain& c = *p.chain;
   const Node& n = chain_node(p, c.per_run_offset, input, what, "per-run input");
   const Shape shape = with_runs(c.spec.runs, n.type.shape);
   if (values.shape != shape) {
@@ -159,15 +162,10 @@ void Session::set_runs(std::string_view program, std::string_view input, const A
 
 void Session::step_chain(std::string_view program) {
   const char* what = "Session::step_chain";
-  Program::Chain& c = chain_of(*impl_, program, what);
-  Program& p = impl_->program(program, what);
+  Program& p = chained_program(*impl_, program, what);
+  Program::Chain& c = *p.chain;
   impl_->finish_pending();
-  std::string missing;
-  for (const auto& [name, id] : p.plan.inputs) {
-    if (!p.input_set[name] && !c.per_run_offset.count(name)) {
-      missing += (missing.empty() ? "" : ", ") + name;
-    }
-  }
+  std::string missing = p.unset_inputs(c.per_run_offset);
   for (const auto& [name, offset] : c.per_run_offset) {
     if (!c.per_run_set[name]) missing += (missing.empty() ? "" : ", ") + name + " (per run)";
   }
@@ -185,8 +183,8 @@ void Session::step_chain(std::string_view program) {
 
 Array Session::get_runs(std::string_view program, std::string_view output) const {
   const char* what = "Session::get_runs";
-  Program::Chain& c = chain_of(*impl_, program, what);
-  const Program& p = impl_->program(program, what);
+  const Program& p = chained_program(*impl_, program, what);
+  const Program::Chain& c = *p.chain;
   const Node& n = chain_node(p, c.collect_offset, output, what, "collected output");
   if (!c.ran) {
     throw Error(std::string(what) + " '" + std::string(output) + "': program '" + p.name +
@@ -207,7 +205,7 @@ int64_t Session::chain_runs(std::string_view program) const {
 
 double Session::chain_gpu_ms(std::string_view program) const {
   impl_->finish_pending();
-  return chain_of(*impl_, program, "Session::chain_gpu_ms").recording->total_ms();
+  return chained_program(*impl_, program, "Session::chain_gpu_ms").chain->recording->total_ms();
 }
 
 }  // namespace mn

@@ -473,10 +473,7 @@ std::vector<std::byte> Session::get_raw(std::string_view name) const {
 void Session::submit(std::string_view program) {
   Program& p = impl_->program(program, "Session::submit");
   impl_->finish_pending();
-  std::string missing;
-  for (const auto& [name, id] : p.plan.inputs) {
-    if (!p.input_set[name]) missing += (missing.empty() ? "" : ", ") + name;
-  }
+  const std::string missing = p.unset_inputs();
   if (!missing.empty()) throw Error("Session::step: inputs never set: " + missing);
   p.recording->submit();
   p.stepped = true;

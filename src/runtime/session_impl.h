@@ -51,6 +51,15 @@ struct Program {
   };
   std::optional<Chain> chain;
 
+  // The inputs never set, comma-separated, leaving out those `given` another way (a chain's
+  // per-run inputs).
+  std::string unset_inputs(const std::map<std::string, uint64_t, std::less<>>& given = {}) {
+    std::string missing;
+    for (const auto& [name, id] : plan.inputs) {
+      if (!input_set[name] && !given.count(name)) missing += (missing.empty() ? "" : ", ") + name;
+    }
+    return missing;
+  }
   const plan::PlannedBuffer& buffer_of(NodeId id) const {
     return plan.buffers[static_cast<size_t>(plan.node_buffer[id])];
   }
